@@ -1,0 +1,273 @@
+//! The admin listener: `/healthz`, `/metrics`, and the bearer-token `/admin/*` API (contract in
+//! DESIGN.md): events, replay, plugins, rollback.
+//!
+//! Invariants: every `/admin/*` route checks the token (constant time) before doing anything;
+//! replay is bounded per call; quarantined requests are re-parsed, then deduped like any other.
+
+use std::{collections::BTreeMap, fmt::Write as _, sync::Arc};
+
+use axum::{
+    Json, Router,
+    extract::{Path, Query, Request, State},
+    http::header,
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    Shared,
+    error::ApiError,
+    inbox::{Accepted, EventFilter, ReplayFilter},
+    ingest::{EnvelopeOutcome, envelope},
+    model::DeliveryState,
+};
+
+/// Most deliveries (plus quarantined requests) one replay call touches.
+pub const MAX_REPLAY: usize = 10_000;
+
+/// The admin routes.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let admin = Router::new()
+        .route("/admin/events", get(list_events))
+        .route("/admin/events/{source}/{event_id}", get(event_detail))
+        .route("/admin/replay", post(replay))
+        .route("/admin/plugins", get(plugins))
+        .route("/admin/plugins/{name}/rollback", post(rollback))
+        .route_layer(middleware::from_fn_with_state(
+            shared.clone(),
+            require_token,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .merge(admin)
+        .with_state(shared)
+}
+
+async fn require_token(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if let Some(token) = &shared.config.server.admin_token {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !token.matches(presented.as_bytes()) {
+            return Err(ApiError::Unauthorized);
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+async fn healthz(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "backlog": shared.inbox.backlog(),
+        "pooling_allocator": shared.runtime.pooling(),
+    }))
+}
+
+async fn metrics(State(shared): State<Arc<Shared>>) -> Result<Response, ApiError> {
+    let mut out = String::new();
+    let counts: BTreeMap<String, i64> = shared.inbox.state_counts().await?.into_iter().collect();
+    out.push_str("# HELP hookd_deliveries Deliveries by state.\n# TYPE hookd_deliveries gauge\n");
+    for state in DeliveryState::ALL {
+        let n = counts.get(state.as_str()).copied().unwrap_or(0);
+        let _ = writeln!(out, "hookd_deliveries{{state=\"{state}\"}} {n}");
+    }
+    let quarantined = shared.inbox.quarantine_held_count().await?;
+    let _ = writeln!(
+        out,
+        "# HELP hookd_quarantined Requests held in quarantine.\n# TYPE hookd_quarantined gauge\n\
+         hookd_quarantined {quarantined}\n\
+         # HELP hookd_backlog Deliveries not yet finished.\n# TYPE hookd_backlog gauge\n\
+         hookd_backlog {}\n\
+         # HELP hookd_inbox_commits_total Group commits by the inbox writer.\n\
+         # TYPE hookd_inbox_commits_total counter\nhookd_inbox_commits_total {}",
+        shared.inbox.backlog(),
+        shared.inbox.commits()
+    );
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EventsQuery {
+    source: Option<String>,
+    state: Option<String>,
+    handler: Option<String>,
+    limit: Option<usize>,
+}
+
+fn parse_state(state: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
+    state
+        .map(|s| {
+            DeliveryState::parse(s).ok_or_else(|| {
+                ApiError::BadRequest(format!(
+                    "state {s:?} is not one of pending, running, retrying, done, dead, stale"
+                ))
+            })
+        })
+        .transpose()
+}
+
+async fn list_events(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<EventsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let filter = EventFilter {
+        source: query.source,
+        state: parse_state(query.state.as_deref())?,
+        handler: query.handler,
+        limit: query.limit.unwrap_or(100).min(10_000),
+    };
+    Ok(Json(json!(shared.inbox.list_events(filter).await?)))
+}
+
+async fn event_detail(
+    State(shared): State<Arc<Shared>>,
+    Path((source, event_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let detail = shared
+        .inbox
+        .event_detail(source.clone(), event_id.clone())
+        .await?;
+    detail
+        .map(|d| Json(json!(d)))
+        .ok_or_else(|| ApiError::NotFound(format!("no event {event_id:?} from source {source:?}")))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplayBody {
+    source: Option<String>,
+    handler: Option<String>,
+    state: Option<String>,
+    event_ids: Option<Vec<String>>,
+    /// Received at or after, in ms since the Unix epoch.
+    since: Option<i64>,
+    /// Received at or before, in ms since the Unix epoch.
+    until: Option<i64>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+async fn replay(
+    State(shared): State<Arc<Shared>>,
+    body: Option<Json<ReplayBody>>,
+) -> Result<Json<Value>, ApiError> {
+    let body = body.map(|Json(b)| b).unwrap_or_default();
+    if let Some(source) = &body.source {
+        if !shared.config.sources.contains_key(source.as_str()) {
+            return Err(ApiError::BadRequest(format!("unknown source {source:?}")));
+        }
+    }
+    let filter = ReplayFilter {
+        source: body.source.clone(),
+        handler: body.handler.clone(),
+        state: parse_state(body.state.as_deref())?,
+        event_ids: body.event_ids.clone(),
+        since_ms: body.since,
+        until_ms: body.until,
+        limit: MAX_REPLAY,
+        dry_run: body.dry_run,
+    };
+    let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
+
+    // Quarantined requests have no event id or handler yet: they match source and time only.
+    if body.handler.is_none() && body.event_ids.is_none() && body.state.is_none() {
+        let held = shared
+            .inbox
+            .held_quarantine(ReplayFilter {
+                limit: MAX_REPLAY - matched.min(MAX_REPLAY),
+                ..filter
+            })
+            .await?;
+        matched += held.len();
+        if !body.dry_run {
+            for item in held {
+                let Some(source) = shared.config.sources.get(item.source.as_str()) else {
+                    continue;
+                };
+                match envelope(&shared, source, &item.request).await {
+                    EnvelopeOutcome::Envelope(envelope) => {
+                        let accepted = shared
+                            .inbox
+                            .accept(
+                                source.name.clone(),
+                                envelope,
+                                item.request,
+                                source.handlers.clone(),
+                                Some(item.id),
+                            )
+                            .await?;
+                        tracing::info!(
+                            source = %source.name, quarantine_id = item.id,
+                            duplicate = accepted == Accepted::Duplicate,
+                            "quarantined request replayed"
+                        );
+                        replayed += 1;
+                    }
+                    EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
+                        shared
+                            .inbox
+                            .resolve_quarantine(item.id, format!("parser now says: {reason}"))
+                            .await?;
+                        replayed += 1;
+                    }
+                    EnvelopeOutcome::Quarantine(reason) => {
+                        tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
+                    }
+                }
+            }
+        }
+    }
+    Ok(Json(json!({"matched": matched, "replayed": replayed})))
+}
+
+async fn plugins(State(shared): State<Arc<Shared>>) -> Json<Value> {
+    let files = shared.registry.statuses();
+    let list: Vec<Value> = shared
+        .config
+        .plugins
+        .values()
+        .map(|plugin| {
+            let file = files.get(&plugin.wasm);
+            json!({
+                "name": plugin.name,
+                "wasm": file.map(|f| f.wasm.clone())
+                    .unwrap_or_else(|| shared.registry.path_of(&plugin.wasm).display().to_string()),
+                "sha256": file.and_then(|f| f.sha256.clone()),
+                "loaded_at": file.and_then(|f| f.loaded_at),
+                "exports": file.map(|f| f.exports.clone()).unwrap_or_default(),
+                "error": file.and_then(|f| f.error.clone())
+                    .or_else(|| file.is_none().then(|| "not loaded".to_string())),
+                "previous": file.map(|f| f.previous.clone()).unwrap_or_default(),
+            })
+        })
+        .collect();
+    Json(Value::Array(list))
+}
+
+async fn rollback(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let plugin = shared
+        .config
+        .plugins
+        .get(name.as_str())
+        .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
+    let live = shared
+        .registry
+        .rollback(&plugin.wasm)
+        .map_err(ApiError::BadRequest)?;
+    Ok(Json(json!({"name": name, "sha256": live.plugin.sha256()})))
+}

@@ -1,0 +1,507 @@
+//! `hookd events | replay | plugins`: thin clients of the admin API (contract in DESIGN.md), plus
+//! the small plain-HTTP helper that `hookd send` shares.
+//!
+//! Invariants: every request carries a deadline ([`TIMEOUT`], connect to last body byte) and reads
+//! at most [`MAX_RESPONSE_BYTES`] of the response; every error names the method and URL; the
+//! admin token is only ever put in the `Authorization` header (marked sensitive), never printed.
+//! Only plain `http://` is spoken: https is out of scope (put a TLS proxy in front, or use the
+//! loopback address).
+
+use std::{fmt::Write as _, time::Duration};
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use clap::{Args, ValueEnum, builder::PossibleValuesParser};
+use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, header};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper_util::{
+    client::legacy::{Client, connect::HttpConnector},
+    rt::TokioExecutor,
+};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::AdminArgs;
+
+/// How long one request may take, from connecting to reading the last body byte.
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The most response-body bytes any command reads.
+pub(crate) const MAX_RESPONSE_BYTES: usize = 16 << 20;
+
+/// How much of a response body an error message quotes.
+const ERROR_BODY_CHARS: usize = 2_000;
+
+/// Delivery states, as the admin API names them.
+const STATES: [&str; 6] = ["pending", "running", "retrying", "done", "dead", "stale"];
+
+/// The states a replay may take (open ones are still being worked on).
+const REPLAY_STATES: [&str; 3] = ["dead", "stale", "done"];
+
+// ---------------------------------------------------------------------------------------------
+// The shared HTTP helper.
+
+/// A plain-http client (no TLS): connections are pooled, so `--repeat` reuses them.
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A new plain-http client.
+pub(crate) fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Parses `url`, which must be an absolute `http://host[:port]/...` URL.
+pub(crate) fn parse_url(url: &str) -> anyhow::Result<Uri> {
+    let uri: Uri = url
+        .parse()
+        .with_context(|| format!("{url:?} is not a valid URL"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.authority().is_some() => Ok(uri),
+        Some("https") => bail!(
+            "{url}: https is not supported, hookd's client speaks plain http only \
+             (use http:// to a loopback or TLS-terminating address)"
+        ),
+        _ => bail!("{url:?} is not an absolute http:// URL (e.g. http://127.0.0.1:8080/...)"),
+    }
+}
+
+/// A request with exactly these headers and body (hyper adds `Host` and `Content-Length`).
+pub(crate) fn build_request(
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Request<Full<Bytes>> {
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.headers_mut() = headers;
+    request
+}
+
+/// What came back: the status and the body as text (invalid UTF-8 is replaced, not refused).
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) body: String,
+}
+
+/// Sends `request` and reads the whole body, within [`TIMEOUT`] and [`MAX_RESPONSE_BYTES`].
+/// Any failure (connect, timeout, oversized body) is an error naming the method and URL.
+pub(crate) async fn send(
+    client: &HttpClient,
+    request: Request<Full<Bytes>>,
+) -> anyhow::Result<Reply> {
+    let what = format!("{} {}", request.method(), request.uri());
+    let exchange = async {
+        let response = client.request(request).await?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the response body: {e}"))?
+            .to_bytes();
+        anyhow::Ok(Reply {
+            status,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        })
+    };
+    match tokio::time::timeout(TIMEOUT, exchange).await {
+        Ok(reply) => reply.with_context(|| what),
+        Err(_) => bail!(
+            "{what}: no complete response within {} s",
+            TIMEOUT.as_secs()
+        ),
+    }
+}
+
+/// `text` on one line (line breaks become spaces), at most `max` characters (then `…`).
+pub(crate) fn one_line(text: &str, max: usize) -> String {
+    let text = text.trim();
+    let mut out: String = text
+        .chars()
+        .take(max)
+        .map(|c| if c == '\n' || c == '\r' { ' ' } else { c })
+        .collect();
+    if text.chars().nth(max).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters (`A-Z a-z 0-9 - . _ ~`), so
+/// the result is safe as one path segment or one query value.
+pub(crate) fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    out
+}
+
+/// `?k=v&...` for the pairs that have a value (both sides percent-encoded); empty if none do.
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let mut out = String::new();
+    for (key, value) in pairs {
+        if let Some(value) = value {
+            out.push(if out.is_empty() { '?' } else { '&' });
+            out.push_str(&percent_encode(key));
+            out.push('=');
+            out.push_str(&percent_encode(value));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// The admin commands.
+
+/// `hookd events`: list events, or show one.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Show one event (with EVENT_ID): its source. Omit both to list events.
+    #[arg(
+        value_name = "SOURCE",
+        requires = "event_id",
+        conflicts_with_all = ["source", "state", "handler", "limit"]
+    )]
+    show_source: Option<String>,
+    /// Show one event: the provider's event id, with its deliveries and attempt history.
+    #[arg(value_name = "EVENT_ID")]
+    event_id: Option<String>,
+    /// List only events from this source.
+    #[arg(long)]
+    source: Option<String>,
+    /// List only events with a delivery in this state.
+    #[arg(long, value_parser = PossibleValuesParser::new(STATES))]
+    state: Option<String>,
+    /// List only events with a delivery to this handler.
+    #[arg(long)]
+    handler: Option<String>,
+    /// List at most N events (the server defaults to 100).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    limit: Option<u32>,
+}
+
+/// `hookd replay`: which deliveries to run again.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(flatten)]
+    filter: ReplayFilter,
+}
+
+/// The replay selection, serialized as the `POST /admin/replay` body (absent fields omitted).
+/// With no `--handler`, `--state` or `--event-id`, held quarantined requests matching the source
+/// and time range are re-parsed too. At most 10 000 per call.
+#[derive(Debug, Clone, Default, Args, Serialize)]
+struct ReplayFilter {
+    /// Only this source.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<String>,
+    /// Only deliveries to this handler.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    handler: Option<String>,
+    /// Which deliveries to replay (the server defaults to dead).
+    #[arg(long, value_parser = PossibleValuesParser::new(REPLAY_STATES))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    state: Option<String>,
+    /// Only this event id (repeat the flag for several).
+    #[arg(long = "event-id", value_name = "ID")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    event_ids: Vec<String>,
+    /// Only events received at or after this time, in ms since the Unix epoch.
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    since: Option<i64>,
+    /// Only events received at or before this time, in ms since the Unix epoch.
+    #[arg(long, value_name = "MS")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    until: Option<i64>,
+    /// Only count what would be replayed (`matched`); change nothing.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "is_false")]
+    dry_run: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// `hookd plugins`: list the plugins, or roll one back.
+#[derive(Debug, Args)]
+pub struct PluginsArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// `rollback` makes NAME's previous version live again. Omit it to list the plugins
+    /// (name, wasm file, sha256, exports, load error, previous versions).
+    #[arg(value_enum, value_name = "ACTION", requires = "name")]
+    action: Option<PluginAction>,
+    /// The plugin instance to roll back (its `[plugins.<name>]` name).
+    #[arg(value_name = "NAME", requires = "action")]
+    name: Option<String>,
+}
+
+/// What `hookd plugins` can do besides listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum PluginAction {
+    /// Make the previous version of NAME live again.
+    Rollback,
+}
+
+/// `hookd events`: `GET /admin/events?...` or `GET /admin/events/{source}/{event_id}`.
+pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
+    let path = match (&args.show_source, &args.event_id) {
+        (Some(source), Some(event_id)) => format!(
+            "/admin/events/{}/{}",
+            percent_encode(source),
+            percent_encode(event_id)
+        ),
+        _ => {
+            let pairs = [
+                ("source", args.source.clone()),
+                ("state", args.state.clone()),
+                ("handler", args.handler.clone()),
+                ("limit", args.limit.map(|n| n.to_string())),
+            ];
+            format!("/admin/events{}", query(&pairs))
+        }
+    };
+    admin_call(&args.admin, Method::GET, &path, None).await
+}
+
+/// `hookd replay`: `POST /admin/replay` with the filter as JSON.
+pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
+    let body = serde_json::to_value(&args.filter)?;
+    admin_call(&args.admin, Method::POST, "/admin/replay", Some(body)).await
+}
+
+/// `hookd plugins`: `GET /admin/plugins` or `POST /admin/plugins/{name}/rollback`.
+pub async fn plugins(args: PluginsArgs) -> anyhow::Result<()> {
+    match (args.action, &args.name) {
+        (Some(PluginAction::Rollback), Some(name)) => {
+            let path = format!("/admin/plugins/{}/rollback", percent_encode(name));
+            admin_call(&args.admin, Method::POST, &path, None).await
+        }
+        _ => admin_call(&args.admin, Method::GET, "/admin/plugins", None).await,
+    }
+}
+
+/// One admin API call: prints the JSON answer pretty-printed on success; a non-2xx status is an
+/// error that carries the status and (the start of) the body.
+async fn admin_call(
+    admin: &AdminArgs,
+    method: Method,
+    path: &str,
+    json: Option<Value>,
+) -> anyhow::Result<()> {
+    let base = admin.admin_url.trim_end_matches('/');
+    parse_url(base).context("--admin-url (or HOOKD_ADMIN_URL)")?;
+    let url = format!("{base}{path}");
+    let uri = parse_url(&url)?;
+
+    let mut headers = HeaderMap::new();
+    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+    if let Some(token) = &admin.token {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            anyhow::anyhow!("the admin token cannot be sent in a header (control characters?)")
+        })?;
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    let body = match json {
+        Some(json) => {
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Bytes::from(serde_json::to_vec(&json)?)
+        }
+        None => Bytes::new(),
+    };
+
+    let method_name = method.clone();
+    let reply = send(&http_client(), build_request(method, uri, headers, body)).await?;
+    if !reply.status.is_success() {
+        let hint = if reply.status == StatusCode::UNAUTHORIZED && admin.token.is_none() {
+            " (no token given: set --token or HOOKD_ADMIN_TOKEN)"
+        } else {
+            ""
+        };
+        bail!(
+            "{method_name} {url} answered {}{hint}: {}",
+            reply.status,
+            one_line(&reply.body, ERROR_BODY_CHARS)
+        );
+    }
+    println!("{}", pretty(&reply.body));
+    Ok(())
+}
+
+/// The body pretty-printed if it is JSON, else as it came.
+fn pretty(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| body.trim_end().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Events {
+        #[command(flatten)]
+        args: EventsArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    struct Replay {
+        #[command(flatten)]
+        args: ReplayArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    struct Plugins {
+        #[command(flatten)]
+        args: PluginsArgs,
+    }
+
+    #[test]
+    fn percent_encoding_keeps_only_unreserved_characters() {
+        assert_eq!(percent_encode("evt_1-a.b~C9"), "evt_1-a.b~C9");
+        assert_eq!(
+            percent_encode("a/b c?d#e&f=g+h%"),
+            "a%2Fb%20c%3Fd%23e%26f%3Dg%2Bh%25"
+        );
+        assert_eq!(percent_encode("é"), "%C3%A9");
+        assert_eq!(percent_encode(""), "");
+    }
+
+    #[test]
+    fn query_skips_absent_values_and_encodes_present_ones() {
+        assert_eq!(query(&[("source", None), ("limit", None)]), "");
+        let pairs = [
+            ("source", Some("a b".to_string())),
+            ("state", None),
+            ("handler", Some("x&y".to_string())),
+        ];
+        assert_eq!(query(&pairs), "?source=a%20b&handler=x%26y");
+    }
+
+    #[test]
+    fn replay_body_omits_absent_fields() {
+        let empty = Replay::try_parse_from(["replay"]).unwrap();
+        assert_eq!(serde_json::to_value(&empty.args.filter).unwrap(), json!({}));
+
+        let full = Replay::try_parse_from([
+            "replay",
+            "--source",
+            "stripe",
+            "--handler",
+            "classifier",
+            "--state",
+            "stale",
+            "--event-id",
+            "evt_1",
+            "--event-id",
+            "evt_2",
+            "--since",
+            "10",
+            "--until",
+            "20",
+            "--dry-run",
+        ])
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&full.args.filter).unwrap(),
+            json!({
+                "source": "stripe", "handler": "classifier", "state": "stale",
+                "event_ids": ["evt_1", "evt_2"], "since": 10, "until": 20, "dry_run": true,
+            })
+        );
+
+        let some = Replay::try_parse_from(["replay", "--event-id", "evt_1"]).unwrap();
+        assert_eq!(
+            serde_json::to_value(&some.args.filter).unwrap(),
+            json!({"event_ids": ["evt_1"]})
+        );
+    }
+
+    #[test]
+    fn replay_refuses_open_states() {
+        let err = Replay::try_parse_from(["replay", "--state", "pending"]).unwrap_err();
+        assert!(err.to_string().contains("pending"), "{err}");
+    }
+
+    #[test]
+    fn events_takes_source_and_event_id_together_and_not_with_filters() {
+        let one = Events::try_parse_from(["events", "github", "a/b"]).unwrap();
+        assert_eq!(one.args.show_source.as_deref(), Some("github"));
+        assert_eq!(one.args.event_id.as_deref(), Some("a/b"));
+        assert!(Events::try_parse_from(["events", "github"]).is_err());
+        assert!(Events::try_parse_from(["events", "github", "x", "--state", "dead"]).is_err());
+        let err = Events::try_parse_from(["events", "--state", "sleeping"]).unwrap_err();
+        assert!(err.to_string().contains("sleeping"), "{err}");
+        assert!(Events::try_parse_from(["events", "--limit", "0"]).is_err());
+    }
+
+    #[test]
+    fn plugins_rollback_needs_a_name() {
+        let list = Plugins::try_parse_from(["plugins"]).unwrap();
+        assert_eq!(list.args.action, None);
+        let back = Plugins::try_parse_from(["plugins", "rollback", "classifier"]).unwrap();
+        assert_eq!(back.args.action, Some(PluginAction::Rollback));
+        assert_eq!(back.args.name.as_deref(), Some("classifier"));
+        assert!(Plugins::try_parse_from(["plugins", "rollback"]).is_err());
+        let err = Plugins::try_parse_from(["plugins", "classifier"]).unwrap_err();
+        assert!(err.to_string().contains("classifier"), "{err}");
+    }
+
+    #[test]
+    fn urls_must_be_plain_http() {
+        assert!(parse_url("http://127.0.0.1:8081/admin/events?x=1").is_ok());
+        let https = parse_url("https://example.com/").unwrap_err().to_string();
+        assert!(https.contains("https is not supported"), "{https}");
+        let bare = parse_url("127.0.0.1:8081").unwrap_err().to_string();
+        assert!(bare.contains("127.0.0.1:8081"), "{bare}");
+        assert!(parse_url("not a url").is_err());
+    }
+
+    #[test]
+    fn one_line_flattens_and_truncates() {
+        assert_eq!(one_line("  {\"a\":\n1}\n", 100), "{\"a\": 1}");
+        assert_eq!(one_line("abcdef", 3), "abc…");
+        assert_eq!(one_line("abc", 3), "abc");
+    }
+
+    #[test]
+    fn pretty_prints_json_and_passes_other_text_through() {
+        assert_eq!(pretty("{\"a\":1}"), "{\n  \"a\": 1\n}");
+        assert_eq!(pretty("not json\n"), "not json");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_url() {
+        // Port 1 on loopback: nothing listens there in a test environment.
+        let uri = parse_url("http://127.0.0.1:1/admin/plugins").unwrap();
+        let request = build_request(Method::GET, uri, HeaderMap::new(), Bytes::new());
+        let err = send(&http_client(), request).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains("GET http://127.0.0.1:1/admin/plugins"),
+            "{err:#}"
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! The command line: `hookd serve | dev | send | events | replay | plugins` (names are a contract).
+//!
+//! Invariant: commands only parse arguments and call the library or the admin API; no command
+//! holds product logic of its own.
+
+mod client;
+mod dev;
+mod send;
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::Config;
+
+/// hookd: a webhook host that runs sandboxed WebAssembly handlers.
+#[derive(Debug, Parser)]
+#[command(name = "hookd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve webhooks with the given configuration.
+    Serve {
+        /// The configuration file.
+        #[arg(long, short, default_value = "hookd.toml")]
+        config: PathBuf,
+    },
+    /// Build the plugin crates to wasm, place them in plugins_dir, and serve (for development).
+    Dev(dev::DevArgs),
+    /// Sign and send a payload exactly as a provider would.
+    Send(send::SendArgs),
+    /// List events, or show one with its deliveries and history (admin API).
+    Events(client::EventsArgs),
+    /// Replay dead deliveries and quarantined requests (admin API).
+    Replay(client::ReplayArgs),
+    /// Show the plugins, or roll one back (admin API).
+    Plugins(client::PluginsArgs),
+}
+
+/// Where the admin API is and how to authenticate.
+#[derive(Debug, Clone, Args)]
+pub struct AdminArgs {
+    /// Admin API base URL.
+    #[arg(long, env = "HOOKD_ADMIN_URL", default_value = "http://127.0.0.1:8081")]
+    pub admin_url: String,
+    /// Bearer token for the admin API.
+    #[arg(long, env = "HOOKD_ADMIN_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
+
+/// Runs a command; the process exit code says whether it worked.
+pub fn main(cli: Cli) -> ExitCode {
+    init_tracing();
+    let result = match cli.command {
+        Command::Serve { config } => serve(config),
+        Command::Dev(args) => dev::run(args),
+        Command::Send(args) => runtime().and_then(|rt| rt.block_on(send::run(args))),
+        Command::Events(args) => runtime().and_then(|rt| rt.block_on(client::events(args))),
+        Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),
+        Command::Plugins(args) => runtime().and_then(|rt| rt.block_on(client::plugins(args))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hookd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HOOKD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// `hookd serve`: load the config, bind, run until Ctrl-C or SIGTERM.
+pub fn serve(config_path: PathBuf) -> anyhow::Result<()> {
+    let config = Config::load(&config_path)?;
+    runtime()?.block_on(async move {
+        let listeners = crate::Listeners::bind(&config).await?;
+        crate::run(config, listeners, shutdown_signal()).await
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,97 @@
+//! The one error type that becomes an HTTP response.
+//!
+//! Invariant: bodies are the contract's JSON (`{"error": ...}`), internal details are logged
+//! once here and never sent, and nothing secret is ever part of a message.
+
+use axum::{
+    Json,
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+/// An error answer from the ingest or admin API.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unknown source")]
+    UnknownSource,
+    #[error("invalid signature: {0}")]
+    InvalidSignature(String),
+    #[error("payload too large")]
+    PayloadTooLarge,
+    #[error("unparsable: {0}")]
+    Unparsable(String),
+    #[error("overloaded")]
+    Overloaded { retry_after_secs: u64 },
+    #[error("request body not received in time")]
+    BodyTimeout,
+    #[error("unauthorized")]
+    Unauthorized,
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// Logged, answered as a bare 500.
+    #[error("internal error: {0:#}")]
+    Internal(#[from] anyhow::Error),
+}
+
+impl From<crate::inbox::InboxError> for ApiError {
+    fn from(e: crate::inbox::InboxError) -> Self {
+        match e {
+            crate::inbox::InboxError::Invalid(message) => Self::BadRequest(message),
+            other => Self::Internal(other.into()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match &self {
+            Self::UnknownSource => (StatusCode::NOT_FOUND, json!({"error": "unknown_source"})),
+            Self::InvalidSignature(detail) => (
+                StatusCode::UNAUTHORIZED,
+                json!({"error": "invalid_signature", "detail": detail}),
+            ),
+            Self::PayloadTooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"error": "payload_too_large"}),
+            ),
+            Self::Unparsable(detail) => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "unparsable", "detail": detail}),
+            ),
+            Self::Overloaded { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "overloaded"}),
+            ),
+            Self::BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                json!({"error": "body_timeout"}),
+            ),
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"})),
+            Self::NotFound(what) => (
+                StatusCode::NOT_FOUND,
+                json!({"error": "not_found", "detail": what}),
+            ),
+            Self::BadRequest(detail) => (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "bad_request", "detail": detail}),
+            ),
+            Self::Internal(e) => {
+                tracing::error!(error = %format!("{e:#}"), "internal error");
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    json!({"error": "internal"}),
+                )
+            }
+        };
+        let mut response = (status, Json(body)).into_response();
+        if let Self::Overloaded { retry_after_secs } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
+        }
+        response
+    }
+}

@@ -1,0 +1,104 @@
+//! Versioned schema migrations, applied in order at open and recorded in `PRAGMA user_version`.
+//!
+//! Invariant: a migration, once released, is never edited; changes are new entries at the end.
+
+use rusqlite::Connection;
+
+use super::InboxError;
+
+/// Migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "
+    CREATE TABLE events (
+        id           INTEGER PRIMARY KEY,
+        source       TEXT    NOT NULL,
+        event_id     TEXT    NOT NULL,
+        event_type   TEXT    NOT NULL,
+        ordering_key TEXT,
+        sequence     INTEGER,
+        received_at  INTEGER NOT NULL,
+        headers      TEXT    NOT NULL,
+        body         BLOB    NOT NULL,
+        UNIQUE (source, event_id)
+    );
+    CREATE INDEX events_received ON events (received_at);
+
+    -- One row per (event, handler). `attempts` counts every attempt ever made; `budget_base` is
+    -- the value it had at the last replay, so `attempts - budget_base` is the current budget use.
+    CREATE TABLE deliveries (
+        id              INTEGER PRIMARY KEY,
+        event           INTEGER NOT NULL REFERENCES events (id),
+        source          TEXT    NOT NULL,
+        handler         TEXT    NOT NULL,
+        ordering_key    TEXT,
+        sequence        INTEGER,
+        state           TEXT    NOT NULL,
+        attempts        INTEGER NOT NULL DEFAULT 0,
+        budget_base     INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at INTEGER NOT NULL,
+        lease_until     INTEGER,
+        leased_at       INTEGER,
+        output          TEXT,
+        last_error      TEXT,
+        updated_at      INTEGER NOT NULL,
+        UNIQUE (event, handler)
+    );
+    CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+    CREATE INDEX deliveries_key ON deliveries (source, handler, ordering_key)
+        WHERE ordering_key IS NOT NULL;
+
+    CREATE TABLE attempts (
+        id            INTEGER PRIMARY KEY,
+        delivery      INTEGER NOT NULL REFERENCES deliveries (id),
+        attempt       INTEGER NOT NULL,
+        started_at    INTEGER NOT NULL,
+        finished_at   INTEGER NOT NULL,
+        outcome       TEXT    NOT NULL,
+        error_kind    TEXT,
+        error         TEXT,
+        plugin_sha256 TEXT
+    );
+    CREATE INDEX attempts_delivery ON attempts (delivery);
+
+    -- Verified requests whose parser trapped, timed out or was missing: replayable.
+    CREATE TABLE quarantine (
+        id          INTEGER PRIMARY KEY,
+        source      TEXT    NOT NULL,
+        received_at INTEGER NOT NULL,
+        headers     TEXT    NOT NULL,
+        body        BLOB    NOT NULL,
+        reason      TEXT    NOT NULL,
+        resolved_at INTEGER,
+        resolution  TEXT
+    );
+
+    -- Plugin state. A deleted key keeps its row (value NULL) so its version keeps counting.
+    CREATE TABLE plugin_state (
+        plugin  TEXT    NOT NULL,
+        key     TEXT    NOT NULL,
+        value   BLOB,
+        version INTEGER NOT NULL,
+        PRIMARY KEY (plugin, key)
+    ) WITHOUT ROWID;
+    ",
+];
+
+/// Brings the database to the latest version; refuses a database newer than this binary.
+pub fn migrate(conn: &Connection) -> Result<(), InboxError> {
+    let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let latest = MIGRATIONS.len() as i64;
+    if current > latest {
+        return Err(InboxError::Invalid(format!(
+            "the database is at schema version {current}, newer than this hookd knows ({latest}); \
+             upgrade hookd"
+        )));
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.unchecked_transaction()?;
+        tx.execute_batch(sql)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {}", index + 1))?;
+        tx.commit()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,890 @@
+//! The inbox's operations: accept, quarantine, claim, finish, reclaim, replay, state, and the
+//! read models behind the admin API.
+//!
+//! Invariant: every state transition of a delivery happens here, in one statement or one
+//! savepoint, so a crash between two steps of one transition is impossible.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::{Inbox, InboxError};
+use crate::{
+    ids::{EventId, PluginName, SourceName},
+    model::{AttemptOutcome, DeliveryState, Disposition, Envelope, Header, StateChanges},
+    verify::Verified,
+};
+
+/// A request the host has verified: the only thing the inbox stores as an event or quarantines.
+/// Built from a [`Verified`] request, or loaded back from quarantine (which only holds verified ones).
+#[derive(Debug, Clone)]
+pub struct RawRequest {
+    headers: Vec<Header>,
+    body: Bytes,
+    received_at_ms: i64,
+}
+
+impl RawRequest {
+    pub fn from_verified(verified: Verified, received_at_ms: i64) -> Self {
+        let (header_map, body) = verified.into_parts();
+        let headers = header_map
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_owned(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        Self {
+            headers,
+            body,
+            received_at_ms,
+        }
+    }
+
+    pub fn headers(&self) -> &[Header] {
+        &self.headers
+    }
+
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    pub fn received_at_ms(&self) -> i64 {
+        self.received_at_ms
+    }
+}
+
+/// An accept's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    New,
+    Duplicate,
+}
+
+/// A delivery leased to a worker, with everything the handler needs.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub delivery_id: i64,
+    /// This attempt's number, counting every attempt of the delivery (the lease token too).
+    pub attempt: u32,
+    /// Attempts used since the last replay, this one included.
+    pub budget_used: u32,
+    pub leased_at_ms: i64,
+    pub source: SourceName,
+    pub handler: PluginName,
+    pub event_id: EventId,
+    pub event_type: String,
+    pub ordering_key: Option<String>,
+    pub sequence: Option<u64>,
+    pub received_at_ms: i64,
+    pub headers: Vec<Header>,
+    pub body: Bytes,
+}
+
+/// What the dispatcher asks for in one claim.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub now_ms: i64,
+    pub limit: usize,
+    /// Handler → how many more attempts of it may run now; only handlers listed are claimed.
+    pub capacity: HashMap<String, usize>,
+    /// Handler → lease length; handlers absent get [`DEFAULT_LEASE_MS`].
+    pub lease_ms: HashMap<String, i64>,
+}
+
+pub const DEFAULT_LEASE_MS: i64 = 60_000;
+
+/// One finished attempt, to be recorded with its delivery's next state in one transaction.
+#[derive(Debug, Clone)]
+pub struct Finish {
+    pub delivery_id: i64,
+    pub attempt: u32,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+    pub outcome: AttemptOutcome,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub plugin_sha256: Option<String>,
+    pub disposition: Disposition,
+    /// Namespace of the state writes: the plugin instance.
+    pub plugin: PluginName,
+    pub state: StateChanges,
+}
+
+/// How recording a finished attempt went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    Recorded,
+    /// State read by the attempt changed meanwhile: nothing applied, the delivery is due again.
+    Conflict,
+    /// The lease was taken away (expired and reclaimed): the result is discarded.
+    LeaseLost,
+}
+
+/// Filters for `GET /admin/events`.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    pub source: Option<String>,
+    pub state: Option<DeliveryState>,
+    pub handler: Option<String>,
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventSummary {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub received_at: i64,
+    /// Handler → delivery state.
+    pub states: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EventDetail {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub ordering_key: Option<String>,
+    pub sequence: Option<i64>,
+    pub received_at: i64,
+    pub deliveries: Vec<DeliveryDetail>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeliveryDetail {
+    pub handler: String,
+    pub state: String,
+    pub attempts: i64,
+    pub output: Option<String>,
+    pub last_error: Option<String>,
+    pub next_attempt_at: Option<i64>,
+    pub history: Vec<AttemptRecord>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AttemptRecord {
+    pub attempt: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub outcome: String,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub plugin_sha256: Option<String>,
+}
+
+/// Filters for `POST /admin/replay`.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayFilter {
+    pub source: Option<String>,
+    pub handler: Option<String>,
+    /// Which deliveries to replay; `dead` when not given.
+    pub state: Option<DeliveryState>,
+    pub event_ids: Option<Vec<String>>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    pub limit: usize,
+    pub dry_run: bool,
+}
+
+/// A quarantined request waiting to be parsed again.
+#[derive(Debug, Clone)]
+pub struct Quarantined {
+    pub id: i64,
+    pub source: SourceName,
+    pub request: RawRequest,
+}
+
+fn headers_json(headers: &[Header]) -> String {
+    serde_json::to_string(headers).expect("string pairs serialize")
+}
+
+fn headers_from_json(text: &str) -> Vec<Header> {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+pub(super) fn count_open(conn: &Connection) -> Result<i64, InboxError> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM deliveries WHERE state IN ('pending', 'running', 'retrying')",
+        [],
+        |row| row.get(0),
+    )?)
+}
+
+fn insert_attempt(conn: &Connection, delivery: i64, f: &Finish) -> Result<(), InboxError> {
+    conn.prepare_cached(
+        "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
+                               error, plugin_sha256)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        delivery,
+        f.attempt,
+        f.started_at_ms,
+        f.finished_at_ms,
+        f.outcome.as_str(),
+        f.error_kind,
+        f.error,
+        f.plugin_sha256
+    ])?;
+    Ok(())
+}
+
+impl Inbox {
+    /// Stores a new event and one pending delivery per handler, or reports a duplicate.
+    /// `from_quarantine` marks that quarantined request resolved in the same transaction.
+    pub async fn accept(
+        &self,
+        source: SourceName,
+        envelope: Envelope,
+        request: RawRequest,
+        handlers: Vec<PluginName>,
+        from_quarantine: Option<i64>,
+    ) -> Result<Accepted, InboxError> {
+        let handler_count = handlers.len() as i64;
+        let accepted = self
+            .write(move |conn| {
+                let inserted = conn
+                    .prepare_cached(
+                        "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+                                             received_at, headers, body)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                         ON CONFLICT (source, event_id) DO NOTHING",
+                    )?
+                    .execute(params![
+                        source.as_str(),
+                        envelope.event_id.as_str(),
+                        envelope.event_type,
+                        envelope.ordering_key,
+                        envelope.sequence.map(|s| s as i64),
+                        request.received_at_ms,
+                        headers_json(&request.headers),
+                        &request.body[..],
+                    ])?;
+                let accepted = if inserted == 1 {
+                    let event = conn.last_insert_rowid();
+                    let mut insert = conn.prepare_cached(
+                        "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
+                                                 state, next_attempt_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
+                    )?;
+                    for handler in &handlers {
+                        insert.execute(params![
+                            event,
+                            source.as_str(),
+                            handler.as_str(),
+                            envelope.ordering_key,
+                            envelope.sequence.map(|s| s as i64),
+                            request.received_at_ms,
+                        ])?;
+                    }
+                    Accepted::New
+                } else {
+                    Accepted::Duplicate
+                };
+                if let Some(id) = from_quarantine {
+                    conn.prepare_cached(
+                        "UPDATE quarantine SET resolved_at = ?2, resolution = ?3 WHERE id = ?1",
+                    )?
+                    .execute(params![
+                        id,
+                        request.received_at_ms,
+                        format!("accepted as {}", envelope.event_id)
+                    ])?;
+                }
+                Ok(accepted)
+            })
+            .await?;
+        if accepted == Accepted::New && handler_count > 0 {
+            self.add_backlog(handler_count);
+            self.wake_workers();
+        }
+        Ok(accepted)
+    }
+
+    /// Keeps a verified request whose envelope could not be produced; returns its id.
+    pub async fn quarantine(
+        &self,
+        source: SourceName,
+        request: RawRequest,
+        reason: String,
+    ) -> Result<i64, InboxError> {
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO quarantine (source, received_at, headers, body, reason)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![
+                source.as_str(),
+                request.received_at_ms,
+                headers_json(&request.headers),
+                &request.body[..],
+                reason
+            ])?;
+            Ok(conn.last_insert_rowid())
+        })
+        .await
+    }
+
+    /// Leases due deliveries. Per `(source, ordering_key, handler)` only the earliest open
+    /// delivery (by sequence, then arrival) is eligible, so a key runs one at a time, in order.
+    /// A candidate older than a delivery already done for its key is marked `stale` instead.
+    pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, InboxError> {
+        let (claimed, stale) = self.write(move |conn| claim_due(conn, &request)).await?;
+        self.add_backlog(-(stale as i64));
+        Ok(claimed)
+    }
+
+    /// Records a finished attempt and moves its delivery on, applying the attempt's state
+    /// writes only if nothing it read changed since (else: `Conflict`, and it is due again).
+    pub async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
+        let closes = !matches!(finish.disposition, Disposition::RetryAt { .. });
+        let result = self
+            .write(move |conn| finish_attempt(conn, &finish))
+            .await?;
+        match result {
+            Finished::Recorded if closes => self.add_backlog(-1),
+            Finished::Recorded | Finished::Conflict => self.wake_workers(),
+            Finished::LeaseLost => {}
+        }
+        Ok(result)
+    }
+
+    /// Takes back leases: all of them (`expired_before = i64::MAX`, at start-up, when no other
+    /// process can hold one) or those that expired. `decide(handler, budget_used)` says where
+    /// each goes; the abandoned attempt is recorded as `abandoned`.
+    pub async fn reclaim(
+        &self,
+        now_ms: i64,
+        expired_before: i64,
+        decide: impl Fn(&str, u32) -> Disposition + Send + 'static,
+    ) -> Result<usize, InboxError> {
+        let (count, closed) = self
+            .write(move |conn| {
+                let rows: Vec<(i64, String, u32, u32, i64)> = conn
+                    .prepare_cached(
+                        "SELECT id, handler, attempts, attempts - budget_base, leased_at
+                         FROM deliveries WHERE state = 'running' AND lease_until < ?1",
+                    )?
+                    .query_map([expired_before], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                    })?
+                    .collect::<Result<_, _>>()?;
+                let mut closed = 0;
+                for (id, handler, attempt, used, leased_at) in &rows {
+                    let disposition = decide(handler, *used);
+                    if !matches!(disposition, Disposition::RetryAt { .. }) {
+                        closed += 1;
+                    }
+                    let finish = Finish {
+                        delivery_id: *id,
+                        attempt: *attempt,
+                        started_at_ms: *leased_at,
+                        finished_at_ms: now_ms,
+                        outcome: AttemptOutcome::Abandoned,
+                        error_kind: Some("lease_expired".into()),
+                        error: Some(
+                            "the attempt's worker stopped before it finished (crash, kill or \
+                             restart); whether the handler acted is unknown"
+                                .into(),
+                        ),
+                        plugin_sha256: None,
+                        disposition,
+                        plugin: PluginName::new(handler.as_str()),
+                        state: StateChanges::default(),
+                    };
+                    finish_attempt(conn, &finish)?;
+                }
+                Ok((rows.len(), closed))
+            })
+            .await?;
+        self.add_backlog(-(closed as i64));
+        if count > 0 {
+            self.wake_workers();
+        }
+        Ok(count)
+    }
+
+    /// When the earliest pending or retrying delivery is due, if any.
+    pub async fn next_due_ms(&self) -> Result<Option<i64>, InboxError> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ('pending', 'retrying')",
+                [],
+                |row| row.get(0),
+            )?)
+        })
+        .await
+    }
+
+    /// Committed value and version of a state key (version 0 = never written). Blocking: for
+    /// the runtime's synchronous `state.get` host call.
+    pub fn state_get_blocking(
+        &self,
+        plugin: &str,
+        key: &str,
+    ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
+        self.read_blocking(|conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT value, version FROM plugin_state WHERE plugin = ?1 AND key = ?2",
+                )?
+                .query_row(params![plugin, key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?
+                .unwrap_or((None, 0)))
+        })
+    }
+
+    /// Sets deliveries matched by `filter` due again with a fresh attempt budget.
+    /// Returns `(matched, replayed)`; a dry run replays nothing.
+    pub async fn replay(&self, filter: ReplayFilter) -> Result<(usize, usize), InboxError> {
+        let (matched, replayed) = self
+            .write(move |conn| {
+                let ids = matching_deliveries(conn, &filter)?;
+                if filter.dry_run {
+                    return Ok((ids.len(), 0));
+                }
+                let now = crate::model::unix_ms(std::time::SystemTime::now());
+                let mut update = conn.prepare_cached(
+                    "UPDATE deliveries SET state = 'pending', budget_base = attempts,
+                         next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+                     WHERE id = ?1 AND state NOT IN ('pending', 'running', 'retrying')",
+                )?;
+                let mut replayed = 0;
+                for id in &ids {
+                    replayed += update.execute(params![id, now])?;
+                }
+                Ok((ids.len(), replayed))
+            })
+            .await?;
+        if replayed > 0 {
+            self.add_backlog(replayed as i64);
+            self.wake_workers();
+        }
+        Ok((matched, replayed))
+    }
+
+    /// Quarantined requests not yet resolved, matching the replay filter's source and time range.
+    pub async fn held_quarantine(
+        &self,
+        filter: ReplayFilter,
+    ) -> Result<Vec<Quarantined>, InboxError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id, source, received_at, headers, body FROM quarantine
+                 WHERE resolved_at IS NULL
+                   AND (?1 IS NULL OR source = ?1)
+                   AND (?2 IS NULL OR received_at >= ?2)
+                   AND (?3 IS NULL OR received_at <= ?3)
+                 ORDER BY id LIMIT ?4",
+            )?;
+            let rows = stmt
+                .query_map(
+                    params![
+                        filter.source,
+                        filter.since_ms,
+                        filter.until_ms,
+                        filter.limit as i64
+                    ],
+                    |r| {
+                        let headers: String = r.get(3)?;
+                        let body: Vec<u8> = r.get(4)?;
+                        Ok(Quarantined {
+                            id: r.get(0)?,
+                            source: SourceName::new(r.get::<_, String>(1)?),
+                            request: RawRequest {
+                                headers: headers_from_json(&headers),
+                                body: Bytes::from(body),
+                                received_at_ms: r.get(2)?,
+                            },
+                        })
+                    },
+                )?
+                .collect::<Result<_, _>>()?;
+            Ok(rows)
+        })
+        .await
+    }
+
+    /// Marks a quarantined request resolved without an event (its parser now says invalid/ignore).
+    pub async fn resolve_quarantine(&self, id: i64, resolution: String) -> Result<(), InboxError> {
+        let now = crate::model::unix_ms(std::time::SystemTime::now());
+        self.write(move |conn| {
+            conn.execute(
+                "UPDATE quarantine SET resolved_at = ?2, resolution = ?3 WHERE id = ?1",
+                params![id, now, resolution],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Quarantined requests not yet resolved.
+    pub async fn quarantine_held_count(&self) -> Result<i64, InboxError> {
+        self.read(|conn| {
+            Ok(conn.query_row(
+                "SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+    }
+
+    /// Events, newest first, with each handler's delivery state.
+    pub async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
+        self.read(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at FROM events e
+                 WHERE (?1 IS NULL OR e.source = ?1)
+                   AND (?2 IS NULL AND ?3 IS NULL OR EXISTS (
+                        SELECT 1 FROM deliveries d WHERE d.event = e.id
+                          AND (?2 IS NULL OR d.state = ?2) AND (?3 IS NULL OR d.handler = ?3)))
+                 ORDER BY e.id DESC LIMIT ?4",
+            )?;
+            let events: Vec<(i64, EventSummary)> = stmt
+                .query_map(
+                    params![
+                        filter.source,
+                        filter.state.map(|s| s.as_str()),
+                        filter.handler,
+                        filter.limit as i64
+                    ],
+                    |r| {
+                        Ok((
+                            r.get(0)?,
+                            EventSummary {
+                                source: r.get(1)?,
+                                event_id: r.get(2)?,
+                                event_type: r.get(3)?,
+                                received_at: r.get(4)?,
+                                states: BTreeMap::new(),
+                            },
+                        ))
+                    },
+                )?
+                .collect::<Result<_, _>>()?;
+            let mut states =
+                conn.prepare_cached("SELECT handler, state FROM deliveries WHERE event = ?1")?;
+            let mut out = Vec::with_capacity(events.len());
+            for (id, mut summary) in events {
+                summary.states = states
+                    .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()?;
+                out.push(summary);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// One event with every delivery and its full attempt history.
+    pub async fn event_detail(
+        &self,
+        source: String,
+        event_id: String,
+    ) -> Result<Option<EventDetail>, InboxError> {
+        self.read(move |conn| {
+            let event = conn
+                .query_row(
+                    "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at
+                     FROM events WHERE source = ?1 AND event_id = ?2",
+                    params![source, event_id],
+                    |r| {
+                        Ok((
+                            r.get::<_, i64>(0)?,
+                            EventDetail {
+                                source: r.get(1)?,
+                                event_id: r.get(2)?,
+                                event_type: r.get(3)?,
+                                ordering_key: r.get(4)?,
+                                sequence: r.get(5)?,
+                                received_at: r.get(6)?,
+                                deliveries: Vec::new(),
+                            },
+                        ))
+                    },
+                )
+                .optional()?;
+            let Some((id, mut detail)) = event else {
+                return Ok(None);
+            };
+            let deliveries: Vec<(i64, DeliveryDetail)> = conn
+                .prepare_cached(
+                    "SELECT id, handler, state, attempts, output, last_error, next_attempt_at
+                     FROM deliveries WHERE event = ?1 ORDER BY id",
+                )?
+                .query_map([id], |r| {
+                    let state: String = r.get(2)?;
+                    let waiting = matches!(state.as_str(), "pending" | "retrying");
+                    Ok((
+                        r.get(0)?,
+                        DeliveryDetail {
+                            handler: r.get(1)?,
+                            attempts: r.get(3)?,
+                            output: r.get(4)?,
+                            last_error: r.get(5)?,
+                            next_attempt_at: if waiting { Some(r.get(6)?) } else { None },
+                            state,
+                            history: Vec::new(),
+                        },
+                    ))
+                })?
+                .collect::<Result<_, _>>()?;
+            let mut history = conn.prepare_cached(
+                "SELECT attempt, started_at, finished_at, outcome, error_kind, error, plugin_sha256
+                 FROM attempts WHERE delivery = ?1 ORDER BY id",
+            )?;
+            for (delivery_id, mut delivery) in deliveries {
+                delivery.history = history
+                    .query_map([delivery_id], |r| {
+                        Ok(AttemptRecord {
+                            attempt: r.get(0)?,
+                            started_at: r.get(1)?,
+                            finished_at: r.get(2)?,
+                            outcome: r.get(3)?,
+                            error_kind: r.get(4)?,
+                            error: r.get(5)?,
+                            plugin_sha256: r.get(6)?,
+                        })
+                    })?
+                    .collect::<Result<_, _>>()?;
+                detail.deliveries.push(delivery);
+            }
+            Ok(Some(detail))
+        })
+        .await
+    }
+
+    /// Deliveries per state, for `/metrics`.
+    pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
+        self.read(|conn| {
+            Ok(conn
+                .prepare("SELECT state, COUNT(*) FROM deliveries GROUP BY state")?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<Result<_, _>>()?)
+        })
+        .await
+    }
+}
+
+fn claim_due(
+    conn: &Connection,
+    request: &ClaimRequest,
+) -> Result<(Vec<Claimed>, usize), InboxError> {
+    // Over-fetch a little: some candidates turn out stale or over their handler's capacity.
+    let fetch = (request.limit * 2 + 8) as i64;
+    let handlers: Vec<&String> = request.capacity.keys().collect();
+    let handlers = serde_json::to_string(&handlers).expect("strings serialize");
+    let candidates: Vec<(i64, String, Option<String>, Option<i64>, String)> = conn
+        .prepare_cached(
+            "SELECT d.id, d.handler, d.ordering_key, d.sequence, d.source FROM deliveries d
+             WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at <= ?1
+               AND d.handler IN (SELECT value FROM json_each(?3))
+               AND (d.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM deliveries p
+                    WHERE p.source = d.source AND p.handler = d.handler
+                      AND p.ordering_key = d.ordering_key
+                      AND p.state IN ('pending', 'running', 'retrying')
+                      AND (COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
+                           OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0) AND p.id < d.id))))
+             ORDER BY d.next_attempt_at, d.id
+             LIMIT ?2",
+        )?
+        .query_map(params![request.now_ms, fetch, handlers], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+
+    let mut capacity = request.capacity.clone();
+    let mut claimed = Vec::new();
+    let mut stale = 0;
+    for (id, handler, key, sequence, source) in candidates {
+        if claimed.len() >= request.limit {
+            break;
+        }
+        if let (Some(key), Some(sequence)) = (&key, sequence) {
+            let newest_done: Option<i64> = conn
+                .prepare_cached(
+                    "SELECT MAX(sequence) FROM deliveries
+                     WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
+                )?
+                .query_row(params![source, handler, key], |r| r.get(0))?;
+            if let Some(done) = newest_done.filter(|done| *done > sequence) {
+                conn.prepare_cached(
+                    "UPDATE deliveries SET state = 'stale', updated_at = ?2, last_error = ?3
+                     WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    request.now_ms,
+                    format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
+                ])?;
+                stale += 1;
+                continue;
+            }
+        }
+        match capacity.get_mut(&handler) {
+            Some(left) if *left > 0 => *left -= 1,
+            _ => continue,
+        }
+        let lease = request
+            .lease_ms
+            .get(&handler)
+            .copied()
+            .unwrap_or(DEFAULT_LEASE_MS);
+        let row = conn
+            .prepare_cached(
+                "UPDATE deliveries SET state = 'running', attempts = attempts + 1,
+                     lease_until = ?2, leased_at = ?3, updated_at = ?3
+                 WHERE id = ?1
+                 RETURNING attempts, attempts - budget_base, event",
+            )?
+            .query_row(params![id, request.now_ms + lease, request.now_ms], |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })?;
+        let (attempt, budget_used, event) = row;
+        let claim = conn
+            .prepare_cached(
+                "SELECT event_id, event_type, received_at, headers, body FROM events WHERE id = ?1",
+            )?
+            .query_row([event], |r| {
+                let headers: String = r.get(3)?;
+                let body: Vec<u8> = r.get(4)?;
+                Ok(Claimed {
+                    delivery_id: id,
+                    attempt,
+                    budget_used,
+                    leased_at_ms: request.now_ms,
+                    source: SourceName::new(source.as_str()),
+                    handler: PluginName::new(handler.as_str()),
+                    event_id: EventId::new(r.get::<_, String>(0)?),
+                    event_type: r.get(1)?,
+                    ordering_key: key.clone(),
+                    sequence: sequence.map(|s| s as u64),
+                    received_at_ms: r.get(2)?,
+                    headers: headers_from_json(&headers),
+                    body: Bytes::from(body),
+                })
+            })?;
+        claimed.push(claim);
+    }
+    Ok((claimed, stale))
+}
+
+fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, InboxError> {
+    let leased: Option<u32> = conn
+        .prepare_cached("SELECT attempts FROM deliveries WHERE id = ?1 AND state = 'running'")?
+        .query_row([f.delivery_id], |r| r.get(0))
+        .optional()?;
+    if leased != Some(f.attempt) {
+        return Ok(Finished::LeaseLost);
+    }
+    if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
+        let mut current =
+            conn.prepare_cached("SELECT version FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
+        for (key, seen) in &f.state.versions {
+            let now: i64 = current
+                .query_row(params![f.plugin.as_str(), key], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0);
+            if now != *seen {
+                let conflict = Finish {
+                    outcome: AttemptOutcome::Conflict,
+                    error_kind: Some("state_conflict".into()),
+                    error: Some(format!(
+                        "state key {key:?} changed during the attempt (version {seen} → {now}); re-running"
+                    )),
+                    ..f.clone()
+                };
+                insert_attempt(conn, f.delivery_id, &conflict)?;
+                // Not counted against max_attempts: the attempt number is given back.
+                conn.prepare_cached(
+                    "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                         next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+                     WHERE id = ?1",
+                )?
+                .execute(params![f.delivery_id, f.finished_at_ms])?;
+                return Ok(Finished::Conflict);
+            }
+        }
+        let mut write = conn.prepare_cached(
+            "INSERT INTO plugin_state (plugin, key, value, version) VALUES (?1, ?2, ?3, 1)
+             ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, version = version + 1",
+        )?;
+        for (key, value) in &f.state.writes {
+            write.execute(params![f.plugin.as_str(), key, value])?;
+        }
+    }
+    let (state, output, next_at) = match &f.disposition {
+        Disposition::Done { output } => (DeliveryState::Done, output.clone(), f.finished_at_ms),
+        Disposition::RetryAt { at_ms } => (DeliveryState::Retrying, None, *at_ms),
+        Disposition::Dead => (DeliveryState::Dead, None, f.finished_at_ms),
+    };
+    let last_error = match (&f.error_kind, &f.error) {
+        (Some(kind), Some(error)) => Some(format!("{kind}: {error}")),
+        (Some(kind), None) => Some(kind.clone()),
+        (None, error) => error.clone(),
+    };
+    conn.prepare_cached(
+        "UPDATE deliveries SET state = ?2, output = COALESCE(?3, output), last_error = ?4,
+             next_attempt_at = ?5, lease_until = NULL, updated_at = ?6
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        f.delivery_id,
+        state.as_str(),
+        output,
+        last_error,
+        next_at,
+        f.finished_at_ms
+    ])?;
+    insert_attempt(conn, f.delivery_id, f)?;
+    Ok(Finished::Recorded)
+}
+
+fn matching_deliveries(conn: &Connection, filter: &ReplayFilter) -> Result<Vec<i64>, InboxError> {
+    let state = filter.state.unwrap_or(DeliveryState::Dead);
+    if state.is_open() {
+        return Err(InboxError::Invalid(format!(
+            "state {state} is still being worked on; replay takes dead, stale or done deliveries"
+        )));
+    }
+    let ids_json = filter
+        .event_ids
+        .as_ref()
+        .map(|ids| serde_json::to_string(ids).expect("strings serialize"));
+    let ids = conn
+        .prepare_cached(
+            "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE d.state = ?1
+               AND (?2 IS NULL OR d.source = ?2)
+               AND (?3 IS NULL OR d.handler = ?3)
+               AND (?4 IS NULL OR e.event_id IN (SELECT value FROM json_each(?4)))
+               AND (?5 IS NULL OR e.received_at >= ?5)
+               AND (?6 IS NULL OR e.received_at <= ?6)
+             ORDER BY d.id LIMIT ?7",
+        )?
+        .query_map(
+            params![
+                state.as_str(),
+                filter.source,
+                filter.handler,
+                ids_json,
+                filter.since_ms,
+                filter.until_ms,
+                filter.limit as i64
+            ],
+            |r| r.get(0),
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(ids)
+}

@@ -1,0 +1,227 @@
+//! The HTTP edge: `POST /hooks/{source}` → raw body (capped, timed) → verify → envelope →
+//! durable accept → 202.
+//!
+//! Invariants:
+//! - The signature is checked over the exact bytes received, before anything parses them.
+//! - A 2xx is sent only after the inbox's commit holding the request returned.
+//! - Nothing verified is dropped: a parser that traps, times out or is missing quarantines the
+//!   raw request (202 `quarantined`), to be parsed again by `POST /admin/replay`.
+
+use std::{sync::Arc, time::SystemTime};
+
+use axum::{
+    Json, Router,
+    body::Body,
+    extract::{Path, State},
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+    routing::post,
+};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::json;
+
+use crate::{
+    Shared,
+    config::SourceConfig,
+    error::ApiError,
+    ids::EventId,
+    inbox::{Accepted, RawRequest},
+    model::{Envelope, unix_ms},
+    runtime::{CallContext, Limits, ParseVerdict},
+};
+
+/// The ingest routes.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/hooks/{source}", post(receive))
+        .with_state(shared)
+}
+
+/// What the envelope step decided.
+#[derive(Debug)]
+pub enum EnvelopeOutcome {
+    Envelope(Envelope),
+    /// The request is malformed (400) — the parser's or the host's message.
+    Invalid(String),
+    /// Not an event worth storing (200).
+    Ignore(String),
+    /// The parser could not run to a verdict: keep the raw request for a later replay.
+    Quarantine(String),
+}
+
+async fn receive(
+    State(shared): State<Arc<Shared>>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let received = SystemTime::now();
+    let source = shared
+        .config
+        .sources
+        .get(source.as_str())
+        .ok_or(ApiError::UnknownSource)?
+        .clone();
+    let max = shared.config.server.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > max) {
+        return Err(ApiError::PayloadTooLarge);
+    }
+    let limited = Limited::new(body, usize::try_from(max).unwrap_or(usize::MAX));
+    let body =
+        match tokio::time::timeout(shared.config.server.body_timeout, limited.collect()).await {
+            Err(_) => return Err(ApiError::BodyTimeout),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(ApiError::PayloadTooLarge);
+            }
+            Ok(Err(e)) => {
+                return Err(ApiError::BadRequest(format!(
+                    "reading the body failed: {e}"
+                )));
+            }
+            Ok(Ok(collected)) => collected.to_bytes(),
+        };
+
+    let verified = source
+        .verifier
+        .verify(headers, body, received)
+        .map_err(|e| ApiError::InvalidSignature(e.to_string()))?;
+    if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
+        return Err(ApiError::Overloaded {
+            retry_after_secs: 5,
+        });
+    }
+    let request = RawRequest::from_verified(verified, unix_ms(received));
+    match envelope(&shared, &source, &request).await {
+        EnvelopeOutcome::Envelope(envelope) => {
+            let event_id = envelope.event_id.clone();
+            let accepted = shared
+                .inbox
+                .accept(
+                    source.name.clone(),
+                    envelope,
+                    request,
+                    source.handlers.clone(),
+                    None,
+                )
+                .await?;
+            let duplicate = accepted == Accepted::Duplicate;
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"accepted": true, "duplicate": duplicate, "event_id": event_id})),
+            )
+                .into_response())
+        }
+        EnvelopeOutcome::Invalid(detail) => Err(ApiError::Unparsable(detail)),
+        EnvelopeOutcome::Ignore(reason) => {
+            tracing::debug!(source = %source.name, reason, "request ignored by its parser");
+            Ok((
+                StatusCode::OK,
+                Json(json!({"accepted": false, "ignored": true})),
+            )
+                .into_response())
+        }
+        EnvelopeOutcome::Quarantine(reason) => {
+            tracing::warn!(source = %source.name, reason, "request quarantined");
+            shared
+                .inbox
+                .quarantine(source.name.clone(), request, reason)
+                .await?;
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"accepted": true, "quarantined": true})),
+            )
+                .into_response())
+        }
+    }
+}
+
+/// Produces the envelope of a verified request: the source's parser plugin, or without one the
+/// scheme's own delivery-id header. Shared by ingest and quarantine replay.
+pub async fn envelope(
+    shared: &Shared,
+    source: &SourceConfig,
+    request: &RawRequest,
+) -> EnvelopeOutcome {
+    let Some(parser) = &source.parser else {
+        return envelope_from_headers(source, request);
+    };
+    let plugin = shared.plugin_config(parser);
+    let Some(loaded) = shared.registry.get(&plugin.wasm) else {
+        return EnvelopeOutcome::Quarantine(format!(
+            "parser plugin {parser} ({}.wasm) is not loaded",
+            plugin.wasm
+        ));
+    };
+    let ctx = CallContext {
+        plugin: parser.clone(),
+        config: Arc::new(plugin.config.clone()),
+        event: None,
+        limits: Limits {
+            timeout: plugin.parser_timeout,
+            memory_bytes: plugin.parser_memory_bytes,
+            output_bytes: crate::dispatch::OUTPUT_BYTES,
+            log_bytes: crate::dispatch::LOG_BYTES,
+        },
+    };
+    let verdict = shared
+        .runtime
+        .parse(
+            &loaded.plugin,
+            &ctx,
+            &source.name,
+            request.headers(),
+            request.body(),
+            request.received_at_ms(),
+        )
+        .await;
+    match verdict {
+        Ok(ParseVerdict::Envelope(envelope)) => EnvelopeOutcome::Envelope(envelope),
+        Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
+        Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
+        Err(e) => EnvelopeOutcome::Quarantine(format!(
+            "parser plugin {parser} (sha256 {}) failed: {}: {e}",
+            loaded.plugin.sha256(),
+            e.kind()
+        )),
+    }
+}
+
+fn envelope_from_headers(source: &SourceConfig, request: &RawRequest) -> EnvelopeOutcome {
+    let header = |name: &str| {
+        request
+            .headers()
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    };
+    let scheme = source.verifier.scheme();
+    let Some(id_header) = scheme.id_header() else {
+        return EnvelopeOutcome::Invalid(format!(
+            "source {} has no parser and scheme {} has no event-id header: configure `parser`",
+            source.name,
+            scheme.name()
+        ));
+    };
+    let Some(event_id) = header(id_header).filter(|v| !v.is_empty()) else {
+        return EnvelopeOutcome::Invalid(format!("missing the {id_header} header (the event id)"));
+    };
+    let event_type = ["x-github-event", "x-shopify-topic"]
+        .into_iter()
+        .find_map(|h| header(h).map(str::to_owned))
+        .or_else(|| {
+            serde_json::from_slice::<serde_json::Value>(request.body())
+                .ok()
+                .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(str::to_owned))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    EnvelopeOutcome::Envelope(Envelope {
+        event_id: EventId::new(event_id),
+        event_type,
+        ordering_key: None,
+        sequence: None,
+    })
+}

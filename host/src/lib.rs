@@ -1,0 +1,197 @@
+//! hookd receives webhooks, verifies them over the raw bytes, stores them durably and deduped,
+//! and runs the code that reacts to them as sandboxed WebAssembly components.
+//!
+//! # Layout
+//!
+//! A request flows top to bottom; each module is a room with one job:
+//!
+//! - [`config`]: `hookd.toml` → a validated [`config::Config`] (the file format is a contract).
+//! - [`verify`]: signature schemes. Pure: no I/O, clock injected; the only code that knows a
+//!   signature format, and the only way to make a [`verify::Verified`] request.
+//! - [`ingest`]: the HTTP edge, `POST /hooks/{source}`: body caps and timeouts, verify, envelope
+//!   (parser plugin), durable accept, the contract's status codes.
+//! - [`inbox`]: the SQLite file. The only module that speaks SQL; one writer thread, group commit.
+//! - [`dispatch`]: workers that lease due deliveries, run handlers, and record outcomes;
+//!   [`dispatch::policy`] holds the pure retry decisions.
+//! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
+//! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
+//! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
+//! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API.
+//! - [`server`]: the hardened accept loop both listeners use.
+//! - [`cli`]: `hookd serve | dev | send | events | replay | plugins`.
+//! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
+//!
+//! [`run`] wires them together; `main.rs` only parses arguments.
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod dispatch;
+pub mod error;
+pub mod ids;
+pub mod inbox;
+pub mod ingest;
+pub mod model;
+pub mod registry;
+pub mod reload;
+pub mod runtime;
+pub mod server;
+pub mod verify;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::{net::TcpListener, sync::watch};
+
+use crate::{
+    config::{Config, PluginConfig},
+    dispatch::Dispatcher,
+    ids::PluginName,
+    inbox::Inbox,
+    registry::Registry,
+    runtime::Runtime,
+};
+
+/// What the HTTP handlers share.
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub inbox: Inbox,
+    pub registry: Arc<Registry>,
+    pub runtime: Arc<Runtime>,
+}
+
+impl Shared {
+    /// A plugin instance's settings (defaults for one only a stored delivery still names).
+    pub fn plugin_config(&self, name: &PluginName) -> Arc<PluginConfig> {
+        self.config
+            .plugins
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(PluginConfig::with_defaults(name.clone())))
+    }
+}
+
+/// The already-bound listeners `run` serves (tests bind port 0).
+pub struct Listeners {
+    pub ingest: TcpListener,
+    pub admin: TcpListener,
+}
+
+impl Listeners {
+    /// Binds the configured addresses.
+    pub async fn bind(config: &Config) -> anyhow::Result<Self> {
+        let ingest = TcpListener::bind(config.server.listen)
+            .await
+            .with_context(|| format!("binding server.listen {}", config.server.listen))?;
+        let admin = TcpListener::bind(config.server.admin_listen)
+            .await
+            .with_context(|| {
+                format!("binding server.admin_listen {}", config.server.admin_listen)
+            })?;
+        Ok(Self { ingest, admin })
+    }
+}
+
+/// Runs hookd until `shutdown` resolves: opens the inbox, loads the plugins, reclaims leases a
+/// previous process left, then serves ingest and admin and runs the workers.
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let server = &config.server;
+    let inbox = Inbox::open(&server.database, server.durability)
+        .with_context(|| format!("opening the database {}", server.database.display()))?;
+    let runtime = Runtime::new().context("starting the wasm runtime")?;
+    std::fs::create_dir_all(&server.plugins_dir)
+        .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
+    let registry = Arc::new(Registry::new(runtime.clone(), server.plugins_dir.clone()));
+    for stem in config.wasm_stems() {
+        // A missing or broken file is reported and its deliveries wait; the host still starts.
+        let _ = registry.load(&stem).await;
+    }
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        inbox: inbox.clone(),
+        registry,
+        runtime,
+    });
+    let dispatcher = Dispatcher::new(
+        config.clone(),
+        inbox.clone(),
+        shared.registry.clone(),
+        shared.runtime.clone(),
+    );
+    dispatcher
+        .reclaim(true)
+        .await
+        .context("reclaiming leases of the previous run")?;
+
+    // Wasm runs on its own threads so a CPU-bound guest cannot starve the HTTP edge.
+    let pool = WasmPool(Some(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("wasm")
+            .enable_all()
+            .build()
+            .context("starting the wasm worker pool")?,
+    ));
+
+    let ingest_addr = listeners.ingest.local_addr()?;
+    let admin_addr = listeners.admin.local_addr()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let ingest = tokio::spawn(server::serve(
+        listeners.ingest,
+        ingest::router(shared.clone()),
+        server.into(),
+        stopped(stop_rx.clone()),
+    ));
+    let admin = tokio::spawn(server::serve(
+        listeners.admin,
+        admin::router(shared.clone()),
+        server.into(),
+        stopped(stop_rx.clone()),
+    ));
+    let watcher = tokio::spawn(reload::run(shared.clone(), stopped(stop_rx.clone())));
+    let workers = tokio::spawn(dispatcher.run(pool.handle(), stopped(stop_rx.clone())));
+    tracing::info!(
+        listen = %ingest_addr, admin = %admin_addr,
+        database = %server.database.display(), "hookd is running"
+    );
+
+    shutdown.await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    let _ = ingest.await;
+    let _ = admin.await;
+    let _ = watcher.await;
+    let _ = workers.await;
+    inbox.close();
+    drop(pool);
+    Ok(())
+}
+
+/// The wasm threads; shut down without blocking, even when `run` is dropped mid-flight.
+struct WasmPool(Option<tokio::runtime::Runtime>);
+
+impl WasmPool {
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("present until drop")
+            .handle()
+            .clone()
+    }
+}
+
+impl Drop for WasmPool {
+    fn drop(&mut self) {
+        if let Some(pool) = self.0.take() {
+            pool.shutdown_background();
+        }
+    }
+}

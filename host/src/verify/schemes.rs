@@ -1,0 +1,335 @@
+//! What each provider signs, with which key, and in which headers — for verifying and signing.
+//!
+//! Invariant: the HMAC always covers the exact raw body bytes and the header text as sent,
+//! computed tags are only ever compared in constant time, and every timestamp is checked
+//! against the tolerance before any HMAC is computed.
+
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use hmac::{Hmac, Mac};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use secrecy::{ExposeSecret, SecretSlice};
+use sha2::Sha256;
+use subtle::{Choice, ConstantTimeEq};
+
+use super::wire::{self, Budget, Tag, decode_tag, malformed};
+use super::{Encoding, HmacScheme, Scheme, Secret, SignError, VerifierConfigError, VerifyError};
+
+static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+static STRIPE_SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
+static HUB_SIGNATURE_256: HeaderName = HeaderName::from_static("x-hub-signature-256");
+static GITHUB_DELIVERY: HeaderName = HeaderName::from_static("x-github-delivery");
+static SHOPIFY_HMAC: HeaderName = HeaderName::from_static("x-shopify-hmac-sha256");
+static SHOPIFY_EVENT_ID: HeaderName = HeaderName::from_static("x-shopify-event-id");
+static SLACK_SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
+static SLACK_TIMESTAMP: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
+
+const WHSEC: &str = "whsec_";
+
+/// An HMAC key derived from one configured secret, zeroized on drop.
+#[derive(Clone)]
+pub(super) struct Key(SecretSlice<u8>);
+
+impl Key {
+    /// standard-webhooks: base64 after `whsec_`; stripe: the whole `whsec_...` string as
+    /// bytes; everything else: the secret as UTF-8. `index` only names the secret in errors.
+    pub(super) fn derive(
+        scheme: &Scheme,
+        secret: &Secret,
+        index: usize,
+    ) -> Result<Self, VerifierConfigError> {
+        let raw = secret.expose();
+        let bytes = match scheme {
+            Scheme::StandardWebhooks => {
+                let encoded = raw
+                    .strip_prefix(WHSEC)
+                    .ok_or(VerifierConfigError::MissingWhsecPrefix { index })?;
+                STANDARD
+                    .decode(encoded)
+                    .map_err(|_| VerifierConfigError::InvalidBase64 { index })?
+            }
+            _ => raw.as_bytes().to_vec(),
+        };
+        if bytes.is_empty() {
+            return Err(VerifierConfigError::EmptySecret { index });
+        }
+        Ok(Self(SecretSlice::from(bytes)))
+    }
+
+    /// HMAC-SHA256 over the concatenation of `parts`.
+    fn tag(&self, parts: &[&[u8]]) -> Tag {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret())
+            .expect("HMAC accepts keys of any length");
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+}
+
+/// Refuses scheme settings that could never verify anything.
+pub(super) fn check_scheme(scheme: &Scheme) -> Result<(), VerifierConfigError> {
+    if let Scheme::HmacSha256(HmacScheme { prefix, .. }) = scheme
+        && !prefix.bytes().all(|b| b.is_ascii_graphic())
+    {
+        return Err(VerifierConfigError::InvalidPrefix);
+    }
+    Ok(())
+}
+
+/// Ok if the request carries a signature by one of `keys` over the scheme's signed bytes.
+pub(super) fn verify(
+    scheme: &Scheme,
+    keys: &[Key],
+    tolerance: Duration,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<(), VerifyError> {
+    if let Some(id) = scheme.id_header() {
+        wire::at_most_once(headers, &HeaderName::from_static(id))?;
+    }
+    match scheme {
+        Scheme::None => Ok(()),
+        Scheme::StandardWebhooks => standard_webhooks(keys, tolerance, headers, body, now),
+        Scheme::Stripe => stripe(keys, tolerance, headers, body, now),
+        Scheme::Github => {
+            let tags = prefixed(
+                headers,
+                &HUB_SIGNATURE_256,
+                "sha256=",
+                "expected sha256=<hex>",
+                Encoding::Hex,
+            )?;
+            matches(keys, &[body], &tags)
+        }
+        Scheme::Shopify => {
+            let tags = prefixed(headers, &SHOPIFY_HMAC, "", "", Encoding::Base64)?;
+            matches(keys, &[body], &tags)
+        }
+        Scheme::Slack => {
+            let ts_raw = wire::single(headers, &SLACK_TIMESTAMP)?;
+            let ts = wire::timestamp(&SLACK_TIMESTAMP, ts_raw)?;
+            let tags = prefixed(
+                headers,
+                &SLACK_SIGNATURE,
+                "v0=",
+                "expected v0=<hex>",
+                Encoding::Hex,
+            )?;
+            wire::fresh(ts, now, tolerance)?;
+            matches(keys, &[b"v0:", ts_raw.as_bytes(), b":", body], &tags)
+        }
+        Scheme::HmacSha256(generic) => {
+            let tags = prefixed(
+                headers,
+                &generic.header,
+                &generic.prefix,
+                "missing the configured prefix",
+                generic.encoding,
+            )?;
+            matches(keys, &[body], &tags)
+        }
+    }
+}
+
+/// `webhook-signature: v1,<b64> v1,<b64> v1a,<ed25519>` over `{id}.{ts}.{body}`.
+fn standard_webhooks(
+    keys: &[Key],
+    tolerance: Duration,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<(), VerifyError> {
+    let id = wire::single(headers, &WEBHOOK_ID)?;
+    let ts_raw = wire::single(headers, &WEBHOOK_TIMESTAMP)?;
+    let ts = wire::timestamp(&WEBHOOK_TIMESTAMP, ts_raw)?;
+    let mut budget = Budget::new(&WEBHOOK_SIGNATURE);
+    let mut saw_v1 = false;
+    let mut tags = Vec::new();
+    for value in wire::pooled(headers, &WEBHOOK_SIGNATURE)? {
+        for entry in value.split_ascii_whitespace() {
+            budget.take()?;
+            let (version, signature) = entry
+                .split_once(',')
+                .ok_or_else(|| malformed(&WEBHOOK_SIGNATURE, "entry is not version,signature"))?;
+            if version != "v1" {
+                continue; // v1a (ed25519) and future versions: not ours to check
+            }
+            saw_v1 = true;
+            tags.extend(decode_tag(Encoding::Base64, signature));
+        }
+    }
+    if !saw_v1 {
+        return Err(malformed(&WEBHOOK_SIGNATURE, "no v1 signature"));
+    }
+    wire::fresh(ts, now, tolerance)?;
+    matches(
+        keys,
+        &[id.as_bytes(), b".", ts_raw.as_bytes(), b".", body],
+        &tags,
+    )
+}
+
+/// `Stripe-Signature: t=<unix>,v1=<hex>[,v1=<hex>][,v0=<hex>]` over `{t}.{body}`.
+fn stripe(
+    keys: &[Key],
+    tolerance: Duration,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<(), VerifyError> {
+    let header = &STRIPE_SIGNATURE;
+    let value = wire::single(headers, header)?;
+    let mut budget = Budget::new(header);
+    let mut ts_raw = None;
+    let mut saw_v1 = false;
+    let mut tags = Vec::new();
+    for item in value.split(',').map(str::trim_ascii) {
+        if item.is_empty() {
+            continue;
+        }
+        let (key, val) = item
+            .split_once('=')
+            .ok_or_else(|| malformed(header, "entry is not key=value"))?;
+        if key != "t" {
+            budget.take()?; // every other entry is a signature, even if ignored
+        }
+        match key {
+            "t" if ts_raw.replace(val).is_some() => {
+                return Err(malformed(header, "more than one t= timestamp"));
+            }
+            "t" => {}
+            "v1" => {
+                saw_v1 = true;
+                tags.extend(decode_tag(Encoding::Hex, val));
+            }
+            _ => {} // v0 (test-mode legacy) and unknown keys are ignored, as Stripe's libraries do
+        }
+    }
+    let ts_raw = ts_raw.ok_or_else(|| malformed(header, "no t= timestamp"))?;
+    let ts = wire::timestamp(header, ts_raw)?;
+    if !saw_v1 {
+        return Err(malformed(header, "no v1 signature"));
+    }
+    wire::fresh(ts, now, tolerance)?;
+    matches(keys, &[ts_raw.as_bytes(), b".", body], &tags)
+}
+
+/// One signature per value, each `{prefix}{encoded tag}`, values pooled.
+fn prefixed(
+    headers: &HeaderMap,
+    header: &HeaderName,
+    prefix: &str,
+    missing_prefix: &'static str,
+    encoding: Encoding,
+) -> Result<Vec<Tag>, VerifyError> {
+    let mut budget = Budget::new(header);
+    let mut tags = Vec::new();
+    for value in wire::pooled(headers, header)? {
+        budget.take()?;
+        let signature = value
+            .strip_prefix(prefix)
+            .ok_or_else(|| malformed(header, missing_prefix))?;
+        tags.extend(decode_tag(encoding, signature));
+    }
+    Ok(tags)
+}
+
+/// Ok if any key's tag over `message` equals any candidate. Every pair is compared in
+/// constant time and the loop never exits early, so timing says nothing about which matched.
+fn matches(keys: &[Key], message: &[&[u8]], candidates: &[Tag]) -> Result<(), VerifyError> {
+    if candidates.is_empty() {
+        return Err(VerifyError::NoMatchingSignature);
+    }
+    let mut found = Choice::from(0);
+    for key in keys {
+        let expected = key.tag(message);
+        for candidate in candidates {
+            found |= expected[..].ct_eq(&candidate[..]);
+        }
+    }
+    if bool::from(found) {
+        Ok(())
+    } else {
+        Err(VerifyError::NoMatchingSignature)
+    }
+}
+
+pub(super) fn sign(
+    scheme: &Scheme,
+    secret: &Secret,
+    event_id: &str,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<Vec<(HeaderName, HeaderValue)>, SignError> {
+    if *scheme == Scheme::None {
+        return Ok(Vec::new());
+    }
+    check_scheme(scheme)?;
+    let key = Key::derive(scheme, secret, 0)?;
+    let ts = wire::unix_secs(now).to_string();
+    let id = |header: HeaderName| match HeaderValue::from_str(event_id) {
+        Ok(value) if !event_id.trim_ascii().is_empty() => Ok((header, value)),
+        _ => Err(SignError::InvalidEventId { header }),
+    };
+    let hex = |tag: Tag| hex::encode(tag);
+    let b64 = |tag: Tag| STANDARD.encode(tag);
+    Ok(match scheme {
+        Scheme::None => Vec::new(),
+        Scheme::StandardWebhooks => {
+            let id = id(WEBHOOK_ID.clone())?;
+            let tag = key.tag(&[event_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+            vec![
+                id,
+                (WEBHOOK_TIMESTAMP.clone(), encoded(&ts)),
+                (
+                    WEBHOOK_SIGNATURE.clone(),
+                    encoded(&format!("v1,{}", b64(tag))),
+                ),
+            ]
+        }
+        Scheme::Stripe => {
+            let tag = key.tag(&[ts.as_bytes(), b".", body]);
+            let value = format!("t={ts},v1={}", hex(tag));
+            vec![(STRIPE_SIGNATURE.clone(), encoded(&value))]
+        }
+        Scheme::Github => {
+            let id = id(GITHUB_DELIVERY.clone())?;
+            let value = format!("sha256={}", hex(key.tag(&[body])));
+            vec![(HUB_SIGNATURE_256.clone(), encoded(&value)), id]
+        }
+        Scheme::Shopify => {
+            let id = id(SHOPIFY_EVENT_ID.clone())?;
+            vec![(SHOPIFY_HMAC.clone(), encoded(&b64(key.tag(&[body])))), id]
+        }
+        Scheme::Slack => {
+            let tag = key.tag(&[b"v0:", ts.as_bytes(), b":", body]);
+            vec![
+                (
+                    SLACK_SIGNATURE.clone(),
+                    encoded(&format!("v0={}", hex(tag))),
+                ),
+                (SLACK_TIMESTAMP.clone(), encoded(&ts)),
+            ]
+        }
+        Scheme::HmacSha256(generic) => {
+            let tag = key.tag(&[body]);
+            let signature = match generic.encoding {
+                Encoding::Hex => hex(tag),
+                Encoding::Base64 => b64(tag),
+            };
+            let value = format!("{}{signature}", generic.prefix);
+            vec![(generic.header.clone(), encoded(&value))]
+        }
+    })
+}
+
+/// A header value made of digits, hex, base64, `=`, `,` and a checked prefix: always valid.
+fn encoded(text: &str) -> HeaderValue {
+    HeaderValue::from_str(text).expect("digits, hex, base64 and a printable prefix are valid")
+}

@@ -1,0 +1,204 @@
+//! What the host hands a plugin: a [`Request`] to parse or an [`Event`] to handle.
+//!
+//! Both carry the raw body exactly as the provider signed it; decoding it (as text or JSON)
+//! is the plugin's choice, through [`Request::json`] / [`Event::json`].
+
+use serde::de::DeserializeOwned;
+
+use crate::BodyError;
+
+/// One HTTP header as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// The header name, lower-cased by the host.
+    pub name: String,
+    /// The header value.
+    pub value: String,
+}
+
+/// A webhook request whose signature the host has already verified; the input of a
+/// [`Parser`](crate::Parser).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Request {
+    /// The source name: the `{source}` in `POST /hooks/{source}`.
+    pub source: String,
+    /// Every request header in the order received; a header sent twice appears twice.
+    pub headers: Vec<Header>,
+    /// The raw request body, byte for byte as signed by the provider.
+    pub body: Vec<u8>,
+    /// When hookd received the request, in milliseconds since the Unix epoch.
+    pub received_at_ms: u64,
+}
+
+impl Request {
+    /// A request on `source` with `body` and no headers; add them with
+    /// [`with_header`](Self::with_header). Useful to unit-test a parser.
+    pub fn new(source: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
+        Request {
+            source: source.into(),
+            headers: Vec::new(),
+            body: body.into(),
+            received_at_ms: 0,
+        }
+    }
+
+    /// Adds a header (the name is lower-cased, as the host does).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(header(name, value));
+        self
+    }
+
+    /// The value of the first header called `name`, compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find_header(&self.headers, name)
+    }
+
+    /// The raw body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body as UTF-8 text.
+    pub fn text(&self) -> Result<&str, BodyError> {
+        BodyError::text(&self.body)
+    }
+
+    /// The body decoded as JSON into `T` (use [`serde_json::Value`] for ad-hoc access).
+    ///
+    /// The error converts into [`ParseError::invalid`](crate::ParseError::invalid) with `?`.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, BodyError> {
+        BodyError::json(&self.body)
+    }
+}
+
+/// One event, deduplicated and durably stored; the input of a [`Handler`](crate::Handler).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Event {
+    /// The source the event arrived on.
+    pub source: String,
+    /// The provider's event id, unique within the source.
+    pub event_id: String,
+    /// The event's type, e.g. `issues.opened`.
+    pub event_type: String,
+    /// The ordering key, if the parser gave one: events with the same key are handled one at
+    /// a time, in `sequence` order.
+    pub ordering_key: Option<String>,
+    /// The position of the event within its ordering key, if the parser gave one.
+    pub sequence: Option<u64>,
+    /// Which attempt this is for this handler, starting at 1; counts retries and replays.
+    pub attempt: u32,
+    /// When hookd received the event, in milliseconds since the Unix epoch.
+    pub received_at_ms: u64,
+    /// The original request headers.
+    pub headers: Vec<Header>,
+    /// The original raw request body.
+    pub body: Vec<u8>,
+}
+
+impl Event {
+    /// A first attempt at an event of `event_type` with `body`, no ordering and no headers.
+    /// Useful to unit-test a handler.
+    pub fn new(
+        source: impl Into<String>,
+        event_id: impl Into<String>,
+        event_type: impl Into<String>,
+        body: impl Into<Vec<u8>>,
+    ) -> Self {
+        Event {
+            source: source.into(),
+            event_id: event_id.into(),
+            event_type: event_type.into(),
+            ordering_key: None,
+            sequence: None,
+            attempt: 1,
+            received_at_ms: 0,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// Adds a header (the name is lower-cased, as the host does).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(header(name, value));
+        self
+    }
+
+    /// Sets the attempt number.
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// The value of the first header called `name`, compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        find_header(&self.headers, name)
+    }
+
+    /// The raw body.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body as UTF-8 text.
+    pub fn text(&self) -> Result<&str, BodyError> {
+        BodyError::text(&self.body)
+    }
+
+    /// The body decoded as JSON into `T` (use [`serde_json::Value`] for ad-hoc access).
+    ///
+    /// The error converts into [`HandleError::permanent`](crate::HandleError::permanent) with
+    /// `?`: the same bytes will not decode any better on a retry.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, BodyError> {
+        BodyError::json(&self.body)
+    }
+}
+
+fn header(name: impl Into<String>, value: impl Into<String>) -> Header {
+    Header {
+        name: name.into().to_ascii_lowercase(),
+        value: value.into(),
+    }
+}
+
+fn find_header<'a>(headers: &'a [Header], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_lookup_ignores_case_and_returns_the_first() {
+        let req = Request::new("s", "{}")
+            .with_header("X-GitHub-Event", "issues")
+            .with_header("x-github-event", "second");
+        assert_eq!(req.header("x-github-event"), Some("issues"));
+        assert_eq!(req.header("X-GITHUB-EVENT"), Some("issues"));
+        assert_eq!(req.header("x-missing"), None);
+    }
+
+    #[test]
+    fn json_body_decodes_and_reports_errors() {
+        let ev = Event::new("s", "e", "t", r#"{"n": 3}"#);
+        let v: serde_json::Value = ev.json().unwrap();
+        assert_eq!(v["n"], 3);
+        let err = Event::new("s", "e", "t", "nope")
+            .json::<serde_json::Value>()
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("body is not valid JSON"),
+            "{err}"
+        );
+        let err = Request::new("s", vec![0xff]).text().unwrap_err();
+        assert!(
+            err.to_string().starts_with("body is not valid UTF-8"),
+            "{err}"
+        );
+    }
+}

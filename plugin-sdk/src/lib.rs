@@ -1,0 +1,168 @@
+//! Write hookd webhook parsers and handlers in plain Rust.
+//!
+//! A hookd plugin is a WebAssembly component compiled for `wasm32-wasip2`. It plays one or
+//! both roles:
+//!
+//! - a [`Parser`] turns a verified raw webhook [`Request`] into an [`Envelope`] (the event's
+//!   id, type, ordering key and sequence) so the host can deduplicate and order it;
+//! - a [`Handler`] reacts to one deduplicated, durably stored [`Event`]. It is called once per
+//!   attempt, and again only if the previous attempt failed.
+//!
+//! Implement the trait(s) and register them once with [`register!`]. A fresh instance is
+//! made for every call, so a plugin keeps nothing in memory between calls: durable data goes
+//! through [`state`], settings come from [`config`], diagnostics go to [`log`].
+//!
+//! # Example
+//!
+//! ```
+//! use plugin_sdk::{Event, HandleError, Handler, log, output, state};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct Payment { amount: u64 }
+//!
+//! struct Totals;
+//!
+//! impl Handler for Totals {
+//!     fn handle(event: Event) -> Result<Option<String>, HandleError> {
+//!         let payment: Payment = event.json()?; // not JSON: a permanent error
+//!         let total = state::get_json::<u64>("total")?.unwrap_or(0) + payment.amount;
+//!         state::set_json("total", &total)?; // committed only if this attempt succeeds
+//!         log::info(format!("{} brought the total to {total}", event.event_id));
+//!         output::json(&serde_json::json!({ "total": total }))
+//!     }
+//! }
+//!
+//! plugin_sdk::register!(handler = Totals);
+//! ```
+//!
+//! The plugin crate is a `cdylib` depending on `plugin-sdk` (and `serde`/`serde_json` as it
+//! needs); `cargo build --release --target wasm32-wasip2` produces the component, to be
+//! dropped into hookd's `plugins/` directory.
+//!
+//! # Roles
+//!
+//! `register!(parser = P)` builds a component exporting only `hookd:plugin/parser`,
+//! `register!(handler = H)` one exporting only `hookd:plugin/handler`, and
+//! `register!(parser = P, handler = H)` one exporting both (the WIT world `plugin`). The host
+//! decides what a component may be used for by what it exports.
+//!
+//! # Testing
+//!
+//! Keep a plugin's logic in plain functions and unit-test it with `cargo test` on the host
+//! target. [`Request::new`] and [`Event::new`] build inputs; outside hookd, [`log`] writes to
+//! stderr while [`config`] and [`state`] panic, as there is no host to ask.
+//!
+//! # Layout
+//!
+//! - `input`: [`Request`], [`Event`], [`Header`]: what the host hands in.
+//! - `envelope`: [`Envelope`]: what a parser hands back.
+//! - `error`: [`ParseError`], [`HandleError`], [`BodyError`].
+//! - [`log`], [`config`], [`state`], [`output`]: the host's services and output helpers.
+//! - `bindings.rs` (the hidden module `__private`): the only code that touches wit-bindgen.
+//!
+//! Invariant: no generated type appears in this crate's public API; the WIT contract can
+//! evolve behind these types.
+
+#![deny(missing_docs)]
+
+pub mod config;
+mod envelope;
+mod error;
+mod input;
+pub mod log;
+pub mod output;
+pub mod state;
+
+pub use envelope::Envelope;
+pub use error::{BodyError, HandleError, ParseError};
+pub use input::{Event, Header, Request};
+
+/// The wit-bindgen bindings and adapters used by [`register!`]; not part of the API.
+#[doc(hidden)]
+#[path = "bindings.rs"]
+pub mod __private;
+
+/// The parser role: extracts an [`Envelope`] from a verified [`Request`].
+///
+/// It runs on the ingest path before the request is acknowledged, so it must be fast (the
+/// default budget is 50 ms) and free of side effects: it may run more than once for one
+/// request.
+pub trait Parser {
+    /// Extracts the envelope, or says why the request is [invalid](ParseError::invalid) (400)
+    /// or should be [ignored](ParseError::ignore) (200, nothing stored).
+    fn parse(req: Request) -> Result<Envelope, ParseError>;
+}
+
+/// The handler role: reacts to one [`Event`], once per attempt.
+pub trait Handler {
+    /// Handles the event. On success the optional output (e.g. JSON from
+    /// [`output::json`]) is stored on the delivery; on error the host retries or
+    /// dead-letters as the [`HandleError`] says.
+    fn handle(event: Event) -> Result<Option<String>, HandleError>;
+}
+
+/// Registers a plugin's roles; invoke it exactly once per plugin crate, with one of:
+///
+/// - `register!(parser = MyParser)`: a parser-only component (WIT world `parser-plugin`);
+/// - `register!(handler = MyHandler)`: a handler-only component (world `handler-plugin`);
+/// - `register!(parser = MyParser, handler = MyHandler)`: both roles (world `plugin`).
+///
+/// The component exports exactly the roles named here, which is how the host tells a parser
+/// from a handler. One type may implement both traits.
+///
+/// ```
+/// use plugin_sdk::{Envelope, Event, HandleError, Handler, ParseError, Parser, Request};
+///
+/// struct Echo;
+///
+/// impl Parser for Echo {
+///     fn parse(req: Request) -> Result<Envelope, ParseError> {
+///         let id = req.header("x-request-id").ok_or(ParseError::invalid("missing x-request-id"))?;
+///         Ok(Envelope::new(id, "echo"))
+///     }
+/// }
+///
+/// impl Handler for Echo {
+///     fn handle(event: Event) -> Result<Option<String>, HandleError> {
+///         Ok(Some(event.text()?.to_owned()))
+///     }
+/// }
+///
+/// plugin_sdk::register!(parser = Echo, handler = Echo);
+/// ```
+#[macro_export]
+macro_rules! register {
+    (parser = $parser:ty $(,)?) => {
+        #[doc(hidden)]
+        type __HookdParserExport = $crate::__private::ParserExport<$parser>;
+        $crate::__private::parser_world::export_parser_world!(
+            __HookdParserExport with_types_in $crate::__private::parser_world
+        );
+    };
+    (handler = $handler:ty $(,)?) => {
+        #[doc(hidden)]
+        type __HookdHandlerExport = $crate::__private::HandlerExport<$handler>;
+        $crate::__private::handler_world::export_handler_world!(
+            __HookdHandlerExport with_types_in $crate::__private::handler_world
+        );
+    };
+    (parser = $parser:ty, handler = $handler:ty $(,)?) => {
+        // The `plugin` world is `parser-plugin` + `handler-plugin`; wit-component unions the
+        // two worlds described by these two invocations.
+        $crate::register!(parser = $parser);
+        $crate::register!(handler = $handler);
+    };
+    (handler = $handler:ty, parser = $parser:ty $(,)?) => {
+        $crate::register!(parser = $parser, handler = $handler);
+    };
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+#[track_caller]
+fn outside_hookd(what: &str, key: &str) -> ! {
+    panic!(
+        "plugin_sdk::{what}({key:?}) needs the hookd host; it is only available in a \
+         wasm32-wasip2 component run by hookd"
+    )
+}

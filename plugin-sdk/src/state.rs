@@ -1,0 +1,86 @@
+//! Durable key-value state, private to the plugin instance (handlers only).
+//!
+//! Reads see committed state plus this attempt's own writes. Writes are buffered and
+//! committed atomically with the delivery's success: an attempt that fails, traps or times out
+//! leaves no trace, so a read-modify-write here is safe to retry. If another delivery changed
+//! a key this attempt read, the host re-runs the attempt, so concurrent updates are not lost.
+//!
+//! Only handlers have state: the `parser-plugin` world does not import it, and the ingest path
+//! must stay free of side effects. Do not call these from a [`Parser`](crate::Parser).
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::HandleError;
+
+/// The value stored under `key`, if any.
+///
+/// # Panics
+///
+/// Outside hookd (on a non-wasm target), where there is no state to read.
+pub fn get(key: &str) -> Option<Vec<u8>> {
+    #[cfg(target_arch = "wasm32")]
+    {
+        crate::__private::state::get(key)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        crate::outside_hookd("state::get", key)
+    }
+}
+
+/// Stores `value` under `key` (committed only if the attempt succeeds).
+///
+/// # Panics
+///
+/// Outside hookd (on a non-wasm target).
+pub fn set(key: &str, value: &[u8]) {
+    #[cfg(target_arch = "wasm32")]
+    {
+        crate::__private::state::set(key, value)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let _ = value;
+        crate::outside_hookd("state::set", key)
+    }
+}
+
+/// Removes `key` (committed only if the attempt succeeds).
+///
+/// # Panics
+///
+/// Outside hookd (on a non-wasm target).
+pub fn delete(key: &str) {
+    #[cfg(target_arch = "wasm32")]
+    {
+        crate::__private::state::delete(key)
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        crate::outside_hookd("state::delete", key)
+    }
+}
+
+/// The JSON value stored under `key`, decoded into `T`.
+///
+/// A value that does not decode is a [permanent](HandleError::permanent) error: retrying
+/// would read the same bytes.
+pub fn get_json<T: DeserializeOwned>(key: &str) -> Result<Option<T>, HandleError> {
+    get(key)
+        .map(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                HandleError::permanent(format!("state key `{key}` does not hold valid JSON: {e}"))
+            })
+        })
+        .transpose()
+}
+
+/// Stores `value` as JSON under `key`.
+pub fn set_json<T: Serialize + ?Sized>(key: &str, value: &T) -> Result<(), HandleError> {
+    let bytes = serde_json::to_vec(value).map_err(|e| {
+        HandleError::permanent(format!("cannot encode state key `{key}` as JSON: {e}"))
+    })?;
+    set(key, &bytes);
+    Ok(())
+}

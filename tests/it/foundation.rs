@@ -1,0 +1,281 @@
+//! The first vertical slice: a signed webhook goes in, is parsed by a Wasm parser, stored once,
+//! handled by a Wasm handler, and its output is visible through the admin API.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde_json::json;
+
+use crate::support::{self, Scheme, TestHost, plugins};
+
+const GITHUB_SOURCE: &str = r#"
+[sources.github]
+scheme = "github"
+secrets = ["gh-secret"]
+parser = "github"
+handlers = ["classifier"]
+
+[plugins.classifier]
+config = { labels = "bug,feature,question,other" }
+"#;
+
+async fn post_github(
+    host: &TestHost,
+    secret: &str,
+    delivery: &str,
+    body: &[u8],
+) -> (StatusCode, serde_json::Value) {
+    let mut headers = support::sign(&Scheme::Github, secret, delivery, body, SystemTime::now());
+    headers.push((
+        HeaderName::from_static("x-github-event"),
+        HeaderValue::from_static("issues"),
+    ));
+    host.post("github", &headers, body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_github_issue_is_accepted_once_classified_and_visible() {
+    let host = TestHost::start(
+        GITHUB_SOURCE,
+        &[
+            ("github", plugins::GITHUB),
+            ("classifier", plugins::CLASSIFIER),
+        ],
+    )
+    .await;
+    let body = support::github_issue(
+        7,
+        "App crashes on start",
+        "It throws an exception and the screen is broken",
+    );
+
+    let (status, reply) = post_github(&host, "gh-secret", "delivery-1", &body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    assert_eq!(
+        reply,
+        json!({"accepted": true, "duplicate": false, "event_id": "delivery-1"})
+    );
+
+    // The provider retries: same delivery id, same bytes.
+    let (status, reply) = post_github(&host, "gh-secret", "delivery-1", &body).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(
+        reply,
+        json!({"accepted": true, "duplicate": true, "event_id": "delivery-1"})
+    );
+
+    let (status, reply) = post_github(&host, "not-the-secret", "delivery-2", &body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(reply["error"], "invalid_signature");
+    assert!(!reply.to_string().contains("gh-secret"));
+
+    let delivery = host
+        .wait_state(
+            "github",
+            "delivery-1",
+            "classifier",
+            "done",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(delivery["attempts"], 1, "{delivery:#}");
+    let output: serde_json::Value =
+        serde_json::from_str(delivery["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output["label"], "bug", "{output}");
+    assert_eq!(output["via"], "keywords");
+    let history = delivery["history"].as_array().unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0]["outcome"], "ok");
+    assert_eq!(history[0]["plugin_sha256"].as_str().unwrap().len(), 64);
+
+    let event = host.event("github", "delivery-1").await.unwrap();
+    assert_eq!(event["event_type"], "issues.opened");
+    assert_eq!(event["ordering_key"], "acme/widgets#7");
+    // The rejected request was never stored.
+    assert!(host.event("github", "delivery-2").await.is_none());
+}
+
+/// The published vectors, end to end over HTTP, with a tolerance wide enough for their old
+/// timestamps (the signature math is what is checked here; tolerance is tested on its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn published_signature_vectors_are_accepted_over_http() {
+    let config = r#"
+        [sources.gh]
+        scheme = "github"
+        secrets = ["It's a Secret to Everybody"]
+        [sources.sw]
+        scheme = "standard-webhooks"
+        secrets = ["whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+        tolerance_secs = 2000000000
+    "#;
+    let host = TestHost::start(config, &[]).await;
+    let h = |name: &'static str, value: &str| {
+        (
+            HeaderName::from_static(name),
+            HeaderValue::from_str(value).unwrap(),
+        )
+    };
+
+    // GH-1
+    let gh = [
+        h(
+            "x-hub-signature-256",
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+        ),
+        h("x-github-delivery", "gh-1"),
+        h("x-github-event", "ping"),
+    ];
+    let (status, reply) = host.post("gh", &gh, b"Hello, World!").await;
+    assert_eq!(
+        (status, reply["event_id"].as_str()),
+        (StatusCode::ACCEPTED, Some("gh-1")),
+        "{reply}"
+    );
+    let (status, _) = host.post("gh", &gh, b"Hello, World?").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+
+    // SW-1 and SW-2 (two secrets configured: rotation), and SW-2's near miss.
+    let cases = [
+        (
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            "1649367553",
+            r#"{"email":"test@example.com","username":"test_user"}"#,
+            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=",
+            StatusCode::ACCEPTED,
+        ),
+        (
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            "1614265330",
+            r#"{"test": 2432232314}"#,
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+            StatusCode::ACCEPTED,
+        ),
+        (
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            "1614265330",
+            r#"{"test": 2432232314}"#,
+            "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA=",
+            StatusCode::UNAUTHORIZED,
+        ),
+    ];
+    for (id, ts, body, signature, expected) in cases {
+        let headers = [
+            h("webhook-id", id),
+            h("webhook-timestamp", ts),
+            h("webhook-signature", signature),
+        ];
+        let (status, reply) = host.post("sw", &headers, body.as_bytes()).await;
+        assert_eq!(status, expected, "{id} {signature}: {reply}");
+    }
+    let _ = UNIX_EPOCH;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_that_does_not_match_the_wit_is_refused_with_a_clear_error() {
+    let config = r#"
+        [sources.m]
+        scheme = "none"
+        parser = "mismatch"
+    "#;
+    let host = TestHost::start(config, &[("mismatch", plugins::MISMATCH)]).await;
+    let (status, list) = host.admin_get("/admin/plugins").await;
+    assert_eq!(status, StatusCode::OK);
+    let plugin = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "mismatch")
+        .unwrap();
+    let error = plugin["error"].as_str().unwrap_or_default();
+    assert!(plugin["sha256"].is_null(), "{plugin:#}");
+    assert!(
+        error.contains("mismatch.wasm")
+            && error.contains("hookd:plugin/parser")
+            && error.contains("does not match"),
+        "{error}"
+    );
+
+    // Its source quarantines instead of losing the request.
+    let (status, reply) = host.post("m", &[], br#"{"id":"x"}"#).await;
+    assert_eq!(
+        (status, reply),
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": true, "quarantined": true})
+        )
+    );
+}
+
+/// A plugin crate outside this workspace, depending on the SDK by path, builds and runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_works_for_a_crate_outside_the_workspace() {
+    let root = std::path::Path::new(plugins::WORKSPACE_ROOT);
+    let fixture = root.join("tests/fixtures/outside-plugin");
+    let target = root.join("target/wasm-outside");
+    let output = tokio::process::Command::new(env!("CARGO"))
+        .current_dir(&fixture)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let wasm = target.join("wasm32-wasip2/release/outside_plugin.wasm");
+
+    let config = r#"
+        [sources.s]
+        scheme = "standard-webhooks"
+        secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+        handlers = ["outside"]
+    "#;
+    let host = TestHost::start(config, &[("outside", wasm.to_str().unwrap())]).await;
+    let (status, reply) = host
+        .post_signed(
+            "s",
+            &Scheme::StandardWebhooks,
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "msg_1",
+            br#"{"type":"x"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let delivery = host
+        .wait_state("s", "msg_1", "outside", "done", Duration::from_secs(30))
+        .await;
+    assert_eq!(delivery["output"], r#"{"outside":true}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_sources_and_oversized_bodies_get_the_contract_answers() {
+    let config = "[server]\nmax_body_bytes = 1024\n[sources.open]\nscheme = \"none\"\n";
+    let host = TestHost::start(config, &[]).await;
+    let (status, reply) = host.post("nope", &[], b"{}").await;
+    assert_eq!(
+        (status, reply),
+        (StatusCode::NOT_FOUND, json!({"error": "unknown_source"}))
+    );
+    let (status, reply) = host.post("open", &[], &vec![b'x'; 2048]).await;
+    assert_eq!(
+        (status, reply),
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            json!({"error": "payload_too_large"})
+        )
+    );
+    // No parser and no id header: a clear 400, nothing stored.
+    let (status, reply) = host.post("open", &[], b"{}").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply["error"], "unparsable");
+}

@@ -1,0 +1,6 @@
+//! hookd's integration tests: one binary, black-box against a running host (real HTTP on
+//! loopback, a real SQLite file, real Wasm components built by `tests/build.rs`).
+
+mod support;
+
+mod foundation;

@@ -1,0 +1,317 @@
+//! Test support: start hookd on port 0 against a temp dir, talk HTTP to it, sign like a provider.
+//!
+//! Invariant: every helper waits on an observable condition with a deadline; none sleeps a
+//! fixed time and hopes.
+
+#![allow(dead_code)]
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::{client::legacy::Client, rt::TokioExecutor};
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// Paths of the wasm plugins built by `tests/build.rs`.
+pub mod plugins {
+    include!(concat!(env!("OUT_DIR"), "/plugins.rs"));
+}
+
+pub use host::verify::{Scheme, Secret};
+
+/// A hookd running in this process.
+pub struct TestHost {
+    pub ingest: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: TempDir,
+    pub admin_token: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+
+/// Copies `plugins` (stem, wasm path) into `dir/plugins`.
+pub fn install_plugins(dir: &Path, plugins: &[(&str, &str)]) {
+    let plugins_dir = dir.join("plugins");
+    std::fs::create_dir_all(&plugins_dir).unwrap();
+    for (stem, path) in plugins {
+        std::fs::copy(path, plugins_dir.join(format!("{stem}.wasm")))
+            .unwrap_or_else(|e| panic!("copying {path}: {e}"));
+    }
+}
+
+/// The config text with the test's admin token and database/plugins inside `dir`.
+pub fn config_text(body: &str) -> String {
+    if body.contains("[server]") {
+        body.replace(
+            "[server]",
+            &format!("[server]\nadmin_token = \"{ADMIN_TOKEN}\""),
+        )
+    } else {
+        format!("[server]\nadmin_token = \"{ADMIN_TOKEN}\"\n{body}")
+    }
+}
+
+impl TestHost {
+    /// Starts hookd with `config` (TOML without listen addresses) and the given plugins.
+    pub async fn start(config: &str, plugins: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        install_plugins(dir.path(), plugins);
+        Self::start_in(dir, config).await
+    }
+
+    /// Starts hookd in an existing directory (to restart on the same database).
+    pub async fn start_in(dir: TempDir, config: &str) -> Self {
+        let text = config_text(config);
+        std::fs::write(dir.path().join("hookd.toml"), &text).unwrap();
+        let config = host::config::Config::parse(&text, dir.path(), &|_| None)
+            .unwrap_or_else(|e| panic!("test config invalid: {e:#}"));
+        let ingest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (ingest_addr, admin_addr) = (ingest.local_addr().unwrap(), admin.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(host::run(
+            config,
+            host::Listeners { ingest, admin },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        let host = Self {
+            ingest: ingest_addr,
+            admin: admin_addr,
+            dir,
+            admin_token: ADMIN_TOKEN.into(),
+            stop: Some(stop),
+            task: Some(task),
+        };
+        host.wait_healthy().await;
+        host
+    }
+
+    pub async fn wait_healthy(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((status, _)) = self.try_admin(Method::GET, "/healthz", None).await {
+                if status == StatusCode::OK {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "hookd did not become healthy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops hookd gracefully and returns its directory (for a restart).
+    pub async fn stop(mut self) -> TempDir {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().to_owned()
+    }
+
+    /// POSTs a raw body to `/hooks/{source}` with the given headers.
+    pub async fn post(
+        &self,
+        source: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: &[u8],
+    ) -> (StatusCode, Value) {
+        let url = format!("http://{}/hooks/{source}", self.ingest);
+        let (status, _, body) = send(Method::POST, &url, headers, Bytes::copy_from_slice(body))
+            .await
+            .unwrap();
+        (status, json_or_text(&body))
+    }
+
+    /// Signs `body` for `scheme` with `secret` (now) and POSTs it.
+    pub async fn post_signed(
+        &self,
+        source: &str,
+        scheme: &Scheme,
+        secret: &str,
+        event_id: &str,
+        body: &[u8],
+    ) -> (StatusCode, Value) {
+        let headers = sign(scheme, secret, event_id, body, SystemTime::now());
+        self.post(source, &headers, body).await
+    }
+
+    async fn try_admin(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let url = format!("http://{}{path}", self.admin);
+        let headers = [
+            (
+                http::header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {}", self.admin_token)).unwrap(),
+            ),
+            (
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+        ];
+        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        let (status, _, body) = send(method, &url, &headers, body).await?;
+        Ok((status, json_or_text(&body)))
+    }
+
+    pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
+        self.try_admin(Method::GET, path, None).await.unwrap()
+    }
+
+    pub async fn admin_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.try_admin(Method::POST, path, Some(body))
+            .await
+            .unwrap()
+    }
+
+    /// `GET /admin/events/{source}/{event_id}`, or None while it does not exist.
+    pub async fn event(&self, source: &str, event_id: &str) -> Option<Value> {
+        let (status, body) = self
+            .admin_get(&format!("/admin/events/{source}/{event_id}"))
+            .await;
+        (status == StatusCode::OK).then_some(body)
+    }
+
+    /// Waits until `handler`'s delivery of the event satisfies `done`, returning the delivery.
+    pub async fn wait_delivery(
+        &self,
+        source: &str,
+        event_id: &str,
+        handler: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut last = Value::Null;
+            if let Some(event) = self.event(source, event_id).await {
+                if let Some(d) = event["deliveries"]
+                    .as_array()
+                    .and_then(|ds| ds.iter().find(|d| d["handler"] == handler))
+                {
+                    if done(d) {
+                        return d.clone();
+                    }
+                    last = d.clone();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits for the delivery to reach `state`.
+    pub async fn wait_state(
+        &self,
+        source: &str,
+        event_id: &str,
+        handler: &str,
+        state: &str,
+        timeout: Duration,
+    ) -> Value {
+        self.wait_delivery(source, event_id, handler, timeout, |d| d["state"] == state)
+            .await
+    }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Signature headers as the provider would send them.
+pub fn sign(
+    scheme: &Scheme,
+    secret: &str,
+    event_id: &str,
+    body: &[u8],
+    now: SystemTime,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers =
+        host::verify::try_sign(scheme, &Secret::new(secret.into()), event_id, body, now)
+            .unwrap_or_else(|e| panic!("signing: {e}"));
+    headers.push((
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    ));
+    headers
+}
+
+/// One HTTP/1 request on a fresh connection.
+pub async fn send(
+    method: Method,
+    url: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: Bytes,
+) -> anyhow::Result<(StatusCode, HeaderMap, Bytes)> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut request = Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(name, value);
+    }
+    let response = tokio::time::timeout(
+        Duration::from_secs(60),
+        client.request(request.body(Full::new(body))?),
+    )
+    .await??;
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((status, headers, body))
+}
+
+pub fn json_or_text(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+}
+
+/// A GitHub `issues` webhook body.
+pub fn github_issue(number: u64, title: &str, body: &str) -> Vec<u8> {
+    serde_json::json!({
+        "action": "opened",
+        "issue": {"number": number, "title": title, "body": body},
+        "repository": {"full_name": "acme/widgets"},
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// GitHub's headers besides the signature.
+pub fn github_headers(delivery: &str, event: &str) -> Vec<(HeaderName, HeaderValue)> {
+    vec![
+        (
+            HeaderName::from_static("x-github-delivery"),
+            HeaderValue::from_str(delivery).unwrap(),
+        ),
+        (
+            HeaderName::from_static("x-github-event"),
+            HeaderValue::from_str(event).unwrap(),
+        ),
+    ]
+}

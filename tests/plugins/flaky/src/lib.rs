@@ -1,0 +1,45 @@
+//! Test plugin: a handler that fails as its event's JSON body tells it to.
+//!
+//! - `{"permanent": true}`: a permanent error (the delivery is dead-lettered at once);
+//! - `{"fail_times": K}`: a retryable error on attempts 1..=K, with `after_ms` from the body
+//!   (`{"fail_times": 2, "after_ms": 50}`) as the requested retry delay when present;
+//! - otherwise, and from attempt K + 1: success with output `{"attempt": N}`.
+//!
+//! A body that is not JSON counts as `{}`.
+
+use std::time::Duration;
+
+use plugin_sdk::{Event, HandleError, Handler, output};
+use serde::Deserialize;
+
+/// What the event body asks for.
+#[derive(Debug, Default, Deserialize)]
+struct Instructions {
+    #[serde(default)]
+    permanent: bool,
+    #[serde(default)]
+    fail_times: u32,
+    after_ms: Option<u64>,
+}
+
+/// The flaky handler.
+pub struct Flaky;
+
+impl Handler for Flaky {
+    fn handle(event: Event) -> Result<Option<String>, HandleError> {
+        let wanted: Instructions = event.json().unwrap_or_default();
+        if wanted.permanent {
+            return Err(HandleError::permanent("asked to fail permanently"));
+        }
+        if event.attempt <= wanted.fail_times {
+            let reason = format!("failing attempt {} of {}", event.attempt, wanted.fail_times);
+            return Err(match wanted.after_ms {
+                Some(ms) => HandleError::retry_after(reason, Duration::from_millis(ms)),
+                None => HandleError::retry(reason),
+            });
+        }
+        output::json(&serde_json::json!({ "attempt": event.attempt }))
+    }
+}
+
+plugin_sdk::register!(handler = Flaky);
