@@ -398,10 +398,10 @@ fn source_config(
              shopify, slack, hmac-sha256, none"
         ),
     };
-    if !matches!(scheme, Scheme::HmacSha256(_)) {
-        if let Some((key, _)) = hmac_keys.iter().find(|(_, set)| *set) {
-            bail!("sources.{name}.{key} only applies to scheme \"hmac-sha256\"");
-        }
+    if !matches!(scheme, Scheme::HmacSha256(_))
+        && let Some((key, _)) = hmac_keys.iter().find(|(_, set)| *set)
+    {
+        bail!("sources.{name}.{key} only applies to scheme \"hmac-sha256\"");
     }
     let mut secrets: Vec<Secret> = file.secrets.into_iter().map(Secret::new).collect();
     for var in &file.secrets_env {

@@ -99,10 +99,10 @@ impl TestHost {
     pub async fn wait_healthy(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok((status, _)) = self.try_admin(Method::GET, "/healthz", None).await {
-                if status == StatusCode::OK {
-                    return;
-                }
+            if let Ok((status, _)) = self.try_admin(Method::GET, "/healthz", None).await
+                && status == StatusCode::OK
+            {
+                return;
             }
             assert!(Instant::now() < deadline, "hookd did not become healthy");
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -204,16 +204,15 @@ impl TestHost {
         let deadline = Instant::now() + timeout;
         loop {
             let mut last = Value::Null;
-            if let Some(event) = self.event(source, event_id).await {
-                if let Some(d) = event["deliveries"]
+            if let Some(event) = self.event(source, event_id).await
+                && let Some(d) = event["deliveries"]
                     .as_array()
                     .and_then(|ds| ds.iter().find(|d| d["handler"] == handler))
-                {
-                    if done(d) {
-                        return d.clone();
-                    }
-                    last = d.clone();
+            {
+                if done(d) {
+                    return d.clone();
                 }
+                last = d.clone();
             }
             assert!(
                 Instant::now() < deadline,

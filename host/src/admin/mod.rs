@@ -164,10 +164,10 @@ async fn replay(
     body: Option<Json<ReplayBody>>,
 ) -> Result<Json<Value>, ApiError> {
     let body = body.map(|Json(b)| b).unwrap_or_default();
-    if let Some(source) = &body.source {
-        if !shared.config.sources.contains_key(source.as_str()) {
-            return Err(ApiError::BadRequest(format!("unknown source {source:?}")));
-        }
+    if let Some(source) = &body.source
+        && !shared.config.sources.contains_key(source.as_str())
+    {
+        return Err(ApiError::BadRequest(format!("unknown source {source:?}")));
     }
     let filter = ReplayFilter {
         source: body.source.clone(),

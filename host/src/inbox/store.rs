@@ -680,7 +680,9 @@ fn claim_due(
     let fetch = (request.limit * 2 + 8) as i64;
     let handlers: Vec<&String> = request.capacity.keys().collect();
     let handlers = serde_json::to_string(&handlers).expect("strings serialize");
-    let candidates: Vec<(i64, String, Option<String>, Option<i64>, String)> = conn
+    /// (delivery id, handler, ordering key, sequence, source)
+    type Candidate = (i64, String, Option<String>, Option<i64>, String);
+    let candidates: Vec<Candidate> = conn
         .prepare_cached(
             "SELECT d.id, d.handler, d.ordering_key, d.sequence, d.source FROM deliveries d
              WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at <= ?1
