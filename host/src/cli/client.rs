@@ -241,8 +241,8 @@ fn is_false(value: &bool) -> bool {
 pub struct PluginsArgs {
     #[command(flatten)]
     admin: AdminArgs,
-    /// `rollback` makes NAME's previous version live again. Omit it to list the plugins
-    /// (name, wasm file, sha256, exports, load error, previous versions).
+    /// What to do with NAME. Omit it to list the plugins (name, wasm file, sha256, exports,
+    /// load error, previous versions).
     #[arg(value_enum, value_name = "ACTION", requires = "name")]
     action: Option<PluginAction>,
     /// The plugin instance to roll back (its `[plugins.<name>]` name).

@@ -33,8 +33,8 @@ Prints one line per request (#index, status, latency, body) and then \
 response at all (connect failure, timeout); a 401 or 503 is a result, not a failure.
 
 Example (a provider that retries too eagerly):
-  hookd send --url http://127.0.0.1:8080/hooks/github --scheme github --secret s3cret \\
-      --repeat 3 --concurrency 3 push.json")]
+  HOOKD_SEND_SECRET=s3cret hookd send --url http://127.0.0.1:8080/hooks/github \\
+      --scheme github --repeat 3 --concurrency 3 push.json")]
 pub struct SendArgs {
     /// The ingest URL, e.g. http://127.0.0.1:8080/hooks/stripe. Plain http only: https is out
     /// of scope.
@@ -278,7 +278,7 @@ pub async fn run(args: SendArgs) -> anyhow::Result<()> {
     let body = read_payload(&args.file).await?;
     // Refuse a bad secret or id once, up front, rather than once per request.
     verify::try_sign(&scheme, &secret, &event_id, &body, SystemTime::now())
-        .context("cannot sign")?;
+        .with_context(|| format!("cannot sign for --scheme {}", scheme.name()))?;
 
     let id_note = match scheme.id_header() {
         Some(header) => format!("{header}: {event_id}"),
@@ -529,6 +529,85 @@ mod tests {
         let sigs: Vec<_> = merged.get_all(&sig).iter().collect();
         assert_eq!(sigs, ["sha256=11", "sha256=22"]);
         assert_eq!(merged["x-other"], "1");
+    }
+
+    /// A one-test HTTP server that verifies like a github source and records what it saw.
+    async fn github_receiver() -> (String, Arc<std::sync::Mutex<Vec<(String, bool)>>>) {
+        use http_body_util::{BodyExt as _, Full};
+        use hyper::{Request, Response, body::Incoming, service::service_fn};
+        use hyper_util::rt::TokioIo;
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks/github", listener.local_addr().unwrap());
+        let secrets = vec![Secret::new("s3cret".into())];
+        let verifier =
+            verify::Verifier::new(Scheme::Github, secrets, Duration::from_secs(300)).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (verifier, record) = (verifier.clone(), record.clone());
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let (verifier, record) = (verifier.clone(), record.clone());
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body.collect().await?.to_bytes();
+                        let id = parts.headers["x-github-delivery"]
+                            .to_str()
+                            .unwrap()
+                            .to_owned();
+                        let ok = verifier
+                            .verify(parts.headers, body, SystemTime::now())
+                            .is_ok();
+                        record.lock().unwrap().push((id, ok));
+                        let status = if ok { 202 } else { 401 };
+                        let reply = Full::new(Bytes::from_static(b"{\"accepted\":true}"));
+                        Ok::<_, hyper::Error>(
+                            Response::builder().status(status).body(reply).unwrap(),
+                        )
+                    }
+                });
+                tokio::spawn(async move {
+                    let io = TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await;
+                });
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn repeated_sends_carry_one_id_and_verify_as_the_provider_would() {
+        let (url, seen) = github_receiver().await;
+        let payload = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(payload.path(), br#"{"action":"opened"}"#).unwrap();
+        let path = payload.path().to_str().unwrap();
+        let base = ["send", "--url", &url, "--scheme", "github", "--repeat", "3"];
+
+        let mut argv = base.to_vec();
+        argv.extend([
+            "--secret",
+            "s3cret",
+            "--concurrency",
+            "2",
+            "--event-id",
+            "d-1",
+            path,
+        ]);
+        run(Send::try_parse_from(argv).unwrap().args).await.unwrap();
+        let good: Vec<_> = seen.lock().unwrap().drain(..).collect();
+        assert_eq!(good, vec![("d-1".to_string(), true); 3]);
+
+        // A wrong secret is answered 401: a result, not a failure of `send`.
+        let mut argv = base.to_vec();
+        argv.extend(["--secret", "wrong", "--interval-ms", "1", path]);
+        run(Send::try_parse_from(argv).unwrap().args).await.unwrap();
+        let bad: Vec<_> = seen.lock().unwrap().drain(..).collect();
+        assert_eq!(bad.len(), 3);
+        assert!(bad.iter().all(|(id, ok)| *id == bad[0].0 && !ok), "{bad:?}");
     }
 
     #[test]
