@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The wasm crates, by package name: the example plugins, then the test plugins.
-const PLUGINS: [&str; 8] = [
+const PLUGINS: [&str; 14] = [
     "github",
     "stripe",
     "generic",
@@ -23,6 +23,12 @@ const PLUGINS: [&str; 8] = [
     "flaky",
     "crasher",
     "mismatch",
+    "trapper",
+    "spinner",
+    "hog",
+    "deep",
+    "flood",
+    "netprobe",
 ];
 
 const TARGET: &str = "wasm32-wasip2";

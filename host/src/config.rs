@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::{
     ids::{PluginName, SourceName},
+    runtime::AllowList,
     verify::{Encoding, HmacScheme, Scheme, Secret, Verifier},
 };
 
@@ -40,9 +41,15 @@ struct ServerFile {
     admin_token: Option<String>,
     database: PathBuf,
     plugins_dir: PathBuf,
+    /// Compiled plugin code, so a restart does not compile every plugin again. Host-private:
+    /// never inside `plugins_dir`. Default: `.hookd-cache` beside the database.
+    cache_dir: Option<PathBuf>,
     /// GitHub sends up to 25 MB.
     max_body_bytes: u64,
     durability: Durability,
+    /// Batch concurrent writes into one transaction (one fsync for many 202s). `false` commits
+    /// every write on its own: only for measuring what group commit buys.
+    group_commit: bool,
     /// Deliveries not yet finished; beyond this ingest answers 503 instead of growing without end.
     max_backlog: u64,
     /// Handler invocations running at once across all plugins.
@@ -63,8 +70,10 @@ impl Default for ServerFile {
             admin_token: None,
             database: "hookd.db".into(),
             plugins_dir: "plugins".into(),
+            cache_dir: None,
             max_body_bytes: 26_214_400,
             durability: Durability::Full,
+            group_commit: true,
             max_backlog: 1_000_000,
             workers: 64,
             header_timeout_ms: 10_000,
@@ -114,6 +123,8 @@ struct PluginFile {
     memory_mib: Option<u64>,
     parser_timeout_ms: Option<u64>,
     parser_memory_mib: Option<u64>,
+    output_kib: Option<u64>,
+    log_kib: Option<u64>,
     max_concurrency: Option<usize>,
     delivery: Option<DeliveryMode>,
     #[serde(default)]
@@ -158,8 +169,11 @@ pub struct ServerConfig {
     pub admin_token: Option<Secret>,
     pub database: PathBuf,
     pub plugins_dir: PathBuf,
+    /// The compiled-artifact cache (host-private; checked not to be inside `plugins_dir`).
+    pub cache_dir: PathBuf,
     pub max_body_bytes: u64,
     pub durability: Durability,
+    pub group_commit: bool,
     pub max_backlog: u64,
     pub workers: usize,
     pub header_timeout: Duration,
@@ -191,10 +205,15 @@ pub struct PluginConfig {
     /// Parser budget per request: it runs before the provider gets its answer.
     pub parser_timeout: Duration,
     pub parser_memory_bytes: u64,
+    /// Largest output (a handler's result, a parser's envelope) per call; more is an error.
+    pub output_bytes: usize,
+    /// Log bytes per call; beyond this lines are dropped after one truncation marker.
+    pub log_bytes: usize,
     /// Attempts of this plugin running at once.
     pub max_concurrency: usize,
     pub delivery: DeliveryMode,
-    pub allow_hosts: Vec<String>,
+    /// Where its handler may send HTTP requests (`host:port` entries); empty = no network.
+    pub allow_hosts: AllowList,
     /// The plugin's own `config` table, values as strings, for the `config` import.
     pub config: BTreeMap<String, String>,
 }
@@ -221,8 +240,17 @@ impl PluginConfig {
             ("memory_mib", memory_mib),
             ("parser_memory_mib", parser_memory_mib),
         ] {
-            if !(1..=4096).contains(&mib) {
-                bail!("plugins.{name}.{key} must be between 1 and 4096 (got {mib})");
+            // 1 GiB: the largest memory the runtime's pooling allocator reserves per instance.
+            if !(1..=1024).contains(&mib) {
+                bail!("plugins.{name}.{key} must be between 1 and 1024 (got {mib})");
+            }
+        }
+        const KIB: u64 = 1024;
+        let output_kib = file.output_kib.unwrap_or(64);
+        let log_kib = file.log_kib.unwrap_or(64);
+        for (key, kib) in [("output_kib", output_kib), ("log_kib", log_kib)] {
+            if !(1..=16 * 1024).contains(&kib) {
+                bail!("plugins.{name}.{key} must be between 1 and 16384 (got {kib})");
             }
         }
         let config = file
@@ -245,9 +273,12 @@ impl PluginConfig {
             memory_bytes: memory_mib * MIB,
             parser_timeout: Duration::from_millis(file.parser_timeout_ms.unwrap_or(50).max(1)),
             parser_memory_bytes: parser_memory_mib * MIB,
+            output_bytes: (output_kib * KIB) as usize,
+            log_bytes: (log_kib * KIB) as usize,
             max_concurrency: file.max_concurrency.unwrap_or(usize::MAX).max(1),
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
-            allow_hosts: file.allow_hosts,
+            allow_hosts: AllowList::parse(&file.allow_hosts)
+                .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?,
             config,
             name,
         })
@@ -294,14 +325,30 @@ impl Config {
         if s.workers == 0 || s.max_connections == 0 {
             bail!("server.workers and server.max_connections must be at least 1");
         }
+        let database = base_dir.join(s.database);
+        let plugins_dir = base_dir.join(s.plugins_dir);
+        let cache_dir = match s.cache_dir {
+            Some(dir) => base_dir.join(dir),
+            None => database.parent().unwrap_or(base_dir).join(".hookd-cache"),
+        };
+        if cache_dir.starts_with(&plugins_dir) || plugins_dir.starts_with(&cache_dir) {
+            bail!(
+                "server.cache_dir ({}) must not overlap server.plugins_dir ({}): compiled code is \
+                 only ever loaded from a host-private directory",
+                cache_dir.display(),
+                plugins_dir.display()
+            );
+        }
         let server = ServerConfig {
             listen: s.listen,
             admin_listen: s.admin_listen,
             admin_token: admin_token.map(Secret::new),
-            database: base_dir.join(s.database),
-            plugins_dir: base_dir.join(s.plugins_dir),
+            database,
+            plugins_dir,
+            cache_dir,
             max_body_bytes: s.max_body_bytes,
             durability: s.durability,
+            group_commit: s.group_commit,
             max_backlog: s.max_backlog,
             workers: s.workers,
             header_timeout: Duration::from_millis(s.header_timeout_ms.max(1)),
@@ -467,6 +514,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.server.database, Path::new("/srv/hookd/hookd.db"));
+        assert_eq!(
+            config.server.cache_dir,
+            Path::new("/srv/hookd/.hookd-cache")
+        );
         let classifier = &config.plugins[&PluginName::from("classifier")];
         assert_eq!(classifier.max_attempts, 3);
         assert_eq!(classifier.delivery, DeliveryMode::AtMostOnce);
@@ -475,6 +526,7 @@ mod tests {
         let github = &config.plugins[&PluginName::from("github")];
         assert_eq!(github.wasm, "github");
         assert_eq!(github.parser_timeout, Duration::from_millis(50));
+        assert_eq!((github.output_bytes, github.log_bytes), (65536, 65536));
     }
 
     #[test]
@@ -503,7 +555,21 @@ mod tests {
                 "only applies",
             ),
             ("[plugins.p]\nmax_attempts = 0", "plugins.p.max_attempts"),
+            ("[plugins.p]\noutput_kib = 0", "plugins.p.output_kib"),
+            ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
+            (
+                "[server]\nplugins_dir = \"p\"\ncache_dir = \"p/cache\"",
+                "server.cache_dir",
+            ),
             ("[plugins.p]\nwasm = \"../evil\"", "plugins.p.wasm"),
+            (
+                "[plugins.p]\nallow_hosts = [\"api.example.com\"]",
+                "plugins.p.allow_hosts: \"api.example.com\": an entry is `host:port`",
+            ),
+            (
+                "[plugins.p]\nallow_hosts = [\"2130706433:80\"]",
+                "plugins.p.allow_hosts: \"2130706433:80\"",
+            ),
             ("[server]\nadmin_listen = \"0.0.0.0:8081\"", "admin_token"),
         ];
         for (text, needle) in cases {

@@ -101,16 +101,29 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let server = &config.server;
-    let inbox = Inbox::open(&server.database, server.durability)
+    let inbox = Inbox::open_with(&server.database, server.into())
         .with_context(|| format!("opening the database {}", server.database.display()))?;
     let runtime = Runtime::new().context("starting the wasm runtime")?;
     std::fs::create_dir_all(&server.plugins_dir)
         .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
-    let registry = Arc::new(Registry::new(runtime.clone(), server.plugins_dir.clone()));
-    for stem in config.wasm_stems() {
-        // A missing or broken file is reported and its deliveries wait; the host still starts.
-        let _ = registry.load(&stem).await;
-    }
+    let cache = runtime
+        .artifact_cache(&server.cache_dir)
+        .inspect_err(|e| {
+            tracing::warn!(
+                cache_dir = %server.cache_dir.display(), error = %e,
+                "compiled-artifact cache unavailable; every start compiles every plugin"
+            );
+        })
+        .ok();
+    let registry = Arc::new(Registry::new(
+        runtime.clone(),
+        server.plugins_dir.clone(),
+        cache,
+    ));
+    // Watching starts before the first load, so a change made meanwhile is not missed. A
+    // missing or broken file is reported and its deliveries wait; the host still starts.
+    let mut reloader = reload::Reloader::new(registry.clone(), config.wasm_stems());
+    reloader.load_all().await;
     let shared = Arc::new(Shared {
         config: config.clone(),
         inbox: inbox.clone(),
@@ -156,7 +169,7 @@ pub async fn run(
         server.into(),
         stopped(stop_rx.clone()),
     ));
-    let watcher = tokio::spawn(reload::run(shared.clone(), stopped(stop_rx.clone())));
+    let watcher = tokio::spawn(reloader.run(stopped(stop_rx.clone())));
     let workers = tokio::spawn(dispatcher.run(pool.handle(), stopped(stop_rx.clone())));
     tracing::info!(
         listen = %ingest_addr, admin = %admin_addr,

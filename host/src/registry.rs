@@ -6,6 +6,8 @@
 //!   evicts a working version — its error is recorded beside it.
 //! - Lookups on the hot path are a lock-free `ArcSwap` load; an in-flight call keeps its
 //!   `Arc<LoadedPlugin>` and finishes on the version it started with.
+//! - Native code comes from compiling the file or from the host-private artifact cache keyed by
+//!   the file's sha256; nothing precompiled is ever read from the plugins directory.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -16,10 +18,11 @@ use std::{
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use crate::{
     model::unix_ms,
-    runtime::{Plugin, Runtime},
+    runtime::{ArtifactCache, Origin, Plugin, Runtime},
 };
 
 /// Largest plugin file accepted (DESIGN.md default).
@@ -59,15 +62,18 @@ pub struct PluginStatus {
 pub struct Registry {
     runtime: Arc<Runtime>,
     dir: PathBuf,
+    cache: Option<ArtifactCache>,
     live: ArcSwap<HashMap<String, Arc<LoadedPlugin>>>,
     status: Mutex<BTreeMap<String, FileStatus>>,
 }
 
 impl Registry {
-    pub fn new(runtime: Arc<Runtime>, dir: PathBuf) -> Self {
+    /// A registry of the files in `dir`; `cache` (if any) keeps their compiled code.
+    pub fn new(runtime: Arc<Runtime>, dir: PathBuf, cache: Option<ArtifactCache>) -> Self {
         Self {
             runtime,
             dir,
+            cache,
             live: ArcSwap::from_pointee(HashMap::new()),
             status: Mutex::new(BTreeMap::new()),
         }
@@ -104,14 +110,19 @@ impl Registry {
                 }
                 if let Some(old) = entry.current.replace(loaded.clone()) {
                     entry.previous.insert(0, old);
-                    entry.previous.truncate(KEEP_PREVIOUS);
                 }
+                // A version that comes back is live, not also a rollback target.
+                entry
+                    .previous
+                    .retain(|p| p.plugin.sha256() != loaded.plugin.sha256());
+                entry.previous.truncate(KEEP_PREVIOUS);
                 entry.error = None;
                 self.publish(stem, Some(loaded.clone()));
                 tracing::info!(
                     plugin = stem,
                     sha256 = loaded.plugin.sha256(),
                     exports = ?loaded.plugin.roles().names(),
+                    from_cache = loaded.plugin.origin() == Origin::Cache,
                     "plugin loaded"
                 );
                 Ok(loaded)
@@ -219,8 +230,15 @@ impl Registry {
                 "plugin {stem}: {file} grew over the {MAX_PLUGIN_BYTES}-byte cap"
             ));
         }
+        // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
+        if let Some(live) = self.get(stem)
+            && hex::encode(Sha256::digest(&bytes)) == live.plugin.sha256()
+        {
+            return Ok(live);
+        }
         let runtime = self.runtime.clone();
-        let compile = tokio::task::spawn_blocking(move || runtime.compile(&bytes));
+        let cache = self.cache.clone();
+        let compile = tokio::task::spawn_blocking(move || runtime.compile(&bytes, cache.as_ref()));
         let plugin = tokio::time::timeout(COMPILE_TIMEOUT, compile)
             .await
             .map_err(|_| format!("plugin {stem}: compiling {file} took over {COMPILE_TIMEOUT:?}"))?

@@ -10,7 +10,8 @@
 //!
 //! Implement the trait(s) and register them once with [`register!`]. A fresh instance is
 //! made for every call, so a plugin keeps nothing in memory between calls: durable data goes
-//! through [`state`], settings come from [`config`], diagnostics go to [`log`].
+//! through [`state`], settings come from [`config`], diagnostics go to [`log`], and a handler
+//! granted `allow_hosts` can call other services with [`http`].
 //!
 //! # Example
 //!
@@ -51,7 +52,7 @@
 //!
 //! Keep a plugin's logic in plain functions and unit-test it with `cargo test` on the host
 //! target. [`Request::new`] and [`Event::new`] build inputs; outside hookd, [`log`] writes to
-//! stderr while [`config`] and [`state`] panic, as there is no host to ask.
+//! stderr while [`config`], [`state`] and [`http`] panic, as there is no host to ask.
 //!
 //! # Layout
 //!
@@ -59,6 +60,7 @@
 //! - `envelope`: [`Envelope`]: what a parser hands back.
 //! - `error`: [`ParseError`], [`HandleError`], [`BodyError`].
 //! - [`log`], [`config`], [`state`], [`output`]: the host's services and output helpers.
+//! - [`http`]: outbound HTTP over `wasi:http` (through the `wasip2` crate's bindings).
 //! - `bindings.rs` (the hidden module `__private`): the only code that touches wit-bindgen.
 //!
 //! Invariant: no generated type appears in this crate's public API; the WIT contract can
@@ -69,6 +71,7 @@
 pub mod config;
 mod envelope;
 mod error;
+pub mod http;
 mod input;
 pub mod log;
 pub mod output;

@@ -3,5 +3,10 @@
 
 mod support;
 
+mod admin;
+mod crash;
 mod dispatch;
 mod foundation;
+mod ingest;
+mod outbound;
+mod plugins;

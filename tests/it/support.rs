@@ -314,3 +314,103 @@ pub fn github_headers(delivery: &str, event: &str) -> Vec<(HeaderName, HeaderVal
         ),
     ]
 }
+
+/// hookd as a separate process (`hookd serve`), for crash tests: it can be killed with SIGKILL
+/// and restarted on the same directory and database.
+pub struct ProcessHost {
+    pub ingest: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: PathBuf,
+    child: std::process::Child,
+}
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+impl ProcessHost {
+    /// Writes `config` (plus listen addresses on free ports) into `dir/hookd.toml` and starts
+    /// `hookd serve` there; returns once it is healthy. Its log goes to `dir/hookd.log`.
+    pub async fn start(dir: &Path, config: &str) -> Self {
+        let (ingest, admin) = (free_port(), free_port());
+        let text = config_text(config).replacen(
+            "[server]",
+            &format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\""),
+            1,
+        );
+        std::fs::write(dir.join("hookd.toml"), text).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("hookd.log"))
+            .unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["serve", "--config"])
+            .arg(dir.join("hookd.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting hookd");
+        let host = Self {
+            ingest,
+            admin,
+            dir: dir.to_owned(),
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let url = format!("http://{admin}/healthz");
+            if let Ok((StatusCode::OK, _, _)) = send(Method::GET, &url, &[], Bytes::new()).await {
+                return host;
+            }
+            let log = std::fs::read_to_string(dir.join("hookd.log")).unwrap_or_default();
+            assert!(
+                Instant::now() < deadline,
+                "hookd did not become healthy; log:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// SIGKILL: no shutdown path runs.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    pub async fn post(
+        &self,
+        source: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: &[u8],
+    ) -> anyhow::Result<(StatusCode, Value)> {
+        let url = format!("http://{}/hooks/{source}", self.ingest);
+        let (status, _, body) =
+            send(Method::POST, &url, headers, Bytes::copy_from_slice(body)).await?;
+        Ok((status, json_or_text(&body)))
+    }
+
+    pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
+        let url = format!("http://{}{path}", self.admin);
+        let auth = HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).unwrap();
+        let (status, _, body) = send(
+            Method::GET,
+            &url,
+            &[(http::header::AUTHORIZATION, auth)],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        (status, json_or_text(&body))
+    }
+}
+
+impl Drop for ProcessHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

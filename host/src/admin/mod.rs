@@ -57,8 +57,10 @@ async fn require_token(
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
+            .and_then(|v| v.trim().split_once(' '))
+            // The scheme name is case-insensitive (RFC 9110 §11.1).
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map_or("", |(_, token)| token.trim_start());
         if !token.matches(presented.as_bytes()) {
             return Err(ApiError::Unauthorized);
         }

@@ -27,7 +27,10 @@ use crate::{
     inbox::{ClaimRequest, Claimed, Finish, Finished, Inbox},
     model::{AttemptOutcome, Disposition, unix_ms},
     registry::Registry,
-    runtime::{CallContext, CallError, EventInput, HandleVerdict, Limits, Runtime, StateStore},
+    runtime::{
+        CallContext, CallError, EventInput, HandleVerdict, Limits, Outbound, Runtime, StateStore,
+        idempotency_key,
+    },
 };
 
 /// Extra lease time beyond a plugin's timeout, so a slow-but-alive attempt is not reclaimed.
@@ -36,9 +39,6 @@ const LEASE_MARGIN: Duration = Duration::from_secs(10);
 const RECLAIM_EVERY: Duration = Duration::from_secs(1);
 /// Longest idle wait; new work normally wakes the loop at once.
 const IDLE_POLL: Duration = Duration::from_millis(500);
-/// Output and log caps per attempt (DESIGN.md defaults).
-pub const OUTPUT_BYTES: usize = 64 * 1024;
-pub const LOG_BYTES: usize = 64 * 1024;
 
 impl StateStore for Inbox {
     fn get(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<Vec<u8>>, i64)> {
@@ -262,8 +262,8 @@ impl Dispatcher {
             limits: Limits {
                 timeout: plugin_config.timeout,
                 memory_bytes: plugin_config.memory_bytes,
-                output_bytes: OUTPUT_BYTES,
-                log_bytes: LOG_BYTES,
+                output_bytes: plugin_config.output_bytes,
+                log_bytes: plugin_config.log_bytes,
             },
         };
         let input = EventInput {
@@ -277,10 +277,19 @@ impl Dispatcher {
             headers: claim.headers.clone(),
             body: claim.body.to_vec(),
         };
+        // The same key on every attempt of this delivery, so downstream can dedupe our retries.
+        let outbound = Outbound {
+            allow: plugin_config.allow_hosts.clone(),
+            idempotency_key: idempotency_key(
+                claim.source.as_str(),
+                claim.event_id.as_str(),
+                claim.handler.as_str(),
+            ),
+        };
         let state: Arc<dyn StateStore> = Arc::new(self.inbox.clone());
         let (result, changes) = self
             .runtime
-            .handle(&loaded.plugin, &ctx, state, input)
+            .handle(&loaded.plugin, &ctx, state, input, outbound)
             .await;
         let now = unix_ms(SystemTime::now());
         let (outcome, verdict, error_kind, error) = match result {

@@ -523,6 +523,21 @@ impl Inbox {
         .await
     }
 
+    /// Whether `(source, event_id)` is stored (lets an overloaded host still answer a
+    /// provider's retry of a stored event with `duplicate`, not 503).
+    pub async fn contains_event(
+        &self,
+        source: String,
+        event_id: String,
+    ) -> Result<bool, InboxError> {
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT 1 FROM events WHERE source = ?1 AND event_id = ?2")?
+                .exists(params![source, event_id])?)
+        })
+        .await
+    }
+
     /// Quarantined requests not yet resolved.
     pub async fn quarantine_held_count(&self) -> Result<i64, InboxError> {
         self.read(|conn| {

@@ -89,15 +89,24 @@ async fn receive(
         .verifier
         .verify(headers, body, received)
         .map_err(|e| ApiError::InvalidSignature(e.to_string()))?;
-    if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
-        return Err(ApiError::Overloaded {
-            retry_after_secs: 5,
-        });
-    }
     let request = RawRequest::from_verified(verified, unix_ms(received));
     match envelope(&shared, &source, &request).await {
         EnvelopeOutcome::Envelope(envelope) => {
             let event_id = envelope.event_id.clone();
+            if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
+                // Over the bound: refuse new work, but a retry of a stored event is still
+                // just a duplicate (refusing it would only make the provider retry again).
+                let stored = shared
+                    .inbox
+                    .contains_event(source.name.to_string(), event_id.to_string())
+                    .await?;
+                if !stored {
+                    return Err(ApiError::Overloaded {
+                        retry_after_secs: 5,
+                    });
+                }
+                return Ok(accepted_response(&event_id, true));
+            }
             let accepted = shared
                 .inbox
                 .accept(
@@ -108,12 +117,10 @@ async fn receive(
                     None,
                 )
                 .await?;
-            let duplicate = accepted == Accepted::Duplicate;
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"accepted": true, "duplicate": duplicate, "event_id": event_id})),
-            )
-                .into_response())
+            Ok(accepted_response(
+                &event_id,
+                accepted == Accepted::Duplicate,
+            ))
         }
         EnvelopeOutcome::Invalid(detail) => Err(ApiError::Unparsable(detail)),
         EnvelopeOutcome::Ignore(reason) => {
@@ -137,6 +144,11 @@ async fn receive(
                 .into_response())
         }
     }
+}
+
+fn accepted_response(event_id: &EventId, duplicate: bool) -> Response {
+    let body = json!({"accepted": true, "duplicate": duplicate, "event_id": event_id});
+    (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
 /// Produces the envelope of a verified request: the source's parser plugin, or without one the
@@ -163,8 +175,8 @@ pub async fn envelope(
         limits: Limits {
             timeout: plugin.parser_timeout,
             memory_bytes: plugin.parser_memory_bytes,
-            output_bytes: crate::dispatch::OUTPUT_BYTES,
-            log_bytes: crate::dispatch::LOG_BYTES,
+            output_bytes: plugin.output_bytes,
+            log_bytes: plugin.log_bytes,
         },
     };
     let verdict = shared

@@ -1,67 +1,276 @@
 //! Hot reload: watches `plugins_dir` and hands changed plugin files to the registry.
 //!
+//! Change detection is the `notify` watcher (inotify on Linux) plus a slow periodic rescan that
+//! catches whatever the watcher missed (an overflowed event queue, a recreated directory); if no
+//! watcher can be created, a fast polling scan replaces it.
+//!
 //! Invariants: only files a configured plugin instance uses are loaded; a file is loaded only
-//! once it has stopped changing (debounce), so a `cp` in progress is never compiled; a
-//! deleted file unloads its plugin (deliveries wait, they are not dead-lettered).
+//! once its size and modification time have stopped changing for [`SETTLE`] (debounce), so a
+//! `cp` in progress is never compiled — or for [`SETTLE_FINISHED`] once the watcher saw the
+//! writer finish (it closed the file, or the file was renamed into place); a deleted file
+//! unloads its plugin (deliveries wait, they are not dead-lettered); loads run off this loop,
+//! at most one per file at a time, and never evict a working version (the registry builds, then
+//! swaps), so a file loaded too early costs an error message, never the working version.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     path::Path,
     sync::Arc,
     time::{Duration, SystemTime},
 };
 
-use crate::Shared;
+use notify::Watcher as _;
+use tokio::{sync::mpsc, task::JoinSet, time::Instant};
+
+use crate::registry::Registry;
 
 /// How long a file must stay unchanged before it is loaded.
-const SETTLE: Duration = Duration::from_millis(200);
-/// How often `plugins_dir` is scanned.
-const SCAN_EVERY: Duration = Duration::from_millis(100);
+pub const SETTLE: Duration = Duration::from_millis(200);
+/// How long it must stay unchanged after its writer closed it or it was renamed into place.
+pub const SETTLE_FINISHED: Duration = Duration::from_millis(25);
+/// How often every file is looked at while the watcher works (to catch missed events).
+const RESCAN_EVERY: Duration = Duration::from_secs(1);
+/// How often every file is looked at when there is no watcher.
+const POLL_EVERY: Duration = Duration::from_millis(100);
 
-/// What the watcher knows of one file: its size and modification time.
+/// What the watcher knows of one file: its size and modification time (None: no file).
 type Fingerprint = Option<(u64, SystemTime)>;
 
 fn fingerprint(path: &Path) -> Fingerprint {
     let meta = std::fs::metadata(path).ok()?;
+    meta.is_file().then_some(())?;
     Some((meta.len(), meta.modified().ok()?))
 }
 
-/// Runs until `shutdown` resolves.
-pub async fn run(shared: Arc<Shared>, shutdown: impl Future<Output = ()>) {
-    let stems: HashSet<String> = shared.config.wasm_stems().into_iter().collect();
-    let mut seen: HashMap<String, Fingerprint> = stems
-        .iter()
-        .map(|stem| (stem.clone(), fingerprint(&shared.registry.path_of(stem))))
-        .collect();
-    // A change waits here until it has settled: stem → (fingerprint, first seen).
-    let mut settling: HashMap<String, (Fingerprint, tokio::time::Instant)> = HashMap::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            _ = &mut shutdown => return,
-            _ = tokio::time::sleep(SCAN_EVERY) => {}
-        }
-        for stem in &stems {
-            let now = fingerprint(&shared.registry.path_of(stem));
-            if seen.get(stem) == Some(&now) {
-                settling.remove(stem);
-                continue;
+/// A change waiting to settle.
+struct Settling {
+    fingerprint: Fingerprint,
+    since: Instant,
+    /// [`SETTLE`], or [`SETTLE_FINISHED`] once the writer was seen to finish.
+    quiet: Duration,
+}
+
+impl Settling {
+    fn due(&self) -> Instant {
+        self.since + self.quiet
+    }
+}
+
+/// Filesystem events from `notify`, while the watcher lives.
+struct Events {
+    _watcher: notify::RecommendedWatcher,
+    rx: mpsc::UnboundedReceiver<notify::Result<notify::Event>>,
+}
+
+/// Watches the plugin files of the configuration and keeps the registry in step with them.
+pub struct Reloader {
+    registry: Arc<Registry>,
+    stems: BTreeSet<String>,
+    /// Each file's fingerprint when it was last loaded (or found missing).
+    seen: HashMap<String, Fingerprint>,
+    /// Changes waiting to settle.
+    settling: HashMap<String, Settling>,
+    events: Option<Events>,
+}
+
+impl Reloader {
+    /// Starts watching `registry`'s directory for the files `stems`. Call this before the first
+    /// load, so that a change made while the host starts is not missed.
+    pub fn new(registry: Arc<Registry>, stems: impl IntoIterator<Item = String>) -> Self {
+        let events = match watch(registry.dir()) {
+            Ok(events) => Some(events),
+            Err(e) => {
+                tracing::warn!(
+                    dir = %registry.dir().display(), error = %e,
+                    "cannot watch plugins_dir; polling it every {POLL_EVERY:?} instead"
+                );
+                None
             }
-            match settling.get(stem) {
-                Some((pending, since)) if *pending == now && since.elapsed() >= SETTLE => {
-                    settling.remove(stem);
-                    seen.insert(stem.clone(), now);
-                    if now.is_some() {
-                        let _ = shared.registry.load(stem).await;
+        };
+        Self {
+            registry,
+            stems: stems.into_iter().collect(),
+            seen: HashMap::new(),
+            settling: HashMap::new(),
+            events,
+        }
+    }
+
+    /// Loads every file once (start-up), a few at a time: with the artifact cache warm this is
+    /// a handful of milliseconds per plugin. A missing or broken file is reported, and the host
+    /// still starts (its deliveries wait).
+    pub async fn load_all(&mut self) {
+        let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let permits = Arc::new(tokio::sync::Semaphore::new(parallel));
+        let mut loads = JoinSet::new();
+        for stem in &self.stems {
+            // Fingerprint before reading: a change during the load is seen as a change.
+            self.seen
+                .insert(stem.clone(), fingerprint(&self.registry.path_of(stem)));
+            let (registry, stem, permits) = (self.registry.clone(), stem.clone(), permits.clone());
+            loads.spawn(async move {
+                let _permit = permits.acquire_owned().await;
+                let _ = registry.load(&stem).await;
+            });
+        }
+        while loads.join_next().await.is_some() {}
+    }
+
+    /// Runs until `shutdown` resolves.
+    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let scan_every = if self.events.is_some() {
+            RESCAN_EVERY
+        } else {
+            POLL_EVERY
+        };
+        let mut next_scan = Instant::now() + scan_every;
+        // Loads in flight: stem by task, so even a load that panicked frees its file.
+        let mut loading: HashMap<tokio::task::Id, String> = HashMap::new();
+        let mut loads: JoinSet<()> = JoinSet::new();
+        loop {
+            let wake = self
+                .settling
+                .iter()
+                .filter(|(stem, _)| !loading.values().any(|l| l == *stem))
+                .map(|(_, settling)| settling.due())
+                .fold(next_scan, Instant::min);
+            let mut check: Vec<String> = Vec::new();
+            let mut finished: HashSet<String> = HashSet::new();
+            tokio::select! {
+                _ = &mut shutdown => return,
+                event = recv(&mut self.events) => match event {
+                    Some(Ok(event)) if event.need_rescan() => check.extend(self.stems.iter().cloned()),
+                    Some(Ok(event)) => {
+                        let stems = self.stems_in(&event);
+                        if writer_finished(&event) {
+                            finished.extend(stems.iter().cloned());
+                        }
+                        check.extend(stems);
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "plugins_dir watcher error; rescanning");
+                        check.extend(self.stems.iter().cloned());
+                    }
+                    None => {
+                        tracing::warn!("plugins_dir watcher stopped; polling instead");
+                        self.events = None;
+                    }
+                },
+                Some(done) = loads.join_next_with_id(), if !loads.is_empty() => {
+                    let id = match done {
+                        Ok((id, ())) => id,
+                        Err(e) => e.id(),
+                    };
+                    check.extend(loading.remove(&id));
+                }
+                _ = tokio::time::sleep_until(wake) => {
+                    if Instant::now() >= next_scan {
+                        let every = if self.events.is_some() { RESCAN_EVERY } else { POLL_EVERY };
+                        next_scan = Instant::now() + every;
+                        check.extend(self.stems.iter().cloned());
                     } else {
-                        shared.registry.unload(stem);
+                        check.extend(self.settling.keys().cloned());
                     }
                 }
-                Some((pending, _)) if *pending == now => {}
-                _ => {
-                    settling.insert(stem.clone(), (now, tokio::time::Instant::now()));
+            }
+            check.sort();
+            check.dedup();
+            for stem in check {
+                if loading.values().any(|l| *l == stem) {
+                    continue; // looked at again when its load finishes
+                }
+                if let Some(now) = self.settled(&stem, finished.contains(&stem)) {
+                    self.seen.insert(stem.clone(), now);
+                    if now.is_some() {
+                        let (registry, file) = (self.registry.clone(), stem.clone());
+                        let task = loads.spawn(async move {
+                            let _ = registry.load(&file).await;
+                        });
+                        loading.insert(task.id(), stem);
+                    } else {
+                        self.registry.unload(&stem);
+                    }
                 }
             }
         }
+    }
+
+    /// The file's fingerprint if it changed and has now stayed the same long enough: [`SETTLE`],
+    /// or [`SETTLE_FINISHED`] after its writer was seen to finish (`finished`).
+    fn settled(&mut self, stem: &str, finished: bool) -> Option<Fingerprint> {
+        let now = fingerprint(&self.registry.path_of(stem));
+        if self.seen.get(stem) == Some(&now) {
+            self.settling.remove(stem);
+            return None;
+        }
+        let fresh = || Settling {
+            fingerprint: now,
+            since: Instant::now(),
+            quiet: SETTLE,
+        };
+        let pending = self.settling.entry(stem.to_owned()).or_insert_with(fresh);
+        if pending.fingerprint != now {
+            *pending = fresh(); // still changing: start over
+        }
+        if finished {
+            pending.quiet = SETTLE_FINISHED;
+        }
+        if Instant::now() >= pending.due() {
+            self.settling.remove(stem);
+            Some(now)
+        } else {
+            None
+        }
+    }
+
+    /// The configured stems an event touches (`<stem>.wasm` files in the directory).
+    fn stems_in(&self, event: &notify::Event) -> Vec<String> {
+        use notify::event::{AccessKind, AccessMode, EventKind};
+        // Reads (ours included) change nothing; a writer closing the file does.
+        if let EventKind::Access(kind) = event.kind
+            && kind != AccessKind::Close(AccessMode::Write)
+        {
+            return Vec::new();
+        }
+        event
+            .paths
+            .iter()
+            .filter_map(|p| p.file_name()?.to_str()?.strip_suffix(".wasm"))
+            .filter(|stem| self.stems.contains(*stem))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Whether the event says a writer is done with the file: it closed it after writing, or the
+/// file was renamed into place (the atomic way to publish a file).
+fn writer_finished(event: &notify::Event) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind, RenameMode};
+    matches!(
+        event.kind,
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+            | EventKind::Modify(ModifyKind::Name(RenameMode::To | RenameMode::Both))
+    )
+}
+
+/// Starts a non-recursive watcher on `dir` whose events arrive on a channel.
+fn watch(dir: &Path) -> notify::Result<Events> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = tx.send(event);
+    })?;
+    watcher.watch(dir, notify::RecursiveMode::NonRecursive)?;
+    Ok(Events {
+        _watcher: watcher,
+        rx,
+    })
+}
+
+/// The next watcher event; never resolves without a watcher.
+async fn recv(events: &mut Option<Events>) -> Option<notify::Result<notify::Event>> {
+    match events {
+        Some(events) => events.rx.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -1,4 +1,5 @@
-//! What a plugin may import: `log`, `config`, `state`, and a WASI context that grants nothing.
+//! What a plugin may import: `log`, `config`, `state`, a WASI context that grants nothing, and
+//! `wasi:http` gated by the call's grant (see [`super::http`]).
 //!
 //! Invariants: log bytes per call are capped (then one truncation marker); state writes are
 //! buffered here and leave the call only as [`StateChanges`], for the inbox to commit with the
@@ -6,13 +7,15 @@
 
 use std::{collections::BTreeMap, sync::Arc};
 
-use wasmtime::{StoreLimits, component::ResourceTable};
+use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::WasiHttpCtx;
 
 use super::bindings::{
     handler_world::hookd::plugin::state,
     parser_world::hookd::plugin::{config, log, types},
 };
+use super::http::OutboundHooks;
 use crate::{
     ids::{EventId, PluginName},
     model::StateChanges,
@@ -61,13 +64,16 @@ impl StateTxn {
 pub struct HostState {
     pub wasi: WasiCtx,
     pub table: ResourceTable,
-    pub limits: StoreLimits,
+    pub limits: super::limiter::Limiter,
     pub plugin: PluginName,
     pub event: Option<EventId>,
     pub config: Arc<BTreeMap<String, String>>,
     pub log_budget: usize,
     pub log_truncated: bool,
     pub state: Option<StateTxn>,
+    /// `wasi:http` state; requests go through [`OutboundHooks`], which refuses all without a grant.
+    pub http: WasiHttpCtx,
+    pub outbound: OutboundHooks,
 }
 
 impl HostState {

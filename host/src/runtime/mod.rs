@@ -6,13 +6,21 @@
 //! - One [`Engine`] per process. A component is compiled once per file version and its
 //!   `InstancePre` cached; every call gets a fresh `Store` and instance, so no state survives a
 //!   call except through the `state` import.
-//! - A call is bounded: wall-clock deadline (epoch interruption, checked every tick), memory
-//!   (`StoreLimits`), wasm stack, output and log bytes. A guest yields to the executor every
-//!   tick, so a CPU-bound guest cannot hold a thread.
+//! - A call is bounded: wall-clock deadline (epoch interruption, checked every tick), memory,
+//!   tables and instances (`limiter`), live resource handles, wasm stack, output and log
+//!   bytes. A guest yields to the executor every tick, so a CPU-bound guest cannot hold a
+//!   thread.
+//! - Compiled native code is loaded only from the host-private artifact cache (`cache`),
+//!   never from `plugins_dir`.
 //! - The WASI context grants nothing: no files, no environment, no sockets, no stdio.
+//!   Outbound HTTP (`wasi:http`) is linked but refused unless the call was given an
+//!   [`Outbound`] grant, which only handler calls can be (see `http`).
 
 mod bindings;
+mod cache;
 mod host;
+mod http;
+mod limiter;
 
 use std::{
     collections::BTreeMap,
@@ -22,13 +30,16 @@ use std::{
 
 use sha2::{Digest, Sha256};
 use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder,
-    Trap, UpdateDeadline,
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap,
+    UpdateDeadline,
     component::{Component, Linker, ResourceTable},
 };
 use wasmtime_wasi::WasiCtxBuilder;
 
+pub use self::cache::{ArtifactCache, Origin};
 pub use self::host::StateStore;
+pub use self::http::{AllowList, HostPort, Outbound, idempotency_key};
+pub use self::limiter::LimitExceeded;
 use self::{
     bindings::{handler_world, parser_world, types},
     host::HostState,
@@ -80,6 +91,7 @@ impl Roles {
 pub struct Plugin {
     sha256: String,
     roles: Roles,
+    origin: Origin,
     parser: Option<parser_world::ParserPluginPre<HostState>>,
     handler: Option<handler_world::HandlerPluginPre<HostState>>,
 }
@@ -89,6 +101,7 @@ impl std::fmt::Debug for Plugin {
         f.debug_struct("Plugin")
             .field("sha256", &self.sha256)
             .field("roles", &self.roles)
+            .field("origin", &self.origin)
             .finish()
     }
 }
@@ -100,6 +113,11 @@ impl Plugin {
 
     pub fn roles(&self) -> Roles {
         self.roles
+    }
+
+    /// Whether its native code came from the artifact cache or was compiled now.
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 }
 
@@ -207,6 +225,7 @@ impl Runtime {
         };
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow_err)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(anyhow_err)?;
         handler_world::HandlerPlugin::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,
@@ -226,12 +245,24 @@ impl Runtime {
         self.pooling
     }
 
-    /// Compiles a component and checks its imports. CPU-heavy: call it off the async executor,
-    /// then [`Runtime::typecheck`] it before use.
-    pub fn compile(&self, bytes: &[u8]) -> Result<Plugin, LoadError> {
+    /// Opens (creating, owner-only) the compiled-artifact cache in `dir`, for this engine.
+    pub fn artifact_cache(&self, dir: &std::path::Path) -> std::io::Result<ArtifactCache> {
+        ArtifactCache::open(&self.engine, dir)
+    }
+
+    /// Compiles a component (or loads its native code from `cache`) and checks its imports.
+    /// CPU-heavy: call it off the async executor, then [`Runtime::typecheck`] it before use.
+    pub fn compile(
+        &self,
+        bytes: &[u8],
+        cache: Option<&ArtifactCache>,
+    ) -> Result<Plugin, LoadError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let (component, origin) = match cache {
+            Some(cache) => cache.component(&self.engine, &sha256, bytes),
+            None => Component::new(&self.engine, bytes).map(|c| (c, Origin::Compiled)),
+        }
+        .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(&self.engine)
@@ -276,6 +307,7 @@ impl Runtime {
         Ok(Plugin {
             sha256,
             roles,
+            origin,
             parser,
             handler,
         })
@@ -322,18 +354,13 @@ impl Runtime {
     }
 
     fn store(&self, ctx: &CallContext, state: Option<Arc<dyn StateStore>>) -> Store<HostState> {
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(ctx.limits.memory_bytes as usize)
-            .table_elements(200_000)
-            .instances(64)
-            .tables(64)
-            .memories(16)
-            .trap_on_grow_failure(true)
-            .build();
+        let limits = limiter::Limiter::new(ctx.limits.memory_bytes);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limiter::RESOURCE_HANDLES);
         let deadline = Instant::now() + ctx.limits.timeout;
         let host = HostState {
             wasi: WasiCtxBuilder::new().build(),
-            table: ResourceTable::new(),
+            table,
             limits,
             plugin: ctx.plugin.clone(),
             event: ctx.event.clone(),
@@ -341,9 +368,12 @@ impl Runtime {
             log_budget: ctx.limits.log_bytes,
             log_truncated: false,
             state: state.map(|store| host::StateTxn::new(store, ctx.plugin.clone())),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            outbound: http::OutboundHooks::new(ctx.plugin.clone(), ctx.event.clone(), deadline),
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|s| &mut s.limits);
+        store.set_max_component_handles(limiter::RESOURCE_HANDLES);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {
@@ -413,13 +443,15 @@ impl Runtime {
     }
 
     /// Runs a handler on one event. Returns the verdict and the attempt's buffered state changes
-    /// (to be committed only if the verdict is `Ok`).
+    /// (to be committed only if the verdict is `Ok`). `outbound` is the attempt's network grant:
+    /// the plugin's `allow_hosts` and the `Idempotency-Key` its requests carry.
     pub async fn handle(
         &self,
         plugin: &Plugin,
         ctx: &CallContext,
         state: Arc<dyn StateStore>,
         event: EventInput,
+        outbound: Outbound,
     ) -> (Result<HandleVerdict, CallError>, StateChanges) {
         let Some(pre) = plugin.handler.as_ref() else {
             return (
@@ -428,6 +460,7 @@ impl Runtime {
             );
         };
         let mut store = self.store(ctx, Some(state));
+        store.data_mut().outbound.grant(outbound);
         let input = types::Event {
             source: event.source,
             event_id: event.event_id,
@@ -483,6 +516,8 @@ async fn bounded<T>(
         Ok(Err(e)) => {
             if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                 Err(CallError::Timeout(limit))
+            } else if let Some(exceeded) = e.downcast_ref::<LimitExceeded>() {
+                Err(CallError::Trap(exceeded.to_string()))
             } else {
                 Err(CallError::Trap(trap_message(&e)))
             }

@@ -2,18 +2,23 @@
 //! billing problem?
 //!
 //! Output, stored on the delivery:
-//! `{"label": "bug", "score": 0.75, "via": "keywords", "matched": ["crash", "error"]}`.
+//! `{"label": "bug", "score": 0.75, "via": "keywords", "matched": ["crash", "error"]}` offline,
+//! `{"label": "bug", "via": "model"}` when a model decided.
 //!
 //! | config | meaning |
 //! |---|---|
 //! | `labels` | comma-separated labels to choose from; default `bug,feature,question,billing,other` |
 //! | `text_pointer` | JSON pointer to the text to classify, e.g. `/data/object/description`; default: the well-known fields, see [`text::extract`] |
+//! | `model_url` | an OpenAI-compatible chat-completions URL (`http://host:port/v1/chat/completions`); its `host:port` must be in the plugin's `allow_hosts`. Unset: offline keywords |
+//! | `model` | the `model` field of the request; default `default` |
 //!
-//! Classification is offline keyword scoring ([`keywords`]); [`classify`] is the seam where a
-//! model-backed classifier will plug in. Text that says nothing (or no text at all) is labelled
-//! `other` with score 0: that is an answer, not an error.
+//! Without `model_url` classification is offline keyword scoring ([`keywords`]): text that
+//! says nothing (or no text at all) is labelled `other` with score 0, an answer, not an error.
+//! With it, the model decides ([`model`]); a model that fails or times out makes the attempt a
+//! retry (never a silent fallback to keywords, which would store a different kind of answer).
 
 pub mod keywords;
+pub mod model;
 pub mod text;
 
 use plugin_sdk::{Event, HandleError, Handler, config, log, output};
@@ -30,6 +35,16 @@ impl Handler for Classifier {
         let pointer = config::get("text_pointer");
         let text = text::extract(event.body(), pointer.as_deref())
             .map_err(|e| HandleError::permanent(e.to_string()))?;
+        if let Some(url) = config::get("model_url").filter(|u| !u.trim().is_empty()) {
+            let model_name = config::get("model").unwrap_or_else(|| DEFAULT_MODEL.to_owned());
+            let label = model::classify(url.trim(), &model_name, &text, &labels)?;
+            log::debug(format!(
+                "{} classified as {label} by model {model_name} from {} chars",
+                event.event_id,
+                text.len()
+            ));
+            return output::json(&serde_json::json!({ "label": label, "via": "model" }));
+        }
         let result = classify(&text, &labels);
         log::debug(format!(
             "{} classified as {} ({:.2}) from {} chars",
@@ -42,6 +57,9 @@ impl Handler for Classifier {
     }
 }
 
+/// The `model` sent when the config names none.
+pub const DEFAULT_MODEL: &str = "default";
+
 plugin_sdk::register!(handler = Classifier);
 
 /// A label chosen for a text, with the evidence for it.
@@ -51,7 +69,7 @@ pub struct Classification {
     pub label: String,
     /// Confidence in 0..=1; 0 when nothing pointed to any label.
     pub score: f64,
-    /// Which classifier decided (`keywords`; later `model`).
+    /// Which classifier decided (`keywords` here; the model path outputs `model`).
     pub via: &'static str,
     /// The evidence: keywords found in the text.
     pub matched: Vec<String>,
@@ -69,11 +87,8 @@ impl Classification {
     }
 }
 
-/// Classifies `text` into one of `labels` (non-empty; see [`labels`]).
-///
-/// This is the seam for a model-backed classifier: when the plugin config names a model
-/// endpoint, this function will ask it (over the host's outbound HTTP) and fall back to
-/// [`keywords::classify`] when it is unreachable. Today it is keywords only.
+/// Classifies `text` into one of `labels` (non-empty; see [`labels`]) offline, by keywords.
+/// The model-backed path is [`model::classify`], chosen by the handler when `model_url` is set.
 pub fn classify(text: &str, labels: &[String]) -> Classification {
     keywords::classify(text, labels)
 }

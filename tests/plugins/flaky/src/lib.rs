@@ -5,11 +5,20 @@
 //!   (`{"fail_times": 2, "after_ms": 50}`) as the requested retry delay when present;
 //! - otherwise, and from attempt K + 1: success with output `{"attempt": N}`.
 //!
+//! Two more fields combine with any of the above:
+//!
+//! - `{"sleep_ms": T}`: every attempt sleeps T ms (WASI monotonic clock) before answering, so a
+//!   test can catch it running (e.g. to kill the host mid-attempt);
+//! - `{"remember": "k"}`: every attempt first reads state key `k` and writes its own attempt
+//!   number there (before any sleep); a success then outputs
+//!   `{"attempt": N, "remembered": M}`, M being what it read (`null` if nothing). Since only a
+//!   successful attempt's writes are committed, M names the last attempt that succeeded.
+//!
 //! A body that is not JSON counts as `{}`.
 
 use std::time::Duration;
 
-use plugin_sdk::{Event, HandleError, Handler, output};
+use plugin_sdk::{Event, HandleError, Handler, output, state};
 use serde::Deserialize;
 
 /// What the event body asks for.
@@ -20,6 +29,8 @@ struct Instructions {
     #[serde(default)]
     fail_times: u32,
     after_ms: Option<u64>,
+    sleep_ms: Option<u64>,
+    remember: Option<String>,
 }
 
 /// The flaky handler.
@@ -28,6 +39,17 @@ pub struct Flaky;
 impl Handler for Flaky {
     fn handle(event: Event) -> Result<Option<String>, HandleError> {
         let wanted: Instructions = event.json().unwrap_or_default();
+        let remembered = match &wanted.remember {
+            Some(key) => {
+                let seen = state::get_json::<u32>(key)?;
+                state::set_json(key, &event.attempt)?;
+                Some(seen)
+            }
+            None => None,
+        };
+        if let Some(ms) = wanted.sleep_ms {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
         if wanted.permanent {
             return Err(HandleError::permanent("asked to fail permanently"));
         }
@@ -38,7 +60,13 @@ impl Handler for Flaky {
                 None => HandleError::retry(reason),
             });
         }
-        output::json(&serde_json::json!({ "attempt": event.attempt }))
+        match remembered {
+            Some(seen) => output::json(&serde_json::json!({
+                "attempt": event.attempt,
+                "remembered": seen,
+            })),
+            None => output::json(&serde_json::json!({ "attempt": event.attempt })),
+        }
     }
 }
 

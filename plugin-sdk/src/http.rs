@@ -1,0 +1,655 @@
+//! Outbound HTTP from a handler: a small blocking client over the standard
+//! `wasi:http/outgoing-handler` interface.
+//!
+//! ```no_run
+//! use plugin_sdk::{Event, HandleError, Handler, config, http, output};
+//! use serde_json::json;
+//!
+//! struct Notify;
+//!
+//! impl Handler for Notify {
+//!     fn handle(event: Event) -> Result<Option<String>, HandleError> {
+//!         let url = config::get("notify_url").ok_or(HandleError::permanent("notify_url is not set"))?;
+//!         let response = http::post(&url)
+//!             .header("x-source", &event.source)
+//!             .json(&json!({ "event": event.event_id }))
+//!             .send()?                 // transport failures retry; a refused host is permanent
+//!             .error_for_status()?;    // 5xx and 429 retry, other non-2xx are permanent
+//!         output::json(&json!({ "status": response.status }))
+//!     }
+//! }
+//! # plugin_sdk::register!(handler = Notify);
+//! ```
+//!
+//! What the host grants and enforces (so a plugin needs no checks of its own):
+//!
+//! - Only hosts in the plugin's `allow_hosts` (`host:port` entries in `hookd.toml`) can be
+//!   reached; without any, every request fails with [`HttpError::Denied`]. Loopback, private,
+//!   link-local (cloud metadata) and similar addresses are refused even through a listed name,
+//!   unless the address itself is listed. Parsers never get network.
+//! - Only `http://` URLs: hookd has no TLS client yet, so `https://` is refused with
+//!   [`HttpError::Unsupported`].
+//! - Every request carries `Idempotency-Key: {source}:{event_id}:{handler}`, set by the host
+//!   over any value given here: the same on every retry of a delivery, so a service that honours
+//!   the header performs the effect once.
+//! - Time is bounded by the attempt's deadline (`timeout_ms`): a request still waiting when it
+//!   passes ends the attempt as a `timeout`. Responses are capped (8 MiB).
+//! - Redirects are not followed: a 3xx is returned as it is.
+//!
+//! Outside hookd (unit tests on the host target) there is no host to send through:
+//! [`RequestBuilder::send`] panics, like [`config`](crate::config) and [`state`](crate::state).
+
+use std::{fmt, time::Duration};
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{HandleError, Header};
+
+/// The most response body bytes the client reads (the host enforces the same cap).
+pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
+/// An HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `GET`
+    Get,
+    /// `HEAD`
+    Head,
+    /// `POST`
+    Post,
+    /// `PUT`
+    Put,
+    /// `PATCH`
+    Patch,
+    /// `DELETE`
+    Delete,
+    /// `OPTIONS`
+    Options,
+}
+
+/// Starts a `GET` request to `url` (`http://host:port/path?query`).
+pub fn get(url: &str) -> RequestBuilder {
+    request(Method::Get, url)
+}
+
+/// Starts a `POST` request to `url`.
+pub fn post(url: &str) -> RequestBuilder {
+    request(Method::Post, url)
+}
+
+/// Starts a request with any [`Method`].
+pub fn request(method: Method, url: &str) -> RequestBuilder {
+    RequestBuilder {
+        method,
+        url: Url::parse(url),
+        headers: Vec::new(),
+        body: Vec::new(),
+        timeout: None,
+        error: None,
+    }
+}
+
+/// A request being built; [`send`](RequestBuilder::send) sends it and waits for the response.
+#[derive(Debug)]
+#[must_use = "a request does nothing until it is sent"]
+pub struct RequestBuilder {
+    method: Method,
+    url: Result<Url, HttpError>,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    timeout: Option<Duration>,
+    /// The first problem met while building (e.g. a body that does not serialise).
+    error: Option<HttpError>,
+}
+
+impl RequestBuilder {
+    /// Adds a header (sent as given; a header the host manages, such as `Host` or
+    /// `Idempotency-Key`, is replaced by the host's value or refused).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Adds `Authorization: Bearer <token>`.
+    pub fn bearer_auth(self, token: impl fmt::Display) -> Self {
+        self.header("authorization", format!("Bearer {token}"))
+    }
+
+    /// Sets the body, as is.
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Sets the body to `value` as JSON, with `Content-Type: application/json`.
+    pub fn json<T: Serialize + ?Sized>(mut self, value: &T) -> Self {
+        match serde_json::to_vec(value) {
+            Ok(body) => {
+                self.body = body;
+                self.header("content-type", "application/json")
+            }
+            Err(e) => {
+                self.error.get_or_insert(HttpError::InvalidRequest(format!(
+                    "the JSON body does not serialise: {e}"
+                )));
+                self
+            }
+        }
+    }
+
+    /// Bounds connecting, waiting for the response head, and each wait between body chunks.
+    /// The attempt's own deadline bounds everything regardless.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sends the request and reads the whole response (up to [`MAX_RESPONSE_BYTES`]).
+    ///
+    /// Any status is a `Ok(Response)`, including 3xx, 4xx and 5xx; see
+    /// [`Response::error_for_status`].
+    ///
+    /// # Panics
+    ///
+    /// Outside hookd (on a non-wasm target), where there is no host to send through.
+    pub fn send(self) -> Result<Response, HttpError> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let url = self.url?;
+        if matches!(self.method, Method::Get | Method::Head) && !self.body.is_empty() {
+            return Err(HttpError::InvalidRequest(
+                "a GET or HEAD request has no body".into(),
+            ));
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            wasi::send(self.method, &url, &self.headers, &self.body, self.timeout)
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let _ = (self.headers, self.timeout);
+            crate::outside_hookd("http::send", &url.to_string())
+        }
+    }
+}
+
+/// A response, read in full.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// The status code, e.g. 200.
+    pub status: u16,
+    /// The response headers, names lower-cased, in the order received.
+    pub headers: Vec<Header>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// Whether the status is 2xx.
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
+    }
+
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
+    }
+
+    /// The body as UTF-8 text.
+    pub fn text(&self) -> Result<&str, HttpError> {
+        std::str::from_utf8(&self.body)
+            .map_err(|e| HttpError::Body(format!("the response body is not UTF-8: {e}")))
+    }
+
+    /// The body parsed as JSON.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T, HttpError> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            HttpError::Body(format!("the response body is not the JSON expected: {e}"))
+        })
+    }
+
+    /// `Ok(self)` for a 2xx, else [`HttpError::Status`] (with `Retry-After` in seconds, if
+    /// the server sent one).
+    pub fn error_for_status(self) -> Result<Self, HttpError> {
+        if self.is_success() {
+            return Ok(self);
+        }
+        let retry_after = self
+            .header("retry-after")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let mut body = String::from_utf8_lossy(&self.body).into_owned();
+        if body.len() > 512 {
+            let mut cut = 512;
+            while !body.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            body.truncate(cut);
+            body.push('…');
+        }
+        Err(HttpError::Status {
+            status: self.status,
+            retry_after,
+            body,
+        })
+    }
+}
+
+/// Why a request produced no usable response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    /// The request cannot be sent as built: a malformed URL, a header the host refuses, a body
+    /// that does not serialise.
+    InvalidRequest(String),
+    /// Something hookd's client does not do, such as `https://`.
+    Unsupported(String),
+    /// The host refused to send it: the `host:port` is not in the plugin's `allow_hosts`, its
+    /// address is in a refused range, or the call sent too many requests. The hookd log says
+    /// which.
+    Denied(String),
+    /// Connecting, the response head, or the body took too long.
+    Timeout(String),
+    /// The response body exceeds [`MAX_RESPONSE_BYTES`].
+    TooLarge(String),
+    /// DNS, connection or protocol failure.
+    Transport(String),
+    /// The response body could not be read or decoded.
+    Body(String),
+    /// A non-2xx status, from [`Response::error_for_status`].
+    Status {
+        /// The status code.
+        status: u16,
+        /// The server's `Retry-After`, in seconds, if any.
+        retry_after: Option<Duration>,
+        /// The start of the response body, for the error message.
+        body: String,
+    },
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HttpError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
+            HttpError::Unsupported(m) => write!(f, "unsupported: {m}"),
+            HttpError::Denied(m) => write!(f, "denied: {m}"),
+            HttpError::Timeout(m) => write!(f, "timed out: {m}"),
+            HttpError::TooLarge(m) => write!(f, "response too large: {m}"),
+            HttpError::Transport(m) => write!(f, "transport error: {m}"),
+            HttpError::Body(m) => write!(f, "bad response body: {m}"),
+            HttpError::Status { status, body, .. } => write!(f, "status {status}: {body}"),
+        }
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+/// With `?` in a handler: failures a later attempt may not meet (transport, timeout, 5xx,
+/// 408, 429, an unreadable body) are retries, honouring `Retry-After`; the rest — a refused
+/// host, an unsupported or invalid request, another 4xx, a response over the cap — are
+/// permanent, since retrying cannot change them (fix the config or the plugin, then replay).
+impl From<HttpError> for HandleError {
+    fn from(err: HttpError) -> Self {
+        match &err {
+            HttpError::Timeout(_) | HttpError::Transport(_) | HttpError::Body(_) => {
+                HandleError::retry(err.to_string())
+            }
+            HttpError::Status {
+                status,
+                retry_after,
+                ..
+            } if *status >= 500 || *status == 408 || *status == 429 => match retry_after {
+                Some(after) => HandleError::retry_after(err.to_string(), *after),
+                None => HandleError::retry(err.to_string()),
+            },
+            _ => HandleError::permanent(err.to_string()),
+        }
+    }
+}
+
+/// An `http://` URL split the way `wasi:http` wants it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Url {
+    /// `host[:port]`, as written.
+    authority: String,
+    /// `/path?query`; `/` when the URL has none. The fragment is dropped.
+    path_with_query: String,
+}
+
+impl Url {
+    fn parse(url: &str) -> Result<Url, HttpError> {
+        let invalid = |why: &str| HttpError::InvalidRequest(format!("URL {url:?}: {why}"));
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| invalid("expected http://host[:port]/path"))?;
+        if scheme.eq_ignore_ascii_case("https") {
+            return Err(HttpError::Unsupported(format!(
+                "URL {url:?}: hookd's outbound HTTP speaks plain http only (no TLS client yet)"
+            )));
+        }
+        if !scheme.eq_ignore_ascii_case("http") {
+            return Err(invalid("only http:// URLs are supported"));
+        }
+        let rest = rest.split('#').next().unwrap_or("");
+        let end = rest.find(['/', '?']).unwrap_or(rest.len());
+        let (authority, path) = rest.split_at(end);
+        if authority.is_empty() {
+            return Err(invalid("no host"));
+        }
+        if authority.contains('@') {
+            return Err(invalid(
+                "credentials in the URL are not supported; send them in a header",
+            ));
+        }
+        if authority
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid("the host contains whitespace"));
+        }
+        let path_with_query = match path {
+            "" => "/".to_owned(),
+            p if p.starts_with('?') => format!("/{p}"),
+            p => p.to_owned(),
+        };
+        Ok(Url {
+            authority: authority.to_owned(),
+            path_with_query,
+        })
+    }
+}
+
+impl fmt::Display for Url {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}{}", self.authority, self.path_with_query)
+    }
+}
+
+/// The `wasi:http` calls: the only code in the SDK that touches `wasip2`.
+#[cfg(target_arch = "wasm32")]
+mod wasi {
+    use std::time::Duration;
+
+    use wasip2::{
+        http::{
+            outgoing_handler,
+            types::{
+                self, ErrorCode, Fields, IncomingBody, OutgoingBody, OutgoingRequest,
+                RequestOptions, Scheme,
+            },
+        },
+        io::streams::StreamError,
+    };
+
+    use super::{HttpError, MAX_RESPONSE_BYTES, Method, Response, Url};
+    use crate::Header;
+
+    pub(super) fn send(
+        method: Method,
+        url: &Url,
+        headers: &[(String, String)],
+        body: &[u8],
+        timeout: Option<Duration>,
+    ) -> Result<Response, HttpError> {
+        let mut entries: Vec<(String, Vec<u8>)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.clone().into_bytes()))
+            .collect();
+        if !body.is_empty() || method == Method::Post || method == Method::Put {
+            entries.push(("content-length".into(), body.len().to_string().into_bytes()));
+        }
+        let fields = Fields::from_list(&entries).map_err(|e| {
+            HttpError::InvalidRequest(format!("a header is invalid or not allowed: {e:?}"))
+        })?;
+        let request = OutgoingRequest::new(fields);
+        let invalid = |what: &str| HttpError::InvalidRequest(format!("{what} refused: {url}"));
+        request
+            .set_method(&match method {
+                Method::Get => types::Method::Get,
+                Method::Head => types::Method::Head,
+                Method::Post => types::Method::Post,
+                Method::Put => types::Method::Put,
+                Method::Patch => types::Method::Patch,
+                Method::Delete => types::Method::Delete,
+                Method::Options => types::Method::Options,
+            })
+            .map_err(|()| invalid("method"))?;
+        request
+            .set_scheme(Some(&Scheme::Http))
+            .map_err(|()| invalid("scheme"))?;
+        request
+            .set_authority(Some(&url.authority))
+            .map_err(|()| invalid("host"))?;
+        request
+            .set_path_with_query(Some(&url.path_with_query))
+            .map_err(|()| invalid("path"))?;
+        let outgoing_body = request.body().map_err(|()| invalid("body"))?;
+        let options = timeout.map(|t| {
+            let options = RequestOptions::new();
+            let nanos = u64::try_from(t.as_nanos()).unwrap_or(u64::MAX);
+            let _ = options.set_connect_timeout(Some(nanos));
+            let _ = options.set_first_byte_timeout(Some(nanos));
+            let _ = options.set_between_bytes_timeout(Some(nanos));
+            options
+        });
+
+        // Send first, then stream the body: the host consumes it while the request is on the
+        // wire, so a body larger than its buffer cannot block before sending starts.
+        let pending = outgoing_handler::handle(request, options)
+            .map_err(|code| from_code(code, &url.authority))?;
+        let written = write_body(outgoing_body, body);
+        pending.subscribe().block();
+        let response = match pending.get() {
+            Some(Ok(Ok(response))) => response,
+            Some(Ok(Err(code))) => return Err(from_code(code, &url.authority)),
+            Some(Err(())) | None => {
+                return Err(HttpError::Transport("the response was lost".into()));
+            }
+        };
+        // A server may answer before reading the whole body (e.g. 413); its answer wins.
+        let _ = written;
+
+        let status = response.status();
+        let headers = response
+            .headers()
+            .entries()
+            .into_iter()
+            .map(|(name, value)| Header {
+                name: name.to_ascii_lowercase(),
+                value: String::from_utf8_lossy(&value).into_owned(),
+            })
+            .collect();
+        let incoming = response
+            .consume()
+            .map_err(|()| HttpError::Body("the response body was already taken".into()))?;
+        let body = read_body(&incoming, &url.authority);
+        let _ = IncomingBody::finish(incoming);
+        Ok(Response {
+            status,
+            headers,
+            body: body?,
+        })
+    }
+
+    fn write_body(outgoing: OutgoingBody, body: &[u8]) -> Result<(), HttpError> {
+        let stream = outgoing.write().map_err(|()| {
+            HttpError::Transport("the request body stream was already taken".into())
+        })?;
+        for chunk in body.chunks(4096) {
+            stream
+                .blocking_write_and_flush(chunk)
+                .map_err(|e| HttpError::Transport(format!("writing the request body: {e:?}")))?;
+        }
+        drop(stream);
+        OutgoingBody::finish(outgoing, None)
+            .map_err(|code| HttpError::Transport(format!("finishing the request body: {code:?}")))
+    }
+
+    fn read_body(incoming: &IncomingBody, authority: &str) -> Result<Vec<u8>, HttpError> {
+        let stream = incoming
+            .stream()
+            .map_err(|()| HttpError::Body("the response body stream was already taken".into()))?;
+        let mut body = Vec::new();
+        loop {
+            match stream.blocking_read(64 * 1024) {
+                Ok(chunk) => {
+                    body.extend_from_slice(&chunk);
+                    if body.len() > MAX_RESPONSE_BYTES {
+                        return Err(HttpError::TooLarge(format!(
+                            "{authority} sent more than {MAX_RESPONSE_BYTES} bytes"
+                        )));
+                    }
+                }
+                Err(StreamError::Closed) => return Ok(body),
+                Err(StreamError::LastOperationFailed(e)) => {
+                    if let Some(code) = types::http_error_code(&e) {
+                        return Err(from_code(code, authority));
+                    }
+                    // wasmtime-wasi-http 48 reports body errors as plain messages rather than
+                    // error codes: read the message's first line (the rest is a backtrace).
+                    let debug = e.to_debug_string();
+                    let what = debug.lines().next().unwrap_or("").trim();
+                    let what = format!("reading the response body from {authority}: {what}");
+                    return Err(if what.contains("body size exceeds limit") {
+                        HttpError::TooLarge(what)
+                    } else if what.contains("timeout") {
+                        HttpError::Timeout(what)
+                    } else {
+                        HttpError::Body(what)
+                    });
+                }
+            }
+        }
+    }
+
+    fn from_code(code: ErrorCode, authority: &str) -> HttpError {
+        match code {
+            ErrorCode::HttpRequestDenied | ErrorCode::DestinationIpProhibited => {
+                HttpError::Denied(format!(
+                    "hookd refused the request to {authority}: it is not in this plugin's \
+                     allow_hosts or resolves to a refused address (the hookd log says which)"
+                ))
+            }
+            ErrorCode::ConnectionLimitReached => HttpError::Denied(
+                "hookd refused the request: this call reached its cap on requests".into(),
+            ),
+            ErrorCode::DnsTimeout
+            | ErrorCode::ConnectionTimeout
+            | ErrorCode::ConnectionReadTimeout
+            | ErrorCode::ConnectionWriteTimeout
+            | ErrorCode::HttpResponseTimeout => {
+                HttpError::Timeout(format!("{authority}: {code:?}"))
+            }
+            ErrorCode::HttpResponseBodySize(size) => HttpError::TooLarge(format!(
+                "{authority} sent {} bytes, over the {MAX_RESPONSE_BYTES}-byte cap",
+                size.map_or_else(|| "too many".to_owned(), |s| s.to_string())
+            )),
+            ErrorCode::HttpRequestUriInvalid | ErrorCode::HttpRequestMethodInvalid => {
+                HttpError::InvalidRequest(format!("{authority}: {code:?}"))
+            }
+            other => HttpError::Transport(format!("{authority}: {other:?}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_authority_and_path() {
+        let ok = [
+            (
+                "http://127.0.0.1:9000/v1/chat?x=1#top",
+                "127.0.0.1:9000",
+                "/v1/chat?x=1",
+            ),
+            ("HTTP://example.com", "example.com", "/"),
+            ("http://example.com?q", "example.com", "/?q"),
+            ("http://[::1]:80/", "[::1]:80", "/"),
+        ];
+        for (url, authority, path) in ok {
+            let got = Url::parse(url).unwrap();
+            assert_eq!(
+                (got.authority.as_str(), got.path_with_query.as_str()),
+                (authority, path),
+                "{url}"
+            );
+        }
+        assert!(matches!(
+            Url::parse("https://example.com/"),
+            Err(HttpError::Unsupported(m)) if m.contains("plain http only")
+        ));
+        for bad in [
+            "example.com/x",
+            "ftp://x/",
+            "http:///x",
+            "http://u:p@x/",
+            "http://a b/",
+        ] {
+            assert!(
+                matches!(Url::parse(bad), Err(HttpError::InvalidRequest(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn status_errors_keep_retry_after_and_a_short_body() {
+        let response = |status, retry: Option<&str>| Response {
+            status,
+            headers: retry
+                .map(|r| Header {
+                    name: "retry-after".into(),
+                    value: r.into(),
+                })
+                .into_iter()
+                .collect(),
+            body: "x".repeat(2000).into_bytes(),
+        };
+        assert!(response(204, None).error_for_status().is_ok());
+        let err = response(429, Some("7")).error_for_status().unwrap_err();
+        let HttpError::Status {
+            status,
+            retry_after,
+            body,
+        } = &err
+        else {
+            panic!("{err:?}")
+        };
+        assert_eq!((*status, *retry_after), (429, Some(Duration::from_secs(7))));
+        assert!(body.len() < 600);
+        let want = HandleError::retry_after(format!("status 429: {body}"), Duration::from_secs(7));
+        assert_eq!(HandleError::from(err), want);
+    }
+
+    #[test]
+    fn handler_errors_retry_only_what_may_change() {
+        let retry = |e: HttpError| matches!(HandleError::from(e), HandleError::Retry { .. });
+        assert!(retry(HttpError::Timeout("t".into())));
+        assert!(retry(HttpError::Transport("t".into())));
+        assert!(retry(HttpError::Status {
+            status: 503,
+            retry_after: None,
+            body: String::new()
+        }));
+        assert!(!retry(HttpError::Status {
+            status: 404,
+            retry_after: None,
+            body: String::new()
+        }));
+        assert!(!retry(HttpError::Denied("d".into())));
+        assert!(!retry(HttpError::Unsupported("u".into())));
+    }
+
+    #[test]
+    fn building_errors_surface_on_send() {
+        let err = get("http://x/").body("no").send().unwrap_err();
+        assert!(matches!(err, HttpError::InvalidRequest(_)), "{err:?}");
+        let err = post("ftp://x/").send().unwrap_err();
+        assert!(matches!(err, HttpError::InvalidRequest(_)), "{err:?}");
+    }
+}

@@ -1,0 +1,354 @@
+//! Crash safety against the real `hookd serve` process: SIGKILL mid-processing, restart on the
+//! same directory, and check what the inbox made of the attempts the kill cut short.
+//!
+//! Invariant checked: an attempt is counted at lease time and its state writes land only with
+//! its `done`; a killed attempt is recorded as `abandoned` at the restart, then retried
+//! (at-least-once) or dead-lettered and never re-run (at-most-once).
+
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    path::Path,
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::support::{self, ProcessHost, Scheme, install_plugins, plugins};
+
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Signs `body` as standard-webhooks message `id` and POSTs it to source `s`; Ok only on a 202.
+async fn post_event(ingest: SocketAddr, id: String, body: Value) -> anyhow::Result<Value> {
+    let body = body.to_string();
+    let headers = support::sign(
+        &Scheme::StandardWebhooks,
+        SECRET,
+        &id,
+        body.as_bytes(),
+        SystemTime::now(),
+    );
+    let url = format!("http://{ingest}/hooks/s");
+    let (status, _, reply) = support::send(Method::POST, &url, &headers, Bytes::from(body)).await?;
+    let reply = support::json_or_text(&reply);
+    anyhow::ensure!(status == StatusCode::ACCEPTED, "{id}: {status} {reply}");
+    Ok(reply)
+}
+
+/// The event's delivery to `handler`, once it exists.
+async fn delivery(host: &ProcessHost, id: &str, handler: &str) -> Option<Value> {
+    let (status, event) = host.admin_get(&format!("/admin/events/s/{id}")).await;
+    if status != StatusCode::OK {
+        return None;
+    }
+    event["deliveries"]
+        .as_array()?
+        .iter()
+        .find(|d| d["handler"] == handler)
+        .cloned()
+}
+
+/// Waits until `handler`'s delivery of `id` satisfies `done`.
+async fn wait_delivery(
+    host: &ProcessHost,
+    id: &str,
+    handler: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let last = delivery(host, id, handler).await;
+        if let Some(d) = &last
+            && done(d)
+        {
+            return d.clone();
+        }
+        let log = std::fs::read_to_string(host.dir.join("hookd.log")).unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "{id} → {handler} did not get there; last seen: {last:#?}\nlog:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// How many events of source `s` have a delivery in `state`.
+async fn list_len(host: &ProcessHost, state: &str) -> usize {
+    let (status, list) = host
+        .admin_get(&format!("/admin/events?source=s&state={state}&limit=10000"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    list.as_array().unwrap().len()
+}
+
+fn outcomes(delivery: &Value) -> Vec<&str> {
+    delivery["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    host::model::unix_ms(SystemTime::now())
+}
+
+fn install(dir: &Path, plugin: (&str, &str)) {
+    install_plugins(dir, &[plugin]);
+}
+
+/// 200 events, each sent twice at once, to `counter`; SIGKILL once some are done while others
+/// run, restart on the same database, resend what the kill cut off: every event is handled,
+/// and the counter outputs are exactly 1..200. A killed attempt's state write never landed
+/// (else a count would be missing) and no increment ran twice (else one would repeat).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_counter_stays_exact_across_a_kill_mid_processing() {
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), ("counter", plugins::COUNTER));
+    let config = format!(
+        r#"
+        [server]
+        workers = 4
+
+        [sources.s]
+        scheme = "standard-webhooks"
+        secrets = ["{SECRET}"]
+        handlers = ["counter"]
+
+        [plugins.counter]
+        timeout_ms = 2000
+        "#
+    );
+    let first = ProcessHost::start(dir.path(), &config).await;
+    let mut sends = Vec::new();
+    for i in 0..200 {
+        for _ in 0..2 {
+            let (ingest, id) = (first.ingest, format!("msg_{i}"));
+            sends.push(tokio::spawn(async move {
+                let result = post_event(ingest, id.clone(), json!({"n": i})).await;
+                (id, result)
+            }));
+        }
+    }
+
+    // Kill once some deliveries are done while others are running (the rest are pending).
+    let deadline = Instant::now() + WAIT;
+    let done_before_kill = loop {
+        let done = list_len(&first, "done").await;
+        if done > 0 && list_len(&first, "running").await > 0 {
+            break done;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no moment with deliveries both done and running"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    first.kill();
+    let killed_at = now_ms();
+    assert!(
+        done_before_kill < 200,
+        "all 200 were done before the kill: nothing to check"
+    );
+
+    // What the provider saw: a 202 (durable), or an error (it will retry).
+    let mut accepted_by_first = BTreeSet::new();
+    let mut to_resend = Vec::new();
+    for send in sends {
+        let (id, result) = send.await.unwrap();
+        match result {
+            Ok(_) => {
+                accepted_by_first.insert(id);
+            }
+            Err(_) => to_resend.push(id),
+        }
+    }
+
+    let restarted_at = now_ms();
+    let second = ProcessHost::start(dir.path(), &config).await;
+    let resends: Vec<_> = to_resend
+        .iter()
+        .map(|id| {
+            let (ingest, id) = (second.ingest, id.clone());
+            let n: u64 = id["msg_".len()..].parse().unwrap();
+            tokio::spawn(async move { post_event(ingest, id, json!({"n": n})).await })
+        })
+        .collect();
+    for resend in resends {
+        resend.await.unwrap().unwrap();
+    }
+
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let done = list_len(&second, "done").await;
+        if done == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not all 200 were done after the restart: {done} are"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut counts = Vec::new();
+    let (mut abandoned, mut resumed) = (0, 0);
+    for i in 0..200 {
+        let id = format!("msg_{i}");
+        let d = delivery(&second, &id, "counter").await.unwrap();
+        assert_eq!(d["state"], "done", "{d:#}");
+        let output: Value = serde_json::from_str(d["output"].as_str().unwrap()).unwrap();
+        counts.push(output["count"].as_u64().unwrap());
+
+        // One ok, last; before it only attempts the kill cut short (and uncounted conflicts).
+        let outcomes = outcomes(&d);
+        assert_eq!(outcomes.last(), Some(&"ok"), "{d:#}");
+        assert_eq!(outcomes.iter().filter(|o| **o == "ok").count(), 1, "{d:#}");
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(*o, "ok" | "abandoned" | "conflict")),
+            "{d:#}"
+        );
+        let history = d["history"].as_array().unwrap();
+        let cut_short: Vec<&Value> = history
+            .iter()
+            .filter(|a| a["outcome"] == "abandoned")
+            .collect();
+        for a in &cut_short {
+            assert_eq!(a["error_kind"], "lease_expired", "{d:#}");
+            // Recorded by the second process's start-up reclaim, not before the kill.
+            assert!(a["finished_at"].as_i64().unwrap() >= killed_at, "{d:#}");
+        }
+        // The attempt is counted at lease time: each cut-short attempt used one.
+        assert_eq!(d["attempts"], 1 + cut_short.len(), "{d:#}");
+        abandoned += cut_short.len();
+        let ok = history.last().unwrap();
+        if accepted_by_first.contains(&id) && ok["started_at"].as_i64().unwrap() >= restarted_at {
+            resumed += 1;
+        }
+    }
+    counts.sort();
+    assert_eq!(counts, (1..=200).collect::<Vec<_>>());
+    // The kill really landed mid-processing: work the first process had accepted was finished
+    // by the second.
+    assert!(
+        resumed > 0,
+        "no delivery accepted before the kill was left for the restart \
+         ({done_before_kill} done at the kill, {abandoned} abandoned)"
+    );
+    eprintln!(
+        "kill after {done_before_kill} done; {} sends resent; {resumed} accepted deliveries \
+         finished after the restart; {abandoned} attempts cut short by the kill",
+        to_resend.len()
+    );
+}
+
+/// Two instances of `flaky` on one source, each attempt writing state then sleeping 1.5 s,
+/// killed while both run. After the restart the at-most-once one is dead with `abandoned` and
+/// never runs again; the at-least-once one is retried and done, and its retry did not see the
+/// killed attempt's state write (a later replay does see the retry's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once() {
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), ("flaky", plugins::FLAKY));
+    let config = format!(
+        r#"
+        [server]
+        workers = 4
+
+        [sources.s]
+        scheme = "standard-webhooks"
+        secrets = ["{SECRET}"]
+        handlers = ["once", "twice"]
+
+        [plugins.once]
+        wasm = "flaky"
+        delivery = "at-most-once"
+        timeout_ms = 10000
+        backoff_base_ms = 100
+        backoff_max_ms = 200
+
+        [plugins.twice]
+        wasm = "flaky"
+        delivery = "at-least-once"
+        timeout_ms = 10000
+        backoff_base_ms = 100
+        backoff_max_ms = 200
+        "#
+    );
+    let first = ProcessHost::start(dir.path(), &config).await;
+    let body = json!({"sleep_ms": 1500, "remember": "last"});
+    post_event(first.ingest, "slow".into(), body).await.unwrap();
+    // Both attempts in flight at once (each sleeps 1.5 s), then the kill.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, event) = first.admin_get("/admin/events/s/slow").await;
+        let running = event["deliveries"].as_array().map_or(0, |ds| {
+            ds.iter().filter(|d| d["state"] == "running").count()
+        });
+        if running == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never both running: {event:#}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    first.kill();
+
+    let second = ProcessHost::start(dir.path(), &config).await;
+    let once = delivery(&second, "slow", "once").await.unwrap();
+    assert_eq!(once["state"], "dead", "{once:#}");
+    assert_eq!(outcomes(&once), ["abandoned"], "{once:#}");
+    assert_eq!(once["history"][0]["error_kind"], "lease_expired");
+    assert_eq!(once["attempts"], 1);
+
+    let twice = wait_delivery(&second, "slow", "twice", |d| d["state"] == "done").await;
+    assert_eq!(outcomes(&twice), ["abandoned", "ok"], "{twice:#}");
+    assert_eq!(twice["history"][0]["error_kind"], "lease_expired");
+    assert_eq!(twice["attempts"], 2);
+    let output =
+        |d: &Value| -> Value { serde_json::from_str(d["output"].as_str().unwrap()).unwrap() };
+    // Attempt 1 wrote `last = 1` before it was killed: that write never landed.
+    assert_eq!(output(&twice), json!({"attempt": 2, "remembered": null}));
+
+    // A replay of the done delivery sees attempt 2's committed write.
+    let url = format!("http://{}/admin/replay", second.admin);
+    let headers = [
+        (
+            http::header::AUTHORIZATION,
+            http::HeaderValue::from_str(&format!("Bearer {}", support::ADMIN_TOKEN)).unwrap(),
+        ),
+        (
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        ),
+    ];
+    let replay = json!({"state": "done", "handler": "twice", "event_ids": ["slow"]});
+    let (status, _, reply) = support::send(
+        Method::POST,
+        &url,
+        &headers,
+        Bytes::from(replay.to_string()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK, "{reply:?}");
+    let twice = wait_delivery(&second, "slow", "twice", |d| {
+        d["state"] == "done" && d["attempts"] == 3
+    })
+    .await;
+    assert_eq!(output(&twice), json!({"attempt": 3, "remembered": 2}));
+
+    // Meanwhile (a retry, a replay and two 1.5 s attempts later) the at-most-once delivery
+    // was never run again.
+    let later = delivery(&second, "slow", "once").await.unwrap();
+    assert_eq!(
+        (&later["state"], &later["attempts"], outcomes(&later)),
+        (&json!("dead"), &json!(1), vec!["abandoned"]),
+        "{later:#}"
+    );
+}

@@ -1,0 +1,458 @@
+//! Outbound HTTP from handlers, black-box: the classifier asks a slow local model exactly once
+//! behind a retry-happy provider, a hung model is a `timeout` then an `ok`, and `netprobe` finds
+//! every forbidden destination (and the file system and environment) closed while its listed
+//! host answers.
+
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    net::SocketAddr,
+    pin::Pin,
+    sync::{Arc, Mutex},
+    task::{Context, Poll},
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Body, Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+
+use crate::support::{self, Scheme, TestHost, plugins};
+
+/// One request the mock received.
+#[derive(Debug, Clone)]
+struct Seen {
+    path: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// What the mock answers, after `delay`.
+struct Reply {
+    delay: Duration,
+    status: StatusCode,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    body: BoxBody<Bytes, Infallible>,
+}
+
+impl Reply {
+    fn new(status: StatusCode, body: impl Into<Bytes>) -> Self {
+        Self {
+            delay: Duration::ZERO,
+            status,
+            headers: Vec::new(),
+            body: Full::new(body.into()).boxed(),
+        }
+    }
+
+    /// An OpenAI-style chat-completions reply whose assistant message is `content`.
+    fn chat(content: &str) -> Self {
+        let body = json!({
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+        });
+        let mut reply = Self::new(StatusCode::OK, body.to_string());
+        reply.headers.push((
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        ));
+        reply
+    }
+
+    fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+}
+
+type Answer = dyn Fn(usize, &Seen) -> Reply + Send + Sync;
+
+/// A tiny HTTP/1 server on 127.0.0.1:0 that records every request (counted when its head and
+/// body arrive, before any delay) and answers as `answer(index, request)` says.
+struct Mock {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Mock {
+    async fn start(answer: impl Fn(usize, &Seen) -> Reply + Send + Sync + 'static) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let answer: Arc<Answer> = Arc::new(answer);
+        let accept = tokio::spawn({
+            let seen = seen.clone();
+            async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        return;
+                    };
+                    let (seen, answer) = (seen.clone(), answer.clone());
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                            let (seen, answer) = (seen.clone(), answer.clone());
+                            async move {
+                                let (parts, body) = req.into_parts();
+                                let body = body.collect().await.map(|b| b.to_bytes());
+                                let request = Seen {
+                                    path: parts.uri.path().to_owned(),
+                                    headers: parts.headers,
+                                    body: body.unwrap_or_default(),
+                                };
+                                let index = {
+                                    let mut seen = seen.lock().unwrap();
+                                    seen.push(request.clone());
+                                    seen.len() - 1
+                                };
+                                let reply = answer(index, &request);
+                                tokio::time::sleep(reply.delay).await;
+                                let mut response = Response::new(reply.body);
+                                *response.status_mut() = reply.status;
+                                response.headers_mut().extend(reply.headers);
+                                Ok::<_, Infallible>(response)
+                            }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+            }
+        });
+        Self { addr, seen, accept }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// A body of `left` 1 MiB chunks with no length announced (sent chunked).
+struct Chunks {
+    left: usize,
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.left == 0 {
+            return Poll::Ready(None);
+        }
+        self.left -= 1;
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(vec![b'x'; 1 << 20])))))
+    }
+}
+
+fn header<'a>(seen: &'a Seen, name: &str) -> Vec<&'a str> {
+    seen.headers
+        .get_all(name)
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect()
+}
+
+fn output(delivery: &Value) -> Value {
+    serde_json::from_str(delivery["output"].as_str().expect("an output")).unwrap()
+}
+
+fn outcomes(delivery: &Value) -> Vec<&str> {
+    delivery["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect()
+}
+
+const GITHUB_SECRET: &str = "gh-secret";
+
+/// A GitHub source whose issues the classifier labels with the model at `mock`.
+fn classifier_config(mock: &Mock, extra: &str) -> String {
+    let port = mock.port();
+    format!(
+        r#"
+        [sources.github]
+        scheme = "github"
+        secrets = ["{GITHUB_SECRET}"]
+        parser = "github"
+        handlers = ["classifier"]
+
+        [plugins.classifier]
+        allow_hosts = ["127.0.0.1:{port}"]
+        {extra}
+        config = {{ labels = "bug,feature,question,other", model = "test-model", model_url = "http://127.0.0.1:{port}/v1/chat/completions" }}
+        "#
+    )
+}
+
+async fn post_issue(host: &TestHost, delivery: &str, body: &[u8]) -> (StatusCode, Value) {
+    let mut headers = support::sign(
+        &Scheme::Github,
+        GITHUB_SECRET,
+        delivery,
+        body,
+        SystemTime::now(),
+    );
+    headers.push((
+        HeaderName::from_static("x-github-event"),
+        HeaderValue::from_static("issues"),
+    ));
+    host.post("github", &headers, body).await
+}
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The first seed's story: a model that takes seconds, a provider that delivers the same event
+/// three times a second apart. Every delivery is acknowledged at once (the model is not on the
+/// ingest path), the model is asked exactly once, with the idempotency key, and its label is
+/// what is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_model_behind_a_retry_happy_provider_is_called_once() {
+    let mock = Mock::start(|_, _| {
+        Reply::chat("bug\nThe reporter describes a crash.").after(Duration::from_secs(2))
+    })
+    .await;
+    let host = TestHost::start(
+        &classifier_config(&mock, ""),
+        &[
+            ("github", plugins::GITHUB),
+            ("classifier", plugins::CLASSIFIER),
+        ],
+    )
+    .await;
+    // Keywords alone would call this a feature request: only the model says "bug".
+    let body = support::github_issue(
+        41,
+        "Please add a dark mode",
+        "It would be nice to have the option",
+    );
+
+    let mut replies = Vec::new();
+    for i in 0..3 {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let sent = Instant::now();
+        let (status, reply) = post_issue(&host, "delivery-41", &body).await;
+        let took = sent.elapsed();
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+        // A correctness bound, not a speed claim: the 2 s model must not be on this path.
+        assert!(took < Duration::from_secs(1), "delivery {i} took {took:?}");
+        replies.push(reply["duplicate"].clone());
+    }
+    assert_eq!(replies, [json!(false), json!(true), json!(true)]);
+
+    let delivery = host
+        .wait_state("github", "delivery-41", "classifier", "done", WAIT)
+        .await;
+    assert_eq!(output(&delivery), json!({"label": "bug", "via": "model"}));
+    assert_eq!(delivery["attempts"], 1, "{delivery:#}");
+    assert_eq!(outcomes(&delivery), ["ok"]);
+
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 1, "the model was called {} times", seen.len());
+    let call = &seen[0];
+    assert_eq!(call.path, "/v1/chat/completions");
+    assert_eq!(
+        header(call, "idempotency-key"),
+        ["github:delivery-41:classifier"]
+    );
+    let request: Value = serde_json::from_slice(&call.body).unwrap();
+    assert_eq!(request["model"], "test-model");
+    let system = request["messages"][0]["content"].as_str().unwrap();
+    assert!(system.contains("bug, feature, question, other"), "{system}");
+    let user = request["messages"][1]["content"].as_str().unwrap();
+    assert!(user.contains("Please add a dark mode"), "{user}");
+}
+
+/// A model that hangs past the plugin's `timeout_ms` once: that attempt is a `timeout` (the
+/// host cut it off), the retry is an `ok`, and both calls carried the same idempotency key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_hangs_once_is_a_timeout_then_ok() {
+    let mock = Mock::start(|index, _| {
+        let reply = Reply::chat("Feature");
+        if index == 0 {
+            reply.after(Duration::from_secs(3600))
+        } else {
+            reply
+        }
+    })
+    .await;
+    let host = TestHost::start(
+        &classifier_config(
+            &mock,
+            "timeout_ms = 2000\nbackoff_base_ms = 50\nbackoff_max_ms = 200",
+        ),
+        &[
+            ("github", plugins::GITHUB),
+            ("classifier", plugins::CLASSIFIER),
+        ],
+    )
+    .await;
+    let body = support::github_issue(42, "Crash on start", "segfault");
+    let (status, reply) = post_issue(&host, "delivery-42", &body).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+
+    let delivery = host
+        .wait_state("github", "delivery-42", "classifier", "done", WAIT)
+        .await;
+    assert_eq!(outcomes(&delivery), ["timeout", "ok"], "{delivery:#}");
+    assert_eq!(delivery["history"][0]["error_kind"], "timeout");
+    assert_eq!(
+        output(&delivery),
+        json!({"label": "feature", "via": "model"})
+    );
+    let seen = mock.seen();
+    assert_eq!(seen.len(), 2);
+    for call in &seen {
+        assert_eq!(
+            header(call, "idempotency-key"),
+            ["github:delivery-42:classifier"]
+        );
+    }
+}
+
+const PROBE_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// `netprobe` with one listed mock host (and a second one listed only as `localhost:port`, to
+/// show a listed name cannot reach loopback): everything but the listed host is refused, the
+/// host's headers win, redirects are not followed, big bodies are cut off, and the plugin sees
+/// no files and no environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn netprobe_reaches_only_its_listed_host() {
+    let mock = Mock::start(|_, seen| match seen.path.as_str() {
+        "/redirect" => {
+            let mut reply = Reply::new(StatusCode::FOUND, "");
+            reply
+                .headers
+                .push((http::header::LOCATION, HeaderValue::from_static("/target")));
+            reply
+        }
+        "/big" => Reply::new(StatusCode::OK, vec![b'x'; 9 << 20]),
+        "/stream" => {
+            let mut reply = Reply::new(StatusCode::OK, "");
+            reply.body = Chunks { left: 9 }.boxed();
+            reply
+        }
+        _ => Reply::new(StatusCode::OK, "hello"),
+    })
+    .await;
+    // Listed only by name: `localhost` resolves to loopback, which needs its own entry.
+    let by_name = Mock::start(|_, _| Reply::new(StatusCode::OK, "reached")).await;
+    let host = TestHost::start(
+        &format!(
+            r#"
+            [sources.p]
+            scheme = "standard-webhooks"
+            secrets = ["{PROBE_SECRET}"]
+            handlers = ["netprobe"]
+
+            [plugins.netprobe]
+            max_attempts = 1
+            allow_hosts = ["127.0.0.1:{mock}", "localhost:{by_name}"]
+            "#,
+            mock = mock.port(),
+            by_name = by_name.port(),
+        ),
+        &[("netprobe", plugins::NETPROBE)],
+    )
+    .await;
+    let (admin, ingest, m, n) = (
+        host.admin.port(),
+        host.ingest.port(),
+        mock.port(),
+        by_name.port(),
+    );
+
+    let expected: BTreeMap<String, &str> = [
+        (format!("http://127.0.0.1:{m}/ok"), "ok"),
+        (format!("http://127.0.0.1:{m}/redirect"), "ok"),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_owned(),
+            "denied",
+        ),
+        (format!("http://127.0.0.1:{admin}/healthz"), "denied"),
+        (format!("http://localhost:{n}/"), "denied"),
+        (format!("http://localhost:{m}/ok"), "denied"),
+        (format!("http://[::1]:{m}/ok"), "denied"),
+        (format!("http://2130706433:{m}/ok"), "denied"),
+        (format!("http://127.0.0.1:{ingest}/hooks/p"), "denied"),
+        (format!("https://127.0.0.1:{m}/ok"), "error: unsupported"),
+        (
+            format!("http://127.0.0.1:{m}/big"),
+            "error: response too large",
+        ),
+        (
+            format!("http://127.0.0.1:{m}/stream"),
+            "error: response too large",
+        ),
+    ]
+    .into_iter()
+    .collect();
+    let urls: Vec<&String> = expected.keys().collect();
+    let (status, reply) = host
+        .post_signed(
+            "p",
+            &Scheme::StandardWebhooks,
+            PROBE_SECRET,
+            "probe-1",
+            json!({ "urls": urls }).to_string().as_bytes(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let delivery = host
+        .wait_state("p", "probe-1", "netprobe", "done", WAIT)
+        .await;
+    let report = output(&delivery);
+
+    for (url, want) in &expected {
+        let got = report["urls"][url].as_str().unwrap_or("(missing)");
+        assert!(got.starts_with(want), "{url}: got {got:?}, want {want:?}");
+    }
+    let files = &report["files"];
+    for path in ["/etc/passwd", "."] {
+        let got = files[path].as_str().unwrap();
+        assert!(got.starts_with("error: "), "{path}: {got}");
+    }
+    assert_eq!(
+        report["env"],
+        json!({"vars": 0, "HOME": null, "PATH": null})
+    );
+
+    // Only the listed host was reached, each path once (the redirect was not followed), and
+    // the host's idempotency key replaced the plugin's own.
+    let seen = mock.seen();
+    let mut paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
+    paths.sort();
+    assert_eq!(paths, ["/big", "/ok", "/redirect", "/stream"]);
+    assert!(by_name.seen().is_empty(), "{:?}", by_name.seen());
+    for call in &seen {
+        assert_eq!(
+            header(call, "idempotency-key"),
+            ["p:probe-1:netprobe"],
+            "{}",
+            call.path
+        );
+    }
+}
