@@ -582,6 +582,18 @@ mod tests {
     }
 
     #[test]
+    fn group_commit_is_on_unless_turned_off() {
+        assert!(parse("").unwrap().server.group_commit);
+        let off = parse("[server]\ngroup_commit = false").unwrap();
+        assert!(!off.server.group_commit);
+        let err = format!(
+            "{:#}",
+            parse("[server]\ngroup_commit = \"no\"").unwrap_err()
+        );
+        assert!(err.contains("group_commit"), "{err}");
+    }
+
+    #[test]
     fn secrets_never_appear_in_debug_output() {
         let config = parse(
             "[server]\nadmin_token = \"tok-123456\"\n[sources.a]\nscheme = \"github\"\nsecrets = [\"hush-hush-9\"]",

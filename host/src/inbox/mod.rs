@@ -149,7 +149,7 @@ impl Inbox {
         let conn = open_connection(path, options.durability)?;
         // The writer checkpoints inline, after a commit, so a checkpoint stalls the batches
         // queued behind it: 500 pages (~2 MiB) instead of SQLite's 1000 halves the stall and
-        // took the ingest benchmark's p99 from ~9.5 ms to ~8 ms (bench/README-section.md).
+        // took the ingest benchmark's p99 from ~9.5 ms to ~8 ms (README, "Benchmarks").
         conn.execute_batch("PRAGMA wal_autocheckpoint = 500")?;
         schema::migrate(&conn)?;
         let backlog = store::count_open(&conn)?;

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Writes a pre-signed corpus of GitHub `issues` webhook bodies for the ingest benchmark.
+
+One line per body: `<X-Hub-Signature-256 value>\t<JSON body>`. GitHub signs only the body, so
+the wrk script (bench/ingest.lua) pairs each body with a fresh `X-GitHub-Delivery` id per
+request (and re-sends an earlier id with its body for the duplicates).
+
+Usage: corpus.py OUT [--count N] [--size BYTES] [--secret S]
+"""
+
+import argparse
+import hashlib
+import hmac
+import json
+import random
+
+WORDS = (
+    "app crashes on start error when saving settings the build fails with a panic in the "
+    "worker thread after upgrading to the new release timeout while uploading large files "
+    "dark mode toggle does not persist feature request add export to csv question about "
+    "billing invoice wrong amount charged twice login redirect loops forever on safari"
+).split()
+
+
+def issue_body(rng: random.Random, n: int, size: int) -> bytes:
+    """A GitHub `issues.opened`-shaped payload of about `size` bytes (compact JSON)."""
+    number = 1000 + n
+    login = f"user{rng.randrange(100000)}"
+    payload = {
+        "action": rng.choice(["opened", "edited", "closed", "labeled"]),
+        "issue": {
+            "url": f"https://api.github.com/repos/acme/widgets/issues/{number}",
+            "id": 900000000 + n,
+            "number": number,
+            "title": " ".join(rng.choice(WORDS) for _ in range(8)),
+            "user": {"login": login, "id": rng.randrange(10**7), "type": "User"},
+            "labels": [],
+            "state": "open",
+            "comments": rng.randrange(20),
+            "created_at": "2026-05-01T12:00:00Z",
+            "updated_at": "2026-05-01T12:00:00Z",
+            "author_association": "NONE",
+            "body": "",
+        },
+        "repository": {
+            "id": 123456789,
+            "name": "widgets",
+            "full_name": "acme/widgets",
+            "private": False,
+            "owner": {"login": "acme", "id": 4242, "type": "Organization"},
+            "html_url": "https://github.com/acme/widgets",
+            "default_branch": "main",
+        },
+        "sender": {"login": login, "id": rng.randrange(10**7), "type": "User"},
+    }
+    text = []
+    while len(json.dumps(payload, separators=(",", ":"))) < size:
+        text.append(rng.choice(WORDS))
+        payload["issue"]["body"] = " ".join(text)
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out")
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--size", type=int, default=1500)
+    parser.add_argument("--secret", default="bench-github-secret")
+    args = parser.parse_args()
+    rng = random.Random(42)
+    with open(args.out, "w", encoding="utf-8") as out:
+        for n in range(args.count):
+            body = issue_body(rng, n, args.size)
+            digest = hmac.new(args.secret.encode(), body, hashlib.sha256).hexdigest()
+            out.write(f"sha256={digest}\t{body.decode()}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,446 @@
+#!/usr/bin/env python3
+"""The benchmark driver: starts a release `hookd serve` per scenario in a fresh directory, drives
+it with wrk (bench/ingest.lua) on loopback, and prints the figures.
+
+Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
+
+  ingest    durable accepts/s and acknowledgement latency (github signature + github Wasm parser,
+            ~1.5 KB bodies, 10% duplicates, handlers = [], durability = "full"), with group
+            commit and with one commit per request; then fsyncs counted with strace.
+  dispatch  end-to-end handled events/s (accept -> done) with the `counter` and the stateless
+            `flaky` handler; the drain rate of a stored backlog; resident memory per in-flight
+            handler with 1 000 handlers waiting at once.
+
+Every host runs in target/bench/<scenario>/ (a real disk: fsyncs cost what they cost) and is
+stopped with SIGTERM at the end of its scenario. Nothing here sends traffic off 127.0.0.1.
+"""
+
+import argparse
+import hashlib
+import hmac
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+HOOKD = Path(os.environ.get("HOOKD_BIN", ROOT / "target" / "release" / "hookd"))
+WASM = ROOT / "target" / "wasm-plugins" / "wasm32-wasip2" / "release"
+WORK = ROOT / "target" / "bench"
+SECRET = "bench-github-secret"
+ADMIN_TOKEN = "bench-admin-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+class Host:
+    """A `hookd serve` process in its own directory, optionally under strace."""
+
+    def __init__(self, name: str, server: str, sources: str, plugins: dict, strace: bool = False):
+        self.dir = WORK / name
+        shutil.rmtree(self.dir, ignore_errors=True)
+        (self.dir / "plugins").mkdir(parents=True)
+        for stem, wasm in plugins.items():
+            if wasm is not None:
+                shutil.copy(WASM / f"{wasm}.wasm", self.dir / "plugins" / f"{stem}.wasm")
+        self.port, self.admin_port = free_port(), free_port()
+        config = (
+            f'[server]\nlisten = "127.0.0.1:{self.port}"\n'
+            f'admin_listen = "127.0.0.1:{self.admin_port}"\n'
+            f'admin_token = "{ADMIN_TOKEN}"\ndatabase = "hookd.db"\nplugins_dir = "plugins"\n'
+            f"{server}\n{sources}\n"
+        )
+        (self.dir / "hookd.toml").write_text(config)
+        self.strace_out = self.dir / "strace.txt"
+        self.strace = strace
+        command = [str(HOOKD), "serve", "--config", str(self.dir / "hookd.toml")]
+        if strace:
+            command = [
+                "strace", "-f", "-c", "-e", "trace=fsync,fdatasync",
+                "-o", str(self.strace_out),
+            ] + command
+        self.log = open(self.dir / "hookd.log", "w")
+        env = dict(os.environ, HOOKD_LOG=os.environ.get("HOOKD_LOG", "warn"))
+        self.proc = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env)
+        deadline = time.time() + 30
+        while True:
+            try:
+                self.get("/healthz")
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"hookd did not start; see {self.dir / 'hookd.log'}")
+                time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=10) as r:
+            return r.read().decode()
+
+    def metrics(self) -> dict:
+        values = {}
+        for line in self.get("/metrics").splitlines():
+            m = re.match(r'^(hookd_\w+)(?:\{state="(\w+)"\})? (\d+)$', line)
+            if m:
+                values[m.group(2) or m.group(1)] = int(m.group(3))
+        return values
+
+    def rss_kib(self) -> int:
+        """Resident set of hookd itself (the strace wrapper is never used for memory)."""
+        with open(f"/proc/{self.hookd_pid()}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no VmRSS")
+
+    def hookd_pid(self) -> int:
+        """hookd's own pid: under strace, strace's child."""
+        if self.strace:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+            return int(children.split()[0])
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            # Under strace, stop hookd itself: strace then writes its summary and exits.
+            os.kill(self.hookd_pid(), signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def count(self, sql: str) -> int:
+        with sqlite3.connect(self.dir / "hookd.db") as db:
+            return db.execute(sql).fetchone()[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        if not os.environ.get("BENCH_KEEP"):
+            # Hundreds of MB per scenario; keep hookd.toml and hookd.log for a look afterwards.
+            for leftover in self.dir.glob("hookd.db*"):
+                leftover.unlink()
+
+
+def wait_quiet(max_wait: float = None, threshold: float = 0.15) -> None:
+    """Waits (up to QUIET_WAIT seconds, default 300) until the machine has been idle for 2 s,
+    so a figure is not taken while a compiler or a test suite shares the two cores."""
+    if max_wait is None:
+        max_wait = float(os.environ.get("QUIET_WAIT", "300"))
+    deadline = time.time() + max_wait
+    tick = os.sysconf("SC_CLK_TCK")
+    while True:
+        before = busy_jiffies()
+        time.sleep(2)
+        cores = (busy_jiffies() - before) / tick / 2
+        if cores <= threshold:
+            return
+        if time.time() > deadline:
+            log(f"        (machine still busy: {cores:.2f} cores used by others; measuring anyway)")
+            return
+
+
+def busy_jiffies() -> int:
+    """CPU time used by the whole machine so far (all cores), in clock ticks."""
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4]  # minus idle and iowait
+
+
+def proc_jiffies(pid: int) -> int:
+    stat = open(f"/proc/{pid}/stat").read()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def wrk(url: str, script: str, args: list, threads: int, connections: int, duration: str,
+        host: "Host | None" = None, quota: int = 0) -> dict:
+    """Runs wrk; with `host`, also reports the CPU hookd, wrk and everything else used meanwhile
+    (in cores), so a figure taken while other work shared the machine is visible as such."""
+    done_file = None
+    if quota:
+        done_file = WORK / f"wrk-done-{os.getpid()}-{time.time_ns()}"
+        args = list(args) + [quota, done_file]
+    command = [
+        "wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}", "--latency", "--timeout", "10s",
+        "-s", str(BENCH / script), url, "--",
+    ] + [str(a) for a in args]
+    machine0, started = busy_jiffies(), time.time()
+    hookd0 = proc_jiffies(host.hookd_pid()) if host else 0
+    children0 = os.times()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done_file is not None:
+        # A quota run: wrk would wait out its whole -d; interrupt it once the quota is sent.
+        while proc.poll() is None and not done_file.exists():
+            time.sleep(0.02)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"wrk failed ({proc.returncode}): {err}")
+    elapsed = time.time() - started
+    children1 = os.times()
+    tick = os.sysconf("SC_CLK_TCK")
+    wrk_cores = (children1.children_user + children1.children_system
+                 - children0.children_user - children0.children_system) / elapsed
+    machine_cores = (busy_jiffies() - machine0) / tick / elapsed
+    line = next((l for l in out.splitlines() if l.startswith("BENCH ")), None)
+    if line is None:
+        raise SystemExit(f"wrk printed no BENCH line:\n{out}")
+    result = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+    result["command"] = " ".join(command)
+    if done_file is not None:
+        done_file.unlink(missing_ok=True)
+    if host:
+        hookd_cores = (proc_jiffies(host.hookd_pid()) - hookd0) / tick / elapsed
+        result["cpu"] = (
+            f"CPU in cores: hookd {hookd_cores:.2f}, wrk {wrk_cores:.2f}, "
+            f"other processes {max(machine_cores - hookd_cores - wrk_cores, 0):.2f}"
+        )
+    return result
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+INGEST_SOURCES = f"""
+[sources.github]
+scheme = "github"
+secrets = ["{SECRET}"]
+parser = "github"
+handlers = []
+"""
+
+
+def ingest(args) -> None:
+    corpus = WORK / "corpus.tsv"
+    WORK.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, str(BENCH / "corpus.py"), str(corpus), "--count", "1000", "--size", "1500",
+         "--secret", SECRET],
+        check=True,
+    )
+    results = {}
+    for mode, group in (("group", "true"), ("per-request", "false")):
+        server = f'durability = "full"\ngroup_commit = {group}'
+        with Host(f"ingest-{mode}", server, INGEST_SOURCES, {"github": "github"}) as host:
+            run_id = f"{mode}-{int(time.time())}"
+            wrk(host.url, "ingest.lua", [corpus, f"warm-{run_id}"], args.threads,
+                args.connections, args.warmup)
+            wait_quiet()
+            commits_before = host.metrics().get("hookd_inbox_commits_total", 0)
+            r = wrk(host.url, "ingest.lua", [corpus, run_id], args.threads, args.connections,
+                    args.duration, host)
+            commits = host.metrics().get("hookd_inbox_commits_total", 0) - commits_before
+            host.stop()
+            stored = host.count(f"SELECT COUNT(*) FROM events WHERE event_id LIKE '{run_id}-%'")
+        r["stored_new"] = stored
+        r["commits"] = commits
+        results[mode] = r
+        log(
+            f"ingest  group_commit={group:5}  {r['accepted_per_s']:8.0f} accepted/s  "
+            f"p50 {r['p50_ms']:.2f} ms  p90 {r['p90_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
+            f"max {r['max_ms']:.1f} ms  | {int(r['accepted'])} x 202 "
+            f"({int(r['duplicates'])} duplicate, {int(r['other'])} other status), "
+            f"{stored} new events stored, {commits} commits "
+            f"({r['accepted'] / max(commits, 1):.1f} requests/commit)"
+        )
+        log(f"        {r['cpu']}")
+        log(f"        command: {r['command']}")
+    ratio = results["group"]["accepted_per_s"] / max(results["per-request"]["accepted_per_s"], 1)
+    log(f"ingest  group commit / one commit per request = {ratio:.1f}x")
+
+    # fsyncs: a fixed number of accepts at 32 connections, under strace.
+    for mode, group in (("group", "true"), ("per-request", "false")):
+        server = f'durability = "full"\ngroup_commit = {group}'
+        with Host(f"fsync-{mode}", server, INGEST_SOURCES, {"github": "github"},
+                  strace=True) as host:
+            run_id = f"fsync-{mode}-{int(time.time())}"
+            commits_before = host.metrics().get("hookd_inbox_commits_total", 0)
+            r = wrk(host.url, "ingest.lua", [corpus, run_id, 10], 1, 32, "300s",
+                    quota=args.fsync_requests)
+            time.sleep(0.5)
+            commits = host.metrics().get("hookd_inbox_commits_total", 0) - commits_before
+            host.stop()
+        fsyncs = parse_strace(host.strace_out)
+        log(
+            f"fsync   group_commit={group:5}  {int(r['accepted'])} x 202 at 32 connections: "
+            f"{fsyncs} fsync/fdatasync calls, {commits} commits "
+            f"({r['accepted'] / max(fsyncs, 1):.1f} acknowledged requests per fsync)"
+        )
+    log(f"        command: strace -f -c -e trace=fsync,fdatasync -o FILE hookd serve ... ; "
+        f"wrk -t1 -c32 -s bench/ingest.lua URL -- CORPUS RUN 10 {args.fsync_requests} DONE_FILE")
+
+
+def parse_strace(path: Path) -> int:
+    total = 0
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[-1] in ("fsync", "fdatasync"):
+            # % time, seconds, usecs/call, calls, [errors], syscall
+            total += int(parts[3])
+    return total
+
+
+# --- dispatch -------------------------------------------------------------------------------
+
+def dispatch_sources(handler: str) -> str:
+    return f"""
+[sources.github]
+scheme = "github"
+secrets = ["{SECRET}"]
+parser = "github"
+handlers = ["{handler}"]
+"""
+
+
+def wait_for(host: Host, done_target: int, timeout: float, poll: float = 0.05):
+    """Polls /metrics until `done_target` deliveries are done; returns (first_done_t, all_done_t)."""
+    first = None
+    deadline = time.time() + timeout
+    while True:
+        m = host.metrics()
+        now = time.time()
+        if first is None and m.get("done", 0) > 0:
+            first = now
+        if m.get("done", 0) >= done_target:
+            return first, now, m
+        if now > deadline:
+            raise SystemExit(f"timed out waiting for {done_target} done deliveries: {m}")
+        time.sleep(poll)
+
+
+STATES = ("pending", "running", "retrying", "done", "dead", "stale")
+
+
+def post(host: Host, events: int, body: dict, run_id: str, connections: int = 64) -> tuple:
+    """Posts up to `events` distinct signed events (one wrk thread, stopped after its quota).
+    Returns wrk's result and the number of deliveries hookd stored (the figure to wait for)."""
+    body_bytes = json.dumps(body, separators=(",", ":")).encode()
+    signature = hmac.new(SECRET.encode(), body_bytes, hashlib.sha256).hexdigest()
+    corpus = host.dir / f"{run_id}.tsv"
+    corpus.write_text(f"sha256={signature}\t{body_bytes.decode()}\n")
+    result = wrk(host.url, "ingest.lua", [corpus, run_id, 0], 1, connections, "300s",
+                 quota=events)
+    time.sleep(0.5)  # requests cut off in flight finish (or not) on the server side
+    m = host.metrics()
+    return result, sum(m.get(state, 0) for state in STATES)
+
+
+def dispatch(args) -> None:
+    n = args.events
+    # 1. End to end: post N events while the workers handle them; time until all are done.
+    for handler, wasm, body in (
+        ("counter", "counter", {"action": "created", "note": "bench"}),
+        ("flaky", "flaky", {"action": "created", "note": "bench"}),
+    ):
+        with Host(f"dispatch-{handler}", 'durability = "full"', dispatch_sources(handler),
+                  {"github": "github", handler: wasm}) as host:
+            wait_quiet()
+            start = time.time()
+            posted, total = post(host, n, body, f"e2e-{handler}")
+            _, all_done, m = wait_for(host, total, timeout=600)
+            seconds = all_done - start
+            log(
+                f"dispatch end-to-end  handler={handler:8} {total} events accept->done in "
+                f"{seconds:.2f} s = {total / seconds:8.0f} handled/s  (posting alone took "
+                f"{posted['seconds']:.2f} s; {m.get('done')} done, {m.get('dead', 0)} dead)"
+            )
+            if handler == "counter":
+                host.stop()
+                attempts = host.count("SELECT COUNT(*) FROM attempts")
+                conflicts = host.count("SELECT COUNT(*) FROM attempts WHERE outcome = 'conflict'")
+                log(f"        counter attempts: {attempts} ({conflicts} state conflicts re-run)")
+
+    # 2. Drain: N events stored while the handler's file is absent, then the file appears.
+    for handler, wasm in (("counter", "counter"), ("flaky", "flaky")):
+        with Host(f"drain-{handler}", 'durability = "full"', dispatch_sources(handler),
+                  {"github": "github"}) as host:
+            wait_quiet()
+            _, total = post(host, n, {"action": "created"}, f"drain-{handler}")
+            shutil.copy(WASM / f"{wasm}.wasm", host.dir / "plugins" / f"{handler}.wasm")
+            first, last, _ = wait_for(host, total, timeout=600, poll=0.02)
+            log(
+                f"dispatch drain       handler={handler:8} {total} stored deliveries done in "
+                f"{last - first:.2f} s = {total / (last - first):8.0f} handled/s"
+            )
+
+    # 3. Memory: 1 000 handlers waiting at once (flaky with sleep_ms), RSS delta / 1 000.
+    k = args.in_flight
+    server = f'durability = "full"\nworkers = {k}'
+    sources = dispatch_sources("flaky") + "\n[plugins.flaky]\ntimeout_ms = 120000\n"
+    with Host("memory", server, sources, {"github": "github", "flaky": "flaky"}) as host:
+        # Warm-up round: the same number of short sleeps, so one-time costs (threads, code
+        # pages, allocator arenas, connection caches) are not charged to the handlers.
+        wait_quiet()
+        _, warm = post(host, k, {"sleep_ms": 50}, "mem-warm")
+        wait_for(host, warm, timeout=120)
+        time.sleep(1)
+        base = host.rss_kib()
+        started = time.time()
+        _, total = post(host, k, {"sleep_ms": args.sleep_ms}, "mem-run")
+        waiting = total - warm  # the quota run may cut one request off: count what was stored
+        deadline = started + args.sleep_ms / 1000 * 0.8
+        peak, seen = base, 0
+        while time.time() < deadline:
+            m = host.metrics()
+            seen = max(seen, m.get("running", 0))
+            if m.get("running", 0) >= waiting:
+                peak = max(peak, host.rss_kib())
+                time.sleep(0.2)
+                peak = max(peak, host.rss_kib())
+                break
+            time.sleep(0.05)
+        if seen < waiting or waiting < k * 0.95:
+            raise SystemExit(f"only {seen} of {waiting} handlers were running at once")
+        per = (peak - base) / waiting
+        log(
+            f"dispatch memory      {waiting} handlers sleeping at once: RSS {base / 1024:.1f} MiB "
+            f"-> {peak / 1024:.1f} MiB = {per:.0f} KiB per in-flight handler"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=["ingest", "dispatch", "all"])
+    parser.add_argument("--duration", default=os.environ.get("DURATION", "30s"))
+    parser.add_argument("--warmup", default=os.environ.get("WARMUP", "5s"))
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("THREADS", "2")))
+    parser.add_argument("--connections", type=int,
+                        default=int(os.environ.get("CONNECTIONS", "64")))
+    parser.add_argument("--fsync-requests", type=int,
+                        default=int(os.environ.get("FSYNC_REQUESTS", "2000")))
+    parser.add_argument("--events", type=int, default=int(os.environ.get("EVENTS", "20000")))
+    parser.add_argument("--in-flight", type=int, default=int(os.environ.get("IN_FLIGHT", "1000")))
+    parser.add_argument("--sleep-ms", type=int, default=int(os.environ.get("SLEEP_MS", "20000")))
+    args = parser.parse_args()
+    if args.scenario in ("ingest", "all"):
+        ingest(args)
+    if args.scenario in ("dispatch", "all"):
+        dispatch(args)
+
+
+if __name__ == "__main__":
+    main()

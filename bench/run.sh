@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|all]   (default: all)
+#
+#   ingest    durable accepts/s + ack latency (wrk, 64 connections, github signature + Wasm
+#             parser, ~1.5 KB bodies, 10% duplicates, durability = "full"), group commit vs one
+#             commit per request, and fsyncs per acknowledged request under strace
+#   dispatch  handled events/s accept -> done (counter, flaky), backlog drain rate, and resident
+#             memory per in-flight handler with 1 000 handlers waiting at once
+#   invoke    instantiate + call overhead of one handler call (host/examples/invoke.rs)
+#
+# Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
+# (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
+# WARMUP=5s THREADS=2 CONNECTIONS=64 FSYNC_REQUESTS=2000 EVENTS=20000 IN_FLIGHT=1000
+# SLEEP_MS=20000 CALLS=20000 QUIET_WAIT=300 (seconds to wait for an idle machine before each
+# measurement) BENCH_KEEP=1 (keep the databases). Everything runs on 127.0.0.1; each host lives in
+# target/bench/<scenario>/.
+set -euo pipefail
+
+scenario="${1:-all}"
+case "$scenario" in
+ingest | dispatch | invoke | all) ;;
+*)
+    echo "usage: bench/run.sh [ingest|dispatch|invoke|all]" >&2
+    exit 2
+    ;;
+esac
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+need=()
+command -v wrk >/dev/null || need+=(wrk)
+command -v strace >/dev/null || need+=(strace)
+if ((${#need[@]})); then
+    apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+echo "== building (release): hookd, wasm plugins, examples/invoke" >&2
+# The tests package builds the same `hookd` binary and, through tests/build.rs, every plugin
+# (release wasm32-wasip2, in target/wasm-plugins).
+cargo build --release -p tests >&2
+if [[ "$scenario" == invoke || "$scenario" == all ]]; then
+    cargo build --release -p host --example invoke >&2
+fi
+
+echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
+    "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+if [[ "$scenario" == ingest || "$scenario" == all ]]; then
+    python3 bench/driver.py ingest
+fi
+if [[ "$scenario" == dispatch || "$scenario" == all ]]; then
+    python3 bench/driver.py dispatch
+fi
+if [[ "$scenario" == invoke || "$scenario" == all ]]; then
+    target/release/examples/invoke \
+        target/wasm-plugins/wasm32-wasip2/release/counter.wasm "${CALLS:-20000}" \
+        target/wasm-plugins/wasm32-wasip2/release/github.wasm
+fi
+echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
