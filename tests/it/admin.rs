@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, ADMIN_TOKEN, Scheme, TestHost, plugins};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Source `s` → `counter`; source `t` → `counter` and `flaky` (fan-out).
@@ -38,16 +38,7 @@ fn config() -> String {
 }
 
 async fn send_event(host: &TestHost, source: &str, id: &str, body: Value) {
-    let (status, reply) = host
-        .post_signed(
-            source,
-            &Scheme::StandardWebhooks,
-            SECRET,
-            id,
-            body.to_string().as_bytes(),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    host.accept_event(source, id, &body).await;
 }
 
 /// One admin request with exactly the `Authorization` header given (or none).

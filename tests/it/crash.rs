@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::support::{self, ProcessHost, Scheme, install_plugins, plugins};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Signs `body` as standard-webhooks message `id` and POSTs it to source `s`; Ok only on a 202.

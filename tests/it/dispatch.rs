@@ -6,9 +6,9 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{Scheme, TestHost, plugins};
+use crate::support::{self, TestHost, plugins};
 
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const SECRET: &str = support::SW_SECRET;
 
 /// A standard-webhooks source `s` (event id = `webhook-id`) with the given handlers, plus a
 /// `generic`-parsed source `k` whose body carries `id`, `key` and `seq` (for ordering).
@@ -34,18 +34,7 @@ fn config(handlers: &str, extra: &str) -> String {
 }
 
 async fn send(host: &TestHost, source: &str, id: &str, body: Value) -> Value {
-    let (status, reply) = host
-        .post_signed(
-            source,
-            &Scheme::StandardWebhooks,
-            SECRET,
-            id,
-            body.to_string().as_bytes(),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    assert!(reply.get("quarantined").is_none(), "{reply}");
-    reply
+    host.accept_event(source, id, &body).await
 }
 
 fn outcomes(delivery: &Value) -> Vec<String> {

@@ -59,7 +59,34 @@ pub fn config_text(body: &str) -> String {
     }
 }
 
+/// The Standard Webhooks secret the tests' `standard-webhooks` sources use.
+pub const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
 impl TestHost {
+    /// Posts `body` as event `id` to a `standard-webhooks` source keyed with [`SW_SECRET`],
+    /// signed now; fails the test if the request was quarantined (a parser plugin missing).
+    pub async fn post_event(&self, source: &str, id: &str, body: &Value) -> (StatusCode, Value) {
+        let body = body.to_string();
+        let (status, reply) = self
+            .post_signed(
+                source,
+                &Scheme::StandardWebhooks,
+                SW_SECRET,
+                id,
+                body.as_bytes(),
+            )
+            .await;
+        assert!(reply.get("quarantined").is_none(), "{id}: {reply}");
+        (status, reply)
+    }
+
+    /// [`TestHost::post_event`], asserting a 202; returns the reply.
+    pub async fn accept_event(&self, source: &str, id: &str, body: &Value) -> Value {
+        let (status, reply) = self.post_event(source, id, body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{id}: {reply}");
+        reply
+    }
+
     /// Starts hookd with `config` (TOML without listen addresses) and the given plugins.
     pub async fn start(config: &str, plugins: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();

@@ -125,6 +125,8 @@ struct Inner {
     work: Notify,
     /// Commits done by the writer; lets tests and benchmarks see group commit at work.
     commits: AtomicI64,
+    /// Held while open: one hookd per database, because start-up takes back every lease.
+    lock: Mutex<Option<std::fs::File>>,
 }
 
 /// Upper bound of jobs in one group commit; keeps a single transaction's latency bounded.
@@ -146,6 +148,7 @@ impl Inbox {
                 ))
             })?;
         }
+        let lock = lock_database(path)?;
         let conn = open_connection(path, options.durability)?;
         // The writer checkpoints inline, after a commit, so a checkpoint stalls the batches
         // queued behind it: 500 pages (~2 MiB) instead of SQLite's 1000 halves the stall and
@@ -162,6 +165,7 @@ impl Inbox {
             backlog: AtomicI64::new(backlog),
             work: Notify::new(),
             commits: AtomicI64::new(0),
+            lock: Mutex::new(lock),
         });
         let weak = Arc::downgrade(&inner);
         let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
@@ -179,6 +183,8 @@ impl Inbox {
         if let Some(handle) = self.inner.writer_thread.lock().expect("poisoned").take() {
             let _ = handle.join();
         }
+        // Releasing the lock lets another process (or a restart) open the database.
+        self.inner.lock.lock().expect("poisoned").take();
     }
 
     /// Runs `f` in the next group commit and returns its result once that commit is durable.
@@ -262,6 +268,31 @@ impl Inbox {
     fn wake_workers(&self) {
         self.inner.work.notify_waiters();
         self.inner.work.notify_one();
+    }
+}
+
+/// Takes an exclusive advisory lock on `<database>.lock` (released by the kernel if the process
+/// dies), so two hookd processes never share one database: the second would reclaim the first's
+/// live leases at start-up and run deliveries twice.
+fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
+    let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| InboxError::Invalid(format!("opening {}: {e}", lock_path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(InboxError::Invalid(format!(
+            "the database {} is in use by another hookd process (lock {}); one hookd per database",
+            path.display(),
+            lock_path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            tracing::warn!(lock = %lock_path.display(), error = %e, "cannot lock the database; continuing unlocked");
+            Ok(None)
+        }
     }
 }
 
@@ -369,6 +400,18 @@ mod tests {
             group_commit,
         };
         Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap()
+    }
+
+    #[test]
+    fn one_hookd_per_database_until_it_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = open(&dir, true);
+        let Err(e) = Inbox::open(&dir.path().join("hookd.db"), Durability::Full) else {
+            panic!("a second open of the same database must be refused");
+        };
+        assert!(e.to_string().contains("in use by another hookd"), "{e}");
+        first.close();
+        open(&dir, true).close();
     }
 
     /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.
