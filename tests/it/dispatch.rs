@@ -223,3 +223,38 @@ async fn per_key_order_holds_while_retrying_and_stale_events_are_never_handled()
     assert_eq!(old["attempts"], 0);
     assert!(old["history"].as_array().unwrap().is_empty());
 }
+
+/// Deliveries that are due but cannot run (their plugin is missing) must not turn the
+/// dispatcher into a busy loop of empty claims: the host stays idle while they wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_deliveries_do_not_spin_the_dispatcher() {
+    let host = TestHost::start(
+        &config("\"counter\", \"absent\"", ""),
+        &[("counter", plugins::COUNTER)],
+    )
+    .await;
+    send(&host, "s", "msg_wait", json!({})).await;
+    host.wait_state("s", "msg_wait", "counter", "done", WAIT)
+        .await;
+    let commits = |metrics: &Value| -> u64 {
+        let text = metrics.as_str().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("hookd_inbox_commits_total "))
+            .unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    let (_, before) = host.admin_get("/metrics").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, after) = host.admin_get("/metrics").await;
+    let spent = commits(&after) - commits(&before);
+    // An idle host claims at most a few times a second (IDLE_POLL) and reclaims once a second.
+    assert!(
+        spent <= 20,
+        "{spent} commits in 2 s while nothing could run"
+    );
+    let delivery = host
+        .wait_state("s", "msg_wait", "absent", "pending", WAIT)
+        .await;
+    assert_eq!(delivery["attempts"], 0);
+}

@@ -143,11 +143,15 @@ impl Dispatcher {
             if !idle {
                 continue;
             }
-            let wait = match self.inbox.next_due_ms().await {
+            // Nothing claimable now: sleep until the next retry falls due (or IDLE_POLL, which
+            // also bounds how late a newly loaded plugin's waiting deliveries are noticed);
+            // a new event, a finished attempt or a replay wakes the loop at once. Deliveries
+            // due but blocked (their key's head retries, their plugin is missing) must not make
+            // this a busy loop.
+            let now = unix_ms(SystemTime::now());
+            let wait = match self.inbox.next_due_after(now).await {
                 Ok(Some(due)) => {
-                    let ms =
-                        (due - unix_ms(SystemTime::now())).clamp(0, IDLE_POLL.as_millis() as i64);
-                    Duration::from_millis(ms as u64)
+                    Duration::from_millis((due - now).clamp(1, IDLE_POLL.as_millis() as i64) as u64)
                 }
                 _ => IDLE_POLL,
             };
@@ -155,7 +159,7 @@ impl Dispatcher {
                 _ = &mut shutdown => break,
                 _ = self.inbox.work_arrived() => {}
                 _ = self.finished.notified() => {}
-                _ = tokio::time::sleep(wait.max(Duration::from_millis(1))) => {}
+                _ = tokio::time::sleep(wait) => {}
             }
         }
         // Let running attempts finish (each is bounded by its own timeout).

@@ -409,12 +409,15 @@ impl Inbox {
         Ok(count)
     }
 
-    /// When the earliest pending or retrying delivery is due, if any.
-    pub async fn next_due_ms(&self) -> Result<Option<i64>, InboxError> {
-        self.read(|conn| {
+    /// The earliest time after `after_ms` at which a pending or retrying delivery falls due.
+    /// (Deliveries already due but not claimed are waiting on something else — their key's
+    /// head, or their plugin — and are woken by that, not by the clock.)
+    pub async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
+        self.read(move |conn| {
             Ok(conn.query_row(
-                "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ('pending', 'retrying')",
-                [],
+                "SELECT MIN(next_attempt_at) FROM deliveries
+                 WHERE state IN ('pending', 'retrying') AND next_attempt_at > ?1",
+                [after_ms],
                 |row| row.get(0),
             )?)
         })
