@@ -84,15 +84,6 @@ async fn list_len(host: &ProcessHost, state: &str) -> usize {
     list.as_array().unwrap().len()
 }
 
-fn outcomes(delivery: &Value) -> Vec<&str> {
-    delivery["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap())
-        .collect()
-}
-
 fn now_ms() -> i64 {
     host::model::unix_ms(SystemTime::now())
 }
@@ -205,7 +196,7 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
         counts.push(output["count"].as_u64().unwrap());
 
         // One ok, last; before it only attempts the kill cut short (and uncounted conflicts).
-        let outcomes = outcomes(&d);
+        let outcomes = support::outcomes(&d);
         assert_eq!(outcomes.last(), Some(&"ok"), "{d:#}");
         assert_eq!(outcomes.iter().filter(|o| **o == "ok").count(), 1, "{d:#}");
         assert!(
@@ -302,12 +293,12 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     let second = ProcessHost::start(dir.path(), &config).await;
     let once = delivery(&second, "slow", "once").await.unwrap();
     assert_eq!(once["state"], "dead", "{once:#}");
-    assert_eq!(outcomes(&once), ["abandoned"], "{once:#}");
+    assert_eq!(support::outcomes(&once), ["abandoned"], "{once:#}");
     assert_eq!(once["history"][0]["error_kind"], "lease_expired");
     assert_eq!(once["attempts"], 1);
 
     let twice = wait_delivery(&second, "slow", "twice", |d| d["state"] == "done").await;
-    assert_eq!(outcomes(&twice), ["abandoned", "ok"], "{twice:#}");
+    assert_eq!(support::outcomes(&twice), ["abandoned", "ok"], "{twice:#}");
     assert_eq!(twice["history"][0]["error_kind"], "lease_expired");
     assert_eq!(twice["attempts"], 2);
     let output =
@@ -347,7 +338,11 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     // was never run again.
     let later = delivery(&second, "slow", "once").await.unwrap();
     assert_eq!(
-        (&later["state"], &later["attempts"], outcomes(&later)),
+        (
+            &later["state"],
+            &later["attempts"],
+            support::outcomes(&later)
+        ),
         (&json!("dead"), &json!(1), vec!["abandoned"]),
         "{later:#}"
     );

@@ -37,15 +37,6 @@ async fn send(host: &TestHost, source: &str, id: &str, body: Value) -> Value {
     host.accept_event(source, id, &body).await
 }
 
-fn outcomes(delivery: &Value) -> Vec<String> {
-    delivery["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 const WAIT: Duration = Duration::from_secs(60);
 
 /// 200 events, each delivered twice at once, to a handler that increments a state counter:
@@ -95,7 +86,7 @@ async fn retries_back_off_then_succeed_and_permanent_errors_dead_letter_at_once(
     let d = host
         .wait_state("s", "msg_retry", "flaky", "done", WAIT)
         .await;
-    assert_eq!(outcomes(&d), ["retry", "retry", "ok"]);
+    assert_eq!(support::outcomes(&d), ["retry", "retry", "ok"]);
     assert_eq!(d["output"], r#"{"attempt":3}"#);
     // Backoff from the recorded history: base 200 ms doubled, with equal jitter (half fixed).
     let h = d["history"].as_array().unwrap();
@@ -107,7 +98,7 @@ async fn retries_back_off_then_succeed_and_permanent_errors_dead_letter_at_once(
     let d = host
         .wait_state("s", "msg_perm", "flaky", "dead", WAIT)
         .await;
-    assert_eq!(outcomes(&d), ["permanent"]);
+    assert_eq!(support::outcomes(&d), ["permanent"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +113,7 @@ async fn traps_dead_letter_after_max_attempts_and_replay_grants_a_fresh_budget()
     let d = host
         .wait_state("s", "msg_crash", "crasher", "dead", WAIT)
         .await;
-    assert_eq!(outcomes(&d), ["trap", "trap", "trap"]);
+    assert_eq!(support::outcomes(&d), ["trap", "trap", "trap"]);
     assert!(d["last_error"].as_str().unwrap().contains("trap"), "{d:#}");
 
     let (status, reply) = host

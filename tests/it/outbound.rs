@@ -176,15 +176,6 @@ fn output(delivery: &Value) -> Value {
     serde_json::from_str(delivery["output"].as_str().expect("an output")).unwrap()
 }
 
-fn outcomes(delivery: &Value) -> Vec<&str> {
-    delivery["history"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["outcome"].as_str().unwrap())
-        .collect()
-}
-
 const GITHUB_SECRET: &str = "gh-secret";
 
 /// A GitHub source whose issues the classifier labels with the model at `mock`.
@@ -268,7 +259,7 @@ async fn a_slow_model_behind_a_retry_happy_provider_is_called_once() {
         .await;
     assert_eq!(output(&delivery), json!({"label": "bug", "via": "model"}));
     assert_eq!(delivery["attempts"], 1, "{delivery:#}");
-    assert_eq!(outcomes(&delivery), ["ok"]);
+    assert_eq!(support::outcomes(&delivery), ["ok"]);
 
     let seen = mock.seen();
     assert_eq!(seen.len(), 1, "the model was called {} times", seen.len());
@@ -317,7 +308,11 @@ async fn a_model_that_hangs_once_is_a_timeout_then_ok() {
     let delivery = host
         .wait_state("github", "delivery-42", "classifier", "done", WAIT)
         .await;
-    assert_eq!(outcomes(&delivery), ["timeout", "ok"], "{delivery:#}");
+    assert_eq!(
+        support::outcomes(&delivery),
+        ["timeout", "ok"],
+        "{delivery:#}"
+    );
     assert_eq!(delivery["history"][0]["error_kind"], "timeout");
     assert_eq!(
         output(&delivery),

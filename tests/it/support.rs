@@ -271,6 +271,16 @@ impl Drop for TestHost {
     }
 }
 
+/// The outcomes of a delivery's attempts, oldest first (`GET /admin/events/{s}/{id}` shape).
+pub fn outcomes(delivery: &Value) -> Vec<&str> {
+    delivery["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect()
+}
+
 /// Signature headers as the provider would send them.
 pub fn sign(
     scheme: &Scheme,
