@@ -13,23 +13,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The wasm crates, by package name: the example plugins, then the test plugins.
-const PLUGINS: [&str; 14] = [
-    "github",
-    "stripe",
-    "generic",
-    "classifier",
-    "counter",
-    "flaky",
-    "crasher",
-    "mismatch",
-    "trapper",
-    "spinner",
-    "hog",
-    "deep",
-    "flood",
-    "netprobe",
-];
+/// Where the wasm crates live: every directory below these is one crate whose package name is
+/// the directory's name (the same rule the workspace's `members` globs and CI's clippy use).
+const PLUGIN_DIRS: [&str; 2] = ["plugins", "tests/plugins"];
 
 const TARGET: &str = "wasm32-wasip2";
 
@@ -53,12 +39,13 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }
 
+    let plugins = plugin_crates(&workspace);
     let mut cargo = Command::new(env!("CARGO"));
     cargo
         .current_dir(&workspace)
         .args(["build", "--release", "--target", TARGET, "--target-dir"])
         .arg(&target_dir);
-    for plugin in PLUGINS {
+    for plugin in &plugins {
         cargo.args(["-p", plugin]);
     }
     for (key, _) in std::env::vars_os() {
@@ -78,7 +65,7 @@ fn main() {
              --target-dir {} -p {} (in {})\n{}",
             output.status,
             target_dir.display(),
-            PLUGINS.join(" -p "),
+            plugins.join(" -p "),
             workspace.display(),
             String::from_utf8_lossy(&output.stderr)
         );
@@ -100,7 +87,7 @@ fn main() {
     )
     .unwrap();
     writeln!(consts, "pub const WASM_DIR: &str = {:?};", utf8(&wasm_dir)).unwrap();
-    for plugin in PLUGINS {
+    for plugin in &plugins {
         let wasm = wasm_dir.join(format!("{}.wasm", plugin.replace('-', "_")));
         assert!(wasm.is_file(), "cargo built no {}", wasm.display());
         writeln!(consts, "/// The `{plugin}` plugin component.").unwrap();
@@ -146,6 +133,27 @@ fn leaks_outer_build(key: &str) -> bool {
         "CARGO_PKG_",
     ];
     EXACT.contains(&key) || PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// The wasm crates' package names: the example plugins, then the test plugins, each sorted.
+fn plugin_crates(workspace: &Path) -> Vec<String> {
+    let mut crates = Vec::new();
+    for dir in PLUGIN_DIRS {
+        let mut names: Vec<String> = std::fs::read_dir(workspace.join(dir))
+            .unwrap_or_else(|e| panic!("reading {dir}: {e}"))
+            .map(|entry| entry.expect("reading a plugin directory entry").path())
+            .filter(|path| path.join("Cargo.toml").is_file())
+            .map(|path| {
+                path.file_name()
+                    .and_then(|n| n.to_str())
+                    .unwrap_or_else(|| panic!("plugin directory name is not UTF-8: {path:?}"))
+                    .to_owned()
+            })
+            .collect();
+        names.sort();
+        crates.extend(names);
+    }
+    crates
 }
 
 fn utf8(path: &Path) -> &str {
