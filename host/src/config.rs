@@ -39,6 +39,9 @@ struct ServerFile {
     listen: SocketAddr,
     admin_listen: SocketAddr,
     admin_token: Option<String>,
+    /// Names (besides IP literals of the bound address and `localhost`) that a request's `Host`
+    /// may carry to reach `/admin/*`: the DNS-rebinding guard.
+    admin_hosts: Vec<String>,
     database: PathBuf,
     plugins_dir: PathBuf,
     /// Compiled plugin code, so a restart does not compile every plugin again. Host-private:
@@ -68,6 +71,7 @@ impl Default for ServerFile {
             listen: "127.0.0.1:8080".parse().expect("literal"),
             admin_listen: "127.0.0.1:8081".parse().expect("literal"),
             admin_token: None,
+            admin_hosts: Vec::new(),
             database: "hookd.db".into(),
             plugins_dir: "plugins".into(),
             cache_dir: None,
@@ -166,7 +170,11 @@ pub struct Config {
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// `None` only until `run` starts: it then loads or generates the token file beside the
+    /// database (`admin::token`), so the admin API always requires a token.
     pub admin_token: Option<Secret>,
+    /// Extra `Host` names `/admin/*` answers to (lowercase, no port).
+    pub admin_hosts: Vec<String>,
     pub database: PathBuf,
     pub plugins_dir: PathBuf,
     /// The compiled-artifact cache (host-private; checked not to be inside `plugins_dir`).
@@ -309,7 +317,7 @@ impl Config {
         base_dir: &Path,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
-        let file: ConfigFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let file: ConfigFile = toml::from_str(text).map_err(|e| redacted_toml_error(text, &e))?;
         let s = file.server;
         let admin_token = s.admin_token.or_else(|| env("HOOKD_ADMIN_TOKEN"));
         if admin_token.is_none() && !s.admin_listen.ip().is_loopback() {
@@ -322,6 +330,21 @@ impl Config {
         if admin_token.as_deref() == Some("") {
             bail!("server.admin_token must not be empty");
         }
+        if let Some(token) = &admin_token
+            && !s.admin_listen.ip().is_loopback()
+            && let Err(why) = check_strong_token(token)
+        {
+            bail!(
+                "server.admin_token (or env HOOKD_ADMIN_TOKEN): {why}, and server.admin_listen \
+                 ({}) is not a loopback address (weak tokens are only accepted on loopback)",
+                s.admin_listen
+            );
+        }
+        let admin_hosts = s
+            .admin_hosts
+            .iter()
+            .map(|name| check_admin_host(name))
+            .collect::<anyhow::Result<Vec<_>>>()?;
         if s.workers == 0 || s.max_connections == 0 {
             bail!("server.workers and server.max_connections must be at least 1");
         }
@@ -343,6 +366,7 @@ impl Config {
             listen: s.listen,
             admin_listen: s.admin_listen,
             admin_token: admin_token.map(Secret::new),
+            admin_hosts,
             database,
             plugins_dir,
             cache_dir,
@@ -388,6 +412,247 @@ impl Config {
         stems.sort();
         stems.dedup();
         stems
+    }
+}
+
+/// Shortest admin token accepted on a non-loopback `admin_listen`.
+pub const MIN_ADMIN_TOKEN_CHARS: usize = 16;
+
+/// Placeholders found in examples and templates (compared lowercase, letters and digits only).
+const PLACEHOLDER_TOKENS: [&str; 8] = [
+    "changeme",
+    "replaceme",
+    "placeholder",
+    "example",
+    "yourtoken",
+    "admintoken",
+    "password",
+    "secret",
+];
+
+/// `Err(why)` (never quoting the token) if `token` is too weak to guard an admin API that other
+/// machines can reach: short, a well-known placeholder, or nearly one repeated character.
+fn check_strong_token(token: &str) -> Result<(), String> {
+    let chars = token.chars().count();
+    if chars < MIN_ADMIN_TOKEN_CHARS {
+        return Err(format!(
+            "the token has {chars} characters, fewer than the {MIN_ADMIN_TOKEN_CHARS} required"
+        ));
+    }
+    let folded: String = token
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    if let Some(word) = PLACEHOLDER_TOKENS.iter().find(|w| folded.contains(*w)) {
+        return Err(format!("the token contains the placeholder word {word:?}"));
+    }
+    let mut distinct: Vec<char> = token.chars().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 6 {
+        return Err("the token uses fewer than 6 distinct characters".into());
+    }
+    Ok(())
+}
+
+/// One `server.admin_hosts` entry: a host name or IP literal without port, lowercased.
+fn check_admin_host(name: &str) -> anyhow::Result<String> {
+    let lower = name.trim_end_matches('.').to_ascii_lowercase();
+    let ip = lower
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .unwrap_or(&lower);
+    let ok = ip.parse::<std::net::IpAddr>().is_ok()
+        || (!lower.is_empty()
+            && lower.len() <= 253
+            && lower
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')));
+    if !ok {
+        bail!(
+            "server.admin_hosts: {name:?} is not a host name or IP address (no scheme, port or path)"
+        );
+    }
+    Ok(ip.to_string())
+}
+
+/// A TOML error that still names the line, column and key but never quotes the file: the
+/// toml crate's own message shows the offending line, which may hold a secret (`secrets = [...`,
+/// `admin_token = ...`), and serde's messages quote the wrong-typed value.
+fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let message = redact_quoted(e.message());
+    let Some(span) = e.span() else {
+        return anyhow::anyhow!("TOML parse error: {message}");
+    };
+    let start = span.start.min(text.len());
+    let before = &text.as_bytes()[..start];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    match key_at(text, line) {
+        Some(key) => anyhow::anyhow!(
+            "TOML parse error at line {line}, column {column} (key `{key}`): {message}"
+        ),
+        None => anyhow::anyhow!("TOML parse error at line {line}, column {column}: {message}"),
+    }
+}
+
+/// `"…"` for every double-quoted stretch of `message` (serde quotes the offending value so,
+/// with `\"` escapes inside); backticked text (key names, expected tokens like `` `"` ``) stays.
+fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let (mut in_ticks, mut in_quotes, mut escaped) = (false, false, false);
+    for c in message.chars() {
+        if in_quotes {
+            match (escaped, c) {
+                (false, '\\') => escaped = true,
+                (false, '"') => {
+                    in_quotes = false;
+                    out.push_str("…\"");
+                }
+                _ => escaped = false,
+            }
+            continue;
+        }
+        match c {
+            '`' => in_ticks = !in_ticks,
+            '"' if !in_ticks => in_quotes = true,
+            _ => {}
+        }
+        out.push(c);
+    }
+    if in_quotes {
+        out.push_str("…\"");
+    }
+    out
+}
+
+/// The dotted key whose value spans `line` (1-based): the last `[table]` header and `key =`
+/// assignment at or before it, skipping lines inside an open array, inline table or multi-line
+/// string (so an unclosed `secrets = [...` is blamed on `secrets`). Names only, taken from the
+/// text before any `=`.
+fn key_at(text: &str, line: usize) -> Option<String> {
+    // Bare keys only: a line of a multi-line value (`"a=b",`) must never pass for a key.
+    let is_key = |k: &str| {
+        !k.is_empty()
+            && k.split('.').all(|part| {
+                let part = part.trim();
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+            })
+    };
+    let mut table = String::new();
+    let mut key = None;
+    let mut depth = 0usize;
+    let mut multiline: Option<&str> = None;
+    for raw in text.lines().take(line) {
+        let mut value = raw;
+        if let Some(end) = multiline {
+            match raw.find(end) {
+                Some(at) => {
+                    multiline = None;
+                    value = &raw[at + 3..];
+                }
+                None => continue,
+            }
+        } else if depth == 0 {
+            let trimmed = raw.trim_start();
+            if let Some(header) = trimmed.strip_prefix('[') {
+                let header = header.trim_start_matches('[');
+                if let Some(end) = header.find(']')
+                    && is_key(header[..end].trim())
+                {
+                    table = header[..end].trim().replace(' ', "");
+                    key = None;
+                    continue;
+                }
+            }
+            if let Some((name, after)) = trimmed.split_once('=')
+                && is_key(name.trim())
+            {
+                key = Some(name.trim().replace(' ', ""));
+                value = after;
+            }
+        }
+        // Brackets outside strings and comments; strings end at the line's end if unclosed.
+        let bytes = value.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'#' => break,
+                q @ (b'"' | b'\'') => {
+                    let triple = if q == b'"' { "\"\"\"" } else { "'''" };
+                    if value[i..].starts_with(triple) {
+                        match value[i + 3..].find(triple) {
+                            Some(at) => i += 3 + at + 3,
+                            None => {
+                                multiline = Some(triple);
+                                break;
+                            }
+                        }
+                        continue;
+                    }
+                    i += 1;
+                    while i < bytes.len() && bytes[i] != q {
+                        if q == b'"' && bytes[i] == b'\\' {
+                            i += 1;
+                        }
+                        i += 1;
+                    }
+                }
+                b'[' | b'{' => depth += 1,
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    match (table.is_empty(), key) {
+        (true, None) => None,
+        (false, None) => Some(table),
+        (true, Some(key)) => Some(key),
+        (false, Some(key)) => Some(format!("{table}.{key}")),
+    }
+}
+
+/// What the admin commands (`hookd events | replay | plugins`) take from a `hookd.toml`: its
+/// `server.admin_token`, else the token file hookd keeps beside its database. Reads `[server]`
+/// only, so a source's `secrets_env` missing from the client's environment does not matter.
+#[derive(Debug)]
+pub struct ClientAdmin {
+    /// `server.admin_token` as written in the file (never printed).
+    pub token: Option<String>,
+    /// `<database>.admin-token`, where hookd keeps the token it generated.
+    pub token_file: PathBuf,
+}
+
+impl ClientAdmin {
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let table: toml::Table = toml::from_str(&text)
+            .map_err(|e| redacted_toml_error(&text, &e))
+            .with_context(|| format!("invalid config file {}", path.display()))?;
+        let server = table.get("server").and_then(|v| v.as_table());
+        let get = |key: &str| server.and_then(|s| s.get(key)).and_then(|v| v.as_str());
+        let base = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let database = base.join(get("database").unwrap_or("hookd.db"));
+        Ok(Self {
+            token: get("admin_token").map(str::to_owned),
+            token_file: crate::admin::token::token_file(&database),
+        })
     }
 }
 
@@ -579,6 +844,161 @@ mod tests {
                 "{text:?}: {err:?} should mention {needle:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_weak_admin_token_is_refused_off_loopback_naming_the_key_but_not_the_token() {
+        for weak in [
+            "change-me",
+            "x",
+            "short-tok-12",
+            "aaaaaaaaaaaaaaaaaaaaaaaa",
+            "abababababababababab",
+            "Change-Me-Change-Me-2024",
+            "my-admin-token-0000000000",
+            "replace_me_with_a_real_one",
+        ] {
+            for listen in ["0.0.0.0:8081", "10.0.0.5:8081", "[::]:8081"] {
+                let text =
+                    format!("[server]\nadmin_listen = \"{listen}\"\nadmin_token = \"{weak}\"");
+                let err = format!("{:#}", parse(&text).unwrap_err());
+                assert!(
+                    err.contains("server.admin_token"),
+                    "{weak} on {listen}: {err}"
+                );
+                assert!(
+                    !err.contains(weak),
+                    "{weak} on {listen}: the error quotes it: {err}"
+                );
+            }
+            // On loopback (`hookd dev`, the example hookd.toml) any non-empty token is accepted.
+            let text = format!("[server]\nadmin_token = \"{weak}\"");
+            assert!(parse(&text).is_ok(), "{weak} on loopback");
+        }
+        // The environment's token is held to the same rule.
+        let err = Config::parse(
+            "[server]\nadmin_listen = \"0.0.0.0:8081\"",
+            Path::new("/srv"),
+            &|name| (name == "HOOKD_ADMIN_TOKEN").then(|| "change-me".to_string()),
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("HOOKD_ADMIN_TOKEN"), "{err:#}");
+        let strong = parse(
+            "[server]\nadmin_listen = \"0.0.0.0:8081\"\nadmin_token = \"q7Jx2vN9pL4mR8sT1wZ6\"",
+        )
+        .unwrap();
+        assert!(strong.server.admin_token.is_some());
+    }
+
+    #[test]
+    fn admin_hosts_are_plain_names_or_addresses() {
+        let config =
+            parse("[server]\nadmin_hosts = [\"Hookd.Internal.\", \"[fd00::1]\", \"10.0.0.9\"]")
+                .unwrap();
+        assert_eq!(
+            config.server.admin_hosts,
+            ["hookd.internal", "fd00::1", "10.0.0.9"]
+        );
+        for bad in ["http://hookd", "hookd:8081", "hookd/admin", ""] {
+            let err = format!(
+                "{:#}",
+                parse(&format!("[server]\nadmin_hosts = [\"{bad}\"]")).unwrap_err()
+            );
+            assert!(err.contains("server.admin_hosts"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_parse_error_names_line_and_key_but_never_echoes_a_value() {
+        // (text, secret that must not appear, key and line the error must name)
+        let cases = [
+            (
+                "[server]\nlisten = \"127.0.0.1:8080\"\n\n[sources.gh]\nscheme = \"github\"\nsecrets = [\"hush-hush-9f3a\"",
+                "hush-hush-9f3a",
+                "sources.gh.secrets",
+                "line 6",
+            ),
+            (
+                "[server]\nadmin_token = \"tok-5ecret-77\n",
+                "tok-5ecret-77",
+                "server.admin_token",
+                "line 2",
+            ),
+            (
+                "[server]\nadmin_token = tok-5ecret-77\n",
+                "tok-5ecret-77",
+                "server.admin_token",
+                "line 2",
+            ),
+            (
+                "[sources.gh]\nscheme = \"github\"\nsecrets = [\n  \"first-9f3a\",\n  \"sec=ond-9f3a\" \"x\"\n]",
+                "9f3a",
+                "sources.gh.secrets",
+                "line 5",
+            ),
+            // The parser notices on the next line; the open array's key is still named.
+            (
+                "[sources.gh]\nscheme = \"github\"\nsecrets = [\"hush-hush-9f3a\"\nhandlers = []",
+                "hush-hush-9f3a",
+                "sources.gh.secrets",
+                "line 4",
+            ),
+            (
+                "[server]\nadmin_token = \"\"\"tok-5ecret-77\nmax_backlog = 1\n",
+                "tok-5ecret-77",
+                "server.admin_token",
+                "line ",
+            ),
+            // Wrong types: serde quotes the offending value.
+            (
+                "[sources.gh]\nscheme = \"github\"\nsecrets = \"hush-hush-9f3a\"",
+                "hush-hush-9f3a",
+                "secrets",
+                "line 3",
+            ),
+            (
+                "[server]\nadmin_token = [\"tok-5ecret-77\"]",
+                "tok-5ecret-77",
+                "admin_token",
+                "line 2",
+            ),
+            (
+                "[server]\nmax_backlog = \"tok-5ecret-77\"",
+                "tok-5ecret-77",
+                "max_backlog",
+                "line 2",
+            ),
+        ];
+        for (text, secret, key, line) in cases {
+            let err = format!("{:#}", parse(text).unwrap_err());
+            assert!(
+                !err.contains(secret),
+                "{text:?}: the error echoes a value: {err}"
+            );
+            assert!(err.contains(key) && err.contains(line), "{text:?}: {err}");
+            assert!(err.contains("column"), "{text:?}: {err}");
+        }
+        // Unknown keys are still named.
+        let err = format!("{:#}", parse("[server]\nlisten_port = 1").unwrap_err());
+        assert!(err.contains("listen_port"), "{err}");
+    }
+
+    #[test]
+    fn the_client_reads_only_the_token_and_the_token_file_from_a_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.toml");
+        std::fs::write(
+            &path,
+            "[server]\nadmin_token = \"from-file\"\ndatabase = \"data/h.db\"\n[sources.a]\nscheme = \"github\"\nsecrets_env = [\"UNSET_IN_THE_CLIENT\"]",
+        )
+        .unwrap();
+        let client = ClientAdmin::load(&path).unwrap();
+        assert_eq!(client.token.as_deref(), Some("from-file"));
+        assert_eq!(client.token_file, dir.path().join("data/h.db.admin-token"));
+        std::fs::write(&path, "").unwrap();
+        let client = ClientAdmin::load(&path).unwrap();
+        assert_eq!(client.token, None);
+        assert_eq!(client.token_file, dir.path().join("hookd.db.admin-token"));
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
 //! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
-//! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API.
+//! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API (Host and Origin
+//!   checked; the token configured or generated beside the database).
 //! - [`server`]: the hardened accept loop both listeners use.
 //! - [`cli`]: `hookd serve | dev | send | events | replay | plugins`.
 //! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
@@ -99,10 +100,27 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let mut config = config;
+    let inbox = Inbox::open_with(&config.server.database, (&config.server).into())
+        .with_context(|| format!("opening the database {}", config.server.database.display()))?;
+    // The admin API always requires a token: without a configured one, the token file beside
+    // the database (generated at the first start; the admin commands read it too).
+    if config.server.admin_token.is_none() {
+        let (token, path, origin) = admin::token::load_or_create(&config.server.database)?;
+        let how = match origin {
+            admin::token::Origin::Generated => "generated a new admin token",
+            admin::token::Origin::Existing => "using the admin token",
+        };
+        tracing::info!(
+            token_file = %path.display(),
+            "no server.admin_token configured: {how} in {} (`hookd events|replay|plugins --config` \
+             read it; or pass it with --token / HOOKD_ADMIN_TOKEN)",
+            path.display()
+        );
+        config.server.admin_token = Some(token);
+    }
     let config = Arc::new(config);
     let server = &config.server;
-    let inbox = Inbox::open_with(&server.database, server.into())
-        .with_context(|| format!("opening the database {}", server.database.display()))?;
     let runtime = Runtime::new().context("starting the wasm runtime")?;
     std::fs::create_dir_all(&server.plugins_dir)
         .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
@@ -165,7 +183,7 @@ pub async fn run(
     ));
     let admin = tokio::spawn(server::serve(
         listeners.admin,
-        admin::router(shared.clone()),
+        admin::router(shared.clone(), admin_addr),
         server.into(),
         stopped(stop_rx.clone()),
     ));

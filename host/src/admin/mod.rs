@@ -1,10 +1,16 @@
-//! The admin listener: `/healthz`, `/metrics`, and the bearer-token `/admin/*` API (contract in
-//! DESIGN.md): events, replay, plugins, rollback.
+//! The admin listener: `/healthz`, `/metrics`, and the bearer-token `/admin/*` API: events,
+//! replay, plugins, rollback.
 //!
-//! Invariants: every `/admin/*` route checks the token (constant time) before doing anything;
-//! replay is bounded per call; quarantined requests are re-parsed, then deduped like any other.
+//! Invariants: every `/admin/*` route checks the `Host` (against DNS rebinding, [`guard`]) and
+//! the token (constant time; there always is one: configured or generated, [`token`]) before
+//! doing anything; no route answers a browser's cross-origin request; replay is bounded per call
+//! and holds at most one quarantined body in memory at a time (a dry run reads none);
+//! quarantined requests are re-parsed, then deduped like any other.
 
-use std::{collections::BTreeMap, fmt::Write as _, sync::Arc};
+pub mod guard;
+pub mod token;
+
+use std::{collections::BTreeMap, fmt::Write as _, net::SocketAddr, sync::Arc};
 
 use axum::{
     Json, Router,
@@ -20,7 +26,7 @@ use serde_json::{Value, json};
 use crate::{
     Shared,
     error::ApiError,
-    inbox::{Accepted, EventFilter, ReplayFilter},
+    inbox::{Accepted, EventFilter, InboxError, ReplayFilter},
     ingest::{EnvelopeOutcome, envelope},
     model::DeliveryState,
 };
@@ -28,8 +34,12 @@ use crate::{
 /// Most deliveries (plus quarantined requests) one replay call touches.
 pub const MAX_REPLAY: usize = 10_000;
 
-/// The admin routes.
-pub fn router(shared: Arc<Shared>) -> Router {
+/// The admin routes of the listener bound to `local`.
+pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
+    let guard = Arc::new(guard::Guard {
+        local,
+        names: shared.config.server.admin_hosts.clone(),
+    });
     let admin = Router::new()
         .route("/admin/events", get(list_events))
         .route("/admin/events/{source}/{event_id}", get(event_detail))
@@ -39,12 +49,36 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             require_token,
-        ));
+        ))
+        .route_layer(middleware::from_fn_with_state(guard, require_host));
+    // `/healthz` and `/metrics` (counts only, nothing secret) stay open to probes and scrapers
+    // under whatever name they use, so they get the Origin check but not the Host check.
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .layer(middleware::from_fn(refuse_cross_origin))
         .with_state(shared)
+}
+
+async fn refuse_cross_origin(request: Request, next: Next) -> Response {
+    if let Err(detail) = guard::Guard::check_origin(request.headers()) {
+        tracing::warn!(path = %request.uri().path(), detail, "admin request refused");
+        return guard::forbidden(detail);
+    }
+    next.run(request).await
+}
+
+async fn require_host(
+    State(guard): State<Arc<guard::Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Err(detail) = guard.check_host(request.headers()) {
+        tracing::warn!(path = %request.uri().path(), detail, "admin request refused");
+        return guard::forbidden(detail);
+    }
+    next.run(request).await
 }
 
 async fn require_token(
@@ -52,18 +86,20 @@ async fn require_token(
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if let Some(token) = &shared.config.server.admin_token {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().split_once(' '))
-            // The scheme name is case-insensitive (RFC 9110 §11.1).
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map_or("", |(_, token)| token.trim_start());
-        if !token.matches(presented.as_bytes()) {
-            return Err(ApiError::Unauthorized);
-        }
+    // `run` always fills the token in (configured or generated); without one nothing passes.
+    let Some(token) = &shared.config.server.admin_token else {
+        return Err(ApiError::Unauthorized);
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        // The scheme name is case-insensitive (RFC 9110 §11.1).
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim_start());
+    if !token.matches(presented.as_bytes()) {
+        return Err(ApiError::Unauthorized);
     }
     Ok(next.run(request).await)
 }
@@ -185,53 +221,69 @@ async fn replay(
 
     // Quarantined requests have no event id or handler yet: they match source and time only.
     if body.handler.is_none() && body.event_ids.is_none() && body.state.is_none() {
-        let held = shared
-            .inbox
-            .held_quarantine(ReplayFilter {
-                limit: MAX_REPLAY - matched.min(MAX_REPLAY),
-                ..filter
-            })
-            .await?;
-        matched += held.len();
-        if !body.dry_run {
-            for item in held {
-                let Some(source) = shared.config.sources.get(item.source.as_str()) else {
-                    continue;
-                };
-                match envelope(&shared, source, &item.request).await {
-                    EnvelopeOutcome::Envelope(envelope) => {
-                        let accepted = shared
-                            .inbox
-                            .accept(
-                                source.name.clone(),
-                                envelope,
-                                item.request,
-                                source.handlers.clone(),
-                                Some(item.id),
-                            )
-                            .await?;
-                        tracing::info!(
-                            source = %source.name, quarantine_id = item.id,
-                            duplicate = accepted == Accepted::Duplicate,
-                            "quarantined request replayed"
-                        );
-                        replayed += 1;
-                    }
-                    EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
-                        shared
-                            .inbox
-                            .resolve_quarantine(item.id, format!("parser now says: {reason}"))
-                            .await?;
-                        replayed += 1;
-                    }
-                    EnvelopeOutcome::Quarantine(reason) => {
-                        tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
-                    }
-                }
-            }
+        let filter = ReplayFilter {
+            limit: MAX_REPLAY - matched.min(MAX_REPLAY),
+            ..filter
+        };
+        if body.dry_run {
+            // Counted in SQL: a dry run reads no body.
+            matched += shared.inbox.held_quarantine_count(filter).await?;
+        } else {
+            let ids = shared.inbox.held_quarantine_ids(filter).await?;
+            matched += ids.len();
+            let result = replay_quarantined(&shared, &ids).await;
+            // Accepts resolve quarantined rows too: recount once, whatever happened.
+            shared.inbox.recount_quarantine().await?;
+            replayed += result?;
         }
     }
     Ok(Json(json!({"matched": matched, "replayed": replayed})))
+}
+
+/// Parses the quarantined requests `ids` again, one at a time (one body in memory at once), and
+/// accepts or resolves each; returns how many left quarantine.
+async fn replay_quarantined(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
+    let mut replayed = 0;
+    for &id in ids {
+        // Resolved meanwhile (a concurrent replay) or gone: nothing to do.
+        let Some(item) = shared.inbox.held_quarantined(id).await? else {
+            continue;
+        };
+        let Some(source) = shared.config.sources.get(item.source.as_str()) else {
+            continue;
+        };
+        match envelope(shared, source, &item.request).await {
+            EnvelopeOutcome::Envelope(envelope) => {
+                let accepted = shared
+                    .inbox
+                    .accept(
+                        source.name.clone(),
+                        envelope,
+                        item.request,
+                        source.handlers.clone(),
+                        Some(item.id),
+                    )
+                    .await?;
+                tracing::info!(
+                    source = %source.name, quarantine_id = item.id,
+                    duplicate = accepted == Accepted::Duplicate,
+                    "quarantined request replayed"
+                );
+                replayed += 1;
+            }
+            EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
+                shared
+                    .inbox
+                    .resolve_quarantine(item.id, format!("parser now says: {reason}"))
+                    .await?;
+                replayed += 1;
+            }
+            EnvelopeOutcome::Quarantine(reason) => {
+                tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
+            }
+        }
+    }
+    Ok(replayed)
 }
 
 async fn plugins(State(shared): State<Arc<Shared>>) -> Json<Value> {

@@ -22,6 +22,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::AdminArgs;
+use crate::config::ClientAdmin;
 
 /// How long one request may take, from connecting to reading the last body byte.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
@@ -308,9 +309,10 @@ async fn admin_call(
     let url = format!("{base}{path}");
     let uri = parse_url(&url)?;
 
+    let (token, from) = admin_token(admin)?;
     let mut headers = HeaderMap::new();
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-    if let Some(token) = &admin.token {
+    if let Some(token) = &token {
         let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             anyhow::anyhow!("the admin token cannot be sent in a header (control characters?)")
         })?;
@@ -331,10 +333,10 @@ async fn admin_call(
     let method_name = method.clone();
     let reply = send(&http_client(), build_request(method, uri, headers, body)).await?;
     if !reply.status.is_success() {
-        let hint = if reply.status == StatusCode::UNAUTHORIZED && admin.token.is_none() {
-            " (no token given: set --token or HOOKD_ADMIN_TOKEN)"
+        let hint = if reply.status == StatusCode::UNAUTHORIZED {
+            format!(" ({from})")
         } else {
-            ""
+            String::new()
         };
         bail!(
             "{method_name} {url} answered {}{hint}: {}",
@@ -344,6 +346,49 @@ async fn admin_call(
     }
     println!("{}", pretty(&reply.body));
     Ok(())
+}
+
+/// The admin token to send, and where it came from (for the hint on a 401; never the value):
+/// `--token`/`HOOKD_ADMIN_TOKEN`, else the config file's `server.admin_token`, else the token
+/// file hookd generated beside the config's database.
+fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
+    if let Some(token) = &admin.token {
+        return Ok((
+            Some(token.clone()),
+            "token from --token or HOOKD_ADMIN_TOKEN".into(),
+        ));
+    }
+    let default = std::path::Path::new("hookd.toml");
+    let config = match &admin.config {
+        Some(path) => path.as_path(),
+        None if default.is_file() => default,
+        None => {
+            return Ok((
+                None,
+                "no token given: set --token or HOOKD_ADMIN_TOKEN, or --config with the \
+                 server's hookd.toml"
+                    .into(),
+            ));
+        }
+    };
+    let settings = ClientAdmin::load(config).context("--config (or HOOKD_CONFIG)")?;
+    if let Some(token) = settings.token {
+        let from = format!("token from server.admin_token in {}", config.display());
+        return Ok((Some(token), from));
+    }
+    let file = settings.token_file;
+    match crate::admin::token::read(&file)? {
+        Some(token) => Ok((Some(token), format!("token from {}", file.display()))),
+        None => Ok((
+            None,
+            format!(
+                "no token given: set --token or HOOKD_ADMIN_TOKEN; {} sets no server.admin_token \
+                 and {} does not exist (hookd writes it at its first start)",
+                config.display(),
+                file.display()
+            ),
+        )),
+    }
 }
 
 /// The body pretty-printed if it is JSON, else as it came.

@@ -47,9 +47,14 @@ pub struct AdminArgs {
     /// Admin API base URL.
     #[arg(long, env = "HOOKD_ADMIN_URL", default_value = "http://127.0.0.1:8081")]
     pub admin_url: String,
-    /// Bearer token for the admin API.
+    /// Bearer token for the admin API. Without it: the `server.admin_token` of the config file
+    /// (--config), else the token file hookd generated beside that config's database.
     #[arg(long, env = "HOOKD_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// The hookd.toml of the hookd to talk to, read for its admin token only when no --token is
+    /// given [default: hookd.toml, if it exists].
+    #[arg(long, env = "HOOKD_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 /// Runs a command; the process exit code says whether it worked.

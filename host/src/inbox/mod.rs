@@ -121,6 +121,9 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     /// Deliveries in an open state (pending, running, retrying): the backlog bound's measure.
     backlog: AtomicI64,
+    /// Quarantined requests not yet resolved (plus writes in flight): the quarantine bound's
+    /// measure. Recounted from the table after every replay.
+    quarantined: AtomicI64,
     /// Wakes the dispatcher when new work becomes due.
     work: Notify,
     /// Commits done by the writer; lets tests and benchmarks see group commit at work.
@@ -156,6 +159,7 @@ impl Inbox {
         conn.execute_batch("PRAGMA wal_autocheckpoint = 500")?;
         schema::migrate(&conn)?;
         let backlog = store::count_open(&conn)?;
+        let quarantined = store::count_quarantined(&conn)?;
         let (tx, rx) = mpsc::channel::<Box<dyn Job>>();
         let inner = Arc::new(Inner {
             path: path.to_owned(),
@@ -163,6 +167,7 @@ impl Inbox {
             writer_thread: Mutex::new(None),
             readers: Mutex::new(Vec::new()),
             backlog: AtomicI64::new(backlog),
+            quarantined: AtomicI64::new(quarantined),
             work: Notify::new(),
             commits: AtomicI64::new(0),
             lock: Mutex::new(lock),
@@ -253,6 +258,29 @@ impl Inbox {
         if delta != 0 {
             self.inner.backlog.fetch_add(delta, Ordering::Relaxed);
         }
+    }
+
+    /// Quarantined requests not yet resolved (as of the last recount, plus those since).
+    pub fn quarantine_held(&self) -> i64 {
+        self.inner.quarantined.load(Ordering::Relaxed)
+    }
+
+    /// Takes one quarantine slot if fewer than `max` are held.
+    fn reserve_quarantine(&self, max: i64) -> bool {
+        self.inner
+            .quarantined
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held < max).then_some(held + 1)
+            })
+            .is_ok()
+    }
+
+    fn release_quarantine(&self) {
+        self.inner.quarantined.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn set_quarantine_held(&self, held: i64) {
+        self.inner.quarantined.store(held, Ordering::Relaxed);
     }
 
     /// Commits performed so far.

@@ -215,6 +215,14 @@ pub(super) fn count_open(conn: &Connection) -> Result<i64, InboxError> {
     )?)
 }
 
+pub(super) fn count_quarantined(conn: &Connection) -> Result<i64, InboxError> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL",
+        [],
+        |row| row.get(0),
+    )?)
+}
+
 fn insert_attempt(conn: &Connection, delivery: i64, f: &Finish) -> Result<(), InboxError> {
     conn.prepare_cached(
         "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
@@ -306,28 +314,48 @@ impl Inbox {
         Ok(accepted)
     }
 
-    /// Keeps a verified request whose envelope could not be produced; returns its id.
+    /// Keeps a verified request whose envelope could not be produced; returns its id, or `None`
+    /// (nothing written) when `max_held` requests are already held: quarantine is bounded like
+    /// the backlog. The slot is taken before the write, so concurrent requests cannot overshoot.
     pub async fn quarantine(
         &self,
         source: SourceName,
         request: RawRequest,
         reason: String,
-    ) -> Result<i64, InboxError> {
-        self.write(move |conn| {
-            conn.prepare_cached(
-                "INSERT INTO quarantine (source, received_at, headers, body, reason)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-            )?
-            .execute(params![
-                source.as_str(),
-                request.received_at_ms,
-                headers_json(&request.headers),
-                &request.body[..],
-                reason
-            ])?;
-            Ok(conn.last_insert_rowid())
-        })
-        .await
+        max_held: u64,
+    ) -> Result<Option<i64>, InboxError> {
+        let max_held = i64::try_from(max_held).unwrap_or(i64::MAX);
+        if !self.reserve_quarantine(max_held) {
+            return Ok(None);
+        }
+        let written = self
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO quarantine (source, received_at, headers, body, reason)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    source.as_str(),
+                    request.received_at_ms,
+                    headers_json(&request.headers),
+                    &request.body[..],
+                    reason
+                ])?;
+                Ok(conn.last_insert_rowid())
+            })
+            .await;
+        if written.is_err() {
+            self.release_quarantine();
+        }
+        written.map(Some)
+    }
+
+    /// Sets the held-quarantine count (the bound's measure) from the table: after a replay, whose
+    /// accepts resolve quarantined requests in their own transactions.
+    pub async fn recount_quarantine(&self) -> Result<i64, InboxError> {
+        let held = self.quarantine_held_count().await?;
+        self.set_quarantine_held(held);
+        Ok(held)
     }
 
     /// Leases due deliveries. Per `(source, ordering_key, handler)` only the earliest open
@@ -471,21 +499,19 @@ impl Inbox {
         Ok((matched, replayed))
     }
 
-    /// Quarantined requests not yet resolved, matching the replay filter's source and time range.
-    pub async fn held_quarantine(
-        &self,
-        filter: ReplayFilter,
-    ) -> Result<Vec<Quarantined>, InboxError> {
+    /// Ids of the quarantined requests not yet resolved that match the replay filter's source
+    /// and time range (at most `filter.limit`, oldest first). Reads no body.
+    pub async fn held_quarantine_ids(&self, filter: ReplayFilter) -> Result<Vec<i64>, InboxError> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT id, source, received_at, headers, body FROM quarantine
-                 WHERE resolved_at IS NULL
-                   AND (?1 IS NULL OR source = ?1)
-                   AND (?2 IS NULL OR received_at >= ?2)
-                   AND (?3 IS NULL OR received_at <= ?3)
-                 ORDER BY id LIMIT ?4",
-            )?;
-            let rows = stmt
+            let ids = conn
+                .prepare_cached(
+                    "SELECT id FROM quarantine
+                     WHERE resolved_at IS NULL
+                       AND (?1 IS NULL OR source = ?1)
+                       AND (?2 IS NULL OR received_at >= ?2)
+                       AND (?3 IS NULL OR received_at <= ?3)
+                     ORDER BY id LIMIT ?4",
+                )?
                 .query_map(
                     params![
                         filter.source,
@@ -493,22 +519,62 @@ impl Inbox {
                         filter.until_ms,
                         filter.limit as i64
                     ],
-                    |r| {
-                        let headers: String = r.get(3)?;
-                        let body: Vec<u8> = r.get(4)?;
-                        Ok(Quarantined {
-                            id: r.get(0)?,
-                            source: SourceName::new(r.get::<_, String>(1)?),
-                            request: RawRequest {
-                                headers: headers_from_json(&headers),
-                                body: Bytes::from(body),
-                                received_at_ms: r.get(2)?,
-                            },
-                        })
-                    },
+                    |r| r.get(0),
                 )?
                 .collect::<Result<_, _>>()?;
-            Ok(rows)
+            Ok(ids)
+        })
+        .await
+    }
+
+    /// How many quarantined requests [`Inbox::held_quarantine_ids`] would return. Reads no body.
+    pub async fn held_quarantine_count(&self, filter: ReplayFilter) -> Result<usize, InboxError> {
+        self.read(move |conn| {
+            let n: i64 = conn
+                .prepare_cached(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM quarantine
+                     WHERE resolved_at IS NULL
+                       AND (?1 IS NULL OR source = ?1)
+                       AND (?2 IS NULL OR received_at >= ?2)
+                       AND (?3 IS NULL OR received_at <= ?3)
+                     LIMIT ?4)",
+                )?
+                .query_row(
+                    params![
+                        filter.source,
+                        filter.since_ms,
+                        filter.until_ms,
+                        filter.limit as i64
+                    ],
+                    |r| r.get(0),
+                )?;
+            Ok(n as usize)
+        })
+        .await
+    }
+
+    /// One quarantined request with its body, if it is still unresolved.
+    pub async fn held_quarantined(&self, id: i64) -> Result<Option<Quarantined>, InboxError> {
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(
+                    "SELECT source, received_at, headers, body FROM quarantine
+                     WHERE id = ?1 AND resolved_at IS NULL",
+                )?
+                .query_row(params![id], |r| {
+                    let headers: String = r.get(2)?;
+                    let body: Vec<u8> = r.get(3)?;
+                    Ok(Quarantined {
+                        id,
+                        source: SourceName::new(r.get::<_, String>(0)?),
+                        request: RawRequest {
+                            headers: headers_from_json(&headers),
+                            body: Bytes::from(body),
+                            received_at_ms: r.get(1)?,
+                        },
+                    })
+                })
+                .optional()?)
         })
         .await
     }
@@ -543,14 +609,7 @@ impl Inbox {
 
     /// Quarantined requests not yet resolved.
     pub async fn quarantine_held_count(&self) -> Result<i64, InboxError> {
-        self.read(|conn| {
-            Ok(conn.query_row(
-                "SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL",
-                [],
-                |r| r.get(0),
-            )?)
-        })
-        .await
+        self.read(count_quarantined).await
     }
 
     /// Events, newest first, with each handler's delivery state.

@@ -132,11 +132,20 @@ async fn receive(
                 .into_response())
         }
         EnvelopeOutcome::Quarantine(reason) => {
-            tracing::warn!(source = %source.name, reason, "request quarantined");
-            shared
+            // Bounded like the backlog: a parser broken under a storm of requests must not
+            // fill the disk; the provider gets a 503 and retries later.
+            let max_held = shared.config.server.max_backlog;
+            let kept = shared
                 .inbox
-                .quarantine(source.name.clone(), request, reason)
+                .quarantine(source.name.clone(), request, reason.clone(), max_held)
                 .await?;
+            if kept.is_none() {
+                tracing::warn!(source = %source.name, reason, max_held, "quarantine full: request refused");
+                return Err(ApiError::Overloaded {
+                    retry_after_secs: 5,
+                });
+            }
+            tracing::warn!(source = %source.name, reason, "request quarantined");
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({"accepted": true, "quarantined": true})),

@@ -1,0 +1,245 @@
+//! Browser defences of the admin listener: the `Host` check (against DNS rebinding) and the
+//! `Origin` check (against cross-site requests), on top of the bearer token.
+//!
+//! Invariants:
+//! - `/admin/*` answers only requests whose `Host` names this listener: an IP literal of the
+//!   address it is bound to (any IP when bound to `0.0.0.0`/`::`, any loopback IP when bound to
+//!   loopback), `localhost` (when bound to loopback or to all addresses), or a name listed in
+//!   `server.admin_hosts`. A rebinding page's requests carry its own domain name, so they are
+//!   refused whatever address that name resolves to.
+//! - No route (not even `/healthz` and `/metrics`) answers a request a browser marks as coming
+//!   from another origin: an `Origin` other than `http://<Host>`, or `Sec-Fetch-Site` of
+//!   `cross-site`/`same-site`. Non-browser clients (the CLI, curl, probes) send neither.
+//! - A refusal is a 403 `{"error":"forbidden","detail":...}` and acts on nothing.
+
+use std::net::{IpAddr, SocketAddr};
+
+use axum::{
+    Json,
+    http::{HeaderMap, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+/// What a request must match to reach the admin listener.
+#[derive(Debug, Clone)]
+pub struct Guard {
+    /// The address the admin listener is bound to.
+    pub local: SocketAddr,
+    /// `server.admin_hosts`: further names (lowercase) `Host` may carry.
+    pub names: Vec<String>,
+}
+
+/// A 403 with the contract's error shape.
+pub fn forbidden(detail: &str) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({"error": "forbidden", "detail": detail})),
+    )
+        .into_response()
+}
+
+impl Guard {
+    /// `Err(detail)` unless the `Host` header names this listener.
+    pub fn check_host(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .ok_or("a Host header is required")?;
+        let name = host_name(host).ok_or("the Host header is malformed")?;
+        if self.names.contains(&name) {
+            return Ok(());
+        }
+        let local = self.local.ip();
+        let ok = match name.parse::<IpAddr>() {
+            Ok(ip) => {
+                local.is_unspecified() || ip == local || (ip.is_loopback() && local.is_loopback())
+            }
+            Err(_) => {
+                (name == "localhost" || name.ends_with(".localhost"))
+                    && (local.is_loopback() || local.is_unspecified())
+            }
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(
+                "the Host header does not name this admin listener (add the name to server.admin_hosts)",
+            )
+        }
+    }
+
+    /// `Err(detail)` if a browser says the request comes from another origin.
+    pub fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
+        if let Some(site) = headers.get("sec-fetch-site")
+            && (site.as_bytes().eq_ignore_ascii_case(b"cross-site")
+                || site.as_bytes().eq_ignore_ascii_case(b"same-site"))
+        {
+            return Err("cross-site requests are refused");
+        }
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Ok(());
+        };
+        let host = headers.get(header::HOST).map(|h| h.as_bytes());
+        let same = host.is_some_and(|host| {
+            let origin = origin.as_bytes();
+            origin.len() == host.len() + 7
+                && origin[..7].eq_ignore_ascii_case(b"http://")
+                && origin[7..].eq_ignore_ascii_case(host)
+        });
+        if same {
+            Ok(())
+        } else {
+            Err("cross-origin requests are refused")
+        }
+    }
+}
+
+/// The host part of a `Host` value (`name`, `name:port`, `[v6]`, `[v6]:port`), lowercased and
+/// without a trailing dot; `None` if it is not one of those forms.
+fn host_name(host: &str) -> Option<String> {
+    let host = host.trim();
+    let bracketed = host.starts_with('[');
+    let (name, port) = if let Some(rest) = host.strip_prefix('[') {
+        let (inside, after) = rest.split_once(']')?;
+        inside.parse::<std::net::Ipv6Addr>().ok()?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':')?),
+        };
+        (inside, port)
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, None),
+        }
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    let name = name.strip_suffix('.').unwrap_or(name);
+    let valid = !name.is_empty()
+        && (bracketed || !name.contains(':'))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':'));
+    valid.then(|| name.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    fn guard(local: &str, names: &[&str]) -> Guard {
+        Guard {
+            local: local.parse().unwrap(),
+            names: names.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn host_names_this_listener_or_is_refused() {
+        let loopback = guard("127.0.0.1:8081", &[]);
+        for ok in [
+            "127.0.0.1:8081",
+            "127.0.0.1",
+            "127.0.0.2:9",
+            "localhost:8081",
+            "LOCALHOST",
+            "localhost.:8081",
+            "app.localhost:8081",
+            "[::1]:8081",
+        ] {
+            assert_eq!(
+                loopback.check_host(&headers(&[("host", ok)])),
+                Ok(()),
+                "{ok}"
+            );
+        }
+        for bad in [
+            "evil.example:8081",
+            "evil.example",
+            "localhost.evil.example:8081",
+            "10.0.0.1:8081",
+            "127.0.0.1:80:80",
+            "127.0.0.1:x",
+            "[::1",
+            "",
+        ] {
+            assert!(
+                loopback.check_host(&headers(&[("host", bad)])).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(loopback.check_host(&HeaderMap::new()).is_err());
+
+        let everywhere = guard("0.0.0.0:8081", &["hookd.internal"]);
+        for ok in [
+            "10.1.2.3:8081",
+            "[fd00::1]:8081",
+            "hookd.internal:8081",
+            "localhost",
+        ] {
+            assert_eq!(
+                everywhere.check_host(&headers(&[("host", ok)])),
+                Ok(()),
+                "{ok}"
+            );
+        }
+        assert!(
+            everywhere
+                .check_host(&headers(&[("host", "evil.example:8081")]))
+                .is_err()
+        );
+
+        let one = guard("10.0.0.5:8081", &[]);
+        assert_eq!(
+            one.check_host(&headers(&[("host", "10.0.0.5:8081")])),
+            Ok(())
+        );
+        assert!(
+            one.check_host(&headers(&[("host", "10.0.0.6:8081")]))
+                .is_err()
+        );
+        assert!(
+            one.check_host(&headers(&[("host", "localhost:8081")]))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn only_a_same_origin_browser_request_passes() {
+        assert_eq!(
+            Guard::check_origin(&headers(&[("host", "127.0.0.1:8081")])),
+            Ok(())
+        );
+        let same = headers(&[
+            ("host", "127.0.0.1:8081"),
+            ("origin", "http://127.0.0.1:8081"),
+        ]);
+        assert_eq!(Guard::check_origin(&same), Ok(()));
+        for origin in [
+            "https://evil.example",
+            "null",
+            "http://127.0.0.1:8082",
+            "http://127.0.0.1:80811",
+            "http://localhost:8081",
+        ] {
+            let h = headers(&[("host", "127.0.0.1:8081"), ("origin", origin)]);
+            assert!(Guard::check_origin(&h).is_err(), "{origin}");
+        }
+        assert!(Guard::check_origin(&headers(&[("origin", "http://x")])).is_err());
+        let cross = headers(&[("host", "127.0.0.1:8081"), ("sec-fetch-site", "cross-site")]);
+        assert!(Guard::check_origin(&cross).is_err());
+        let none = headers(&[("host", "127.0.0.1:8081"), ("sec-fetch-site", "none")]);
+        assert_eq!(Guard::check_origin(&none), Ok(()));
+    }
+}

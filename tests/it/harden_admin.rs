@@ -1,0 +1,706 @@
+//! The admin listener against hostile browsers and careless configurations, and quarantine
+//! replay against large bodies: black-box, over HTTP, mostly against a real `hookd serve`.
+//!
+//! Invariants checked: the admin API always requires a token (a missing one is generated into
+//! an owner-only file the CLI finds); a cross-origin browser request or a foreign `Host` (DNS
+//! rebinding) is refused with 403 and acts on nothing; a weak token off loopback and a broken
+//! config line stop the start without echoing a secret; replay holds one quarantined body at a
+//! time and a dry run reads none; quarantine is bounded by `max_backlog` (503 `overloaded`).
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::support::{
+    self, ADMIN_TOKEN, SW_SECRET, Scheme, TestHost, install_plugins, json_or_text, plugins,
+};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// `hookd serve` on `dir/hookd.toml` exactly as given (plus listen addresses; no token added).
+struct Proc {
+    ingest: SocketAddr,
+    admin: SocketAddr,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Proc {
+    async fn start(dir: &Path, config: &str) -> Self {
+        let (ingest, admin) = (free_port(), free_port());
+        let text = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"\n{config}");
+        std::fs::write(dir.join("hookd.toml"), text).unwrap();
+        let log = std::fs::File::create(dir.join("hookd.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["serve", "--config"])
+            .arg(dir.join("hookd.toml"))
+            .env_remove("HOOKD_ADMIN_TOKEN")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting hookd");
+        let host = Self {
+            ingest,
+            admin,
+            dir: dir.to_owned(),
+            child,
+        };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let url = format!("http://{admin}/healthz");
+            if let Ok((StatusCode::OK, _, _)) =
+                support::send(Method::GET, &url, &[], Bytes::new()).await
+            {
+                return host;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hookd did not become healthy; log:\n{}",
+                host.log()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hookd.log")).unwrap_or_default()
+    }
+
+    async fn admin(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let url = format!("http://{}{path}", self.admin);
+        let mut headers = vec![(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )];
+        if let Some(token) = token {
+            headers.push((
+                header::AUTHORIZATION,
+                HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+            ));
+        }
+        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+        let (status, _, reply) = support::send(method, &url, &headers, body).await.unwrap();
+        (status, json_or_text(&reply))
+    }
+
+    /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
+    fn memory_kib(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|kib| kib.parse().ok())
+                .unwrap_or_else(|| panic!("{name} missing in /proc/<pid>/status"))
+        };
+        (field("VmRSS:"), field("VmHWM:"))
+    }
+
+    /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.
+    fn reset_peak(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")
+            .expect("resetting VmHWM through /proc/<pid>/clear_refs");
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the `hookd` binary in `cwd` with `args`, without admin settings from the environment.
+async fn hookd_cli(cwd: &Path, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let cwd = cwd.to_owned();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(&args)
+            .current_dir(cwd)
+            .env_remove("HOOKD_ADMIN_TOKEN")
+            .env_remove("HOOKD_ADMIN_URL")
+            .env_remove("HOOKD_CONFIG")
+            .output()
+            .expect("running hookd")
+    })
+    .await
+    .unwrap()
+}
+
+/// `hookd serve` on `config` that must refuse to start: its exit status and stderr.
+async fn serve_refused(config: &str) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hookd.toml"), config).unwrap();
+    let path = dir.path().join("hookd.toml");
+    let output = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["serve", "--config"])
+            .arg(&path)
+            .env_remove("HOOKD_ADMIN_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting hookd");
+        let deadline = Instant::now() + WAIT;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("hookd kept running on a config it should refuse");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Signs `body` as standard-webhooks message `id` and POSTs it to `/hooks/{source}`.
+async fn post_signed(
+    ingest: SocketAddr,
+    source: &str,
+    id: &str,
+    body: &[u8],
+) -> (StatusCode, http::HeaderMap, Value) {
+    let headers = support::sign(
+        &Scheme::StandardWebhooks,
+        SW_SECRET,
+        id,
+        body,
+        SystemTime::now(),
+    );
+    let url = format!("http://{ingest}/hooks/{source}");
+    let (status, headers, reply) =
+        support::send(Method::POST, &url, &headers, Bytes::copy_from_slice(body))
+            .await
+            .unwrap();
+    (status, headers, json_or_text(&reply))
+}
+
+/// A config with no `admin_token` anywhere: hookd generates one into `<database>.admin-token`
+/// (mode 0600) and says where in its log; requests without it are 401, with it 200; the CLI
+/// finds it through the config file (named, or `hookd.toml` in the working directory), and a
+/// restart keeps the same token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "database = \"data/hookd.db\"\n";
+    let host = Proc::start(dir.path(), config).await;
+    let file = dir.path().join("data/hookd.db.admin-token");
+    let log = host.log();
+    assert!(
+        log.contains(&file.display().to_string()),
+        "the start does not say where the token is:\n{log}"
+    );
+    let token = std::fs::read_to_string(&file).expect("the token file");
+    let token = token.trim();
+    assert!(token.len() >= 32, "{token:?}");
+    assert!(!log.contains(token), "the log shows the token:\n{log}");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "token file mode {mode:o}");
+    }
+
+    for (method, path, body) in [
+        (Method::GET, "/admin/events", None),
+        (Method::GET, "/admin/plugins", None),
+        (
+            Method::POST,
+            "/admin/replay",
+            Some(json!({"dry_run": true})),
+        ),
+    ] {
+        for wrong in [None, Some("change-me"), Some("")] {
+            let (status, reply) = host.admin(method.clone(), path, wrong, body.clone()).await;
+            assert_eq!(
+                (status, reply),
+                (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"})),
+                "{method} {path} with {wrong:?}"
+            );
+        }
+        let (status, reply) = host.admin(method.clone(), path, Some(token), body).await;
+        assert_eq!(status, StatusCode::OK, "{method} {path}: {reply}");
+    }
+
+    // The CLI finds the token: through --config, or hookd.toml in the working directory.
+    let url = format!("http://{}", host.admin);
+    let config_path = dir.path().join("hookd.toml");
+    let elsewhere = tempfile::tempdir().unwrap();
+    for (cwd, args) in [
+        (
+            elsewhere.path(),
+            vec![
+                "events",
+                "--admin-url",
+                url.as_str(),
+                "--config",
+                config_path.to_str().unwrap(),
+            ],
+        ),
+        (dir.path(), vec!["plugins", "--admin-url", url.as_str()]),
+    ] {
+        let output = hookd_cli(cwd, &args).await;
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains(token) && !String::from_utf8_lossy(&output.stdout).contains(token)
+        );
+    }
+    // Without any way to find it the CLI says how to pass it.
+    let output = hookd_cli(elsewhere.path(), &["events", "--admin-url", url.as_str()]).await;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("401") && stderr.contains("--token"),
+        "{stderr}"
+    );
+
+    // A restart reuses the token.
+    drop(host);
+    let host = Proc::start(dir.path(), config).await;
+    let (status, reply) = host
+        .admin(Method::GET, "/admin/events", Some(token), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+}
+
+/// A browser page cannot drive the admin API: a foreign `Origin` (or `Sec-Fetch-Site:
+/// cross-site`) on `POST /admin/replay` and `POST /admin/plugins/{name}/rollback` is a 403 that
+/// changes nothing, even with the right token; a rebinding-style `Host: evil.example:<port>` is
+/// a 403 on every `/admin/*` route. The CLI and plain clients (no Origin, Host = the address)
+/// work; `/healthz` and `/metrics` answer any Host but no foreign Origin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_origin_requests_and_foreign_hosts_are_refused() {
+    let config = format!(
+        r#"
+        [sources.t]
+        scheme = "standard-webhooks"
+        secrets = ["{SW_SECRET}"]
+        handlers = ["flaky"]
+
+        [plugins.flaky]
+        max_attempts = 1
+        "#
+    );
+    let host = TestHost::start(&config, &[("flaky", plugins::FLAKY)]).await;
+    host.accept_event("t", "dead_one", &json!({"permanent": true}))
+        .await;
+    host.wait_state("t", "dead_one", "flaky", "dead", WAIT)
+        .await;
+    // Give flaky a previous version, so a rollback would succeed if it were let through.
+    let (_, list) = host.admin_get("/admin/plugins").await;
+    let first_sha = list[0]["sha256"].as_str().unwrap().to_owned();
+    let plugins_dir = host.path().join("plugins");
+    let mut bytes = std::fs::read(plugins::FLAKY).unwrap();
+    // A custom section (id 0, name "x", no payload) makes it a distinct, valid file.
+    bytes.extend_from_slice(&[0, 2, 1, b'x']);
+    std::fs::write(plugins_dir.join("flaky.wasm.new"), bytes).unwrap();
+    std::fs::rename(
+        plugins_dir.join("flaky.wasm.new"),
+        plugins_dir.join("flaky.wasm"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + WAIT;
+    let second_sha = loop {
+        let (_, list) = host.admin_get("/admin/plugins").await;
+        if let Some(sha) = list[0]["sha256"].as_str()
+            && sha != first_sha
+        {
+            break sha.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new flaky never loaded: {list:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+
+    let auth = (
+        header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).unwrap(),
+    );
+    let json_type = (
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let call = |method: Method, path: &str, extra: Vec<(HeaderName, HeaderValue)>, body: &str| {
+        let url = format!("http://{}{path}", host.admin);
+        let mut headers = vec![auth.clone(), json_type.clone()];
+        headers.extend(extra);
+        let body = Bytes::from(body.to_owned());
+        async move {
+            let (status, _, reply) = support::send(method, &url, &headers, body).await.unwrap();
+            (status, json_or_text(&reply))
+        }
+    };
+    let h = |name: &'static str, value: &str| {
+        (
+            HeaderName::from_static(name),
+            HeaderValue::from_str(value).unwrap(),
+        )
+    };
+    let replay = r#"{"event_ids":["dead_one"]}"#;
+    let browsers = [
+        vec![h("origin", "https://evil.example")],
+        vec![h("origin", "null")],
+        vec![h(
+            "origin",
+            &format!("http://localhost:{}", host.admin.port() + 1),
+        )],
+        vec![h("sec-fetch-site", "cross-site")],
+    ];
+    for extra in &browsers {
+        for (path, body) in [
+            ("/admin/replay", replay),
+            ("/admin/plugins/flaky/rollback", ""),
+        ] {
+            let (status, reply) = call(Method::POST, path, extra.clone(), body).await;
+            assert_eq!(
+                status,
+                StatusCode::FORBIDDEN,
+                "POST {path} with {extra:?}: {reply}"
+            );
+            assert_eq!(reply["error"], "forbidden", "{reply}");
+        }
+    }
+    let rebinding = format!("evil.example:{}", host.admin.port());
+    for (method, path, body) in [
+        (Method::GET, "/admin/events", ""),
+        (Method::GET, "/admin/events/t/dead_one", ""),
+        (Method::GET, "/admin/plugins", ""),
+        (Method::POST, "/admin/replay", replay),
+        (Method::POST, "/admin/plugins/flaky/rollback", ""),
+    ] {
+        let (status, reply) = call(method.clone(), path, vec![h("host", &rebinding)], body).await;
+        assert_eq!(
+            status,
+            StatusCode::FORBIDDEN,
+            "{method} {path} with Host {rebinding}: {reply}"
+        );
+    }
+    // Nothing was replayed or rolled back.
+    let d = host
+        .wait_state("t", "dead_one", "flaky", "dead", WAIT)
+        .await;
+    assert_eq!(d["attempts"], 1, "{d:#}");
+    let (_, list) = host.admin_get("/admin/plugins").await;
+    assert_eq!(list[0]["sha256"], second_sha.as_str(), "{list:#}");
+
+    // Probes: any Host, but no foreign Origin.
+    for path in ["/healthz", "/metrics"] {
+        let (status, _) = call(Method::GET, path, vec![h("host", &rebinding)], "").await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+        let (status, _) = call(Method::GET, path, browsers[0].clone(), "").await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
+    // `localhost` and a same-origin Origin are fine.
+    let local = format!("localhost:{}", host.admin.port());
+    let (status, reply) = call(
+        Method::GET,
+        "/admin/events",
+        vec![h("host", &local), h("origin", &format!("http://{local}"))],
+        "",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+
+    // The CLI sends no Origin: replay and rollback work.
+    let url = format!("http://{}", host.admin);
+    let cwd = tempfile::tempdir().unwrap();
+    let admin = ["--admin-url", url.as_str(), "--token", ADMIN_TOKEN];
+    for args in [
+        vec!["replay", "--event-id", "dead_one"],
+        vec!["plugins", "rollback", "flaky"],
+    ] {
+        let mut args = args;
+        args.extend(admin);
+        let output = hookd_cli(cwd.path(), &args).await;
+        assert!(
+            output.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    host.wait_delivery("t", "dead_one", "flaky", WAIT, |d| d["attempts"] == 2)
+        .await;
+    let (_, list) = host.admin_get("/admin/plugins").await;
+    assert_eq!(list[0]["sha256"], first_sha.as_str(), "{list:#}");
+}
+
+/// On a non-loopback `admin_listen`, a placeholder or short token stops the start with an error
+/// naming `server.admin_token` (and not showing the token); so does a missing one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_weak_token_on_a_public_address_refuses_to_start() {
+    for token in ["change-me", "x", "changeme-changeme-changeme"] {
+        let config = format!(
+            "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"0.0.0.0:{}\"\nadmin_token = \"{token}\"\n",
+            free_port().port(),
+            free_port().port()
+        );
+        let (status, stderr) = serve_refused(&config).await;
+        assert!(!status.success(), "{token}: {stderr}");
+        assert!(stderr.contains("server.admin_token"), "{token}: {stderr}");
+        assert!(
+            !stderr.contains(token),
+            "{token}: the error shows the token: {stderr}"
+        );
+    }
+    let config = format!(
+        "[server]\nadmin_listen = \"0.0.0.0:{}\"\n",
+        free_port().port()
+    );
+    let (status, stderr) = serve_refused(&config).await;
+    assert!(
+        !status.success() && stderr.contains("server.admin_token"),
+        "{stderr}"
+    );
+}
+
+/// A config file broken on a line that holds a secret: the start fails naming the line and the
+/// key, and the secret appears nowhere in the output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_error_on_a_secret_line_does_not_show_the_secret() {
+    let cases = [
+        (
+            "[sources.gh]\nscheme = \"github\"\nsecrets = [\"gh-hush-4b1d9e\"\nhandlers = []\n",
+            "gh-hush-4b1d9e",
+            "sources.gh.secrets",
+        ),
+        (
+            "[server]\nadmin_token = \"adm-hush-77c0e2\ndatabase = \"x.db\"\n",
+            "adm-hush-77c0e2",
+            "server.admin_token",
+        ),
+        (
+            "[sources.gh]\nscheme = \"github\"\nsecrets = \"gh-hush-4b1d9e\"\n",
+            "gh-hush-4b1d9e",
+            "secrets",
+        ),
+    ];
+    for (config, secret, key) in cases {
+        let (status, stderr) = serve_refused(config).await;
+        assert!(!status.success(), "{stderr}");
+        assert!(
+            !stderr.contains(secret),
+            "{config:?}: the error shows the secret: {stderr}"
+        );
+        assert!(
+            stderr.contains(key) && stderr.contains("line "),
+            "{config:?}: {stderr}"
+        );
+    }
+}
+
+/// 40 quarantined requests of 5 MiB each (200 MiB): a dry-run replay counts all 40 without
+/// reading a body, and a real replay parses them one at a time; hookd's peak RSS during each
+/// stays far below what holding them all would take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_streams_quarantined_bodies_and_a_dry_run_reads_none() {
+    const COUNT: usize = 40;
+    const BODY_BYTES: usize = 5 << 20;
+    // What one replay may add to the peak: a handful of bodies, far below all of them.
+    const CEILING_KIB: u64 = 96 * 1024;
+
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("trap", plugins::TRAPPER)]);
+    let config = format!(
+        r#"admin_token = "{ADMIN_TOKEN}"
+durability = "normal"
+
+[sources.q]
+scheme = "standard-webhooks"
+secrets = ["{SW_SECRET}"]
+parser = "trap"
+"#
+    );
+    let host = Proc::start(dir.path(), &config).await;
+    let mut body = br#"{"id":"big","type":"test.event","pad":""#.to_vec();
+    body.resize(BODY_BYTES - 2, b'x');
+    body.extend_from_slice(b"\"}");
+    for i in 0..COUNT {
+        let (status, _, reply) = post_signed(host.ingest, "q", &format!("big-{i}"), &body).await;
+        assert_eq!(
+            (status, &reply),
+            (
+                StatusCode::ACCEPTED,
+                &json!({"accepted": true, "quarantined": true})
+            ),
+            "request {i}"
+        );
+    }
+
+    let host = &host;
+    let replay = |dry_run: bool| async move {
+        host.reset_peak();
+        let (rss, peak) = host.memory_kib();
+        assert!(
+            peak <= rss + 4096,
+            "VmHWM was not reset: rss {rss} KiB, peak {peak} KiB"
+        );
+        let started = Instant::now();
+        let (status, reply) = host
+            .admin(
+                Method::POST,
+                "/admin/replay",
+                Some(ADMIN_TOKEN),
+                Some(json!({"source": "q", "dry_run": dry_run})),
+            )
+            .await;
+        let (_, after) = host.memory_kib();
+        eprintln!(
+            "replay dry_run={dry_run}: {reply}, rss before {rss} KiB, peak during {after} KiB \
+             (+{} KiB), {:?}",
+            after.saturating_sub(rss),
+            started.elapsed()
+        );
+        assert_eq!(status, StatusCode::OK, "{reply}");
+        (reply, after.saturating_sub(rss))
+    };
+
+    let (reply, grew) = replay(true).await;
+    assert_eq!(reply, json!({"matched": COUNT, "replayed": 0}));
+    assert!(
+        grew < 16 * 1024,
+        "a dry run grew the peak RSS by {grew} KiB"
+    );
+
+    // The parser still traps: every body is read and parsed again, and all stay quarantined.
+    let (reply, grew) = replay(false).await;
+    assert_eq!(reply, json!({"matched": COUNT, "replayed": 0}));
+    assert!(
+        grew < CEILING_KIB,
+        "replaying {COUNT} × {BODY_BYTES} bytes grew the peak RSS by {grew} KiB"
+    );
+    let (_, metrics) = host.admin(Method::GET, "/metrics", None, None).await;
+    let metrics = metrics.as_str().unwrap().to_owned();
+    assert!(
+        metrics.contains(&format!("hookd_quarantined {COUNT}")),
+        "{metrics}"
+    );
+}
+
+/// Quarantine is bounded by `max_backlog`: once that many requests are held, the next one is a
+/// 503 `{"error":"overloaded"}` with `Retry-After` (the provider retries later); when a replay
+/// has emptied the quarantine, requests are quarantined again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_beyond_max_backlog_is_overloaded() {
+    let config = format!(
+        r#"
+        [server]
+        max_backlog = 3
+
+        [sources.q]
+        scheme = "standard-webhooks"
+        secrets = ["{SW_SECRET}"]
+        parser = "flip"
+
+        [plugins.flip]
+        config = {{ id_pointer = "/id", type_pointer = "/type" }}
+        "#
+    );
+    let host = TestHost::start(&config, &[("flip", plugins::TRAPPER)]).await;
+    let body = |id: &str| json!({"id": id, "type": "test.event"}).to_string();
+    for i in 0..3 {
+        let id = format!("q-{i}");
+        let (status, _, reply) = post_signed(host.ingest, "q", &id, body(&id).as_bytes()).await;
+        assert_eq!(
+            (status, reply),
+            (
+                StatusCode::ACCEPTED,
+                json!({"accepted": true, "quarantined": true})
+            ),
+            "{id}"
+        );
+    }
+    for id in ["q-3", "q-4"] {
+        let (status, headers, reply) = post_signed(host.ingest, "q", id, body(id).as_bytes()).await;
+        assert_eq!(
+            (status, &reply),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({"error": "overloaded"})
+            ),
+            "{id}"
+        );
+        assert!(
+            headers.contains_key(header::RETRY_AFTER),
+            "{id}: {headers:?}"
+        );
+    }
+    let (_, metrics) = host.admin_get("/metrics").await;
+    assert!(
+        metrics.as_str().unwrap().contains("hookd_quarantined 3"),
+        "{metrics}"
+    );
+
+    // Fix the parser and replay: the three are accepted and the quarantine is empty again.
+    let (_, list) = host.admin_get("/admin/plugins").await;
+    let trapper_sha = list[0]["sha256"].as_str().unwrap().to_owned();
+    let plugins_dir = host.path().join("plugins");
+    std::fs::copy(plugins::GENERIC, plugins_dir.join("flip.wasm.new")).unwrap();
+    std::fs::rename(
+        plugins_dir.join("flip.wasm.new"),
+        plugins_dir.join("flip.wasm"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, list) = host.admin_get("/admin/plugins").await;
+        if list[0]["sha256"].as_str().is_some_and(|s| s != trapper_sha) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new parser never loaded: {list:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, reply) = host
+        .admin_post("/admin/replay", json!({"source": "q"}))
+        .await;
+    assert_eq!(
+        (status, reply),
+        (StatusCode::OK, json!({"matched": 3, "replayed": 3}))
+    );
+    // The trapper is back (rollback): new requests are quarantined again, up to the bound.
+    let (status, reply) = host
+        .admin_post("/admin/plugins/flip/rollback", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    for (id, expected) in [
+        ("q-5", StatusCode::ACCEPTED),
+        ("q-6", StatusCode::ACCEPTED),
+        ("q-7", StatusCode::ACCEPTED),
+        ("q-8", StatusCode::SERVICE_UNAVAILABLE),
+    ] {
+        let (status, _, reply) = post_signed(host.ingest, "q", id, body(id).as_bytes()).await;
+        assert_eq!(status, expected, "{id}: {reply}");
+    }
+}
