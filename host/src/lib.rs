@@ -108,8 +108,8 @@ pub async fn run(
     if config.server.admin_token.is_none() {
         let (token, path, origin) = admin::token::load_or_create(&config.server.database)?;
         let how = match origin {
-            admin::token::Origin::Generated => "generated a new admin token",
-            admin::token::Origin::Existing => "using the admin token",
+            admin::token::Found::Generated => "generated a new admin token",
+            admin::token::Found::Existing => "using the admin token",
         };
         tracing::info!(
             token_file = %path.display(),

@@ -26,23 +26,23 @@ pub fn token_file(database: &Path) -> PathBuf {
 
 /// Whether [`load_or_create`] found the file or wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub enum Found {
     Existing,
     Generated,
 }
 
 /// The token of the database at `database`: read from its token file, or generated (32 random
 /// bytes, hex) and written there if the file does not exist yet.
-pub fn load_or_create(database: &Path) -> anyhow::Result<(Secret, PathBuf, Origin)> {
+pub fn load_or_create(database: &Path) -> anyhow::Result<(Secret, PathBuf, Found)> {
     let path = token_file(database);
     match read(&path)? {
-        Some(token) => Ok((Secret::new(token), path, Origin::Existing)),
+        Some(token) => Ok((Secret::new(token), path, Found::Existing)),
         None => {
             let mut bytes = [0u8; 32];
             rand::rng().fill_bytes(&mut bytes);
             let token = hex::encode(bytes);
             write_private(&path, &token)?;
-            Ok((Secret::new(token), path, Origin::Generated))
+            Ok((Secret::new(token), path, Found::Generated))
         }
     }
 }
@@ -116,7 +116,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("hookd.db");
         let (first, path, origin) = load_or_create(&db).unwrap();
-        assert_eq!((path.clone(), origin), (token_file(&db), Origin::Generated));
+        assert_eq!((path.clone(), origin), (token_file(&db), Found::Generated));
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.trim().len(), 64, "{text:?}");
         assert!(first.matches(text.trim().as_bytes()));
@@ -127,7 +127,7 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         let (again, _, origin) = load_or_create(&db).unwrap();
-        assert_eq!(origin, Origin::Existing);
+        assert_eq!(origin, Found::Existing);
         assert!(again.matches(text.trim().as_bytes()));
     }
 
