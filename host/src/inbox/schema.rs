@@ -82,6 +82,9 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (plugin, key)
     ) WITHOUT ROWID;
     ",
+    // 2: a claim looks up each handler's oldest due deliveries on its own (fair dispatch), so
+    // one handler's backlog is never scanned to find another's.
+    "CREATE INDEX deliveries_handler_due ON deliveries (handler, state, next_attempt_at);",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
