@@ -135,6 +135,7 @@ async fn a_slow_backlog_never_starves_another_handler() {
 
     let (waited_ms, _) = quick_wait_ms(&host, "b_0").await;
     let done = count(&host, "a", "slow", "done").await;
+    eprintln!("quick waited {waited_ms} ms; slow had {done} of 120 done");
     assert!(
         waited_ms <= 3_000,
         "quick's event waited {waited_ms} ms behind slow's backlog ({done} of 120 done)"
@@ -160,6 +161,7 @@ async fn two_backlogs_split_the_workers() {
         &[("a", "slow"), ("c", "slow2")],
     )
     .await;
+    eprintln!("(running, pending) of slow and slow2: {seen:?}");
     assert!(
         seen[0].1 >= 20,
         "the older backlog was mostly drained by then: {seen:?}"
@@ -184,6 +186,7 @@ async fn a_borrowing_handler_keeps_a_worker_free_for_idle_ones() {
     assert!(seen[0].1 > 0, "it has more due work: {seen:?}");
 
     let (waited_ms, _) = quick_wait_ms(&host, "b_0").await;
+    eprintln!("quick waited {waited_ms} ms beside 14 slow attempts");
     assert!(
         waited_ms <= 4_000,
         "quick's event waited {waited_ms} ms for a worker the slow handler held"

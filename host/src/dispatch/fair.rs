@@ -104,6 +104,8 @@ mod tests {
 
     /// (running, room, held_for, due)
     type Spec = (usize, usize, bool, Vec<i64>);
+    /// (what, free, share, headroom, lanes, expected picks per lane)
+    type Case = (&'static str, usize, usize, usize, Vec<Spec>, Vec<usize>);
 
     fn run(free: usize, share: usize, headroom: usize, specs: &[Spec]) -> Vec<usize> {
         let rules = Fairness {
@@ -139,8 +141,7 @@ mod tests {
 
     #[test]
     fn table() {
-        // (what, free, share, headroom, lanes, expected picks per lane)
-        let cases: Vec<(&str, usize, usize, usize, Vec<Spec>, Vec<usize>)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "alone with work, a handler takes every idle worker",
                 64,
