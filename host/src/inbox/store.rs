@@ -4,7 +4,7 @@
 //! Invariant: every state transition of a delivery happens here, in one statement or one
 //! savepoint, so a crash between two steps of one transition is impossible.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -761,11 +761,15 @@ fn due_heads(
     want: usize,
     stale: &mut usize,
 ) -> Result<Vec<Candidate>, InboxError> {
-    let mut heads = Vec::new();
-    // Pages after (next_attempt_at, id): a page's stale ones are gone from the next.
+    let mut heads: Vec<Candidate> = Vec::new();
+    let mut taken = HashSet::new();
+    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
+    // which may sort before the page: a pass that marked one is followed by another from the
+    // start (finitely many: each marks at least one more), skipping the heads already taken.
+    let page = (want + 4) as i64;
     let mut after = (i64::MIN, i64::MIN);
+    let mut marked = false;
     loop {
-        let page = (want - heads.len() + 4) as i64;
         let rows: Vec<Candidate> = conn
             .prepare_cached(
                 "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
@@ -797,18 +801,27 @@ fn due_heads(
         let full = rows.len() as i64 == page;
         for candidate in rows {
             after = (candidate.due_ms, candidate.id);
-            if is_stale(conn, handler, &candidate, now_ms)? {
-                *stale += 1;
+            if taken.contains(&candidate.id) {
                 continue;
             }
+            if is_stale(conn, handler, &candidate, now_ms)? {
+                *stale += 1;
+                marked = true;
+                continue;
+            }
+            taken.insert(candidate.id);
             heads.push(candidate);
             if heads.len() == want {
                 return Ok(heads);
             }
         }
-        if !full {
+        if full {
+            continue;
+        }
+        if !marked {
             return Ok(heads);
         }
+        (after, marked) = ((i64::MIN, i64::MIN), false);
     }
 }
 
@@ -897,6 +910,10 @@ fn lease(
         })?;
     Ok(claim)
 }
+
+#[cfg(test)]
+#[path = "claim_tests.rs"]
+mod claim_tests;
 
 fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, InboxError> {
     let leased: Option<u32> = conn
