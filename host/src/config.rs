@@ -217,8 +217,9 @@ pub struct PluginConfig {
     pub output_bytes: usize,
     /// Log bytes per call; beyond this lines are dropped after one truncation marker.
     pub log_bytes: usize,
-    /// Attempts of this plugin running at once.
-    pub max_concurrency: usize,
+    /// A hard cap on attempts of this plugin running at once; `None` (the default): no fixed
+    /// cap, the dispatcher's fair share of `server.workers` (see `dispatch::fair`).
+    pub max_concurrency: Option<usize>,
     pub delivery: DeliveryMode,
     /// Where its handler may send HTTP requests (`host:port` entries); empty = no network.
     pub allow_hosts: AllowList,
@@ -283,7 +284,10 @@ impl PluginConfig {
             parser_memory_bytes: parser_memory_mib * MIB,
             output_bytes: (output_kib * KIB) as usize,
             log_bytes: (log_kib * KIB) as usize,
-            max_concurrency: file.max_concurrency.unwrap_or(usize::MAX).max(1),
+            max_concurrency: match file.max_concurrency {
+                Some(0) => bail!("plugins.{name}.max_concurrency must be at least 1"),
+                cap => cap,
+            },
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
             allow_hosts: AllowList::parse(&file.allow_hosts)
                 .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?,
@@ -786,6 +790,10 @@ mod tests {
         let classifier = &config.plugins[&PluginName::from("classifier")];
         assert_eq!(classifier.max_attempts, 3);
         assert_eq!(classifier.delivery, DeliveryMode::AtMostOnce);
+        assert_eq!(
+            classifier.max_concurrency, None,
+            "a fair share, no fixed cap"
+        );
         assert_eq!(classifier.config["threshold"], "2");
         // The parser is named by the source only, so it gets the defaults.
         let github = &config.plugins[&PluginName::from("github")];
@@ -822,6 +830,10 @@ mod tests {
             ("[plugins.p]\nmax_attempts = 0", "plugins.p.max_attempts"),
             ("[plugins.p]\noutput_kib = 0", "plugins.p.output_kib"),
             ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
+            (
+                "[plugins.p]\nmax_concurrency = 0",
+                "plugins.p.max_concurrency must be at least 1",
+            ),
             (
                 "[server]\nplugins_dir = \"p\"\ncache_dir = \"p/cache\"",
                 "server.cache_dir",

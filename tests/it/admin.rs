@@ -443,6 +443,7 @@ async fn one_replay_call_touches_at_most_max_replay_deliveries() {
             limit: seeded,
             capacity: [("gone".to_string(), seeded)].into(),
             lease_ms: Default::default(),
+            fairness: Default::default(),
         })
         .await
         .unwrap();

@@ -8,6 +8,7 @@ mod crash;
 mod dispatch;
 mod foundation;
 mod harden_admin;
+mod harden_fair;
 mod ingest;
 mod outbound;
 mod plugins;

@@ -9,18 +9,24 @@
 //! - A handler whose plugin is not loaded is not claimed: its deliveries wait.
 //! - Per-plugin and total concurrency are bounded here; wasm runs on the dedicated pool given
 //!   to [`Dispatcher::run`], never on the HTTP edge's threads.
+//! - Workers are shared fairly among handler plugins ([`fair`]): one plugin's backlog never
+//!   takes the workers another plugin's due delivery needs for longer than one attempt.
 
+pub mod fair;
 pub mod policy;
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
 use tokio::{runtime::Handle, sync::Notify};
 
-use self::policy::{RetryPolicy, Verdict};
+use self::{
+    fair::Fairness,
+    policy::{RetryPolicy, Verdict},
+};
 use crate::{
     config::{Config, DeliveryMode, PluginConfig},
     ids::PluginName,
@@ -54,6 +60,8 @@ pub struct Dispatcher {
     runtime: Arc<Runtime>,
     in_flight: Mutex<HashMap<PluginName, usize>>,
     finished: Notify,
+    /// The plugins some source names as a handler (parsers and retired handlers are not).
+    handlers: HashSet<String>,
 }
 
 impl Dispatcher {
@@ -63,6 +71,12 @@ impl Dispatcher {
         registry: Arc<Registry>,
         runtime: Arc<Runtime>,
     ) -> Arc<Self> {
+        let handlers = config
+            .sources
+            .values()
+            .flat_map(|source| &source.handlers)
+            .map(|handler| handler.to_string())
+            .collect();
         Arc::new(Self {
             config,
             inbox,
@@ -70,6 +84,7 @@ impl Dispatcher {
             runtime,
             in_flight: Mutex::new(HashMap::new()),
             finished: Notify::new(),
+            handlers,
         })
     }
 
@@ -178,24 +193,29 @@ impl Dispatcher {
     }
 
     async fn claim(&self) -> anyhow::Result<Vec<Claimed>> {
-        let (capacity, free) = {
+        let workers = self.config.server.workers;
+        let (capacity, free, fairness) = {
             let in_flight = self.in_flight.lock().expect("poisoned");
             let total: usize = in_flight.values().sum();
-            let free = self.config.server.workers.saturating_sub(total);
+            let free = workers.saturating_sub(total);
+            let mut fairness = Fairness::new(workers, self.handlers.len());
             let mut capacity = HashMap::new();
             for (name, plugin) in &self.config.plugins {
                 if self.registry.get(&plugin.wasm).is_none() {
                     continue; // not loaded: its deliveries wait
                 }
                 let busy = in_flight.get(name).copied().unwrap_or(0);
-                let left = plugin.max_concurrency.saturating_sub(busy).min(free);
-                if left > 0 {
-                    capacity.insert(name.to_string(), left);
+                // Without a cap of its own a plugin may use any worker fairness gives it.
+                let cap = plugin.max_concurrency.unwrap_or(workers);
+                capacity.insert(name.to_string(), cap.saturating_sub(busy).min(free));
+                fairness.running.insert(name.to_string(), busy);
+                if self.handlers.contains(name.as_str()) {
+                    fairness.held_for.insert(name.to_string());
                 }
             }
-            (capacity, free)
+            (capacity, free, fairness)
         };
-        if free == 0 || capacity.is_empty() {
+        if free == 0 || capacity.values().all(|left| *left == 0) {
             return Ok(Vec::new());
         }
         let lease_ms = self
@@ -216,6 +236,7 @@ impl Dispatcher {
                 limit: free,
                 capacity,
                 lease_ms,
+                fairness,
             })
             .await?;
         let mut in_flight = self.in_flight.lock().expect("poisoned");

@@ -88,6 +88,9 @@ const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX quarantine_held ON quarantine (resolved_at, source, received_at);
     ",
+    // 3: a claim looks up each handler's oldest due deliveries on its own (fair dispatch), so
+    // one handler's backlog is never scanned to find another's.
+    "CREATE INDEX deliveries_handler_due ON deliveries (handler, state, next_attempt_at);",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -4,7 +4,7 @@
 //! Invariant: every state transition of a delivery happens here, in one statement or one
 //! savepoint, so a crash between two steps of one transition is impossible.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{Inbox, InboxError};
 use crate::{
+    dispatch::fair::{self, Fairness},
     ids::{EventId, PluginName, SourceName},
     model::{AttemptOutcome, DeliveryState, Disposition, Envelope, Header, StateChanges},
     verify::Verified,
@@ -89,11 +90,15 @@ pub struct Claimed {
 #[derive(Debug, Clone)]
 pub struct ClaimRequest {
     pub now_ms: i64,
+    /// Free workers: at most this many deliveries are leased.
     pub limit: usize,
     /// Handler → how many more attempts of it may run now; only handlers listed are claimed.
     pub capacity: HashMap<String, usize>,
     /// Handler → lease length; handlers absent get [`DEFAULT_LEASE_MS`].
     pub lease_ms: HashMap<String, i64>,
+    /// How the free workers are shared among the handlers ([`fair::allot`]); the default (no
+    /// standing, no headroom) takes the handlers round-robin, oldest first.
+    pub fairness: Fairness,
 }
 
 pub const DEFAULT_LEASE_MS: i64 = 60_000;
@@ -749,115 +754,225 @@ impl Inbox {
     }
 }
 
+/// A due delivery that may be leased: the head of its key, if it has one.
+struct Candidate {
+    id: i64,
+    due_ms: i64,
+    key: Option<String>,
+    sequence: Option<i64>,
+    source: String,
+}
+
 fn claim_due(
     conn: &Connection,
     request: &ClaimRequest,
 ) -> Result<(Vec<Claimed>, usize), InboxError> {
-    // Over-fetch a little: some candidates turn out stale or over their handler's capacity.
-    let fetch = (request.limit * 2 + 8) as i64;
-    let handlers: Vec<&String> = request.capacity.keys().collect();
-    let handlers = serde_json::to_string(&handlers).expect("strings serialize");
-    /// (delivery id, handler, ordering key, sequence, source)
-    type Candidate = (i64, String, Option<String>, Option<i64>, String);
-    let candidates: Vec<Candidate> = conn
-        .prepare_cached(
-            "SELECT d.id, d.handler, d.ordering_key, d.sequence, d.source FROM deliveries d
-             WHERE d.state IN ('pending', 'retrying') AND d.next_attempt_at <= ?1
-               AND d.handler IN (SELECT value FROM json_each(?3))
-               AND (d.ordering_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM deliveries p
-                    WHERE p.source = d.source AND p.handler = d.handler
-                      AND p.ordering_key = d.ordering_key
-                      AND p.state IN ('pending', 'running', 'retrying')
-                      AND (COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
-                           OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0) AND p.id < d.id))))
-             ORDER BY d.next_attempt_at, d.id
-             LIMIT ?2",
-        )?
-        .query_map(params![request.now_ms, fetch, handlers], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })?
-        .collect::<Result<_, _>>()?;
-
-    let mut capacity = request.capacity.clone();
-    let mut claimed = Vec::new();
+    // Per handler, its oldest claimable deliveries, as many as it could be given; then the
+    // free workers are shared out fairly among them, so no handler's backlog, however old,
+    // hides another's due delivery.
+    let mut handlers: Vec<(&String, usize)> = request
+        .capacity
+        .iter()
+        .map(|(handler, room)| (handler, *room))
+        .collect();
+    handlers.sort();
     let mut stale = 0;
-    for (id, handler, key, sequence, source) in candidates {
-        if claimed.len() >= request.limit {
-            break;
-        }
-        if let (Some(key), Some(sequence)) = (&key, sequence) {
-            let newest_done: Option<i64> = conn
-                .prepare_cached(
-                    "SELECT MAX(sequence) FROM deliveries
-                     WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
-                )?
-                .query_row(params![source, handler, key], |r| r.get(0))?;
-            if let Some(done) = newest_done.filter(|done| *done > sequence) {
-                conn.prepare_cached(
-                    "UPDATE deliveries SET state = 'stale', updated_at = ?2, last_error = ?3
-                     WHERE id = ?1",
-                )?
-                .execute(params![
-                    id,
-                    request.now_ms,
-                    format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
-                ])?;
-                stale += 1;
+    let mut queues = Vec::with_capacity(handlers.len());
+    for (handler, room) in &handlers {
+        let want = (*room).min(request.limit);
+        let queue = if want == 0 {
+            Vec::new()
+        } else {
+            due_heads(conn, handler, request.now_ms, want, &mut stale)?
+        };
+        queues.push(queue);
+    }
+    let due: Vec<Vec<i64>> = queues
+        .iter()
+        .map(|queue| queue.iter().map(|c| c.due_ms).collect())
+        .collect();
+    let lanes: Vec<fair::Lane> = handlers
+        .iter()
+        .zip(&due)
+        .map(|((handler, room), due)| request.fairness.lane(handler, *room, due))
+        .collect();
+    let picks = fair::allot(request.limit, &request.fairness, &lanes);
+
+    let mut taken = vec![0usize; handlers.len()];
+    let mut claimed = Vec::with_capacity(picks.len());
+    for lane in picks {
+        let handler = handlers[lane].0;
+        let candidate = &queues[lane][taken[lane]];
+        taken[lane] += 1;
+        claimed.push(lease(conn, request, handler, candidate)?);
+    }
+    Ok((claimed, stale))
+}
+
+/// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
+/// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
+/// older than a delivery already done for its key is marked `stale` on the way (counted in
+/// `stale`) and skipped.
+fn due_heads(
+    conn: &Connection,
+    handler: &str,
+    now_ms: i64,
+    want: usize,
+    stale: &mut usize,
+) -> Result<Vec<Candidate>, InboxError> {
+    let mut heads: Vec<Candidate> = Vec::new();
+    let mut taken = HashSet::new();
+    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
+    // which may sort before the page: a pass that marked one is followed by another from the
+    // start (finitely many: each marks at least one more), skipping the heads already taken.
+    let page = (want + 4) as i64;
+    let mut after = (i64::MIN, i64::MIN);
+    let mut marked = false;
+    loop {
+        let rows: Vec<Candidate> = conn
+            .prepare_cached(
+                "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+                 FROM deliveries d
+                 WHERE d.handler = ?1 AND d.state IN ('pending', 'retrying')
+                   AND d.next_attempt_at <= ?2
+                   AND (d.next_attempt_at, d.id) > (?4, ?5)
+                   AND (d.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM deliveries p
+                        WHERE p.source = d.source AND p.handler = d.handler
+                          AND p.ordering_key = d.ordering_key
+                          AND p.state IN ('pending', 'running', 'retrying')
+                          AND (COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
+                               OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
+                                   AND p.id < d.id))))
+                 ORDER BY d.next_attempt_at, d.id
+                 LIMIT ?3",
+            )?
+            .query_map(params![handler, now_ms, page, after.0, after.1], |r| {
+                Ok(Candidate {
+                    id: r.get(0)?,
+                    due_ms: r.get(1)?,
+                    key: r.get(2)?,
+                    sequence: r.get(3)?,
+                    source: r.get(4)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        let full = rows.len() as i64 == page;
+        for candidate in rows {
+            after = (candidate.due_ms, candidate.id);
+            if taken.contains(&candidate.id) {
                 continue;
             }
+            if is_stale(conn, handler, &candidate, now_ms)? {
+                *stale += 1;
+                marked = true;
+                continue;
+            }
+            taken.insert(candidate.id);
+            heads.push(candidate);
+            if heads.len() == want {
+                return Ok(heads);
+            }
         }
-        match capacity.get_mut(&handler) {
-            Some(left) if *left > 0 => *left -= 1,
-            _ => continue,
+        if full {
+            continue;
         }
-        let lease = request
-            .lease_ms
-            .get(&handler)
-            .copied()
-            .unwrap_or(DEFAULT_LEASE_MS);
-        let row = conn
-            .prepare_cached(
-                "UPDATE deliveries SET state = 'running', attempts = attempts + 1,
-                     lease_until = ?2, leased_at = ?3, updated_at = ?3
-                 WHERE id = ?1
-                 RETURNING attempts, attempts - budget_base, event",
-            )?
-            .query_row(params![id, request.now_ms + lease, request.now_ms], |r| {
+        if !marked {
+            return Ok(heads);
+        }
+        (after, marked) = ((i64::MIN, i64::MIN), false);
+    }
+}
+
+/// Marks `candidate` stale if a later delivery of its key is already done.
+fn is_stale(
+    conn: &Connection,
+    handler: &str,
+    candidate: &Candidate,
+    now_ms: i64,
+) -> Result<bool, InboxError> {
+    let (Some(key), Some(sequence)) = (&candidate.key, candidate.sequence) else {
+        return Ok(false);
+    };
+    let newest_done: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MAX(sequence) FROM deliveries
+             WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
+        )?
+        .query_row(params![candidate.source, handler, key], |r| r.get(0))?;
+    let Some(done) = newest_done.filter(|done| *done > sequence) else {
+        return Ok(false);
+    };
+    conn.prepare_cached(
+        "UPDATE deliveries SET state = 'stale', updated_at = ?2, last_error = ?3
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        candidate.id,
+        now_ms,
+        format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
+    ])?;
+    Ok(true)
+}
+
+/// Leases `candidate` to a worker: the attempt is counted now.
+fn lease(
+    conn: &Connection,
+    request: &ClaimRequest,
+    handler: &str,
+    candidate: &Candidate,
+) -> Result<Claimed, InboxError> {
+    let lease = request
+        .lease_ms
+        .get(handler)
+        .copied()
+        .unwrap_or(DEFAULT_LEASE_MS);
+    let (attempt, budget_used, event) = conn
+        .prepare_cached(
+            "UPDATE deliveries SET state = 'running', attempts = attempts + 1,
+                 lease_until = ?2, leased_at = ?3, updated_at = ?3
+             WHERE id = ?1
+             RETURNING attempts, attempts - budget_base, event",
+        )?
+        .query_row(
+            params![candidate.id, request.now_ms + lease, request.now_ms],
+            |r| {
                 Ok((
                     r.get::<_, u32>(0)?,
                     r.get::<_, u32>(1)?,
                     r.get::<_, i64>(2)?,
                 ))
-            })?;
-        let (attempt, budget_used, event) = row;
-        let claim = conn
-            .prepare_cached(
-                "SELECT event_id, event_type, received_at, headers, body FROM events WHERE id = ?1",
-            )?
-            .query_row([event], |r| {
-                let headers: String = r.get(3)?;
-                let body: Vec<u8> = r.get(4)?;
-                Ok(Claimed {
-                    delivery_id: id,
-                    attempt,
-                    budget_used,
-                    leased_at_ms: request.now_ms,
-                    source: SourceName::new(source.as_str()),
-                    handler: PluginName::new(handler.as_str()),
-                    event_id: EventId::new(r.get::<_, String>(0)?),
-                    event_type: r.get(1)?,
-                    ordering_key: key.clone(),
-                    sequence: sequence.map(|s| s as u64),
-                    received_at_ms: r.get(2)?,
-                    headers: headers_from_json(&headers),
-                    body: Bytes::from(body),
-                })
-            })?;
-        claimed.push(claim);
-    }
-    Ok((claimed, stale))
+            },
+        )?;
+    let claim = conn
+        .prepare_cached(
+            "SELECT event_id, event_type, received_at, headers, body FROM events WHERE id = ?1",
+        )?
+        .query_row([event], |r| {
+            let headers: String = r.get(3)?;
+            let body: Vec<u8> = r.get(4)?;
+            Ok(Claimed {
+                delivery_id: candidate.id,
+                attempt,
+                budget_used,
+                leased_at_ms: request.now_ms,
+                source: SourceName::new(candidate.source.as_str()),
+                handler: PluginName::new(handler),
+                event_id: EventId::new(r.get::<_, String>(0)?),
+                event_type: r.get(1)?,
+                ordering_key: candidate.key.clone(),
+                sequence: candidate.sequence.map(|s| s as u64),
+                received_at_ms: r.get(2)?,
+                headers: headers_from_json(&headers),
+                body: Bytes::from(body),
+            })
+        })?;
+    Ok(claim)
 }
+
+#[cfg(test)]
+#[path = "claim_tests.rs"]
+mod claim_tests;
 
 fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, InboxError> {
     let leased: Option<u32> = conn

@@ -1,0 +1,174 @@
+//! `claim_due` against a real schema: per-handler lookups feed the fair share-out, each
+//! handler's deliveries are leased oldest first, per-key heads and staleness still hold.
+
+use rusqlite::{Connection, params};
+
+use super::{ClaimRequest, claim_due};
+use crate::{dispatch::fair::Fairness, inbox::schema};
+
+fn db() -> Connection {
+    let conn = Connection::open_in_memory().unwrap();
+    schema::migrate(&conn).unwrap();
+    conn
+}
+
+/// One event with one delivery to `handler`, due at `due`, in `state`; returns the delivery id.
+fn delivery(
+    conn: &Connection,
+    handler: &str,
+    due: i64,
+    key: Option<&str>,
+    sequence: Option<i64>,
+    state: &str,
+) -> i64 {
+    let n: i64 = conn
+        .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    conn.execute(
+        "INSERT INTO events (source, event_id, event_type, ordering_key, sequence, received_at,
+                             headers, body)
+         VALUES ('s', ?1, 't', ?2, ?3, ?4, '[]', x'')",
+        params![format!("e{n}"), key, sequence, due],
+    )
+    .unwrap();
+    let event = conn.last_insert_rowid();
+    conn.execute(
+        "INSERT INTO deliveries (event, source, handler, ordering_key, sequence, state,
+                                 next_attempt_at, updated_at)
+         VALUES (?1, 's', ?2, ?3, ?4, ?5, ?6, ?6)",
+        params![event, handler, key, sequence, state, due],
+    )
+    .unwrap();
+    conn.last_insert_rowid()
+}
+
+fn request(limit: usize, handlers: &[(&str, usize)], fairness: Fairness) -> ClaimRequest {
+    ClaimRequest {
+        now_ms: 1_000_000,
+        limit,
+        capacity: handlers
+            .iter()
+            .map(|(h, room)| (h.to_string(), *room))
+            .collect(),
+        lease_ms: Default::default(),
+        fairness,
+    }
+}
+
+fn running(pairs: &[(&str, usize)]) -> Fairness {
+    let mut fairness = Fairness::new(64, 2);
+    for (handler, n) in pairs {
+        fairness.running.insert(handler.to_string(), *n);
+        fairness.held_for.insert(handler.to_string());
+    }
+    fairness
+}
+
+#[test]
+fn an_old_backlog_never_hides_another_handlers_delivery() {
+    let conn = db();
+    for i in 0..1_000 {
+        delivery(&conn, "slow", i, None, None, "pending");
+    }
+    let quick = delivery(&conn, "quick", 5_000, None, None, "pending");
+    // The one free worker goes to the handler with nothing running, not the oldest delivery.
+    let req = request(
+        1,
+        &[("slow", 64), ("quick", 64)],
+        running(&[("slow", 63), ("quick", 0)]),
+    );
+    let (claimed, stale) = claim_due(&conn, &req).unwrap();
+    assert_eq!(stale, 0);
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
+        [quick]
+    );
+    assert_eq!(claimed[0].attempt, 1);
+}
+
+#[test]
+fn each_handler_is_leased_oldest_first_and_the_workers_are_split() {
+    let conn = db();
+    let mut slow = Vec::new();
+    let mut quick = Vec::new();
+    for i in 0..10 {
+        slow.push(delivery(&conn, "slow", i, None, None, "pending"));
+    }
+    for i in 0..10 {
+        quick.push(delivery(&conn, "quick", 100 + i, None, None, "pending"));
+    }
+    let req = request(
+        6,
+        &[("slow", 64), ("quick", 64)],
+        running(&[("slow", 0), ("quick", 0)]),
+    );
+    let (claimed, _) = claim_due(&conn, &req).unwrap();
+    let of = |handler: &str| -> Vec<i64> {
+        claimed
+            .iter()
+            .filter(|c| c.handler.as_str() == handler)
+            .map(|c| c.delivery_id)
+            .collect()
+    };
+    assert_eq!(of("slow"), slow[..3]);
+    assert_eq!(of("quick"), quick[..3]);
+    // Leased rows are running; the rest wait.
+    let running: i64 = conn
+        .query_row(
+            "SELECT COUNT(*) FROM deliveries WHERE state = 'running'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(running, 6);
+}
+
+#[test]
+fn a_handler_at_its_cap_is_not_claimed() {
+    let conn = db();
+    delivery(&conn, "capped", 0, None, None, "pending");
+    let other = delivery(&conn, "other", 10, None, None, "pending");
+    let req = request(
+        4,
+        &[("capped", 0), ("other", 64)],
+        running(&[("capped", 2)]),
+    );
+    let (claimed, _) = claim_due(&conn, &req).unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
+        [other]
+    );
+}
+
+#[test]
+fn one_head_per_key_and_stale_heads_are_passed_over_in_one_claim() {
+    let conn = db();
+    // Key k: 1..=12 open, 50 already done, so every open one is stale; one more key-less.
+    for seq in 1..=12 {
+        delivery(&conn, "h", seq, Some("k"), Some(seq), "pending");
+    }
+    delivery(&conn, "h", 0, Some("k"), Some(50), "done");
+    // Key j: two open, in order: only the first may run.
+    let j1 = delivery(&conn, "h", 20, Some("j"), Some(1), "pending");
+    delivery(&conn, "h", 21, Some("j"), Some(2), "pending");
+    let free = delivery(&conn, "h", 30, None, None, "pending");
+    let req = request(8, &[("h", 64)], running(&[]));
+    let (claimed, stale) = claim_due(&conn, &req).unwrap();
+    assert_eq!(stale, 12);
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
+        [j1, free]
+    );
+}
+
+#[test]
+fn deliveries_not_yet_due_wait() {
+    let conn = db();
+    delivery(&conn, "h", 2_000_000, None, None, "retrying");
+    let due = delivery(&conn, "h", 999_999, None, None, "retrying");
+    let (claimed, _) = claim_due(&conn, &request(4, &[("h", 64)], running(&[]))).unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
+        [due]
+    );
+}
