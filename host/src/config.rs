@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::{
     ids::{PluginName, SourceName},
+    model::StateLimits,
     runtime::AllowList,
     verify::{Encoding, HmacScheme, Scheme, Secret, Verifier},
 };
@@ -125,6 +126,10 @@ struct PluginFile {
     parser_memory_mib: Option<u64>,
     output_kib: Option<u64>,
     log_kib: Option<u64>,
+    attempt_state_keys: Option<u64>,
+    attempt_state_kib: Option<u64>,
+    state_max_keys: Option<u64>,
+    state_max_mib: Option<u64>,
     max_concurrency: Option<usize>,
     delivery: Option<DeliveryMode>,
     #[serde(default)]
@@ -209,6 +214,8 @@ pub struct PluginConfig {
     pub output_bytes: usize,
     /// Log bytes per call; beyond this lines are dropped after one truncation marker.
     pub log_bytes: usize,
+    /// Plugin state a handler attempt may write, and the plugin may hold in total.
+    pub state_limits: StateLimits,
     /// Attempts of this plugin running at once.
     pub max_concurrency: usize,
     pub delivery: DeliveryMode,
@@ -253,6 +260,32 @@ impl PluginConfig {
                 bail!("plugins.{name}.{key} must be between 1 and 16384 (got {kib})");
             }
         }
+        let defaults = StateLimits::DEFAULT;
+        let attempt_state_keys = file
+            .attempt_state_keys
+            .unwrap_or(defaults.attempt_keys as u64);
+        let attempt_state_kib = file
+            .attempt_state_kib
+            .unwrap_or(defaults.attempt_bytes / KIB);
+        let state_max_keys = file.state_max_keys.unwrap_or(defaults.max_keys);
+        let state_max_mib = file.state_max_mib.unwrap_or(defaults.max_bytes / MIB);
+        for (key, value, max) in [
+            ("attempt_state_keys", attempt_state_keys, 1_000_000),
+            // One commit holds at most this much state: keep it small enough not to stall ingest.
+            ("attempt_state_kib", attempt_state_kib, 16 * 1024),
+            ("state_max_keys", state_max_keys, 1_000_000_000),
+            ("state_max_mib", state_max_mib, 1024 * 1024),
+        ] {
+            if !(1..=max).contains(&value) {
+                bail!("plugins.{name}.{key} must be between 1 and {max} (got {value})");
+            }
+        }
+        let state_limits = StateLimits {
+            attempt_keys: attempt_state_keys as usize,
+            attempt_bytes: attempt_state_kib * KIB,
+            max_keys: state_max_keys,
+            max_bytes: state_max_mib * MIB,
+        };
         let config = file
             .config
             .into_iter()
@@ -275,6 +308,7 @@ impl PluginConfig {
             parser_memory_bytes: parser_memory_mib * MIB,
             output_bytes: (output_kib * KIB) as usize,
             log_bytes: (log_kib * KIB) as usize,
+            state_limits,
             max_concurrency: file.max_concurrency.unwrap_or(usize::MAX).max(1),
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
             allow_hosts: AllowList::parse(&file.allow_hosts)
@@ -527,6 +561,16 @@ mod tests {
         assert_eq!(github.wasm, "github");
         assert_eq!(github.parser_timeout, Duration::from_millis(50));
         assert_eq!((github.output_bytes, github.log_bytes), (65536, 65536));
+        assert_eq!(github.state_limits, StateLimits::DEFAULT);
+        assert_eq!(
+            StateLimits::DEFAULT,
+            StateLimits {
+                attempt_keys: 1000,
+                attempt_bytes: 4 << 20,
+                max_keys: 100_000,
+                max_bytes: 256 << 20
+            }
+        );
     }
 
     #[test]
@@ -558,6 +602,19 @@ mod tests {
             ("[plugins.p]\noutput_kib = 0", "plugins.p.output_kib"),
             ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
             (
+                "[plugins.p]\nattempt_state_keys = 0",
+                "plugins.p.attempt_state_keys",
+            ),
+            (
+                "[plugins.p]\nattempt_state_kib = 16385",
+                "plugins.p.attempt_state_kib",
+            ),
+            (
+                "[plugins.p]\nstate_max_keys = 0",
+                "plugins.p.state_max_keys",
+            ),
+            ("[plugins.p]\nstate_max_mib = 0", "plugins.p.state_max_mib"),
+            (
                 "[server]\nplugins_dir = \"p\"\ncache_dir = \"p/cache\"",
                 "server.cache_dir",
             ),
@@ -579,6 +636,24 @@ mod tests {
                 "{text:?}: {err:?} should mention {needle:?}"
             );
         }
+    }
+
+    #[test]
+    fn state_limits_are_read_in_their_units() {
+        let config = parse(
+            "[plugins.p]\nattempt_state_keys = 5\nattempt_state_kib = 8\nstate_max_keys = 7\n\
+             state_max_mib = 2",
+        )
+        .unwrap();
+        assert_eq!(
+            config.plugins[&PluginName::from("p")].state_limits,
+            StateLimits {
+                attempt_keys: 5,
+                attempt_bytes: 8 * 1024,
+                max_keys: 7,
+                max_bytes: 2 << 20
+            }
+        );
     }
 
     #[test]

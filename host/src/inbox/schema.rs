@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use super::InboxError;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     "
     CREATE TABLE events (
@@ -81,6 +81,24 @@ const MIGRATIONS: &[&str] = &[
         version INTEGER NOT NULL,
         PRIMARY KEY (plugin, key)
     ) WITHOUT ROWID;
+    ",
+    // 2: per-plugin state usage, kept in the transaction that applies the writes, so a plugin's
+    // total (keys, key + value bytes) is checked without scanning its keys. `clock` is the
+    // plugin's version counter: every commit stamps its writes with clock + 1, so versions
+    // never repeat and a deleted key's row can go (tombstones used to keep versions counting,
+    // and grew without bound).
+    "
+    CREATE TABLE plugin_state_usage (
+        plugin TEXT    PRIMARY KEY,
+        keys   INTEGER NOT NULL,
+        bytes  INTEGER NOT NULL,
+        clock  INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO plugin_state_usage (plugin, keys, bytes, clock)
+        SELECT plugin, COUNT(value),
+               COALESCE(SUM(length(CAST(key AS BLOB)) + length(value)), 0), MAX(version)
+        FROM plugin_state GROUP BY plugin;
+    DELETE FROM plugin_state WHERE value IS NULL;
     ",
 ];
 
