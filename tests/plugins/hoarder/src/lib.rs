@@ -17,6 +17,9 @@
 use plugin_sdk::{Event, HandleError, Handler, config, log, output, state};
 use serde::Deserialize;
 
+/// How a hostile reason starts: a forged host log line, then a terminal "clear screen".
+const FORGED: &str = "hoarder gives up\n2026-01-01T00:00:00Z ERROR hookd: forged line\x1b[2J";
+
 /// Per-event overrides of the instance's config.
 #[derive(Debug, Default, Deserialize)]
 struct Overrides {
@@ -62,10 +65,9 @@ impl Handler for Hoarder {
         }
         drop(value);
         if let Some(bytes) = body.reason_bytes.or_else(|| setting("reason_bytes")) {
-            let mut reason = String::from(
-                "hoarder gives up\n2026-01-01T00:00:00Z ERROR hookd: forged line\x1b[2J",
-            );
-            reason.extend(std::iter::repeat_n('R', bytes.saturating_sub(reason.len())));
+            let mut reason = String::with_capacity(bytes.max(FORGED.len()));
+            reason.push_str(FORGED);
+            reason.extend(std::iter::repeat_n('R', bytes.saturating_sub(FORGED.len())));
             return Err(HandleError::permanent(reason));
         }
         output::json(&serde_json::json!({ "written": keys }))
