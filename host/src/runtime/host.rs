@@ -220,8 +220,8 @@ impl StateTxn {
         Ok(size)
     }
 
+    /// The refusal (the dispatcher logs it with the attempt's error).
     fn refuse(&self, limit: StateLimit, message: String) -> wasmtime::Error {
-        tracing::warn!(plugin = %self.plugin, "{message}");
         wasmtime::Error::new(StateRefused { limit, message })
     }
 }
