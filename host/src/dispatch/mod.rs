@@ -389,7 +389,7 @@ impl Dispatcher {
         let error = error.map(|error| text::cap(error, text::MAX_REASON_BYTES));
         if let Some(error) = &error {
             tracing::warn!(
-                handler = %claim.handler, source = %claim.source, event = %claim.event_id,
+                handler = %claim.handler, source = %claim.source, event = claim.event_id.as_str(),
                 attempt = claim.attempt, outcome = outcome.as_str(), "{}", text::escape(error)
             );
         }
@@ -437,7 +437,7 @@ impl Dispatcher {
             // Concurrent attempts each fit the plugin's total but together do not: this one
             // did not commit; record it as failed, without its writes (the lease is still ours).
             tracing::warn!(
-                handler = %claim.handler, event = %claim.event_id, attempt = claim.attempt,
+                handler = %claim.handler, event = claim.event_id.as_str(), attempt = claim.attempt,
                 "{message}"
             );
             result = self.inbox.finish(over_quota(message)).await?;
@@ -445,10 +445,10 @@ impl Dispatcher {
         match result {
             Finished::Recorded | Finished::OverQuota(_) => {}
             Finished::Conflict => {
-                tracing::debug!(handler = %claim.handler, event = %claim.event_id, "state conflict; re-running");
+                tracing::debug!(handler = %claim.handler, event = claim.event_id.as_str(), "state conflict; re-running");
             }
             Finished::LeaseLost => tracing::warn!(
-                handler = %claim.handler, event = %claim.event_id,
+                handler = %claim.handler, event = claim.event_id.as_str(),
                 "attempt finished after its lease was taken back; result discarded"
             ),
         }
