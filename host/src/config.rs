@@ -17,6 +17,7 @@ use serde::Deserialize;
 
 use crate::{
     ids::{PluginName, SourceName},
+    model::StateLimits,
     runtime::AllowList,
     verify::{Encoding, HmacScheme, Scheme, Secret, Verifier},
 };
@@ -129,6 +130,10 @@ struct PluginFile {
     parser_memory_mib: Option<u64>,
     output_kib: Option<u64>,
     log_kib: Option<u64>,
+    attempt_state_keys: Option<u64>,
+    attempt_state_kib: Option<u64>,
+    state_max_keys: Option<u64>,
+    state_max_mib: Option<u64>,
     max_concurrency: Option<usize>,
     delivery: Option<DeliveryMode>,
     #[serde(default)]
@@ -220,6 +225,8 @@ pub struct PluginConfig {
     /// A hard cap on attempts of this plugin running at once; `None` (the default): no fixed
     /// cap, the dispatcher's fair share of `server.workers` (see `dispatch::fair`).
     pub max_concurrency: Option<usize>,
+    /// Plugin state a handler attempt may write, and the plugin may hold in total.
+    pub state_limits: StateLimits,
     pub delivery: DeliveryMode,
     /// Where its handler may send HTTP requests (`host:port` entries); empty = no network.
     pub allow_hosts: AllowList,
@@ -262,6 +269,32 @@ impl PluginConfig {
                 bail!("plugins.{name}.{key} must be between 1 and 16384 (got {kib})");
             }
         }
+        let defaults = StateLimits::DEFAULT;
+        let attempt_state_keys = file
+            .attempt_state_keys
+            .unwrap_or(defaults.attempt_keys as u64);
+        let attempt_state_kib = file
+            .attempt_state_kib
+            .unwrap_or(defaults.attempt_bytes / KIB);
+        let state_max_keys = file.state_max_keys.unwrap_or(defaults.max_keys);
+        let state_max_mib = file.state_max_mib.unwrap_or(defaults.max_bytes / MIB);
+        for (key, value, max) in [
+            ("attempt_state_keys", attempt_state_keys, 1_000_000),
+            // One commit holds at most this much state: keep it small enough not to stall ingest.
+            ("attempt_state_kib", attempt_state_kib, 16 * 1024),
+            ("state_max_keys", state_max_keys, 1_000_000_000),
+            ("state_max_mib", state_max_mib, 1024 * 1024),
+        ] {
+            if !(1..=max).contains(&value) {
+                bail!("plugins.{name}.{key} must be between 1 and {max} (got {value})");
+            }
+        }
+        let state_limits = StateLimits {
+            attempt_keys: attempt_state_keys as usize,
+            attempt_bytes: attempt_state_kib * KIB,
+            max_keys: state_max_keys,
+            max_bytes: state_max_mib * MIB,
+        };
         let config = file
             .config
             .into_iter()
@@ -288,6 +321,7 @@ impl PluginConfig {
                 Some(0) => bail!("plugins.{name}.max_concurrency must be at least 1"),
                 cap => cap,
             },
+            state_limits,
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
             allow_hosts: AllowList::parse(&file.allow_hosts)
                 .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?,
@@ -800,6 +834,16 @@ mod tests {
         assert_eq!(github.wasm, "github");
         assert_eq!(github.parser_timeout, Duration::from_millis(50));
         assert_eq!((github.output_bytes, github.log_bytes), (65536, 65536));
+        assert_eq!(github.state_limits, StateLimits::DEFAULT);
+        assert_eq!(
+            StateLimits::DEFAULT,
+            StateLimits {
+                attempt_keys: 1000,
+                attempt_bytes: 4 << 20,
+                max_keys: 100_000,
+                max_bytes: 256 << 20
+            }
+        );
     }
 
     #[test]
@@ -834,6 +878,19 @@ mod tests {
                 "[plugins.p]\nmax_concurrency = 0",
                 "plugins.p.max_concurrency must be at least 1",
             ),
+            (
+                "[plugins.p]\nattempt_state_keys = 0",
+                "plugins.p.attempt_state_keys",
+            ),
+            (
+                "[plugins.p]\nattempt_state_kib = 16385",
+                "plugins.p.attempt_state_kib",
+            ),
+            (
+                "[plugins.p]\nstate_max_keys = 0",
+                "plugins.p.state_max_keys",
+            ),
+            ("[plugins.p]\nstate_max_mib = 0", "plugins.p.state_max_mib"),
             (
                 "[server]\nplugins_dir = \"p\"\ncache_dir = \"p/cache\"",
                 "server.cache_dir",
@@ -1011,6 +1068,24 @@ mod tests {
         let client = ClientAdmin::load(&path).unwrap();
         assert_eq!(client.token, None);
         assert_eq!(client.token_file, dir.path().join("hookd.db.admin-token"));
+    }
+
+    #[test]
+    fn state_limits_are_read_in_their_units() {
+        let config = parse(
+            "[plugins.p]\nattempt_state_keys = 5\nattempt_state_kib = 8\nstate_max_keys = 7\n\
+             state_max_mib = 2",
+        )
+        .unwrap();
+        assert_eq!(
+            config.plugins[&PluginName::from("p")].state_limits,
+            StateLimits {
+                attempt_keys: 5,
+                attempt_bytes: 8 * 1024,
+                max_keys: 7,
+                max_bytes: 2 << 20
+            }
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! - [`server`]: the hardened accept loop both listeners use.
 //! - [`cli`]: `hookd serve | dev | send | events | replay | plugins`.
 //! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
+//! - [`text`]: untrusted text capped and escaped before it is stored or logged.
 //!
 //! [`run`] wires them together; `main.rs` only parses arguments.
 
@@ -37,6 +38,7 @@ pub mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod server;
+pub mod text;
 pub mod verify;
 
 use std::sync::Arc;

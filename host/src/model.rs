@@ -120,6 +120,46 @@ pub struct StateChanges {
     pub versions: BTreeMap<String, i64>,
     /// Key → new value (`None` = delete).
     pub writes: BTreeMap<String, Option<Vec<u8>>>,
+    /// The limits the writes were made under; the commit enforces the plugin's total again
+    /// (concurrent attempts may each fit while together they would not).
+    pub limits: StateLimits,
+}
+
+/// How much plugin state one plugin instance may write: per attempt (bounding host memory and
+/// the size of one commit) and in total (bounding the database). Sizes count key + value bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateLimits {
+    /// Distinct keys one attempt may set or delete (`attempt_state_keys`).
+    pub attempt_keys: usize,
+    /// Bytes one attempt may buffer: keys and values it sets, keys it deletes (`attempt_state_kib`).
+    pub attempt_bytes: u64,
+    /// Keys the plugin may hold (`state_max_keys`).
+    pub max_keys: u64,
+    /// Bytes the plugin may hold (`state_max_mib`).
+    pub max_bytes: u64,
+}
+
+impl StateLimits {
+    /// The documented defaults: 1000 keys / 4 MiB per attempt, 100 000 keys / 256 MiB in total.
+    pub const DEFAULT: Self = Self {
+        attempt_keys: 1000,
+        attempt_bytes: 4 * 1024 * 1024,
+        max_keys: 100_000,
+        max_bytes: 256 * 1024 * 1024,
+    };
+}
+
+impl Default for StateLimits {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// What a plugin instance holds in committed state: live keys and their key + value bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateUsage {
+    pub keys: u64,
+    pub bytes: u64,
 }
 
 impl StateChanges {

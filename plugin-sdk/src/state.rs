@@ -5,6 +5,14 @@
 //! leaves no trace, so a read-modify-write here is safe to retry. If another delivery changed
 //! a key this attempt read, the host re-runs the attempt, so concurrent updates are not lost.
 //!
+//! Writes are bounded by the plugin instance's settings: per attempt, `attempt_state_keys`
+//! distinct keys set or deleted and `attempt_state_kib` of keys and values; in total,
+//! `state_max_keys` keys and `state_max_mib` of keys and values. [`set`] and [`delete`] return
+//! nothing, so the host refuses a write over a limit by stopping the attempt at that call: the
+//! attempt fails with an error naming the limit (over an attempt limit it is not retried; over
+//! the total it is retried later) and none of its writes are kept. Deleting, or writing a
+//! smaller value, is never refused by the total.
+//!
 //! Only handlers have state: the `parser-plugin` world does not import it, and the ingest path
 //! must stay free of side effects. Do not call these from a [`Parser`](crate::Parser).
 
@@ -30,6 +38,8 @@ pub fn get(key: &str) -> Option<Vec<u8>> {
 }
 
 /// Stores `value` under `key` (committed only if the attempt succeeds).
+///
+/// Over the instance's state limits the host stops the attempt here (see the module docs).
 ///
 /// # Panics
 ///

@@ -412,6 +412,11 @@ impl ProcessHost {
         }
     }
 
+    /// The process id (e.g. to read its memory use from `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill(mut self) {
         self.child.kill().unwrap();

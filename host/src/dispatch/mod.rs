@@ -31,12 +31,13 @@ use crate::{
     config::{Config, DeliveryMode, PluginConfig},
     ids::PluginName,
     inbox::{ClaimRequest, Claimed, Finish, Finished, Inbox},
-    model::{AttemptOutcome, Disposition, unix_ms},
+    model::{AttemptOutcome, Disposition, StateLimits, StateUsage, unix_ms},
     registry::Registry,
     runtime::{
-        CallContext, CallError, EventInput, HandleVerdict, Limits, Outbound, Runtime, StateStore,
-        idempotency_key,
+        CallContext, CallError, EventInput, HandleVerdict, Limits, Outbound, Runtime, StateLimit,
+        StateStore, idempotency_key,
     },
+    text,
 };
 
 /// Extra lease time beyond a plugin's timeout, so a slow-but-alive attempt is not reclaimed.
@@ -49,6 +50,38 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 impl StateStore for Inbox {
     fn get(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<Vec<u8>>, i64)> {
         Ok(self.state_get_blocking(plugin, key)?)
+    }
+
+    fn stat(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<u64>, i64)> {
+        Ok(self.state_stat_blocking(plugin, key)?)
+    }
+
+    fn usage(&self, plugin: &str) -> anyhow::Result<StateUsage> {
+        Ok(self.state_usage_blocking(plugin)?)
+    }
+}
+
+/// The inbox as one plugin instance's state store, held to that instance's configured limits.
+struct PluginState {
+    inbox: Inbox,
+    limits: StateLimits,
+}
+
+impl StateStore for PluginState {
+    fn get(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<Vec<u8>>, i64)> {
+        self.inbox.get(plugin, key)
+    }
+
+    fn stat(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<u64>, i64)> {
+        self.inbox.stat(plugin, key)
+    }
+
+    fn usage(&self, plugin: &str) -> anyhow::Result<StateUsage> {
+        self.inbox.usage(plugin)
+    }
+
+    fn limits(&self) -> StateLimits {
+        self.limits
     }
 }
 
@@ -311,7 +344,10 @@ impl Dispatcher {
                 claim.handler.as_str(),
             ),
         };
-        let state: Arc<dyn StateStore> = Arc::new(self.inbox.clone());
+        let state: Arc<dyn StateStore> = Arc::new(PluginState {
+            inbox: self.inbox.clone(),
+            limits: plugin_config.state_limits,
+        });
         let (result, changes) = self
             .runtime
             .handle(&loaded.plugin, &ctx, state, input, outbound)
@@ -343,6 +379,26 @@ impl Dispatcher {
                 Some(e.kind().into()),
                 Some(e.to_string()),
             ),
+            // The same event writes the same again: over the attempt caps it is dead-lettered
+            // at once (raise the cap, then replay). Over the plugin's total it is retried with
+            // backoff: deletes by other deliveries, or a raised limit, may make room.
+            Err(CallError::StateRefused(refused)) => {
+                let kind = CallError::StateRefused(refused.clone()).kind();
+                match refused.limit {
+                    StateLimit::Attempt => (
+                        AttemptOutcome::Permanent,
+                        Verdict::Permanent,
+                        Some(kind.into()),
+                        Some(refused.message),
+                    ),
+                    StateLimit::Total => (
+                        AttemptOutcome::Retry,
+                        Verdict::Failed,
+                        Some(kind.into()),
+                        Some(refused.message),
+                    ),
+                }
+            }
             Err(e) => (
                 AttemptOutcome::Trap,
                 Verdict::Failed,
@@ -350,10 +406,12 @@ impl Dispatcher {
                 Some(e.to_string()),
             ),
         };
+        // A handler's reason is untrusted text of any size: kept capped, logged escaped.
+        let error = error.map(|error| text::cap(error, text::MAX_REASON_BYTES));
         if let Some(error) = &error {
             tracing::warn!(
-                handler = %claim.handler, source = %claim.source, event = %claim.event_id,
-                attempt = claim.attempt, outcome = outcome.as_str(), "{error}"
+                handler = %claim.handler, source = %claim.source, event = claim.event_id.as_str(),
+                attempt = claim.attempt, outcome = outcome.as_str(), "{}", text::escape(error)
             );
         }
         let disposition = policy::decide(
@@ -376,13 +434,42 @@ impl Dispatcher {
                 Some(loaded.plugin.sha256()),
             )
         };
-        match self.inbox.finish(finish).await? {
-            Finished::Recorded => {}
+        let retry = retry_policy(&plugin_config);
+        let over_quota = |message: String| Finish {
+            outcome: AttemptOutcome::Retry,
+            error_kind: Some("state_quota".into()),
+            error: Some(message),
+            disposition: policy::decide(
+                &retry,
+                Verdict::Failed,
+                claim.budget_used,
+                now,
+                rand::random(),
+            ),
+            ..self.finish_record(
+                &claim,
+                &plugin_config,
+                started_at_ms,
+                Some(loaded.plugin.sha256()),
+            )
+        };
+        let mut result = self.inbox.finish(finish).await?;
+        if let Finished::OverQuota(message) = result {
+            // Concurrent attempts each fit the plugin's total but together do not: this one
+            // did not commit; record it as failed, without its writes (the lease is still ours).
+            tracing::warn!(
+                handler = %claim.handler, event = claim.event_id.as_str(), attempt = claim.attempt,
+                "{message}"
+            );
+            result = self.inbox.finish(over_quota(message)).await?;
+        }
+        match result {
+            Finished::Recorded | Finished::OverQuota(_) => {}
             Finished::Conflict => {
-                tracing::debug!(handler = %claim.handler, event = %claim.event_id, "state conflict; re-running");
+                tracing::debug!(handler = %claim.handler, event = claim.event_id.as_str(), "state conflict; re-running");
             }
             Finished::LeaseLost => tracing::warn!(
-                handler = %claim.handler, event = %claim.event_id,
+                handler = %claim.handler, event = claim.event_id.as_str(),
                 "attempt finished after its lease was taken back; result discarded"
             ),
         }

@@ -78,9 +78,12 @@ trait Job: Send {
     fn run(&mut self, conn: &Connection);
     /// Answers the caller with the write's result, or the commit's error if the commit failed.
     fn answer(self: Box<Self>, commit: Result<(), Arc<rusqlite::Error>>);
+    /// Bulk bytes it writes (plugin state), bounded per batch by [`MAX_BATCH_WEIGHT`].
+    fn weight(&self) -> usize;
 }
 
 struct Write<T, F> {
+    weight: usize,
     work: Option<F>,
     result: Option<Result<T, InboxError>>,
     reply: oneshot::Sender<Result<T, InboxError>>,
@@ -105,6 +108,10 @@ where
             (Err(e), _) => Err(InboxError::Commit(e)),
         };
         let _ = self.reply.send(answer);
+    }
+
+    fn weight(&self) -> usize {
+        self.weight
     }
 }
 
@@ -134,6 +141,10 @@ struct Inner {
 
 /// Upper bound of jobs in one group commit; keeps a single transaction's latency bounded.
 const MAX_BATCH: usize = 2048;
+/// Upper bound of bulk bytes (plugin state writes) in one group commit, beyond a batch's first
+/// job: heavier jobs wait for a later batch while light ones (accepts, claims) go ahead, so an
+/// ingest commit never queues behind more than about this much state.
+const MAX_BATCH_WEIGHT: usize = 8 * 1024 * 1024;
 
 impl Inbox {
     /// Opens (creating and migrating if needed) the database at `path`, with group commit.
@@ -197,16 +208,31 @@ impl Inbox {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
     ) -> Result<T, InboxError> {
-        self.enqueue(f)?.await.map_err(|_| InboxError::WriterGone)?
+        self.enqueue(0, f)?
+            .await
+            .map_err(|_| InboxError::WriterGone)?
+    }
+
+    /// [`Inbox::write`] for a job that writes `weight` bulk bytes (see [`MAX_BATCH_WEIGHT`]).
+    async fn write_weighted<T: Send + 'static>(
+        &self,
+        weight: usize,
+        f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
+    ) -> Result<T, InboxError> {
+        self.enqueue(weight, f)?
+            .await
+            .map_err(|_| InboxError::WriterGone)?
     }
 
     /// Queues `f` for the writer now (not on first poll); the receiver resolves after the commit.
     fn enqueue<T: Send + 'static>(
         &self,
+        weight: usize,
         f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
     ) -> Result<oneshot::Receiver<Result<T, InboxError>>, InboxError> {
         let (tx, rx) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(Write {
+            weight,
             work: Some(f),
             result: None,
             reply: tx,
@@ -368,8 +394,10 @@ fn in_savepoint<T>(
     }
 }
 
-/// The single writer: takes whatever is queued (up to `max_batch`), runs it in one
-/// transaction, commits (the one fsync the whole batch shares), then answers every job.
+/// The single writer: takes whatever is queued (up to `max_batch` jobs and, past the first,
+/// [`MAX_BATCH_WEIGHT`] bulk bytes; heavier jobs are deferred, oldest first, to the next
+/// batches), runs it in one transaction, commits (the one fsync the whole batch shares), then
+/// answers every job.
 fn writer_loop(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
@@ -377,11 +405,34 @@ fn writer_loop(
     max_batch: usize,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
-    while let Ok(first) = jobs.recv() {
-        batch.push(first);
+    let mut deferred: std::collections::VecDeque<Box<dyn Job>> = Default::default();
+    loop {
+        let mut weight = 0;
+        while batch.len() < max_batch
+            && let Some(job) = deferred.front()
+            && (batch.is_empty() || weight + job.weight() <= MAX_BATCH_WEIGHT)
+        {
+            weight += job.weight();
+            batch.extend(deferred.pop_front());
+        }
+        if batch.is_empty() {
+            match jobs.recv() {
+                Ok(job) => {
+                    weight += job.weight();
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
         while batch.len() < max_batch {
             match jobs.try_recv() {
-                Ok(job) => batch.push(job),
+                Ok(job) if job.weight() > 0 && weight + job.weight() > MAX_BATCH_WEIGHT => {
+                    deferred.push_back(job);
+                }
+                Ok(job) => {
+                    weight += job.weight();
+                    batch.push(job);
+                }
                 Err(_) => break,
             }
         }
@@ -446,7 +497,7 @@ mod tests {
     fn insert(inbox: &Inbox, reason: &str, fail: bool) -> Answer<()> {
         let reason = reason.to_owned();
         inbox
-            .enqueue(move |conn| {
+            .enqueue(0, move |conn| {
                 conn.execute(
                     "INSERT INTO quarantine (source, received_at, headers, body, reason)
                      VALUES ('s', 0, '[]', x'', ?1)",
@@ -466,7 +517,7 @@ mod tests {
         let (entered, inside) = sync_mpsc::channel();
         let (release, released) = sync_mpsc::channel::<()>();
         let answer = inbox
-            .enqueue(move |_| {
+            .enqueue(0, move |_| {
                 entered.send(()).unwrap();
                 released.recv().unwrap();
                 Ok(())
@@ -507,6 +558,33 @@ mod tests {
             "the held batch, then all 100 queued writes at once"
         );
         assert_eq!(committed(&dir).len(), 100);
+    }
+
+    #[tokio::test]
+    async fn heavy_writes_are_spread_over_batches_and_light_ones_go_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let commits_seen = |inbox: &Inbox| {
+            let inbox = inbox.clone();
+            move |_: &Connection| Ok(inbox.commits())
+        };
+        // Three jobs of 5 MiB each: no two fit in one batch's 8 MiB.
+        let heavy: Vec<_> = (0..3)
+            .map(|_| inbox.enqueue(5 << 20, commits_seen(&inbox)).unwrap())
+            .collect();
+        let light = inbox.enqueue(0, commits_seen(&inbox)).unwrap();
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        let mut ran_after = Vec::new();
+        for answer in heavy {
+            ran_after.push(answer.await.unwrap().unwrap());
+        }
+        // Each heavy job ran in its own batch (after 1, 2, 3 earlier commits); the light one,
+        // queued last, went ahead of the deferred two, in the first heavy job's batch.
+        assert_eq!(ran_after, [1, 2, 3]);
+        assert_eq!(light.await.unwrap().unwrap(), 1);
+        assert_eq!(inbox.commits(), 4);
     }
 
     #[tokio::test]
@@ -553,7 +631,7 @@ mod tests {
         let (entered, inside) = sync_mpsc::channel();
         let (release_second, released) = sync_mpsc::channel::<()>();
         let second = inbox
-            .enqueue(move |_| {
+            .enqueue(0, move |_| {
                 entered.send(()).unwrap();
                 released.recv().unwrap();
                 Ok(())

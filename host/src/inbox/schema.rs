@@ -7,7 +7,7 @@ use rusqlite::Connection;
 use super::InboxError;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     "
     CREATE TABLE events (
@@ -91,6 +91,24 @@ const MIGRATIONS: &[&str] = &[
     // 3: a claim looks up each handler's oldest due deliveries on its own (fair dispatch), so
     // one handler's backlog is never scanned to find another's.
     "CREATE INDEX deliveries_handler_due ON deliveries (handler, state, next_attempt_at);",
+    // 4: per-plugin state usage, kept in the transaction that applies the writes, so a plugin's
+    // total (keys, key + value bytes) is checked without scanning its keys. `clock` is the
+    // plugin's version counter: every commit stamps its writes with clock + 1, so versions
+    // never repeat and a deleted key's row can go (tombstones used to keep versions counting,
+    // and grew without bound).
+    "
+    CREATE TABLE plugin_state_usage (
+        plugin TEXT    PRIMARY KEY,
+        keys   INTEGER NOT NULL,
+        bytes  INTEGER NOT NULL,
+        clock  INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO plugin_state_usage (plugin, keys, bytes, clock)
+        SELECT plugin, COUNT(value),
+               COALESCE(SUM(length(CAST(key AS BLOB)) + length(value)), 0), MAX(version)
+        FROM plugin_state GROUP BY plugin;
+    DELETE FROM plugin_state WHERE value IS NULL;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

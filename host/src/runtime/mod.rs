@@ -37,7 +37,7 @@ use wasmtime::{
 use wasmtime_wasi::WasiCtxBuilder;
 
 pub use self::cache::{ArtifactCache, Origin};
-pub use self::host::StateStore;
+pub use self::host::{StateLimit, StateRefused, StateStore};
 pub use self::http::{AllowList, HostPort, Outbound, idempotency_key};
 pub use self::limiter::LimitExceeded;
 use self::{
@@ -147,6 +147,9 @@ pub enum CallError {
     /// The component lacks the role asked for.
     #[error("the plugin does not export the {0} role")]
     MissingRole(&'static str),
+    /// The host refused a state write (the call was stopped there); the message names the limit.
+    #[error("{}", .0.message)]
+    StateRefused(StateRefused),
 }
 
 impl CallError {
@@ -157,6 +160,10 @@ impl CallError {
             Self::Trap(_) => "trap",
             Self::OutputTooLarge { .. } => "output_too_large",
             Self::MissingRole(_) => "missing_role",
+            Self::StateRefused(refused) => match refused.limit {
+                StateLimit::Attempt => "state_limit",
+                StateLimit::Total => "state_quota",
+            },
         }
     }
 }
@@ -518,6 +525,8 @@ async fn bounded<T>(
                 Err(CallError::Timeout(limit))
             } else if let Some(exceeded) = e.downcast_ref::<LimitExceeded>() {
                 Err(CallError::Trap(exceeded.to_string()))
+            } else if let Some(refused) = e.downcast_ref::<StateRefused>() {
+                Err(CallError::StateRefused(refused.clone()))
             } else {
                 Err(CallError::Trap(trap_message(&e)))
             }

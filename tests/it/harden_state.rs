@@ -1,0 +1,370 @@
+//! Bounded plugin state and bounded error text, against hostile handlers (`hoarder`).
+//!
+//! Invariants checked: an attempt that writes more state than its caps is refused at the write
+//! that crosses them, with the cap named in the attempt's error, before the host buffers (or the
+//! database receives) the rest; a plugin's total is refused once reached and deletes free it;
+//! a healthy source's ingest is not stalled by big state commits; a handler's reason is stored
+//! and logged capped, and logged with its control characters escaped.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    time::{Duration, Instant, SystemTime},
+};
+
+use bytes::Bytes;
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+
+use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, outcomes, plugins};
+
+const WAIT: Duration = Duration::from_secs(120);
+const MIB: u64 = 1024 * 1024;
+
+/// A `[server]` table and a standard-webhooks source `s` feeding `handlers`.
+fn config(handlers: &str, plugins: &str) -> String {
+    format!(
+        r#"
+        [server]
+        [sources.s]
+        scheme = "standard-webhooks"
+        secrets = ["{secret}"]
+        handlers = [{handlers}]
+
+        [sources.ok]
+        scheme = "standard-webhooks"
+        secrets = ["{secret}"]
+        {plugins}
+        "#,
+        secret = support::SW_SECRET
+    )
+}
+
+/// POSTs `body` as message `id` to `source`, signed now; returns the status and how long the
+/// answer took.
+async fn post(ingest: SocketAddr, source: &str, id: &str, body: &Value) -> (StatusCode, Duration) {
+    let body = body.to_string();
+    let headers = support::sign(
+        &Scheme::StandardWebhooks,
+        support::SW_SECRET,
+        id,
+        body.as_bytes(),
+        SystemTime::now(),
+    );
+    let url = format!("http://{ingest}/hooks/{source}");
+    let started = Instant::now();
+    let (status, _, _) = support::send(Method::POST, &url, &headers, Bytes::from(body))
+        .await
+        .unwrap();
+    (status, started.elapsed())
+}
+
+/// Waits until `handler`'s delivery of `s/{id}` is `state`; returns it.
+async fn wait_state(host: &ProcessHost, id: &str, handler: &str, state: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, event) = host.admin_get(&format!("/admin/events/s/{id}")).await;
+        let delivery = (status == StatusCode::OK)
+            .then(|| {
+                event["deliveries"]
+                    .as_array()
+                    .and_then(|ds| ds.iter().find(|d| d["handler"] == handler).cloned())
+            })
+            .flatten();
+        if let Some(d) = &delivery
+            && d["state"] == state
+        {
+            return d.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "s/{id} → {handler} did not become {state}; last seen: {delivery:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A `/proc/<pid>/status` field, in bytes (`VmHWM` = peak resident memory).
+fn proc_status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib * 1024
+}
+
+/// The database's bytes on disk: the file, its WAL and its shared-memory index.
+fn database_bytes(dir: &Path) -> u64 {
+    ["hookd.db", "hookd.db-wal", "hookd.db-shm"]
+        .iter()
+        .filter_map(|name| std::fs::metadata(dir.join(name)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// One attempt writing 1 500 × 1 MiB (and one writing 1 500 tiny keys) is refused at the write
+/// that crosses the attempt's cap; the host's peak memory and the database stay small.
+/// Without the caps the host buffered the whole 1.5 GiB (twice) and committed it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
+    let text = config("\"hoarder\"", "[plugins.hoarder]\nmax_attempts = 3");
+    let host = ProcessHost::start(dir.path(), &text).await;
+
+    let big = json!({"keys": 1500, "value_bytes": MIB, "prefix": "big"});
+    assert_eq!(
+        post(host.ingest, "s", "big", &big).await.0,
+        StatusCode::ACCEPTED
+    );
+    let many = json!({"keys": 1500, "value_bytes": 1, "prefix": "many"});
+    assert_eq!(
+        post(host.ingest, "s", "many", &many).await.0,
+        StatusCode::ACCEPTED
+    );
+
+    // Over an attempt's caps is dead at once: the same event would write the same again.
+    let d = wait_state(&host, "big", "hoarder", "dead").await;
+    assert_eq!(outcomes(&d), ["permanent"], "{d:#}");
+    let attempt = &d["history"][0];
+    assert_eq!(attempt["error_kind"], "state_limit", "{d:#}");
+    let error = attempt["error"].as_str().unwrap();
+    assert!(
+        error.contains("\"big/3\"")
+            && error.contains("plugins.hoarder.attempt_state_kib = 4096 (4194304 bytes)"),
+        "the error names the write and the cap: {error}"
+    );
+    let d = wait_state(&host, "many", "hoarder", "dead").await;
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("\"many/1000\"")
+            && error.contains("plugins.hoarder.attempt_state_keys = 1000"),
+        "{error}"
+    );
+
+    let peak = proc_status_bytes(host.pid(), "VmHWM");
+    let disk = database_bytes(dir.path());
+    eprintln!(
+        "hookd peak RSS {} MiB, database + WAL {} KiB",
+        peak / MIB,
+        disk / 1024
+    );
+    assert!(peak < 400 * MIB, "hookd's peak RSS was {} MiB", peak / MIB);
+    assert!(
+        disk < 16 * MIB,
+        "the database and its WAL hold {disk} bytes"
+    );
+}
+
+/// While hoarders commit as much state as their caps allow (and one tries 1.5 GiB), a healthy
+/// source's events are still acknowledged promptly: no one commit holds more than a few MiB
+/// of state, and small writes go ahead of queued big ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
+    // `filler`: 3 × 1 MiB per attempt, just under the 4 MiB attempt cap.
+    let text = config(
+        "\"hoarder\", \"filler\"",
+        "[plugins.hoarder]\nmax_attempts = 1\n\
+         [plugins.filler]\nwasm = \"hoarder\"\nconfig = { keys = 3, value_bytes = 1048576 }",
+    );
+    let host = ProcessHost::start(dir.path(), &text).await;
+
+    const EVENTS: usize = 48;
+    let big = json!({"keys": 1500, "value_bytes": MIB});
+    let mut latencies = Vec::new();
+    for i in 0..EVENTS {
+        // The first event also gets a 1.5 GiB attempt (from its body); the rest only fill.
+        let body = if i == 0 { big.clone() } else { json!({}) };
+        let (status, took) = post(host.ingest, "s", &format!("h{i}"), &body).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        latencies.push(took);
+    }
+    let started = Instant::now();
+    loop {
+        let id = format!("probe{}", latencies.len());
+        let (status, took) = post(host.ingest, "ok", &id, &json!({})).await;
+        assert_eq!(status, StatusCode::ACCEPTED);
+        latencies.push(took);
+        let (_, metrics) = host.admin_get("/metrics").await;
+        let metrics = metrics.as_str().unwrap_or_default().to_owned();
+        if metrics.lines().any(|l| l == "hookd_backlog 0") || started.elapsed() > WAIT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let probes = latencies.len() - EVENTS;
+    let mut sorted = latencies.clone();
+    sorted.sort();
+    let slowest = *sorted.last().unwrap();
+    eprintln!(
+        "{} acks ({probes} after the hoarders' events), median {:?}, slowest {slowest:?}; \
+         hoarding took {:?}",
+        sorted.len(),
+        sorted[sorted.len() / 2],
+        started.elapsed()
+    );
+    assert!(probes >= 3, "the probe ran while the hoarders did");
+    let mut worst: Vec<(usize, Duration)> = latencies.iter().copied().enumerate().collect();
+    worst.sort_by_key(|(_, took)| std::cmp::Reverse(*took));
+    eprintln!(
+        "slowest acks (index, time): {:?}",
+        &worst[..5.min(worst.len())]
+    );
+    // Generous for a loaded 2-core box; one commit of everything an attempt wrote took ~11 s.
+    assert!(
+        slowest < Duration::from_secs(5),
+        "an ack took {slowest:?} while hoarders committed: {latencies:?}"
+    );
+    for i in 1..EVENTS {
+        wait_state(&host, &format!("h{i}"), "filler", "done").await;
+    }
+    wait_state(&host, "h0", "hoarder", "dead").await;
+}
+
+/// The plugin's total (10 keys, 1 MiB here) refuses the write that would cross it, as a
+/// retryable `state_quota` failure naming the limit; deletes still work at the total and
+/// free room, after which the refused event succeeds on replay.
+#[tokio::test]
+async fn the_plugin_total_refuses_once_reached_and_deletes_free_it() {
+    let text = config(
+        "\"hoarder\"",
+        "[plugins.hoarder]\nmax_attempts = 1\nstate_max_keys = 10\nstate_max_mib = 1",
+    );
+    let host = TestHost::start(&text, &[("hoarder", plugins::HOARDER)]).await;
+    let run = |id: &'static str, body: Value, state: &'static str| {
+        let host = &host;
+        async move {
+            host.accept_event("s", id, &body).await;
+            host.wait_state("s", id, "hoarder", state, WAIT).await
+        }
+    };
+
+    run(
+        "fill",
+        json!({"keys": 10, "value_bytes": 100, "prefix": "a"}),
+        "done",
+    )
+    .await;
+    let d = run("over", json!({"keys": 1, "prefix": "b"}), "dead").await;
+    assert_eq!(outcomes(&d), ["retry"], "{d:#}");
+    assert_eq!(d["history"][0]["error_kind"], "state_quota");
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("would hold 11 keys")
+            && error.contains("plugins.hoarder.state_max_keys = 10"),
+        "{error}"
+    );
+
+    // At the total, deletes work; then the refused event fits.
+    run(
+        "free",
+        json!({"keys": 10, "prefix": "a", "delete": true}),
+        "done",
+    )
+    .await;
+    let (status, reply) = host
+        .admin_post(
+            "/admin/replay",
+            json!({"event_ids": ["over"], "handler": "hoarder"}),
+        )
+        .await;
+    assert_eq!(
+        (status, reply),
+        (StatusCode::OK, json!({"matched": 1, "replayed": 1}))
+    );
+    host.wait_state("s", "over", "hoarder", "done", WAIT).await;
+
+    // The byte total: 2 × 600 000 bytes do not fit in 1 MiB.
+    let d = run(
+        "heavy",
+        json!({"keys": 2, "value_bytes": 600_000, "prefix": "c"}),
+        "dead",
+    )
+    .await;
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("plugins.hoarder.state_max_mib = 1 (1048576 bytes)"),
+        "{error}"
+    );
+}
+
+/// A 50 MB reason that starts with a forged log line and a terminal escape is stored capped
+/// (a few KiB, with a marker) and logged capped and escaped, as are the plugin's own log lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
+    let text = config(
+        "\"hoarder\"",
+        r#"[plugins.hoarder]
+        memory_mib = 256
+        config = { keys = 0, reason_bytes = 50000000, log = "plugin says\n2026-01-01T00:00:00Z ERROR hookd: forged log line\u001b[31m" }"#,
+    );
+    let host = ProcessHost::start(dir.path(), &text).await;
+    assert_eq!(
+        post(host.ingest, "s", "liar", &json!({})).await.0,
+        StatusCode::ACCEPTED
+    );
+    let d = wait_state(&host, "liar", "hoarder", "dead").await;
+
+    let (status, event) = host.admin_get("/admin/events/s/liar").await;
+    assert_eq!(status, StatusCode::OK);
+    let response = event.to_string().len();
+    assert!(
+        response < 64 * 1024,
+        "the admin response is {response} bytes"
+    );
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.len() < 4096 + 64,
+        "stored reason of {} bytes",
+        error.len()
+    );
+    assert!(
+        error.starts_with("hoarder gives up\n2026-01-01T00:00:00Z ERROR hookd: forged line")
+            && error.ends_with("… [truncated: 49995904 of 50000000 bytes dropped]"),
+        "{}",
+        &error[..200]
+    );
+    assert!(d["last_error"].as_str().unwrap().len() < 4096 + 128);
+
+    // The log: the reason once, capped; nothing in it starts a line of its own.
+    let log_path = dir.path().join("hookd.log");
+    let deadline = Instant::now() + WAIT;
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("forged line") || Instant::now() > deadline {
+            break log;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        log.len() < 256 * 1024,
+        "the log grew to {} bytes",
+        log.len()
+    );
+    assert!(
+        log.contains("hoarder gives up\\n2026-01-01T00:00:00Z ERROR hookd: forged line\\u{1b}[2J"),
+        "the reason is logged escaped:\n{log}"
+    );
+    assert!(
+        log.contains("plugin says\\n2026-01-01T00:00:00Z ERROR hookd: forged log line\\u{1b}[31m"),
+        "the plugin's log line is logged escaped:\n{log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("2026-01-01T00:00:00Z")),
+        "a forged line reached the log:\n{log}"
+    );
+    assert!(
+        !log.contains("\x1b[2J"),
+        "a terminal escape reached the log"
+    );
+}
