@@ -421,13 +421,28 @@ fn unspecified_addresses_in_allow_hosts_are_a_config_error() {
              [plugins.p]\nallow_hosts = [\"{entry}\"]\n"
         ));
         std::fs::write(dir.path().join("hookd.toml"), text).unwrap();
-        let output = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(dir.path().join("hookd.toml"))
-            .output()
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+            .spawn()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(!output.status.success(), "{entry}: hookd started");
+        // A config error ends hookd at once; one that is accepted leaves it serving.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{entry}: hookd accepted the config and started serving");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+        assert!(!status.success(), "{entry}: hookd exited successfully");
         assert!(
             stderr.contains("plugins.p.allow_hosts")
                 && stderr.contains(entry)

@@ -158,12 +158,12 @@ impl fmt::Display for HostPort {
 }
 
 /// `0.0.0.0/8` ("this network": connecting to it reaches the local host), `::`, and the
-/// IPv4-mapped and IPv4-compatible forms of `0.0.0.0/8`.
+/// IPv4-mapped form of `0.0.0.0/8`.
 fn is_unspecified(ip: IpAddr) -> bool {
     let v4 = match ip {
         IpAddr::V4(v4) => v4,
         IpAddr::V6(v6) if v6.is_unspecified() => return true,
-        IpAddr::V6(v6) => match v6.to_ipv4() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => v4,
             None => return false,
         },
@@ -899,6 +899,11 @@ mod tests {
             ("exa mple.com:80", "not a host name"),
             ("http://example.com:80", "not a URL"),
             (":80", "not a host name"),
+            ("0.0.0.0:8080", "unspecified address"),
+            ("0.1.2.3:8080", "unspecified address"),
+            ("[::]:8080", "unspecified address"),
+            ("[::ffff:0.0.0.0]:8080", "unspecified address"),
+            ("[::0.0.0.0]:8080", "unspecified address"),
         ];
         for (entry, needle) in bad {
             let err = HostPort::parse(entry).unwrap_err();
