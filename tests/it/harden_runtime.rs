@@ -284,6 +284,7 @@ max_attempts = 1
     );
     wait_delivery(&host, "s", "mm-1", "counter", "done").await;
     let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("multimem: hookd RSS {baseline} KiB before, peak {peak} KiB");
     assert!(
         peak < baseline + 128 * 1024,
         "peak RSS {peak} KiB, baseline {baseline} KiB: the memories were not bounded together"
@@ -324,6 +325,7 @@ max_attempts = 1
         );
     }
     let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("fieldhog handler: hookd RSS {baseline} KiB before, peak {peak} KiB");
     assert!(
         peak < baseline + 256 * 1024,
         "peak RSS {peak} KiB, baseline {baseline} KiB: host-side fields were not bounded"
@@ -360,6 +362,7 @@ parser_timeout_ms = 20000
         "the quarantine must say why:\n{log}"
     );
     let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("fieldhog parser: hookd RSS {baseline} KiB before, peak {peak} KiB");
     assert!(
         peak < baseline + 256 * 1024,
         "peak RSS {peak} KiB, baseline {baseline} KiB: a parser's fields were not bounded"
