@@ -240,6 +240,8 @@ pub struct HostState {
     /// `wasi:http` state; requests go through [`OutboundHooks`], which refuses all without a grant.
     pub http: WasiHttpCtx,
     pub outbound: OutboundHooks,
+    /// Host bytes held for this call's `wasi:http` resources (see `super::budget`).
+    pub budget: super::budget::HostBudget,
 }
 
 impl HostState {

@@ -17,7 +17,12 @@
 //! - Every request carries `Idempotency-Key: {source}:{event_id}:{handler}`, set here over any
 //!   value the plugin chose, so a retried attempt is recognisable downstream.
 //! - A refusal reaches the guest as a `wasi:http` error code and is logged with the plugin, the
-//!   event and the refused `host:port` (never the path or query, which may carry secrets).
+//!   event and the refused `host:port` (never the path or query, which may carry secrets) —
+//!   once per call: a call's refusals are counted and logged as one line when the call ends
+//!   (the first refusal's reason and the count), so a loop of refused requests cannot flood
+//!   the host log.
+//! - The unspecified addresses (`0.0.0.0/8`, `::`, and their IPv4-mapped forms) are refused as
+//!   allow-list entries: connecting to one reaches this machine.
 
 use std::{
     fmt,
@@ -129,6 +134,14 @@ impl HostPort {
                 (Host::Name(check_name(host)?), port)
             }
         };
+        if let Host::Ip(ip) = host
+            && is_unspecified(ip)
+        {
+            return Err(format!(
+                "{ip} is an unspecified address, which connects to this machine; list the \
+                 address or name of the host to reach"
+            ));
+        }
         let port: u16 = port
             .parse()
             .ok()
@@ -142,6 +155,20 @@ impl fmt::Display for HostPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.host, self.port)
     }
+}
+
+/// `0.0.0.0/8` ("this network": connecting to it reaches the local host), `::`, and the
+/// IPv4-mapped form of `0.0.0.0/8`.
+fn is_unspecified(ip: IpAddr) -> bool {
+    let v4 = match ip {
+        IpAddr::V4(v4) => v4,
+        IpAddr::V6(v6) if v6.is_unspecified() => return true,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4,
+            None => return false,
+        },
+    };
+    v4.octets()[0] == 0
 }
 
 /// A DNS name, lower-cased, trailing dot removed; refuses what is not one.
@@ -426,24 +453,81 @@ pub struct Outbound {
     pub idempotency_key: String,
 }
 
+/// One call's refused requests: counted as they happen, logged as one line when the last
+/// holder (the call's hooks, or a request future that outlived them) drops it.
+struct Refusals {
+    plugin: PluginName,
+    event: Option<EventId>,
+    count: u64,
+    /// The first refusal's reason (names the `host:port`, never the path or query).
+    first: Option<String>,
+}
+
+impl Refusals {
+    fn record(&mut self, denied: &Denied) {
+        self.count += 1;
+        if self.first.is_none() {
+            self.first = Some(denied.to_string());
+        }
+    }
+}
+
+impl Drop for Refusals {
+    fn drop(&mut self) {
+        let Some(first) = &self.first else { return };
+        let plugin = self.plugin.as_str();
+        let event = self.event.as_ref().map(|e| e.as_str()).unwrap_or("");
+        if self.count == 1 {
+            tracing::warn!(target: "plugin", plugin, event, "outbound request denied: {first}");
+        } else {
+            tracing::warn!(
+                target: "plugin",
+                plugin,
+                event,
+                denied = self.count,
+                "outbound requests denied: {} in this call; the first: {first}",
+                self.count
+            );
+        }
+    }
+}
+
+/// A call's [`Refusals`], shared with its request futures.
+#[derive(Clone)]
+struct RefusalLog(Arc<std::sync::Mutex<Refusals>>);
+
+impl RefusalLog {
+    fn record(&self, denied: &Denied) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(denied);
+    }
+}
+
 /// Per-call `wasi:http` hooks: the grant, the attempt's deadline, and who to blame in logs.
 pub struct OutboundHooks {
     plugin: PluginName,
-    event: Option<EventId>,
     deadline: Instant,
     grant: Option<Outbound>,
     requests_left: u32,
+    refusals: RefusalLog,
 }
 
 impl OutboundHooks {
     /// No grant: every request is refused until [`OutboundHooks::grant`].
     pub fn new(plugin: PluginName, event: Option<EventId>, deadline: Instant) -> Self {
         Self {
-            plugin,
-            event,
+            plugin: plugin.clone(),
             deadline,
             grant: None,
             requests_left: REQUESTS_PER_CALL,
+            refusals: RefusalLog(Arc::new(std::sync::Mutex::new(Refusals {
+                plugin,
+                event,
+                count: 0,
+                first: None,
+            }))),
         }
     }
 
@@ -452,12 +536,7 @@ impl OutboundHooks {
     }
 
     fn deny(&self, denied: &Denied) -> HttpError {
-        tracing::warn!(
-            target: "plugin",
-            plugin = %self.plugin,
-            event = self.event.as_ref().map(|e| e.as_str()).unwrap_or(""),
-            "outbound request denied: {denied}"
-        );
+        self.refusals.record(denied);
         denied.error()
     }
 
@@ -495,8 +574,8 @@ impl WasiHttpHooks for OutboundHooks {
         _response_done: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         let admitted = self.admit(&mut request);
+        let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
-        let event = self.event.clone();
         let hard_deadline = self.deadline + DEADLINE_GRACE;
         let denied_error = match &admitted {
             Err(denied) => Some(self.deny(denied)),
@@ -511,14 +590,10 @@ impl WasiHttpHooks for OutboundHooks {
             let timeouts = Timeouts::new(options, hard_deadline);
             let addrs = resolve(&target, timeouts.connect_by).await?;
             let addrs = usable_addrs(&allow, &target, &addrs).map_err(|denied| {
-                tracing::warn!(
-                    target: "plugin",
-                    plugin = %plugin,
-                    event = event.as_ref().map(|e| e.as_str()).unwrap_or(""),
-                    "outbound request denied: {denied}"
-                );
+                refusals.record(&denied);
                 denied.error()
             })?;
+            drop(refusals);
             let method = request.method().clone();
             let result = send(request, &addrs, timeouts).await;
             match &result {
@@ -533,6 +608,14 @@ impl WasiHttpHooks for OutboundHooks {
             }
             result
         })
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        super::budget::BODY_CHUNK_BYTES
+    }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        super::budget::BODY_BUFFER_CHUNKS
     }
 
     fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
@@ -816,6 +899,11 @@ mod tests {
             ("exa mple.com:80", "not a host name"),
             ("http://example.com:80", "not a URL"),
             (":80", "not a host name"),
+            ("0.0.0.0:8080", "unspecified address"),
+            ("0.1.2.3:8080", "unspecified address"),
+            ("[::]:8080", "unspecified address"),
+            ("[::ffff:0.0.0.0]:8080", "unspecified address"),
+            ("[::0.0.0.0]:8080", "unspecified address"),
         ];
         for (entry, needle) in bad {
             let err = HostPort::parse(entry).unwrap_err();

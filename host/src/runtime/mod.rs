@@ -6,9 +6,10 @@
 //! - One [`Engine`] per process. A component is compiled once per file version and its
 //!   `InstancePre` cached; every call gets a fresh `Store` and instance, so no state survives a
 //!   call except through the `state` import.
-//! - A call is bounded: wall-clock deadline (epoch interruption, checked every tick), memory,
-//!   tables and instances (`limiter`), live resource handles, wasm stack, output and log
-//!   bytes. A guest yields to the executor every tick, so a CPU-bound guest cannot hold a
+//! - A call is bounded: wall-clock deadline (epoch interruption, checked every tick), memory
+//!   and tables summed over all of them, instances (`limiter`), live resource handles, host
+//!   memory held for `wasi:http` resources (`budget`), wasm stack, output and log bytes. The
+//!   type-check instantiation at load runs under the same limiter and budget. A guest yields to the executor every tick, so a CPU-bound guest cannot hold a
 //!   thread.
 //! - Compiled native code is loaded only from the host-private artifact cache (`cache`),
 //!   never from `plugins_dir`.
@@ -17,6 +18,7 @@
 //!   [`Outbound`] grant, which only handler calls can be (see `http`).
 
 mod bindings;
+mod budget;
 mod cache;
 mod host;
 mod http;
@@ -57,6 +59,9 @@ pub const WASM_STACK_BYTES: usize = 512 * 1024;
 const POOL_SLOTS: u32 = 1100;
 /// Largest memory any plugin may be configured with under the pooling allocator.
 const POOL_MAX_MEMORY: usize = 1 << 30;
+/// Largest `wasi:random` request one import call may make (the guest's hash-map seeds need
+/// 16 bytes).
+const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 
 /// Per-call budget.
 #[derive(Debug, Clone)]
@@ -233,6 +238,7 @@ impl Runtime {
         let mut linker = Linker::<HostState>::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow_err)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(anyhow_err)?;
+        budget::add_to_linker(&mut linker).map_err(anyhow_err)?;
         handler_world::HandlerPlugin::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,
@@ -363,10 +369,14 @@ impl Runtime {
     fn store(&self, ctx: &CallContext, state: Option<Arc<dyn StateStore>>) -> Store<HostState> {
         let limits = limiter::Limiter::new(ctx.limits.memory_bytes);
         let mut table = ResourceTable::new();
-        table.set_max_capacity(limiter::RESOURCE_HANDLES);
+        table.set_max_capacity(limiter::HOST_HANDLES);
         let deadline = Instant::now() + ctx.limits.timeout;
         let host = HostState {
-            wasi: WasiCtxBuilder::new().build(),
+            // Nothing granted; random bytes per call are capped far below the default 64 MiB
+            // so one import call cannot make the host allocate that much.
+            wasi: WasiCtxBuilder::new()
+                .max_random_size(MAX_RANDOM_BYTES)
+                .build(),
             table,
             limits,
             plugin: ctx.plugin.clone(),
@@ -376,6 +386,7 @@ impl Runtime {
             log_truncated: false,
             state: state.map(|store| host::StateTxn::new(store, ctx.plugin.clone())),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            budget: budget::HostBudget::new(budget::HOST_BYTES),
             outbound: http::OutboundHooks::new(ctx.plugin.clone(), ctx.event.clone(), deadline),
         };
         let mut store = Store::new(&self.engine, host);
@@ -577,6 +588,10 @@ fn engine_config(pooling: bool) -> Config {
             .total_tables(POOL_SLOTS * 4)
             .total_stacks(POOL_SLOTS)
             .max_memory_size(POOL_MAX_MEMORY)
+            // The limiter's counts, per component, so a component over them fails to load.
+            .max_memories_per_component(limiter::MEMORIES as u32)
+            .max_tables_per_component(limiter::TABLES as u32)
+            .max_core_instances_per_component(limiter::INSTANCES as u32)
             // Recycling a slot without returning its first pages to the kernel avoids the
             // madvise + page-fault + TLB-shootdown cost per call that dominated ingest
             // (bench/README: ~7.5k → 15-19k accepts/s); pagemap_scan resets only dirty pages.

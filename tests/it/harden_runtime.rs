@@ -1,0 +1,456 @@
+//! The runtime's memory walls against hostile components, each against a real `hookd serve`
+//! process whose peak RSS (`VmHWM`) is read from `/proc`:
+//! - a component with several linear memories gets one `memory_mib` budget for all of them
+//!   (and one with more memories than allowed is refused at load);
+//! - `wasi:http` header fields a handler or a parser makes the host hold are charged to the
+//!   per-call host budget, which stops them with an error naming it;
+//! - thousands of refused outbound requests leave one log line with the count;
+//! - an unspecified address in `allow_hosts` is a config error.
+
+use std::{
+    path::Path,
+    time::{Duration, Instant, SystemTime},
+};
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A handler component (hand-written, as Rust cannot emit it) whose handler grows each of its
+/// `memories` linear memories — one per core instance — by `pages` 64 KiB pages, touching
+/// every page, then returns `ok(none)`.
+fn multimem_wat(memories: usize, pages: u32) -> String {
+    let instances: String = (0..memories)
+        .map(|i| format!("(core instance $g{i} (instantiate $grower))\n"))
+        .collect();
+    let imports: String = (0..memories)
+        .map(|i| format!("(import \"g{i}\" \"grow\" (func $grow{i} (param i32) (result i32)))\n"))
+        .collect();
+    let calls: String = (0..memories)
+        .map(|i| format!("(drop (call $grow{i} (i32.const {pages})))\n"))
+        .collect();
+    let withs: String = (0..memories)
+        .map(|i| format!("(with \"g{i}\" (instance $g{i}))"))
+        .collect();
+    format!(
+        r#"(component
+  (core module $grower
+    (memory (export "memory") 1)
+    (func (export "grow") (param $pages i32) (result i32)
+      (local $old i32) (local $i i32)
+      (local.set $old (memory.grow (local.get $pages)))
+      (if (i32.eq (local.get $old) (i32.const -1)) (then (return (i32.const -1))))
+      (local.set $i (local.get $old))
+      (block $done
+        (loop $touch
+          (br_if $done (i32.ge_u (local.get $i) (i32.add (local.get $old) (local.get $pages))))
+          (i32.store8 (i32.mul (local.get $i) (i32.const 65536)) (i32.const 1))
+          (local.set $i (i32.add (local.get $i) (i32.const 1)))
+          (br $touch)))
+      (local.get $old)))
+  {instances}
+  (core module $main
+    {imports}
+    (memory (export "memory") 1)
+    (global $next (mut i32) (i32.const 1024))
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32)
+      (local $ptr i32)
+      (local.set $ptr
+        (i32.and
+          (i32.add (global.get $next) (i32.sub (local.get 2) (i32.const 1)))
+          (i32.sub (i32.const 0) (local.get 2))))
+      (global.set $next (i32.add (local.get $ptr) (local.get 3)))
+      (if (i32.gt_u (global.get $next) (i32.mul (memory.size) (i32.const 65536)))
+        (then (drop (memory.grow
+          (i32.add
+            (i32.shr_u (i32.sub (global.get $next) (i32.mul (memory.size) (i32.const 65536)))
+                       (i32.const 16))
+            (i32.const 1))))))
+      (local.get $ptr))
+    (func (export "handle") (param i32) (result i32)
+      {calls}
+      (i64.store (i32.const 0) (i64.const 0))
+      (i64.store (i32.const 8) (i64.const 0))
+      (i32.const 0)))
+  (core instance $m (instantiate $main {withs}))
+  (type $header (record (field "name" string) (field "value" string)))
+  (type $event (record
+    (field "source" string)
+    (field "event-id" string)
+    (field "event-type" string)
+    (field "ordering-key" (option string))
+    (field "sequence" (option u64))
+    (field "attempt" u32)
+    (field "received-at-ms" u64)
+    (field "headers" (list $header))
+    (field "body" (list u8))))
+  (type $retry-later (record (field "reason" string) (field "after-ms" (option u64))))
+  (type $handle-error (variant (case "retry" $retry-later) (case "permanent" string)))
+  (func $handle (param "ev" $event) (result (result (option string) (error $handle-error)))
+    (canon lift (core func $m "handle") (memory $m "memory") (realloc (func $m "realloc"))))
+  (instance $handler
+    (export "header" (type $header))
+    (export "event" (type $event))
+    (export "retry-later" (type $retry-later))
+    (export "handle-error" (type $handle-error))
+    (export "handle" (func $handle)))
+  (export "hookd:plugin/handler@0.1.0" (instance $handler))
+)"#
+    )
+}
+
+fn write_multimem(dir: &Path, stem: &str, memories: usize, pages: u32) {
+    let wasm = wat::parse_str(multimem_wat(memories, pages))
+        .unwrap_or_else(|e| panic!("multimem WAT ({memories} memories): {e}"));
+    let plugins_dir = dir.join("plugins");
+    std::fs::create_dir_all(&plugins_dir).unwrap();
+    std::fs::write(plugins_dir.join(format!("{stem}.wasm")), wasm).unwrap();
+}
+
+/// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`).
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+fn config(body: &str) -> String {
+    format!(
+        r#"[server]
+{body}"#
+    )
+}
+
+async fn post_event(host: &ProcessHost, source: &str, id: &str, body: &Value) -> Value {
+    let body = body.to_string();
+    let headers = sign(
+        &Scheme::StandardWebhooks,
+        SW_SECRET,
+        id,
+        body.as_bytes(),
+        SystemTime::now(),
+    );
+    let (status, reply) = host.post(source, &headers, body.as_bytes()).await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{id}: {reply}");
+    reply
+}
+
+/// Waits until the delivery of `id` to `handler` is in `state`; returns it.
+async fn wait_delivery(
+    host: &ProcessHost,
+    source: &str,
+    id: &str,
+    handler: &str,
+    state: &str,
+) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, event) = host
+            .admin_get(&format!("/admin/events/{source}/{id}"))
+            .await;
+        let delivery = (status == StatusCode::OK)
+            .then(|| {
+                event["deliveries"]
+                    .as_array()?
+                    .iter()
+                    .find(|d| d["handler"] == handler)
+                    .cloned()
+            })
+            .flatten();
+        if let Some(d) = &delivery
+            && d["state"] == state
+        {
+            return d.clone();
+        }
+        if Instant::now() >= deadline {
+            let log = std::fs::read_to_string(host.dir.join("hookd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "{source}/{id} → {handler} never became {state}; last seen: {delivery:#?}\n\
+                 log tail (newest first):\n{}",
+                tail.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn last_attempt(delivery: &Value) -> &Value {
+    delivery["history"]
+        .as_array()
+        .and_then(|h| h.last())
+        .unwrap_or_else(|| panic!("no attempt in {delivery:#}"))
+}
+
+/// Waits until `hookd.log` has a line with `needle`; returns the whole log.
+async fn wait_log(dir: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let log = std::fs::read_to_string(dir.join("hookd.log")).unwrap_or_default();
+        if log.contains(needle) {
+            return log;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hookd.log never said {needle:?}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The hand-written multi-memory component is a well-typed handler (so the refusals below are
+/// about memory, not about its shape).
+#[tokio::test]
+async fn the_multimem_component_is_a_valid_handler() {
+    let runtime = host::runtime::Runtime::new().unwrap();
+    let wasm = wat::parse_str(multimem_wat(2, 1)).unwrap();
+    let plugin = runtime.compile(&wasm, None).unwrap();
+    runtime.typecheck(&plugin).await.unwrap();
+}
+
+/// Three linear memories grown by 62.5 MiB each (touched), beside the main one, are 187 MiB:
+/// far over one 64 MiB budget, though each alone is under it. The attempt traps naming
+/// `memory_mib` and the host's peak RSS stays far below what the memories would take; a
+/// component with more memories than a call may have (16) is refused when it loads, and the
+/// host keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_linear_memories_share_one_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    write_multimem(dir.path(), "multimem", 3, 1000);
+    write_multimem(dir.path(), "sixteen", 16, 1);
+    install_plugins(dir.path(), &[("counter", plugins::COUNTER)]);
+    let host = ProcessHost::start(
+        dir.path(),
+        &config(
+            r#"
+[sources.s]
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+handlers = ["multimem", "counter"]
+[sources.t]
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+handlers = ["sixteen"]
+[plugins.multimem]
+max_attempts = 1
+"#,
+        ),
+    )
+    .await;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, listed) = host.admin_get("/admin/plugins").await;
+        let sixteen = listed.as_array().and_then(|ps| {
+            ps.iter()
+                .find(|p| p["name"] == "sixteen" || p["wasm"] == "sixteen")
+                .cloned()
+        });
+        let error = sixteen
+            .as_ref()
+            .and_then(|p| p["error"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        if !error.is_empty() {
+            assert!(
+                error.contains("memor"),
+                "a 16-memory component must be refused at load, naming memories: {sixteen:#?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the 16-memory component was never refused: {listed:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let baseline = status_kib(host.pid(), "VmRSS");
+    post_event(&host, "s", "mm-1", &json!({})).await;
+    let delivery = wait_delivery(&host, "s", "mm-1", "multimem", "dead").await;
+    let attempt = last_attempt(&delivery);
+    let error = attempt["error"].as_str().unwrap_or_default();
+    assert_eq!(attempt["outcome"], "trap", "{delivery:#}");
+    assert!(
+        error.contains("memory limit exceeded")
+            && error.contains("memory_mib")
+            && error.contains("67108864"),
+        "{error}"
+    );
+    wait_delivery(&host, "s", "mm-1", "counter", "done").await;
+    let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("multimem: hookd RSS {baseline} KiB before, peak {peak} KiB");
+    assert!(
+        peak < baseline + 128 * 1024,
+        "peak RSS {peak} KiB, baseline {baseline} KiB: the memories were not bounded together"
+    );
+}
+
+/// `fieldhog` as a handler keeps up to 10 000 `wasi:http` fields of ~120 KiB (and, in its
+/// second event, clones of one): without a host budget that is ~1.2 GB of host heap per call.
+/// Each attempt must trap naming the host memory limit, with the host's RSS bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_a_handler_hoards_hit_the_per_call_host_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
+    let host = ProcessHost::start(
+        dir.path(),
+        &config(
+            r#"
+[sources.s]
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+handlers = ["fieldhog"]
+[plugins.fieldhog]
+max_attempts = 1
+"#,
+        ),
+    )
+    .await;
+    let baseline = status_kib(host.pid(), "VmRSS");
+    for (id, mode) in [("fh-fields", "fields"), ("fh-clone", "clone")] {
+        post_event(&host, "s", id, &json!({ "mode": mode })).await;
+        let delivery = wait_delivery(&host, "s", id, "fieldhog", "dead").await;
+        let attempt = last_attempt(&delivery);
+        let error = attempt["error"].as_str().unwrap_or_default();
+        assert_eq!(attempt["outcome"], "trap", "{mode}: {delivery:#}");
+        assert!(
+            error.contains("host memory limit exceeded") && error.contains("16777216"),
+            "{mode}: {error}"
+        );
+    }
+    let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("fieldhog handler: hookd RSS {baseline} KiB before, peak {peak} KiB");
+    assert!(
+        peak < baseline + 256 * 1024,
+        "peak RSS {peak} KiB, baseline {baseline} KiB: host-side fields were not bounded"
+    );
+}
+
+/// The same hoarding in a parser (which has no network, but can still create fields): the
+/// parse fails on the host budget, the request is quarantined (never lost), the log names the
+/// limit and RSS stays bounded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_a_parser_hoards_hit_the_per_call_host_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
+    let host = ProcessHost::start(
+        dir.path(),
+        &config(
+            r#"
+[sources.s]
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+parser = "fieldhog"
+[plugins.fieldhog]
+parser_timeout_ms = 20000
+"#,
+        ),
+    )
+    .await;
+    let baseline = status_kib(host.pid(), "VmRSS");
+    let reply = post_event(&host, "s", "fp-1", &json!({})).await;
+    assert_eq!(reply, json!({"accepted": true, "quarantined": true}));
+    let log = wait_log(&host.dir, "request quarantined").await;
+    assert!(
+        log.contains("host memory limit exceeded"),
+        "the quarantine must say why:\n{log}"
+    );
+    let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("fieldhog parser: hookd RSS {baseline} KiB before, peak {peak} KiB");
+    assert!(
+        peak < baseline + 256 * 1024,
+        "peak RSS {peak} KiB, baseline {baseline} KiB: a parser's fields were not bounded"
+    );
+}
+
+/// 1 500 refused requests in one attempt leave one warning with the count, not 1 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_refused_requests_log_one_line_with_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
+    let host = ProcessHost::start(
+        dir.path(),
+        &config(
+            r#"
+[sources.s]
+scheme = "standard-webhooks"
+secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+handlers = ["fieldhog"]
+[plugins.fieldhog]
+max_attempts = 1
+allow_hosts = ["api.example.com:80"]
+"#,
+        ),
+    )
+    .await;
+    let body =
+        json!({"mode": "refusals", "url": "http://127.0.0.1:9/secret?token=t0p", "count": 1500});
+    post_event(&host, "s", "rf-1", &body).await;
+    let delivery = wait_delivery(&host, "s", "rf-1", "fieldhog", "done").await;
+    let output: Value = serde_json::from_str(delivery["output"].as_str().unwrap()).unwrap();
+    assert_eq!(output, json!({"denied": 1500, "other": 0}), "{delivery:#}");
+    let log = wait_log(&host.dir, "outbound requests denied").await;
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("outbound request"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one aggregated line, got {}", lines.len());
+    assert!(
+        lines[0].contains("1500") && lines[0].contains("127.0.0.1:9 is not in allow_hosts"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        !lines[0].contains("secret") && !lines[0].contains("t0p"),
+        "{}",
+        lines[0]
+    );
+}
+
+/// `0.0.0.0:PORT` and `[::]:PORT` reach this machine: as allow-list entries they are a config
+/// error naming the key and the entry, and hookd does not start.
+#[test]
+fn unspecified_addresses_in_allow_hosts_are_a_config_error() {
+    for entry in ["0.0.0.0:8081", "[::]:8081", "[::ffff:0.0.0.0]:8081"] {
+        let dir = tempfile::tempdir().unwrap();
+        let text = crate::support::config_text(&format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\
+             [plugins.p]\nallow_hosts = [\"{entry}\"]\n"
+        ));
+        std::fs::write(dir.path().join("hookd.toml"), text).unwrap();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["serve", "--config"])
+            .arg(dir.path().join("hookd.toml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+            .spawn()
+            .unwrap();
+        // A config error ends hookd at once; one that is accepted leaves it serving.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{entry}: hookd accepted the config and started serving");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let stderr = std::fs::read_to_string(dir.path().join("stderr")).unwrap();
+        assert!(!status.success(), "{entry}: hookd exited successfully");
+        assert!(
+            stderr.contains("plugins.p.allow_hosts")
+                && stderr.contains(entry)
+                && stderr.contains("unspecified address"),
+            "{entry}: {stderr}"
+        );
+    }
+}
