@@ -134,3 +134,34 @@ pub fn unix_ms(time: std::time::SystemTime) -> i64 {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
 }
+
+/// `text` with control characters (newlines, ESC, …) and bidirectional overrides escaped, for
+/// log lines: a value from a request or a plugin can neither forge a line nor drive a terminal.
+pub fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    if !text.chars().any(unsafe_char) {
+        return text.into();
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn control_characters_are_escaped_for_logs() {
+        assert_eq!(super::escape_control("evt_1 ok"), "evt_1 ok");
+        assert_eq!(
+            super::escape_control("a\nINFO forged\r\u{1b}[31m\u{202e}z"),
+            "a\\nINFO forged\\r\\u{1b}[31m\\u{202e}z"
+        );
+    }
+}

@@ -412,6 +412,11 @@ impl ProcessHost {
         }
     }
 
+    /// The process id (for `/proc/<pid>/status`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill(mut self) {
         self.child.kill().unwrap();
