@@ -569,3 +569,55 @@ async fn a_large_genuine_github_event_is_accepted_not_quarantined() {
     assert_eq!(event["event_type"], "push", "{:.300}", event.to_string());
     assert_eq!(event["ordering_key"], "acme/widgets");
 }
+
+/// An event id is whatever the parser found in the body, newlines and terminal escapes
+/// included: stored exactly, but escaped in the log, where it could otherwise forge a line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_ids_with_control_characters_cannot_forge_log_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    support::install_plugins(
+        dir.path(),
+        &[("generic", plugins::GENERIC), ("flaky", plugins::FLAKY)],
+    );
+    let config = r#"
+        [server]
+
+        [sources.open]
+        scheme = "none"
+        parser = "by_id"
+        handlers = ["flaky"]
+
+        [plugins.by_id]
+        wasm = "generic"
+        config = { id_pointer = "/id" }
+    "#;
+    let host = ProcessHost::start(dir.path(), config).await;
+    let id = "evt-1\nERROR hookd::forged: all is lost\u{1b}[2J";
+    let body = json!({"id": id, "permanent": true}).to_string();
+    let (status, reply) = host.post("open", &[], body.as_bytes()).await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    assert_eq!(reply["event_id"], id, "stored exactly");
+    // The permanent failure is logged as a warning naming the event.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let log = loop {
+        let log = std::fs::read_to_string(dir.path().join("hookd.log")).unwrap_or_default();
+        if log.contains("evt-1") {
+            break log;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no log line names the event:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        !log.lines()
+            .any(|line| line.starts_with("ERROR hookd::forged")),
+        "a forged line:\n{log}"
+    );
+    assert!(log.contains(r"evt-1\nERROR hookd::forged"), "{log}");
+    assert!(
+        !log.contains("\u{1b}[2J"),
+        "a raw escape sequence in the log:\n{log}"
+    );
+}

@@ -331,7 +331,7 @@ impl Dispatcher {
         };
         if let Some(error) = &error {
             tracing::warn!(
-                handler = %claim.handler, source = %claim.source, event = %claim.event_id,
+                handler = %claim.handler, source = %claim.source, event = %crate::model::escape_control(claim.event_id.as_str()),
                 attempt = claim.attempt, outcome = outcome.as_str(), "{error}"
             );
         }
@@ -358,10 +358,10 @@ impl Dispatcher {
         match self.inbox.finish(finish).await? {
             Finished::Recorded => {}
             Finished::Conflict => {
-                tracing::debug!(handler = %claim.handler, event = %claim.event_id, "state conflict; re-running");
+                tracing::debug!(handler = %claim.handler, event = %crate::model::escape_control(claim.event_id.as_str()), "state conflict; re-running");
             }
             Finished::LeaseLost => tracing::warn!(
-                handler = %claim.handler, event = %claim.event_id,
+                handler = %claim.handler, event = %crate::model::escape_control(claim.event_id.as_str()),
                 "attempt finished after its lease was taken back; result discarded"
             ),
         }
