@@ -1,7 +1,8 @@
 //! The one error type that becomes an HTTP response.
 //!
 //! Invariant: bodies are the contract's JSON (`{"error": ...}`), internal details are logged
-//! once here and never sent, and nothing secret is ever part of a message.
+//! once here and never sent, a `detail` is at most [`MAX_DETAIL_BYTES`] (plus a truncation
+//! marker), and nothing secret is ever part of a message.
 
 use axum::{
     Json,

@@ -5,7 +5,6 @@
 //! - The signature is checked over the exact bytes received, before anything parses them.
 //! - Bodies are read under [`body`]'s limits: the source's cap, one in-memory budget for all
 //!   requests (503 when exhausted, never an unbounded buffer), idle/rate/total timeouts.
-//! - What this module logs from a request or a parser has its control characters escaped.
 //! - A 2xx is sent only after the inbox's commit holding the request returned.
 //! - Nothing verified is dropped: a parser that traps, times out or is missing quarantines the
 //!   raw request (202 `quarantined`), to be parsed again by `POST /admin/replay`.
@@ -28,7 +27,7 @@ use crate::{
     error::ApiError,
     ids::EventId,
     inbox::{Accepted, RawRequest},
-    model::{Envelope, escape_control, unix_ms},
+    model::{Envelope, unix_ms},
     runtime::{CallContext, Limits, ParseVerdict},
 };
 
@@ -132,8 +131,7 @@ async fn receive(
         }
         EnvelopeOutcome::Invalid(detail) => Err(ApiError::Unparsable(detail)),
         EnvelopeOutcome::Ignore(reason) => {
-            let reason = escape_control(&reason);
-            tracing::debug!(source = %source.name, %reason, "request ignored by its parser");
+            tracing::debug!(source = %source.name, reason, "request ignored by its parser");
             Ok((
                 StatusCode::OK,
                 Json(json!({"accepted": false, "ignored": true})),
@@ -141,9 +139,7 @@ async fn receive(
                 .into_response())
         }
         EnvelopeOutcome::Quarantine(reason) => {
-            tracing::warn!(
-                source = %source.name, reason = %escape_control(&reason), "request quarantined"
-            );
+            tracing::warn!(source = %source.name, reason, "request quarantined");
             shared
                 .inbox
                 .quarantine(source.name.clone(), request, reason)
