@@ -394,6 +394,70 @@ async fn trickling_bodies_cannot_hold_the_slots_against_a_real_webhook() {
     );
 }
 
+/// Six clients, each from its own address, declare bodies that take the whole default budget
+/// (five of 25 MiB, one of the 3 MiB left) and send 64 KiB/s, above `min_body_bytes_per_sec` but far below the pace that would
+/// finish 25 MiB within `body_timeout_ms`. Meanwhile a real webhook is refused (503) and
+/// retried; it is accepted within a ceiling, because a declared body that falls behind its
+/// pace gives its reservation back after the idle allowance instead of holding it for 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declaring_large_bodies_and_sending_slowly_cannot_hold_the_budget() {
+    const CEILING: Duration = Duration::from_secs(15);
+    let host = TestHost::start(&github_source("gh", ""), &[]).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut attackers = Vec::new();
+    for i in 0..6u8 {
+        let (to, stop) = (host.ingest, stop.clone());
+        let declared = if i < 5 {
+            26_214_400
+        } else {
+            (128 << 20) - 5 * 26_214_400
+        };
+        attackers.push(tokio::spawn(async move {
+            let mut stream = connect_from(Ipv4Addr::new(127, 0, 2, 1 + i), to)
+                .await
+                .unwrap();
+            stream.write_all(&head("gh", &[], declared)).await.unwrap();
+            let chunk = vec![b'x'; 16 * 1024];
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                if stream.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            started.elapsed()
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    let mut refused = 0;
+    let answer = loop {
+        let (answer, _) = post_github_from(
+            Ipv4Addr::new(127, 0, 0, 2),
+            host.ingest,
+            "gh",
+            "past-the-hoarders",
+            Duration::from_secs(40),
+        )
+        .await;
+        let answer = answer.expect("an answer");
+        if !answer.is_overloaded() || started.elapsed() > Duration::from_secs(40) {
+            break answer;
+        }
+        refused += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let took = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for attacker in attackers {
+        attacker.await.unwrap();
+    }
+    eprintln!("the real webhook was refused {refused} times and accepted after {took:?}");
+    assert_eq!(answer.status, 202, "{answer:?}");
+    assert!(refused > 0, "the attackers never held the budget");
+    assert!(took <= CEILING, "the real webhook waited {took:?}");
+}
+
 /// One address opens 24 connections that stall in their body; with `max_connections = 16`
 /// and no rate or short idle bound to save the day, only `max_connections_per_ip = 4` of them
 /// are served: the rest get 503 + Retry-After at once, and a client at another address is

@@ -99,7 +99,9 @@ pub struct BodyLimits {
     /// Longest wait for the first byte and between bytes (`body_idle_timeout_ms`); also the
     /// allowance before the minimum rate is enforced.
     pub idle: Duration,
-    /// Bytes per second on average since the head, once `idle` has passed; 0 = no minimum.
+    /// Bytes per second on average since the head, once `idle` has passed; 0 = no minimum
+    /// (and no pace either). A declared length must also keep the pace that completes it by
+    /// `total`, so a client cannot hold a large reservation cheaply by trickling.
     pub min_rate: u64,
 }
 
@@ -124,14 +126,24 @@ pub async fn read(
     let mut reservation = budget.reserve(declared.unwrap_or(0)).ok_or(overloaded)?;
     let start = Instant::now();
     let end = start + limits.total;
+    // The pace that completes a declared body by `end`, starting after the idle allowance.
+    let pace = declared.map_or(0.0, |len| {
+        len as f64
+            / limits
+                .total
+                .saturating_sub(limits.idle)
+                .as_secs_f64()
+                .max(1.0)
+    });
+    let rate = (limits.min_rate > 0).then(|| pace.max(limits.min_rate as f64));
     // Only the reserved length is allocated up front; pages are touched as bytes arrive.
     let mut received = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
     let mut body = body;
     loop {
         let mut deadline = end.min(Instant::now() + limits.idle);
-        if limits.min_rate > 0 {
-            // received ≥ min_rate × (elapsed − idle): broken at start + idle + received/min_rate.
-            let earned = Duration::from_secs_f64(received.len() as f64 / limits.min_rate as f64);
+        if let Some(rate) = rate {
+            // received ≥ rate × (elapsed − idle): broken at start + idle + received / rate.
+            let earned = Duration::from_secs_f64(received.len() as f64 / rate);
             deadline = deadline.min(start + limits.idle + earned);
         }
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
