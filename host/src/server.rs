@@ -202,3 +202,30 @@ pub async fn serve(
     )
     .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_are_counted_per_ipv4_address_and_per_ipv6_64() {
+        let key = |s: &str| PerAddress::key(s.parse().unwrap()).to_string();
+        assert_eq!(key("203.0.113.7"), "203.0.113.7");
+        assert_eq!(key("::ffff:203.0.113.7"), "203.0.113.7");
+        assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        let per_address = Arc::new(PerAddress {
+            open: Mutex::default(),
+            max: 2,
+        });
+        let a = per_address.take("2001:db8::1".parse().unwrap()).unwrap();
+        let _b = per_address.take("2001:db8::2".parse().unwrap()).unwrap();
+        assert!(per_address.take("2001:db8::3".parse().unwrap()).is_none());
+        assert!(
+            per_address
+                .take("2001:db8:0:1::1".parse().unwrap())
+                .is_some()
+        );
+        drop(a);
+        assert!(per_address.take("2001:db8::3".parse().unwrap()).is_some());
+    }
+}
