@@ -64,6 +64,15 @@ struct ServerFile {
     body_timeout_ms: u64,
     /// Open ingest connections at once; more wait in the kernel's accept queue.
     max_connections: usize,
+    /// Bytes of request bodies held in memory at once across all connections (reserved from
+    /// `Content-Length` before reading, else grown chunk by chunk); beyond it 503.
+    max_inflight_body_bytes: u64,
+    /// Connections at once from one client address (IPv6: one /64); more are refused with 503.
+    max_connections_per_ip: usize,
+    /// Longest wait for the first body byte and between body bytes.
+    body_idle_timeout_ms: u64,
+    /// Slowest average body rate tolerated once `body_idle_timeout_ms` has passed; 0 = off.
+    min_body_bytes_per_sec: u64,
 }
 
 impl Default for ServerFile {
@@ -84,6 +93,10 @@ impl Default for ServerFile {
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             max_connections: 4096,
+            max_inflight_body_bytes: 128 * 1024 * 1024,
+            max_connections_per_ip: 256,
+            body_idle_timeout_ms: 5_000,
+            min_body_bytes_per_sec: 16 * 1024,
         }
     }
 }
@@ -102,6 +115,9 @@ struct SourceFile {
     parser: Option<String>,
     #[serde(default)]
     handlers: Vec<String>,
+    /// Largest body this source accepts; default `server.max_body_bytes`.
+    #[serde(default)]
+    max_body_bytes: Option<u64>,
     /// `hmac-sha256` only: the header that carries the signature.
     #[serde(default)]
     signature_header: Option<String>,
@@ -192,6 +208,12 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
+    /// Body bytes held at once across all requests (the in-flight body budget).
+    pub max_inflight_body_bytes: u64,
+    pub max_connections_per_ip: usize,
+    pub body_idle_timeout: Duration,
+    /// 0 = no minimum rate.
+    pub min_body_bytes_per_sec: u64,
 }
 
 /// One `[sources.<name>]`.
@@ -201,6 +223,8 @@ pub struct SourceConfig {
     pub verifier: Verifier,
     pub parser: Option<PluginName>,
     pub handlers: Vec<PluginName>,
+    /// Largest body accepted (413 beyond); at most `server.max_inflight_body_bytes`.
+    pub max_body_bytes: u64,
 }
 
 /// One plugin instance: which file, its limits and its grants.
@@ -218,6 +242,9 @@ pub struct PluginConfig {
     /// Parser budget per request: it runs before the provider gets its answer.
     pub parser_timeout: Duration,
     pub parser_memory_bytes: u64,
+    /// Neither `parser_timeout_ms` nor `parser_memory_mib` set: the parser budget grows with
+    /// the body it is given ([`PluginConfig::parser_limits_for`]).
+    pub parser_limits_scale: bool,
     /// Largest output (a handler's result, a parser's envelope) per call; more is an error.
     pub output_bytes: usize,
     /// Log bytes per call; beyond this lines are dropped after one truncation marker.
@@ -315,6 +342,8 @@ impl PluginConfig {
             memory_bytes: memory_mib * MIB,
             parser_timeout: Duration::from_millis(file.parser_timeout_ms.unwrap_or(50).max(1)),
             parser_memory_bytes: parser_memory_mib * MIB,
+            parser_limits_scale: file.parser_timeout_ms.is_none()
+                && file.parser_memory_mib.is_none(),
             output_bytes: (output_kib * KIB) as usize,
             log_bytes: (log_kib * KIB) as usize,
             max_concurrency: match file.max_concurrency {
@@ -330,6 +359,35 @@ impl PluginConfig {
         })
     }
 }
+
+impl PluginConfig {
+    /// The parser budget (wall clock, linear memory) for a body of `body_len` bytes. Set keys
+    /// are taken as they are; without them the defaults (50 ms, 16 MiB) grow by
+    /// [`PARSER_MS_PER_MIB`] and [`PARSER_MEMORY_PER_BODY_BYTE`], so that any body a source
+    /// accepts (up to 25 MiB by default) can be parsed into a JSON tree instead of being
+    /// quarantined; capped at 1024 MiB.
+    pub fn parser_limits_for(&self, body_len: usize) -> (Duration, u64) {
+        if !self.parser_limits_scale {
+            return (self.parser_timeout, self.parser_memory_bytes);
+        }
+        let body = body_len as u64;
+        let timeout = self.parser_timeout
+            + Duration::from_millis(body.saturating_mul(PARSER_MS_PER_MIB) / (1024 * 1024));
+        let memory = self
+            .parser_memory_bytes
+            .saturating_add(body.saturating_mul(PARSER_MEMORY_PER_BODY_BYTE))
+            .min(1024 * 1024 * 1024);
+        (timeout, memory)
+    }
+}
+
+/// Extra parser wall clock per MiB of body when `parser_timeout_ms` is not set: generous, since
+/// only a verified body reaches the parser (a 24 MiB GitHub event took 2.5 s in a debug build
+/// on a loaded 2-core machine, copying the body into the guest included).
+pub const PARSER_MS_PER_MIB: u64 = 250;
+/// Extra parser linear memory per body byte when `parser_memory_mib` is not set: the body's
+/// copy in the guest plus a decoded JSON tree of it.
+pub const PARSER_MEMORY_PER_BODY_BYTE: u64 = 6;
 
 impl Config {
     /// Reads and validates `path`; relative paths inside are taken relative to its directory.
@@ -386,6 +444,17 @@ impl Config {
         if s.workers == 0 || s.max_connections == 0 {
             bail!("server.workers and server.max_connections must be at least 1");
         }
+        if s.max_connections_per_ip == 0 {
+            bail!("server.max_connections_per_ip must be at least 1");
+        }
+        if s.max_body_bytes > s.max_inflight_body_bytes {
+            bail!(
+                "server.max_body_bytes ({}) must not exceed server.max_inflight_body_bytes ({}): \
+                 a body that large could never be admitted",
+                s.max_body_bytes,
+                s.max_inflight_body_bytes
+            );
+        }
         let database = base_dir.join(s.database);
         let plugins_dir = base_dir.join(s.plugins_dir);
         let cache_dir = match s.cache_dir {
@@ -416,6 +485,10 @@ impl Config {
             header_timeout: Duration::from_millis(s.header_timeout_ms.max(1)),
             body_timeout: Duration::from_millis(s.body_timeout_ms.max(1)),
             max_connections: s.max_connections,
+            max_inflight_body_bytes: s.max_inflight_body_bytes,
+            max_connections_per_ip: s.max_connections_per_ip,
+            body_idle_timeout: Duration::from_millis(s.body_idle_timeout_ms.max(1)),
+            min_body_bytes_per_sec: s.min_body_bytes_per_sec,
         };
 
         let mut plugins = BTreeMap::new();
@@ -429,7 +502,7 @@ impl Config {
         let mut sources = BTreeMap::new();
         for (name, source) in file.sources {
             check_name("sources", &name)?;
-            let config = source_config(&name, source, env)?;
+            let config = source_config(&name, source, &server, env)?;
             for plugin in config.parser.iter().chain(&config.handlers) {
                 plugins
                     .entry(plugin.clone())
@@ -709,8 +782,17 @@ fn check_name(table: &str, name: &str) -> anyhow::Result<()> {
 fn source_config(
     name: &str,
     file: SourceFile,
+    server: &ServerConfig,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<SourceConfig> {
+    let max_body_bytes = file.max_body_bytes.unwrap_or(server.max_body_bytes);
+    if max_body_bytes > server.max_inflight_body_bytes {
+        bail!(
+            "sources.{name}.max_body_bytes ({max_body_bytes}) must not exceed \
+             server.max_inflight_body_bytes ({}): a body that large could never be admitted",
+            server.max_inflight_body_bytes
+        );
+    }
     let hmac_keys = [
         ("signature_header", file.signature_header.is_some()),
         ("signature_prefix", file.signature_prefix.is_some()),
@@ -778,6 +860,7 @@ fn source_config(
             .into_iter()
             .map(|p| plugin("handlers", p))
             .collect::<anyhow::Result<_>>()?,
+        max_body_bytes,
     })
 }
 
@@ -905,6 +988,18 @@ mod tests {
                 "plugins.p.allow_hosts: \"2130706433:80\"",
             ),
             ("[server]\nadmin_listen = \"0.0.0.0:8081\"", "admin_token"),
+            (
+                "[server]\nmax_connections_per_ip = 0",
+                "server.max_connections_per_ip",
+            ),
+            (
+                "[server]\nmax_inflight_body_bytes = 1000",
+                "server.max_body_bytes (26214400) must not exceed server.max_inflight_body_bytes",
+            ),
+            (
+                "[sources.a]\nscheme = \"none\"\nmax_body_bytes = 999999999999",
+                "sources.a.max_body_bytes",
+            ),
         ];
         for (text, needle) in cases {
             let err = format!("{:#}", parse(text).unwrap_err());
@@ -1085,6 +1180,40 @@ mod tests {
                 max_keys: 7,
                 max_bytes: 2 << 20
             }
+        );
+    }
+
+    #[test]
+    fn body_limits_default_from_the_server_and_parser_budgets_follow_the_body() {
+        let config = parse(
+            "[server]\nmax_body_bytes = 5000\n[sources.a]\nscheme = \"none\"\nparser = \"p\"\n\
+             [sources.b]\nscheme = \"none\"\nmax_body_bytes = 100\n[plugins.q]\nparser_memory_mib = 2",
+        )
+        .unwrap();
+        let server = &config.server;
+        assert_eq!(server.max_inflight_body_bytes, 128 << 20);
+        assert_eq!(server.max_connections_per_ip, 256);
+        assert_eq!(server.body_idle_timeout, Duration::from_secs(5));
+        assert_eq!(server.min_body_bytes_per_sec, 16384);
+        assert_eq!(config.sources[&SourceName::from("a")].max_body_bytes, 5000);
+        assert_eq!(config.sources[&SourceName::from("b")].max_body_bytes, 100);
+        let p = &config.plugins[&PluginName::from("p")];
+        assert_eq!(
+            p.parser_limits_for(0),
+            (Duration::from_millis(50), 16 << 20)
+        );
+        assert_eq!(
+            p.parser_limits_for(25 << 20),
+            (
+                Duration::from_millis(50 + 25 * PARSER_MS_PER_MIB),
+                (16 << 20) + (25 << 20) * PARSER_MEMORY_PER_BODY_BYTE
+            )
+        );
+        // A set key is a hard limit, whatever the body.
+        let q = &config.plugins[&PluginName::from("q")];
+        assert_eq!(
+            q.parser_limits_for(25 << 20),
+            (Duration::from_millis(50), 2 << 20)
         );
     }
 

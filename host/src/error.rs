@@ -1,7 +1,8 @@
 //! The one error type that becomes an HTTP response.
 //!
 //! Invariant: bodies are the contract's JSON (`{"error": ...}`), internal details are logged
-//! once here and never sent, and nothing secret is ever part of a message.
+//! once here and never sent, a `detail` is at most [`MAX_DETAIL_BYTES`] (plus a truncation
+//! marker), and nothing secret is ever part of a message.
 
 use axum::{
     Json,
@@ -9,6 +10,18 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use serde_json::json;
+
+/// Longest `detail` sent in an error body; a longer one (a parser's message can be any size)
+/// is cut at a character boundary and ends with a marker giving the full length.
+pub const MAX_DETAIL_BYTES: usize = 4096;
+
+/// `detail`, capped at [`MAX_DETAIL_BYTES`] (plus [`text::cap`]'s marker).
+pub fn cap_detail(detail: &str) -> std::borrow::Cow<'_, str> {
+    if detail.len() <= MAX_DETAIL_BYTES {
+        return detail.into();
+    }
+    crate::text::cap(detail.to_owned(), MAX_DETAIL_BYTES).into()
+}
 
 /// An error answer from the ingest or admin API.
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +64,7 @@ impl IntoResponse for ApiError {
             Self::UnknownSource => (StatusCode::NOT_FOUND, json!({"error": "unknown_source"})),
             Self::InvalidSignature(detail) => (
                 StatusCode::UNAUTHORIZED,
-                json!({"error": "invalid_signature", "detail": detail}),
+                json!({"error": "invalid_signature", "detail": cap_detail(detail)}),
             ),
             Self::PayloadTooLarge => (
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -59,7 +72,7 @@ impl IntoResponse for ApiError {
             ),
             Self::Unparsable(detail) => (
                 StatusCode::BAD_REQUEST,
-                json!({"error": "unparsable", "detail": detail}),
+                json!({"error": "unparsable", "detail": cap_detail(detail)}),
             ),
             Self::Overloaded { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -76,7 +89,7 @@ impl IntoResponse for ApiError {
             ),
             Self::BadRequest(detail) => (
                 StatusCode::BAD_REQUEST,
-                json!({"error": "bad_request", "detail": detail}),
+                json!({"error": "bad_request", "detail": cap_detail(detail)}),
             ),
             Self::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");
@@ -93,5 +106,26 @@ impl IntoResponse for ApiError {
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_details_are_cut_on_a_char_boundary_with_a_marker() {
+        assert_eq!(cap_detail("short"), "short");
+        let long = "é".repeat(MAX_DETAIL_BYTES); // 2 bytes each
+        let capped = cap_detail(&long);
+        assert!(capped.len() <= MAX_DETAIL_BYTES + 64, "{}", capped.len());
+        assert!(
+            capped.ends_with(&format!(
+                "… [truncated: {} of {} bytes dropped]",
+                MAX_DETAIL_BYTES,
+                2 * MAX_DETAIL_BYTES
+            )),
+            "{capped}"
+        );
     }
 }

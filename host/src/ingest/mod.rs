@@ -3,6 +3,8 @@
 //!
 //! Invariants:
 //! - The signature is checked over the exact bytes received, before anything parses them.
+//! - Bodies are read under [`body`]'s limits: the source's cap, one in-memory budget for all
+//!   requests (503 when exhausted, never an unbounded buffer), idle/rate/total timeouts.
 //! - A 2xx is sent only after the inbox's commit holding the request returned.
 //! - Nothing verified is dropped: a parser that traps, times out or is missing quarantines the
 //!   raw request (202 `quarantined`), to be parsed again by `POST /admin/replay`.
@@ -17,7 +19,6 @@ use axum::{
     response::{IntoResponse, Response},
     routing::post,
 };
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 
 use crate::{
@@ -30,11 +31,26 @@ use crate::{
     runtime::{CallContext, Limits, ParseVerdict},
 };
 
+pub mod body;
+
+use body::{BodyBudget, BodyLimits};
+
+/// The largest sequence hookd stores (SQLite integers are signed 64-bit).
+pub const MAX_SEQUENCE: u64 = i64::MAX as u64;
+
+/// What the ingest handler shares: the host, and the in-flight body budget of this listener.
+#[derive(Clone)]
+struct Edge {
+    shared: Arc<Shared>,
+    budget: Arc<BodyBudget>,
+}
+
 /// The ingest routes.
 pub fn router(shared: Arc<Shared>) -> Router {
+    let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
     Router::new()
         .route("/hooks/{source}", post(receive))
-        .with_state(shared)
+        .with_state(Edge { shared, budget })
 }
 
 /// What the envelope step decided.
@@ -50,7 +66,7 @@ pub enum EnvelopeOutcome {
 }
 
 async fn receive(
-    State(shared): State<Arc<Shared>>,
+    State(Edge { shared, budget }): State<Edge>,
     Path(source): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -62,28 +78,19 @@ async fn receive(
         .get(source.as_str())
         .ok_or(ApiError::UnknownSource)?
         .clone();
-    let max = shared.config.server.max_body_bytes;
+    let server = &shared.config.server;
+    let limits = BodyLimits {
+        max_bytes: source.max_body_bytes,
+        total: server.body_timeout,
+        idle: server.body_idle_timeout,
+        min_rate: server.min_body_bytes_per_sec,
+    };
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > max) {
-        return Err(ApiError::PayloadTooLarge);
-    }
-    let limited = Limited::new(body, usize::try_from(max).unwrap_or(usize::MAX));
-    let body =
-        match tokio::time::timeout(shared.config.server.body_timeout, limited.collect()).await {
-            Err(_) => return Err(ApiError::BodyTimeout),
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(ApiError::PayloadTooLarge);
-            }
-            Ok(Err(e)) => {
-                return Err(ApiError::BadRequest(format!(
-                    "reading the body failed: {e}"
-                )));
-            }
-            Ok(Ok(collected)) => collected.to_bytes(),
-        };
+    // Held until the request is answered: the body's bytes live that long.
+    let (body, _reservation) = body::read(body, declared, limits, &budget).await?;
 
     let verified = source
         .verifier
@@ -177,13 +184,16 @@ pub async fn envelope(
             plugin.wasm
         ));
     };
+    // Unless set, the budget grows with the body, so a large genuine event (GitHub sends up
+    // to 25 MB) is parsed rather than quarantined for want of memory or time.
+    let (timeout, memory_bytes) = plugin.parser_limits_for(request.body().len());
     let ctx = CallContext {
         plugin: parser.clone(),
         config: Arc::new(plugin.config.clone()),
         event: None,
         limits: Limits {
-            timeout: plugin.parser_timeout,
-            memory_bytes: plugin.parser_memory_bytes,
+            timeout,
+            memory_bytes,
             output_bytes: plugin.output_bytes,
             log_bytes: plugin.log_bytes,
         },
@@ -200,7 +210,15 @@ pub async fn envelope(
         )
         .await;
     match verdict {
-        Ok(ParseVerdict::Envelope(envelope)) => EnvelopeOutcome::Envelope(envelope),
+        Ok(ParseVerdict::Envelope(envelope)) => match envelope.sequence {
+            // Stored as a signed 64-bit integer: a larger one would wrap negative and make
+            // every older event of its key look newer.
+            Some(sequence) if sequence > MAX_SEQUENCE => EnvelopeOutcome::Invalid(format!(
+                "parser plugin {parser} returned sequence {sequence}, over the largest hookd \
+                 stores ({MAX_SEQUENCE}, 2^63 - 1)"
+            )),
+            _ => EnvelopeOutcome::Envelope(envelope),
+        },
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
         Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
         Err(e) => EnvelopeOutcome::Quarantine(format!(
