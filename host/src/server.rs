@@ -11,7 +11,10 @@ use std::{
     collections::HashMap,
     convert::Infallible,
     net::{IpAddr, Ipv6Addr},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
     time::Duration,
 };
 
@@ -23,7 +26,7 @@ use hyper_util::{
 };
 use tokio::{
     net::{TcpListener, TcpStream},
-    sync::Semaphore,
+    sync::{OwnedSemaphorePermit, Semaphore},
 };
 
 use crate::{config::ServerConfig, error::ApiError};
@@ -57,16 +60,31 @@ impl From<&ServerConfig> for ServeLimits {
     }
 }
 
-/// Open connections per client address.
+/// Connections per client address: at most `max` served at once, at most `max` more waiting
+/// for one of those slots; the rest are refused.
 struct PerAddress {
-    open: Mutex<HashMap<IpAddr, usize>>,
+    addresses: Mutex<HashMap<IpAddr, Arc<Address>>>,
     max: usize,
 }
 
-/// One open connection counted against its address; uncounted on drop.
-struct AddressSlot {
+/// One client address's slots and how many connections wait for one.
+struct Address {
+    slots: Arc<Semaphore>,
+    waiting: AtomicUsize,
+}
+
+/// One connection's hold on its address: a served slot, or a place in its queue. Either way,
+/// the last holder of an address removes it from the map, under the map's lock.
+struct AddressHold {
     per_address: Arc<PerAddress>,
     key: IpAddr,
+    address: Option<Arc<Address>>,
+}
+
+/// One served connection counted against its address; uncounted on drop.
+struct AddressSlot {
+    _permit: OwnedSemaphorePermit,
+    _hold: AddressHold,
 }
 
 impl PerAddress {
@@ -82,29 +100,62 @@ impl PerAddress {
         }
     }
 
-    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+    fn hold(self: &Arc<Self>, ip: IpAddr) -> AddressHold {
         let key = Self::key(ip);
-        let mut open = self.open.lock().expect("never poisoned");
-        let count = open.entry(key).or_insert(0);
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
-        Some(AddressSlot {
+        let mut addresses = self.addresses.lock().expect("never poisoned");
+        let address = addresses
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(Address {
+                    slots: Arc::new(Semaphore::new(self.max)),
+                    waiting: AtomicUsize::new(0),
+                })
+            })
+            .clone();
+        AddressHold {
             per_address: self.clone(),
             key,
-        })
+            address: Some(address),
+        }
+    }
+
+    /// A slot for a connection from `ip`: at once if one is free; else, if fewer than `max`
+    /// connections of that address are already waiting, after waiting up to `patience` for
+    /// one; else (or when the wait runs out) `None`.
+    async fn take(self: &Arc<Self>, ip: IpAddr, patience: Duration) -> Option<AddressSlot> {
+        let hold = self.hold(ip);
+        let address = hold.address.clone().expect("held");
+        if let Ok(permit) = address.slots.clone().try_acquire_owned() {
+            return Some(AddressSlot {
+                _permit: permit,
+                _hold: hold,
+            });
+        }
+        if address.waiting.fetch_add(1, Ordering::SeqCst) >= self.max {
+            address.waiting.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        let permit = tokio::time::timeout(patience, address.slots.clone().acquire_owned()).await;
+        address.waiting.fetch_sub(1, Ordering::SeqCst);
+        match permit {
+            Ok(Ok(permit)) => Some(AddressSlot {
+                _permit: permit,
+                _hold: hold,
+            }),
+            _ => None,
+        }
     }
 }
 
-impl Drop for AddressSlot {
+impl Drop for AddressHold {
     fn drop(&mut self) {
-        let mut open = self.per_address.open.lock().expect("never poisoned");
-        if let Some(count) = open.get_mut(&self.key) {
-            *count -= 1;
-            if *count == 0 {
-                open.remove(&self.key);
-            }
+        let mut addresses = self.per_address.addresses.lock().expect("never poisoned");
+        drop(self.address.take());
+        if addresses
+            .get(&self.key)
+            .is_some_and(|address| Arc::strong_count(address) == 1)
+        {
+            addresses.remove(&self.key);
         }
     }
 }
@@ -145,7 +196,7 @@ pub async fn serve(
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let per_address = Arc::new(PerAddress {
-        open: Mutex::default(),
+        addresses: Mutex::default(),
         max: limits.max_connections_per_ip,
     });
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
@@ -169,30 +220,22 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let Some(address_slot) = per_address.take(peer.ip()) else {
-            drop(permit);
-            refuse(stream, &refusing);
-            continue;
-        };
-        let service = TowerToHyperService::new(router.clone());
-        let mut closing = closing_rx.clone();
+        let per_address = per_address.clone();
+        let refusing = refusing.clone();
+        let router = router.clone();
+        let closing = closing_rx.clone();
         tokio::spawn(async move {
-            let _permit = permit;
-            let _address_slot = address_slot;
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .keep_alive(true)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = async { let _ = closing.wait_for(|c| *c).await; } => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(10), connection).await;
-                }
-            }
+            // A connection waits for its address's slot while holding a connection slot, so
+            // waiting is bounded twice: per address (`max_connections_per_ip` waiting) and
+            // overall (`max_connections`), and by `header_timeout`, the time a client has
+            // anyway to send its head.
+            let Some(address_slot) = per_address.take(peer.ip(), limits.header_timeout).await
+            else {
+                drop(permit);
+                refuse(stream, &refusing);
+                return;
+            };
+            serve_connection(stream, router, limits, closing, (permit, address_slot)).await;
         });
     }
     let _ = closing_tx.send(true);
@@ -203,29 +246,99 @@ pub async fn serve(
     .await;
 }
 
+/// Serves one connection until it closes, or drains it once `closing` turns true; `_slots`
+/// (its connection and address slots) are given back when it ends.
+async fn serve_connection(
+    stream: TcpStream,
+    router: Router,
+    limits: ServeLimits,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+    _slots: (OwnedSemaphorePermit, AddressSlot),
+) {
+    let service = TowerToHyperService::new(router);
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        _ = async { let _ = closing.wait_for(|c| *c).await; } => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(10), connection).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn clients_are_counted_per_ipv4_address_and_per_ipv6_64() {
+    #[tokio::test]
+    async fn clients_are_counted_per_ipv4_address_and_per_ipv6_64_and_a_few_wait() {
         let key = |s: &str| PerAddress::key(s.parse().unwrap()).to_string();
         assert_eq!(key("203.0.113.7"), "203.0.113.7");
         assert_eq!(key("::ffff:203.0.113.7"), "203.0.113.7");
         assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
         let per_address = Arc::new(PerAddress {
-            open: Mutex::default(),
+            addresses: Mutex::default(),
             max: 2,
         });
-        let a = per_address.take("2001:db8::1".parse().unwrap()).unwrap();
-        let _b = per_address.take("2001:db8::2".parse().unwrap()).unwrap();
-        assert!(per_address.take("2001:db8::3".parse().unwrap()).is_none());
+        let now = Duration::ZERO;
+        let take = |ip: &str| {
+            let per_address = per_address.clone();
+            let ip: IpAddr = ip.parse().unwrap();
+            async move { per_address.take(ip, now).await }
+        };
+        let a = take("2001:db8::1").await.unwrap();
+        let _b = take("2001:db8::2").await.unwrap();
+        assert!(
+            take("2001:db8::3").await.is_none(),
+            "over the cap, no patience"
+        );
+        assert!(take("2001:db8:0:1::1").await.is_some(), "another /64");
+        // Two may wait for a slot of a full address; a third is refused at once.
+        let patient = |ip: &'static str| {
+            let per_address = per_address.clone();
+            tokio::spawn(async move {
+                per_address
+                    .take(ip.parse().unwrap(), Duration::from_secs(30))
+                    .await
+            })
+        };
+        let (w1, w2) = (patient("2001:db8::4"), patient("2001:db8::5"));
+        while per_address.addresses.lock().unwrap()[&key("2001:db8::").parse().unwrap()]
+            .waiting
+            .load(Ordering::SeqCst)
+            < 2
+        {
+            tokio::task::yield_now().await;
+        }
         assert!(
             per_address
-                .take("2001:db8:0:1::1".parse().unwrap())
-                .is_some()
+                .take("2001:db8::6".parse().unwrap(), Duration::from_secs(30))
+                .await
+                .is_none(),
+            "the queue is full"
         );
         drop(a);
-        assert!(per_address.take("2001:db8::3".parse().unwrap()).is_some());
+        let (mut w1, mut w2) = (w1, w2);
+        let (first, other) = tokio::select! {
+            s = &mut w1 => (s.unwrap(), w2),
+            s = &mut w2 => (s.unwrap(), w1),
+        };
+        assert!(first.is_some(), "a freed slot goes to a waiting connection");
+        drop(first);
+        assert!(
+            other.await.unwrap().is_some(),
+            "and the next to the next one"
+        );
+        drop(_b);
+        assert!(
+            per_address.addresses.lock().unwrap().is_empty(),
+            "once nothing holds an address, it is forgotten"
+        );
     }
 }

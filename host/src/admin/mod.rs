@@ -274,7 +274,13 @@ async fn replay_quarantined(shared: &Shared, ids: &[i64]) -> Result<usize, Inbox
             EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
                 shared
                     .inbox
-                    .resolve_quarantine(item.id, format!("parser now says: {reason}"))
+                    .resolve_quarantine(
+                        item.id,
+                        crate::text::cap(
+                            format!("parser now says: {reason}"),
+                            crate::text::MAX_REASON_BYTES,
+                        ),
+                    )
                     .await?;
                 replayed += 1;
             }

@@ -282,9 +282,19 @@ impl Dispatcher {
     async fn attempt(self: Arc<Self>, claim: Claimed) {
         let handler = claim.handler.clone();
         let delivery = claim.delivery_id;
-        if let Err(e) = self.run_attempt(claim).await {
+        // Run in a task of its own, so a panic in host code (an import, wasmtime) is caught
+        // here: the worker slot below is always given back and the failure is logged.
+        let this = self.clone();
+        match tokio::spawn(async move { this.run_attempt(claim).await }).await {
+            Ok(Ok(())) => {}
             // The lease stays; it expires and the delivery is reclaimed. Nothing is lost.
-            tracing::error!(delivery, handler = %handler, error = %e, "recording an attempt failed");
+            Ok(Err(e)) => {
+                tracing::error!(delivery, handler = %handler, error = %e, "recording an attempt failed")
+            }
+            Err(e) => tracing::error!(
+                delivery, handler = %handler, error = %text::escape(&panic_message(e)),
+                "an attempt panicked in the host; its lease will expire and the delivery is reclaimed"
+            ),
         }
         if let Some(n) = self.in_flight.lock().expect("poisoned").get_mut(&handler) {
             *n = n.saturating_sub(1);
@@ -505,4 +515,17 @@ fn retry_policy(plugin: &PluginConfig) -> RetryPolicy {
         backoff_base: plugin.backoff_base,
         backoff_max: plugin.backoff_max,
     }
+}
+
+/// What a panicked (or cancelled) attempt task said.
+fn panic_message(e: tokio::task::JoinError) -> String {
+    if !e.is_panic() {
+        return e.to_string();
+    }
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
