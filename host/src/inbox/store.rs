@@ -734,7 +734,7 @@ fn claim_due(
                      WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
                 )?
                 .query_row(params![source, handler, key], |r| r.get(0))?;
-            if let Some(done) = newest_done.filter(|done| *done > sequence) {
+            if let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) {
                 conn.prepare_cached(
                     "UPDATE deliveries SET state = 'stale', updated_at = ?2, last_error = ?3
                      WHERE id = ?1",
