@@ -710,7 +710,7 @@ fn claim_due(
                     WHERE p.source = d.source AND p.handler = d.handler
                       AND p.ordering_key = d.ordering_key
                       AND p.state IN ('pending', 'running', 'retrying')
-                      AND (COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
+                      AND (p.state = 'running' OR COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
                            OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0) AND p.id < d.id))))
              ORDER BY d.next_attempt_at, d.id
              LIMIT ?2",
