@@ -8,5 +8,6 @@ mod crash;
 mod dispatch;
 mod foundation;
 mod ingest;
+mod ordering;
 mod outbound;
 mod plugins;
