@@ -13,5 +13,6 @@ mod harden_ingest;
 mod harden_runtime;
 mod harden_state;
 mod ingest;
+mod ordering;
 mod outbound;
 mod plugins;

@@ -14,8 +14,11 @@ use std::{collections::BTreeMap, fmt::Write as _, net::SocketAddr, sync::Arc};
 
 use axum::{
     Json, Router,
-    extract::{Path, Query, Request, State},
-    http::header,
+    extract::{
+        FromRequest, Path, Query, Request, State,
+        rejection::{JsonRejection, QueryRejection},
+    },
+    http::{Uri, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
     routing::{get, post},
@@ -156,16 +159,54 @@ fn parse_state(state: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
         .transpose()
 }
 
-async fn list_events(
-    State(shared): State<Arc<Shared>>,
-    Query(query): Query<EventsQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let filter = EventFilter {
+/// An admin request refused before it reached the inbox, answered exactly as its cause says:
+/// axum's own 4xx for a malformed query or body, else the contract's JSON error.
+#[derive(Debug)]
+pub enum Rejection {
+    Query(QueryRejection),
+    Body(JsonRejection),
+    Api(ApiError),
+}
+
+impl From<ApiError> for Rejection {
+    fn from(e: ApiError) -> Self {
+        Self::Api(e)
+    }
+}
+
+impl From<crate::inbox::InboxError> for Rejection {
+    fn from(e: crate::inbox::InboxError) -> Self {
+        Self::Api(e.into())
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Query(e) => e.into_response(),
+            Self::Body(e) => e.into_response(),
+            Self::Api(e) => e.into_response(),
+        }
+    }
+}
+
+/// `GET /admin/events`: the request URI's query string → the inbox filter. This is the
+/// handler's whole input parsing, public so it can be fuzzed.
+pub fn events_filter(uri: &Uri) -> Result<EventFilter, Rejection> {
+    let Query(query) = Query::<EventsQuery>::try_from_uri(uri).map_err(Rejection::Query)?;
+    Ok(EventFilter {
         source: query.source,
         state: parse_state(query.state.as_deref())?,
         handler: query.handler,
         limit: query.limit.unwrap_or(100).min(10_000),
-    };
+    })
+}
+
+async fn list_events(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+) -> Result<Json<Value>, Rejection> {
+    let filter = events_filter(&uri)?;
     Ok(Json(json!(shared.inbox.list_events(filter).await?)))
 }
 
@@ -197,35 +238,46 @@ struct ReplayBody {
     dry_run: bool,
 }
 
-async fn replay(
-    State(shared): State<Arc<Shared>>,
-    body: Option<Json<ReplayBody>>,
-) -> Result<Json<Value>, ApiError> {
+/// `POST /admin/replay`: the request's optional JSON body → what to replay (no
+/// `Content-Type`: no filter). This is the handler's whole input parsing, public so it can be
+/// fuzzed.
+pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> {
+    let body = Option::<Json<ReplayBody>>::from_request(request, &())
+        .await
+        .map_err(Rejection::Body)?;
     let body = body.map(|Json(b)| b).unwrap_or_default();
-    if let Some(source) = &body.source
-        && !shared.config.sources.contains_key(source.as_str())
-    {
-        return Err(ApiError::BadRequest(format!("unknown source {source:?}")));
-    }
-    let filter = ReplayFilter {
-        source: body.source.clone(),
-        handler: body.handler.clone(),
+    Ok(ReplayFilter {
+        source: body.source,
+        handler: body.handler,
         state: parse_state(body.state.as_deref())?,
-        event_ids: body.event_ids.clone(),
+        event_ids: body.event_ids,
         since_ms: body.since,
         until_ms: body.until,
         limit: MAX_REPLAY,
         dry_run: body.dry_run,
-    };
+    })
+}
+
+async fn replay(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<Json<Value>, Rejection> {
+    let filter = replay_filter(request).await?;
+    if let Some(source) = &filter.source
+        && !shared.config.sources.contains_key(source.as_str())
+    {
+        return Err(ApiError::BadRequest(format!("unknown source {source:?}")).into());
+    }
     let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
 
     // Quarantined requests have no event id or handler yet: they match source and time only.
-    if body.handler.is_none() && body.event_ids.is_none() && body.state.is_none() {
+    if filter.handler.is_none() && filter.event_ids.is_none() && filter.state.is_none() {
+        let dry_run = filter.dry_run;
         let filter = ReplayFilter {
             limit: MAX_REPLAY - matched.min(MAX_REPLAY),
             ..filter
         };
-        if body.dry_run {
+        if dry_run {
             // Counted in SQL: a dry run reads no body.
             matched += shared.inbox.held_quarantine_count(filter).await?;
         } else {

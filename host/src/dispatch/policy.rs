@@ -39,7 +39,13 @@ pub fn backoff(policy: &RetryPolicy, failures: u32, jitter: f64) -> Duration {
         .saturating_mul(1u32 << exp.min(31))
         .min(policy.backoff_max);
     let half = full / 2;
-    half + half.mul_f64(jitter.clamp(0.0, 1.0))
+    // NaN is no draw at all; the final cap absorbs float rounding on huge durations.
+    let jitter = if jitter.is_nan() {
+        0.0
+    } else {
+        jitter.clamp(0.0, 1.0)
+    };
+    (half + half.mul_f64(jitter)).min(full)
 }
 
 /// Where a delivery goes after an attempt. `budget_used` counts this attempt.
@@ -58,10 +64,23 @@ pub fn decide(
         Verdict::Retry { after: Some(after) } => after.min(policy.backoff_max),
         Verdict::Retry { after: None } | Verdict::Failed => backoff(policy, budget_used, jitter),
     };
+    // Saturating: a huge `backoff_max_ms` means "much later", never a wrap into the past.
+    let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
     Disposition::RetryAt {
-        at_ms: now_ms + delay.as_millis() as i64,
+        at_ms: now_ms.saturating_add(delay_ms),
     }
 }
+
+/// The ordering rule's one decision: a delivery with an ordering key and `sequence` is stale —
+/// recorded, never run — exactly when a strictly newer sequence is already done for its key
+/// (same source and handler); `newest_done` is the highest such done sequence. Returns that
+/// newer sequence. Equal sequences both run; without a done one nothing is stale.
+pub fn superseded_by(sequence: i64, newest_done: Option<i64>) -> Option<i64> {
+    newest_done.filter(|done| *done > sequence)
+}
+
+#[cfg(test)]
+mod props;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,8 @@
 //! - Each queued job runs inside its own savepoint: one failing job never undoes another.
 //! - `(source, event_id)` is unique (a table constraint, not a check-then-insert).
 
+#[cfg(test)]
+mod ordering_props;
 mod schema;
 mod store;
 

@@ -874,7 +874,8 @@ fn due_heads(
                         WHERE p.source = d.source AND p.handler = d.handler
                           AND p.ordering_key = d.ordering_key
                           AND p.state IN ('pending', 'running', 'retrying')
-                          AND (COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
+                          AND (p.state = 'running'
+                               OR COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
                                OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
                                    AND p.id < d.id))))
                  ORDER BY d.next_attempt_at, d.id
@@ -933,7 +934,7 @@ fn is_stale(
              WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
         )?
         .query_row(params![candidate.source, handler, key], |r| r.get(0))?;
-    let Some(done) = newest_done.filter(|done| *done > sequence) else {
+    let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
         return Ok(false);
     };
     conn.prepare_cached(

@@ -1,0 +1,293 @@
+//! Property test of ordering against the real inbox (SQLite, `claim` and `finish` as the
+//! dispatcher calls them): any interleaving of arrivals, claims and outcomes over a few ordering
+//! keys keeps the contract — one delivery per key at a time, the lowest open sequence first,
+//! never a run older than a sequence already done, and `stale` exactly for those.
+//!
+//! Invariant: the model below only records what happened (arrivals, claims, outcomes); every
+//! expectation is the documented rule applied to that record, not a copy of the store's query.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use proptest::prelude::*;
+
+use super::{ClaimRequest, EventFilter, Finish, Inbox, RawRequest, WriterOptions};
+use crate::config::Durability;
+use crate::ids::{EventId, PluginName, SourceName};
+use crate::model::{AttemptOutcome, Disposition, Envelope, StateChanges};
+use crate::verify::{Scheme, Verifier};
+
+const HANDLER: &str = "h";
+const KEYS: [&str; 2] = ["k0", "k1"];
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// A new event for key `KEYS[key]` with `sequence`.
+    Arrive { key: usize, sequence: u8 },
+    /// The dispatcher leases what is due.
+    Claim,
+    /// The `nth` running attempt (modulo how many run) ends with `outcome`.
+    Finish { nth: usize, outcome: Outcome },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    Retry,
+    Dead,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let op = prop_oneof![
+        3 => (0..KEYS.len(), 0u8..6).prop_map(|(key, sequence)| Op::Arrive { key, sequence }),
+        2 => Just(Op::Claim),
+        2 => (any::<usize>(), prop_oneof![
+                3 => Just(Outcome::Done), 2 => Just(Outcome::Retry), 1 => Just(Outcome::Dead)])
+            .prop_map(|(nth, outcome)| Op::Finish { nth, outcome }),
+    ];
+    proptest::collection::vec(op, 1..40)
+}
+
+/// What the test knows of one delivery (one handler, so one per event).
+#[derive(Debug, Clone)]
+struct Delivery {
+    key: usize,
+    sequence: i64,
+    /// Arrival order, which is also the store's id order.
+    arrival: usize,
+    state: &'static str,
+}
+
+struct Sim {
+    inbox: Inbox,
+    now_ms: i64,
+    deliveries: BTreeMap<String, Delivery>,
+    /// Event id → (delivery id, attempt) of what is leased now.
+    running: BTreeMap<String, (i64, u32)>,
+}
+
+impl Sim {
+    fn newest_done(&self, key: usize) -> Option<i64> {
+        self.deliveries
+            .values()
+            .filter(|d| d.key == key && d.state == "done")
+            .map(|d| d.sequence)
+            .max()
+    }
+
+    async fn arrive(&mut self, key: usize, sequence: u8) {
+        let n = self.deliveries.len();
+        let event_id = format!("e{n}");
+        let verified = Verifier::new(Scheme::None, Vec::new(), Duration::ZERO)
+            .unwrap()
+            .verify(HeaderMap::new(), Bytes::new(), UNIX_EPOCH)
+            .unwrap();
+        let envelope = Envelope {
+            event_id: EventId::new(event_id.as_str()),
+            event_type: "t".into(),
+            ordering_key: Some(KEYS[key].into()),
+            sequence: Some(sequence.into()),
+        };
+        self.inbox
+            .accept(
+                SourceName::new("s"),
+                envelope,
+                RawRequest::from_verified(verified, self.now_ms),
+                vec![PluginName::new(HANDLER)],
+                None,
+            )
+            .await
+            .unwrap();
+        self.deliveries.insert(
+            event_id,
+            Delivery {
+                key,
+                sequence: sequence.into(),
+                arrival: n,
+                state: "pending",
+            },
+        );
+    }
+
+    /// Claims, checks every lease against the rules, and learns which deliveries went stale.
+    async fn claim(&mut self) -> Result<(), TestCaseError> {
+        let before = self.deliveries.clone();
+        let claimed = self
+            .inbox
+            .claim(ClaimRequest {
+                now_ms: self.now_ms,
+                limit: 8,
+                capacity: HashMap::from([(HANDLER.to_owned(), 8)]),
+                lease_ms: HashMap::new(),
+                fairness: Default::default(),
+            })
+            .await
+            .unwrap();
+        let stored = self
+            .inbox
+            .list_events(EventFilter {
+                limit: 10_000,
+                ..EventFilter::default()
+            })
+            .await
+            .unwrap();
+        for event in stored {
+            let state = event.states[HANDLER].clone();
+            let d = self.deliveries.get_mut(&event.event_id).unwrap();
+            if state == "stale" && d.state != "stale" {
+                let done = before
+                    .values()
+                    .filter(|o| o.key == d.key && o.state == "done")
+                    .map(|o| o.sequence)
+                    .max();
+                prop_assert!(
+                    done.is_some_and(|done| done > d.sequence),
+                    "{} (sequence {}) went stale, newest done {done:?}",
+                    event.event_id,
+                    d.sequence
+                );
+                d.state = "stale";
+            }
+        }
+        for c in claimed {
+            let id = c.event_id.to_string();
+            let d = self.deliveries[&id].clone();
+            prop_assert_eq!(c.sequence, Some(d.sequence as u64));
+            // One at a time per key.
+            let busy = self.running.keys().any(|r| self.deliveries[r].key == d.key);
+            prop_assert!(!busy, "{id} leased while its key {} runs", KEYS[d.key]);
+            // Never older than what is done for the key.
+            if let Some(done) = self.newest_done(d.key) {
+                prop_assert!(
+                    d.sequence >= done,
+                    "{id} seq {} runs after {done} was done",
+                    d.sequence
+                );
+            }
+            // The lowest open (sequence, arrival) of its key.
+            let first = before
+                .values()
+                .filter(|o| o.key == d.key && matches!(o.state, "pending" | "retrying"))
+                .filter(|o| self.deliveries[&format!("e{}", o.arrival)].state != "stale")
+                .map(|o| (o.sequence, o.arrival))
+                .min();
+            prop_assert_eq!(
+                first,
+                Some((d.sequence, d.arrival)),
+                "{} is not first in line",
+                id
+            );
+            self.deliveries.get_mut(&id).unwrap().state = "running";
+            self.running.insert(id, (c.delivery_id, c.attempt));
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self, nth: usize, outcome: Outcome) {
+        if self.running.is_empty() {
+            return;
+        }
+        let id = self
+            .running
+            .keys()
+            .nth(nth % self.running.len())
+            .unwrap()
+            .clone();
+        let (delivery_id, attempt) = self.running.remove(&id).unwrap();
+        let (disposition, state, attempt_outcome) = match outcome {
+            Outcome::Done => (
+                Disposition::Done { output: None },
+                "done",
+                AttemptOutcome::Ok,
+            ),
+            Outcome::Retry => (
+                Disposition::RetryAt { at_ms: self.now_ms },
+                "retrying",
+                AttemptOutcome::Retry,
+            ),
+            Outcome::Dead => (Disposition::Dead, "dead", AttemptOutcome::Permanent),
+        };
+        self.inbox
+            .finish(Finish {
+                delivery_id,
+                attempt,
+                started_at_ms: self.now_ms,
+                finished_at_ms: self.now_ms,
+                outcome: attempt_outcome,
+                error_kind: None,
+                error: None,
+                plugin_sha256: None,
+                disposition,
+                plugin: PluginName::new(HANDLER),
+                state: StateChanges::default(),
+            })
+            .await
+            .unwrap();
+        self.deliveries.get_mut(&id).unwrap().state = state;
+    }
+}
+
+async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let options = WriterOptions {
+        durability: Durability::Normal,
+        group_commit: true,
+    };
+    let mut sim = Sim {
+        inbox: Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap(),
+        now_ms: 1_700_000_000_000,
+        deliveries: BTreeMap::new(),
+        running: BTreeMap::new(),
+    };
+    for op in ops {
+        sim.now_ms += 1;
+        match op {
+            Op::Arrive { key, sequence } => sim.arrive(key, sequence).await,
+            Op::Claim => sim.claim().await?,
+            Op::Finish { nth, outcome } => sim.finish(nth, outcome).await,
+        }
+    }
+    // Drain: everything still open runs to done, in order, until nothing is left due.
+    loop {
+        while !sim.running.is_empty() {
+            sim.finish(0, Outcome::Done).await;
+        }
+        sim.now_ms += 1;
+        let stale = |sim: &Sim| {
+            sim.deliveries
+                .values()
+                .filter(|d| d.state == "stale")
+                .count()
+        };
+        let before = stale(&sim);
+        sim.claim().await?;
+        // A claim that only marked the head of a key stale lets the next one move up.
+        if sim.running.is_empty() && stale(&sim) == before {
+            break;
+        }
+    }
+    for (id, d) in &sim.deliveries {
+        prop_assert!(
+            matches!(d.state, "done" | "dead" | "stale"),
+            "{id} ended {}",
+            d.state
+        );
+        if d.state == "stale" {
+            prop_assert!(sim.newest_done(d.key).is_some_and(|done| done > d.sequence));
+        }
+    }
+    sim.inbox.close();
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn ordering_holds_for_any_interleaving(ops in ops()) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(run(ops))?;
+    }
+}

@@ -1,0 +1,91 @@
+//! Ordering and retry timing at their edges, against a running host: a lower sequence that
+//! arrives while a higher one of its key is running, and a retry delay as long as the config
+//! and a plugin can make it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{self, TestHost, plugins};
+
+const SECRET: &str = support::SW_SECRET;
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A `generic`-parsed source `k` (body fields `id`, `key`, `seq`) handled by `flaky`.
+fn config(flaky: &str) -> String {
+    format!(
+        r#"
+        [sources.k]
+        scheme = "standard-webhooks"
+        secrets = ["{SECRET}"]
+        parser = "generic"
+        handlers = ["flaky"]
+
+        [plugins.generic]
+        config = {{ id_pointer = "/id", key_pointer = "/key", sequence_pointer = "/seq" }}
+
+        [plugins.flaky]
+        {flaky}
+        "#
+    )
+}
+
+async fn start(flaky: &str) -> TestHost {
+    let plugins = [("flaky", plugins::FLAKY), ("generic", plugins::GENERIC)];
+    TestHost::start(&config(flaky), &plugins).await
+}
+
+async fn send(host: &TestHost, id: &str, body: Value) {
+    host.accept_event("k", id, &body).await;
+}
+
+/// A key runs one delivery at a time even when a lower sequence arrives while a higher one
+/// runs; once the higher one is done the lower one is stale and never handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lower_sequence_arriving_mid_attempt_waits_then_goes_stale() {
+    let host = start("").await;
+    send(
+        &host,
+        "m1",
+        json!({"id": "hi", "key": "sub", "seq": 20, "sleep_ms": 3000}),
+    )
+    .await;
+    host.wait_state("k", "hi", "flaky", "running", WAIT).await;
+    send(&host, "m2", json!({"id": "lo", "key": "sub", "seq": 10})).await;
+
+    let hi = host.wait_state("k", "hi", "flaky", "done", WAIT).await;
+    let lo = host
+        .wait_delivery("k", "lo", "flaky", WAIT, |d| d["state"] != "pending")
+        .await;
+    assert_eq!(
+        lo["state"], "stale",
+        "lo ran beside hi instead of waiting: lo {lo:#}, hi {hi:#}"
+    );
+    assert_eq!(lo["attempts"], 0, "{lo:#}");
+}
+
+/// The longest retry delay a config (`backoff_max_ms`) and a plugin (`retry_after`) can ask
+/// for means "much later": the retry is not scheduled in the past and run again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_retry_delay_is_not_a_retry_storm() {
+    let max = u64::MAX;
+    let host = start(&format!("backoff_max_ms = {max}\nmax_attempts = 5")).await;
+    send(
+        &host,
+        "m1",
+        json!({"id": "e", "key": "sub", "seq": 1, "fail_times": 4, "after_ms": max}),
+    )
+    .await;
+    let first = host.wait_state("k", "e", "flaky", "retrying", WAIT).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = host.event("k", "e").await.unwrap();
+    let later = &later["deliveries"][0];
+    assert_eq!(later["state"], "retrying", "{later:#}");
+    assert_eq!(later["attempts"], 1, "re-run at once: {later:#}");
+    let next = later["next_attempt_at"].as_i64().unwrap();
+    let finished = first["history"][0]["finished_at"].as_i64().unwrap();
+    assert!(
+        next > finished,
+        "retry scheduled at {next}, before {finished}"
+    );
+}
