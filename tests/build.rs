@@ -17,7 +17,10 @@ use std::process::Command;
 /// the directory's name (the same rule the workspace's `members` globs and CI's clippy use).
 const PLUGIN_DIRS: [&str; 2] = ["plugins", "tests/plugins"];
 
-const TARGET: &str = "wasm32-wasip2";
+#[path = "../host/src/cli/wasm_target.rs"]
+mod wasm_target;
+
+use wasm_target::TARGET;
 
 fn main() {
     let manifest_dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
@@ -39,6 +42,10 @@ fn main() {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }
 
+    let rustc = PathBuf::from(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
+    if let Err(e) = wasm_target::ensure(&rustc, &workspace) {
+        panic!("{e}");
+    }
     let plugins = plugin_crates(&workspace);
     let mut cargo = Command::new(env!("CARGO"));
     cargo

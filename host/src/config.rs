@@ -1,4 +1,4 @@
-//! `hookd.toml`: the file format (a contract: DESIGN.md) and its validation into [`Config`].
+//! `hookd.toml`: the file format (a contract: README "Configuration") and its validation into [`Config`].
 //!
 //! Invariant: a `Config` is complete and consistent — every source has a working verifier, every
 //! plugin a source names has settings, paths are absolute — so nothing after start-up re-checks it.

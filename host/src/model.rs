@@ -21,7 +21,7 @@ pub struct Envelope {
     pub sequence: Option<u64>,
 }
 
-/// The life of one `(event, handler)` delivery. The names are a contract (DESIGN.md).
+/// The life of one `(event, handler)` delivery. The names are a contract (README "HTTP API").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeliveryState {
@@ -76,7 +76,7 @@ impl fmt::Display for DeliveryState {
     }
 }
 
-/// How one attempt ended. The names are a contract (DESIGN.md).
+/// How one attempt ended. The names are a contract (README "HTTP API").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttemptOutcome {

@@ -214,7 +214,7 @@ async fn post_issue(host: &TestHost, delivery: &str, body: &[u8]) -> (StatusCode
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The first seed's story: a model that takes seconds, a provider that delivers the same event
+/// The slow-model story: a model that takes seconds, a provider that delivers the same event
 /// three times a second apart. Every delivery is acknowledged at once (the model is not on the
 /// ingest path), the model is asked exactly once, with the idempotency key, and its label is
 /// what is stored.

@@ -1,4 +1,4 @@
-//! `hookd events | replay | plugins`: thin clients of the admin API (contract in DESIGN.md), plus
+//! `hookd events | replay | plugins`: thin clients of the admin API (a contract: README "HTTP API"), plus
 //! the small plain-HTTP helper that `hookd send` shares.
 //!
 //! Invariants: every request carries a deadline ([`TIMEOUT`], connect to last body byte) and reads

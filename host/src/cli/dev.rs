@@ -192,11 +192,13 @@ fn workspace_root(config: &Path) -> anyhow::Result<PathBuf> {
 
 /// Builds `packages` for wasm32-wasip2 (release) and copies each `<name>.wasm` into `dest`.
 pub fn build_plugins(root: &Path, packages: &[String], dest: &Path) -> anyhow::Result<()> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    super::wasm_target::ensure(Path::new(&rustc), root).map_err(anyhow::Error::msg)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut command = Command::new(cargo);
     command
         .current_dir(root)
-        .args(["build", "--release", "--target", "wasm32-wasip2"]);
+        .args(["build", "--release", "--target", super::wasm_target::TARGET]);
     for package in packages {
         command.args(["-p", package]);
     }
@@ -208,7 +210,7 @@ pub fn build_plugins(root: &Path, packages: &[String], dest: &Path) -> anyhow::R
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    let built = target.join("wasm32-wasip2").join("release");
+    let built = target.join(super::wasm_target::TARGET).join("release");
     std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
     for package in packages {
         let file = format!("{}.wasm", package.replace('-', "_"));

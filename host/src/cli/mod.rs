@@ -6,6 +6,7 @@
 mod client;
 mod dev;
 mod send;
+mod wasm_target;
 
 use std::{path::PathBuf, process::ExitCode};
 

@@ -1,5 +1,5 @@
 //! `hookd send`: sign a payload exactly as a provider would and POST it, optionally many times
-//! with the same event id (a retry-happy provider, as in the seed article).
+//! with the same event id (a retry-happy provider, which resends a delivery it got no answer for).
 //!
 //! Invariants: the payload is sent byte for byte as read; signatures come only from
 //! [`verify::try_sign`] (no signature format is known here), computed per request with the

@@ -53,7 +53,7 @@ use crate::{
 
 /// How often the epoch advances: the granularity of deadlines and of cooperative yielding.
 const TICK: Duration = Duration::from_millis(2);
-/// Wasm stack per call (DESIGN.md default).
+/// Wasm stack per call: deep enough for real parsers, small enough that 1 000 calls fit.
 pub const WASM_STACK_BYTES: usize = 512 * 1024;
 /// Component instances the pooling allocator keeps slots for (in-flight calls at once).
 const POOL_SLOTS: u32 = 1100;
