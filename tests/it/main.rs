@@ -7,6 +7,7 @@ mod admin;
 mod crash;
 mod dispatch;
 mod foundation;
+mod harden_files;
 mod ingest;
 mod outbound;
 mod plugins;

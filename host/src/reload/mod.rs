@@ -37,8 +37,10 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 type Fingerprint = Option<(u64, SystemTime)>;
 
 fn fingerprint(path: &Path) -> Fingerprint {
-    let meta = std::fs::metadata(path).ok()?;
-    meta.is_file().then_some(())?;
+    // Not following symlinks: a link (or any other non-directory) in the file's place is a
+    // change the registry then refuses with an error, rather than a silently followed file.
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    (!meta.is_dir()).then_some(())?;
     Some((meta.len(), meta.modified().ok()?))
 }
 
