@@ -564,6 +564,12 @@ mod tests {
             config.server.cache_dir,
             Path::new("/srv/hookd/.hookd-cache")
         );
+        let server = &config.server;
+        assert_eq!(server.compiler, None, "the running executable compiles");
+        assert_eq!(server.compile_timeout, Duration::from_secs(120));
+        assert_eq!(server.compile_memory_bytes, 2048 << 20);
+        assert_eq!(server.compile_queue_bytes, 20 << 20);
+        assert_eq!(server.cache_max_bytes, 1 << 30);
         let classifier = &config.plugins[&PluginName::from("classifier")];
         assert_eq!(classifier.max_attempts, 3);
         assert_eq!(classifier.delivery, DeliveryMode::AtMostOnce);
