@@ -646,3 +646,27 @@ async fn a_compile_dies_with_a_killed_hookd() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `server.compile_memory_mib` caps the compiler process: a file whose compile needs more is
+/// refused with an error naming the key, and hookd itself is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compile_over_its_memory_cap_is_refused_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::write(
+        dir.path().join("plugins/big.wasm"),
+        data_component(19_000_000, 3),
+    )
+    .unwrap();
+    let config = config("compile_memory_mib = 64", "\"big\"", "");
+    let host = TestHost::start_in(dir, &config).await;
+    let admin = async |path: &str| host.admin_get(path).await;
+    let status = wait_plugin(admin, "big", "the refusal", |p| p["error"].is_string()).await;
+    let error = status["error"].as_str().unwrap();
+    assert!(
+        error.contains("big.wasm") && error.contains("server.compile_memory_mib"),
+        "{error}"
+    );
+    let (status, _) = host.admin_get("/healthz").await;
+    assert_eq!(status, StatusCode::OK);
+}

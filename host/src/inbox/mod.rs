@@ -464,6 +464,26 @@ mod tests {
         open(&dir, true).close();
     }
 
+    #[test]
+    fn database_files_are_owner_only_and_wider_ones_are_tightened() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/dir/hookd.db");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        for file in std::iter::once(path.clone()).chain(companions(&path)) {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
+        assert_eq!(mode(&dir.path().join("new")), 0o700);
+        assert_eq!(mode(&dir.path().join("new/dir")), 0o700);
+        inbox.close();
+
+        // Left world-readable by an older hookd: tightened on the next open.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Inbox::open(&path, Durability::Full).unwrap().close();
+        assert_eq!(mode(&path), 0o600);
+    }
+
     /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.
     fn insert(inbox: &Inbox, reason: &str, fail: bool) -> Answer<()> {
         let reason = reason.to_owned();
