@@ -127,7 +127,7 @@ fn main() -> anyhow::Result<()> {
 fn load(runtime: &Runtime, path: &str) -> anyhow::Result<Plugin> {
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {path}: {e}"))?;
     runtime
-        .compile(&bytes, None)
+        .compile(&bytes)
         .map_err(|e| anyhow::anyhow!("compiling {path}: {e}"))
 }
 

@@ -48,6 +48,17 @@ struct ServerFile {
     /// Compiled plugin code, so a restart does not compile every plugin again. Host-private:
     /// never inside `plugins_dir`. Default: `.hookd-cache` beside the database.
     cache_dir: Option<PathBuf>,
+    /// The artifact cache's size cap; least recently used entries go first (0: cache nothing).
+    cache_max_bytes: u64,
+    /// The `hookd` executable that compiles plugin files in a child process. Default: the
+    /// running executable; set it when hookd is embedded in another program (tests).
+    compiler: Option<PathBuf>,
+    /// A compile running longer is killed and the file refused.
+    compile_timeout_ms: u64,
+    /// Address-space limit of one compiler process.
+    compile_memory_mib: u64,
+    /// Wasm bytes being compiled at once: 20 MiB = one largest file at a time.
+    compile_queue_bytes: u64,
     /// GitHub sends up to 25 MB.
     max_body_bytes: u64,
     durability: Durability,
@@ -85,6 +96,11 @@ impl Default for ServerFile {
             database: "hookd.db".into(),
             plugins_dir: "plugins".into(),
             cache_dir: None,
+            cache_max_bytes: 1 << 30,
+            compiler: None,
+            compile_timeout_ms: 120_000,
+            compile_memory_mib: 2048,
+            compile_queue_bytes: 20 * 1024 * 1024,
             max_body_bytes: 26_214_400,
             durability: Durability::Full,
             group_commit: true,
@@ -200,6 +216,16 @@ pub struct ServerConfig {
     pub plugins_dir: PathBuf,
     /// The compiled-artifact cache (host-private; checked not to be inside `plugins_dir`).
     pub cache_dir: PathBuf,
+    /// Bytes of compiled artifacts the cache keeps at most.
+    pub cache_max_bytes: u64,
+    /// The executable run to compile plugin files; None: the running executable.
+    pub compiler: Option<PathBuf>,
+    /// A compile running longer is stopped (its process killed) and the file refused.
+    pub compile_timeout: Duration,
+    /// Address-space limit of a compiler process.
+    pub compile_memory_bytes: u64,
+    /// Wasm bytes compiled at once, across all files.
+    pub compile_queue_bytes: u64,
     pub max_body_bytes: u64,
     pub durability: Durability,
     pub group_commit: bool,
@@ -469,6 +495,21 @@ impl Config {
                 plugins_dir.display()
             );
         }
+        if !(64..=65536).contains(&s.compile_memory_mib) {
+            bail!(
+                "server.compile_memory_mib must be between 64 and 65536 (got {})",
+                s.compile_memory_mib
+            );
+        }
+        if !(1..=1 << 32).contains(&s.compile_queue_bytes) {
+            bail!(
+                "server.compile_queue_bytes must be between 1 and 4294967296 (got {})",
+                s.compile_queue_bytes
+            );
+        }
+        if s.compile_timeout_ms == 0 {
+            bail!("server.compile_timeout_ms must be at least 1");
+        }
         let server = ServerConfig {
             listen: s.listen,
             admin_listen: s.admin_listen,
@@ -477,6 +518,11 @@ impl Config {
             database,
             plugins_dir,
             cache_dir,
+            cache_max_bytes: s.cache_max_bytes,
+            compiler: s.compiler.map(|p| base_dir.join(p)),
+            compile_timeout: Duration::from_millis(s.compile_timeout_ms),
+            compile_memory_bytes: s.compile_memory_mib * 1024 * 1024,
+            compile_queue_bytes: s.compile_queue_bytes,
             max_body_bytes: s.max_body_bytes,
             durability: s.durability,
             group_commit: s.group_commit,
@@ -904,6 +950,12 @@ mod tests {
             config.server.cache_dir,
             Path::new("/srv/hookd/.hookd-cache")
         );
+        let server = &config.server;
+        assert_eq!(server.compiler, None, "the running executable compiles");
+        assert_eq!(server.compile_timeout, Duration::from_secs(120));
+        assert_eq!(server.compile_memory_bytes, 2048 << 20);
+        assert_eq!(server.compile_queue_bytes, 20 << 20);
+        assert_eq!(server.cache_max_bytes, 1 << 30);
         let classifier = &config.plugins[&PluginName::from("classifier")];
         assert_eq!(classifier.max_attempts, 3);
         assert_eq!(classifier.delivery, DeliveryMode::AtMostOnce);
@@ -1000,6 +1052,20 @@ mod tests {
                 "[sources.a]\nscheme = \"none\"\nmax_body_bytes = 999999999999",
                 "sources.a.max_body_bytes",
             ),
+            ("[server]\ncache_max_bytes = -1", "cache_max_bytes"),
+            (
+                "[server]\ncompile_memory_mib = 1",
+                "server.compile_memory_mib",
+            ),
+            (
+                "[server]\ncompile_queue_bytes = 0",
+                "server.compile_queue_bytes",
+            ),
+            (
+                "[server]\ncompile_timeout_ms = 0",
+                "server.compile_timeout_ms",
+            ),
+            ("[server]\ncompiler = 3", "compiler"),
         ];
         for (text, needle) in cases {
             let err = format!("{:#}", parse(text).unwrap_err());

@@ -126,19 +126,33 @@ pub async fn run(
     let runtime = Runtime::new().context("starting the wasm runtime")?;
     std::fs::create_dir_all(&server.plugins_dir)
         .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
-    let cache = runtime
-        .artifact_cache(&server.cache_dir)
-        .inspect_err(|e| {
+    let cache = match runtime.artifact_cache(&server.cache_dir, server.cache_max_bytes) {
+        Ok(cache) => Some(cache),
+        // A cache others could write is a way to run native code in hookd: refuse to start.
+        Err(e @ runtime::CacheError::Unsafe(_)) => return Err(e.into()),
+        Err(e) => {
             tracing::warn!(
                 cache_dir = %server.cache_dir.display(), error = %e,
                 "compiled-artifact cache unavailable; every start compiles every plugin"
             );
-        })
-        .ok();
+            None
+        }
+    };
+    let compiler = runtime::Compiler::new(runtime::CompilerSettings {
+        program: match &server.compiler {
+            Some(program) => program.clone(),
+            None => std::env::current_exe()
+                .context("resolving the running executable (set server.compiler)")?,
+        },
+        timeout: server.compile_timeout,
+        memory_bytes: server.compile_memory_bytes,
+        queue_bytes: server.compile_queue_bytes,
+    });
     let registry = Arc::new(Registry::new(
         runtime.clone(),
         server.plugins_dir.clone(),
         cache,
+        compiler,
     ));
     // Watching starts before the first load, so a change made meanwhile is not missed. A
     // missing or broken file is reported and its deliveries wait; the host still starts.

@@ -6,14 +6,17 @@
 //!   evicts a working version — its error is recorded beside it.
 //! - Lookups on the hot path are a lock-free `ArcSwap` load; an in-flight call keeps its
 //!   `Arc<LoadedPlugin>` and finishes on the version it started with.
-//! - Native code comes from compiling the file or from the host-private artifact cache keyed by
-//!   the file's sha256; nothing precompiled is ever read from the plugins directory.
+//! - Native code comes from compiling the file (in a bounded child process, queued by bytes:
+//!   `runtime::Compiler`) or from the host-private artifact cache keyed by the file's sha256;
+//!   nothing precompiled is ever read from the plugins directory, and only a file that passed
+//!   every check is cached.
+//! - A plugin file is opened without following symlinks and must be a regular file; load errors
+//!   name the file and the reason, never echo its contents.
 
 use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
-    time::Duration,
 };
 
 use arc_swap::ArcSwap;
@@ -22,13 +25,11 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     model::unix_ms,
-    runtime::{ArtifactCache, Origin, Plugin, Runtime},
+    runtime::{ArtifactCache, Compiler, Origin, Plugin, Runtime},
 };
 
 /// Largest plugin file accepted: far above any real component (the examples are 3-4 MB).
 pub const MAX_PLUGIN_BYTES: u64 = 20 * 1024 * 1024;
-/// Longest a compile may take before the file is refused.
-const COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Versions kept for rollback besides the live one.
 const KEEP_PREVIOUS: usize = 5;
 
@@ -63,17 +64,25 @@ pub struct Registry {
     runtime: Arc<Runtime>,
     dir: PathBuf,
     cache: Option<ArtifactCache>,
+    compiler: Compiler,
     live: ArcSwap<HashMap<String, Arc<LoadedPlugin>>>,
     status: Mutex<BTreeMap<String, FileStatus>>,
 }
 
 impl Registry {
-    /// A registry of the files in `dir`; `cache` (if any) keeps their compiled code.
-    pub fn new(runtime: Arc<Runtime>, dir: PathBuf, cache: Option<ArtifactCache>) -> Self {
+    /// A registry of the files in `dir`, compiled by `compiler`; `cache` (if any) keeps their
+    /// compiled code.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        dir: PathBuf,
+        cache: Option<ArtifactCache>,
+        compiler: Compiler,
+    ) -> Self {
         Self {
             runtime,
             dir,
             cache,
+            compiler,
             live: ArcSwap::from_pointee(HashMap::new()),
             status: Mutex::new(BTreeMap::new()),
         }
@@ -213,45 +222,132 @@ impl Registry {
 
     async fn build(&self, stem: &str, path: &Path) -> Result<Arc<LoadedPlugin>, String> {
         let file = path.display().to_string();
-        let meta = tokio::fs::metadata(path)
+        let read_path = path.to_owned();
+        let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&read_path))
             .await
-            .map_err(|e| format!("plugin {stem}: cannot read {file}: {e}"))?;
-        if meta.len() > MAX_PLUGIN_BYTES {
-            return Err(format!(
-                "plugin {stem}: {file} is {} bytes, over the {MAX_PLUGIN_BYTES}-byte cap",
-                meta.len()
-            ));
-        }
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|e| format!("plugin {stem}: cannot read {file}: {e}"))?;
-        if bytes.len() as u64 > MAX_PLUGIN_BYTES {
-            return Err(format!(
-                "plugin {stem}: {file} grew over the {MAX_PLUGIN_BYTES}-byte cap"
-            ));
-        }
+            .map_err(|e| format!("plugin {stem}: reading {file} failed: {e}"))?
+            .map_err(|e| format!("plugin {stem}: {file} {e}"))?;
+        check_component_header(&bytes).map_err(|e| format!("plugin {stem}: {file} {e}"))?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
         // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
         if let Some(live) = self.get(stem)
-            && hex::encode(Sha256::digest(&bytes)) == live.plugin.sha256()
+            && sha256 == live.plugin.sha256()
         {
             return Ok(live);
         }
-        let runtime = self.runtime.clone();
-        let cache = self.cache.clone();
-        let compile = tokio::task::spawn_blocking(move || runtime.compile(&bytes, cache.as_ref()));
-        let plugin = tokio::time::timeout(COMPILE_TIMEOUT, compile)
+        let built = self
+            .runtime
+            .build(
+                Arc::new(bytes),
+                sha256.clone(),
+                self.cache.clone(),
+                &self.compiler,
+            )
             .await
-            .map_err(|_| format!("plugin {stem}: compiling {file} took over {COMPILE_TIMEOUT:?}"))?
-            .map_err(|e| format!("plugin {stem}: compiling {file} failed: {e}"))?
-            .map_err(|e| format!("plugin {stem}: {file} refused: {e}"))?;
+            .map_err(|e| match e {
+                crate::runtime::LoadError::Compile(e) => {
+                    format!("plugin {stem}: compiling {file} failed: {e}")
+                }
+                e => format!("plugin {stem}: {file} refused: {e}"),
+            })?;
         self.runtime
-            .typecheck(&plugin)
+            .typecheck(&built.plugin)
             .await
             .map_err(|e| format!("plugin {stem}: {file} refused: {e}"))?;
+        // Cached only now that it passed every check: a refused file leaves nothing behind.
+        if let (Some(cache), Some(artifact)) = (self.cache.clone(), built.artifact) {
+            let _ = tokio::task::spawn_blocking(move || cache.store(&sha256, &artifact)).await;
+        }
         Ok(Arc::new(LoadedPlugin {
             stem: stem.to_owned(),
-            plugin,
+            plugin: built.plugin,
             loaded_at_ms: unix_ms(std::time::SystemTime::now()),
         }))
+    }
+}
+
+/// Reads a plugin file: not through a symlink, only a regular file, at most
+/// [`MAX_PLUGIN_BYTES`]. Errors say what is wrong (to follow the file's name), never its bytes.
+fn read_plugin_file(path: &Path) -> Result<Vec<u8>, String> {
+    use std::{
+        io::Read as _,
+        os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _},
+    };
+    let kind = |meta: &std::fs::Metadata| {
+        let t = meta.file_type();
+        if t.is_symlink() {
+            "a symbolic link"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a named pipe"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "a device"
+        }
+    };
+    let refuse = |what: &str| {
+        format!("is {what}, not a regular file (plugin files are opened without following links)")
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err(refuse(kind(&meta)));
+    }
+    // O_NOFOLLOW: swapped for a symlink since the check, the open fails instead of following
+    // it; O_NONBLOCK: swapped for a pipe, the open does not hang.
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                refuse("a symbolic link")
+            } else {
+                format!("cannot be read: {e}")
+            }
+        })?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err(refuse(kind(&meta)));
+    }
+    if meta.len() > MAX_PLUGIN_BYTES {
+        return Err(format!(
+            "is {} bytes, over the {MAX_PLUGIN_BYTES}-byte cap",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_PLUGIN_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
+        return Err(format!("grew over the {MAX_PLUGIN_BYTES}-byte cap"));
+    }
+    Ok(bytes)
+}
+
+/// Refuses anything but a binary WebAssembly component before it reaches a parser, so no error
+/// message can quote the start of some other file.
+fn check_component_header(bytes: &[u8]) -> Result<(), String> {
+    const MAGIC: &[u8] = b"\0asm";
+    const COMPONENT: &[u8] = b"\x0d\x00\x01\x00";
+    const CORE_MODULE: &[u8] = b"\x01\x00\x00\x00";
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Err(format!(
+            "refused: not a valid WebAssembly component: its {} bytes do not start with the \
+             \\0asm header",
+            bytes.len()
+        ));
+    }
+    match &bytes[4..8] {
+        v if v == COMPONENT => Ok(()),
+        v if v == CORE_MODULE => Err("refused: not a valid WebAssembly component: it is a core \
+                                      module (build it for wasm32-wasip2)"
+            .into()),
+        _ => Err("refused: not a valid WebAssembly component: unknown binary version".into()),
     }
 }

@@ -210,7 +210,7 @@ async fn wait_log(dir: &Path, needle: &str) -> String {
 async fn the_multimem_component_is_a_valid_handler() {
     let runtime = host::runtime::Runtime::new().unwrap();
     let wasm = wat::parse_str(multimem_wat(2, 1)).unwrap();
-    let plugin = runtime.compile(&wasm, None).unwrap();
+    let plugin = runtime.compile(&wasm).unwrap();
     runtime.typecheck(&plugin).await.unwrap();
 }
 

@@ -9,6 +9,7 @@ mod dispatch;
 mod foundation;
 mod harden_admin;
 mod harden_fair;
+mod harden_files;
 mod harden_ingest;
 mod harden_runtime;
 mod harden_state;

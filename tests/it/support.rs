@@ -47,15 +47,18 @@ pub fn install_plugins(dir: &Path, plugins: &[(&str, &str)]) {
     }
 }
 
-/// The config text with the test's admin token and database/plugins inside `dir`.
+/// The config text with the test's admin token and database/plugins inside `dir`. Plugins are
+/// compiled by the `hookd` binary (`server.compiler`): in a [`TestHost`] the running executable
+/// is this test binary, which cannot.
 pub fn config_text(body: &str) -> String {
+    let server = format!(
+        "[server]\nadmin_token = \"{ADMIN_TOKEN}\"\ncompiler = {:?}",
+        env!("CARGO_BIN_EXE_hookd")
+    );
     if body.contains("[server]") {
-        body.replace(
-            "[server]",
-            &format!("[server]\nadmin_token = \"{ADMIN_TOKEN}\""),
-        )
+        body.replace("[server]", &server)
     } else {
-        format!("[server]\nadmin_token = \"{ADMIN_TOKEN}\"\n{body}")
+        format!("{server}\n{body}")
     }
 }
 

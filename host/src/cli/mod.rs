@@ -40,6 +40,16 @@ pub enum Command {
     Replay(client::ReplayArgs),
     /// Show the plugins, or roll one back (admin API).
     Plugins(client::PluginsArgs),
+    /// Internal: compile one plugin (wasm on stdin, artifact on stdout) for a running hookd.
+    #[command(name = crate::runtime::COMPILE_SUBCOMMAND, hide = true)]
+    CompilePlugin {
+        /// Address-space limit of this process.
+        #[arg(long)]
+        memory_bytes: u64,
+        /// The hookd process that asked; this one exits if it is gone.
+        #[arg(long)]
+        parent: u32,
+    },
 }
 
 /// Where the admin API is and how to authenticate.
@@ -60,6 +70,13 @@ pub struct AdminArgs {
 
 /// Runs a command; the process exit code says whether it worked.
 pub fn main(cli: Cli) -> ExitCode {
+    if let Command::CompilePlugin {
+        memory_bytes,
+        parent,
+    } = cli.command
+    {
+        return crate::runtime::compile_child_main(memory_bytes, parent);
+    }
     init_tracing();
     let result = match cli.command {
         Command::Serve { config } => serve(config),
@@ -68,6 +85,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Events(args) => runtime().and_then(|rt| rt.block_on(client::events(args))),
         Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),
         Command::Plugins(args) => runtime().and_then(|rt| rt.block_on(client::plugins(args))),
+        Command::CompilePlugin { .. } => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

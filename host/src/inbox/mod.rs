@@ -23,6 +23,8 @@ use std::{
     thread,
 };
 
+use std::os::unix::fs::OpenOptionsExt as _;
+
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, oneshot};
 
@@ -156,15 +158,24 @@ impl Inbox {
 
     /// Opens (creating and migrating if needed) the database at `path`.
     pub fn open_with(path: &Path, options: WriterOptions) -> Result<Self, InboxError> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                InboxError::Invalid(format!(
-                    "creating database directory {}: {e}",
-                    dir.display()
-                ))
-            })?;
+        if let Some(dir) = path.parent()
+            && !dir.as_os_str().is_empty()
+            && !dir.exists()
+        {
+            use std::os::unix::fs::DirBuilderExt as _;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| {
+                    InboxError::Invalid(format!(
+                        "creating database directory {}: {e}",
+                        dir.display()
+                    ))
+                })?;
         }
         let lock = lock_database(path)?;
+        create_private(path)?;
         let conn = open_connection(path, options.durability)?;
         // The writer checkpoints inline, after a commit, so a checkpoint stalls the batches
         // queued behind it: 500 pages (~2 MiB) instead of SQLite's 1000 halves the stall and
@@ -336,6 +347,7 @@ fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&lock_path)
         .map_err(|e| InboxError::Invalid(format!("opening {}: {e}", lock_path.display())))?;
     match file.try_lock() {
@@ -350,6 +362,44 @@ fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
             Ok(None)
         }
     }
+}
+
+/// The database's companion files: SQLite's WAL and shared-memory index, and hookd's lock.
+fn companions(path: &Path) -> [PathBuf; 3] {
+    ["-wal", "-shm", ".lock"].map(|suffix| PathBuf::from(format!("{}{suffix}", path.display())))
+}
+
+/// Creates the database file owner-only (0600) before SQLite opens it: SQLite creates the
+/// `-wal` and `-shm` files with the database file's mode, so they are owner-only too (they
+/// hold every body and header). Existing files readable by others are tightened to 0600.
+fn create_private(path: &Path) -> Result<(), InboxError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| InboxError::Invalid(format!("creating {}: {e}", path.display())))?;
+    for file in std::iter::once(path.to_owned()).chain(companions(path)) {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o077 != 0 {
+            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => tracing::warn!(
+                    file = %file.display(),
+                    "database file was readable by others; its mode is now 0600"
+                ),
+                Err(e) => tracing::warn!(
+                    file = %file.display(), error = %e,
+                    "database file is readable by others and its mode cannot be changed"
+                ),
+            }
+        }
+    }
+    Ok(())
 }
 
 fn open_connection(path: &Path, durability: Durability) -> Result<Connection, InboxError> {
@@ -493,6 +543,26 @@ mod tests {
         assert!(e.to_string().contains("in use by another hookd"), "{e}");
         first.close();
         open(&dir, true).close();
+    }
+
+    #[test]
+    fn database_files_are_owner_only_and_wider_ones_are_tightened() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/dir/hookd.db");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        for file in std::iter::once(path.clone()).chain(companions(&path)) {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
+        assert_eq!(mode(&dir.path().join("new")), 0o700);
+        assert_eq!(mode(&dir.path().join("new/dir")), 0o700);
+        inbox.close();
+
+        // Left world-readable by an older hookd: tightened on the next open.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Inbox::open(&path, Durability::Full).unwrap().close();
+        assert_eq!(mode(&path), 0o600);
     }
 
     /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.

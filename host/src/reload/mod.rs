@@ -10,7 +10,10 @@
 //! writer finish (it closed the file, or the file was renamed into place); a deleted file
 //! unloads its plugin (deliveries wait, they are not dead-lettered); loads run off this loop,
 //! at most one per file at a time, and never evict a working version (the registry builds, then
-//! swaps), so a file loaded too early costs an error message, never the working version.
+//! swaps), so a file loaded too early costs an error message, never the working version. Many
+//! files changed at once compile a few at a time: their compiles queue for the runtime
+//! compiler's byte budget (`server.compile_queue_bytes`). A symlink in a file's place counts as
+//! a change (it is not followed), which the registry refuses.
 
 use std::{
     collections::{BTreeSet, HashMap, HashSet},
@@ -37,8 +40,10 @@ const POLL_EVERY: Duration = Duration::from_millis(100);
 type Fingerprint = Option<(u64, SystemTime)>;
 
 fn fingerprint(path: &Path) -> Fingerprint {
-    let meta = std::fs::metadata(path).ok()?;
-    meta.is_file().then_some(())?;
+    // Not following symlinks: a link (or any other non-directory) in the file's place is a
+    // change the registry then refuses with an error, rather than a silently followed file.
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    (!meta.is_dir()).then_some(())?;
     Some((meta.len(), meta.modified().ok()?))
 }
 

@@ -12,7 +12,8 @@
 //!   type-check instantiation at load runs under the same limiter and budget. A guest yields to the executor every tick, so a CPU-bound guest cannot hold a
 //!   thread.
 //! - Compiled native code is loaded only from the host-private artifact cache (`cache`),
-//!   never from `plugins_dir`.
+//!   never from `plugins_dir`. Plugin files are compiled in a bounded, killable child process
+//!   (`compiler`); the host only deserializes what it produced.
 //! - The WASI context grants nothing: no files, no environment, no sockets, no stdio.
 //!   Outbound HTTP (`wasi:http`) is linked but refused unless the call was given an
 //!   [`Outbound`] grant, which only handler calls can be (see `http`).
@@ -20,6 +21,7 @@
 mod bindings;
 mod budget;
 mod cache;
+mod compiler;
 mod host;
 mod http;
 mod limiter;
@@ -38,7 +40,11 @@ use wasmtime::{
 };
 use wasmtime_wasi::WasiCtxBuilder;
 
-pub use self::cache::{ArtifactCache, Origin};
+pub use self::cache::{ArtifactCache, CacheError, Origin};
+pub use self::compiler::{
+    CompileError, Compiler, CompilerSettings, SUBCOMMAND as COMPILE_SUBCOMMAND,
+    child_main as compile_child_main,
+};
 pub use self::host::{StateLimit, StateRefused, StateStore};
 pub use self::http::{AllowList, HostPort, Outbound, idempotency_key};
 pub use self::limiter::LimitExceeded;
@@ -135,6 +141,16 @@ pub enum LoadError {
     NoRole(String),
     #[error("{0}")]
     Mismatch(String),
+    /// The compile did not finish: stopped at its deadline, or its process failed.
+    #[error("{0}")]
+    Compile(String),
+}
+
+/// A plugin built for the registry, with the artifact to cache once it passed every check.
+pub struct Built {
+    pub plugin: Plugin,
+    /// The precompiled code, when it was compiled now (not loaded from the cache).
+    pub artifact: Option<Vec<u8>>,
 }
 
 /// Why a call did not return a value.
@@ -258,24 +274,87 @@ impl Runtime {
         self.pooling
     }
 
-    /// Opens (creating, owner-only) the compiled-artifact cache in `dir`, for this engine.
-    pub fn artifact_cache(&self, dir: &std::path::Path) -> std::io::Result<ArtifactCache> {
-        ArtifactCache::open(&self.engine, dir)
+    /// Opens (creating, owner-only) the compiled-artifact cache in `dir`, for this engine,
+    /// holding at most `max_bytes`; refuses a directory others could write.
+    pub fn artifact_cache(
+        &self,
+        dir: &std::path::Path,
+        max_bytes: u64,
+    ) -> Result<ArtifactCache, CacheError> {
+        ArtifactCache::open(&self.engine, dir, max_bytes)
     }
 
-    /// Compiles a component (or loads its native code from `cache`) and checks its imports.
-    /// CPU-heavy: call it off the async executor, then [`Runtime::typecheck`] it before use.
-    pub fn compile(
-        &self,
-        bytes: &[u8],
-        cache: Option<&ArtifactCache>,
-    ) -> Result<Plugin, LoadError> {
+    /// Compiles a component in this process (no cache, no deadline) and checks its imports:
+    /// for tools. CPU-heavy: call it off the async executor, then [`Runtime::typecheck`] it.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Plugin, LoadError> {
         let sha256 = hex::encode(Sha256::digest(bytes));
-        let (component, origin) = match cache {
-            Some(cache) => cache.component(&self.engine, &sha256, bytes),
-            None => Component::new(&self.engine, bytes).map(|c| (c, Origin::Compiled)),
+        let component = Component::from_binary(&self.engine, bytes)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        self.plugin_from(component, sha256, Origin::Compiled)
+    }
+
+    /// The plugin for the file `wasm` (whose sha256 is `sha256`): its native code from `cache`
+    /// when a valid entry exists, else compiled by `compiler` (queued for its byte budget, in a
+    /// bounded child process), then its imports checked. [`Runtime::typecheck`] it next, and
+    /// only then store [`Built::artifact`] in the cache.
+    pub async fn build(
+        self: &Arc<Self>,
+        wasm: Arc<Vec<u8>>,
+        sha256: String,
+        cache: Option<ArtifactCache>,
+        compiler: &Compiler,
+    ) -> Result<Built, LoadError> {
+        if let Some(cache) = cache {
+            let (runtime, sha) = (self.clone(), sha256.clone());
+            let cached = tokio::task::spawn_blocking(move || {
+                cache
+                    .load(&runtime.engine, &sha)
+                    .map(|component| runtime.plugin_from(component, sha, Origin::Cache))
+            })
+            .await
+            .map_err(|e| LoadError::Compile(format!("loading the cached artifact failed: {e}")))?;
+            if let Some(plugin) = cached {
+                return plugin.map(|plugin| Built {
+                    plugin,
+                    artifact: None,
+                });
+            }
         }
-        .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        // Held until the artifact is deserialized: that copy is part of the compile's memory.
+        let _permit = compiler.reserve(wasm.len()).await;
+        let artifact = compiler.compile(wasm).await.map_err(|e| match e {
+            CompileError::Invalid(m) => LoadError::Invalid(m),
+            CompileError::Process(m) => LoadError::Compile(m),
+        })?;
+        let runtime = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // SAFETY: the artifact was just produced by our own compiler process (the hookd
+            // binary, `compiler::child_main`) from this file, for an engine configured like
+            // this one; wasmtime checks its header and compatibility before using it.
+            let component =
+                unsafe { Component::deserialize(&runtime.engine, &artifact) }.map_err(|e| {
+                    LoadError::Compile(format!(
+                        "the compiler process's artifact does not load in this engine (is \
+                         server.compiler the same hookd build?): {e:#}"
+                    ))
+                })?;
+            let plugin = runtime.plugin_from(component, sha256, Origin::Compiled)?;
+            Ok(Built {
+                plugin,
+                artifact: Some(artifact),
+            })
+        })
+        .await
+        .map_err(|e| LoadError::Compile(format!("loading the compiled artifact failed: {e}")))?
+    }
+
+    /// Checks a compiled component's exports and imports: the [`Plugin`] if hookd can run it.
+    fn plugin_from(
+        &self,
+        component: Component,
+        sha256: String,
+        origin: Origin,
+    ) -> Result<Plugin, LoadError> {
         let ty = component.component_type();
         let exports: Vec<String> = ty
             .exports(&self.engine)
