@@ -105,16 +105,11 @@ impl Proc {
 
     /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
     fn memory_kib(&self) -> (u64, u64) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|kib| kib.parse().ok())
-                .unwrap_or_else(|| panic!("{name} missing in /proc/<pid>/status"))
-        };
-        (field("VmRSS:"), field("VmHWM:"))
+        let pid = self.child.id();
+        (
+            support::status_kib(pid, "VmRSS"),
+            support::status_kib(pid, "VmHWM"),
+        )
     }
 
     /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.

@@ -432,12 +432,7 @@ fn process_tree(pid: u32) -> Vec<u32> {
 
 /// Resident bytes of one process (0 once it is gone).
 fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    support::try_status_kib(pid, "VmRSS").map_or(0, |kib| kib * 1024)
 }
 
 /// CPU time (user + system, its own and its reaped children's) of `pid`, in clock ticks.

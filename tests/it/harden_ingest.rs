@@ -138,15 +138,6 @@ async fn post_github_from(
     (answer, started.elapsed())
 }
 
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
-}
-
 /// 60 connections each declare a 25 MiB body (the default cap) and send half of it, then stall.
 /// The default budget (128 MiB) admits five; the others get 503 + Retry-After from their head
 /// alone, and the process grows by at most the budget plus a margin (it grew by ~750 MiB when
@@ -164,7 +155,7 @@ async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503()
         &format!("[server]\n{}", github_source("gh", "")),
     )
     .await;
-    let rss_before = status_kib(host.pid(), "VmRSS:") * 1024;
+    let rss_before = support::status_kib(host.pid(), "VmRSS") * 1024;
 
     let half = Arc::new(vec![b'x'; (DECLARED / 2) as usize]);
     let attack_head = head("gh", &[], DECLARED);
@@ -190,7 +181,7 @@ async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503()
     let mut peak_rss = 0;
     let sampling_until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < sampling_until {
-        peak_rss = peak_rss.max(status_kib(host.pid(), "VmRSS:") * 1024);
+        peak_rss = peak_rss.max(support::status_kib(host.pid(), "VmRSS") * 1024);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut refused = 0;
@@ -212,7 +203,7 @@ async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503()
             other => panic!("neither refused nor cut off: {other:?}"),
         }
     }
-    let peak = status_kib(host.pid(), "VmHWM:") * 1024;
+    let peak = support::status_kib(host.pid(), "VmHWM") * 1024;
     let growth = peak.max(peak_rss).saturating_sub(rss_before);
     eprintln!(
         "RSS before {} MiB, peak {} MiB (growth {} MiB); {admitted} admitted, {refused} refused",

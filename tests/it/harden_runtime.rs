@@ -15,7 +15,7 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign};
+use crate::support::{ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign, status_kib};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -108,16 +108,6 @@ fn write_multimem(dir: &Path, stem: &str, memories: usize, pages: u32) {
     let plugins_dir = dir.join("plugins");
     std::fs::create_dir_all(&plugins_dir).unwrap();
     std::fs::write(plugins_dir.join(format!("{stem}.wasm")), wasm).unwrap();
-}
-
-/// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`).
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 fn config(body: &str) -> String {

@@ -84,21 +84,6 @@ async fn wait_state(host: &ProcessHost, id: &str, handler: &str, state: &str) ->
     }
 }
 
-/// A `/proc/<pid>/status` field, in bytes (`VmHWM` = peak resident memory).
-fn proc_status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 /// The database's bytes on disk: the file, its WAL and its shared-memory index.
 fn database_bytes(dir: &Path) -> u64 {
     ["hookd.db", "hookd.db-wal", "hookd.db-shm"]
@@ -148,7 +133,7 @@ async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded
         "{error}"
     );
 
-    let peak = proc_status_bytes(host.pid(), "VmHWM");
+    let peak = support::status_kib(host.pid(), "VmHWM") * 1024;
     let disk = database_bytes(dir.path());
     eprintln!(
         "hookd peak RSS {} MiB, database + WAL {} KiB",

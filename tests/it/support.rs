@@ -459,3 +459,18 @@ impl Drop for ProcessHost {
         let _ = self.child.wait();
     }
 }
+
+/// A memory field of `/proc/<pid>/status` (`VmRSS`, `VmHWM` = peak resident), in KiB; `None`
+/// once the process is gone.
+pub fn try_status_kib(pid: u32, field: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// [`try_status_kib`] of a process that must be running.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    try_status_kib(pid, field).unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
