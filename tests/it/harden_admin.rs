@@ -19,17 +19,11 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ADMIN_TOKEN, SW_SECRET, Scheme, TestHost, install_plugins, json_or_text, plugins,
+    self, ADMIN_TOKEN, SW_SECRET, Scheme, TestHost, free_port, install_plugins, json_or_text,
+    plugins,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
-
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
 
 /// `hookd serve` on `dir/hookd.toml` exactly as given (plus listen addresses; no token added).
 struct Proc {

@@ -364,7 +364,8 @@ pub struct ProcessHost {
     child: std::process::Child,
 }
 
-fn free_port() -> SocketAddr {
+/// A loopback address with a port nothing listens on now (for a `hookd serve` to bind).
+pub fn free_port() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
