@@ -110,6 +110,29 @@ fn write_multimem(dir: &Path, stem: &str, memories: usize, pages: u32) {
     std::fs::write(plugins_dir.join(format!("{stem}.wasm")), wasm).unwrap();
 }
 
+/// Where `fieldhog` sits in the test source `s`.
+enum Role {
+    Parser,
+    Handler,
+}
+
+/// `hookd serve` with `fieldhog` as the parser or the one handler of the standard-webhooks
+/// source `s`, `plugin` added to its `[plugins.fieldhog]` table. Keep the directory alive.
+async fn start_fieldhog(role: Role, plugin: &str) -> (tempfile::TempDir, ProcessHost) {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
+    let role = match role {
+        Role::Parser => r#"parser = "fieldhog""#,
+        Role::Handler => r#"handlers = ["fieldhog"]"#,
+    };
+    let text = format!(
+        "\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n{role}\n\
+         [plugins.fieldhog]\n{plugin}"
+    );
+    let host = ProcessHost::start(dir.path(), &config(&text)).await;
+    (dir, host)
+}
+
 fn config(body: &str) -> String {
     format!(
         r#"[server]
@@ -286,22 +309,7 @@ max_attempts = 1
 /// Each attempt must trap naming the host memory limit, with the host's RSS bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fields_a_handler_hoards_hit_the_per_call_host_budget() {
-    let dir = tempfile::tempdir().unwrap();
-    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
-    let host = ProcessHost::start(
-        dir.path(),
-        &config(
-            r#"
-[sources.s]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-handlers = ["fieldhog"]
-[plugins.fieldhog]
-max_attempts = 1
-"#,
-        ),
-    )
-    .await;
+    let (_dir, host) = start_fieldhog(Role::Handler, "max_attempts = 1\n").await;
     let baseline = status_kib(host.pid(), "VmRSS");
     for (id, mode) in [("fh-fields", "fields"), ("fh-clone", "clone")] {
         post_event(&host, "s", id, &json!({ "mode": mode })).await;
@@ -327,22 +335,7 @@ max_attempts = 1
 /// limit and RSS stays bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fields_a_parser_hoards_hit_the_per_call_host_budget() {
-    let dir = tempfile::tempdir().unwrap();
-    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
-    let host = ProcessHost::start(
-        dir.path(),
-        &config(
-            r#"
-[sources.s]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-parser = "fieldhog"
-[plugins.fieldhog]
-parser_timeout_ms = 20000
-"#,
-        ),
-    )
-    .await;
+    let (_dir, host) = start_fieldhog(Role::Parser, "parser_timeout_ms = 20000\n").await;
     let baseline = status_kib(host.pid(), "VmRSS");
     let reply = post_event(&host, "s", "fp-1", &json!({})).await;
     assert_eq!(reply, json!({"accepted": true, "quarantined": true}));
@@ -362,21 +355,9 @@ parser_timeout_ms = 20000
 /// 1 500 refused requests in one attempt leave one warning with the count, not 1 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_refused_requests_log_one_line_with_the_count() {
-    let dir = tempfile::tempdir().unwrap();
-    install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
-    let host = ProcessHost::start(
-        dir.path(),
-        &config(
-            r#"
-[sources.s]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-handlers = ["fieldhog"]
-[plugins.fieldhog]
-max_attempts = 1
-allow_hosts = ["api.example.com:80"]
-"#,
-        ),
+    let (_dir, host) = start_fieldhog(
+        Role::Handler,
+        "max_attempts = 1\nallow_hosts = [\"api.example.com:80\"]\n",
     )
     .await;
     let body =
