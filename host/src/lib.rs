@@ -20,6 +20,7 @@
 //!   checked; the token configured or generated beside the database).
 //! - [`server`]: the hardened accept loop both listeners use.
 //! - [`cli`]: `hookd serve | dev | send | events | replay | plugins`.
+//! - [`clock`]: where "now" comes from (the system, or tokio's clock in tests).
 //! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
 //! - [`text`]: untrusted text capped and escaped before it is stored or logged.
 //!
@@ -27,6 +28,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dispatch;
 pub mod error;

@@ -168,9 +168,4 @@ impl StateChanges {
     }
 }
 
-/// Milliseconds since the Unix epoch: the unit of every stored time.
-pub fn unix_ms(time: std::time::SystemTime) -> i64 {
-    time.duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::clock::unix_ms;
