@@ -49,11 +49,7 @@ use anyhow::Context;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    config::{Config, PluginConfig},
-    dispatch::Dispatcher,
-    ids::PluginName,
-    inbox::Inbox,
-    registry::Registry,
+    clock::Clock, config::Config, dispatch::Dispatcher, inbox::Inbox, registry::Registry,
     runtime::Runtime,
 };
 
@@ -63,17 +59,6 @@ pub struct Shared {
     pub inbox: Inbox,
     pub registry: Arc<Registry>,
     pub runtime: Arc<Runtime>,
-}
-
-impl Shared {
-    /// A plugin instance's settings (defaults for one only a stored delivery still names).
-    pub fn plugin_config(&self, name: &PluginName) -> Arc<PluginConfig> {
-        self.config
-            .plugins
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| Arc::new(PluginConfig::with_defaults(name.clone())))
-    }
 }
 
 /// The already-bound listeners `run` serves (tests bind port 0).
@@ -97,11 +82,29 @@ impl Listeners {
     }
 }
 
+/// How [`run_with`] runs hookd beyond its configuration; [`run`] takes the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Where dispatch takes "now" from: the system clock, or tokio's (`Clock::tokio`) in tests
+    /// that drive leases and backoffs with a paused clock.
+    pub clock: Clock,
+}
+
 /// Runs hookd until `shutdown` resolves: opens the inbox, loads the plugins, reclaims leases a
 /// previous process left, then serves ingest and admin and runs the workers.
 pub async fn run(
     config: Config,
     listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with(config, listeners, RunOptions::default(), shutdown).await
+}
+
+/// [`run`], with `options`.
+pub async fn run_with(
+    config: Config,
+    listeners: Listeners,
+    options: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let mut config = config;
@@ -171,6 +174,7 @@ pub async fn run(
         inbox.clone(),
         shared.registry.clone(),
         shared.runtime.clone(),
+        options.clock,
     );
     dispatcher
         .reclaim(true)
