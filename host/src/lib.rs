@@ -11,8 +11,8 @@
 //! - [`ingest`]: the HTTP edge, `POST /hooks/{source}`: body caps and timeouts, verify, envelope
 //!   (parser plugin), durable accept, the contract's status codes.
 //! - [`inbox`]: the SQLite file. The only module that speaks SQL; one writer thread, group commit.
-//! - [`dispatch`]: workers that lease due deliveries, run handlers, and record outcomes;
-//!   [`dispatch::policy`] holds the pure retry decisions.
+//! - [`dispatch`]: workers that lease due deliveries (its producer loop), run each attempt and
+//!   record its outcome; [`dispatch::policy`] classifies results and decides retries, purely.
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
 //! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
