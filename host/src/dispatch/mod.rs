@@ -23,7 +23,7 @@ mod producer;
 #[cfg(test)]
 mod tests;
 
-use std::{collections::HashSet, sync::Arc};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use self::{
     policy::{Attempted, RetryPolicy},
@@ -38,6 +38,9 @@ use crate::{
     registry::Registry,
     runtime::{Runtime, StateStore},
 };
+
+/// Extra lease time beyond a plugin's timeout, so a slow-but-alive attempt is not reclaimed.
+const LEASE_MARGIN: Duration = Duration::from_secs(10);
 
 impl StateStore for Inbox {
     fn get(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<Vec<u8>>, i64)> {

@@ -15,15 +15,13 @@ use std::{
 
 use tokio::{runtime::Handle, sync::Notify};
 
-use super::{Dispatcher, fair::Fairness};
+use super::{Dispatcher, LEASE_MARGIN, fair::Fairness};
 use crate::{
     ids::PluginName,
     inbox::{ClaimRequest, Claimed, InboxError},
     text,
 };
 
-/// Extra lease time beyond a plugin's timeout, so a slow-but-alive attempt is not reclaimed.
-pub(super) const LEASE_MARGIN: Duration = Duration::from_secs(10);
 /// How often expired leases are looked for.
 const RECLAIM_EVERY: Duration = Duration::from_secs(1);
 /// Longest idle wait; new work normally wakes the loop at once.
