@@ -25,6 +25,20 @@
 //! - [`text`]: untrusted text capped and escaped before it is stored or logged.
 //!
 //! [`run`] wires them together; `main.rs` only parses arguments.
+//!
+//! # Outcomes
+//!
+//! Each step names how it ended with an enum of its own; who makes each, and who reads it:
+//!
+//! - [`ingest::EnvelopeOutcome`]: the envelope step → `ingest::receive`'s status code.
+//! - [`runtime::ParseVerdict`], [`runtime::HandleVerdict`]: what a parser or handler plugin
+//!   returned → ingest, and [`dispatch::policy::Classified::from_call`].
+//! - [`dispatch::policy::Attempted`]: how an attempt ended for the retry rules →
+//!   [`dispatch::policy::decide`], which makes a [`model::Disposition`] (the delivery's next
+//!   state) → the inbox.
+//! - [`model::AttemptOutcome`]: an attempt's row in the delivery's history (the admin API).
+//! - [`inbox::Accepted`], [`inbox::Finished`]: how storing an event or an attempt went → ingest's
+//!   answer, the dispatcher.
 
 pub mod admin;
 pub mod cli;

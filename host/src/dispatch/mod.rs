@@ -1,6 +1,6 @@
 //! Dispatch: leases due deliveries, runs each attempt in a fresh handler instance, and records
-//! the outcome with the delivery's next state in one transaction. [`producer`] runs the loop that
-//! leases within the workers' capacity; [`attempt`] runs one attempt into the record the inbox
+//! the outcome with the delivery's next state in one transaction. `producer` runs the loop that
+//! leases within the workers' capacity; `attempt` runs one attempt into the record the inbox
 //! finishes; [`policy`] classifies its result and decides the retry; [`fair`] shares workers.
 //!
 //! Invariants:
