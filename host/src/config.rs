@@ -410,19 +410,20 @@ impl PluginConfig {
     /// [`PluginConfig::parser_limits_for`]).
     pub fn parser_limits(&self, body_len: usize) -> crate::runtime::Limits {
         let (timeout, memory_bytes) = self.parser_limits_for(body_len);
-        crate::runtime::Limits {
-            timeout,
-            memory_bytes,
-            output_bytes: self.output_bytes,
-            log_bytes: self.log_bytes,
-        }
+        self.call_limits(timeout, memory_bytes)
     }
 
     /// The budget of one handler attempt.
     pub fn handler_limits(&self) -> crate::runtime::Limits {
+        self.call_limits(self.timeout, self.memory_bytes)
+    }
+
+    /// A call's budget: its role's time and memory, and the output and log caps both roles
+    /// share.
+    fn call_limits(&self, timeout: Duration, memory_bytes: u64) -> crate::runtime::Limits {
         crate::runtime::Limits {
-            timeout: self.timeout,
-            memory_bytes: self.memory_bytes,
+            timeout,
+            memory_bytes,
             output_bytes: self.output_bytes,
             log_bytes: self.log_bytes,
         }
