@@ -405,6 +405,29 @@ impl PluginConfig {
             .min(1024 * 1024 * 1024);
         (timeout, memory)
     }
+
+    /// The budget of one parser call on a body of `body_len` bytes (see
+    /// [`PluginConfig::parser_limits_for`]).
+    pub fn parser_limits(&self, body_len: usize) -> crate::runtime::Limits {
+        let (timeout, memory_bytes) = self.parser_limits_for(body_len);
+        self.call_limits(timeout, memory_bytes)
+    }
+
+    /// The budget of one handler attempt.
+    pub fn handler_limits(&self) -> crate::runtime::Limits {
+        self.call_limits(self.timeout, self.memory_bytes)
+    }
+
+    /// A call's budget: its role's time and memory, and the output and log caps both roles
+    /// share.
+    fn call_limits(&self, timeout: Duration, memory_bytes: u64) -> crate::runtime::Limits {
+        crate::runtime::Limits {
+            timeout,
+            memory_bytes,
+            output_bytes: self.output_bytes,
+            log_bytes: self.log_bytes,
+        }
+    }
 }
 
 /// Extra parser wall clock per MiB of body when `parser_timeout_ms` is not set: generous, since
@@ -569,6 +592,15 @@ impl Config {
         stems.sort();
         stems.dedup();
         stems
+    }
+
+    /// A plugin instance's settings. A name the file no longer declares (only a delivery stored
+    /// under an earlier configuration still names it) gets the defaults.
+    pub fn plugin(&self, name: &PluginName) -> Arc<PluginConfig> {
+        self.plugins
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Arc::new(PluginConfig::with_defaults(name.clone())))
     }
 }
 
@@ -1280,6 +1312,29 @@ mod tests {
         assert_eq!(
             q.parser_limits_for(25 << 20),
             (Duration::from_millis(50), 2 << 20)
+        );
+    }
+
+    #[test]
+    fn a_plugin_the_file_does_not_declare_gets_the_defaults() {
+        let config = parse("[plugins.p]\ntimeout_ms = 5").unwrap();
+        let retired = PluginName::from("retired");
+        let defaults = PluginConfig::with_defaults(retired.clone());
+        assert_eq!(
+            config.plugin(&retired).timeout,
+            defaults.timeout,
+            "{:?}",
+            config.plugin(&retired)
+        );
+    }
+
+    #[test]
+    fn a_handlers_call_budget_is_its_configured_one() {
+        let config = parse("[plugins.p]\ntimeout_ms = 5\nmemory_mib = 3\nlog_kib = 2").unwrap();
+        let limits = config.plugin(&PluginName::from("p")).handler_limits();
+        assert_eq!(
+            (limits.timeout, limits.memory_bytes, limits.log_bytes),
+            (Duration::from_millis(5), 3 << 20, 2048)
         );
     }
 

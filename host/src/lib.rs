@@ -11,8 +11,8 @@
 //! - [`ingest`]: the HTTP edge, `POST /hooks/{source}`: body caps and timeouts, verify, envelope
 //!   (parser plugin), durable accept, the contract's status codes.
 //! - [`inbox`]: the SQLite file. The only module that speaks SQL; one writer thread, group commit.
-//! - [`dispatch`]: workers that lease due deliveries, run handlers, and record outcomes;
-//!   [`dispatch::policy`] holds the pure retry decisions.
+//! - [`dispatch`]: workers that lease due deliveries (its producer loop), run each attempt and
+//!   record its outcome; [`dispatch::policy`] classifies results and decides retries, purely.
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
 //! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
@@ -25,6 +25,20 @@
 //! - [`text`]: untrusted text capped and escaped before it is stored or logged.
 //!
 //! [`run`] wires them together; `main.rs` only parses arguments.
+//!
+//! # Outcomes
+//!
+//! Each step names how it ended with an enum of its own; who makes each, and who reads it:
+//!
+//! - [`ingest::EnvelopeOutcome`]: the envelope step → `ingest::receive`'s status code.
+//! - [`runtime::ParseVerdict`], [`runtime::HandleVerdict`]: what a parser or handler plugin
+//!   returned → ingest, and [`dispatch::policy::Classified::from_call`].
+//! - [`dispatch::policy::Attempted`]: how an attempt ended for the retry rules →
+//!   [`dispatch::policy::decide`], which makes a [`model::Disposition`] (the delivery's next
+//!   state) → the inbox.
+//! - [`model::AttemptOutcome`]: an attempt's row in the delivery's history (the admin API).
+//! - [`inbox::Accepted`], [`inbox::Finished`]: how storing an event or an attempt went → ingest's
+//!   answer, the dispatcher.
 
 pub mod admin;
 pub mod cli;
@@ -49,11 +63,7 @@ use anyhow::Context;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    config::{Config, PluginConfig},
-    dispatch::Dispatcher,
-    ids::PluginName,
-    inbox::Inbox,
-    registry::Registry,
+    clock::Clock, config::Config, dispatch::Dispatcher, inbox::Inbox, registry::Registry,
     runtime::Runtime,
 };
 
@@ -63,17 +73,6 @@ pub struct Shared {
     pub inbox: Inbox,
     pub registry: Arc<Registry>,
     pub runtime: Arc<Runtime>,
-}
-
-impl Shared {
-    /// A plugin instance's settings (defaults for one only a stored delivery still names).
-    pub fn plugin_config(&self, name: &PluginName) -> Arc<PluginConfig> {
-        self.config
-            .plugins
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| Arc::new(PluginConfig::with_defaults(name.clone())))
-    }
 }
 
 /// The already-bound listeners `run` serves (tests bind port 0).
@@ -97,11 +96,29 @@ impl Listeners {
     }
 }
 
+/// How [`run_with`] runs hookd beyond its configuration; [`run`] takes the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Where dispatch takes "now" from: the system clock, or tokio's (`Clock::tokio`) in tests
+    /// that drive leases and backoffs with a paused clock.
+    pub clock: Clock,
+}
+
 /// Runs hookd until `shutdown` resolves: opens the inbox, loads the plugins, reclaims leases a
 /// previous process left, then serves ingest and admin and runs the workers.
 pub async fn run(
     config: Config,
     listeners: Listeners,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    run_with(config, listeners, RunOptions::default(), shutdown).await
+}
+
+/// [`run`], with `options`.
+pub async fn run_with(
+    config: Config,
+    listeners: Listeners,
+    options: RunOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let mut config = config;
@@ -171,6 +188,7 @@ pub async fn run(
         inbox.clone(),
         shared.registry.clone(),
         shared.runtime.clone(),
+        options.clock,
     );
     dispatcher
         .reclaim(true)

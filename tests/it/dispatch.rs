@@ -1,7 +1,7 @@
 //! Dispatch semantics against a running host: retries, dead letters, replay, fan-out, ordering,
 //! staleness, and transactional plugin state under concurrent duplicates.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use serde_json::{Value, json};
@@ -227,18 +227,16 @@ async fn waiting_deliveries_do_not_spin_the_dispatcher() {
     send(&host, "s", "msg_wait", json!({})).await;
     host.wait_state("s", "msg_wait", "counter", "done", WAIT)
         .await;
-    let commits = |metrics: &Value| -> u64 {
-        let text = metrics.as_str().unwrap();
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("hookd_inbox_commits_total "))
-            .unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    };
     let (_, before) = host.admin_get("/metrics").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let (_, after) = host.admin_get("/metrics").await;
-    let spent = commits(&after) - commits(&before);
+    let before = support::commits(&before);
+    // The window is 2 s of the dispatcher looping: it closes once two reclaim passes (one a
+    // second) have committed, so a stuck dispatcher cannot pass for an idle one.
+    let window = Instant::now();
+    let mut after = support::wait_commits(async |p: &str| host.admin_get(p).await, before, 2).await;
+    while window.elapsed() < Duration::from_secs(2) {
+        after = support::wait_commits(async |p: &str| host.admin_get(p).await, after, 1).await;
+    }
+    let spent = after - before;
     // An idle host claims at most a few times a second (IDLE_POLL) and reclaims once a second.
     assert!(
         spent <= 20,

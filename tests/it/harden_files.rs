@@ -545,9 +545,11 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
         "the timeout took {:?}",
         started.elapsed()
     );
-    // Stopped means gone: no compiler process, and no CPU spent over the next seconds.
+    // Stopped means gone: no compiler process, and no CPU spent over the next seconds, while
+    // hookd is seen running (three reclaim passes, one a second).
     let before = cpu_ticks(host.pid());
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, metrics) = admin("/metrics").await;
+    support::wait_commits(admin, support::commits(&metrics), 3).await;
     let used = cpu_ticks(host.pid()) - before;
     let tree = process_tree(host.pid());
     assert_eq!(tree.len(), 1, "processes left under hookd: {tree:?}");

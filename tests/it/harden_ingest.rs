@@ -14,7 +14,7 @@ use std::{
     net::{Ipv4Addr, SocketAddr},
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
     time::{Duration, Instant, SystemTime},
 };
@@ -302,17 +302,19 @@ async fn a_sources_max_body_bytes_answers_413_below_the_servers_cap() {
 }
 
 /// Holds `count` connections from `from(i)`, each trickling one body byte every `every` and
-/// reconnecting as soon as it is cut off, until `stop`. Returns how many were cut off.
+/// reconnecting as soon as it is cut off, until `stop`. Returns how many were cut off; `holding`
+/// counts the connections that have trickled for at least one `every` without being cut off.
 fn trickle(
     to: SocketAddr,
     count: usize,
     from: impl Fn(usize) -> Ipv4Addr,
     every: Duration,
     stop: Arc<AtomicBool>,
+    holding: Arc<AtomicUsize>,
 ) -> Vec<tokio::task::JoinHandle<usize>> {
     (0..count)
         .map(|i| {
-            let (local, stop) = (from(i), stop.clone());
+            let (local, stop, holding) = (from(i), stop.clone(), holding.clone());
             tokio::spawn(async move {
                 let mut cut = 0;
                 while !stop.load(Ordering::Relaxed) {
@@ -323,6 +325,7 @@ fn trickle(
                     if stream.write_all(&head("gh", &[], 1000)).await.is_err() {
                         continue;
                     }
+                    let mut held = false;
                     while !stop.load(Ordering::Relaxed) && stream.write_all(b"x").await.is_ok() {
                         let mut byte = [0u8; 1];
                         // A read that ends (answer or close) means the server cut it off.
@@ -331,6 +334,13 @@ fn trickle(
                             cut += 1;
                             break;
                         }
+                        if !held {
+                            held = true;
+                            holding.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    if held {
+                        holding.fetch_sub(1, Ordering::Relaxed);
                     }
                 }
                 cut
@@ -353,15 +363,25 @@ async fn trickling_bodies_cannot_hold_the_slots_against_a_real_webhook() {
     );
     let host = TestHost::start(&config, &[]).await;
     let stop = Arc::new(AtomicBool::new(false));
+    let holding = Arc::new(AtomicUsize::new(0));
     let attackers = trickle(
         host.ingest,
         32,
         |i| Ipv4Addr::new(127, 0, 1, 1 + i as u8),
         Duration::from_millis(250),
         stop.clone(),
+        holding.clone(),
     );
-    // Let them take the slots.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Until they hold the slots.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while holding.load(Ordering::Relaxed) < 32 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} trickling connections held a slot",
+            holding.load(Ordering::Relaxed)
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     let (answer, took) = post_github_from(
         Ipv4Addr::new(127, 0, 0, 2),
         host.ingest,
@@ -419,7 +439,25 @@ async fn declaring_large_bodies_and_sending_slowly_cannot_hold_the_budget() {
             started.elapsed()
         }));
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Until they hold the budget: a one-byte unsigned request is refused for want of it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut probe = connect_from(Ipv4Addr::new(127, 0, 0, 3), host.ingest)
+            .await
+            .unwrap();
+        let mut request = head("gh", &[], 1);
+        request.push(b'x');
+        probe.write_all(&request).await.unwrap();
+        let answer = read_answer(&mut probe, Duration::from_secs(10)).await;
+        if answer.as_ref().is_some_and(Answer::is_overloaded) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the declared bodies never took the budget: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
     let started = Instant::now();
     let mut refused = 0;
     let answer = loop {

@@ -77,7 +77,14 @@ async fn the_longest_retry_delay_is_not_a_retry_storm() {
     )
     .await;
     let first = host.wait_state("k", "e", "flaky", "retrying", WAIT).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Rounds of the dispatcher (claims and reclaim passes) in which a retry due now would run.
+    let (_, metrics) = host.admin_get("/metrics").await;
+    support::wait_commits(
+        async |p: &str| host.admin_get(p).await,
+        support::commits(&metrics),
+        6,
+    )
+    .await;
     let later = host.event("k", "e").await.unwrap();
     let later = &later["deliveries"][0];
     assert_eq!(later["state"], "retrying", "{later:#}");

@@ -534,8 +534,15 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
     assert_eq!(status["previous"], json!([v1]));
 
     send(&host, "waiting").await;
-    // A negative check needs a window: for 1.5 s (many dispatch rounds) nothing claims it.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // A negative check needs a window: for three reclaim passes (many dispatch rounds, over a
+    // second) nothing claims it.
+    let (_, metrics) = host.admin_get("/metrics").await;
+    support::wait_commits(
+        async |p: &str| host.admin_get(p).await,
+        support::commits(&metrics),
+        3,
+    )
+    .await;
     let d = host
         .wait_delivery("s", "waiting", "h", WAIT, |_| true)
         .await;

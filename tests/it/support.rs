@@ -475,3 +475,40 @@ pub fn try_status_kib(pid: u32, field: &str) -> Option<u64> {
 pub fn status_kib(pid: u32, field: &str) -> u64 {
     try_status_kib(pid, field).unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
+
+/// `hookd_inbox_commits_total` in a `/metrics` answer.
+pub fn commits(metrics: &Value) -> u64 {
+    let text = metrics.as_str().expect("/metrics is text");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("hookd_inbox_commits_total "))
+        .expect("/metrics counts commits");
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Waits until the inbox has committed `n` times more than `since` (a [`commits`] count) and
+/// returns the new count. With nothing else writing, each commit is the dispatcher going round
+/// its loop: its reclaim pass commits once a second, and so does each claim while a loaded
+/// plugin has room. A negative check ("nothing claimed it", "no CPU was used") waits for this,
+/// so its window is proof that the host was running, not a fixed time hoped to be enough.
+pub async fn wait_commits(
+    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
+    since: u64,
+    n: u64,
+) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, metrics) = admin_get("/metrics").await;
+        assert_eq!(status, StatusCode::OK, "{metrics}");
+        let now = commits(&metrics);
+        if now >= since + n {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the inbox committed {} times, not {n}, since {since}",
+            now - since
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

@@ -1,11 +1,17 @@
-//! Retry policy as pure functions: what happens to a delivery after an attempt.
+//! Retry policy as pure functions: how an attempt's result is classified ([`Classified`]) and
+//! where its delivery goes next ([`decide`]).
 //!
-//! Invariant: no clock and no randomness inside — `now` and the jitter draw are arguments, so
-//! every decision is unit-tested without sleeping.
+//! Invariant: no clock, no randomness and no I/O inside — `now` and the jitter draw are
+//! arguments, so every decision is unit-tested without sleeping.
 
 use std::time::Duration;
 
-use crate::model::Disposition;
+use crate::{
+    config::PluginConfig,
+    model::{AttemptOutcome, Disposition},
+    runtime::{CallError, HandleVerdict, StateLimit, StateRefused},
+    text,
+};
 
 /// The retry settings of one plugin instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,9 +21,20 @@ pub struct RetryPolicy {
     pub backoff_max: Duration,
 }
 
-/// How an attempt ended, as far as the policy cares.
+impl From<&PluginConfig> for RetryPolicy {
+    fn from(plugin: &PluginConfig) -> Self {
+        Self {
+            max_attempts: plugin.max_attempts,
+            backoff_base: plugin.backoff_base,
+            backoff_max: plugin.backoff_max,
+        }
+    }
+}
+
+/// How an attempt ended, as far as [`decide`] cares. (The runtime's `HandleVerdict` is what the
+/// handler said; this is what the policy makes of it.)
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum Attempted {
     Ok(Option<String>),
     /// The handler asked to retry, optionally not before `after`.
     Retry {
@@ -27,6 +44,90 @@ pub enum Verdict {
     Failed,
     /// Never retry.
     Permanent,
+}
+
+/// An attempt's result as its history row records it and as [`decide`] is given it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Classified {
+    pub outcome: AttemptOutcome,
+    pub attempted: Attempted,
+    /// Why an attempt did not succeed; `None` exactly when it did.
+    pub error: Option<AttemptError>,
+}
+
+/// The stored `error_kind` and error text of an attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptError {
+    pub kind: &'static str,
+    /// Capped at [`text::MAX_REASON_BYTES`]: a handler's reason is untrusted text of any size.
+    pub message: String,
+}
+
+impl AttemptError {
+    fn new(kind: &'static str, message: String) -> Self {
+        Self {
+            kind,
+            message: text::cap(message, text::MAX_REASON_BYTES),
+        }
+    }
+}
+
+impl Classified {
+    /// Classifies what a handler call returned.
+    pub fn from_call(result: Result<HandleVerdict, CallError>) -> Self {
+        let failed = |outcome, attempted, error| Self {
+            outcome,
+            attempted,
+            error: Some(error),
+        };
+        match result {
+            Ok(HandleVerdict::Ok(output)) => Self {
+                outcome: AttemptOutcome::Ok,
+                attempted: Attempted::Ok(output),
+                error: None,
+            },
+            Ok(HandleVerdict::Retry { reason, after }) => failed(
+                AttemptOutcome::Retry,
+                Attempted::Retry { after },
+                AttemptError::new("retry", reason),
+            ),
+            Ok(HandleVerdict::Permanent(reason)) => failed(
+                AttemptOutcome::Permanent,
+                Attempted::Permanent,
+                AttemptError::new("permanent", reason),
+            ),
+            Err(CallError::StateRefused(refused)) => Self::state_refused(refused),
+            Err(e) => {
+                let (outcome, attempted) = match e {
+                    CallError::Timeout(_) => (AttemptOutcome::Timeout, Attempted::Failed),
+                    CallError::MissingRole(_) => (AttemptOutcome::Permanent, Attempted::Permanent),
+                    _ => (AttemptOutcome::Trap, Attempted::Failed),
+                };
+                failed(
+                    outcome,
+                    attempted,
+                    AttemptError::new(e.kind(), e.to_string()),
+                )
+            }
+        }
+    }
+
+    /// A state write the host refused, during the call or when committing its writes. The same
+    /// event writes the same again: over the attempt caps it is dead-lettered at once (raise
+    /// the cap, then replay). Over the plugin's total it is retried with backoff: deletes by
+    /// other deliveries, or a raised limit, may make room.
+    pub fn state_refused(refused: StateRefused) -> Self {
+        let (outcome, attempted) = match refused.limit {
+            StateLimit::Attempt => (AttemptOutcome::Permanent, Attempted::Permanent),
+            StateLimit::Total => (AttemptOutcome::Retry, Attempted::Failed),
+        };
+        let error = CallError::StateRefused(refused);
+        Self {
+            outcome,
+            attempted,
+            error: Some(AttemptError::new(error.kind(), error.to_string())),
+        }
+    }
 }
 
 /// Delay before retry number `failures + 1`: exponential from `base` (base, 2·base, 4·base …),
@@ -51,18 +152,20 @@ pub fn backoff(policy: &RetryPolicy, failures: u32, jitter: f64) -> Duration {
 /// Where a delivery goes after an attempt. `budget_used` counts this attempt.
 pub fn decide(
     policy: &RetryPolicy,
-    verdict: Verdict,
+    attempted: Attempted,
     budget_used: u32,
     now_ms: i64,
     jitter: f64,
 ) -> Disposition {
-    let delay = match verdict {
-        Verdict::Ok(output) => return Disposition::Done { output },
-        Verdict::Permanent => return Disposition::Dead,
+    let delay = match attempted {
+        Attempted::Ok(output) => return Disposition::Done { output },
+        Attempted::Permanent => return Disposition::Dead,
         _ if budget_used >= policy.max_attempts => return Disposition::Dead,
         // The plugin's own wish is honoured, within the plugin's configured maximum.
-        Verdict::Retry { after: Some(after) } => after.min(policy.backoff_max),
-        Verdict::Retry { after: None } | Verdict::Failed => backoff(policy, budget_used, jitter),
+        Attempted::Retry { after: Some(after) } => after.min(policy.backoff_max),
+        Attempted::Retry { after: None } | Attempted::Failed => {
+            backoff(policy, budget_used, jitter)
+        }
     };
     // Saturating: a huge `backoff_max_ms` means "much later", never a wrap into the past.
     let delay_ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
@@ -115,60 +218,130 @@ mod tests {
     }
 
     #[test]
+    fn a_handlers_retry_keeps_its_wish_and_reason() {
+        let classified = Classified::from_call(Ok(HandleVerdict::Retry {
+            reason: "busy".into(),
+            after: Some(Duration::from_secs(7)),
+        }));
+        assert_eq!(
+            classified,
+            Classified {
+                outcome: AttemptOutcome::Retry,
+                attempted: Attempted::Retry {
+                    after: Some(Duration::from_secs(7))
+                },
+                error: Some(AttemptError {
+                    kind: "retry",
+                    message: "busy".into()
+                }),
+            }
+        );
+    }
+
+    #[test]
+    fn a_timeout_is_a_failure_retried_with_backoff() {
+        let classified = Classified::from_call(Err(CallError::Timeout(Duration::from_secs(1))));
+        assert_eq!(
+            (classified.outcome, classified.attempted),
+            (AttemptOutcome::Timeout, Attempted::Failed)
+        );
+    }
+
+    #[test]
+    fn a_missing_handler_role_is_permanent() {
+        let classified = Classified::from_call(Err(CallError::MissingRole("handler")));
+        assert_eq!(classified.attempted, Attempted::Permanent);
+    }
+
+    #[test]
+    fn a_state_write_over_the_attempt_cap_is_permanent() {
+        let classified = Classified::state_refused(StateRefused {
+            limit: StateLimit::Attempt,
+            message: "too many keys".into(),
+        });
+        assert_eq!(
+            (classified.outcome, classified.attempted),
+            (AttemptOutcome::Permanent, Attempted::Permanent)
+        );
+    }
+
+    #[test]
+    fn a_state_write_over_the_plugins_total_is_retried_with_backoff() {
+        let classified = Classified::from_call(Err(CallError::StateRefused(StateRefused {
+            limit: StateLimit::Total,
+            message: "over state_max_keys".into(),
+        })));
+        assert_eq!(
+            (
+                classified.outcome,
+                classified.attempted,
+                classified.error.unwrap().kind
+            ),
+            (AttemptOutcome::Retry, Attempted::Failed, "state_quota")
+        );
+    }
+
+    #[test]
+    fn a_handlers_reason_is_stored_capped() {
+        let classified = Classified::from_call(Ok(HandleVerdict::Permanent("x".repeat(1_000_000))));
+        assert!(classified.error.unwrap().message.len() < 2 * text::MAX_REASON_BYTES);
+    }
+
+    #[test]
     fn decisions() {
         let now = 10_000;
         let cases = [
             (
-                Verdict::Ok(Some("x".into())),
+                Attempted::Ok(Some("x".into())),
                 1,
                 Disposition::Done {
                     output: Some("x".into()),
                 },
             ),
-            (Verdict::Permanent, 1, Disposition::Dead),
+            (Attempted::Permanent, 1, Disposition::Dead),
             (
-                Verdict::Failed,
+                Attempted::Failed,
                 1,
                 Disposition::RetryAt { at_ms: now + 1000 },
             ),
             (
-                Verdict::Failed,
+                Attempted::Failed,
                 3,
                 Disposition::RetryAt { at_ms: now + 4000 },
             ),
-            (Verdict::Failed, 4, Disposition::Dead),
+            (Attempted::Failed, 4, Disposition::Dead),
             (
-                Verdict::Retry { after: None },
+                Attempted::Retry { after: None },
                 2,
                 Disposition::RetryAt { at_ms: now + 2000 },
             ),
             (
-                Verdict::Retry {
+                Attempted::Retry {
                     after: Some(Duration::from_millis(250)),
                 },
                 1,
                 Disposition::RetryAt { at_ms: now + 250 },
             ),
             (
-                Verdict::Retry {
+                Attempted::Retry {
                     after: Some(Duration::from_secs(3600)),
                 },
                 1,
                 Disposition::RetryAt { at_ms: now + 5000 },
             ),
             (
-                Verdict::Retry {
+                Attempted::Retry {
                     after: Some(Duration::ZERO),
                 },
                 4,
                 Disposition::Dead,
             ),
         ];
-        for (verdict, used, expected) in cases {
+        for (attempted, used, expected) in cases {
             assert_eq!(
-                decide(&POLICY, verdict.clone(), used, now, 1.0),
+                decide(&POLICY, attempted.clone(), used, now, 1.0),
                 expected,
-                "{verdict:?} used={used}"
+                "{attempted:?} used={used}"
             );
         }
     }

@@ -28,7 +28,7 @@ use crate::{
     ids::EventId,
     inbox::{Accepted, RawRequest},
     model::{Envelope, unix_ms},
-    runtime::{CallContext, Limits, ParseVerdict},
+    runtime::{CallContext, ParseVerdict},
 };
 
 pub mod body;
@@ -65,6 +65,9 @@ pub enum EnvelopeOutcome {
     Quarantine(String),
 }
 
+/// Every log line of a request runs in its span: the source as requested, and the event id
+/// once the envelope names it.
+#[tracing::instrument(name = "receive", skip_all, fields(source = source.as_str(), event))]
 async fn receive(
     State(Edge { shared, budget }): State<Edge>,
     Path(source): Path<String>,
@@ -100,6 +103,7 @@ async fn receive(
     match envelope(&shared, &source, &request).await {
         EnvelopeOutcome::Envelope(envelope) => {
             let event_id = envelope.event_id.clone();
+            tracing::Span::current().record("event", event_id.as_str());
             if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
@@ -131,7 +135,7 @@ async fn receive(
         }
         EnvelopeOutcome::Invalid(detail) => Err(ApiError::Unparsable(detail)),
         EnvelopeOutcome::Ignore(reason) => {
-            tracing::debug!(source = %source.name, reason, "request ignored by its parser");
+            tracing::debug!(reason, "request ignored by its parser");
             Ok((
                 StatusCode::OK,
                 Json(json!({"accepted": false, "ignored": true})),
@@ -147,12 +151,12 @@ async fn receive(
                 .quarantine(source.name.clone(), request, reason.clone(), max_held)
                 .await?;
             if kept.is_none() {
-                tracing::warn!(source = %source.name, reason, max_held, "quarantine full: request refused");
+                tracing::warn!(reason, max_held, "quarantine full: request refused");
                 return Err(ApiError::Overloaded {
                     retry_after_secs: 5,
                 });
             }
-            tracing::warn!(source = %source.name, reason, "request quarantined");
+            tracing::warn!(reason, "request quarantined");
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({"accepted": true, "quarantined": true})),
@@ -177,26 +181,20 @@ pub async fn envelope(
     let Some(parser) = &source.parser else {
         return envelope_from_headers(source, request);
     };
-    let plugin = shared.plugin_config(parser);
+    let plugin = shared.config.plugin(parser);
     let Some(loaded) = shared.registry.get(&plugin.wasm) else {
         return EnvelopeOutcome::Quarantine(format!(
             "parser plugin {parser} ({}.wasm) is not loaded",
             plugin.wasm
         ));
     };
-    // Unless set, the budget grows with the body, so a large genuine event (GitHub sends up
-    // to 25 MB) is parsed rather than quarantined for want of memory or time.
-    let (timeout, memory_bytes) = plugin.parser_limits_for(request.body().len());
     let ctx = CallContext {
         plugin: parser.clone(),
         config: Arc::new(plugin.config.clone()),
         event: None,
-        limits: Limits {
-            timeout,
-            memory_bytes,
-            output_bytes: plugin.output_bytes,
-            log_bytes: plugin.log_bytes,
-        },
+        // Unless set, the budget grows with the body, so a large genuine event (GitHub sends
+        // up to 25 MB) is parsed rather than quarantined for want of memory or time.
+        limits: plugin.parser_limits(request.body().len()),
     };
     let verdict = shared
         .runtime

@@ -34,14 +34,14 @@ fn jitters() -> impl Strategy<Value = f64> {
     ]
 }
 
-fn verdicts() -> impl Strategy<Value = Verdict> {
+fn endings() -> impl Strategy<Value = Attempted> {
     prop_oneof![
-        Just(Verdict::Ok(None)),
-        ".{0,8}".prop_map(|s| Verdict::Ok(Some(s))),
-        Just(Verdict::Permanent),
-        Just(Verdict::Failed),
-        Just(Verdict::Retry { after: None }),
-        any::<u64>().prop_map(|ms| Verdict::Retry {
+        Just(Attempted::Ok(None)),
+        ".{0,8}".prop_map(|s| Attempted::Ok(Some(s))),
+        Just(Attempted::Permanent),
+        Just(Attempted::Failed),
+        Just(Attempted::Retry { after: None }),
+        any::<u64>().prop_map(|ms| Attempted::Retry {
             after: Some(Duration::from_millis(ms)),
         }),
     ]
@@ -99,19 +99,19 @@ proptest! {
 
     #[test]
     fn every_decision_is_one_of_the_documented_ones(
-        policy in policies(), verdict in verdicts(), used in 0u32..100, now in nows(),
+        policy in policies(), attempted in endings(), used in 0u32..100, now in nows(),
         jitter in jitters(),
     ) {
-        let disposition = decide(&policy, verdict.clone(), used, now, jitter);
-        match (&verdict, disposition) {
-            (Verdict::Ok(output), Disposition::Done { output: got }) => {
+        let disposition = decide(&policy, attempted.clone(), used, now, jitter);
+        match (&attempted, disposition) {
+            (Attempted::Ok(output), Disposition::Done { output: got }) => {
                 prop_assert_eq!(output, &got);
             }
-            (Verdict::Permanent, Disposition::Dead) => {}
-            (Verdict::Retry { .. } | Verdict::Failed, Disposition::Dead) => {
+            (Attempted::Permanent, Disposition::Dead) => {}
+            (Attempted::Retry { .. } | Attempted::Failed, Disposition::Dead) => {
                 prop_assert!(used >= policy.max_attempts, "dead after {used} attempts");
             }
-            (Verdict::Retry { after }, Disposition::RetryAt { at_ms }) => {
+            (Attempted::Retry { after }, Disposition::RetryAt { at_ms }) => {
                 prop_assert!(used < policy.max_attempts);
                 prop_assert!(at_ms >= now, "a retry is never scheduled in the past");
                 let wait = Duration::from_millis((at_ms - now) as u64);
@@ -125,13 +125,13 @@ proptest! {
                     prop_assert!(wait <= cap(&policy, used));
                 }
             }
-            (Verdict::Failed, Disposition::RetryAt { at_ms }) => {
+            (Attempted::Failed, Disposition::RetryAt { at_ms }) => {
                 prop_assert!(used < policy.max_attempts);
                 prop_assert!(at_ms >= now, "a retry is never scheduled in the past");
                 let wait = Duration::from_millis((at_ms - now) as u64);
                 prop_assert!(wait <= cap(&policy, used));
             }
-            (verdict, other) => prop_assert!(false, "{verdict:?} became {other:?}"),
+            (attempted, other) => prop_assert!(false, "{attempted:?} became {other:?}"),
         }
     }
 
@@ -140,21 +140,21 @@ proptest! {
     #[test]
     fn failures_are_dead_exactly_at_max_attempts_and_replay_restarts_the_budget(
         policy in policies(),
-        verdicts in proptest::collection::vec(
-            prop_oneof![Just(Verdict::Failed), Just(Verdict::Retry { after: None }),
-                        any::<u32>().prop_map(|ms| Verdict::Retry {
+        endings in proptest::collection::vec(
+            prop_oneof![Just(Attempted::Failed), Just(Attempted::Retry { after: None }),
+                        any::<u32>().prop_map(|ms| Attempted::Retry {
                             after: Some(Duration::from_millis(ms.into())) })],
             1..200),
         replays in 0usize..3,
         jitter in jitters(),
     ) {
-        let mut verdicts = verdicts.into_iter().cycle();
+        let mut endings = endings.into_iter().cycle();
         for _ in 0..=replays {
             let mut runs = 0u32;
             loop {
                 runs += 1;
-                let verdict = verdicts.next().expect("cycled");
-                match decide(&policy, verdict, runs, 1_700_000_000_000, jitter) {
+                let attempted = endings.next().expect("cycled");
+                match decide(&policy, attempted, runs, 1_700_000_000_000, jitter) {
                     Disposition::Dead => break,
                     Disposition::RetryAt { .. } => {}
                     Disposition::Done { .. } => prop_assert!(false, "a failure is never done"),

@@ -1,0 +1,162 @@
+//! One attempt: calls the handler on a leased delivery and records the [`Finish`] the inbox
+//! commits with the delivery's next state.
+//!
+//! Invariants:
+//! - An attempt is recorded exactly once while its lease is held: a commit refused as over the
+//!   plugin's total is recorded again as a failure, without its state writes.
+//! - Every log line inside runs in the attempt's span (handler, source, event id, attempt), so
+//!   none repeats those fields.
+
+use std::sync::Arc;
+
+use super::{Dispatcher, PluginState, policy::Classified};
+use crate::{
+    config::PluginConfig,
+    inbox::{Claimed, Finish, Finished, InboxError},
+    model::{AttemptOutcome, Disposition},
+    runtime::{
+        CallContext, EventInput, Outbound, StateLimit, StateRefused, StateStore, idempotency_key,
+    },
+    text,
+};
+
+/// When a delivery whose plugin was unloaded between its claim and its call is due again.
+const UNAVAILABLE_RETRY_MS: i64 = 1000;
+
+impl Dispatcher {
+    /// Runs one attempt and records it.
+    #[tracing::instrument(name = "attempt", skip_all, fields(
+        handler = %claim.handler, source = %claim.source, event = claim.event_id.as_str(),
+        attempt = claim.attempt,
+    ))]
+    pub(super) async fn run_attempt(&self, claim: Claimed) -> Result<(), InboxError> {
+        let plugin = self.config.plugin(&claim.handler);
+        let Some(loaded) = self.registry.get(&plugin.wasm) else {
+            // Unloaded between claim and call: give the attempt back, untouched by the handler.
+            let finish = Finish {
+                outcome: AttemptOutcome::Abandoned,
+                error_kind: Some("plugin_unavailable".into()),
+                error: Some(format!("plugin file {}.wasm is not loaded", plugin.wasm)),
+                disposition: Disposition::RetryAt {
+                    at_ms: self.clock.now_ms() + UNAVAILABLE_RETRY_MS,
+                },
+                ..self.finish_record(&claim, &plugin, None)
+            };
+            self.inbox.finish(finish).await?;
+            return Ok(());
+        };
+        let sha256 = Some(loaded.plugin.sha256());
+        let ctx = CallContext {
+            plugin: claim.handler.clone(),
+            config: Arc::new(plugin.config.clone()),
+            event: Some(claim.event_id.clone()),
+            limits: plugin.handler_limits(),
+        };
+        let input = EventInput {
+            source: claim.source.to_string(),
+            event_id: claim.event_id.to_string(),
+            event_type: claim.event_type.clone(),
+            ordering_key: claim.ordering_key.clone(),
+            sequence: claim.sequence,
+            attempt: claim.attempt,
+            received_at_ms: claim.received_at_ms,
+            headers: claim.headers.clone(),
+            body: claim.body.to_vec(),
+        };
+        // The same key on every attempt of this delivery, so downstream can dedupe our retries.
+        let outbound = Outbound {
+            allow: plugin.allow_hosts.clone(),
+            idempotency_key: idempotency_key(
+                claim.source.as_str(),
+                claim.event_id.as_str(),
+                claim.handler.as_str(),
+            ),
+        };
+        let state: Arc<dyn StateStore> = Arc::new(PluginState {
+            inbox: self.inbox.clone(),
+            limits: plugin.state_limits,
+        });
+        let (result, changes) = self
+            .runtime
+            .handle(&loaded.plugin, &ctx, state, input, outbound)
+            .await;
+        let now = self.clock.now_ms();
+        let classified = Classified::from_call(result);
+        if let Some(error) = &classified.error {
+            tracing::warn!(
+                outcome = classified.outcome.as_str(),
+                "{}",
+                text::escape(&error.message)
+            );
+        }
+        let finish = Finish {
+            state: changes,
+            ..self.record(&claim, &plugin, sha256, classified, now)
+        };
+        let mut result = self.inbox.finish(finish).await?;
+        if let Finished::OverQuota(message) = result {
+            // Concurrent attempts each fit the plugin's total but together do not: this one
+            // did not commit; record it as failed, without its writes (the lease is still ours).
+            tracing::warn!("{message}");
+            let refused = Classified::state_refused(StateRefused {
+                limit: StateLimit::Total,
+                message,
+            });
+            let finish = self.record(&claim, &plugin, sha256, refused, now);
+            result = self.inbox.finish(finish).await?;
+        }
+        match result {
+            Finished::Recorded | Finished::OverQuota(_) => {}
+            Finished::Conflict => tracing::debug!("state conflict; re-running"),
+            Finished::LeaseLost => {
+                tracing::warn!("attempt finished after its lease was taken back; result discarded")
+            }
+        }
+        Ok(())
+    }
+
+    /// The record of an attempt classified as `classified`, without state writes.
+    fn record(
+        &self,
+        claim: &Claimed,
+        plugin: &PluginConfig,
+        sha256: Option<&str>,
+        classified: Classified,
+        now_ms: i64,
+    ) -> Finish {
+        let disposition = self.dispose(plugin, classified.attempted, claim.budget_used, now_ms);
+        let (error_kind, error) = classified
+            .error
+            .map(|error| (error.kind.to_owned(), error.message))
+            .unzip();
+        Finish {
+            outcome: classified.outcome,
+            error_kind,
+            error,
+            disposition,
+            ..self.finish_record(claim, plugin, sha256)
+        }
+    }
+
+    /// The parts of an attempt's record every outcome shares (finished now).
+    fn finish_record(
+        &self,
+        claim: &Claimed,
+        plugin: &PluginConfig,
+        sha256: Option<&str>,
+    ) -> Finish {
+        Finish {
+            delivery_id: claim.delivery_id,
+            attempt: claim.attempt,
+            started_at_ms: claim.leased_at_ms,
+            finished_at_ms: self.clock.now_ms(),
+            outcome: AttemptOutcome::Ok,
+            error_kind: None,
+            error: None,
+            plugin_sha256: sha256.map(str::to_owned),
+            disposition: Disposition::Dead,
+            plugin: plugin.name.clone(),
+            state: Default::default(),
+        }
+    }
+}
