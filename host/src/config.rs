@@ -977,6 +977,38 @@ mod tests {
     }
 
     #[test]
+    fn scheme_errors_name_the_key_and_what_is_wrong() {
+        let source = "[sources.a]\nsecrets = [\"x\"]\n";
+        let cases = [
+            (
+                "scheme = \"gitlab\"",
+                "sources.a.scheme: \"gitlab\" is not one of standard-webhooks, stripe, github, \
+                 shopify, slack, hmac-sha256, none",
+            ),
+            (
+                "scheme = \"hmac-sha256\"",
+                "sources.a.signature_header is required for scheme \"hmac-sha256\"",
+            ),
+            (
+                "scheme = \"hmac-sha256\"\nsignature_header = \"x y\"",
+                "sources.a.signature_header: \"x y\" is not a valid header name",
+            ),
+            (
+                "scheme = \"hmac-sha256\"\nsignature_header = \"x\"\nsignature_encoding = \"b64\"",
+                "sources.a.signature_encoding: \"b64\" is not one of \"hex\", \"base64\"",
+            ),
+            (
+                "scheme = \"slack\"\nsignature_encoding = \"hex\"",
+                "sources.a.signature_encoding only applies to scheme \"hmac-sha256\"",
+            ),
+        ];
+        for (keys, message) in cases {
+            let err = parse(&format!("{source}{keys}")).unwrap_err();
+            assert_eq!(err.to_string(), message);
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         let cases = [
             ("[server]\nlisten_port = 1", "listen_port"),

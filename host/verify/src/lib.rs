@@ -146,7 +146,7 @@ impl Verifier {
         } else {
             if secrets.is_empty() {
                 return Err(VerifierConfigError::NoSecrets {
-                    scheme: scheme.name(),
+                    scheme: scheme.kind(),
                 });
             }
             secrets
@@ -274,7 +274,7 @@ pub enum VerifyError {
 pub enum VerifierConfigError {
     /// A scheme other than `none` was given no secret.
     #[error("scheme {scheme} needs at least one secret")]
-    NoSecrets { scheme: &'static str },
+    NoSecrets { scheme: SchemeKind },
     /// A secret (or a standard-webhooks secret's decoded key) is empty.
     #[error("secrets[{index}] is empty")]
     EmptySecret { index: usize },

@@ -927,14 +927,16 @@ fn verifier_config_is_checked() {
             sw.clone(),
             vec![],
             Err(VerifierConfigError::NoSecrets {
-                scheme: "standard-webhooks",
+                scheme: SchemeKind::StandardWebhooks,
             }),
         ),
         (
             "github without secrets",
             Scheme::Github,
             vec![],
-            Err(VerifierConfigError::NoSecrets { scheme: "github" }),
+            Err(VerifierConfigError::NoSecrets {
+                scheme: SchemeKind::Github,
+            }),
         ),
         (
             "standard-webhooks, two good secrets",
