@@ -1,9 +1,10 @@
 //! [`SchemeKind`] and [`Encoding`]: the names a config or a CLI uses for them, and the headers
 //! each scheme reads or writes.
 //!
-//! Invariant: every scheme name, and every header a scheme is known by, is written once, here.
-//! Config parsing, `hookd send`, the no-parser event envelope and the README table all ask these
-//! functions, so adding a scheme is one variant, its arms below, and its test vectors.
+//! Invariant: every scheme name, and every header a scheme is known by, is written once, here, in
+//! one arm of [`SchemeKind::vocabulary`]. Config parsing, `hookd send`, the no-parser event
+//! envelope and the README table all ask it, so naming a new scheme touches nothing outside
+//! this crate.
 
 use std::fmt;
 use std::str::FromStr;
@@ -50,70 +51,95 @@ impl SchemeKind {
     ];
 
     /// The name in the config's `scheme` key and in `hookd send --scheme`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            SchemeKind::StandardWebhooks => "standard-webhooks",
-            SchemeKind::Stripe => "stripe",
-            SchemeKind::Github => "github",
-            SchemeKind::Shopify => "shopify",
-            SchemeKind::Slack => "slack",
-            SchemeKind::HmacSha256 => "hmac-sha256",
-            SchemeKind::None => "none",
-        }
+    pub fn name(self) -> &'static str {
+        self.vocabulary().name
     }
 
     /// One line on what a request of this scheme carries, for help texts.
-    pub const fn summary(self) -> &'static str {
-        match self {
-            SchemeKind::StandardWebhooks => {
-                "webhook-id, webhook-timestamp, webhook-signature (Svix, Resend, ...)"
-            }
-            SchemeKind::Stripe => "Stripe-Signature: t=...,v1=... (the event id is in the body)",
-            SchemeKind::Github => "X-Hub-Signature-256 and X-GitHub-Delivery",
-            SchemeKind::Shopify => "X-Shopify-Hmac-Sha256 and X-Shopify-Event-Id",
-            SchemeKind::Slack => "X-Slack-Signature and X-Slack-Request-Timestamp",
-            SchemeKind::HmacSha256 => "An HMAC-SHA256 of the body in a configured header",
-            SchemeKind::None => "No signature",
-        }
+    pub fn summary(self) -> &'static str {
+        self.vocabulary().summary
     }
 
     /// The header that carries the signature; `None` for `hmac-sha256` (its header is a
     /// setting) and for `none`.
     pub fn signature_header(self) -> Option<&'static HeaderName> {
-        match self {
-            SchemeKind::StandardWebhooks => Some(&WEBHOOK_SIGNATURE),
-            SchemeKind::Stripe => Some(&STRIPE_SIGNATURE),
-            SchemeKind::Github => Some(&HUB_SIGNATURE_256),
-            SchemeKind::Shopify => Some(&SHOPIFY_HMAC),
-            SchemeKind::Slack => Some(&SLACK_SIGNATURE),
-            SchemeKind::HmacSha256 | SchemeKind::None => None,
-        }
+        self.vocabulary().signature_header
     }
 
     /// The header carrying the provider's stable delivery id, if the scheme has one.
     pub fn id_header(self) -> Option<&'static HeaderName> {
-        match self {
-            SchemeKind::StandardWebhooks => Some(&WEBHOOK_ID),
-            SchemeKind::Github => Some(&GITHUB_DELIVERY),
-            SchemeKind::Shopify => Some(&SHOPIFY_EVENT_ID),
-            SchemeKind::Stripe | SchemeKind::Slack | SchemeKind::HmacSha256 | SchemeKind::None => {
-                None
-            }
-        }
+        self.vocabulary().id_header
     }
 
     /// The header naming the event's type, if the provider sends one (it is never signed).
     pub fn type_header(self) -> Option<&'static HeaderName> {
+        self.vocabulary().type_header
+    }
+
+    /// Everything but the signature format, in one arm per scheme.
+    fn vocabulary(self) -> Vocabulary {
         match self {
-            SchemeKind::Github => Some(&GITHUB_EVENT),
-            SchemeKind::Shopify => Some(&SHOPIFY_TOPIC),
-            SchemeKind::StandardWebhooks
-            | SchemeKind::Stripe
-            | SchemeKind::Slack
-            | SchemeKind::HmacSha256
-            | SchemeKind::None => None,
+            SchemeKind::StandardWebhooks => Vocabulary {
+                name: "standard-webhooks",
+                summary: "webhook-id, webhook-timestamp, webhook-signature (Svix, Resend, ...)",
+                signature_header: Some(&WEBHOOK_SIGNATURE),
+                id_header: Some(&WEBHOOK_ID),
+                type_header: None,
+            },
+            SchemeKind::Stripe => Vocabulary {
+                name: "stripe",
+                summary: "Stripe-Signature: t=...,v1=... (the event id is in the body)",
+                signature_header: Some(&STRIPE_SIGNATURE),
+                id_header: None,
+                type_header: None,
+            },
+            SchemeKind::Github => Vocabulary {
+                name: "github",
+                summary: "X-Hub-Signature-256 and X-GitHub-Delivery",
+                signature_header: Some(&HUB_SIGNATURE_256),
+                id_header: Some(&GITHUB_DELIVERY),
+                type_header: Some(&GITHUB_EVENT),
+            },
+            SchemeKind::Shopify => Vocabulary {
+                name: "shopify",
+                summary: "X-Shopify-Hmac-Sha256 and X-Shopify-Event-Id",
+                signature_header: Some(&SHOPIFY_HMAC),
+                id_header: Some(&SHOPIFY_EVENT_ID),
+                type_header: Some(&SHOPIFY_TOPIC),
+            },
+            SchemeKind::Slack => Vocabulary {
+                name: "slack",
+                summary: "X-Slack-Signature and X-Slack-Request-Timestamp",
+                signature_header: Some(&SLACK_SIGNATURE),
+                id_header: None,
+                type_header: None,
+            },
+            SchemeKind::HmacSha256 => Vocabulary {
+                name: "hmac-sha256",
+                summary: "An HMAC-SHA256 of the body in a configured header",
+                signature_header: None,
+                id_header: None,
+                type_header: None,
+            },
+            SchemeKind::None => Vocabulary {
+                name: "none",
+                summary: "No signature",
+                signature_header: None,
+                id_header: None,
+                type_header: None,
+            },
         }
     }
+}
+
+/// What [`SchemeKind`]'s accessors return, for one scheme.
+#[derive(Clone, Copy)]
+struct Vocabulary {
+    name: &'static str,
+    summary: &'static str,
+    signature_header: Option<&'static HeaderName>,
+    id_header: Option<&'static HeaderName>,
+    type_header: Option<&'static HeaderName>,
 }
 
 impl fmt::Display for SchemeKind {
