@@ -279,13 +279,22 @@ pub enum VerifierConfigError {
     #[error("secrets[{index}] is empty")]
     EmptySecret { index: usize },
     /// A standard-webhooks secret does not start with `whsec_`.
-    #[error("secrets[{index}] must start with \"whsec_\" for standard-webhooks")]
+    #[error(
+        "secrets[{index}] must start with \"whsec_\" for {}",
+        SchemeKind::StandardWebhooks
+    )]
     MissingWhsecPrefix { index: usize },
     /// A standard-webhooks secret is not standard base64 after `whsec_`.
-    #[error("secrets[{index}] is not valid base64 after \"whsec_\" (standard-webhooks)")]
+    #[error(
+        "secrets[{index}] is not valid base64 after \"whsec_\" ({})",
+        SchemeKind::StandardWebhooks
+    )]
     InvalidBase64 { index: usize },
     /// The generic scheme's prefix contains something a header value cannot carry.
-    #[error("the hmac-sha256 prefix must be printable ASCII without spaces")]
+    #[error(
+        "the {} prefix must be printable ASCII without spaces",
+        SchemeKind::HmacSha256
+    )]
     InvalidPrefix,
 }
 
@@ -313,6 +322,6 @@ pub fn sign(
     schemes::sign(scheme, secret, event_id, body, now)
 }
 
-/// The name [`sign`] had while an infallible variant existed beside it.
+/// [`sign`] under its earlier name, so callers written against that name still build.
 #[doc(hidden)]
 pub use self::sign as try_sign;
