@@ -19,7 +19,7 @@ use crate::{
     ids::{PluginName, SourceName},
     model::StateLimits,
     runtime::AllowList,
-    verify::{Encoding, HmacScheme, Scheme, Secret, Verifier},
+    verify::{HmacParts, HmacSetting, HmacSettingsError, Scheme, SchemeKind, Secret, Verifier},
 };
 
 /// The raw file, exactly as written. Field docs say why a default is what it is.
@@ -857,6 +857,39 @@ fn check_name(table: &str, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The source's `scheme` and its `signature_*` keys, checked by `verify`; errors name the key.
+fn source_scheme(name: &str, file: &SourceFile) -> anyhow::Result<Scheme> {
+    let kind: SchemeKind = file
+        .scheme
+        .parse()
+        .map_err(|e| anyhow::anyhow!("sources.{name}.scheme: {e}"))?;
+    let parts = HmacParts {
+        header: file.signature_header.as_deref(),
+        prefix: file.signature_prefix.as_deref(),
+        encoding: file.signature_encoding.as_deref(),
+    };
+    let hmac = SchemeKind::HmacSha256;
+    Scheme::from_parts(kind, parts).map_err(|e| match e {
+        HmacSettingsError::NotApplicable { setting } => {
+            let key = match setting {
+                HmacSetting::Header => "signature_header",
+                HmacSetting::Prefix => "signature_prefix",
+                HmacSetting::Encoding => "signature_encoding",
+            };
+            anyhow::anyhow!("sources.{name}.{key} only applies to scheme \"{hmac}\"")
+        }
+        HmacSettingsError::MissingHeader => {
+            anyhow::anyhow!("sources.{name}.signature_header is required for scheme \"{hmac}\"")
+        }
+        HmacSettingsError::InvalidHeader { given } => {
+            anyhow::anyhow!("sources.{name}.signature_header: {given:?} is not a valid header name")
+        }
+        HmacSettingsError::InvalidEncoding(e) => {
+            anyhow::anyhow!("sources.{name}.signature_encoding: {e}")
+        }
+    })
+}
+
 fn source_config(
     name: &str,
     file: SourceFile,
@@ -871,48 +904,7 @@ fn source_config(
             server.max_inflight_body_bytes
         );
     }
-    let hmac_keys = [
-        ("signature_header", file.signature_header.is_some()),
-        ("signature_prefix", file.signature_prefix.is_some()),
-        ("signature_encoding", file.signature_encoding.is_some()),
-    ];
-    let scheme = match file.scheme.as_str() {
-        "standard-webhooks" => Scheme::StandardWebhooks,
-        "stripe" => Scheme::Stripe,
-        "github" => Scheme::Github,
-        "shopify" => Scheme::Shopify,
-        "slack" => Scheme::Slack,
-        "none" => Scheme::None,
-        "hmac-sha256" => {
-            let header = file.signature_header.as_deref().with_context(|| {
-                format!("sources.{name}.signature_header is required for scheme \"hmac-sha256\"")
-            })?;
-            let header = http::HeaderName::try_from(header).with_context(|| {
-                format!("sources.{name}.signature_header: {header:?} is not a valid header name")
-            })?;
-            let encoding = match file.signature_encoding.as_deref().unwrap_or("hex") {
-                "hex" => Encoding::Hex,
-                "base64" => Encoding::Base64,
-                other => bail!(
-                    "sources.{name}.signature_encoding: {other:?} is not one of \"hex\", \"base64\""
-                ),
-            };
-            Scheme::HmacSha256(HmacScheme {
-                header,
-                prefix: file.signature_prefix.clone().unwrap_or_default(),
-                encoding,
-            })
-        }
-        other => bail!(
-            "sources.{name}.scheme: {other:?} is not one of standard-webhooks, stripe, github, \
-             shopify, slack, hmac-sha256, none"
-        ),
-    };
-    if !matches!(scheme, Scheme::HmacSha256(_))
-        && let Some((key, _)) = hmac_keys.iter().find(|(_, set)| *set)
-    {
-        bail!("sources.{name}.{key} only applies to scheme \"hmac-sha256\"");
-    }
+    let scheme = source_scheme(name, &file)?;
     let mut secrets: Vec<Secret> = file.secrets.into_iter().map(Secret::new).collect();
     for var in &file.secrets_env {
         let value = env(var).with_context(|| {
@@ -921,7 +913,10 @@ fn source_config(
         secrets.push(Secret::new(value));
     }
     if scheme == Scheme::None && !secrets.is_empty() {
-        bail!("sources.{name}: scheme \"none\" verifies nothing, so it takes no secrets");
+        bail!(
+            "sources.{name}: scheme \"{}\" verifies nothing, so it takes no secrets",
+            SchemeKind::None
+        );
     }
     let verifier = Verifier::new(scheme, secrets, Duration::from_secs(file.tolerance_secs))
         .map_err(|e| anyhow::anyhow!("sources.{name}: {e}"))?;
@@ -1011,6 +1006,38 @@ mod tests {
                 max_bytes: 256 << 20
             }
         );
+    }
+
+    #[test]
+    fn scheme_errors_name_the_key_and_what_is_wrong() {
+        let source = "[sources.a]\nsecrets = [\"x\"]\n";
+        let cases = [
+            (
+                "scheme = \"gitlab\"",
+                "sources.a.scheme: \"gitlab\" is not one of standard-webhooks, stripe, github, \
+                 shopify, slack, hmac-sha256, none",
+            ),
+            (
+                "scheme = \"hmac-sha256\"",
+                "sources.a.signature_header is required for scheme \"hmac-sha256\"",
+            ),
+            (
+                "scheme = \"hmac-sha256\"\nsignature_header = \"x y\"",
+                "sources.a.signature_header: \"x y\" is not a valid header name",
+            ),
+            (
+                "scheme = \"hmac-sha256\"\nsignature_header = \"x\"\nsignature_encoding = \"b64\"",
+                "sources.a.signature_encoding: \"b64\" is not one of \"hex\", \"base64\"",
+            ),
+            (
+                "scheme = \"slack\"\nsignature_encoding = \"hex\"",
+                "sources.a.signature_encoding only applies to scheme \"hmac-sha256\"",
+            ),
+        ];
+        for (keys, message) in cases {
+            let err = parse(&format!("{source}{keys}")).unwrap_err();
+            assert_eq!(err.to_string(), message);
+        }
     }
 
     #[test]

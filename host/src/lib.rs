@@ -6,8 +6,9 @@
 //! A request flows top to bottom; each module is a room with one job:
 //!
 //! - [`config`]: `hookd.toml` → a validated [`config::Config`] (the file format is a contract).
-//! - [`verify`]: signature schemes. Pure: no I/O, clock injected; the only code that knows a
-//!   signature format, and the only way to make a [`verify::Verified`] request.
+//! - [`verify`]: signature schemes, a crate of its own (`host/verify`) so that "pure: no I/O,
+//!   clock injected" is checked by its dependencies; the only code that knows a signature format
+//!   or a scheme name, and the only way to make a [`verify::Verified`] request.
 //! - [`ingest`]: the HTTP edge, `POST /hooks/{source}`: body caps and timeouts, verify, envelope
 //!   (parser plugin), durable accept, the contract's status codes.
 //! - [`inbox`]: the SQLite file. The only module that speaks SQL; one writer thread, group commit.
@@ -55,7 +56,9 @@ pub mod reload;
 pub mod runtime;
 pub mod server;
 pub mod text;
-pub mod verify;
+
+/// Signature schemes: the `hookd-verify` crate, at its old path.
+pub use verify;
 
 use std::sync::Arc;
 

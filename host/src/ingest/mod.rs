@@ -246,9 +246,10 @@ fn envelope_from_headers(source: &SourceConfig, request: &RawRequest) -> Envelop
     let Some(event_id) = header(id_header).filter(|v| !v.is_empty()) else {
         return EnvelopeOutcome::Invalid(format!("missing the {id_header} header (the event id)"));
     };
-    let event_type = ["x-github-event", "x-shopify-topic"]
-        .into_iter()
-        .find_map(|h| header(h).map(str::to_owned))
+    // The scheme's type header, else a JSON body's `type` (standard-webhooks puts it there).
+    let event_type = scheme
+        .type_header()
+        .and_then(|h| header(h).map(str::to_owned))
         .or_else(|| {
             serde_json::from_slice::<serde_json::Value>(request.body())
                 .ok()

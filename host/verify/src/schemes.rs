@@ -14,30 +14,23 @@ use secrecy::{ExposeSecret, SecretSlice};
 use sha2::Sha256;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::wire::{self, Budget, Tag, decode_tag, malformed};
-use super::{Encoding, HmacScheme, Scheme, Secret, SignError, VerifierConfigError, VerifyError};
-
-static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
-static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
-static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
-static STRIPE_SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
-static HUB_SIGNATURE_256: HeaderName = HeaderName::from_static("x-hub-signature-256");
-static GITHUB_DELIVERY: HeaderName = HeaderName::from_static("x-github-delivery");
-static SHOPIFY_HMAC: HeaderName = HeaderName::from_static("x-shopify-hmac-sha256");
-static SHOPIFY_EVENT_ID: HeaderName = HeaderName::from_static("x-shopify-event-id");
-static SLACK_SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
-static SLACK_TIMESTAMP: HeaderName = HeaderName::from_static("x-slack-request-timestamp");
+use crate::kind::{
+    GITHUB_DELIVERY, HUB_SIGNATURE_256, SHOPIFY_EVENT_ID, SHOPIFY_HMAC, SLACK_SIGNATURE,
+    SLACK_TIMESTAMP, STRIPE_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
+};
+use crate::wire::{self, Budget, Tag, decode_tag, malformed};
+use crate::{Encoding, HmacScheme, Scheme, Secret, SignError, VerifierConfigError, VerifyError};
 
 const WHSEC: &str = "whsec_";
 
 /// An HMAC key derived from one configured secret, zeroized on drop.
 #[derive(Clone)]
-pub(super) struct Key(SecretSlice<u8>);
+pub(crate) struct Key(SecretSlice<u8>);
 
 impl Key {
     /// standard-webhooks: base64 after `whsec_`; stripe: the whole `whsec_...` string as
     /// bytes; everything else: the secret as UTF-8. `index` only names the secret in errors.
-    pub(super) fn derive(
+    pub(crate) fn derive(
         scheme: &Scheme,
         secret: &Secret,
         index: usize,
@@ -72,7 +65,7 @@ impl Key {
 }
 
 /// Refuses scheme settings that could never verify anything.
-pub(super) fn check_scheme(scheme: &Scheme) -> Result<(), VerifierConfigError> {
+pub(crate) fn check_scheme(scheme: &Scheme) -> Result<(), VerifierConfigError> {
     if let Scheme::HmacSha256(HmacScheme { prefix, .. }) = scheme
         && !prefix.bytes().all(|b| b.is_ascii_graphic())
     {
@@ -82,7 +75,7 @@ pub(super) fn check_scheme(scheme: &Scheme) -> Result<(), VerifierConfigError> {
 }
 
 /// Ok if the request carries a signature by one of `keys` over the scheme's signed bytes.
-pub(super) fn verify(
+pub(crate) fn verify(
     scheme: &Scheme,
     keys: &[Key],
     tolerance: Duration,
@@ -90,8 +83,8 @@ pub(super) fn verify(
     body: &[u8],
     now: SystemTime,
 ) -> Result<(), VerifyError> {
-    if let Some(id) = scheme.id_header() {
-        wire::at_most_once(headers, &HeaderName::from_static(id))?;
+    if let Some(id) = scheme.kind().id_header() {
+        wire::at_most_once(headers, id)?;
     }
     match scheme {
         Scheme::None => Ok(()),
@@ -260,7 +253,7 @@ fn matches(keys: &[Key], message: &[&[u8]], candidates: &[Tag]) -> Result<(), Ve
     }
 }
 
-pub(super) fn sign(
+pub(crate) fn sign(
     scheme: &Scheme,
     secret: &Secret,
     event_id: &str,

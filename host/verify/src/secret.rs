@@ -1,6 +1,6 @@
 //! `Secret`: a webhook signing secret as configured, before any scheme interprets it.
 //!
-//! Invariant: the value can only be read inside `verify` (`expose` is `pub(super)`); outside,
+//! Invariant: the value can only be read inside `verify` (`expose` is `pub(crate)`); outside,
 //! it can only be compared in constant time (`matches`). `Debug` prints `Secret([REDACTED])`,
 //! there is no `Display`, and the memory is zeroized on drop.
 
@@ -33,7 +33,7 @@ impl Secret {
     }
 
     /// The raw value, for key derivation. Only `verify` may look.
-    pub(super) fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         self.0.expose_secret()
     }
 }

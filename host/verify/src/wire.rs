@@ -11,15 +11,15 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::{Encoding, MAX_HEADER_LEN, MAX_SIGNATURES, VerifyError};
+use crate::{Encoding, MAX_HEADER_LEN, MAX_SIGNATURES, VerifyError};
 
 /// Length of an HMAC-SHA256 tag in bytes.
-pub(super) const TAG_LEN: usize = 32;
+pub(crate) const TAG_LEN: usize = 32;
 
 /// An HMAC-SHA256 tag as decoded from a header (or as computed).
-pub(super) type Tag = [u8; TAG_LEN];
+pub(crate) type Tag = [u8; TAG_LEN];
 
-pub(super) fn malformed(header: &HeaderName, reason: &'static str) -> VerifyError {
+pub(crate) fn malformed(header: &HeaderName, reason: &'static str) -> VerifyError {
     VerifyError::MalformedHeader {
         header: header.clone(),
         reason,
@@ -27,7 +27,7 @@ pub(super) fn malformed(header: &HeaderName, reason: &'static str) -> VerifyErro
 }
 
 /// The value of a header that must appear exactly once.
-pub(super) fn single<'a>(
+pub(crate) fn single<'a>(
     headers: &'a HeaderMap,
     name: &HeaderName,
 ) -> Result<&'a str, VerifyError> {
@@ -35,7 +35,7 @@ pub(super) fn single<'a>(
 }
 
 /// The value of a header that may be absent but must not be repeated.
-pub(super) fn at_most_once<'a>(
+pub(crate) fn at_most_once<'a>(
     headers: &'a HeaderMap,
     name: &HeaderName,
 ) -> Result<Option<&'a str>, VerifyError> {
@@ -50,7 +50,7 @@ pub(super) fn at_most_once<'a>(
 }
 
 /// All values of a signature-only header (which may repeat); at least one.
-pub(super) fn pooled<'a>(
+pub(crate) fn pooled<'a>(
     headers: &'a HeaderMap,
     name: &HeaderName,
 ) -> Result<Vec<&'a str>, VerifyError> {
@@ -94,18 +94,18 @@ fn too_many(name: &HeaderName) -> VerifyError {
 }
 
 /// Counts signature entries across all values of one header against `MAX_SIGNATURES`.
-pub(super) struct Budget<'a> {
+pub(crate) struct Budget<'a> {
     header: &'a HeaderName,
     used: usize,
 }
 
 impl<'a> Budget<'a> {
-    pub(super) fn new(header: &'a HeaderName) -> Self {
+    pub(crate) fn new(header: &'a HeaderName) -> Self {
         Self { header, used: 0 }
     }
 
     /// Account for one more entry (including ones that will be ignored).
-    pub(super) fn take(&mut self) -> Result<(), VerifyError> {
+    pub(crate) fn take(&mut self) -> Result<(), VerifyError> {
         self.used += 1;
         if self.used > MAX_SIGNATURES {
             return Err(too_many(self.header));
@@ -115,7 +115,7 @@ impl<'a> Budget<'a> {
 }
 
 /// Unix seconds, ASCII digits only (no sign, no fraction, no milliseconds guesswork).
-pub(super) fn timestamp(header: &HeaderName, raw: &str) -> Result<u64, VerifyError> {
+pub(crate) fn timestamp(header: &HeaderName, raw: &str) -> Result<u64, VerifyError> {
     if raw.is_empty() || !raw.bytes().all(|b| b.is_ascii_digit()) {
         return Err(malformed(header, "timestamp is not a number of seconds"));
     }
@@ -124,12 +124,12 @@ pub(super) fn timestamp(header: &HeaderName, raw: &str) -> Result<u64, VerifyErr
 }
 
 /// Seconds since the epoch; a clock before 1970 reads as 0.
-pub(super) fn unix_secs(now: SystemTime) -> u64 {
+pub(crate) fn unix_secs(now: SystemTime) -> u64 {
     now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// Refuses a timestamp further than `tolerance` from `now`, in either direction.
-pub(super) fn fresh(ts: u64, now: SystemTime, tolerance: Duration) -> Result<(), VerifyError> {
+pub(crate) fn fresh(ts: u64, now: SystemTime, tolerance: Duration) -> Result<(), VerifyError> {
     let now = unix_secs(now);
     let tolerance_secs = tolerance.as_secs();
     if now >= ts {
@@ -154,7 +154,7 @@ pub(super) fn fresh(ts: u64, now: SystemTime, tolerance: Duration) -> Result<(),
 
 /// Decodes a signature strictly: anything that is not exactly 32 bytes in `encoding`
 /// (bad characters, wrong length, non-canonical base64) is `None`, i.e. no match.
-pub(super) fn decode_tag(encoding: Encoding, text: &str) -> Option<Tag> {
+pub(crate) fn decode_tag(encoding: Encoding, text: &str) -> Option<Tag> {
     let mut tag = [0u8; TAG_LEN];
     match encoding {
         Encoding::Hex => hex::decode_to_slice(text, &mut tag).ok()?,

@@ -1,15 +1,19 @@
 //! Webhook signature verification and signing for every scheme hookd speaks.
 //!
-//! Invariant: this is the only module that knows signature formats, and it is pure: no I/O, no
-//! logging, no clock (callers pass `now`). A [`Verified`] request can only come out of
-//! [`Verifier::verify`], which checks the exact raw bytes with a constant-time comparison, never
-//! panics on hostile input, and never puts a secret or an expected signature into an error.
+//! Invariants:
+//! - This crate is the only code that knows signature formats and scheme names. It is pure: no
+//!   I/O, no logging, no clock (callers pass `now`); its dependencies make that a fact.
+//! - A [`Verified`] request can only come out of [`Verifier::verify`], which checks the exact raw
+//!   bytes with a constant-time comparison, never panics on hostile input, and never puts a secret
+//!   or an expected signature into an error.
 //!
 //! Layout:
-//! - `mod.rs` — the public types: [`Scheme`], [`Verifier`], [`Verified`], the errors, [`sign`].
-//! - `secret.rs` — [`Secret`], the redacted configured value.
-//! - `wire.rs` — reading untrusted header values: caps, duplicates, timestamps, decoding.
-//! - `schemes.rs` — what each provider signs, with which key, in which header.
+//! - `lib.rs`: the public types: [`Scheme`], [`Verifier`], [`Verified`], the errors, [`sign`].
+//! - `kind.rs`: [`SchemeKind`] and [`Encoding`], their names, and the headers each scheme uses.
+//! - `settings.rs`: checking the generic scheme's settings as a config or a CLI gives them.
+//! - `secret.rs`: [`Secret`], the redacted configured value.
+//! - `wire.rs`: reading untrusted header values: caps, duplicates, timestamps, decoding.
+//! - `schemes.rs`: what each provider signs, with which key, in which header.
 //!
 //! Header policy (the same for every scheme):
 //! - A header value longer than [`MAX_HEADER_LEN`] bytes is refused before it is parsed.
@@ -27,8 +31,10 @@
 //!   within the tolerance both in the past and in the future (whole seconds, bounds included).
 //!   They are checked before any HMAC is computed, so stale replays cost no hashing.
 
+mod kind;
 mod schemes;
 mod secret;
+mod settings;
 #[cfg(test)]
 mod tests;
 mod wire;
@@ -39,7 +45,9 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+pub use kind::{Encoding, SchemeKind, UnknownEncoding, UnknownScheme};
 pub use secret::Secret;
+pub use settings::{HmacParts, HmacSetting, HmacSettingsError};
 
 /// The longest header value `verify` is willing to parse, in bytes.
 pub const MAX_HEADER_LEN: usize = 8 * 1024;
@@ -47,7 +55,7 @@ pub const MAX_HEADER_LEN: usize = 8 * 1024;
 /// The most signatures `verify` will try for one request (all values of the signature header).
 pub const MAX_SIGNATURES: usize = 32;
 
-/// How a source's requests are signed. The config name of each variant is [`Scheme::name`].
+/// How a source's requests are signed: a [`SchemeKind`] with the settings it needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scheme {
     /// <https://www.standardwebhooks.com>: `webhook-id`, `webhook-timestamp`, `webhook-signature`.
@@ -78,41 +86,36 @@ pub struct HmacScheme {
     pub encoding: Encoding,
 }
 
-/// How a signature is written in a header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Encoding {
-    /// Hex digits, either case.
-    Hex,
-    /// Standard base64 with padding.
-    Base64,
-}
-
 impl Scheme {
-    /// The config name: "standard-webhooks" | "stripe" | "github" | "shopify" | "slack" | "hmac-sha256" | "none".
-    pub fn name(&self) -> &'static str {
+    /// Which scheme this is, without its settings.
+    pub fn kind(&self) -> SchemeKind {
         match self {
-            Scheme::StandardWebhooks => "standard-webhooks",
-            Scheme::Stripe => "stripe",
-            Scheme::Github => "github",
-            Scheme::Shopify => "shopify",
-            Scheme::Slack => "slack",
-            Scheme::HmacSha256(_) => "hmac-sha256",
-            Scheme::None => "none",
+            Scheme::StandardWebhooks => SchemeKind::StandardWebhooks,
+            Scheme::Stripe => SchemeKind::Stripe,
+            Scheme::Github => SchemeKind::Github,
+            Scheme::Shopify => SchemeKind::Shopify,
+            Scheme::Slack => SchemeKind::Slack,
+            Scheme::HmacSha256(_) => SchemeKind::HmacSha256,
+            Scheme::None => SchemeKind::None,
         }
     }
 
-    /// Header carrying the provider's stable delivery/event id, if the scheme has one:
-    /// standard-webhooks "webhook-id", github "x-github-delivery", shopify "x-shopify-event-id"; else None.
+    /// The config name ([`SchemeKind::name`]).
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// Header carrying the provider's stable delivery id ([`SchemeKind::id_header`]).
     ///
     /// In a [`Verified`] request this header appears at most once. Only standard-webhooks
     /// signs it; for github and shopify it is not authenticated.
     pub fn id_header(&self) -> Option<&'static str> {
-        match self {
-            Scheme::StandardWebhooks => Some("webhook-id"),
-            Scheme::Github => Some("x-github-delivery"),
-            Scheme::Shopify => Some("x-shopify-event-id"),
-            Scheme::Stripe | Scheme::Slack | Scheme::HmacSha256(_) | Scheme::None => None,
-        }
+        self.kind().id_header().map(HeaderName::as_str)
+    }
+
+    /// Header naming the event's type ([`SchemeKind::type_header`]); never authenticated.
+    pub fn type_header(&self) -> Option<&'static str> {
+        self.kind().type_header().map(HeaderName::as_str)
     }
 }
 
@@ -128,11 +131,10 @@ pub struct Verifier {
 }
 
 impl Verifier {
-    /// Errors (VerifierConfigError, thiserror) if a non-`none` scheme has no secrets, or a
-    /// standard-webhooks secret is not `whsec_` + valid base64 (message names which secret index, never its value).
-    ///
-    /// Also refused: an empty secret (an unset environment variable, usually) and a generic
-    /// prefix that no header could carry. For `none`, secrets are ignored.
+    /// Derives one key per secret, so a secret that can never verify is refused here, not per
+    /// request: none at all for a scheme other than `none`, an empty one (an unset environment
+    /// variable, usually), a standard-webhooks secret that is not `whsec_` + base64, or a
+    /// generic prefix no header could carry. For `none`, secrets are ignored.
     pub fn new(
         scheme: Scheme,
         secrets: Vec<Secret>,
@@ -144,7 +146,7 @@ impl Verifier {
         } else {
             if secrets.is_empty() {
                 return Err(VerifierConfigError::NoSecrets {
-                    scheme: scheme.name(),
+                    scheme: scheme.kind(),
                 });
             }
             secrets
@@ -170,7 +172,8 @@ impl Verifier {
         self.tolerance
     }
 
-    /// Verify over the exact raw bytes. Valid if ANY (secret, signature) pair matches, constant-time compare (subtle / hmac's verify_slice).
+    /// Checks the request over its exact raw bytes: it is verified if any configured secret made
+    /// any of its signatures.
     pub fn verify(
         &self,
         headers: HeaderMap,
@@ -271,25 +274,34 @@ pub enum VerifyError {
 pub enum VerifierConfigError {
     /// A scheme other than `none` was given no secret.
     #[error("scheme {scheme} needs at least one secret")]
-    NoSecrets { scheme: &'static str },
+    NoSecrets { scheme: SchemeKind },
     /// A secret (or a standard-webhooks secret's decoded key) is empty.
     #[error("secrets[{index}] is empty")]
     EmptySecret { index: usize },
     /// A standard-webhooks secret does not start with `whsec_`.
-    #[error("secrets[{index}] must start with \"whsec_\" for standard-webhooks")]
+    #[error(
+        "secrets[{index}] must start with \"whsec_\" for {}",
+        SchemeKind::StandardWebhooks
+    )]
     MissingWhsecPrefix { index: usize },
     /// A standard-webhooks secret is not standard base64 after `whsec_`.
-    #[error("secrets[{index}] is not valid base64 after \"whsec_\" (standard-webhooks)")]
+    #[error(
+        "secrets[{index}] is not valid base64 after \"whsec_\" ({})",
+        SchemeKind::StandardWebhooks
+    )]
     InvalidBase64 { index: usize },
     /// The generic scheme's prefix contains something a header value cannot carry.
-    #[error("the hmac-sha256 prefix must be printable ASCII without spaces")]
+    #[error(
+        "the {} prefix must be printable ASCII without spaces",
+        SchemeKind::HmacSha256
+    )]
     InvalidPrefix,
 }
 
-/// Why [`try_sign`] could not sign.
+/// Why [`sign`] could not sign.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SignError {
-    /// The secret or scheme would be refused by [`Verifier::new`].
+    /// The secret or scheme would be refused by [`Verifier::new`] (the secret as index 0).
     #[error(transparent)]
     Config(#[from] VerifierConfigError),
     /// The event id is empty or cannot be a header value, for a scheme that sends it.
@@ -297,26 +309,10 @@ pub enum SignError {
     InvalidEventId { header: HeaderName },
 }
 
-/// Sign like the provider would (used by `hookd send` and by tests). Returns the headers to add
-/// (including the id/timestamp headers the scheme needs: webhook-id/webhook-timestamp/webhook-signature;
-/// Stripe-Signature t=..,v1=..; X-Hub-Signature-256 + X-GitHub-Delivery; X-Shopify-Hmac-Sha256 + X-Shopify-Event-Id;
-/// X-Slack-Signature + X-Slack-Request-Timestamp; the generic header with prefix; none → no signature header).
-///
-/// A secret or event id that cannot be used yields no headers at all (the receiver then
-/// answers "missing header"); use [`try_sign`] to learn why.
+/// Signs `body` like the provider would, at `now`: the headers to add, including the id and
+/// timestamp headers the scheme sends (none for [`Scheme::None`]). `event_id` is only checked,
+/// and only used, by schemes that send it in a header.
 pub fn sign(
-    scheme: &Scheme,
-    secret: &Secret,
-    event_id: &str,
-    body: &[u8],
-    now: SystemTime,
-) -> Vec<(HeaderName, HeaderValue)> {
-    try_sign(scheme, secret, event_id, body, now).unwrap_or_default()
-}
-
-/// [`sign`], reporting a secret that [`Verifier::new`] would refuse (as secret index 0) or an
-/// event id that cannot be a header value (only checked for schemes that send it).
-pub fn try_sign(
     scheme: &Scheme,
     secret: &Secret,
     event_id: &str,
@@ -325,3 +321,7 @@ pub fn try_sign(
 ) -> Result<Vec<(HeaderName, HeaderValue)>, SignError> {
     schemes::sign(scheme, secret, event_id, body, now)
 }
+
+/// [`sign`] under its earlier name, so callers written against that name still build.
+#[doc(hidden)]
+pub use self::sign as try_sign;

@@ -1,0 +1,350 @@
+//! [`SchemeKind`] and [`Encoding`]: the names a config or a CLI uses for them, and the headers
+//! each scheme reads or writes.
+//!
+//! Invariant: every scheme name, and every header a scheme is known by, is written once, here, in
+//! one arm of [`SchemeKind::vocabulary`]. Config parsing, `hookd send`, the no-parser event
+//! envelope and the README table all ask it, so naming a new scheme touches nothing outside
+//! this crate.
+
+use std::fmt;
+use std::str::FromStr;
+
+use http::HeaderName;
+
+pub(crate) static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+pub(crate) static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+pub(crate) static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+pub(crate) static STRIPE_SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
+pub(crate) static HUB_SIGNATURE_256: HeaderName = HeaderName::from_static("x-hub-signature-256");
+pub(crate) static GITHUB_DELIVERY: HeaderName = HeaderName::from_static("x-github-delivery");
+pub(crate) static GITHUB_EVENT: HeaderName = HeaderName::from_static("x-github-event");
+pub(crate) static SHOPIFY_HMAC: HeaderName = HeaderName::from_static("x-shopify-hmac-sha256");
+pub(crate) static SHOPIFY_EVENT_ID: HeaderName = HeaderName::from_static("x-shopify-event-id");
+pub(crate) static SHOPIFY_TOPIC: HeaderName = HeaderName::from_static("x-shopify-topic");
+pub(crate) static SLACK_SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
+pub(crate) static SLACK_TIMESTAMP: HeaderName =
+    HeaderName::from_static("x-slack-request-timestamp");
+
+/// Which scheme a source uses, without the settings the generic one needs (see
+/// [`crate::Scheme`] for the scheme with its settings).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SchemeKind {
+    StandardWebhooks,
+    Stripe,
+    Github,
+    Shopify,
+    Slack,
+    HmacSha256,
+    None,
+}
+
+impl SchemeKind {
+    /// Every scheme, in the order error messages and help texts list them.
+    pub const ALL: [SchemeKind; 7] = [
+        SchemeKind::StandardWebhooks,
+        SchemeKind::Stripe,
+        SchemeKind::Github,
+        SchemeKind::Shopify,
+        SchemeKind::Slack,
+        SchemeKind::HmacSha256,
+        SchemeKind::None,
+    ];
+
+    /// The name in the config's `scheme` key and in `hookd send --scheme`.
+    pub fn name(self) -> &'static str {
+        self.vocabulary().name
+    }
+
+    /// One line on what a request of this scheme carries, for help texts.
+    pub fn summary(self) -> &'static str {
+        self.vocabulary().summary
+    }
+
+    /// The header that carries the signature; `None` for `hmac-sha256` (its header is a
+    /// setting) and for `none`.
+    pub fn signature_header(self) -> Option<&'static HeaderName> {
+        self.vocabulary().signature_header
+    }
+
+    /// The header carrying the provider's stable delivery id, if the scheme has one.
+    pub fn id_header(self) -> Option<&'static HeaderName> {
+        self.vocabulary().id_header
+    }
+
+    /// The header naming the event's type, if the provider sends one (it is never signed).
+    pub fn type_header(self) -> Option<&'static HeaderName> {
+        self.vocabulary().type_header
+    }
+
+    /// Everything but the signature format, in one arm per scheme.
+    fn vocabulary(self) -> Vocabulary {
+        match self {
+            SchemeKind::StandardWebhooks => Vocabulary {
+                name: "standard-webhooks",
+                summary: "webhook-id, webhook-timestamp, webhook-signature (Svix, Resend, ...)",
+                signature_header: Some(&WEBHOOK_SIGNATURE),
+                id_header: Some(&WEBHOOK_ID),
+                type_header: None,
+            },
+            SchemeKind::Stripe => Vocabulary {
+                name: "stripe",
+                summary: "Stripe-Signature: t=...,v1=... (the event id is in the body)",
+                signature_header: Some(&STRIPE_SIGNATURE),
+                id_header: None,
+                type_header: None,
+            },
+            SchemeKind::Github => Vocabulary {
+                name: "github",
+                summary: "X-Hub-Signature-256 and X-GitHub-Delivery",
+                signature_header: Some(&HUB_SIGNATURE_256),
+                id_header: Some(&GITHUB_DELIVERY),
+                type_header: Some(&GITHUB_EVENT),
+            },
+            SchemeKind::Shopify => Vocabulary {
+                name: "shopify",
+                summary: "X-Shopify-Hmac-Sha256 and X-Shopify-Event-Id",
+                signature_header: Some(&SHOPIFY_HMAC),
+                id_header: Some(&SHOPIFY_EVENT_ID),
+                type_header: Some(&SHOPIFY_TOPIC),
+            },
+            SchemeKind::Slack => Vocabulary {
+                name: "slack",
+                summary: "X-Slack-Signature and X-Slack-Request-Timestamp",
+                signature_header: Some(&SLACK_SIGNATURE),
+                id_header: None,
+                type_header: None,
+            },
+            SchemeKind::HmacSha256 => Vocabulary {
+                name: "hmac-sha256",
+                summary: "An HMAC-SHA256 of the body in a configured header",
+                signature_header: None,
+                id_header: None,
+                type_header: None,
+            },
+            SchemeKind::None => Vocabulary {
+                name: "none",
+                summary: "No signature",
+                signature_header: None,
+                id_header: None,
+                type_header: None,
+            },
+        }
+    }
+}
+
+/// What [`SchemeKind`]'s accessors return, for one scheme.
+#[derive(Clone, Copy)]
+struct Vocabulary {
+    name: &'static str,
+    summary: &'static str,
+    signature_header: Option<&'static HeaderName>,
+    id_header: Option<&'static HeaderName>,
+    type_header: Option<&'static HeaderName>,
+}
+
+impl fmt::Display for SchemeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A scheme name that is not one of [`SchemeKind::ALL`]; the message lists them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not one of {}", list(&SchemeKind::ALL.map(SchemeKind::name), false))]
+pub struct UnknownScheme {
+    /// The name as given.
+    pub given: String,
+}
+
+impl FromStr for SchemeKind {
+    type Err = UnknownScheme;
+
+    fn from_str(given: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.name() == given)
+            .ok_or_else(|| UnknownScheme {
+                given: given.to_owned(),
+            })
+    }
+}
+
+/// How a signature is written in a header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Encoding {
+    /// Hex digits, either case.
+    Hex,
+    /// Standard base64 with padding.
+    Base64,
+}
+
+impl Encoding {
+    /// Every encoding, in the order error messages and help texts list them.
+    pub const ALL: [Encoding; 2] = [Encoding::Hex, Encoding::Base64];
+
+    /// The name in the config's `signature_encoding` key and in `--signature-encoding`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Encoding::Hex => "hex",
+            Encoding::Base64 => "base64",
+        }
+    }
+
+    /// One line on what the signature looks like, for help texts.
+    pub const fn summary(self) -> &'static str {
+        match self {
+            Encoding::Hex => "Hex digits",
+            Encoding::Base64 => "Standard base64 with padding",
+        }
+    }
+}
+
+impl fmt::Display for Encoding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An encoding name that is not one of [`Encoding::ALL`]; the message lists them.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{given:?} is not one of {}", list(&Encoding::ALL.map(Encoding::name), true))]
+pub struct UnknownEncoding {
+    /// The name as given.
+    pub given: String,
+}
+
+impl FromStr for Encoding {
+    type Err = UnknownEncoding;
+
+    fn from_str(given: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|encoding| encoding.name() == given)
+            .ok_or_else(|| UnknownEncoding {
+                given: given.to_owned(),
+            })
+    }
+}
+
+/// `a, b, c`, or `"a", "b", "c"` when `quoted`.
+fn list(names: &[&str], quoted: bool) -> String {
+    let quote = |name: &&str| {
+        if quoted {
+            format!("{name:?}")
+        } else {
+            (*name).to_owned()
+        }
+    };
+    names.iter().map(quote).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(feature = "clap")]
+mod cli {
+    use clap::{ValueEnum, builder::PossibleValue};
+
+    use super::{Encoding, SchemeKind};
+
+    impl ValueEnum for SchemeKind {
+        fn value_variants<'a>() -> &'a [Self] {
+            &Self::ALL
+        }
+
+        fn to_possible_value(&self) -> Option<PossibleValue> {
+            Some(PossibleValue::new(self.name()).help(self.summary()))
+        }
+    }
+
+    impl ValueEnum for Encoding {
+        fn value_variants<'a>() -> &'a [Self] {
+            &Self::ALL
+        }
+
+        fn to_possible_value(&self) -> Option<PossibleValue> {
+            Some(PossibleValue::new(self.name()).help(self.summary()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's scheme table, between its markers.
+    const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
+    const TABLE_BEGIN: &str = "<!-- scheme table: generated from SchemeKind, checked by `cargo test -p hookd-verify` -->\n";
+    const TABLE_END: &str = "<!-- end of scheme table -->";
+
+    /// The table as the code describes the schemes.
+    fn scheme_table() -> String {
+        let cell =
+            |header: Option<&HeaderName>| header.map_or("—".to_owned(), |h| format!("`{h}`"));
+        let mut table = String::from(
+            "| scheme | signature header | event id header | event type header | a request carries |\n\
+             |---|---|---|---|---|\n",
+        );
+        for kind in SchemeKind::ALL {
+            let signature = match kind {
+                SchemeKind::HmacSha256 => "`signature_header`".to_owned(),
+                _ => cell(kind.signature_header()),
+            };
+            table.push_str(&format!(
+                "| `{kind}` | {signature} | {} | {} | {} |\n",
+                cell(kind.id_header()),
+                cell(kind.type_header()),
+                kind.summary()
+            ));
+        }
+        table
+    }
+
+    #[test]
+    fn readme_scheme_table_matches_the_code() {
+        let start = README
+            .find(TABLE_BEGIN)
+            .expect("README has the scheme table marker")
+            + TABLE_BEGIN.len();
+        let len = README[start..]
+            .find(TABLE_END)
+            .expect("README has the end marker");
+        let expected = scheme_table();
+        assert!(
+            README[start..start + len] == expected,
+            "README's scheme table is out of date; it should read:\n{expected}"
+        );
+    }
+
+    #[test]
+    fn every_name_parses_back_to_its_scheme() {
+        for kind in SchemeKind::ALL {
+            assert_eq!(kind.name().parse(), Ok(kind));
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_is_refused_with_every_valid_one_listed() {
+        let err = "gitlab".parse::<SchemeKind>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"gitlab\" is not one of standard-webhooks, stripe, github, shopify, slack, \
+             hmac-sha256, none"
+        );
+    }
+
+    #[test]
+    fn names_are_matched_exactly() {
+        assert!("GitHub".parse::<SchemeKind>().is_err());
+    }
+
+    #[test]
+    fn every_encoding_name_parses_back_to_its_encoding() {
+        for encoding in Encoding::ALL {
+            assert_eq!(encoding.name().parse(), Ok(encoding));
+        }
+    }
+
+    #[test]
+    fn an_unknown_encoding_is_refused_with_the_valid_ones_quoted() {
+        let err = "b64".parse::<Encoding>().unwrap_err();
+        assert_eq!(err.to_string(), "\"b64\" is not one of \"hex\", \"base64\"");
+    }
+}
