@@ -423,3 +423,42 @@ fn check_component_header(bytes: &[u8]) -> Result<(), FileError> {
         _ => Err(FileError::UnknownVersion),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_error_names_the_plugin_then_the_file_then_the_reason() {
+        let error = LoadError::File {
+            stem: "h".into(),
+            file: "/p/h.wasm".into(),
+            source: FileError::Grew,
+        };
+        assert_eq!(
+            error.to_string(),
+            format!("plugin h: /p/h.wasm grew over the {MAX_PLUGIN_BYTES}-byte cap")
+        );
+    }
+
+    #[test]
+    fn a_symlink_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real.wasm");
+        std::fs::write(&target, b"\0asm\x0d\x00\x01\x00").unwrap();
+        let link = dir.path().join("h.wasm");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(matches!(
+            read_plugin_file(&link),
+            Err(FileError::NotRegular("a symbolic link"))
+        ));
+    }
+
+    #[test]
+    fn a_core_module_is_refused_as_one() {
+        assert!(matches!(
+            check_component_header(b"\0asm\x01\x00\x00\x00"),
+            Err(FileError::CoreModule)
+        ));
+    }
+}

@@ -199,3 +199,22 @@ pub(super) async fn rollback(
         sha256: live.plugin.sha256().to_owned(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[test]
+    fn rolling_back_a_file_never_loaded_is_not_found() {
+        let response = ApiError::from(RollbackError::UnknownFile("h".into())).into_response();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn a_replay_of_an_unknown_source_is_a_bad_request() {
+        let response = Rejection::from(ReplayError::UnknownSource("nope".into())).into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+}
