@@ -14,6 +14,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::{inbox, registry::PluginStatus};
 
+/// The body of a refusal: what kind (`forbidden`, `not_found`, ...) and, for some, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    pub error: String,
+}
+
 /// `GET /healthz`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
