@@ -11,7 +11,7 @@
 //!   nothing precompiled is ever read from the plugins directory, and only a file that passed
 //!   every check is cached.
 //! - A plugin file is opened without following symlinks and must be a regular file; load errors
-//!   name the file and the reason, never echo its contents.
+//!   name the plugin, the file and the reason, never echo its contents.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -20,12 +20,11 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
     model::unix_ms,
-    runtime::{ArtifactCache, Compiler, Origin, Plugin, Runtime},
+    runtime::{self, ArtifactCache, Compiler, Origin, Plugin, Runtime},
 };
 
 /// Largest plugin file accepted: far above any real component (the examples are 3-4 MB).
@@ -48,8 +47,79 @@ struct FileStatus {
     error: Option<String>,
 }
 
-/// What `GET /admin/plugins` shows for one file.
-#[derive(Debug, Clone, Serialize)]
+/// Why a plugin file was not loaded. Every message names the plugin (its file stem) and the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The blocking task reading the file died.
+    #[error("plugin {stem}: reading {file} failed: {source}")]
+    ReadTask {
+        stem: String,
+        file: String,
+        source: tokio::task::JoinError,
+    },
+    /// The file itself is refused before any compiling: what it is, how big, its header.
+    #[error("plugin {stem}: {file} {source}")]
+    File {
+        stem: String,
+        file: String,
+        source: FileError,
+    },
+    /// The compile did not finish: stopped at its deadline, or its process failed.
+    #[error("plugin {stem}: compiling {file} failed: {reason}")]
+    Compile {
+        stem: String,
+        file: String,
+        reason: String,
+    },
+    /// It compiled, but is not a component hookd can run (wrong exports or types).
+    #[error("plugin {stem}: {file} refused: {source}")]
+    Refused {
+        stem: String,
+        file: String,
+        source: runtime::LoadError,
+    },
+}
+
+/// What is wrong with a plugin file as a file. Messages follow the file's name.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// A symlink, directory, pipe, socket or device (the `&str` says which).
+    #[error("is {0}, not a regular file (plugin files are opened without following links)")]
+    NotRegular(&'static str),
+    #[error("cannot be read: {0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error("is {0} bytes, over the {MAX_PLUGIN_BYTES}-byte cap")]
+    TooLarge(u64),
+    /// Larger when read than its metadata said.
+    #[error("grew over the {MAX_PLUGIN_BYTES}-byte cap")]
+    Grew,
+    /// The `usize` is the file's length.
+    #[error(
+        "refused: not a valid WebAssembly component: its {0} bytes do not start with the \\0asm \
+         header"
+    )]
+    NoWasmHeader(usize),
+    #[error(
+        "refused: not a valid WebAssembly component: it is a core module (build it for \
+         wasm32-wasip2)"
+    )]
+    CoreModule,
+    #[error("refused: not a valid WebAssembly component: unknown binary version")]
+    UnknownVersion,
+}
+
+/// Why a rollback did not happen. Messages name the plugin (its file stem).
+#[derive(Debug, thiserror::Error)]
+pub enum RollbackError {
+    /// No load of this file was ever attempted.
+    #[error("no plugin file {0:?} is known")]
+    UnknownFile(String),
+    #[error("plugin {0:?} has no previous version to roll back to")]
+    NoPrevious(String),
+}
+
+/// What the registry knows of one file (the admin API shows it per plugin).
+#[derive(Debug, Clone)]
 pub struct PluginStatus {
     pub wasm: String,
     pub sha256: Option<String>,
@@ -102,7 +172,7 @@ impl Registry {
     }
 
     /// Loads (or reloads) `<dir>/<stem>.wasm`. On failure the live version, if any, stays.
-    pub async fn load(&self, stem: &str) -> Result<Arc<LoadedPlugin>, String> {
+    pub async fn load(&self, stem: &str) -> Result<Arc<LoadedPlugin>, LoadError> {
         let path = self.path_of(stem);
         let result = self.build(stem, &path).await;
         let mut status = self.status.lock().expect("poisoned");
@@ -138,7 +208,7 @@ impl Registry {
             }
             Err(error) => {
                 tracing::error!(plugin = stem, file = %path.display(), "{error}");
-                entry.error = Some(error.clone());
+                entry.error = Some(error.to_string());
                 Err(error)
             }
         }
@@ -159,15 +229,13 @@ impl Registry {
     }
 
     /// Makes the most recent previous version live again.
-    pub fn rollback(&self, stem: &str) -> Result<Arc<LoadedPlugin>, String> {
+    pub fn rollback(&self, stem: &str) -> Result<Arc<LoadedPlugin>, RollbackError> {
         let mut status = self.status.lock().expect("poisoned");
         let entry = status
             .get_mut(stem)
-            .ok_or_else(|| format!("no plugin file {stem:?} is known"))?;
+            .ok_or_else(|| RollbackError::UnknownFile(stem.to_owned()))?;
         if entry.previous.is_empty() {
-            return Err(format!(
-                "plugin {stem:?} has no previous version to roll back to"
-            ));
+            return Err(RollbackError::NoPrevious(stem.to_owned()));
         }
         let back = entry.previous.remove(0);
         if let Some(current) = entry.current.replace(back.clone()) {
@@ -220,14 +288,22 @@ impl Registry {
         });
     }
 
-    async fn build(&self, stem: &str, path: &Path) -> Result<Arc<LoadedPlugin>, String> {
+    async fn build(&self, stem: &str, path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
         let file = path.display().to_string();
         let read_path = path.to_owned();
         let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&read_path))
             .await
-            .map_err(|e| format!("plugin {stem}: reading {file} failed: {e}"))?
-            .map_err(|e| format!("plugin {stem}: {file} {e}"))?;
-        check_component_header(&bytes).map_err(|e| format!("plugin {stem}: {file} {e}"))?;
+            .map_err(|source| LoadError::ReadTask {
+                stem: stem.to_owned(),
+                file: file.clone(),
+                source,
+            })?
+            .and_then(|bytes| check_component_header(&bytes).map(|()| bytes))
+            .map_err(|source| LoadError::File {
+                stem: stem.to_owned(),
+                file: file.clone(),
+                source,
+            })?;
         let sha256 = hex::encode(Sha256::digest(&bytes));
         // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
         if let Some(live) = self.get(stem)
@@ -245,15 +321,25 @@ impl Registry {
             )
             .await
             .map_err(|e| match e {
-                crate::runtime::LoadError::Compile(e) => {
-                    format!("plugin {stem}: compiling {file} failed: {e}")
-                }
-                e => format!("plugin {stem}: {file} refused: {e}"),
+                runtime::LoadError::Compile(reason) => LoadError::Compile {
+                    stem: stem.to_owned(),
+                    file: file.clone(),
+                    reason,
+                },
+                source => LoadError::Refused {
+                    stem: stem.to_owned(),
+                    file: file.clone(),
+                    source,
+                },
             })?;
         self.runtime
             .typecheck(&built.plugin)
             .await
-            .map_err(|e| format!("plugin {stem}: {file} refused: {e}"))?;
+            .map_err(|source| LoadError::Refused {
+                stem: stem.to_owned(),
+                file: file.clone(),
+                source,
+            })?;
         // Cached only now that it passed every check: a refused file leaves nothing behind.
         if let (Some(cache), Some(artifact)) = (self.cache.clone(), built.artifact) {
             let _ = tokio::task::spawn_blocking(move || cache.store(&sha256, &artifact)).await;
@@ -268,7 +354,7 @@ impl Registry {
 
 /// Reads a plugin file: not through a symlink, only a regular file, at most
 /// [`MAX_PLUGIN_BYTES`]. Errors say what is wrong (to follow the file's name), never its bytes.
-fn read_plugin_file(path: &Path) -> Result<Vec<u8>, String> {
+fn read_plugin_file(path: &Path) -> Result<Vec<u8>, FileError> {
     use std::{
         io::Read as _,
         os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _},
@@ -287,12 +373,9 @@ fn read_plugin_file(path: &Path) -> Result<Vec<u8>, String> {
             "a device"
         }
     };
-    let refuse = |what: &str| {
-        format!("is {what}, not a regular file (plugin files are opened without following links)")
-    };
-    let meta = std::fs::symlink_metadata(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let meta = std::fs::symlink_metadata(path).map_err(FileError::Unreadable)?;
     if !meta.is_file() {
-        return Err(refuse(kind(&meta)));
+        return Err(FileError::NotRegular(kind(&meta)));
     }
     // O_NOFOLLOW: swapped for a symlink since the check, the open fails instead of following
     // it; O_NONBLOCK: swapped for a pipe, the open does not hang.
@@ -303,51 +386,79 @@ fn read_plugin_file(path: &Path) -> Result<Vec<u8>, String> {
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
-                refuse("a symbolic link")
+                FileError::NotRegular("a symbolic link")
             } else {
-                format!("cannot be read: {e}")
+                FileError::Unreadable(e)
             }
         })?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot be read: {e}"))?;
+    let meta = file.metadata().map_err(FileError::Unreadable)?;
     if !meta.is_file() {
-        return Err(refuse(kind(&meta)));
+        return Err(FileError::NotRegular(kind(&meta)));
     }
     if meta.len() > MAX_PLUGIN_BYTES {
-        return Err(format!(
-            "is {} bytes, over the {MAX_PLUGIN_BYTES}-byte cap",
-            meta.len()
-        ));
+        return Err(FileError::TooLarge(meta.len()));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_PLUGIN_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot be read: {e}"))?;
+        .map_err(FileError::Unreadable)?;
     if bytes.len() as u64 > MAX_PLUGIN_BYTES {
-        return Err(format!("grew over the {MAX_PLUGIN_BYTES}-byte cap"));
+        return Err(FileError::Grew);
     }
     Ok(bytes)
 }
 
 /// Refuses anything but a binary WebAssembly component before it reaches a parser, so no error
 /// message can quote the start of some other file.
-fn check_component_header(bytes: &[u8]) -> Result<(), String> {
+fn check_component_header(bytes: &[u8]) -> Result<(), FileError> {
     const MAGIC: &[u8] = b"\0asm";
     const COMPONENT: &[u8] = b"\x0d\x00\x01\x00";
     const CORE_MODULE: &[u8] = b"\x01\x00\x00\x00";
     if bytes.len() < 8 || &bytes[..4] != MAGIC {
-        return Err(format!(
-            "refused: not a valid WebAssembly component: its {} bytes do not start with the \
-             \\0asm header",
-            bytes.len()
-        ));
+        return Err(FileError::NoWasmHeader(bytes.len()));
     }
     match &bytes[4..8] {
         v if v == COMPONENT => Ok(()),
-        v if v == CORE_MODULE => Err("refused: not a valid WebAssembly component: it is a core \
-                                      module (build it for wasm32-wasip2)"
-            .into()),
-        _ => Err("refused: not a valid WebAssembly component: unknown binary version".into()),
+        v if v == CORE_MODULE => Err(FileError::CoreModule),
+        _ => Err(FileError::UnknownVersion),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_error_names_the_plugin_then_the_file_then_the_reason() {
+        let error = LoadError::File {
+            stem: "h".into(),
+            file: "/p/h.wasm".into(),
+            source: FileError::Grew,
+        };
+        assert_eq!(
+            error.to_string(),
+            format!("plugin h: /p/h.wasm grew over the {MAX_PLUGIN_BYTES}-byte cap")
+        );
+    }
+
+    #[test]
+    fn a_symlink_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real.wasm");
+        std::fs::write(&target, b"\0asm\x0d\x00\x01\x00").unwrap();
+        let link = dir.path().join("h.wasm");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(matches!(
+            read_plugin_file(&link),
+            Err(FileError::NotRegular("a symbolic link"))
+        ));
+    }
+
+    #[test]
+    fn a_core_module_is_refused_as_one() {
+        assert!(matches!(
+            check_component_header(b"\0asm\x01\x00\x00\x00"),
+            Err(FileError::CoreModule)
+        ));
     }
 }

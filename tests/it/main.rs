@@ -4,6 +4,7 @@
 mod support;
 
 mod admin;
+mod admin_api;
 mod crash;
 mod dispatch;
 mod foundation;

@@ -19,7 +19,8 @@ use axum::{
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use serde_json::json;
+
+use super::api::ErrorBody;
 
 /// What a request must match to reach the admin listener.
 #[derive(Debug, Clone)]
@@ -34,7 +35,10 @@ pub struct Guard {
 pub fn forbidden(detail: &str) -> Response {
     (
         StatusCode::FORBIDDEN,
-        Json(json!({"error": "forbidden", "detail": detail})),
+        Json(ErrorBody {
+            detail: Some(detail.to_owned()),
+            error: "forbidden".to_owned(),
+        }),
     )
         .into_response()
 }

@@ -1,7 +1,8 @@
 //! `hookd events | replay | plugins`: thin clients of the admin API (a contract: README "HTTP API"), plus
 //! the small plain-HTTP helper that `hookd send` shares.
 //!
-//! Invariants: every request carries a deadline ([`TIMEOUT`], connect to last body byte) and reads
+//! Invariants: requests and answers are the server's own wire types ([`crate::admin::api`]), so
+//! an answer of the wrong shape is an error, not printed; every request carries a deadline ([`TIMEOUT`], connect to last body byte) and reads
 //! at most [`MAX_RESPONSE_BYTES`] of the response; every error names the method and URL; the
 //! admin token is only ever put in the `Authorization` header (marked sensitive), never printed.
 //! Only plain `http://` is spoken: https is out of scope (put a TLS proxy in front, or use the
@@ -18,11 +19,10 @@ use hyper_util::{
     client::legacy::{Client, connect::HttpConnector},
     rt::TokioExecutor,
 };
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Serialize, de::DeserializeOwned};
 
 use super::AdminArgs;
-use crate::config::ClientAdmin;
+use crate::{admin::api, config::ClientAdmin, model::DeliveryState};
 
 /// How long one request may take, from connecting to reading the last body byte.
 pub(crate) const TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,10 +34,17 @@ pub(crate) const MAX_RESPONSE_BYTES: usize = 16 << 20;
 const ERROR_BODY_CHARS: usize = 2_000;
 
 /// Delivery states, as the admin API names them.
-const STATES: [&str; 6] = ["pending", "running", "retrying", "done", "dead", "stale"];
+fn state_names() -> impl Iterator<Item = &'static str> {
+    DeliveryState::ALL.into_iter().map(DeliveryState::as_str)
+}
 
 /// The states a replay may take (open ones are still being worked on).
-const REPLAY_STATES: [&str; 3] = ["dead", "stale", "done"];
+fn replay_state_names() -> impl Iterator<Item = &'static str> {
+    DeliveryState::ALL
+        .into_iter()
+        .filter(|state| !state.is_open())
+        .map(DeliveryState::as_str)
+}
 
 // ---------------------------------------------------------------------------------------------
 // The shared HTTP helper.
@@ -179,7 +186,7 @@ pub struct EventsArgs {
     #[arg(long)]
     source: Option<String>,
     /// List only events with a delivery in this state.
-    #[arg(long, value_parser = PossibleValuesParser::new(STATES))]
+    #[arg(long, value_parser = PossibleValuesParser::new(state_names()))]
     state: Option<String>,
     /// List only events with a delivery to this handler.
     #[arg(long)]
@@ -198,43 +205,47 @@ pub struct ReplayArgs {
     filter: ReplayFilter,
 }
 
-/// The replay selection, serialized as the `POST /admin/replay` body (absent fields omitted).
+/// The replay selection, sent as the `POST /admin/replay` body ([`api::ReplayRequest`]).
 /// With no `--handler`, `--state` or `--event-id`, held quarantined requests matching the source
 /// and time range are re-parsed too. At most 10 000 per call.
-#[derive(Debug, Clone, Default, Args, Serialize)]
+#[derive(Debug, Clone, Default, Args)]
 struct ReplayFilter {
     /// Only this source.
     #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
     source: Option<String>,
     /// Only deliveries to this handler.
     #[arg(long)]
-    #[serde(skip_serializing_if = "Option::is_none")]
     handler: Option<String>,
     /// Which deliveries to replay (the server defaults to dead).
-    #[arg(long, value_parser = PossibleValuesParser::new(REPLAY_STATES))]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[arg(long, value_parser = PossibleValuesParser::new(replay_state_names()))]
     state: Option<String>,
     /// Only this event id (repeat the flag for several).
     #[arg(long = "event-id", value_name = "ID")]
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     event_ids: Vec<String>,
     /// Only events received at or after this time, in ms since the Unix epoch.
     #[arg(long, value_name = "MS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
     since: Option<i64>,
     /// Only events received at or before this time, in ms since the Unix epoch.
     #[arg(long, value_name = "MS")]
-    #[serde(skip_serializing_if = "Option::is_none")]
     until: Option<i64>,
     /// Only count what would be replayed (`matched`); change nothing.
     #[arg(long)]
-    #[serde(skip_serializing_if = "is_false")]
     dry_run: bool,
 }
 
-fn is_false(value: &bool) -> bool {
-    !*value
+impl From<ReplayFilter> for api::ReplayRequest {
+    fn from(f: ReplayFilter) -> Self {
+        Self {
+            source: f.source,
+            handler: f.handler,
+            state: f.state,
+            // No flag means no event-id filter (an empty list would match nothing).
+            event_ids: (!f.event_ids.is_empty()).then_some(f.event_ids),
+            since: f.since,
+            until: f.until,
+            dry_run: f.dry_run,
+        }
+    }
 }
 
 /// `hookd plugins`: list the plugins, or roll one back.
@@ -260,29 +271,32 @@ enum PluginAction {
 
 /// `hookd events`: `GET /admin/events?...` or `GET /admin/events/{source}/{event_id}`.
 pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
-    let path = match (&args.show_source, &args.event_id) {
-        (Some(source), Some(event_id)) => format!(
-            "/admin/events/{}/{}",
-            percent_encode(source),
-            percent_encode(event_id)
-        ),
-        _ => {
-            let pairs = [
-                ("source", args.source.clone()),
-                ("state", args.state.clone()),
-                ("handler", args.handler.clone()),
-                ("limit", args.limit.map(|n| n.to_string())),
-            ];
-            format!("/admin/events{}", query(&pairs))
+    match (&args.show_source, &args.event_id) {
+        (Some(source), Some(event_id)) => {
+            let path = format!(
+                "/admin/events/{}/{}",
+                percent_encode(source),
+                percent_encode(event_id)
+            );
+            admin_call::<api::EventDetail>(&args.admin, Method::GET, &path, NO_BODY).await
         }
-    };
-    admin_call(&args.admin, Method::GET, &path, None).await
+        _ => {
+            let filter = api::EventsQuery {
+                source: args.source,
+                state: args.state,
+                handler: args.handler,
+                limit: args.limit.map(|n| n as usize),
+            };
+            let path = format!("/admin/events{}", query(&filter.pairs()));
+            admin_call::<Vec<api::EventSummary>>(&args.admin, Method::GET, &path, NO_BODY).await
+        }
+    }
 }
 
 /// `hookd replay`: `POST /admin/replay` with the filter as JSON.
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let body = serde_json::to_value(&args.filter)?;
-    admin_call(&args.admin, Method::POST, "/admin/replay", Some(body)).await
+    let body = api::ReplayRequest::from(args.filter);
+    admin_call::<api::ReplayAnswer>(&args.admin, Method::POST, "/admin/replay", Some(&body)).await
 }
 
 /// `hookd plugins`: `GET /admin/plugins` or `POST /admin/plugins/{name}/rollback`.
@@ -290,19 +304,26 @@ pub async fn plugins(args: PluginsArgs) -> anyhow::Result<()> {
     match (args.action, &args.name) {
         (Some(PluginAction::Rollback), Some(name)) => {
             let path = format!("/admin/plugins/{}/rollback", percent_encode(name));
-            admin_call(&args.admin, Method::POST, &path, None).await
+            admin_call::<api::RollbackAnswer>(&args.admin, Method::POST, &path, NO_BODY).await
         }
-        _ => admin_call(&args.admin, Method::GET, "/admin/plugins", None).await,
+        _ => {
+            admin_call::<Vec<api::PluginInfo>>(&args.admin, Method::GET, "/admin/plugins", NO_BODY)
+                .await
+        }
     }
 }
 
-/// One admin API call: prints the JSON answer pretty-printed on success; a non-2xx status is an
-/// error that carries the status and (the start of) the body.
-async fn admin_call(
+/// No request body (a `POST` without one is an empty filter or needs none).
+const NO_BODY: Option<&()> = None;
+
+/// One admin API call: reads the answer as `T` and prints it pretty-printed on success; a
+/// non-2xx status, or an answer that is not a `T`, is an error that carries the status and
+/// (the start of) the body.
+async fn admin_call<T: DeserializeOwned + Serialize>(
     admin: &AdminArgs,
     method: Method,
     path: &str,
-    json: Option<Value>,
+    json: Option<&impl Serialize>,
 ) -> anyhow::Result<()> {
     let base = admin.admin_url.trim_end_matches('/');
     parse_url(base).context("--admin-url (or HOOKD_ADMIN_URL)")?;
@@ -325,7 +346,7 @@ async fn admin_call(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             );
-            Bytes::from(serde_json::to_vec(&json)?)
+            Bytes::from(serde_json::to_vec(json)?)
         }
         None => Bytes::new(),
     };
@@ -344,7 +365,14 @@ async fn admin_call(
             one_line(&reply.body, ERROR_BODY_CHARS)
         );
     }
-    println!("{}", pretty(&reply.body));
+    let answer: T = serde_json::from_str(&reply.body).with_context(|| {
+        format!(
+            "{method_name} {url} answered {} with an unexpected body: {}",
+            reply.status,
+            one_line(&reply.body, ERROR_BODY_CHARS)
+        )
+    })?;
+    println!("{}", pretty(&answer)?);
     Ok(())
 }
 
@@ -391,12 +419,9 @@ fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
     }
 }
 
-/// The body pretty-printed if it is JSON, else as it came.
-fn pretty(body: &str) -> String {
-    serde_json::from_str::<Value>(body)
-        .ok()
-        .and_then(|value| serde_json::to_string_pretty(&value).ok())
-        .unwrap_or_else(|| body.trim_end().to_string())
+/// `answer` as pretty-printed JSON, object keys sorted (as the CLI has always printed them).
+fn pretty(answer: &impl Serialize) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(&serde_json::to_value(answer)?)
 }
 
 #[cfg(test)]
@@ -449,7 +474,10 @@ mod tests {
     #[test]
     fn replay_body_omits_absent_fields() {
         let empty = Replay::try_parse_from(["replay"]).unwrap();
-        assert_eq!(serde_json::to_value(&empty.args.filter).unwrap(), json!({}));
+        assert_eq!(
+            serde_json::to_value(api::ReplayRequest::from(empty.args.filter)).unwrap(),
+            json!({})
+        );
 
         let full = Replay::try_parse_from([
             "replay",
@@ -471,7 +499,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            serde_json::to_value(&full.args.filter).unwrap(),
+            serde_json::to_value(api::ReplayRequest::from(full.args.filter)).unwrap(),
             json!({
                 "source": "stripe", "handler": "classifier", "state": "stale",
                 "event_ids": ["evt_1", "evt_2"], "since": 10, "until": 20, "dry_run": true,
@@ -480,7 +508,7 @@ mod tests {
 
         let some = Replay::try_parse_from(["replay", "--event-id", "evt_1"]).unwrap();
         assert_eq!(
-            serde_json::to_value(&some.args.filter).unwrap(),
+            serde_json::to_value(api::ReplayRequest::from(some.args.filter)).unwrap(),
             json!({"event_ids": ["evt_1"]})
         );
     }
@@ -533,9 +561,17 @@ mod tests {
     }
 
     #[test]
-    fn pretty_prints_json_and_passes_other_text_through() {
-        assert_eq!(pretty("{\"a\":1}"), "{\n  \"a\": 1\n}");
-        assert_eq!(pretty("not json\n"), "not json");
+    fn pretty_prints_with_sorted_keys() {
+        let answer = api::RollbackAnswer {
+            name: "h".into(),
+            sha256: "ab".into(),
+        };
+        let value = json!({"sha256": "ab", "name": "h"});
+        assert_eq!(pretty(&answer).unwrap(), pretty(&value).unwrap());
+        assert_eq!(
+            pretty(&value).unwrap(),
+            "{\n  \"name\": \"h\",\n  \"sha256\": \"ab\"\n}"
+        );
     }
 
     #[tokio::test]

@@ -32,6 +32,7 @@ use crate::{
 };
 
 pub mod body;
+pub mod replay;
 
 use body::{BodyBudget, BodyLimits};
 

@@ -1,0 +1,267 @@
+//! The admin API's wire types: every request and answer body of the admin listener, shared by
+//! the server ([`super::handlers`]) and its client (`hookd events | replay | plugins`).
+//!
+//! Invariants:
+//! - These types are the JSON contract (README "HTTP API"); the inbox and registry read models
+//!   carry no serde and are converted here, so storage can change without the wire changing.
+//! - Fields are declared in the order each route has always sent them (the objects once built
+//!   with `json!` sent their keys sorted), so an answer's bytes do not change either.
+//! - Delivery states and attempt outcomes travel as their contract names (`as_str`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{inbox, registry::PluginStatus};
+
+/// The body of a refusal: what kind (`forbidden`, `not_found`, ...) and, for some, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    pub error: String,
+}
+
+/// `GET /healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Deliveries not yet finished.
+    pub backlog: i64,
+    pub pooling_allocator: bool,
+    /// Always `ok`: a host that answers is up.
+    pub status: String,
+}
+
+/// `GET /admin/events` query string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// A delivery state name; checked by the handler, so a wrong one is answered in JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+impl EventsQuery {
+    /// The query's `(key, value)` pairs, in this order, `None` where it does not filter.
+    pub fn pairs(self) -> [(&'static str, Option<String>); 4] {
+        [
+            ("source", self.source),
+            ("state", self.state),
+            ("handler", self.handler),
+            ("limit", self.limit.map(|n| n.to_string())),
+        ]
+    }
+}
+
+/// One entry of the `GET /admin/events` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSummary {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    /// Ms since the Unix epoch.
+    pub received_at: i64,
+    /// Handler → delivery state.
+    pub states: BTreeMap<String, String>,
+}
+
+impl From<inbox::EventSummary> for EventSummary {
+    fn from(e: inbox::EventSummary) -> Self {
+        Self {
+            source: e.source,
+            event_id: e.event_id,
+            event_type: e.event_type,
+            received_at: e.received_at,
+            states: e.states,
+        }
+    }
+}
+
+/// `GET /admin/events/{source}/{event_id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventDetail {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub ordering_key: Option<String>,
+    pub sequence: Option<i64>,
+    /// Ms since the Unix epoch.
+    pub received_at: i64,
+    pub deliveries: Vec<DeliveryDetail>,
+}
+
+impl From<inbox::EventDetail> for EventDetail {
+    fn from(e: inbox::EventDetail) -> Self {
+        Self {
+            source: e.source,
+            event_id: e.event_id,
+            event_type: e.event_type,
+            ordering_key: e.ordering_key,
+            sequence: e.sequence,
+            received_at: e.received_at,
+            deliveries: e.deliveries.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// One handler's delivery of an event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeliveryDetail {
+    pub handler: String,
+    /// A delivery state name.
+    pub state: String,
+    pub attempts: i64,
+    pub output: Option<String>,
+    pub last_error: Option<String>,
+    /// Ms since the Unix epoch.
+    pub next_attempt_at: Option<i64>,
+    pub history: Vec<AttemptRecord>,
+}
+
+impl From<inbox::DeliveryDetail> for DeliveryDetail {
+    fn from(d: inbox::DeliveryDetail) -> Self {
+        Self {
+            handler: d.handler,
+            state: d.state,
+            attempts: d.attempts,
+            output: d.output,
+            last_error: d.last_error,
+            next_attempt_at: d.next_attempt_at,
+            history: d.history.into_iter().map(Into::into).collect(),
+        }
+    }
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub attempt: i64,
+    /// Ms since the Unix epoch.
+    pub started_at: i64,
+    /// Ms since the Unix epoch.
+    pub finished_at: i64,
+    /// An attempt outcome name.
+    pub outcome: String,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    /// The plugin version that ran it.
+    pub plugin_sha256: Option<String>,
+}
+
+impl From<inbox::AttemptRecord> for AttemptRecord {
+    fn from(a: inbox::AttemptRecord) -> Self {
+        Self {
+            attempt: a.attempt,
+            started_at: a.started_at,
+            finished_at: a.finished_at,
+            outcome: a.outcome,
+            error_kind: a.error_kind,
+            error: a.error,
+            plugin_sha256: a.plugin_sha256,
+        }
+    }
+}
+
+/// `POST /admin/replay` body (optional as a whole; absent fields do not filter).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// A delivery state name; `dead` when not given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_ids: Option<Vec<String>>,
+    /// Received at or after, in ms since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    /// Received at or before, in ms since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dry_run: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// `POST /admin/replay` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayAnswer {
+    /// Deliveries and quarantined requests the filter selected.
+    pub matched: usize,
+    /// How many of them were queued again or left quarantine (0 on a dry run).
+    pub replayed: usize,
+}
+
+impl From<crate::ingest::replay::ReplayReport> for ReplayAnswer {
+    fn from(r: crate::ingest::replay::ReplayReport) -> Self {
+        Self {
+            matched: r.matched,
+            replayed: r.replayed,
+        }
+    }
+}
+
+/// One entry of the `GET /admin/plugins` list: a configured plugin instance and its file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginInfo {
+    /// Why the file is not (or no longer) what runs, if it is not.
+    pub error: Option<String>,
+    /// The roles the live version exports (`parser`, `handler`).
+    pub exports: Vec<String>,
+    /// Ms since the Unix epoch.
+    pub loaded_at: Option<i64>,
+    /// The `[plugins.<name>]` instance name.
+    pub name: String,
+    /// sha256 of the versions a rollback can return to, most recent first.
+    pub previous: Vec<String>,
+    /// sha256 of the live version.
+    pub sha256: Option<String>,
+    /// The file's path.
+    pub wasm: String,
+}
+
+impl PluginInfo {
+    /// The instance `name` whose file is at `wasm`, as the registry knows it (`None`: the
+    /// registry never tried to load it).
+    pub fn new(name: String, wasm: String, file: Option<PluginStatus>) -> Self {
+        let Some(file) = file else {
+            return Self {
+                error: Some("not loaded".to_owned()),
+                exports: Vec::new(),
+                loaded_at: None,
+                name,
+                previous: Vec::new(),
+                sha256: None,
+                wasm,
+            };
+        };
+        Self {
+            error: file.error,
+            exports: file.exports.into_iter().map(str::to_owned).collect(),
+            loaded_at: file.loaded_at,
+            name,
+            previous: file.previous,
+            sha256: file.sha256,
+            wasm: file.wasm,
+        }
+    }
+}
+
+/// `POST /admin/plugins/{name}/rollback` answer: the version now live.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RollbackAnswer {
+    pub name: String,
+    pub sha256: String,
+}

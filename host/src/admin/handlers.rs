@@ -1,0 +1,220 @@
+//! The admin routes: each parses its input into the owning room's terms, asks that room, and
+//! answers with an [`api`] type.
+//!
+//! Invariants:
+//! - A handler holds no business logic: filters are parsed here, the work is done by the inbox,
+//!   the registry or [`crate::ingest::replay`].
+//! - A malformed query or body is answered by axum's own 4xx; everything else the contract's
+//!   JSON (an [`api`] type, or an [`ApiError`]).
+
+use std::sync::Arc;
+
+use axum::{
+    Json,
+    extract::{
+        FromRequest, Path, Query, Request, State,
+        rejection::{JsonRejection, QueryRejection},
+    },
+    http::Uri,
+    response::{IntoResponse, Response},
+};
+
+use super::api;
+use crate::{
+    Shared,
+    error::ApiError,
+    inbox::{EventFilter, InboxError, ReplayFilter},
+    ingest::replay::{self, ReplayError},
+    model::DeliveryState,
+    registry::RollbackError,
+};
+
+/// Most deliveries (plus quarantined requests) one replay call touches.
+pub const MAX_REPLAY: usize = 10_000;
+
+/// Events listed when the query sets no `limit`, and the most it may ask for.
+const DEFAULT_EVENTS: usize = 100;
+const MAX_EVENTS: usize = 10_000;
+
+/// An admin request refused before it reached the inbox, answered exactly as its cause says:
+/// axum's own 4xx for a malformed query or body, else the contract's JSON error.
+#[derive(Debug)]
+pub enum Rejection {
+    Query(QueryRejection),
+    Body(JsonRejection),
+    Api(ApiError),
+}
+
+impl From<ApiError> for Rejection {
+    fn from(e: ApiError) -> Self {
+        Self::Api(e)
+    }
+}
+
+impl From<InboxError> for Rejection {
+    fn from(e: InboxError) -> Self {
+        Self::Api(e.into())
+    }
+}
+
+impl From<ReplayError> for Rejection {
+    fn from(e: ReplayError) -> Self {
+        Self::Api(match e {
+            ReplayError::UnknownSource(_) => ApiError::BadRequest(e.to_string()),
+            ReplayError::Inbox(e) => e.into(),
+        })
+    }
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        match self {
+            Self::Query(e) => e.into_response(),
+            Self::Body(e) => e.into_response(),
+            Self::Api(e) => e.into_response(),
+        }
+    }
+}
+
+impl From<RollbackError> for ApiError {
+    fn from(e: RollbackError) -> Self {
+        match e {
+            RollbackError::UnknownFile(_) => Self::NotFound(e.to_string()),
+            // Answered 400 as it always was (the integration tests pin it).
+            RollbackError::NoPrevious(_) => Self::BadRequest(e.to_string()),
+        }
+    }
+}
+
+pub(super) async fn healthz(State(shared): State<Arc<Shared>>) -> Json<api::Health> {
+    Json(api::Health {
+        backlog: shared.inbox.backlog(),
+        pooling_allocator: shared.runtime.pooling(),
+        status: "ok".to_owned(),
+    })
+}
+
+fn parse_state(state: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
+    state
+        .map(|s| {
+            DeliveryState::parse(s).ok_or_else(|| {
+                let names = DeliveryState::ALL.map(DeliveryState::as_str).join(", ");
+                ApiError::BadRequest(format!("state {s:?} is not one of {names}"))
+            })
+        })
+        .transpose()
+}
+
+/// `GET /admin/events`: the request URI's query string → the inbox filter. This is the
+/// handler's whole input parsing, public so it can be fuzzed.
+pub fn events_filter(uri: &Uri) -> Result<EventFilter, Rejection> {
+    let Query(query) = Query::<api::EventsQuery>::try_from_uri(uri).map_err(Rejection::Query)?;
+    Ok(EventFilter {
+        source: query.source,
+        state: parse_state(query.state.as_deref())?,
+        handler: query.handler,
+        limit: query.limit.unwrap_or(DEFAULT_EVENTS).min(MAX_EVENTS),
+    })
+}
+
+pub(super) async fn list_events(
+    State(shared): State<Arc<Shared>>,
+    uri: Uri,
+) -> Result<Json<Vec<api::EventSummary>>, Rejection> {
+    let filter = events_filter(&uri)?;
+    let events = shared.inbox.list_events(filter).await?;
+    Ok(Json(events.into_iter().map(Into::into).collect()))
+}
+
+pub(super) async fn event_detail(
+    State(shared): State<Arc<Shared>>,
+    Path((source, event_id)): Path<(String, String)>,
+) -> Result<Json<api::EventDetail>, ApiError> {
+    let detail = shared
+        .inbox
+        .event_detail(source.clone(), event_id.clone())
+        .await?;
+    detail
+        .map(|d| Json(d.into()))
+        .ok_or_else(|| ApiError::NotFound(format!("no event {event_id:?} from source {source:?}")))
+}
+
+/// `POST /admin/replay`: the request's optional JSON body → what to replay (no
+/// `Content-Type`: no filter). This is the handler's whole input parsing, public so it can be
+/// fuzzed.
+pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> {
+    let body = Option::<Json<api::ReplayRequest>>::from_request(request, &())
+        .await
+        .map_err(Rejection::Body)?;
+    let body = body.map(|Json(b)| b).unwrap_or_default();
+    Ok(ReplayFilter {
+        source: body.source,
+        handler: body.handler,
+        state: parse_state(body.state.as_deref())?,
+        event_ids: body.event_ids,
+        since_ms: body.since,
+        until_ms: body.until,
+        limit: MAX_REPLAY,
+        dry_run: body.dry_run,
+    })
+}
+
+pub(super) async fn replay(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<Json<api::ReplayAnswer>, Rejection> {
+    let filter = replay_filter(request).await?;
+    let report = replay::run(&shared, filter).await?;
+    Ok(Json(report.into()))
+}
+
+pub(super) async fn plugins(State(shared): State<Arc<Shared>>) -> Json<Vec<api::PluginInfo>> {
+    let files = shared.registry.statuses();
+    let list = shared
+        .config
+        .plugins
+        .values()
+        .map(|plugin| {
+            let wasm = shared.registry.path_of(&plugin.wasm).display().to_string();
+            // Two instances may share a file: each gets its own copy of the file's status.
+            let file = files.get(&plugin.wasm).cloned();
+            api::PluginInfo::new(plugin.name.to_string(), wasm, file)
+        })
+        .collect();
+    Json(list)
+}
+
+pub(super) async fn rollback(
+    State(shared): State<Arc<Shared>>,
+    Path(name): Path<String>,
+) -> Result<Json<api::RollbackAnswer>, ApiError> {
+    let plugin = shared
+        .config
+        .plugins
+        .get(name.as_str())
+        .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
+    let live = shared.registry.rollback(&plugin.wasm)?;
+    Ok(Json(api::RollbackAnswer {
+        name,
+        sha256: live.plugin.sha256().to_owned(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    #[test]
+    fn rolling_back_a_file_never_loaded_is_not_found() {
+        let response = ApiError::from(RollbackError::UnknownFile("h".into())).into_response();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn a_replay_of_an_unknown_source_is_a_bad_request() {
+        let response = Rejection::from(ReplayError::UnknownSource("nope".into())).into_response();
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+}

@@ -1,0 +1,115 @@
+//! Replay as a service: run matching deliveries again and parse held quarantined requests
+//! again, for whichever front end asks (the admin API today).
+//!
+//! Invariants:
+//! - One call touches at most `filter.limit` deliveries and quarantined requests together.
+//! - At most one quarantined body is in memory at a time; a dry run reads none (it counts).
+//! - A re-parsed request is accepted (deduped like any other) or, if its parser now refuses or
+//!   ignores it, resolved with the parser's reason; one that still cannot be parsed stays held.
+
+use crate::{
+    Shared,
+    inbox::{Accepted, InboxError, ReplayFilter},
+    ingest::{EnvelopeOutcome, envelope},
+    text,
+};
+
+/// What one replay did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Deliveries and quarantined requests the filter selected.
+    pub matched: usize,
+    /// How many were queued again or left quarantine (0 on a dry run).
+    pub replayed: usize,
+}
+
+/// Why a replay did not run (or stopped).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The filter names a source that is not configured.
+    #[error("unknown source {0:?}")]
+    UnknownSource(String),
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+}
+
+/// Replays what `filter` selects: its deliveries, then (when it filters by nothing a
+/// quarantined request lacks) the held quarantined requests of its source and time range.
+pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
+    if let Some(source) = &filter.source
+        && !shared.config.sources.contains_key(source.as_str())
+    {
+        return Err(ReplayError::UnknownSource(source.clone()));
+    }
+    let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
+
+    // Quarantined requests have no event id or handler yet: they match source and time only.
+    if filter.handler.is_none() && filter.event_ids.is_none() && filter.state.is_none() {
+        let dry_run = filter.dry_run;
+        let filter = ReplayFilter {
+            limit: filter.limit - matched.min(filter.limit),
+            ..filter
+        };
+        if dry_run {
+            // Counted in SQL: a dry run reads no body.
+            matched += shared.inbox.held_quarantine_count(filter).await?;
+        } else {
+            let ids = shared.inbox.held_quarantine_ids(filter).await?;
+            matched += ids.len();
+            let result = reparse(shared, &ids).await;
+            // Accepts resolve quarantined rows too: recount once, whatever happened.
+            shared.inbox.recount_quarantine().await?;
+            replayed += result?;
+        }
+    }
+    Ok(ReplayReport { matched, replayed })
+}
+
+/// Parses the quarantined requests `ids` again, one at a time (one body in memory at once), and
+/// accepts or resolves each; returns how many left quarantine.
+async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
+    let mut replayed = 0;
+    for &id in ids {
+        // Resolved meanwhile (a concurrent replay) or gone: nothing to do.
+        let Some(item) = shared.inbox.held_quarantined(id).await? else {
+            continue;
+        };
+        let Some(source) = shared.config.sources.get(item.source.as_str()) else {
+            continue;
+        };
+        match envelope(shared, source, &item.request).await {
+            EnvelopeOutcome::Envelope(envelope) => {
+                let accepted = shared
+                    .inbox
+                    .accept(
+                        source.name.clone(),
+                        envelope,
+                        item.request,
+                        source.handlers.clone(),
+                        Some(item.id),
+                    )
+                    .await?;
+                tracing::info!(
+                    source = %source.name, quarantine_id = item.id,
+                    duplicate = accepted == Accepted::Duplicate,
+                    "quarantined request replayed"
+                );
+                replayed += 1;
+            }
+            EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
+                shared
+                    .inbox
+                    .resolve_quarantine(
+                        item.id,
+                        text::cap(format!("parser now says: {reason}"), text::MAX_REASON_BYTES),
+                    )
+                    .await?;
+                replayed += 1;
+            }
+            EnvelopeOutcome::Quarantine(reason) => {
+                tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
+            }
+        }
+    }
+    Ok(replayed)
+}
