@@ -44,6 +44,10 @@ pub enum ApiError {
     NotFound(String),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// The request is well-formed but the target's state refuses it (a rollback without a
+    /// previous version).
+    #[error("conflict: {0}")]
+    Conflict(String),
     /// Logged, answered as a bare 500.
     #[error("internal error: {0:#}")]
     Internal(#[from] anyhow::Error),
@@ -90,6 +94,10 @@ impl IntoResponse for ApiError {
             Self::BadRequest(detail) => (
                 StatusCode::BAD_REQUEST,
                 json!({"error": "bad_request", "detail": cap_detail(detail)}),
+            ),
+            Self::Conflict(detail) => (
+                StatusCode::CONFLICT,
+                json!({"error": "conflict", "detail": cap_detail(detail)}),
             ),
             Self::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");

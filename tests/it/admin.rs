@@ -147,7 +147,7 @@ async fn every_admin_route_refuses_a_missing_or_wrong_token() {
             Method::POST,
             "/admin/plugins/flaky/rollback",
             None,
-            StatusCode::BAD_REQUEST,
+            StatusCode::CONFLICT,
         ),
     ];
     let wrong = [

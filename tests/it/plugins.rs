@@ -451,7 +451,8 @@ async fn rollback_makes_the_previous_sha_live() {
     let (status, reply) = host
         .admin_post("/admin/plugins/h/rollback", json!({}))
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
+    assert_eq!(status, StatusCode::CONFLICT, "{reply}");
+    assert_eq!(reply["error"], "conflict", "{reply}");
     let (status, _) = host
         .admin_post("/admin/plugins/nope/rollback", json!({}))
         .await;

@@ -80,8 +80,7 @@ impl From<RollbackError> for ApiError {
     fn from(e: RollbackError) -> Self {
         match e {
             RollbackError::UnknownFile(_) => Self::NotFound(e.to_string()),
-            // Answered 400 as it always was (the integration tests pin it).
-            RollbackError::NoPrevious(_) => Self::BadRequest(e.to_string()),
+            RollbackError::NoPrevious(_) => Self::Conflict(e.to_string()),
         }
     }
 }
