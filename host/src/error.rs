@@ -49,10 +49,23 @@ pub enum ApiError {
     Internal(#[from] anyhow::Error),
 }
 
+/// How long a client is asked to wait when the database is busy.
+const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// Only a filter the inbox refuses is the client's fault (400); a busy database is a transient
+/// overload (503 with `Retry-After`); anything else is the host's fault (500, logged, nothing of
+/// it sent).
 impl From<crate::inbox::InboxError> for ApiError {
     fn from(e: crate::inbox::InboxError) -> Self {
+        use crate::inbox::InboxError;
         match e {
-            crate::inbox::InboxError::Invalid(message) => Self::BadRequest(message),
+            InboxError::InvalidFilter(message) => Self::BadRequest(message),
+            InboxError::Busy(cause) => {
+                tracing::warn!(error = %cause, "database busy; asking the client to retry");
+                Self::Overloaded {
+                    retry_after_secs: BUSY_RETRY_AFTER_SECS,
+                }
+            }
             other => Self::Internal(other.into()),
         }
     }
