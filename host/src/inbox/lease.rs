@@ -59,6 +59,7 @@ pub struct ClaimRequest {
     pub fairness: Fairness,
 }
 
+/// How long a lease lasts when the claim names no length for its handler.
 pub const DEFAULT_LEASE_MS: i64 = 60_000;
 
 /// One finished attempt, to be recorded with its delivery's next state in one transaction.
@@ -81,6 +82,7 @@ pub struct Finish {
 /// How recording a finished attempt went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finished {
+    /// The attempt is recorded, its state writes applied and its delivery moved on.
     Recorded,
     /// State read by the attempt changed meanwhile: nothing applied, the delivery is due again.
     Conflict,
@@ -104,6 +106,7 @@ pub(super) fn count_open(conn: &Connection) -> Result<i64, InboxError> {
     )?)
 }
 
+/// Appends `f` to the attempt history of `delivery`.
 fn insert_attempt(conn: &Connection, delivery: i64, f: &Finish) -> Result<(), InboxError> {
     conn.prepare_cached(
         "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,

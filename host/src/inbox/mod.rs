@@ -91,13 +91,6 @@ impl From<WriterOptions> for OpenOptions {
     }
 }
 
-impl From<&ServerConfig> for OpenOptions {
-    /// The server's writer settings, on the system clock.
-    fn from(server: &ServerConfig) -> Self {
-        WriterOptions::from(server).into()
-    }
-}
-
 /// Handle to the inbox; cheap to clone.
 #[derive(Clone)]
 pub struct Inbox {
@@ -105,11 +98,14 @@ pub struct Inbox {
 }
 
 struct Inner {
+    /// The database file (read connections are opened on it as needed).
     path: PathBuf,
+    /// The writer's queue; `None` once closed.
     writer: Mutex<Option<writer::Queue>>,
     writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
+    /// Idle read connections.
     readers: Mutex<Vec<Connection>>,
-    /// Deliveries in an open state (pending, running, retrying): the backlog bound's measure.
+    /// Deliveries in an open state (`DeliveryState::OPEN`): the backlog bound's measure.
     backlog: AtomicI64,
     /// Quarantined requests not yet resolved (plus writes in flight): the quarantine bound's
     /// measure. Recounted from the table after every replay.
@@ -120,6 +116,7 @@ struct Inner {
     commits: AtomicI64,
     /// Held while open: one hookd per database, because start-up takes back every lease.
     lock: Mutex<Option<std::fs::File>>,
+    /// Where the times the inbox stamps itself come from.
     clock: Clock,
 }
 

@@ -1,7 +1,7 @@
 //! Read models: what the admin API and the CLI show of events, deliveries and attempts.
 //!
-//! Invariant: these are plain data read in one connection's snapshot; they know nothing of any
-//! wire format (the admin API converts them), and reading them never writes.
+//! Invariant: these are plain data with public fields; they know nothing of any wire format (the
+//! admin API converts them into its own types), and reading them never writes.
 
 use std::collections::BTreeMap;
 
@@ -68,49 +68,48 @@ pub struct AttemptRecord {
 }
 
 impl Inbox {
-    /// Events, newest first, with each handler's delivery state.
+    /// Events, newest first, with each handler's delivery state (one query: the page of
+    /// events joined with their deliveries).
     pub async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
         self.read(move |conn| {
-            let mut stmt = conn.prepare(
-                "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at FROM events e
-                 WHERE (?1 IS NULL OR e.source = ?1)
-                   AND (?2 IS NULL AND ?3 IS NULL OR EXISTS (
-                        SELECT 1 FROM deliveries d WHERE d.event = e.id
-                          AND (?2 IS NULL OR d.state = ?2) AND (?3 IS NULL OR d.handler = ?3)))
-                 ORDER BY e.id DESC LIMIT ?4",
+            let mut stmt = conn.prepare_cached(
+                "WITH page AS (
+                     SELECT e.id, e.source, e.event_id, e.event_type, e.received_at FROM events e
+                     WHERE (?1 IS NULL OR e.source = ?1)
+                       AND (?2 IS NULL AND ?3 IS NULL OR EXISTS (
+                            SELECT 1 FROM deliveries d WHERE d.event = e.id
+                              AND (?2 IS NULL OR d.state = ?2) AND (?3 IS NULL OR d.handler = ?3)))
+                     ORDER BY e.id DESC LIMIT ?4)
+                 SELECT p.id, p.source, p.event_id, p.event_type, p.received_at, d.handler, d.state
+                 FROM page p LEFT JOIN deliveries d ON d.event = p.id
+                 ORDER BY p.id DESC",
             )?;
-            let events: Vec<(i64, EventSummary)> = stmt
-                .query_map(
-                    params![
-                        filter.source,
-                        filter.state.map(|s| s.as_str()),
-                        filter.handler,
-                        filter.limit as i64
-                    ],
-                    |r| {
-                        Ok((
-                            r.get(0)?,
-                            EventSummary {
-                                source: r.get(1)?,
-                                event_id: r.get(2)?,
-                                event_type: r.get(3)?,
-                                received_at: r.get(4)?,
-                                states: BTreeMap::new(),
-                            },
-                        ))
-                    },
-                )?
-                .collect::<Result<_, _>>()?;
-            let mut states =
-                conn.prepare_cached("SELECT handler, state FROM deliveries WHERE event = ?1")?;
-            let mut out = Vec::with_capacity(events.len());
-            for (id, mut summary) in events {
-                summary.states = states
-                    .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<Result<_, _>>()?;
-                out.push(summary);
+            let mut rows = stmt.query(params![
+                filter.source,
+                filter.state.map(|s| s.as_str()),
+                filter.handler,
+                filter.limit as i64
+            ])?;
+            // Rows come grouped by event: a new id starts the next summary.
+            let mut events: Vec<(i64, EventSummary)> = Vec::new();
+            while let Some(r) = rows.next()? {
+                let id: i64 = r.get(0)?;
+                if events.last().is_none_or(|(last, _)| *last != id) {
+                    let summary = EventSummary {
+                        source: r.get(1)?,
+                        event_id: r.get(2)?,
+                        event_type: r.get(3)?,
+                        received_at: r.get(4)?,
+                        states: BTreeMap::new(),
+                    };
+                    events.push((id, summary));
+                }
+                let handler: Option<String> = r.get(5)?;
+                if let (Some(handler), Some((_, summary))) = (handler, events.last_mut()) {
+                    summary.states.insert(handler, r.get(6)?);
+                }
             }
-            Ok(out)
+            Ok(events.into_iter().map(|(_, summary)| summary).collect())
         })
         .await
     }
