@@ -79,12 +79,16 @@ pub(super) async fn accept(inbox: &Inbox, envelope: Envelope) -> Accepted {
         .unwrap()
 }
 
-/// A claim at `now_ms` of up to `n` deliveries of `handler`, with default leases and fairness.
-pub(super) fn claim_request(now_ms: i64, handler: &str, n: usize) -> ClaimRequest {
+/// A claim at `now_ms` of up to `limit` deliveries, of the handlers in `capacity` (each with
+/// its room), with default leases and fairness.
+pub(super) fn claim_request(now_ms: i64, limit: usize, capacity: &[(&str, usize)]) -> ClaimRequest {
     ClaimRequest {
         now_ms,
-        limit: n,
-        capacity: [(handler.to_owned(), n)].into(),
+        limit,
+        capacity: capacity
+            .iter()
+            .map(|(handler, room)| (handler.to_string(), *room))
+            .collect(),
         lease_ms: Default::default(),
         fairness: Default::default(),
     }
@@ -93,7 +97,7 @@ pub(super) fn claim_request(now_ms: i64, handler: &str, n: usize) -> ClaimReques
 /// Leases what of [`HANDLER`] is due at `now_ms` (up to 8).
 pub(super) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
     inbox
-        .claim(claim_request(now_ms, HANDLER, 8))
+        .claim(claim_request(now_ms, 8, &[(HANDLER, 8)]))
         .await
         .unwrap()
 }
@@ -102,7 +106,7 @@ pub(super) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
 pub(super) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
     accept(inbox, event(id)).await;
     let mut claimed = inbox
-        .claim(claim_request(LEASED_MS, HANDLER, 1))
+        .claim(claim_request(LEASED_MS, 1, &[(HANDLER, 1)]))
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "{id} leased");

@@ -116,7 +116,7 @@ impl Sim {
         let before = self.deliveries.clone();
         let claimed = self
             .inbox
-            .claim(fixtures::claim_request(self.now_ms, HANDLER, 8))
+            .claim(fixtures::claim_request(self.now_ms, 8, &[(HANDLER, 8)]))
             .await
             .unwrap();
         let stored = self

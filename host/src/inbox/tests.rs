@@ -186,16 +186,17 @@ async fn a_replay_gives_a_fresh_attempt_budget() {
 }
 
 #[tokio::test]
-async fn a_replay_counts_what_it_matched_and_replayed() {
+async fn a_replay_touches_at_most_its_limit() {
     let (_dir, inbox) = fixtures::open();
-    for id in ["a", "b"] {
+    for id in ["a", "b", "c"] {
         let claimed = lease(&inbox, id).await;
         inbox
             .finish(finished(&claimed, Disposition::Dead))
             .await
             .unwrap();
     }
-    assert_eq!(inbox.replay(dead()).await.unwrap(), (2, 2));
+    let two = ReplayFilter { limit: 2, ..dead() };
+    assert_eq!(inbox.replay(two).await.unwrap(), (2, 2));
 }
 
 #[tokio::test]
@@ -408,7 +409,7 @@ async fn list_events_shows_every_handlers_state() {
         .await
         .unwrap();
     inbox
-        .claim(fixtures::claim_request(LEASED_MS, "x", 1))
+        .claim(fixtures::claim_request(LEASED_MS, 1, &[("x", 1)]))
         .await
         .unwrap();
     let listed = inbox
