@@ -2,14 +2,15 @@
 //!
 //! One file per role: `request` (what is stored), `accept` and `quarantine` (a request comes
 //! in), `lease` (claim, finish, reclaim), `replay`, `state` (plugin state) and `views` (read
-//! models); the SQLite mechanics are in `connection` (files, lock, pragmas, read pool), `writer`
-//! (group commit) and `schema` (migrations). This file is the [`Inbox`] handle: open and close,
-//! and the in-process counters and wake-up the operations keep.
+//! models). The SQLite mechanics are in `connection` (files, lock, pragmas, read pool),
+//! `writer` (group commit), `schema` (migrations) and `sql` (state sets as SQL, stored
+//! headers). This file is the [`Inbox`] handle: open and close, and the in-process counters
+//! and wake-up the operations keep.
 //!
 //! Invariants:
-//! - This is the only module that speaks SQL (rusqlite stays in this room, and no rusqlite
-//!   type is part of its public API).
-//! - Every write goes through the one writer ([`writer`]), so a caller is answered only after
+//! - This is the only module that speaks SQL: rusqlite stays in this room, and no rusqlite
+//!   type appears in the types it exports.
+//! - Every write goes through the one writer (`writer.rs`), so a caller is answered only after
 //!   the commit that holds its change.
 //! - `(source, event_id)` is unique (a table constraint, not a check-then-insert).
 //! - Every state transition of a delivery happens in one statement or one savepoint, so a crash
