@@ -102,14 +102,16 @@ pub(super) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
         .unwrap()
 }
 
-/// Accepts event `id` for [`HANDLER`] and leases its delivery at [`LEASED_MS`].
+/// Accepts event `id` for [`HANDLER`] and leases its delivery at [`LEASED_MS`] (nothing else of
+/// [`HANDLER`] may be due then).
 pub(super) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
     accept(inbox, event(id)).await;
     let mut claimed = inbox
         .claim(claim_request(LEASED_MS, 1, &[(HANDLER, 1)]))
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 1, "{id} leased");
+    let ids: Vec<&str> = claimed.iter().map(|c| c.event_id.as_str()).collect();
+    assert_eq!(ids, [id], "{id} leased, and nothing else");
     claimed.remove(0)
 }
 

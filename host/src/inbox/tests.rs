@@ -443,3 +443,37 @@ async fn list_events_is_newest_first_and_limited() {
     let ids: Vec<&str> = listed.iter().map(|e| e.event_id.as_str()).collect();
     assert_eq!(ids, ["c", "b"]);
 }
+
+#[tokio::test]
+async fn the_backlog_is_recounted_from_the_database_at_open() {
+    let (dir, inbox) = fixtures::open();
+    let done_one = lease(&inbox, "a").await;
+    let record = finished(&done_one, Disposition::Done { output: None });
+    inbox.finish(record).await.unwrap();
+    accept(&inbox, event("b")).await;
+    inbox.close();
+    let path = dir.path().join("hookd.db");
+    let reopened = super::Inbox::open(&path, crate::config::Durability::Normal).unwrap();
+    assert_eq!(reopened.backlog(), 1);
+}
+
+#[tokio::test]
+async fn held_quarantine_is_recounted_from_the_database_at_open() {
+    let (dir, inbox) = fixtures::open();
+    quarantine(&inbox, 10).await.unwrap();
+    inbox.close();
+    let path = dir.path().join("hookd.db");
+    let reopened = super::Inbox::open(&path, crate::config::Durability::Normal).unwrap();
+    assert_eq!(reopened.quarantine_held(), 1);
+}
+
+#[tokio::test]
+async fn the_next_due_time_is_the_earliest_retry_after_now() {
+    let (_dir, inbox) = fixtures::open();
+    for (id, at_ms) in [("a", 5_000), ("b", 3_000)] {
+        let claimed = lease(&inbox, id).await;
+        let retry = Disposition::RetryAt { at_ms };
+        inbox.finish(finished(&claimed, retry)).await.unwrap();
+    }
+    assert_eq!(inbox.next_due_after(LEASED_MS).await.unwrap(), Some(3_000));
+}
