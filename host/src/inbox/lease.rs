@@ -181,43 +181,7 @@ impl Inbox {
         decide: impl Fn(&str, u32) -> Disposition + Send + 'static,
     ) -> Result<usize, InboxError> {
         let (count, closed) = self
-            .write(move |conn| {
-                let rows: Vec<(i64, String, u32, u32, i64)> = conn
-                    .prepare_cached(
-                        "SELECT id, handler, attempts, attempts - budget_base, leased_at
-                         FROM deliveries WHERE state = 'running' AND lease_until < ?1",
-                    )?
-                    .query_map([expired_before], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                    })?
-                    .collect::<Result<_, _>>()?;
-                let mut closed = 0;
-                for (id, handler, attempt, used, leased_at) in &rows {
-                    let disposition = decide(handler, *used);
-                    if !matches!(disposition, Disposition::RetryAt { .. }) {
-                        closed += 1;
-                    }
-                    let finish = Finish {
-                        delivery_id: *id,
-                        attempt: *attempt,
-                        started_at_ms: *leased_at,
-                        finished_at_ms: now_ms,
-                        outcome: AttemptOutcome::Abandoned,
-                        error_kind: Some("lease_expired".into()),
-                        error: Some(
-                            "the attempt's worker stopped before it finished (crash, kill or \
-                             restart); whether the handler acted is unknown"
-                                .into(),
-                        ),
-                        plugin_sha256: None,
-                        disposition,
-                        plugin: PluginName::new(handler.as_str()),
-                        state: StateChanges::default(),
-                    };
-                    finish_attempt(conn, &finish)?;
-                }
-                Ok((rows.len(), closed))
-            })
+            .write(move |conn| take_back(conn, now_ms, expired_before, decide))
             .await?;
         self.add_backlog(-(closed as i64));
         if count > 0 {
@@ -244,6 +208,51 @@ impl Inbox {
         })
         .await
     }
+}
+
+/// Records the attempts whose lease ends before `expired_before` as abandoned at `now_ms` and
+/// moves each delivery where `decide(handler, budget_used)` says; returns `(taken back, closed)`.
+fn take_back(
+    conn: &Connection,
+    now_ms: i64,
+    expired_before: i64,
+    decide: impl Fn(&str, u32) -> Disposition,
+) -> Result<(usize, usize), InboxError> {
+    let rows: Vec<(i64, String, u32, u32, i64)> = conn
+        .prepare_cached(
+            "SELECT id, handler, attempts, attempts - budget_base, leased_at
+             FROM deliveries WHERE state = 'running' AND lease_until < ?1",
+        )?
+        .query_map([expired_before], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut closed = 0;
+    for (id, handler, attempt, used, leased_at) in &rows {
+        let disposition = decide(handler, *used);
+        if !matches!(disposition, Disposition::RetryAt { .. }) {
+            closed += 1;
+        }
+        let finish = Finish {
+            delivery_id: *id,
+            attempt: *attempt,
+            started_at_ms: *leased_at,
+            finished_at_ms: now_ms,
+            outcome: AttemptOutcome::Abandoned,
+            error_kind: Some("lease_expired".into()),
+            error: Some(
+                "the attempt's worker stopped before it finished (crash, kill or restart); \
+                 whether the handler acted is unknown"
+                    .into(),
+            ),
+            plugin_sha256: None,
+            disposition,
+            plugin: PluginName::new(handler.as_str()),
+            state: StateChanges::default(),
+        };
+        finish_attempt(conn, &finish)?;
+    }
+    Ok((rows.len(), closed))
 }
 
 /// A due delivery that may be leased: the head of its key, if it has one.

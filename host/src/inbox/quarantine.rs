@@ -22,6 +22,18 @@ pub struct Quarantined {
     pub request: RawRequest,
 }
 
+/// Marks quarantined request `id` resolved at `at_ms`, saying how.
+pub(super) fn resolve(
+    conn: &Connection,
+    id: i64,
+    at_ms: i64,
+    resolution: &str,
+) -> Result<(), InboxError> {
+    conn.prepare_cached("UPDATE quarantine SET resolved_at = ?2, resolution = ?3 WHERE id = ?1")?
+        .execute(params![id, at_ms, resolution])?;
+    Ok(())
+}
+
 /// Quarantined requests not yet resolved.
 pub(super) fn count_held(conn: &Connection) -> Result<i64, InboxError> {
     Ok(conn.query_row(
@@ -139,14 +151,8 @@ impl Inbox {
     /// Marks a quarantined request resolved without an event (its parser now says invalid/ignore).
     pub async fn resolve_quarantine(&self, id: i64, resolution: String) -> Result<(), InboxError> {
         let now = self.now_ms();
-        self.write(move |conn| {
-            conn.execute(
-                "UPDATE quarantine SET resolved_at = ?2, resolution = ?3 WHERE id = ?1",
-                params![id, now, resolution],
-            )?;
-            Ok(())
-        })
-        .await
+        self.write(move |conn| resolve(conn, id, now, &resolution))
+            .await
     }
 
     /// Quarantined requests not yet resolved.

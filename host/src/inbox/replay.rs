@@ -29,23 +29,7 @@ impl Inbox {
     pub async fn replay(&self, filter: ReplayFilter) -> Result<(usize, usize), InboxError> {
         let now = self.now_ms();
         let (matched, replayed) = self
-            .write(move |conn| {
-                let ids = matching_deliveries(conn, &filter)?;
-                if filter.dry_run {
-                    return Ok((ids.len(), 0));
-                }
-                let mut update = conn.prepare_cached(concat!(
-                    "UPDATE deliveries SET state = 'pending', budget_base = attempts,
-                         next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
-                     WHERE id = ?1 AND state NOT IN ",
-                    open_states!()
-                ))?;
-                let mut replayed = 0;
-                for id in &ids {
-                    replayed += update.execute(params![id, now])?;
-                }
-                Ok((ids.len(), replayed))
-            })
+            .write(move |conn| replay_matching(conn, &filter, now))
             .await?;
         if replayed > 0 {
             self.add_backlog(replayed as i64);
@@ -55,6 +39,32 @@ impl Inbox {
     }
 }
 
+/// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
+/// run); returns `(matched, replayed)`.
+fn replay_matching(
+    conn: &Connection,
+    filter: &ReplayFilter,
+    now_ms: i64,
+) -> Result<(usize, usize), InboxError> {
+    let ids = matching_deliveries(conn, filter)?;
+    if filter.dry_run {
+        return Ok((ids.len(), 0));
+    }
+    let mut update = conn.prepare_cached(concat!(
+        "UPDATE deliveries SET state = 'pending', budget_base = attempts,
+             next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+         WHERE id = ?1 AND state NOT IN ",
+        open_states!()
+    ))?;
+    let mut replayed = 0;
+    for id in &ids {
+        replayed += update.execute(params![id, now_ms])?;
+    }
+    Ok((ids.len(), replayed))
+}
+
+/// The deliveries `filter` selects, oldest first, at most `filter.limit`; an open state is
+/// refused (those are still being worked on).
 fn matching_deliveries(conn: &Connection, filter: &ReplayFilter) -> Result<Vec<i64>, InboxError> {
     let state = filter.state.unwrap_or(DeliveryState::Dead);
     if state.is_open() {
