@@ -16,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{
     Inbox, InboxError,
     sql::{headers_from_json, open_states, waiting_states},
-    state::{apply_state, state_bytes},
+    state::{Changed, apply_state, first_changed, state_bytes},
 };
 use crate::{
     dispatch::fair::{self, Fairness},
@@ -489,40 +489,32 @@ fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, InboxError>
         return Ok(Finished::LeaseLost);
     }
     if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
-        let mut current =
-            conn.prepare_cached("SELECT version FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-        for (key, seen) in &f.state.versions {
-            let now: i64 = current
-                .query_row(params![f.plugin.as_str(), key], |r| r.get(0))
-                .optional()?
-                .unwrap_or(0);
-            if now != *seen {
-                // Recorded without the attempt's writes (no copy of its values).
-                let conflict = Finish {
-                    delivery_id: f.delivery_id,
-                    attempt: f.attempt,
-                    started_at_ms: f.started_at_ms,
-                    finished_at_ms: f.finished_at_ms,
-                    outcome: AttemptOutcome::Conflict,
-                    error_kind: Some("state_conflict".into()),
-                    error: Some(format!(
-                        "state key {key:?} changed during the attempt (version {seen} → {now}); re-running"
-                    )),
-                    plugin_sha256: f.plugin_sha256.clone(),
-                    disposition: f.disposition.clone(),
-                    plugin: f.plugin.clone(),
-                    state: StateChanges::default(),
-                };
-                insert_attempt(conn, f.delivery_id, &conflict)?;
-                // Not counted against max_attempts: the attempt number is given back.
-                conn.prepare_cached(
-                    "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
-                         next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
-                     WHERE id = ?1",
-                )?
-                .execute(params![f.delivery_id, f.finished_at_ms])?;
-                return Ok(Finished::Conflict);
-            }
+        if let Some(Changed { key, seen, now }) = first_changed(conn, f)? {
+            // Recorded without the attempt's writes (no copy of its values).
+            let conflict = Finish {
+                delivery_id: f.delivery_id,
+                attempt: f.attempt,
+                started_at_ms: f.started_at_ms,
+                finished_at_ms: f.finished_at_ms,
+                outcome: AttemptOutcome::Conflict,
+                error_kind: Some("state_conflict".into()),
+                error: Some(format!(
+                    "state key {key:?} changed during the attempt (version {seen} → {now}); re-running"
+                )),
+                plugin_sha256: f.plugin_sha256.clone(),
+                disposition: f.disposition.clone(),
+                plugin: f.plugin.clone(),
+                state: StateChanges::default(),
+            };
+            insert_attempt(conn, f.delivery_id, &conflict)?;
+            // Not counted against max_attempts: the attempt number is given back.
+            conn.prepare_cached(
+                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                     next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+                 WHERE id = ?1",
+            )?
+            .execute(params![f.delivery_id, f.finished_at_ms])?;
+            return Ok(Finished::Conflict);
         }
         if !f.state.writes.is_empty()
             && let Err(message) = apply_state(conn, f)?

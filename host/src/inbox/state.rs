@@ -83,6 +83,35 @@ pub(super) fn state_bytes(changes: &StateChanges) -> usize {
         .sum()
 }
 
+/// A state key an attempt read that another commit changed since.
+pub(super) struct Changed {
+    pub key: String,
+    /// The version the attempt saw.
+    pub seen: i64,
+    /// The committed version now.
+    pub now: i64,
+}
+
+/// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
+pub(super) fn first_changed(conn: &Connection, f: &Finish) -> Result<Option<Changed>, InboxError> {
+    let mut current =
+        conn.prepare_cached("SELECT version FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
+    for (key, seen) in &f.state.versions {
+        let now: i64 = current
+            .query_row(params![f.plugin.as_str(), key], |r| r.get(0))
+            .optional()?
+            .unwrap_or(0);
+        if now != *seen {
+            return Ok(Some(Changed {
+                key: key.clone(),
+                seen: *seen,
+                now,
+            }));
+        }
+    }
+    Ok(None)
+}
+
 /// A plugin's committed usage and its version clock (0s for a plugin that never wrote).
 fn state_usage(conn: &Connection, plugin: &str) -> Result<(StateUsage, i64), InboxError> {
     Ok(conn
