@@ -37,6 +37,34 @@ fn dead() -> ReplayFilter {
     }
 }
 
+/// Accepts `newer` (key `k`, sequence 5) and runs it to done, then accepts `older` (sequence 4).
+async fn older_after_newer_done(inbox: &super::Inbox) {
+    accept(inbox, keyed("newer", "k", 5)).await;
+    let newer = claim(inbox, LEASED_MS).await.remove(0);
+    let record = finished(&newer, Disposition::Done { output: None });
+    inbox.finish(record).await.unwrap();
+    accept(inbox, keyed("older", "k", 4)).await;
+}
+
+/// Accepts event `id` and leases it once: its first attempt fails for good.
+async fn dead_letter(inbox: &super::Inbox, id: &str) {
+    let claimed = lease(inbox, id).await;
+    inbox
+        .finish(finished(&claimed, Disposition::Dead))
+        .await
+        .unwrap();
+}
+
+/// Leases `a` and `b`, which both read state key `k` while absent; `a` commits a write to it
+/// first. Returns `b`'s lease.
+async fn both_read_then_a_writes(inbox: &super::Inbox) -> super::Claimed {
+    let a = lease(inbox, "a").await;
+    let b = lease(inbox, "b").await;
+    let a_writes = done(&a, write_after_reading("k", 0));
+    assert_eq!(inbox.finish(a_writes).await.unwrap(), Finished::Recorded);
+    b
+}
+
 /// Never retries, whoever asks.
 fn give_up(_: &str, _: u32) -> Disposition {
     Disposition::Dead
@@ -82,22 +110,14 @@ async fn another_key_is_not_blocked_by_a_running_head() {
 #[tokio::test]
 async fn an_older_sequence_than_one_done_is_never_claimed() {
     let (_dir, inbox) = fixtures::open();
-    accept(&inbox, keyed("newer", "k", 5)).await;
-    let newer = claim(&inbox, LEASED_MS).await.remove(0);
-    let record = finished(&newer, Disposition::Done { output: None });
-    inbox.finish(record).await.unwrap();
-    accept(&inbox, keyed("older", "k", 4)).await;
+    older_after_newer_done(&inbox).await;
     assert!(claim(&inbox, LEASED_MS + 5).await.is_empty());
 }
 
 #[tokio::test]
 async fn an_older_sequence_than_one_done_becomes_stale() {
     let (_dir, inbox) = fixtures::open();
-    accept(&inbox, keyed("newer", "k", 5)).await;
-    let newer = claim(&inbox, LEASED_MS).await.remove(0);
-    let record = finished(&newer, Disposition::Done { output: None });
-    inbox.finish(record).await.unwrap();
-    accept(&inbox, keyed("older", "k", 4)).await;
+    older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(state_of(&inbox, "older").await, "stale");
 }
@@ -105,11 +125,7 @@ async fn an_older_sequence_than_one_done_becomes_stale() {
 #[tokio::test]
 async fn a_stale_delivery_leaves_the_backlog() {
     let (_dir, inbox) = fixtures::open();
-    accept(&inbox, keyed("newer", "k", 5)).await;
-    let newer = claim(&inbox, LEASED_MS).await.remove(0);
-    let record = finished(&newer, Disposition::Done { output: None });
-    inbox.finish(record).await.unwrap();
-    accept(&inbox, keyed("older", "k", 4)).await;
+    older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(inbox.backlog(), 0);
 }
@@ -117,26 +133,15 @@ async fn a_stale_delivery_leaves_the_backlog() {
 #[tokio::test]
 async fn the_second_of_two_attempts_writing_one_key_conflicts() {
     let (_dir, inbox) = fixtures::open();
-    let a = lease(&inbox, "a").await;
-    let b = lease(&inbox, "b").await;
-    // Both read `k` before either committed (version 0: absent).
-    let first = inbox.finish(done(&a, write_after_reading("k", 0))).await;
+    let b = both_read_then_a_writes(&inbox).await;
     let second = inbox.finish(done(&b, write_after_reading("k", 0))).await;
-    assert_eq!(
-        (first.unwrap(), second.unwrap()),
-        (Finished::Recorded, Finished::Conflict)
-    );
+    assert_eq!(second.unwrap(), Finished::Conflict);
 }
 
 #[tokio::test]
 async fn a_conflicted_attempt_runs_again_without_using_its_budget() {
     let (_dir, inbox) = fixtures::open();
-    let a = lease(&inbox, "a").await;
-    let b = lease(&inbox, "b").await;
-    inbox
-        .finish(done(&a, write_after_reading("k", 0)))
-        .await
-        .unwrap();
+    let b = both_read_then_a_writes(&inbox).await;
     inbox
         .finish(done(&b, write_after_reading("k", 0)))
         .await
@@ -151,12 +156,7 @@ async fn a_conflicted_attempt_runs_again_without_using_its_budget() {
 #[tokio::test]
 async fn a_conflicted_attempt_applies_none_of_its_writes() {
     let (_dir, inbox) = fixtures::open();
-    let a = lease(&inbox, "a").await;
-    let b = lease(&inbox, "b").await;
-    inbox
-        .finish(done(&a, write_after_reading("k", 0)))
-        .await
-        .unwrap();
+    let b = both_read_then_a_writes(&inbox).await;
     let (_, version) = inbox.state_stat_blocking(HANDLER, "k").unwrap();
     let b_writes = StateChanges {
         writes: [("other".to_owned(), Some(vec![1]))].into(),
@@ -175,11 +175,7 @@ async fn a_conflicted_attempt_applies_none_of_its_writes() {
 #[tokio::test]
 async fn a_replay_gives_a_fresh_attempt_budget() {
     let (_dir, inbox) = fixtures::open();
-    let first = lease(&inbox, "a").await;
-    inbox
-        .finish(finished(&first, Disposition::Dead))
-        .await
-        .unwrap();
+    dead_letter(&inbox, "a").await;
     inbox.replay(dead()).await.unwrap();
     let again = claim(&inbox, Clock::system().now_ms()).await.remove(0);
     assert_eq!((again.attempt, again.budget_used), (2, 1));
@@ -189,11 +185,7 @@ async fn a_replay_gives_a_fresh_attempt_budget() {
 async fn a_replay_touches_at_most_its_limit() {
     let (_dir, inbox) = fixtures::open();
     for id in ["a", "b", "c"] {
-        let claimed = lease(&inbox, id).await;
-        inbox
-            .finish(finished(&claimed, Disposition::Dead))
-            .await
-            .unwrap();
+        dead_letter(&inbox, id).await;
     }
     let two = ReplayFilter { limit: 2, ..dead() };
     assert_eq!(inbox.replay(two).await.unwrap(), (2, 2));
@@ -202,11 +194,7 @@ async fn a_replay_touches_at_most_its_limit() {
 #[tokio::test]
 async fn a_dry_run_replays_nothing() {
     let (_dir, inbox) = fixtures::open();
-    let claimed = lease(&inbox, "a").await;
-    inbox
-        .finish(finished(&claimed, Disposition::Dead))
-        .await
-        .unwrap();
+    dead_letter(&inbox, "a").await;
     let dry = ReplayFilter {
         dry_run: true,
         ..dead()
@@ -235,11 +223,7 @@ async fn replaying_an_open_state_is_an_invalid_filter() {
 async fn a_replayed_delivery_is_due_at_the_inbox_clocks_now() {
     let clock = Clock::tokio();
     let (_dir, inbox) = fixtures::open_on(clock.clone());
-    let claimed = lease(&inbox, "a").await;
-    inbox
-        .finish(finished(&claimed, Disposition::Dead))
-        .await
-        .unwrap();
+    dead_letter(&inbox, "a").await;
     tokio::time::advance(std::time::Duration::from_secs(3600)).await;
     inbox.replay(dead()).await.unwrap();
     let due = detail(&inbox, "a").await.deliveries[0].next_attempt_at;
