@@ -7,6 +7,12 @@
 //! headers). This file is the [`Inbox`] handle: open and close, and the in-process counters
 //! and wake-up the operations keep.
 //!
+//! In each role file the `Inbox` method keeps the in-process bookkeeping (backlog, quarantine
+//! count, wake-up) and hands the transition to a function of one `&Connection`
+//! (`store_event`, `claim_due`, `finish_attempt`, `take_back`, `replay_matching`, ...): those
+//! functions are what another storage backend would implement again; the parameter and result
+//! types around them carry no SQLite type.
+//!
 //! Invariants:
 //! - This is the only module that speaks SQL: rusqlite stays in this room, and no rusqlite
 //!   type appears in the types it exports.

@@ -29,7 +29,7 @@ fn write_after_reading(key: &str, version: i64) -> StateChanges {
     }
 }
 
-/// Dead deliveries of [`HANDLER`], all of them.
+/// Dead deliveries (up to 100): what a replay takes by default.
 fn dead() -> ReplayFilter {
     ReplayFilter {
         limit: 100,
