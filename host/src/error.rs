@@ -53,10 +53,23 @@ pub enum ApiError {
     Internal(#[from] anyhow::Error),
 }
 
+/// How long a client is asked to wait when the database is busy.
+const BUSY_RETRY_AFTER_SECS: u64 = 1;
+
+/// Only a filter the inbox refuses is the client's fault (400); a busy database is a transient
+/// overload (503 with `Retry-After`); anything else is the host's fault (500, logged, nothing of
+/// it sent).
 impl From<crate::inbox::InboxError> for ApiError {
     fn from(e: crate::inbox::InboxError) -> Self {
+        use crate::inbox::InboxError;
         match e {
-            crate::inbox::InboxError::Invalid(message) => Self::BadRequest(message),
+            InboxError::InvalidFilter(message) => Self::BadRequest(message),
+            InboxError::Busy(cause) => {
+                tracing::warn!(error = %cause, "database busy; asking the client to retry");
+                Self::Overloaded {
+                    retry_after_secs: BUSY_RETRY_AFTER_SECS,
+                }
+            }
             other => Self::Internal(other.into()),
         }
     }
@@ -120,6 +133,71 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inbox::InboxError;
+
+    /// Status, `Retry-After` and JSON body of `e`'s answer.
+    async fn answer(e: InboxError) -> (StatusCode, Option<String>, serde_json::Value) {
+        let response = ApiError::from(e).into_response();
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, retry_after, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn an_invalid_filter_is_a_bad_request_naming_it() {
+        let (status, _, body) = answer(InboxError::InvalidFilter("no such state".into())).await;
+        assert_eq!(
+            (status, body),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({"error": "bad_request", "detail": "no such state"})
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_busy_database_is_a_503_with_retry_after() {
+        let cause = std::sync::Arc::new(std::io::Error::other("database is locked"));
+        let (status, retry_after, _) = answer(InboxError::Busy(cause)).await;
+        assert_eq!(
+            (status, retry_after.as_deref()),
+            (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_storage_error_is_a_bare_500() {
+        let cause = std::sync::Arc::new(std::io::Error::other("disk I/O error at page 7"));
+        let (status, _, body) = answer(InboxError::Storage(cause)).await;
+        assert_eq!(
+            (status, body),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "internal"})
+            )
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicked_read_is_a_bare_500() {
+        let panicked = tokio::spawn(async { panic!("secret detail") })
+            .await
+            .unwrap_err();
+        let (status, _, body) = answer(InboxError::ReadTask(panicked)).await;
+        assert_eq!(
+            (status, body),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"error": "internal"})
+            )
+        );
+    }
 
     #[test]
     fn long_details_are_cut_on_a_char_boundary_with_a_marker() {

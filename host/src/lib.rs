@@ -66,7 +66,11 @@ use anyhow::Context;
 use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
-    clock::Clock, config::Config, dispatch::Dispatcher, inbox::Inbox, registry::Registry,
+    clock::Clock,
+    config::Config,
+    dispatch::Dispatcher,
+    inbox::{Inbox, OpenOptions},
+    registry::Registry,
     runtime::Runtime,
 };
 
@@ -125,8 +129,11 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let mut config = config;
-    let inbox = Inbox::open_with(&config.server.database, (&config.server).into())
-        .with_context(|| format!("opening the database {}", config.server.database.display()))?;
+    let inbox = Inbox::open_with(
+        &config.server.database,
+        OpenOptions::new(&config.server, options.clock.clone()),
+    )
+    .with_context(|| format!("opening the database {}", config.server.database.display()))?;
     // The admin API always requires a token: without a configured one, the token file beside
     // the database (generated at the first start; the admin commands read it too).
     if config.server.admin_token.is_none() {

@@ -5,8 +5,6 @@
 
 use std::{collections::BTreeMap, fmt};
 
-use serde::Serialize;
-
 use crate::ids::EventId;
 
 /// One request header, name lower-cased, in arrival order.
@@ -22,8 +20,7 @@ pub struct Envelope {
 }
 
 /// The life of one `(event, handler)` delivery. The names are a contract (README "HTTP API").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeliveryState {
     /// Due now (or at `next_attempt_at`).
     Pending,
@@ -49,6 +46,12 @@ impl DeliveryState {
         Self::Stale,
     ];
 
+    /// States that still need work (they count towards the backlog).
+    pub const OPEN: [DeliveryState; 3] = [Self::Pending, Self::Running, Self::Retrying];
+
+    /// Open states not leased: they wait for their `next_attempt_at` (and their key's head).
+    pub const WAITING: [DeliveryState; 2] = [Self::Pending, Self::Retrying];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
@@ -64,9 +67,14 @@ impl DeliveryState {
         Self::ALL.into_iter().find(|s| s.as_str() == text)
     }
 
-    /// States that still need work (they count towards the backlog).
+    /// Whether this state is in [`DeliveryState::OPEN`].
     pub fn is_open(self) -> bool {
-        matches!(self, Self::Pending | Self::Running | Self::Retrying)
+        Self::OPEN.contains(&self)
+    }
+
+    /// Whether this state is in [`DeliveryState::WAITING`].
+    pub fn is_waiting(self) -> bool {
+        Self::WAITING.contains(&self)
     }
 }
 
@@ -77,8 +85,7 @@ impl fmt::Display for DeliveryState {
 }
 
 /// How one attempt ended. The names are a contract (README "HTTP API").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttemptOutcome {
     Ok,
     Retry,

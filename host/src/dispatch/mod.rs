@@ -42,20 +42,6 @@ use crate::{
 /// Extra lease time beyond a plugin's timeout, so a slow-but-alive attempt is not reclaimed.
 const LEASE_MARGIN: Duration = Duration::from_secs(10);
 
-impl StateStore for Inbox {
-    fn get(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<Vec<u8>>, i64)> {
-        Ok(self.state_get_blocking(plugin, key)?)
-    }
-
-    fn stat(&self, plugin: &str, key: &str) -> anyhow::Result<(Option<u64>, i64)> {
-        Ok(self.state_stat_blocking(plugin, key)?)
-    }
-
-    fn usage(&self, plugin: &str) -> anyhow::Result<StateUsage> {
-        Ok(self.state_usage_blocking(plugin)?)
-    }
-}
-
 /// The inbox as one plugin instance's state store, held to that instance's configured limits.
 struct PluginState {
     inbox: Inbox,
@@ -147,13 +133,12 @@ impl Dispatcher {
     pub async fn reclaim(self: &Arc<Self>, all: bool) -> anyhow::Result<usize> {
         let now = self.clock.now_ms();
         let this = self.clone();
-        let before = if all { i64::MAX } else { now };
-        let count = self
-            .inbox
-            .reclaim(now, before, move |handler, used| {
-                this.abandoned_disposition(handler, used, now)
-            })
-            .await?;
+        let decide = move |handler: &str, used| this.abandoned_disposition(handler, used, now);
+        let count = if all {
+            self.inbox.reclaim_all_at_startup(decide).await?
+        } else {
+            self.inbox.reclaim_expired(now, decide).await?
+        };
         if count > 0 {
             tracing::warn!(
                 count,

@@ -16,7 +16,7 @@ use crate::{
     config::Config,
     dispatch::fair::Fairness,
     ids::{EventId, PluginName, SourceName},
-    inbox::{ClaimRequest, Claimed, Inbox, RawRequest},
+    inbox::{ClaimRequest, Claimed, Inbox, OpenOptions, RawRequest},
     model::Envelope,
     registry::Registry,
     runtime::{Compiler, CompilerSettings, Runtime},
@@ -37,7 +37,12 @@ impl Fixture {
         let text =
             format!("[sources.s]\nscheme = \"none\"\nhandlers = [\"h\"]\n[plugins.h]\n{plugin_h}");
         let config = Arc::new(Config::parse(&text, dir.path(), &|_| None).unwrap());
-        let inbox = Inbox::open_with(&config.server.database, (&config.server).into()).unwrap();
+        let clock = Clock::tokio();
+        let inbox = Inbox::open_with(
+            &config.server.database,
+            OpenOptions::new(&config.server, clock.clone()),
+        )
+        .unwrap();
         let runtime = Runtime::new().unwrap();
         let compiler = Compiler::new(CompilerSettings {
             program: Path::new("/nonexistent/hookd").into(),
@@ -51,7 +56,6 @@ impl Fixture {
             None,
             compiler,
         ));
-        let clock = Clock::tokio();
         let dispatcher = Dispatcher::new(config, inbox.clone(), registry, runtime, clock.clone());
         Self {
             dispatcher,

@@ -4,7 +4,10 @@
 use rusqlite::{Connection, params};
 
 use super::{ClaimRequest, claim_due};
-use crate::{dispatch::fair::Fairness, inbox::schema};
+use crate::{
+    dispatch::fair::Fairness,
+    inbox::{fixtures, schema},
+};
 
 fn db() -> Connection {
     let conn = Connection::open_in_memory().unwrap();
@@ -44,14 +47,8 @@ fn delivery(
 
 fn request(limit: usize, handlers: &[(&str, usize)], fairness: Fairness) -> ClaimRequest {
     ClaimRequest {
-        now_ms: 1_000_000,
-        limit,
-        capacity: handlers
-            .iter()
-            .map(|(h, room)| (h.to_string(), *room))
-            .collect(),
-        lease_ms: Default::default(),
         fairness,
+        ..fixtures::claim_request(1_000_000, limit, handlers)
     }
 }
 

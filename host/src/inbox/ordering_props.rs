@@ -6,17 +6,17 @@
 //! Invariant: the model below only records what happened (arrivals, claims, outcomes); every
 //! expectation is the documented rule applied to that record, not a copy of the store's query.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::HeaderMap;
 use proptest::prelude::*;
 
-use super::{ClaimRequest, EventFilter, Finish, Inbox, RawRequest, WriterOptions};
+use super::{EventFilter, Inbox, RawRequest, fixtures};
 use crate::config::Durability;
 use crate::ids::{EventId, PluginName, SourceName};
-use crate::model::{AttemptOutcome, Disposition, Envelope, StateChanges};
+use crate::model::{Disposition, Envelope};
 use crate::verify::{Scheme, Verifier};
 
 const HANDLER: &str = "h";
@@ -116,13 +116,7 @@ impl Sim {
         let before = self.deliveries.clone();
         let claimed = self
             .inbox
-            .claim(ClaimRequest {
-                now_ms: self.now_ms,
-                limit: 8,
-                capacity: HashMap::from([(HANDLER.to_owned(), 8)]),
-                lease_ms: HashMap::new(),
-                fairness: Default::default(),
-            })
+            .claim(fixtures::claim_request(self.now_ms, 8, &[(HANDLER, 8)]))
             .await
             .unwrap();
         let stored = self
@@ -196,47 +190,21 @@ impl Sim {
             .unwrap()
             .clone();
         let (delivery_id, attempt) = self.running.remove(&id).unwrap();
-        let (disposition, state, attempt_outcome) = match outcome {
-            Outcome::Done => (
-                Disposition::Done { output: None },
-                "done",
-                AttemptOutcome::Ok,
-            ),
-            Outcome::Retry => (
-                Disposition::RetryAt { at_ms: self.now_ms },
-                "retrying",
-                AttemptOutcome::Retry,
-            ),
-            Outcome::Dead => (Disposition::Dead, "dead", AttemptOutcome::Permanent),
+        let (disposition, state) = match outcome {
+            Outcome::Done => (Disposition::Done { output: None }, "done"),
+            Outcome::Retry => (Disposition::RetryAt { at_ms: self.now_ms }, "retrying"),
+            Outcome::Dead => (Disposition::Dead, "dead"),
         };
-        self.inbox
-            .finish(Finish {
-                delivery_id,
-                attempt,
-                started_at_ms: self.now_ms,
-                finished_at_ms: self.now_ms,
-                outcome: attempt_outcome,
-                error_kind: None,
-                error: None,
-                plugin_sha256: None,
-                disposition,
-                plugin: PluginName::new(HANDLER),
-                state: StateChanges::default(),
-            })
-            .await
-            .unwrap();
+        let record = fixtures::record(delivery_id, attempt, HANDLER, disposition, self.now_ms);
+        self.inbox.finish(record).await.unwrap();
         self.deliveries.get_mut(&id).unwrap().state = state;
     }
 }
 
 async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let options = WriterOptions {
-        durability: Durability::Normal,
-        group_commit: true,
-    };
     let mut sim = Sim {
-        inbox: Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap(),
+        inbox: Inbox::open(&dir.path().join("hookd.db"), Durability::Normal).unwrap(),
         now_ms: 1_700_000_000_000,
         deliveries: BTreeMap::new(),
         running: BTreeMap::new(),

@@ -116,10 +116,10 @@ pub fn migrate(conn: &Connection) -> Result<(), InboxError> {
     let current: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     let latest = MIGRATIONS.len() as i64;
     if current > latest {
-        return Err(InboxError::Invalid(format!(
-            "the database is at schema version {current}, newer than this hookd knows ({latest}); \
-             upgrade hookd"
-        )));
+        return Err(InboxError::SchemaTooNew {
+            found: current,
+            known: latest,
+        });
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let tx = conn.unchecked_transaction()?;

@@ -1,0 +1,205 @@
+//! The database's files and connections: the owner-only files, the one-process lock, the
+//! pragmas every connection gets, and the pool of read connections.
+//!
+//! Invariants:
+//! - The database and its companion files are owner-only (0600) and its new directories 0700:
+//!   they hold every body and header.
+//! - One hookd per database: the lock is held from open to close.
+//! - Reads never go through the writer: they run on pooled connections (WAL lets them see the
+//!   last commit while the writer works).
+
+use std::path::{Path, PathBuf};
+
+use std::os::unix::fs::OpenOptionsExt as _;
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::{Inbox, InboxError};
+use crate::config::Durability;
+
+/// Read connections kept for reuse; more concurrent reads open (and then drop) their own.
+const MAX_POOLED_READERS: usize = 16;
+
+/// Creates the database's directory (0700) if it is missing.
+pub(super) fn create_parent(path: &Path) -> Result<(), InboxError> {
+    let Some(dir) = path.parent() else {
+        return Ok(());
+    };
+    if dir.as_os_str().is_empty() || dir.exists() {
+        return Ok(());
+    }
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| InboxError::Io {
+            action: "creating database directory",
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+/// Takes an exclusive advisory lock on `<database>.lock` (released by the kernel if the process
+/// dies), so two hookd processes never share one database: the second would reclaim the first's
+/// live leases at start-up and run deliveries twice.
+pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
+    let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&lock_path)
+        .map_err(|source| InboxError::Io {
+            action: "opening",
+            path: lock_path.clone(),
+            source,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Err(InboxError::InUse {
+            database: path.to_owned(),
+            lock: lock_path,
+        }),
+        Err(std::fs::TryLockError::Error(e)) => {
+            tracing::warn!(lock = %lock_path.display(), error = %e, "cannot lock the database; continuing unlocked");
+            Ok(None)
+        }
+    }
+}
+
+/// The database's companion files: SQLite's WAL and shared-memory index, and hookd's lock.
+fn companions(path: &Path) -> [PathBuf; 3] {
+    ["-wal", "-shm", ".lock"].map(|suffix| PathBuf::from(format!("{}{suffix}", path.display())))
+}
+
+/// Creates the database file owner-only (0600) before SQLite opens it: SQLite creates the
+/// `-wal` and `-shm` files with the database file's mode, so they are owner-only too. Existing
+/// files readable by others are tightened to 0600.
+pub(super) fn create_private(path: &Path) -> Result<(), InboxError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(|source| InboxError::Io {
+            action: "creating",
+            path: path.to_owned(),
+            source,
+        })?;
+    for file in std::iter::once(path.to_owned()).chain(companions(path)) {
+        let Ok(meta) = std::fs::metadata(&file) else {
+            continue;
+        };
+        if meta.permissions().mode() & 0o077 != 0 {
+            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => tracing::warn!(
+                    file = %file.display(),
+                    "database file was readable by others; its mode is now 0600"
+                ),
+                Err(e) => tracing::warn!(
+                    file = %file.display(), error = %e,
+                    "database file is readable by others and its mode cannot be changed"
+                ),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A connection with the pragmas every connection needs (WAL, the durability's `synchronous`,
+/// a busy timeout, foreign keys) and a statement cache.
+pub(super) fn open_connection(
+    path: &Path,
+    durability: Durability,
+) -> Result<Connection, InboxError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    let synchronous = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = {synchronous};
+         PRAGMA busy_timeout = 10000;
+         PRAGMA foreign_keys = ON;"
+    ))?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+impl Inbox {
+    /// Runs a read on a pooled connection, on the blocking pool.
+    pub(super) async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
+    ) -> Result<T, InboxError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.read_blocking(f)).await?
+    }
+
+    /// Runs a read on a pooled connection on the current thread (for short point reads).
+    pub(super) fn read_blocking<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, InboxError>,
+    ) -> Result<T, InboxError> {
+        let pooled = self.inner.readers.lock().expect("poisoned").pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => open_connection(&self.inner.path, Durability::Normal)?,
+        };
+        let result = f(&conn);
+        let mut readers = self.inner.readers.lock().expect("poisoned");
+        if readers.len() < MAX_POOLED_READERS {
+            readers.push(conn);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_hookd_per_database_until_it_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let first = Inbox::open(&path, Durability::Full).unwrap();
+        let Err(e) = Inbox::open(&path, Durability::Full) else {
+            panic!("a second open of the same database must be refused");
+        };
+        assert!(e.to_string().contains("in use by another hookd"), "{e}");
+        first.close();
+        Inbox::open(&path, Durability::Full).unwrap().close();
+    }
+
+    #[test]
+    fn database_files_are_owner_only_and_wider_ones_are_tightened() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new/dir/hookd.db");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        for file in std::iter::once(path.clone()).chain(companions(&path)) {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
+        assert_eq!(mode(&dir.path().join("new")), 0o700);
+        assert_eq!(mode(&dir.path().join("new/dir")), 0o700);
+        inbox.close();
+
+        // Left world-readable by an older hookd: tightened on the next open.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Inbox::open(&path, Durability::Full).unwrap().close();
+        assert_eq!(mode(&path), 0o600);
+    }
+}

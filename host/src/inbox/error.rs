@@ -1,0 +1,106 @@
+//! What an inbox call can fail with, sorted by who must act on it.
+//!
+//! Invariant: no storage-engine type appears in [`InboxError`]'s variants; a caller can tell
+//! "the request was wrong" ([`InboxError::InvalidFilter`]), "try again shortly"
+//! ([`InboxError::Busy`]) and "the host is broken" (everything else) without knowing that the
+//! inbox is SQLite.
+
+use std::{path::PathBuf, sync::Arc};
+
+/// An opaque storage-engine failure (the engine's own error, kept for the log).
+pub type StorageError = Arc<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why an inbox call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    /// The caller's filter asks for something the inbox refuses (its message says what): the
+    /// one case that is the client's fault.
+    #[error("{0}")]
+    InvalidFilter(String),
+    /// The database stayed locked past the busy timeout: a transient overload.
+    #[error("the database is busy: {0}")]
+    Busy(#[source] StorageError),
+    /// Another hookd process holds the database.
+    #[error(
+        "the database {} is in use by another hookd process (lock {}); one hookd per database",
+        database.display(),
+        lock.display()
+    )]
+    InUse { database: PathBuf, lock: PathBuf },
+    /// A file-system step of opening the database failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database was written by a newer hookd.
+    #[error(
+        "the database is at schema version {found}, newer than this hookd knows ({known}); \
+         upgrade hookd"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
+    /// The storage engine failed (a statement, or the commit of the batch holding the write).
+    #[error("storage error: {0}")]
+    Storage(#[source] StorageError),
+    /// The writer thread could not be started.
+    #[error("spawning the inbox writer: {0}")]
+    WriterSpawn(#[source] std::io::Error),
+    /// The writer has stopped (the inbox was closed).
+    #[error("the inbox writer has stopped")]
+    WriterGone,
+    /// A read ran on the blocking pool and panicked or was cancelled.
+    #[error("read task failed: {0}")]
+    ReadTask(#[from] tokio::task::JoinError),
+}
+
+impl InboxError {
+    /// Sorts a shared engine error: busy or locked is [`InboxError::Busy`], the rest is
+    /// [`InboxError::Storage`].
+    pub(super) fn from_shared(e: Arc<rusqlite::Error>) -> Self {
+        let busy = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        if busy {
+            Self::Busy(e)
+        } else {
+            Self::Storage(e)
+        }
+    }
+}
+
+/// Lets the inbox's SQL use `?`; the engine error is sorted, then hidden behind the opaque type.
+impl From<rusqlite::Error> for InboxError {
+    fn from(e: rusqlite::Error) -> Self {
+        Self::from_shared(Arc::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite_failure(code: i32) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn a_busy_database_is_busy() {
+        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_BUSY));
+        assert!(matches!(e, InboxError::Busy(_)), "{e:?}");
+    }
+
+    #[test]
+    fn a_locked_table_is_busy() {
+        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_LOCKED));
+        assert!(matches!(e, InboxError::Busy(_)), "{e:?}");
+    }
+
+    #[test]
+    fn other_engine_failures_are_storage_errors() {
+        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_CORRUPT));
+        assert!(matches!(e, InboxError::Storage(_)), "{e:?}");
+    }
+}

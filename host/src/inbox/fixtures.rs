@@ -1,0 +1,178 @@
+//! Test fixtures for the storage-level tests: a temporary inbox, and events accepted, leased and
+//! finished through the inbox's own operations (no SQL).
+//!
+//! Invariant: every fixture goes through the public operations, so a test built on them
+//! exercises exactly what dispatch and ingest call.
+
+use bytes::Bytes;
+
+use super::{
+    Accepted, ClaimRequest, Claimed, EventDetail, Finish, Inbox, OpenOptions, RawRequest,
+    WriterOptions,
+};
+use crate::{
+    clock::Clock,
+    config::Durability,
+    ids::{EventId, PluginName, SourceName},
+    model::{AttemptOutcome, Disposition, Envelope, StateChanges},
+};
+
+/// The one source the fixtures use.
+pub(super) const SOURCE: &str = "s";
+/// The handler the fixtures deliver to unless told otherwise.
+pub(super) const HANDLER: &str = "p";
+/// When the fixtures' events are received.
+pub(super) const RECEIVED_MS: i64 = 1;
+/// When [`lease`] leases.
+pub(super) const LEASED_MS: i64 = 10;
+
+/// A new inbox in a temporary directory (keep the directory alive as long as the inbox).
+pub(super) fn open() -> (tempfile::TempDir, Inbox) {
+    open_on(Clock::system())
+}
+
+/// [`open`], stamping times with `clock`.
+pub(super) fn open_on(clock: Clock) -> (tempfile::TempDir, Inbox) {
+    let dir = tempfile::tempdir().unwrap();
+    let options = OpenOptions {
+        writer: WriterOptions::new(Durability::Normal),
+        clock,
+    };
+    let inbox = Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap();
+    (dir, inbox)
+}
+
+/// An envelope without ordering key.
+pub(super) fn event(id: &str) -> Envelope {
+    Envelope {
+        event_id: EventId::new(id),
+        event_type: "t".into(),
+        ordering_key: None,
+        sequence: None,
+    }
+}
+
+/// An envelope ordered under `key` at `sequence`.
+pub(super) fn keyed(id: &str, key: &str, sequence: u64) -> Envelope {
+    Envelope {
+        ordering_key: Some(key.into()),
+        sequence: Some(sequence),
+        ..event(id)
+    }
+}
+
+/// A stored request with no headers and an empty JSON body.
+pub(super) fn request() -> RawRequest {
+    RawRequest {
+        headers: Vec::new(),
+        body: Bytes::from_static(b"{}"),
+        received_at_ms: RECEIVED_MS,
+    }
+}
+
+/// Accepts `envelope` from [`SOURCE`] for [`HANDLER`].
+pub(super) async fn accept(inbox: &Inbox, envelope: Envelope) -> Accepted {
+    let handlers = vec![PluginName::new(HANDLER)];
+    inbox
+        .accept(SourceName::new(SOURCE), envelope, request(), handlers, None)
+        .await
+        .unwrap()
+}
+
+/// A claim at `now_ms` of up to `limit` deliveries, of the handlers in `capacity` (each with
+/// its room), with default leases and fairness.
+pub(super) fn claim_request(now_ms: i64, limit: usize, capacity: &[(&str, usize)]) -> ClaimRequest {
+    ClaimRequest {
+        now_ms,
+        limit,
+        capacity: capacity
+            .iter()
+            .map(|(handler, room)| (handler.to_string(), *room))
+            .collect(),
+        lease_ms: Default::default(),
+        fairness: Default::default(),
+    }
+}
+
+/// Leases what of [`HANDLER`] is due at `now_ms` (up to 8).
+pub(super) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
+    inbox
+        .claim(claim_request(now_ms, 8, &[(HANDLER, 8)]))
+        .await
+        .unwrap()
+}
+
+/// Accepts event `id` for [`HANDLER`] and leases its delivery at [`LEASED_MS`] (nothing else of
+/// [`HANDLER`] may be due then).
+pub(super) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
+    accept(inbox, event(id)).await;
+    let mut claimed = inbox
+        .claim(claim_request(LEASED_MS, 1, &[(HANDLER, 1)]))
+        .await
+        .unwrap();
+    let ids: Vec<&str> = claimed.iter().map(|c| c.event_id.as_str()).collect();
+    assert_eq!(ids, [id], "{id} leased, and nothing else");
+    claimed.remove(0)
+}
+
+/// The record of attempt `attempt` of delivery `delivery_id`, run by `handler` and finished at
+/// `at_ms` with `disposition` (its outcome follows: ok, retry or permanent), no state writes.
+pub(super) fn record(
+    delivery_id: i64,
+    attempt: u32,
+    handler: &str,
+    disposition: Disposition,
+    at_ms: i64,
+) -> Finish {
+    let outcome = match disposition {
+        Disposition::Done { .. } => AttemptOutcome::Ok,
+        Disposition::RetryAt { .. } => AttemptOutcome::Retry,
+        Disposition::Dead => AttemptOutcome::Permanent,
+    };
+    Finish {
+        delivery_id,
+        attempt,
+        started_at_ms: at_ms,
+        finished_at_ms: at_ms,
+        outcome,
+        error_kind: None,
+        error: None,
+        plugin_sha256: None,
+        disposition,
+        plugin: PluginName::new(handler),
+        state: StateChanges::default(),
+    }
+}
+
+/// `claim` finished with `disposition` just after it was leased.
+pub(super) fn finished(claim: &Claimed, disposition: Disposition) -> Finish {
+    record(
+        claim.delivery_id,
+        claim.attempt,
+        claim.handler.as_str(),
+        disposition,
+        claim.leased_at_ms + 1,
+    )
+}
+
+/// `claim` done, with `state` as its state traffic.
+pub(super) fn done(claim: &Claimed, state: StateChanges) -> Finish {
+    Finish {
+        state,
+        ..finished(claim, Disposition::Done { output: None })
+    }
+}
+
+/// Event `id` from [`SOURCE`] as the admin API shows it.
+pub(super) async fn detail(inbox: &Inbox, id: &str) -> EventDetail {
+    inbox
+        .event_detail(SOURCE.into(), id.into())
+        .await
+        .unwrap()
+        .unwrap_or_else(|| panic!("event {id} is stored"))
+}
+
+/// The state of event `id`'s one delivery.
+pub(super) async fn state_of(inbox: &Inbox, id: &str) -> String {
+    detail(inbox, id).await.deliveries[0].state.clone()
+}

@@ -1,0 +1,451 @@
+//! The single writer: every write is a job queued to one thread, which runs whatever is queued
+//! in one transaction (group commit) and answers each job after the commit.
+//!
+//! Invariants:
+//! - A caller's future resolves only after the `COMMIT` that holds its change returned, so a 202
+//!   is never sent for an event that is not on disk.
+//! - Each queued job runs inside its own savepoint: one failing job never undoes another.
+//! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
+//!   bytes, so a commit's latency stays bounded.
+
+use std::sync::{Arc, atomic::Ordering, mpsc};
+
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use super::{Inbox, InboxError, Inner};
+use crate::config::{Durability, ServerConfig};
+
+/// How the writer turns queued writes into transactions (`[server]` `durability` and
+/// `group_commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// How hard each commit is pushed to disk before callers are answered.
+    pub durability: Durability,
+    /// Batch whatever is queued into one transaction (one fsync shared by every caller in it).
+    /// `false` commits each write in its own transaction: only for measuring what batching buys.
+    pub group_commit: bool,
+}
+
+impl WriterOptions {
+    /// Group commit at the given durability (the production setting).
+    pub fn new(durability: Durability) -> Self {
+        Self {
+            durability,
+            group_commit: true,
+        }
+    }
+}
+
+impl From<&ServerConfig> for WriterOptions {
+    fn from(server: &ServerConfig) -> Self {
+        Self {
+            durability: server.durability,
+            group_commit: server.group_commit,
+        }
+    }
+}
+
+/// One queued write: run inside the batch's transaction, answered after the batch's commit.
+/// One allocation per write (plus the reply channel); the batch vector is reused.
+pub(super) trait Job: Send {
+    /// Runs the write in its own savepoint inside the open transaction.
+    fn run(&mut self, conn: &Connection);
+    /// Answers the caller with the write's result, or the commit's error if the commit failed.
+    fn answer(self: Box<Self>, commit: Result<(), Arc<rusqlite::Error>>);
+    /// Bulk bytes it writes (plugin state), bounded per batch by [`MAX_BATCH_WEIGHT`].
+    fn weight(&self) -> usize;
+}
+
+struct Write<T, F> {
+    weight: usize,
+    work: Option<F>,
+    result: Option<Result<T, InboxError>>,
+    reply: oneshot::Sender<Result<T, InboxError>>,
+}
+
+impl<T, F> Job for Write<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, InboxError> + Send,
+{
+    fn run(&mut self, conn: &Connection) {
+        if let Some(work) = self.work.take() {
+            self.result = Some(in_savepoint(conn, work));
+        }
+    }
+
+    fn answer(self: Box<Self>, commit: Result<(), Arc<rusqlite::Error>>) {
+        let answer = match (commit, self.result) {
+            (Ok(()), Some(result)) => result,
+            // Not reachable: a batch is committed only after every job in it ran.
+            (Ok(()), None) => Err(InboxError::WriterGone),
+            (Err(e), _) => Err(InboxError::from_shared(e)),
+        };
+        let _ = self.reply.send(answer);
+    }
+
+    fn weight(&self) -> usize {
+        self.weight
+    }
+}
+
+/// Upper bound of jobs in one group commit; keeps a single transaction's latency bounded.
+const MAX_BATCH: usize = 2048;
+/// Upper bound of bulk bytes (plugin state writes) in one group commit, beyond a batch's first
+/// job: heavier jobs wait for a later batch while light ones (accepts, claims) go ahead, so an
+/// ingest commit never queues behind more than about this much state.
+const MAX_BATCH_WEIGHT: usize = 8 * 1024 * 1024;
+
+impl Inbox {
+    /// Runs `f` in the next group commit and returns its result once that commit is durable.
+    pub(super) async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
+    ) -> Result<T, InboxError> {
+        self.enqueue(0, f)?
+            .await
+            .map_err(|_| InboxError::WriterGone)?
+    }
+
+    /// [`Inbox::write`] for a job that writes `weight` bulk bytes (see [`MAX_BATCH_WEIGHT`]).
+    pub(super) async fn write_weighted<T: Send + 'static>(
+        &self,
+        weight: usize,
+        f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
+    ) -> Result<T, InboxError> {
+        self.enqueue(weight, f)?
+            .await
+            .map_err(|_| InboxError::WriterGone)?
+    }
+
+    /// Queues `f` for the writer now (not on first poll); the receiver resolves after the commit.
+    pub(super) fn enqueue<T: Send + 'static>(
+        &self,
+        weight: usize,
+        f: impl FnOnce(&Connection) -> Result<T, InboxError> + Send + 'static,
+    ) -> Result<oneshot::Receiver<Result<T, InboxError>>, InboxError> {
+        let (tx, rx) = oneshot::channel();
+        let job: Box<dyn Job> = Box::new(Write {
+            weight,
+            work: Some(f),
+            result: None,
+            reply: tx,
+        });
+        let writer = self.inner.writer.lock().expect("poisoned");
+        writer
+            .as_ref()
+            .ok_or(InboxError::WriterGone)?
+            .send(job)
+            .map_err(|_| InboxError::WriterGone)?;
+        Ok(rx)
+    }
+}
+
+/// Runs one statement through the connection's statement cache (no re-parse per call).
+pub(super) fn exec_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<T, InboxError>,
+) -> Result<T, InboxError> {
+    exec_cached(conn, "SAVEPOINT job")?;
+    match f(conn) {
+        Ok(value) => {
+            exec_cached(conn, "RELEASE job")?;
+            Ok(value)
+        }
+        Err(e) => {
+            exec_cached(conn, "ROLLBACK TO job")?;
+            exec_cached(conn, "RELEASE job")?;
+            Err(e)
+        }
+    }
+}
+
+/// The single writer: takes whatever is queued (up to `max_batch` jobs and, past the first,
+/// [`MAX_BATCH_WEIGHT`] bulk bytes; heavier jobs are deferred, oldest first, to the next
+/// batches), runs it in one transaction, commits (the one fsync the whole batch shares), then
+/// answers every job.
+/// The writer's queue: what [`Inbox::enqueue`] sends jobs to.
+pub(super) type Queue = mpsc::Sender<Box<dyn Job>>;
+
+/// Starts the writer thread on `conn`, taking jobs from `jobs` until every [`Queue`] is dropped.
+pub(super) fn spawn(
+    conn: Connection,
+    jobs: mpsc::Receiver<Box<dyn Job>>,
+    inner: std::sync::Weak<Inner>,
+    options: WriterOptions,
+) -> Result<std::thread::JoinHandle<()>, InboxError> {
+    let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
+    std::thread::Builder::new()
+        .name("inbox-writer".into())
+        .spawn(move || writer_loop(conn, jobs, inner, max_batch))
+        .map_err(InboxError::WriterSpawn)
+}
+
+fn writer_loop(
+    conn: Connection,
+    jobs: mpsc::Receiver<Box<dyn Job>>,
+    inner: std::sync::Weak<Inner>,
+    max_batch: usize,
+) {
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
+    let mut deferred: std::collections::VecDeque<Box<dyn Job>> = Default::default();
+    loop {
+        let mut weight = 0;
+        while batch.len() < max_batch
+            && let Some(job) = deferred.front()
+            && (batch.is_empty() || weight + job.weight() <= MAX_BATCH_WEIGHT)
+        {
+            weight += job.weight();
+            batch.extend(deferred.pop_front());
+        }
+        if batch.is_empty() {
+            match jobs.recv() {
+                Ok(job) => {
+                    weight += job.weight();
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        while batch.len() < max_batch {
+            match jobs.try_recv() {
+                Ok(job) if job.weight() > 0 && weight + job.weight() > MAX_BATCH_WEIGHT => {
+                    deferred.push_back(job);
+                }
+                Ok(job) => {
+                    weight += job.weight();
+                    batch.push(job);
+                }
+                Err(_) => break,
+            }
+        }
+        let commit = match exec_cached(&conn, "BEGIN IMMEDIATE") {
+            Ok(()) => {
+                for job in &mut batch {
+                    job.run(&conn);
+                }
+                let commit = exec_cached(&conn, "COMMIT").map_err(Arc::new);
+                if commit.is_err() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                commit
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "inbox: cannot begin a transaction");
+                Err(Arc::new(e))
+            }
+        };
+        if let Err(e) = &commit {
+            tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
+        } else if let Some(inner) = inner.upgrade() {
+            inner.commits.fetch_add(1, Ordering::Relaxed);
+        }
+        for job in batch.drain(..) {
+            job.answer(commit.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc as sync_mpsc;
+
+    use rusqlite::params;
+
+    use super::*;
+
+    type Answer<T> = oneshot::Receiver<Result<T, InboxError>>;
+
+    fn open(dir: &tempfile::TempDir, group_commit: bool) -> Inbox {
+        let options = WriterOptions {
+            durability: Durability::Full,
+            group_commit,
+        };
+        Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap()
+    }
+
+    /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.
+    fn insert(inbox: &Inbox, reason: &str, fail: bool) -> Answer<()> {
+        let reason = reason.to_owned();
+        inbox
+            .enqueue(0, move |conn| {
+                conn.execute(
+                    "INSERT INTO quarantine (source, received_at, headers, body, reason)
+                     VALUES ('s', 0, '[]', x'', ?1)",
+                    params![reason],
+                )?;
+                if fail {
+                    return Err(InboxError::InvalidFilter(format!("{reason} fails")));
+                }
+                Ok(())
+            })
+            .unwrap()
+    }
+
+    /// Queues a write that blocks the writer, inside its transaction, until released; returns
+    /// once the writer is inside it, so whatever is queued next waits for the next batch.
+    fn hold(inbox: &Inbox) -> (sync_mpsc::Sender<()>, Answer<()>) {
+        let (entered, inside) = sync_mpsc::channel();
+        let (release, released) = sync_mpsc::channel::<()>();
+        let answer = inbox
+            .enqueue(0, move |_| {
+                entered.send(()).unwrap();
+                released.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+        inside.recv().unwrap();
+        (release, answer)
+    }
+
+    /// Reasons stored, as a separate connection sees them (only committed rows).
+    fn committed(dir: &tempfile::TempDir) -> Vec<String> {
+        let conn = Connection::open(dir.path().join("hookd.db")).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT reason FROM quarantine ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn writes_queued_together_share_one_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let answers: Vec<_> = (0..100)
+            .map(|i| insert(&inbox, &format!("w{i}"), false))
+            .collect();
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        for answer in answers {
+            answer.await.unwrap().unwrap();
+        }
+        assert_eq!(
+            inbox.commits(),
+            2,
+            "the held batch, then all 100 queued writes at once"
+        );
+        assert_eq!(committed(&dir).len(), 100);
+    }
+
+    #[tokio::test]
+    async fn heavy_writes_are_spread_over_batches_and_light_ones_go_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let commits_seen = |inbox: &Inbox| {
+            let inbox = inbox.clone();
+            move |_: &Connection| Ok(inbox.commits())
+        };
+        // Three jobs of 5 MiB each: no two fit in one batch's 8 MiB.
+        let heavy: Vec<_> = (0..3)
+            .map(|_| inbox.enqueue(5 << 20, commits_seen(&inbox)).unwrap())
+            .collect();
+        let light = inbox.enqueue(0, commits_seen(&inbox)).unwrap();
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        let mut ran_after = Vec::new();
+        for answer in heavy {
+            ran_after.push(answer.await.unwrap().unwrap());
+        }
+        // Each heavy job ran in its own batch (after 1, 2, 3 earlier commits); the light one,
+        // queued last, went ahead of the deferred two, in the first heavy job's batch.
+        assert_eq!(ran_after, [1, 2, 3]);
+        assert_eq!(light.await.unwrap().unwrap(), 1);
+        assert_eq!(inbox.commits(), 4);
+    }
+
+    #[tokio::test]
+    async fn without_group_commit_every_write_is_its_own_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, false);
+        let (release, held) = hold(&inbox);
+        let answers: Vec<_> = (0..20)
+            .map(|i| insert(&inbox, &format!("w{i}"), false))
+            .collect();
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        for answer in answers {
+            answer.await.unwrap().unwrap();
+        }
+        assert_eq!(inbox.commits(), 21);
+        assert_eq!(committed(&dir).len(), 20);
+    }
+
+    #[tokio::test]
+    async fn a_failing_write_is_undone_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let a = insert(&inbox, "a", false);
+        let b = insert(&inbox, "b", true);
+        let c = insert(&inbox, "c", false);
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        a.await.unwrap().unwrap();
+        let err = b.await.unwrap().unwrap_err();
+        assert!(err.to_string().contains("b fails"), "{err}");
+        c.await.unwrap().unwrap();
+        assert_eq!(inbox.commits(), 2, "a, b and c were one batch");
+        assert_eq!(committed(&dir), ["a", "c"]);
+    }
+
+    #[tokio::test]
+    async fn a_write_is_answered_only_after_its_batch_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release_first, first) = hold(&inbox);
+        let mut a = insert(&inbox, "a", false);
+        let (entered, inside) = sync_mpsc::channel();
+        let (release_second, released) = sync_mpsc::channel::<()>();
+        let second = inbox
+            .enqueue(0, move |_| {
+                entered.send(()).unwrap();
+                released.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+        release_first.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        // `a` ran (its batch is now held by the second write) but is not committed yet.
+        inside.recv().unwrap();
+        assert!(matches!(
+            a.try_recv(),
+            Err(oneshot::error::TryRecvError::Empty)
+        ));
+        assert!(committed(&dir).is_empty());
+        release_second.send(()).unwrap();
+        second.await.unwrap().unwrap();
+        a.await.unwrap().unwrap();
+        assert_eq!(committed(&dir), ["a"]);
+    }
+
+    #[tokio::test]
+    async fn close_commits_what_is_queued_then_refuses_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let answers: Vec<_> = (0..10)
+            .map(|i| insert(&inbox, &format!("w{i}"), false))
+            .collect();
+        release.send(()).unwrap();
+        inbox.close();
+        held.await.unwrap().unwrap();
+        for answer in answers {
+            answer.await.unwrap().unwrap();
+        }
+        assert_eq!(committed(&dir).len(), 10);
+        assert!(matches!(
+            inbox.write(|_| Ok(())).await,
+            Err(InboxError::WriterGone)
+        ));
+    }
+}
