@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::{
     ids::{PluginName, SourceName},
     model::StateLimits,
-    runtime::AllowList,
+    outbound::AllowList,
     verify::{Encoding, HmacScheme, Scheme, Secret, Verifier},
 };
 

@@ -36,6 +36,7 @@ pub mod ids;
 pub mod inbox;
 pub mod ingest;
 pub mod model;
+pub mod outbound;
 pub mod registry;
 pub mod reload;
 pub mod runtime;

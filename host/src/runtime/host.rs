@@ -18,7 +18,7 @@ use super::bindings::{
     handler_world::hookd::plugin::state,
     parser_world::hookd::plugin::{config, log, types},
 };
-use super::http::OutboundHooks;
+use super::outbound_hooks::OutboundHooks;
 use crate::{
     ids::{EventId, PluginName},
     model::{StateChanges, StateLimits, StateUsage},

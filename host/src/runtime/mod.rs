@@ -23,8 +23,8 @@ mod budget;
 mod cache;
 mod compiler;
 mod host;
-mod http;
 mod limiter;
+mod outbound_hooks;
 
 use std::{
     collections::BTreeMap,
@@ -46,15 +46,16 @@ pub use self::compiler::{
     child_main as compile_child_main,
 };
 pub use self::host::{StateLimit, StateRefused, StateStore};
-pub use self::http::{AllowList, HostPort, Outbound, idempotency_key};
 pub use self::limiter::LimitExceeded;
 use self::{
     bindings::{handler_world, parser_world, types},
     host::HostState,
 };
+pub use crate::outbound::{AllowList, HostPort, Outbound, idempotency_key};
 use crate::{
     ids::{EventId, PluginName},
     model::{Envelope, Header, StateChanges},
+    outbound::transport::Connector,
 };
 
 /// How often the epoch advances: the granularity of deadlines and of cooperative yielding.
@@ -466,7 +467,12 @@ impl Runtime {
             state: state.map(|store| host::StateTxn::new(store, ctx.plugin.clone())),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),
             budget: budget::HostBudget::new(budget::HOST_BYTES),
-            outbound: http::OutboundHooks::new(ctx.plugin.clone(), ctx.event.clone(), deadline),
+            outbound: outbound_hooks::OutboundHooks::new(
+                ctx.plugin.clone(),
+                ctx.event.clone(),
+                deadline,
+                Connector::Plain,
+            ),
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|s| &mut s.limits);
