@@ -14,6 +14,8 @@
 //! - [`dispatch`]: workers that lease due deliveries, run handlers, and record outcomes;
 //!   [`dispatch::policy`] holds the pure retry decisions.
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
+//! - [`outbound`]: what a handler may reach over HTTP (the allow-list policy, pure) and the
+//!   client that reaches it; the runtime's `wasi:http` hooks use both.
 //! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
 //! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API (Host and Origin

@@ -21,7 +21,6 @@ use std::{
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::{
     model::unix_ms,
@@ -228,7 +227,7 @@ impl Registry {
             .map_err(|e| format!("plugin {stem}: reading {file} failed: {e}"))?
             .map_err(|e| format!("plugin {stem}: {file} {e}"))?;
         check_component_header(&bytes).map_err(|e| format!("plugin {stem}: {file} {e}"))?;
-        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let sha256 = crate::runtime::file_sha256(&bytes);
         // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
         if let Some(live) = self.get(stem)
             && sha256 == live.plugin.sha256()
