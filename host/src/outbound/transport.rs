@@ -133,7 +133,7 @@ pub async fn resolve(
 
 /// How a connection to a vetted address is made. Plain TCP only, for now; TLS becomes a
 /// variant holding its client configuration, wrapping the stream [`Connector::connect`] opens.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub enum Connector {
     #[default]
     Plain,
@@ -307,5 +307,54 @@ impl Body for CappedBody {
 
     fn is_end_stream(&self) -> bool {
         self.inner.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_phase_outlives_the_attempt_deadline_plus_grace() {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let hour = Some(Duration::from_secs(3600));
+        let asked = Asked {
+            connect: hour,
+            first_byte: hour,
+            between_bytes: None,
+        };
+        let timeouts = Timeouts::new(asked, deadline);
+        let limit = tokio::time::Instant::from_std(deadline + DEADLINE_GRACE);
+        assert_eq!(
+            [
+                timeouts.connect_by,
+                timeouts.first_byte_by,
+                timeouts.done_by
+            ],
+            [limit; 3]
+        );
+    }
+
+    #[test]
+    fn a_connect_waits_the_default_timeout_when_none_is_asked() {
+        let start = tokio::time::Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let wait = Timeouts::new(Asked::default(), deadline).connect_by - start;
+        assert!(
+            wait >= CONNECT_TIMEOUT && wait < CONNECT_TIMEOUT + Duration::from_secs(1),
+            "{wait:?}"
+        );
+    }
+
+    #[test]
+    fn a_connect_waits_less_when_the_plugin_asks_for_less() {
+        let start = tokio::time::Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let asked = Asked {
+            connect: Some(Duration::from_secs(1)),
+            ..Asked::default()
+        };
+        let wait = Timeouts::new(asked, deadline).connect_by - start;
+        assert!(wait < Duration::from_secs(2), "{wait:?}");
     }
 }

@@ -267,7 +267,7 @@ impl Runtime {
                 ctx.plugin.clone(),
                 ctx.event.clone(),
                 deadline,
-                self.connector,
+                self.connector.clone(),
             ),
         };
         let mut store = Store::new(&self.engine, host);

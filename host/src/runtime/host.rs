@@ -1,5 +1,5 @@
 //! What a plugin may import: `log`, `config`, `state`, a WASI context that grants nothing, and
-//! `wasi:http` gated by the call's grant (see [`super::http`]).
+//! `wasi:http` gated by the call's grant (see [`super::outbound_hooks`]).
 //!
 //! Invariants: log bytes per call are capped (then one truncation marker) and control
 //! characters are escaped before a line reaches the host log; state writes are buffered here,

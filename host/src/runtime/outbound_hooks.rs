@@ -189,7 +189,7 @@ impl WasiHttpHooks for OutboundHooks {
             .map_err(|denied| self.refusals.deny(&denied));
         let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
-        let connector = self.connector;
+        let connector = self.connector.clone();
         let deadline = self.deadline;
         Box::new(async move {
             let (target, allow) = admitted?;
@@ -279,10 +279,6 @@ mod tests {
     use super::*;
     use crate::outbound::idempotency_key;
 
-    fn allow(entries: &[&str]) -> AllowList {
-        AllowList::parse(entries).unwrap()
-    }
-
     fn request() -> Request<WasiBody> {
         Request::builder()
             .uri("http://127.0.0.1:9000/x")
@@ -303,7 +299,7 @@ mod tests {
     fn granted() -> OutboundHooks {
         let mut hooks = hooks();
         hooks.grant(Outbound {
-            allow: allow(&["127.0.0.1:9000"]),
+            allow: AllowList::parse(&["127.0.0.1:9000"]).unwrap(),
             idempotency_key: idempotency_key("s", "e", "p"),
         });
         hooks
