@@ -29,28 +29,41 @@ const POOL_SLOTS: u32 = 1100;
 /// Largest memory any plugin may be configured with under the pooling allocator.
 const POOL_MAX_MEMORY: usize = 1 << 30;
 
+/// Why the runtime could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// No engine could be built, with or without the pooling allocator.
+    #[error("{0}")]
+    Engine(String),
+    /// A host import could not be added to the linker.
+    #[error("{0}")]
+    Link(String),
+}
+
 impl Runtime {
     /// Builds the engine (pooling allocator if the machine allows it) and starts the epoch ticker.
-    pub fn new() -> anyhow::Result<Arc<Self>> {
+    pub fn new() -> Result<Arc<Self>, StartError> {
         let (engine, pooling) = match Engine::new(&engine_config(true)) {
             Ok(engine) => (engine, true),
             Err(e) => {
                 tracing::warn!(error = %e, "pooling allocator unavailable; using on-demand allocation");
                 (
-                    Engine::new(&engine_config(false)).map_err(anyhow_err)?,
+                    Engine::new(&engine_config(false))
+                        .map_err(|e| StartError::Engine(format!("{e:#}")))?,
                     false,
                 )
             }
         };
+        let link = |e: wasmtime::Error| StartError::Link(format!("{e:#}"));
         let mut linker = wasmtime::component::Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(anyhow_err)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(anyhow_err)?;
-        budget::add_to_linker(&mut linker).map_err(anyhow_err)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
+        budget::add_to_linker(&mut linker).map_err(link)?;
         handler_world::HandlerPlugin::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
             &mut linker,
             |s| s,
         )
-        .map_err(anyhow_err)?;
+        .map_err(link)?;
         let runtime = Arc::new(Self {
             engine,
             linker,
@@ -120,8 +133,4 @@ fn spawn_ticker(runtime: Weak<Runtime>) {
             }
         })
         .expect("spawning the epoch ticker");
-}
-
-fn anyhow_err(e: wasmtime::Error) -> anyhow::Error {
-    anyhow::anyhow!("{e:#}")
 }

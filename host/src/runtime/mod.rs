@@ -42,7 +42,7 @@ pub use self::compiler::{
     CompileError, Compiler, CompilerSettings, SUBCOMMAND as COMPILE_SUBCOMMAND,
     child_main as compile_child_main,
 };
-pub use self::engine::WASM_STACK_BYTES;
+pub use self::engine::{StartError, WASM_STACK_BYTES};
 use self::host::HostState;
 pub use self::host::{StateLimit, StateRefused, StateStore};
 pub use self::limiter::LimitExceeded;
