@@ -310,55 +310,37 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
     })
 }
 
-/// Why a request was refused. The `Display` names the host, never the path or query.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Why a request was refused. The message names the host, never the path or query.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denied {
     /// The plugin has no grant: a parser, or a handler with an empty `allow_hosts`.
+    #[error("the plugin has no network grant (allow_hosts is empty)")]
     NoNetwork,
     /// Only plain `http` is spoken.
+    #[error(
+        "scheme {0:?} is not supported: hookd's outbound HTTP speaks plain http only (no TLS \
+         client yet)"
+    )]
     Scheme(String),
     /// The request has no host.
+    #[error("the request names no host")]
     NoHost,
     /// `host:port` is not in the allow-list.
+    #[error("{0} is not in allow_hosts")]
     NotListed(HostPort),
     /// Every address the host resolved to is in a refused range and not itself listed.
+    #[error(
+        "{target} resolves to {addr}, which is {range}; list {addr} itself in allow_hosts to \
+         reach it"
+    )]
     Prohibited {
         target: HostPort,
         addr: SocketAddr,
         range: &'static str,
     },
     /// The call already sent its share of requests.
+    #[error("the call already sent {REQUESTS_PER_CALL} requests (the per-call cap)")]
     TooManyRequests,
-}
-
-impl fmt::Display for Denied {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Denied::NoNetwork => {
-                f.write_str("the plugin has no network grant (allow_hosts is empty)")
-            }
-            Denied::Scheme(scheme) => write!(
-                f,
-                "scheme {scheme:?} is not supported: hookd's outbound HTTP speaks plain http only \
-                 (no TLS client yet)"
-            ),
-            Denied::NoHost => f.write_str("the request names no host"),
-            Denied::NotListed(target) => write!(f, "{target} is not in allow_hosts"),
-            Denied::Prohibited {
-                target,
-                addr,
-                range,
-            } => write!(
-                f,
-                "{target} resolves to {addr}, which is {range}; list {addr} itself in allow_hosts \
-                 to reach it"
-            ),
-            Denied::TooManyRequests => write!(
-                f,
-                "the call already sent {REQUESTS_PER_CALL} requests (the per-call cap)"
-            ),
-        }
-    }
 }
 
 /// Checks a request's target against the grant before anything is resolved.
@@ -597,6 +579,19 @@ mod tests {
             assert!(matches!(err, Denied::NotListed(_)), "{url}: {err:?}");
             assert!(err.to_string().ends_with("is not in allow_hosts"), "{url}");
         }
+    }
+
+    #[test]
+    fn a_refusal_names_the_host_port_but_never_the_path_or_query() {
+        let list = allow(&["model.example.com:80"]);
+        let err = target(&list, "http://model.example.com:81/secret?token=t0k").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("model.example.com:81")
+                && !message.contains("secret")
+                && !message.contains("t0k"),
+            "{message}"
+        );
     }
 
     #[test]
