@@ -18,7 +18,7 @@ use serde::Deserialize;
 use crate::{
     ids::{PluginName, SourceName},
     model::StateLimits,
-    runtime::AllowList,
+    outbound::AllowList,
     verify::{HmacParts, HmacSetting, HmacSettingsError, Scheme, SchemeKind, Secret, Verifier},
 };
 

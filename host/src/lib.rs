@@ -15,6 +15,8 @@
 //! - [`dispatch`]: workers that lease due deliveries (its producer loop), run each attempt and
 //!   record its outcome; [`dispatch::policy`] classifies results and decides retries, purely.
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
+//! - [`outbound`]: what a handler may reach over HTTP (the allow-list policy, pure) and the
+//!   client that reaches it; the runtime's `wasi:http` hooks use both.
 //! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
 //! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API (Host and Origin
@@ -51,6 +53,7 @@ pub mod ids;
 pub mod inbox;
 pub mod ingest;
 pub mod model;
+pub mod outbound;
 pub mod registry;
 pub mod reload;
 pub mod runtime;

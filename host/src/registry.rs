@@ -20,7 +20,6 @@ use std::{
 };
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 
 use crate::{
     model::unix_ms,
@@ -304,7 +303,7 @@ impl Registry {
                 file: file.clone(),
                 source,
             })?;
-        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let sha256 = crate::runtime::file_sha256(&bytes);
         // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
         if let Some(live) = self.get(stem)
             && sha256 == live.plugin.sha256()

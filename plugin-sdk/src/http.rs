@@ -14,27 +14,51 @@
 //!             .header("x-source", &event.source)
 //!             .json(&json!({ "event": event.event_id }))
 //!             .send()?                 // transport failures retry; a refused host is permanent
-//!             .error_for_status()?;    // 5xx and 429 retry, other non-2xx are permanent
+//!             .error_for_status()?;    // 5xx, 408 and 429 retry, other non-2xx are permanent
 //!         output::json(&json!({ "status": response.status }))
 //!     }
 //! }
 //! # plugin_sdk::register!(handler = Notify);
 //! ```
 //!
-//! What the host grants and enforces (so a plugin needs no checks of its own):
+//! # The outbound policy
 //!
-//! - Only hosts in the plugin's `allow_hosts` (`host:port` entries in `hookd.toml`) can be
-//!   reached; without any, every request fails with [`HttpError::Denied`]. Loopback, private,
-//!   link-local (cloud metadata) and similar addresses are refused even through a listed name,
-//!   unless the address itself is listed. Parsers never get network.
-//! - Only `http://` URLs: hookd has no TLS client yet, so `https://` is refused with
-//!   [`HttpError::Unsupported`].
-//! - Every request carries `Idempotency-Key: {source}:{event_id}:{handler}`, set by the host
-//!   over any value given here: the same on every retry of a delivery, so a service that honours
-//!   the header performs the effect once.
-//! - Time is bounded by the attempt's deadline (`timeout_ms`): a request still waiting when it
-//!   passes ends the attempt as a `timeout`. Responses are capped (8 MiB).
-//! - Redirects are not followed: a 3xx is returned as it is.
+//! This is the normative description of what the host grants and enforces on every request,
+//! per plugin instance (so a plugin needs no checks of its own):
+//!
+//! - **Grant.** Only `host:port` pairs listed in the plugin's `allow_hosts` in `hookd.toml`
+//!   can be reached (port 80 when the URL has none); without any, every request fails with
+//!   [`HttpError::Denied`]. Parsers never get network. The match is literal: `localhost`,
+//!   `[::1]`, `2130706433` or another port are different entries. Entries are checked at
+//!   start-up: the port is required, IPv6 goes in brackets, numeric spellings other than a
+//!   dotted quad (`2130706433`, `127.1`, `0x7f000001`) are refused, and so are the unspecified
+//!   addresses (`0.0.0.0/8`, `[::]`, `[::ffff:0.0.0.0]`), which connect to the host itself.
+//! - **Addresses.** A listed name is resolved once and the connection goes to the address it
+//!   resolved to, so DNS cannot rebind it in between. Loopback, private, link-local (including
+//!   cloud metadata at `169.254.169.254`), shared (CGNAT), unique-local, site-local,
+//!   unspecified, broadcast, multicast and reserved addresses, and IPv6 forms that embed a
+//!   refused IPv4 address, are refused even through a listed name — unless that exact
+//!   `ip:port` is itself listed (which is how a local service on `127.0.0.1:9000` is reached).
+//! - **Scheme.** Only `http://` URLs: hookd has no TLS client yet, so `https://` is refused
+//!   with [`HttpError::Unsupported`].
+//! - **Time.** DNS plus connect take at most 10 s; [`RequestBuilder::timeout`] can shorten
+//!   the connect, first-byte and between-bytes waits. Nothing outlives the attempt: a request
+//!   still waiting when its `timeout_ms` passes ends the attempt as a `timeout`.
+//! - **Size.** Response bodies are capped at [`MAX_RESPONSE_BYTES`] (an error,
+//!   [`HttpError::TooLarge`], never a truncation); one attempt may send at most 64 requests,
+//!   after which requests fail with [`HttpError::Denied`].
+//! - **Redirects** are not followed: a 3xx is returned as it is.
+//! - **Idempotency.** Every request carries `Idempotency-Key: {source}:{event_id}:{handler}`,
+//!   set by the host over any value given here: the same on every retry of a delivery, so a
+//!   service that honours the header performs the effect once. Bytes outside printable ASCII,
+//!   and `%`, are percent-encoded.
+//! - **Refusals** are logged by the host once per attempt, when it ends: the plugin, the
+//!   event, how many requests were refused and the first one's reason with its `host:port` —
+//!   never the path or query, which may carry secrets.
+//! - **Retries.** With `?`, transport failures, timeouts, an unreadable body and the statuses
+//!   5xx, 408 and 429 (honouring `Retry-After`) retry the attempt; a refused host, an
+//!   unsupported or invalid request, another non-2xx status and an oversized response are
+//!   permanent (see [`HttpError`]'s conversion into [`HandleError`]).
 //!
 //! Outside hookd (unit tests on the host target) there is no host to send through:
 //! [`RequestBuilder::send`] panics, like [`config`](crate::config) and [`state`](crate::state).

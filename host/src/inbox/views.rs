@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
-use serde::Serialize;
 
 use super::{Inbox, InboxError};
 use crate::model::DeliveryState;
@@ -21,7 +20,7 @@ pub struct EventFilter {
 }
 
 /// One event in a listing, with each handler's delivery state.
-#[derive(Debug, Clone, Serialize)] // TODO(merge): drop Serialize
+#[derive(Debug, Clone)]
 pub struct EventSummary {
     pub source: String,
     pub event_id: String,
@@ -32,7 +31,7 @@ pub struct EventSummary {
 }
 
 /// One event with every delivery and its full attempt history.
-#[derive(Debug, Clone, Serialize)] // TODO(merge): drop Serialize
+#[derive(Debug, Clone)]
 pub struct EventDetail {
     pub source: String,
     pub event_id: String,
@@ -44,7 +43,7 @@ pub struct EventDetail {
 }
 
 /// One `(event, handler)` delivery.
-#[derive(Debug, Clone, Serialize)] // TODO(merge): drop Serialize
+#[derive(Debug, Clone)]
 pub struct DeliveryDetail {
     pub handler: String,
     pub state: String,
@@ -56,7 +55,7 @@ pub struct DeliveryDetail {
 }
 
 /// One recorded attempt of a delivery.
-#[derive(Debug, Clone, Serialize)] // TODO(merge): drop Serialize
+#[derive(Debug, Clone)]
 pub struct AttemptRecord {
     pub attempt: i64,
     pub started_at: i64,

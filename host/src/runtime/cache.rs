@@ -376,7 +376,7 @@ mod tests {
     }
 
     fn sha(bytes: &[u8]) -> String {
-        hex::encode(Sha256::digest(bytes))
+        crate::runtime::file_sha256(bytes)
     }
 
     /// Compiles `bytes` and stores the artifact, as the registry does after its checks.

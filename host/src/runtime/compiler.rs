@@ -87,7 +87,7 @@ impl Compiler {
     }
 
     /// Compiles `wasm` in a child process; the precompiled artifact for an engine configured
-    /// like [`super::engine_config`] (call [`Compiler::reserve`] first).
+    /// like [`super::engine::engine_config`] (call [`Compiler::reserve`] first).
     pub async fn compile(&self, wasm: Arc<Vec<u8>>) -> Result<Vec<u8>, CompileError> {
         let s = &self.settings;
         let mut child = tokio::process::Command::new(&s.program)
@@ -228,7 +228,7 @@ pub fn child_main(memory_bytes: u64, parent: u32) -> ExitCode {
         eprintln!("reading the wasm from stdin: {e}");
         return ExitCode::FAILURE;
     }
-    let engine = match wasmtime::Engine::new(&super::engine_config(false)) {
+    let engine = match wasmtime::Engine::new(&super::engine::engine_config(false)) {
         Ok(engine) => engine,
         Err(e) => {
             eprintln!("starting the compiler: {e:#}");
@@ -260,12 +260,12 @@ mod tests {
     /// still load what it produces.
     #[test]
     fn the_compiler_engine_makes_artifacts_the_host_engine_loads() {
-        let plain = Engine::new(&super::super::engine_config(false)).unwrap();
+        let plain = Engine::new(&super::super::engine::engine_config(false)).unwrap();
         let artifact = plain
             .precompile_component(b"\0asm\x0d\x00\x01\x00")
             .unwrap();
         for pooling in [false, true] {
-            let Ok(host) = Engine::new(&super::super::engine_config(pooling)) else {
+            let Ok(host) = Engine::new(&super::super::engine::engine_config(pooling)) else {
                 continue; // no pooling allocator on this machine: the host would not use it
             };
             // SAFETY: produced just above by wasmtime for this configuration.

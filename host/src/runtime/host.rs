@@ -1,5 +1,5 @@
 //! What a plugin may import: `log`, `config`, `state`, a WASI context that grants nothing, and
-//! `wasi:http` gated by the call's grant (see [`super::http`]).
+//! `wasi:http` gated by the call's grant (see [`super::outbound_hooks`]).
 //!
 //! Invariants: log bytes per call are capped (then one truncation marker) and control
 //! characters are escaped before a line reaches the host log; state writes are buffered here,
@@ -18,7 +18,7 @@ use super::bindings::{
     handler_world::hookd::plugin::state,
     parser_world::hookd::plugin::{config, log, types},
 };
-use super::http::OutboundHooks;
+use super::outbound_hooks::OutboundHooks;
 use crate::{
     ids::{EventId, PluginName},
     model::{StateChanges, StateLimits, StateUsage},

@@ -1,0 +1,16 @@
+//! Outbound HTTP for handlers, apart from the sandbox that exposes it: the policy that decides
+//! what a plugin may reach, and the client that reaches it.
+//!
+//! Invariants:
+//! - Independent of the Wasm runtime: nothing here names the runtime or its `wasi:http` types;
+//!   the runtime's hooks translate both ways, so `config` and `dispatch` can use the policy
+//!   without depending on the sandbox.
+//! - [`policy`] decides, [`transport`] only carries out: every connection goes to an address
+//!   the policy kept for a target the policy admitted.
+
+pub mod policy;
+pub mod transport;
+
+pub use self::policy::{
+    AllowList, AllowListError, Denied, Host, HostPort, HostPortError, Outbound, idempotency_key,
+};

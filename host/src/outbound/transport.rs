@@ -1,0 +1,360 @@
+//! Outbound transport: resolve a vetted target once, connect to one of its vetted addresses,
+//! speak HTTP/1.1 over it, and hand back a response whose body is capped and deadline-bound.
+//!
+//! Invariants:
+//! - No policy here: the caller passes a target that [`super::policy::check_target`] admitted
+//!   and addresses that [`super::policy::usable_addrs`] kept; this module never resolves a name
+//!   again after [`resolve`], so DNS cannot rebind a listed name between the check and the
+//!   connect.
+//! - Connect, first byte and the whole response are bounded by [`Timeouts`], never beyond the
+//!   attempt's deadline plus [`DEADLINE_GRACE`]; the body errs past [`RESPONSE_BYTES`] (an
+//!   error, never a truncation); redirects are not followed.
+//! - How bytes reach the peer is the [`Connector`]'s business alone, so a TLS connector is one
+//!   more variant: the server name comes from the listed host, the address from the vetted list.
+
+use std::{
+    io,
+    net::SocketAddr,
+    pin::Pin,
+    task::{Context, Poll, ready},
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use hyper::body::{Body, Frame, Incoming};
+use hyper_util::rt::TokioIo;
+use tokio::{net::TcpStream, time::Sleep};
+
+use super::policy::{Host, HostPort};
+
+/// Longest wait for DNS plus the TCP connect, unless the plugin asks for less.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest response body a plugin may receive; more is an error, not a truncation.
+pub const RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
+/// How long after the attempt's deadline these timers fire. The attempt's own wall clock fires
+/// first, so a request still waiting at the deadline makes the attempt a `timeout` (not a
+/// plugin-visible error); these timers are the backstop.
+pub const DEADLINE_GRACE: Duration = Duration::from_millis(250);
+
+/// Why a request got no (complete) response.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("DNS lookup timed out")]
+    DnsTimeout,
+    #[error("DNS lookup failed: {0}")]
+    Dns(io::Error),
+    #[error("the name resolved to no address")]
+    NoAddress,
+    #[error("connecting timed out")]
+    ConnectTimeout,
+    #[error("connecting failed: {0}")]
+    Connect(io::Error),
+    #[error("the request's path is not a valid URI")]
+    InvalidUri,
+    /// No response head before the first-byte deadline.
+    #[error("no response before the first-byte timeout")]
+    FirstByteTimeout,
+    /// The peer went quiet for longer than the between-bytes timeout.
+    #[error("the response stalled past the between-bytes timeout")]
+    Stalled,
+    #[error("the response did not finish in time")]
+    ResponseTimeout,
+    /// The response body (announced or received) exceeds [`RESPONSE_BYTES`].
+    #[error("the response body of {0} bytes exceeds the cap")]
+    TooLarge(u64),
+    #[error("HTTP error: {0}")]
+    Http(hyper::Error),
+}
+
+impl TransportError {
+    /// A hyper error, with its own timeouts counted as the response's.
+    fn from_hyper(e: hyper::Error) -> Self {
+        if e.is_timeout() {
+            Self::ResponseTimeout
+        } else {
+            Self::Http(e)
+        }
+    }
+}
+
+/// The timeouts a request asked for (`wasi:http` request options); `None` is the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked {
+    pub connect: Option<Duration>,
+    pub first_byte: Option<Duration>,
+    pub between_bytes: Option<Duration>,
+}
+
+/// When each phase of one request must be done (all within the attempt's deadline + grace).
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    connect_by: tokio::time::Instant,
+    first_byte_by: tokio::time::Instant,
+    done_by: tokio::time::Instant,
+    between_bytes: Option<Duration>,
+}
+
+impl Timeouts {
+    /// The phases' deadlines for a request starting now, in an attempt that ends at `deadline`.
+    pub fn new(asked: Asked, deadline: Instant) -> Self {
+        let now = Instant::now();
+        let done_by = (deadline + DEADLINE_GRACE).max(now);
+        let within = |d: Duration| now.checked_add(d).map_or(done_by, |t| t.min(done_by));
+        Self {
+            connect_by: within(asked.connect.unwrap_or(CONNECT_TIMEOUT)).into(),
+            first_byte_by: asked.first_byte.map_or(done_by, within).into(),
+            done_by: done_by.into(),
+            between_bytes: asked.between_bytes,
+        }
+    }
+}
+
+/// Resolves the target once. An IP literal is used as is.
+pub async fn resolve(
+    target: &HostPort,
+    timeouts: &Timeouts,
+) -> Result<Vec<SocketAddr>, TransportError> {
+    let name = match &target.host {
+        Host::Ip(ip) => return Ok(vec![SocketAddr::new(*ip, target.port)]),
+        Host::Name(name) => name.clone(),
+    };
+    let lookup = tokio::net::lookup_host((name, target.port));
+    let addrs: Vec<SocketAddr> = tokio::time::timeout_at(timeouts.connect_by, lookup)
+        .await
+        .map_err(|_| TransportError::DnsTimeout)?
+        .map_err(TransportError::Dns)?
+        .collect();
+    if addrs.is_empty() {
+        return Err(TransportError::NoAddress);
+    }
+    Ok(addrs)
+}
+
+/// How a connection to a vetted address is made. Plain TCP only, for now; TLS becomes a
+/// variant holding its client configuration, wrapping the stream [`Connector::connect`] opens.
+#[derive(Debug, Clone, Default)]
+pub enum Connector {
+    #[default]
+    Plain,
+}
+
+impl Connector {
+    /// Connects to the first reachable address of `addrs`, in order, by `timeouts`' connect
+    /// deadline (no further resolution).
+    async fn connect(
+        &self,
+        addrs: &[SocketAddr],
+        timeouts: &Timeouts,
+    ) -> Result<TcpStream, TransportError> {
+        match self {
+            Connector::Plain => {
+                let mut last_error = TransportError::NoAddress;
+                for &addr in addrs {
+                    match tokio::time::timeout_at(timeouts.connect_by, TcpStream::connect(addr))
+                        .await
+                    {
+                        Ok(Ok(stream)) => {
+                            let _ = stream.set_nodelay(true);
+                            return Ok(stream);
+                        }
+                        Ok(Err(e)) => last_error = TransportError::Connect(e),
+                        Err(_) => return Err(TransportError::ConnectTimeout),
+                    }
+                }
+                Err(last_error)
+            }
+        }
+    }
+}
+
+/// Drives the connection while the response body streams; poll it to completion alongside the
+/// body.
+pub type Driver = Pin<Box<dyn Future<Output = Result<(), TransportError>> + Send>>;
+
+/// Connects to the first reachable address, sends the request over HTTP/1.1 and returns the
+/// response head, with a capped, deadline-bound body, and the connection's [`Driver`].
+pub async fn send<B>(
+    connector: &Connector,
+    mut request: Request<B>,
+    addrs: &[SocketAddr],
+    timeouts: Timeouts,
+) -> Result<(Response<CappedBody>, Driver), TransportError>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = connector.connect(addrs, &timeouts).await?;
+    let (mut sender, conn) = tokio::time::timeout_at(
+        timeouts.connect_by,
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+    )
+    .await
+    .map_err(|_| TransportError::ConnectTimeout)?
+    .map_err(TransportError::Http)?;
+
+    // The request line carries only the path; the authority went into the Host header.
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    *request.uri_mut() = http::Uri::builder()
+        .path_and_query(path)
+        .build()
+        .map_err(|_| TransportError::InvalidUri)?;
+
+    // Drive the connection while waiting for the response head; keep driving it afterwards
+    // (the returned driver) while the body streams.
+    let mut conn = Some(conn);
+    let response = {
+        let send = tokio::time::timeout_at(timeouts.first_byte_by, sender.send_request(request));
+        tokio::pin!(send);
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(result) = send.as_mut().poll(cx) {
+                return Poll::Ready(result);
+            }
+            if let Some(c) = conn.as_mut()
+                && let Poll::Ready(done) = Pin::new(c).poll(cx)
+            {
+                conn = None;
+                if let Err(e) = done {
+                    return Poll::Ready(Ok(Err(e)));
+                }
+                return send.as_mut().poll(cx);
+            }
+            Poll::Pending
+        })
+        .await
+        .map_err(|_| TransportError::FirstByteTimeout)?
+        .map_err(TransportError::from_hyper)?
+    };
+    if let Some(length) = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        && length > RESPONSE_BYTES
+    {
+        return Err(TransportError::TooLarge(length));
+    }
+    let done_by = timeouts.done_by;
+    let response = response.map(|incoming| CappedBody {
+        inner: incoming,
+        received: 0,
+        limit: RESPONSE_BYTES,
+        deadline: Box::pin(tokio::time::sleep_until(done_by)),
+        between: timeouts
+            .between_bytes
+            .map(|d| (d, Box::pin(tokio::time::sleep(d)))),
+    });
+    let driver: Driver = Box::pin(async move {
+        let Some(conn) = conn else { return Ok(()) };
+        match tokio::time::timeout_at(done_by, conn).await {
+            Err(_) => Err(TransportError::ResponseTimeout),
+            Ok(Err(e)) => Err(TransportError::Http(e)),
+            Ok(Ok(())) => Ok(()),
+        }
+    });
+    Ok((response, driver))
+}
+
+/// A response body that errs past its byte cap, past the deadline, or when the peer goes quiet
+/// for longer than the plugin's between-bytes timeout.
+pub struct CappedBody {
+    inner: Incoming,
+    received: u64,
+    limit: u64,
+    deadline: Pin<Box<Sleep>>,
+    between: Option<(Duration, Pin<Box<Sleep>>)>,
+}
+
+impl Body for CappedBody {
+    type Data = Bytes;
+    type Error = TransportError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, TransportError>>> {
+        let this = self.get_mut();
+        if this.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(TransportError::ResponseTimeout)));
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.received += data.len() as u64;
+                    if this.received > this.limit {
+                        return Poll::Ready(Some(Err(TransportError::TooLarge(this.received))));
+                    }
+                }
+                if let Some((every, sleep)) = &mut this.between {
+                    sleep.as_mut().reset(tokio::time::Instant::now() + *every);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(TransportError::from_hyper(e)))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => {
+                if let Some((_, sleep)) = &mut this.between {
+                    ready!(sleep.as_mut().poll(cx));
+                    return Poll::Ready(Some(Err(TransportError::Stalled)));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_phase_outlives_the_attempt_deadline_plus_grace() {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let hour = Some(Duration::from_secs(3600));
+        let asked = Asked {
+            connect: hour,
+            first_byte: hour,
+            between_bytes: None,
+        };
+        let timeouts = Timeouts::new(asked, deadline);
+        let limit = tokio::time::Instant::from_std(deadline + DEADLINE_GRACE);
+        assert_eq!(
+            [
+                timeouts.connect_by,
+                timeouts.first_byte_by,
+                timeouts.done_by
+            ],
+            [limit; 3]
+        );
+    }
+
+    #[test]
+    fn a_connect_waits_the_default_timeout_when_none_is_asked() {
+        let start = tokio::time::Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let wait = Timeouts::new(Asked::default(), deadline).connect_by - start;
+        assert!(
+            wait >= CONNECT_TIMEOUT && wait < CONNECT_TIMEOUT + Duration::from_secs(1),
+            "{wait:?}"
+        );
+    }
+
+    #[test]
+    fn a_connect_waits_less_when_the_plugin_asks_for_less() {
+        let start = tokio::time::Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        let asked = Asked {
+            connect: Some(Duration::from_secs(1)),
+            ..Asked::default()
+        };
+        let wait = Timeouts::new(asked, deadline).connect_by - start;
+        assert!(wait < Duration::from_secs(2), "{wait:?}");
+    }
+}

@@ -1,0 +1,447 @@
+//! One call into a plugin: a fresh store and instance, the role's export called under the
+//! call's budget, its output capped, its failures mapped to [`CallError`].
+//!
+//! Invariants:
+//! - Every call, of any role, goes through [`Runtime::call_role`]: a fresh `Store` (nothing
+//!   survives a call except through the `state` import), instantiate, call, cap the output. A
+//!   new role or WIT version is one more [`Role`] impl, not another copy of that path.
+//! - A call is bounded twice: by the epoch deadline (fires inside guest code) and by a wall
+//!   clock on top ([`bounded`], fires while the guest is blocked in a host call).
+//! - The WASI context grants nothing; outbound HTTP is refused unless the call carries an
+//!   [`Outbound`] grant, which only [`Runtime::handle`] passes on.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration, time::Instant};
+
+use wasmtime::{
+    Store, Trap, UpdateDeadline,
+    component::{Instance, InstancePre, ResourceTable},
+};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use super::{
+    LimitExceeded, Plugin, Runtime, StateLimit, StateRefused, StateStore,
+    bindings::{handler_world, parser_world, types},
+    budget,
+    engine::TICK,
+    host::{self, HostState},
+    limiter,
+    outbound_hooks::OutboundHooks,
+};
+use crate::{
+    ids::{EventId, PluginName},
+    model::{Envelope, Header, StateChanges},
+    outbound::Outbound,
+};
+
+/// Largest `wasi:random` request one import call may make (the guest's hash-map seeds need
+/// 16 bytes).
+const MAX_RANDOM_BYTES: u64 = 64 * 1024;
+
+/// Per-call budget.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub memory_bytes: u64,
+    pub output_bytes: usize,
+    pub log_bytes: usize,
+}
+
+/// Why a call did not return a value.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The deadline passed (epoch interruption or wall clock).
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    /// The guest trapped: panic, out of memory, stack overflow, or a host-side refusal.
+    #[error("{0}")]
+    Trap(String),
+    /// The output exceeded its cap; it is an error, never silently truncated.
+    #[error("output of {size} bytes exceeds the {limit}-byte cap")]
+    OutputTooLarge { size: usize, limit: usize },
+    /// The component lacks the role asked for.
+    #[error("the plugin does not export the {0} role")]
+    MissingRole(&'static str),
+    /// The host refused a state write (the call was stopped there); the message names the limit.
+    #[error("{}", .0.message)]
+    StateRefused(StateRefused),
+}
+
+impl CallError {
+    /// The `error_kind` stored on an attempt.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Timeout(_) => "timeout",
+            Self::Trap(_) => "trap",
+            Self::OutputTooLarge { .. } => "output_too_large",
+            Self::MissingRole(_) => "missing_role",
+            Self::StateRefused(refused) => match refused.limit {
+                StateLimit::Attempt => "state_limit",
+                StateLimit::Total => "state_quota",
+            },
+        }
+    }
+}
+
+/// Who is calling, for the plugin's imports and log attribution.
+#[derive(Clone)]
+pub struct CallContext {
+    pub plugin: PluginName,
+    pub config: Arc<BTreeMap<String, String>>,
+    pub event: Option<EventId>,
+    pub limits: Limits,
+}
+
+/// A parser's verdict on a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseVerdict {
+    Envelope(Envelope),
+    Invalid(String),
+    Ignore(String),
+}
+
+/// What a handler is given.
+#[derive(Debug, Clone)]
+pub struct EventInput {
+    pub source: String,
+    pub event_id: String,
+    pub event_type: String,
+    pub ordering_key: Option<String>,
+    pub sequence: Option<u64>,
+    pub attempt: u32,
+    pub received_at_ms: i64,
+    pub headers: Vec<Header>,
+    pub body: Vec<u8>,
+}
+
+/// A handler's verdict on an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandleVerdict {
+    Ok(Option<String>),
+    Retry {
+        reason: String,
+        after: Option<Duration>,
+    },
+    Permanent(String),
+}
+
+/// One role a component exports, as the host links, checks and calls it. Implemented by each
+/// role's generated pre-instance type.
+pub(super) trait Role: Sized + Send + Sync {
+    /// The role's name in `hookd:plugin/{NAME}` and in errors.
+    const NAME: &'static str;
+    /// What the call is given (the WIT type).
+    type Input: Sync;
+    /// What the call returns (the WIT type).
+    type Output: Send;
+
+    /// The role's pre-instance of a component whose imports `pre` satisfies; errs if its
+    /// export does not match the WIT.
+    fn link(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
+    /// The component's linked pre-instance.
+    fn linked(&self) -> &InstancePre<HostState>;
+    /// Looks the role's export up in an instance, checking its type against the WIT.
+    fn check_exports(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<()>;
+    /// The role's pre-instance in `plugin`, if it exports the role.
+    fn of(plugin: &Plugin) -> Option<&Self>;
+    /// Instantiates the component in `store` and makes the role's one call.
+    fn call(
+        &self,
+        store: &mut Store<HostState>,
+        input: &Self::Input,
+    ) -> impl Future<Output = wasmtime::Result<Self::Output>> + Send;
+    /// Bytes of a returned value that count against [`Limits::output_bytes`].
+    fn output_bytes(output: &Self::Output) -> usize;
+}
+
+impl Role for parser_world::ParserPluginPre<HostState> {
+    const NAME: &'static str = "parser";
+    type Input = types::Request;
+    type Output = Result<types::Envelope, types::ParseError>;
+
+    fn link(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        Self::new(pre)
+    }
+
+    fn linked(&self) -> &InstancePre<HostState> {
+        self.instance_pre()
+    }
+
+    fn check_exports(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<()> {
+        parser_world::ParserPlugin::new(store, instance).map(drop)
+    }
+
+    fn of(plugin: &Plugin) -> Option<&Self> {
+        plugin.parser.as_ref()
+    }
+
+    async fn call(
+        &self,
+        store: &mut Store<HostState>,
+        input: &types::Request,
+    ) -> wasmtime::Result<Self::Output> {
+        let instance = self.instantiate_async(&mut *store).await?;
+        instance
+            .hookd_plugin_parser()
+            .call_parse(store, input)
+            .await
+    }
+
+    fn output_bytes(output: &Self::Output) -> usize {
+        output.as_ref().map_or(0, |env| {
+            env.event_id.len()
+                + env.event_type.len()
+                + env.ordering_key.as_ref().map_or(0, String::len)
+        })
+    }
+}
+
+impl Role for handler_world::HandlerPluginPre<HostState> {
+    const NAME: &'static str = "handler";
+    type Input = types::Event;
+    type Output = Result<Option<String>, types::HandleError>;
+
+    fn link(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
+        Self::new(pre)
+    }
+
+    fn linked(&self) -> &InstancePre<HostState> {
+        self.instance_pre()
+    }
+
+    fn check_exports(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<()> {
+        handler_world::HandlerPlugin::new(store, instance).map(drop)
+    }
+
+    fn of(plugin: &Plugin) -> Option<&Self> {
+        plugin.handler.as_ref()
+    }
+
+    async fn call(
+        &self,
+        store: &mut Store<HostState>,
+        input: &types::Event,
+    ) -> wasmtime::Result<Self::Output> {
+        let instance = self.instantiate_async(&mut *store).await?;
+        instance
+            .hookd_plugin_handler()
+            .call_handle(store, input)
+            .await
+    }
+
+    fn output_bytes(output: &Self::Output) -> usize {
+        output
+            .as_ref()
+            .map_or(0, |out| out.as_ref().map_or(0, String::len))
+    }
+}
+
+impl Runtime {
+    /// A fresh store for one call: its limiter, handle caps, host budget, WASI context that
+    /// grants nothing, outbound hooks without a grant, and the epoch deadline.
+    pub(super) fn store(
+        &self,
+        ctx: &CallContext,
+        state: Option<Arc<dyn StateStore>>,
+    ) -> Store<HostState> {
+        let limits = limiter::Limiter::new(ctx.limits.memory_bytes);
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(limiter::HOST_HANDLES);
+        let deadline = Instant::now() + ctx.limits.timeout;
+        let host = HostState {
+            // Nothing granted; random bytes per call are capped far below the default 64 MiB
+            // so one import call cannot make the host allocate that much.
+            wasi: WasiCtxBuilder::new()
+                .max_random_size(MAX_RANDOM_BYTES)
+                .build(),
+            table,
+            limits,
+            plugin: ctx.plugin.clone(),
+            event: ctx.event.clone(),
+            config: ctx.config.clone(),
+            log_budget: ctx.limits.log_bytes,
+            log_truncated: false,
+            state: state.map(|store| host::StateTxn::new(store, ctx.plugin.clone())),
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            budget: budget::HostBudget::new(budget::HOST_BYTES),
+            outbound: OutboundHooks::new(
+                ctx.plugin.clone(),
+                ctx.event.clone(),
+                deadline,
+                self.connector.clone(),
+            ),
+        };
+        let mut store = Store::new(&self.engine, host);
+        store.limiter(|s| &mut s.limits);
+        store.set_max_component_handles(limiter::RESOURCE_HANDLES);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |_| {
+            if Instant::now() >= deadline {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        store
+    }
+
+    /// Runs role `R` of `plugin` once: fresh store (with `state` and the network `grant`, if
+    /// any), instantiate, call, cap the output. Returns the call's value and the state changes
+    /// it buffered.
+    async fn call_role<R: Role>(
+        &self,
+        plugin: &Plugin,
+        ctx: &CallContext,
+        state: Option<Arc<dyn StateStore>>,
+        grant: Option<Outbound>,
+        input: &R::Input,
+    ) -> (Result<R::Output, CallError>, StateChanges) {
+        let Some(pre) = R::of(plugin) else {
+            return (
+                Err(CallError::MissingRole(R::NAME)),
+                StateChanges::default(),
+            );
+        };
+        let mut store = self.store(ctx, state);
+        if let Some(grant) = grant {
+            store.data_mut().outbound.grant(grant);
+        }
+        let result = bounded(ctx.limits.timeout, pre.call(&mut store, input)).await;
+        let changes = store.data_mut().take_state_changes();
+        let limit = ctx.limits.output_bytes;
+        let output = result.and_then(|output| match R::output_bytes(&output) {
+            size if size > limit => Err(CallError::OutputTooLarge { size, limit }),
+            _ => Ok(output),
+        });
+        (output, changes)
+    }
+
+    /// Runs a parser on a verified request.
+    pub async fn parse(
+        &self,
+        plugin: &Plugin,
+        ctx: &CallContext,
+        source: &str,
+        headers: &[Header],
+        body: &[u8],
+        received_at_ms: i64,
+    ) -> Result<ParseVerdict, CallError> {
+        let request = types::Request {
+            source: source.to_owned(),
+            headers: wit_headers(headers),
+            body: body.to_vec(),
+            received_at_ms: received_at_ms.max(0) as u64,
+        };
+        let (result, _) = self
+            .call_role::<parser_world::ParserPluginPre<HostState>>(
+                plugin, ctx, None, None, &request,
+            )
+            .await;
+        Ok(match result? {
+            Ok(env) if env.event_id.is_empty() => {
+                ParseVerdict::Invalid("the parser returned an empty event id".into())
+            }
+            Ok(env) => ParseVerdict::Envelope(Envelope {
+                event_id: EventId::new(env.event_id),
+                event_type: env.event_type,
+                ordering_key: env.ordering_key,
+                sequence: env.sequence,
+            }),
+            Err(types::ParseError::Invalid(message)) => ParseVerdict::Invalid(message),
+            Err(types::ParseError::Ignore(message)) => ParseVerdict::Ignore(message),
+        })
+    }
+
+    /// Runs a handler on one event. Returns the verdict and the attempt's buffered state changes
+    /// (to be committed only if the verdict is `Ok`). `outbound` is the attempt's network grant:
+    /// the plugin's `allow_hosts` and the `Idempotency-Key` its requests carry.
+    pub async fn handle(
+        &self,
+        plugin: &Plugin,
+        ctx: &CallContext,
+        state: Arc<dyn StateStore>,
+        event: EventInput,
+        outbound: Outbound,
+    ) -> (Result<HandleVerdict, CallError>, StateChanges) {
+        let input = types::Event {
+            source: event.source,
+            event_id: event.event_id,
+            event_type: event.event_type,
+            ordering_key: event.ordering_key,
+            sequence: event.sequence,
+            attempt: event.attempt,
+            received_at_ms: event.received_at_ms.max(0) as u64,
+            headers: wit_headers(&event.headers),
+            body: event.body,
+        };
+        let (result, changes) = self
+            .call_role::<handler_world::HandlerPluginPre<HostState>>(
+                plugin,
+                ctx,
+                Some(state),
+                Some(outbound),
+                &input,
+            )
+            .await;
+        let verdict = result.map(|r| match r {
+            Ok(output) => HandleVerdict::Ok(output),
+            Err(types::HandleError::Retry(retry)) => HandleVerdict::Retry {
+                reason: retry.reason,
+                after: retry.after_ms.map(Duration::from_millis),
+            },
+            Err(types::HandleError::Permanent(reason)) => HandleVerdict::Permanent(reason),
+        });
+        (verdict, changes)
+    }
+}
+
+/// Runs a guest call with a wall-clock bound on top of the epoch deadline (which cannot fire
+/// while the guest is blocked in a host call), mapping traps to [`CallError`].
+pub(super) async fn bounded<T>(
+    limit: Duration,
+    call: impl Future<Output = wasmtime::Result<T>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(limit + TICK * 5, call).await {
+        Err(_) => Err(CallError::Timeout(limit)),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => {
+            if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
+                Err(CallError::Timeout(limit))
+            } else if let Some(exceeded) = e.downcast_ref::<LimitExceeded>() {
+                Err(CallError::Trap(exceeded.to_string()))
+            } else if let Some(refused) = e.downcast_ref::<StateRefused>() {
+                Err(CallError::StateRefused(refused.clone()))
+            } else {
+                Err(CallError::Trap(trap_message(&e)))
+            }
+        }
+    }
+}
+
+/// The first line of a trap plus its cause, without the long backtrace.
+fn trap_message(e: &wasmtime::Error) -> String {
+    let full = format!("{e:#}");
+    let mut message: String = full.lines().take(3).collect::<Vec<_>>().join(" | ");
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        let kind = match trap {
+            Trap::StackOverflow => "stack overflow",
+            Trap::UnreachableCodeReached => "unreachable (the guest panicked or aborted)",
+            Trap::MemoryOutOfBounds => "memory out of bounds",
+            _ => "",
+        };
+        if !kind.is_empty() && !message.contains(kind) {
+            message = format!("{kind}: {message}");
+        }
+    }
+    message.truncate(2048);
+    message
+}
+
+fn wit_headers(headers: &[Header]) -> Vec<types::Header> {
+    headers
+        .iter()
+        .map(|(name, value)| types::Header {
+            name: name.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}

@@ -1,0 +1,360 @@
+//! The host side of `wasi:http/outgoing-handler`: per-call hooks that put every request through
+//! [`crate::outbound::policy`] and send it with [`crate::outbound::transport`], translating
+//! their outcomes into `wasi:http` error codes.
+//!
+//! Invariants:
+//! - Nothing leaves without a grant: a call starts with none ([`OutboundHooks::new`]) and only a
+//!   handler attempt is given one ([`Outbound`], by `dispatch`); parsers never get network.
+//! - Every admitted request carries `Idempotency-Key` ([`IDEMPOTENCY_KEY`]), set here over any
+//!   value the plugin chose, so a retried attempt is recognisable downstream.
+//! - A refusal reaches the guest as a `wasi:http` error code and is logged with the plugin, the
+//!   event and the refused `host:port` (never the path or query) — once per call: a call's
+//!   refusals are counted and logged as one line when the call ends (the first refusal's
+//!   reason and the count), so a loop of refused requests cannot flood the host log.
+
+use std::{
+    sync::{Arc, Mutex, PoisonError},
+    time::Instant,
+};
+
+use http::{HeaderValue, Request, Response};
+use http_body_util::BodyExt;
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+    p2::bindings::http::types::ErrorCode,
+};
+
+use super::host::HostState;
+use crate::{
+    ids::{EventId, PluginName},
+    outbound::{
+        policy::{
+            AllowList, Denied, HostPort, IDEMPOTENCY_KEY, Outbound, REQUESTS_PER_CALL,
+            check_target, usable_addrs,
+        },
+        transport::{self, Asked, Connector, Timeouts, TransportError},
+    },
+};
+
+/// The `wasi:http` error the guest sees for a refusal.
+fn denied_error(denied: &Denied) -> HttpError {
+    match denied {
+        Denied::Prohibited { .. } => HttpError::DestinationIpProhibited,
+        Denied::TooManyRequests => HttpError::ConnectionLimitReached,
+        Denied::NoNetwork | Denied::Scheme(_) | Denied::NoHost | Denied::NotListed(_) => {
+            HttpError::HttpRequestDenied
+        }
+    }
+}
+
+/// The `wasi:http` error the guest sees for a transport failure.
+fn transport_error(error: TransportError) -> HttpError {
+    match error {
+        TransportError::DnsTimeout => HttpError::DnsTimeout,
+        TransportError::Dns(e) => HttpError::DnsError {
+            rcode: Some(e.to_string()),
+            info_code: None,
+        },
+        TransportError::NoAddress => HttpError::DestinationNotFound,
+        TransportError::ConnectTimeout => HttpError::ConnectionTimeout,
+        TransportError::Connect(e) => HttpError::Connect(e),
+        TransportError::InvalidUri => HttpError::HttpRequestUriInvalid,
+        TransportError::FirstByteTimeout | TransportError::Stalled => {
+            HttpError::ConnectionReadTimeout
+        }
+        TransportError::ResponseTimeout => HttpError::HttpResponseTimeout,
+        TransportError::TooLarge(size) => HttpError::HttpResponseBodySize(Some(size)),
+        TransportError::Http(e) => HttpError::Hyper(e),
+    }
+}
+
+/// One call's refused requests: counted as they happen, logged as one line when the last
+/// holder (the call's hooks, or a request future that outlived them) drops it.
+struct Refusals {
+    plugin: PluginName,
+    event: Option<EventId>,
+    count: u64,
+    /// The first refusal's reason (names the `host:port`, never the path or query).
+    first: Option<String>,
+}
+
+impl Drop for Refusals {
+    fn drop(&mut self) {
+        let Some(first) = &self.first else { return };
+        let plugin = self.plugin.as_str();
+        let event = self.event.as_ref().map(|e| e.as_str()).unwrap_or("");
+        if self.count == 1 {
+            tracing::warn!(target: "plugin", plugin, event, "outbound request denied: {first}");
+        } else {
+            tracing::warn!(
+                target: "plugin",
+                plugin,
+                event,
+                denied = self.count,
+                "outbound requests denied: {} in this call; the first: {first}",
+                self.count
+            );
+        }
+    }
+}
+
+/// A call's [`Refusals`], shared with its request futures.
+#[derive(Clone)]
+struct RefusalLog(Arc<Mutex<Refusals>>);
+
+impl RefusalLog {
+    /// Records a refusal for the call's log line and returns the error the guest sees.
+    fn deny(&self, denied: &Denied) -> HttpError {
+        let mut refusals = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        refusals.count += 1;
+        if refusals.first.is_none() {
+            refusals.first = Some(denied.to_string());
+        }
+        denied_error(denied)
+    }
+}
+
+/// Per-call `wasi:http` hooks: the grant, the attempt's deadline, and who to blame in logs.
+pub struct OutboundHooks {
+    plugin: PluginName,
+    deadline: Instant,
+    connector: Connector,
+    grant: Option<Outbound>,
+    requests_left: u32,
+    refusals: RefusalLog,
+}
+
+impl OutboundHooks {
+    /// No grant: every request is refused until [`OutboundHooks::grant`].
+    pub fn new(
+        plugin: PluginName,
+        event: Option<EventId>,
+        deadline: Instant,
+        connector: Connector,
+    ) -> Self {
+        Self {
+            plugin: plugin.clone(),
+            deadline,
+            connector,
+            grant: None,
+            requests_left: REQUESTS_PER_CALL,
+            refusals: RefusalLog(Arc::new(Mutex::new(Refusals {
+                plugin,
+                event,
+                count: 0,
+                first: None,
+            }))),
+        }
+    }
+
+    pub fn grant(&mut self, grant: Outbound) {
+        self.grant = Some(grant);
+    }
+
+    /// The synchronous checks: grant, scheme, allow-list, per-call cap; then the host's headers.
+    fn admit(&mut self, request: &mut Request<WasiBody>) -> Result<(HostPort, AllowList), Denied> {
+        let Some(grant) = &self.grant else {
+            return Err(Denied::NoNetwork);
+        };
+        let uri = request.uri();
+        let target = check_target(&grant.allow, uri.scheme(), uri.host(), uri.port_u16())?;
+        if self.requests_left == 0 {
+            return Err(Denied::TooManyRequests);
+        }
+        self.requests_left -= 1;
+        let key = HeaderValue::from_str(&grant.idempotency_key)
+            .expect("idempotency_key() yields visible ASCII only");
+        request.headers_mut().insert(IDEMPOTENCY_KEY, key);
+        Ok((target, grant.allow.clone()))
+    }
+}
+
+type SendResult = Result<
+    (
+        Response<WasiBody>,
+        Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ),
+    HttpError,
+>;
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        mut request: Request<WasiBody>,
+        options: Option<RequestOptions>,
+        _response_done: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<dyn Future<Output = SendResult> + Send> {
+        let admitted = self
+            .admit(&mut request)
+            .map_err(|denied| self.refusals.deny(&denied));
+        let refusals = self.refusals.clone();
+        let plugin = self.plugin.clone();
+        let connector = self.connector.clone();
+        let deadline = self.deadline;
+        Box::new(async move {
+            let (target, allow) = admitted?;
+            let options = options.unwrap_or_default();
+            let asked = Asked {
+                connect: options.connect_timeout,
+                first_byte: options.first_byte_timeout,
+                between_bytes: options.between_bytes_timeout,
+            };
+            let timeouts = Timeouts::new(asked, deadline);
+            let addrs = transport::resolve(&target, &timeouts)
+                .await
+                .map_err(transport_error)?;
+            let addrs =
+                usable_addrs(&allow, &target, &addrs).map_err(|denied| refusals.deny(&denied))?;
+            // The call's refusal line is due when the call ends, not when this response does.
+            drop(refusals);
+            let method = request.method().clone();
+            let result = transport::send(&connector, request, &addrs, timeouts).await;
+            match &result {
+                Ok((response, _)) => tracing::debug!(
+                    target: "plugin", plugin = %plugin, host = %target,
+                    "outbound {method} answered {}", response.status()
+                ),
+                Err(e) => tracing::debug!(
+                    target: "plugin", plugin = %plugin, host = %target,
+                    "outbound {method} failed: {e}"
+                ),
+            }
+            let (response, driver) = result.map_err(transport_error)?;
+            let response = response.map(|body| body.map_err(transport_error).boxed_unsync());
+            let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
+                Box::new(async move { driver.await.map_err(transport_error) });
+            Ok((response, io))
+        })
+    }
+
+    fn p2_outgoing_body_chunk_size(&mut self) -> usize {
+        super::budget::BODY_CHUNK_BYTES
+    }
+
+    fn p2_outgoing_body_buffer_chunks(&mut self) -> usize {
+        super::budget::BODY_BUFFER_CHUNKS
+    }
+
+    fn p2_error_from_hyper(&mut self, err: &hyper::Error) -> ErrorCode {
+        if err.is_timeout() {
+            ErrorCode::HttpResponseTimeout
+        } else if err.is_incomplete_message() {
+            ErrorCode::HttpResponseIncomplete
+        } else {
+            ErrorCode::HttpProtocolError
+        }
+    }
+
+    fn p2_error_from_connect(&mut self, err: &std::io::Error) -> ErrorCode {
+        use std::io::ErrorKind;
+        match err.kind() {
+            ErrorKind::TimedOut => ErrorCode::ConnectionTimeout,
+            ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
+                ErrorCode::ConnectionTerminated
+            }
+            ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => {
+                ErrorCode::DestinationUnavailable
+            }
+            _ => ErrorCode::ConnectionRefused,
+        }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::outbound::idempotency_key;
+
+    fn request() -> Request<WasiBody> {
+        Request::builder()
+            .uri("http://127.0.0.1:9000/x")
+            .header(IDEMPOTENCY_KEY, "plugin-chosen")
+            .body(
+                http_body_util::Empty::<Bytes>::new()
+                    .map_err(|e| match e {})
+                    .boxed_unsync(),
+            )
+            .unwrap()
+    }
+
+    fn hooks() -> OutboundHooks {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        OutboundHooks::new(PluginName::from("p"), None, deadline, Connector::Plain)
+    }
+
+    fn granted() -> OutboundHooks {
+        let mut hooks = hooks();
+        hooks.grant(Outbound {
+            allow: AllowList::parse(&["127.0.0.1:9000"]).unwrap(),
+            idempotency_key: idempotency_key("s", "e", "p"),
+        });
+        hooks
+    }
+
+    #[test]
+    fn a_call_without_a_grant_sends_nothing() {
+        assert_eq!(
+            hooks().admit(&mut request()).unwrap_err(),
+            Denied::NoNetwork
+        );
+    }
+
+    #[test]
+    fn the_host_sets_the_idempotency_key_over_the_plugins() {
+        let mut req = request();
+        granted().admit(&mut req).unwrap();
+        let keys: Vec<_> = req.headers().get_all(IDEMPOTENCY_KEY).iter().collect();
+        assert_eq!(keys, ["s:e:p"]);
+    }
+
+    #[test]
+    fn a_call_sends_at_most_its_share_of_requests() {
+        let mut hooks = granted();
+        for _ in 0..REQUESTS_PER_CALL {
+            hooks.admit(&mut request()).unwrap();
+        }
+        assert_eq!(
+            hooks.admit(&mut request()).unwrap_err(),
+            Denied::TooManyRequests
+        );
+    }
+
+    /// The SDK tells a refused host (permanent) from a prohibited address and the call's cap
+    /// by these codes.
+    #[test]
+    fn refusals_reach_the_guest_as_their_wasi_http_codes() {
+        let target = HostPort::parse("model.example.com:80").unwrap();
+        let cases = [
+            (Denied::NoNetwork, "HTTP request denied"),
+            (Denied::Scheme("https".into()), "HTTP request denied"),
+            (Denied::NoHost, "HTTP request denied"),
+            (Denied::NotListed(target.clone()), "HTTP request denied"),
+            (
+                Denied::Prohibited {
+                    target,
+                    addr: "10.0.0.7:80".parse().unwrap(),
+                    range: "private (10.0.0.0/8)",
+                },
+                "destination IP address is prohibited",
+            ),
+            (Denied::TooManyRequests, "connection limit reached"),
+        ];
+        for (denied, want) in cases {
+            assert_eq!(denied_error(&denied).to_string(), want, "{denied:?}");
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! Loading a plugin file: native code from the artifact cache or the compiler process, its
+//! roles read from its exports, its imports and exports checked against the WIT.
+//!
+//! Invariants:
+//! - A [`Plugin`] exists only for a component whose every exported role matched the WIT at
+//!   link time; [`Runtime::typecheck`] then instantiates each role once, in a throwaway bounded
+//!   store, before the registry makes it live.
+//! - Roles are recognised by export-name prefix (`hookd:plugin/parser@`, `…/handler@`), not by
+//!   one WIT version, so [`Roles`] stays true when another version is loaded beside this one.
+//! - Native code is deserialized only when it came from the host-private cache or from this
+//!   host's own compiler process, never from `plugins_dir`.
+
+use std::{sync::Arc, time::Duration};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+
+use super::{
+    ArtifactCache, CallContext, CompileError, Compiler, Limits, Origin, Runtime,
+    bindings::{handler_world, parser_world},
+    call::{Role, bounded},
+    host::HostState,
+};
+use crate::ids::PluginName;
+
+/// The sha256 of a plugin file (lower-case hex): its version's identity in the registry, the
+/// artifact cache and every attempt's record.
+pub fn file_sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Which roles a component exports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Roles {
+    pub parser: bool,
+    pub handler: bool,
+}
+
+impl Roles {
+    /// The exported roles' names, parser first (as `/admin/plugins` lists them).
+    pub fn names(self) -> Vec<&'static str> {
+        let mut names = Vec::new();
+        if self.parser {
+            names.push("parser");
+        }
+        if self.handler {
+            names.push("handler");
+        }
+        names
+    }
+}
+
+/// A compiled, type-checked plugin file. Cheap to share; calls instantiate it afresh.
+pub struct Plugin {
+    sha256: String,
+    roles: Roles,
+    origin: Origin,
+    pub(super) parser: Option<parser_world::ParserPluginPre<HostState>>,
+    pub(super) handler: Option<handler_world::HandlerPluginPre<HostState>>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("sha256", &self.sha256)
+            .field("roles", &self.roles)
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+impl Plugin {
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    pub fn roles(&self) -> Roles {
+        self.roles
+    }
+
+    /// Whether its native code came from the artifact cache or was compiled now.
+    pub fn origin(&self) -> Origin {
+        self.origin
+    }
+}
+
+/// Why a plugin file was refused. Messages name the mismatch; the caller adds the file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("not a valid WebAssembly component: {0}")]
+    Invalid(String),
+    #[error("exports neither hookd:plugin/parser nor hookd:plugin/handler (it exports: {0})")]
+    NoRole(String),
+    #[error("{0}")]
+    Mismatch(String),
+    /// The compile did not finish: stopped at its deadline, or its process failed.
+    #[error("{0}")]
+    Compile(String),
+}
+
+impl LoadError {
+    /// A role's export that does not match the WIT.
+    fn export_mismatch<R: Role>(e: wasmtime::Error) -> Self {
+        Self::Mismatch(format!(
+            "its hookd:plugin/{} export does not match the WIT: {e:#}",
+            R::NAME
+        ))
+    }
+}
+
+/// A plugin built for the registry, with the artifact to cache once it passed every check.
+pub struct Built {
+    pub plugin: Plugin,
+    /// The precompiled code, when it was compiled now (not loaded from the cache).
+    pub artifact: Option<Vec<u8>>,
+}
+
+impl Runtime {
+    /// Compiles a component in this process (no cache, no deadline) and checks its imports:
+    /// for tools. CPU-heavy: call it off the async executor, then [`Runtime::typecheck`] it.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Plugin, LoadError> {
+        let component = Component::from_binary(&self.engine, bytes)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        self.plugin_from(component, file_sha256(bytes), Origin::Compiled)
+    }
+
+    /// The plugin for the file `wasm` (whose [`file_sha256`] is `sha256`): its native code from
+    /// `cache` when a valid entry exists, else compiled by `compiler` (queued for its byte
+    /// budget, in a bounded child process), then its imports checked. [`Runtime::typecheck`] it
+    /// next, and only then store [`Built::artifact`] in the cache.
+    pub async fn build(
+        self: &Arc<Self>,
+        wasm: Arc<Vec<u8>>,
+        sha256: String,
+        cache: Option<ArtifactCache>,
+        compiler: &Compiler,
+    ) -> Result<Built, LoadError> {
+        if let Some(cache) = cache {
+            let (runtime, sha) = (self.clone(), sha256.clone());
+            let cached = tokio::task::spawn_blocking(move || {
+                cache
+                    .load(&runtime.engine, &sha)
+                    .map(|component| runtime.plugin_from(component, sha, Origin::Cache))
+            })
+            .await
+            .map_err(|e| LoadError::Compile(format!("loading the cached artifact failed: {e}")))?;
+            if let Some(plugin) = cached {
+                return plugin.map(|plugin| Built {
+                    plugin,
+                    artifact: None,
+                });
+            }
+        }
+        // Held until the artifact is deserialized: that copy is part of the compile's memory.
+        let _permit = compiler.reserve(wasm.len()).await;
+        let artifact = compiler.compile(wasm).await.map_err(|e| match e {
+            CompileError::Invalid(m) => LoadError::Invalid(m),
+            CompileError::Process(m) => LoadError::Compile(m),
+        })?;
+        let runtime = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // SAFETY: the artifact was just produced by our own compiler process (the hookd
+            // binary, `compiler::child_main`) from this file, for an engine configured like
+            // this one; wasmtime checks its header and compatibility before using it.
+            let component =
+                unsafe { Component::deserialize(&runtime.engine, &artifact) }.map_err(|e| {
+                    LoadError::Compile(format!(
+                        "the compiler process's artifact does not load in this engine (is \
+                         server.compiler the same hookd build?): {e:#}"
+                    ))
+                })?;
+            let plugin = runtime.plugin_from(component, sha256, Origin::Compiled)?;
+            Ok(Built {
+                plugin,
+                artifact: Some(artifact),
+            })
+        })
+        .await
+        .map_err(|e| LoadError::Compile(format!("loading the compiled artifact failed: {e}")))?
+    }
+
+    /// Checks a compiled component's exports and imports: the [`Plugin`] if hookd can run it.
+    fn plugin_from(
+        &self,
+        component: Component,
+        sha256: String,
+        origin: Origin,
+    ) -> Result<Plugin, LoadError> {
+        let ty = component.component_type();
+        let exports: Vec<String> = ty
+            .exports(&self.engine)
+            .map(|(n, _)| n.to_string())
+            .collect();
+        let roles = Roles {
+            parser: exports
+                .iter()
+                .any(|e| e.starts_with("hookd:plugin/parser@")),
+            handler: exports
+                .iter()
+                .any(|e| e.starts_with("hookd:plugin/handler@")),
+        };
+        if !roles.parser && !roles.handler {
+            return Err(LoadError::NoRole(if exports.is_empty() {
+                "nothing".into()
+            } else {
+                exports.join(", ")
+            }));
+        }
+        let pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            LoadError::Mismatch(format!("imports something hookd does not provide: {e:#}"))
+        })?;
+        Ok(Plugin {
+            sha256,
+            roles,
+            origin,
+            parser: linked_role(roles.parser, &pre)?,
+            handler: linked_role(roles.handler, &pre)?,
+        })
+    }
+
+    /// Checks every exported role against the WIT by instantiating the component once per
+    /// role in a throwaway, tightly bounded store (export types are only checked on
+    /// instantiation).
+    pub async fn typecheck(&self, plugin: &Plugin) -> Result<(), LoadError> {
+        // The one place a load-time call's budget is set: no output, no logs, and time and
+        // memory enough for any component's start-up.
+        let ctx = CallContext {
+            plugin: PluginName::from("typecheck"),
+            config: Arc::default(),
+            event: None,
+            limits: Limits {
+                timeout: Duration::from_secs(5),
+                memory_bytes: 256 * 1024 * 1024,
+                output_bytes: 0,
+                log_bytes: 0,
+            },
+        };
+        self.typecheck_role(plugin.parser.as_ref(), &ctx).await?;
+        self.typecheck_role(plugin.handler.as_ref(), &ctx).await
+    }
+
+    /// Instantiates one role (if exported) and checks its export against the WIT.
+    async fn typecheck_role<R: Role>(
+        &self,
+        pre: Option<&R>,
+        ctx: &CallContext,
+    ) -> Result<(), LoadError> {
+        let Some(pre) = pre else { return Ok(()) };
+        let mut store = self.store(ctx, None);
+        let instance = bounded(
+            ctx.limits.timeout,
+            pre.linked().instantiate_async(&mut store),
+        )
+        .await
+        .map_err(|e| LoadError::Invalid(format!("instantiating it failed: {e}")))?;
+        R::check_exports(&mut store, &instance).map_err(LoadError::export_mismatch::<R>)
+    }
+}
+
+/// The role's pre-instance if the component exports it, checked against the WIT.
+fn linked_role<R: Role>(
+    exported: bool,
+    pre: &wasmtime::component::InstancePre<HostState>,
+) -> Result<Option<R>, LoadError> {
+    exported
+        .then(|| R::link(pre.clone()))
+        .transpose()
+        .map_err(LoadError::export_mismatch::<R>)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The digest is the file's identity in the cache, the admin API and attempt records, so
+    /// its spelling (lower-case hex of sha256) must not drift.
+    #[test]
+    fn a_file_is_named_by_the_lower_case_hex_sha256_of_its_bytes() {
+        assert_eq!(
+            super::file_sha256(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
