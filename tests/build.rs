@@ -88,12 +88,6 @@ fn main() {
         utf8(&workspace)
     )
     .unwrap();
-    writeln!(
-        consts,
-        "/// The directory holding every built plugin `.wasm`."
-    )
-    .unwrap();
-    writeln!(consts, "pub const WASM_DIR: &str = {:?};", utf8(&wasm_dir)).unwrap();
     for plugin in &plugins {
         let wasm = wasm_dir.join(format!("{}.wasm", plugin.replace('-', "_")));
         assert!(wasm.is_file(), "cargo built no {}", wasm.display());

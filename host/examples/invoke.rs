@@ -22,9 +22,9 @@ use host::{
     config::Durability,
     ids::{EventId, PluginName},
     inbox::Inbox,
+    outbound::{AllowList, Outbound},
     runtime::{
-        AllowList, CallContext, EventInput, HandleVerdict, Limits, Outbound, ParseVerdict, Plugin,
-        Runtime, StateStore,
+        CallContext, EventInput, HandleVerdict, Limits, ParseVerdict, Plugin, Runtime, StateStore,
     },
 };
 

@@ -29,19 +29,8 @@
 //!
 //! [`run`] wires them together; `main.rs` only parses arguments.
 //!
-//! # Outcomes
-//!
-//! Each step names how it ended with an enum of its own; who makes each, and who reads it:
-//!
-//! - [`ingest::EnvelopeOutcome`]: the envelope step → `ingest::receive`'s status code.
-//! - [`runtime::ParseVerdict`], [`runtime::HandleVerdict`]: what a parser or handler plugin
-//!   returned → ingest, and [`dispatch::policy::Classified::from_call`].
-//! - [`dispatch::policy::Attempted`]: how an attempt ended for the retry rules →
-//!   [`dispatch::policy::decide`], which makes a [`model::Disposition`] (the delivery's next
-//!   state) → the inbox.
-//! - [`model::AttemptOutcome`]: an attempt's row in the delivery's history (the admin API).
-//! - [`inbox::Accepted`], [`inbox::Finished`]: how storing an event or an attempt went → ingest's
-//!   answer, the dispatcher.
+//! `docs/architecture.md` has the entry points, the invariants, a glossary of the outcome enums
+//! (who makes each, who reads it) and the contracts that may not change casually.
 
 pub mod admin;
 pub mod cli;
@@ -204,7 +193,7 @@ pub async fn run_with(
         options.clock,
     );
     dispatcher
-        .reclaim(true)
+        .reclaim_all_at_startup()
         .await
         .context("reclaiming leases of the previous run")?;
 

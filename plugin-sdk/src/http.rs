@@ -34,13 +34,17 @@
 //!   dotted quad (`2130706433`, `127.1`, `0x7f000001`) are refused, and so are the unspecified
 //!   addresses (`0.0.0.0/8`, `[::]`, `[::ffff:0.0.0.0]`), which connect to the host itself.
 //! - **Addresses.** A listed name is resolved once and the connection goes to the address it
-//!   resolved to, so DNS cannot rebind it in between. Loopback, private, link-local (including
-//!   cloud metadata at `169.254.169.254`), shared (CGNAT), unique-local, site-local,
-//!   unspecified, broadcast, multicast and reserved addresses, and IPv6 forms that embed a
-//!   refused IPv4 address, are refused even through a listed name — unless that exact
-//!   `ip:port` is itself listed (which is how a local service on `127.0.0.1:9000` is reached).
+//!   resolved to, so DNS cannot rebind it in between. These addresses are refused even through
+//!   a listed name, unless that exact `ip:port` is itself listed (which is how a local service
+//!   on `127.0.0.1:9000` is reached): loopback (`127.0.0.0/8`, `::1`), private (`10.0.0.0/8`,
+//!   `172.16.0.0/12`, `192.168.0.0/16`), link-local (`169.254.0.0/16`, which holds cloud
+//!   metadata at `169.254.169.254`, and `fe80::/10`), shared/CGNAT (`100.64.0.0/10`),
+//!   unique-local (`fc00::/7`), site-local (`fec0::/10`), unspecified (`0.0.0.0/8`, `::`),
+//!   broadcast, multicast (`224.0.0.0/4`, `ff00::/8`), reserved (`240.0.0.0/4`), and IPv6 that
+//!   embeds any refused IPv4 address (IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`,
+//!   NAT64 `64:ff9b::/96`, 6to4 `2002::/16`).
 //! - **Scheme.** Only `http://` URLs: hookd has no TLS client yet, so `https://` is refused
-//!   with [`HttpError::Unsupported`].
+//!   with [`HttpError::Unsupported`] (`HTTP-request-denied` for raw `wasi:http` users).
 //! - **Time.** DNS plus connect take at most 10 s; [`RequestBuilder::timeout`] can shorten
 //!   the connect, first-byte and between-bytes waits. Nothing outlives the attempt: a request
 //!   still waiting when its `timeout_ms` passes ends the attempt as a `timeout`.
@@ -52,7 +56,9 @@
 //!   set by the host over any value given here: the same on every retry of a delivery, so a
 //!   service that honours the header performs the effect once. Bytes outside printable ASCII,
 //!   and `%`, are percent-encoded.
-//! - **Refusals** are logged by the host once per attempt, when it ends: the plugin, the
+//! - **Refusals** reach the plugin as a `wasi:http` error code (`HTTP-request-denied`,
+//!   `destination-IP-prohibited`, `connection-limit-reached`; [`HttpError::Denied`] here) and
+//!   are logged by the host once per attempt, when it ends: the plugin, the
 //!   event, how many requests were refused and the first one's reason with its `host:port` —
 //!   never the path or query, which may carry secrets.
 //! - **Retries.** With `?`, transport failures, timeouts, an unreadable body and the statuses

@@ -3,8 +3,6 @@
 //! Invariant: every helper waits on an observable condition with a deadline; none sleeps a
 //! fixed time and hopes.
 
-#![allow(dead_code)]
-
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
@@ -338,20 +336,6 @@ pub fn github_issue(number: u64, title: &str, body: &str) -> Vec<u8> {
     })
     .to_string()
     .into_bytes()
-}
-
-/// GitHub's headers besides the signature.
-pub fn github_headers(delivery: &str, event: &str) -> Vec<(HeaderName, HeaderValue)> {
-    vec![
-        (
-            HeaderName::from_static("x-github-delivery"),
-            HeaderValue::from_str(delivery).unwrap(),
-        ),
-        (
-            HeaderName::from_static("x-github-event"),
-            HeaderValue::from_str(event).unwrap(),
-        ),
-    ]
 }
 
 /// hookd as a separate process (`hookd serve`), for crash tests: it can be killed with SIGKILL

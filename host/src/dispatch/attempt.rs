@@ -14,9 +14,8 @@ use crate::{
     config::PluginConfig,
     inbox::{Claimed, Finish, Finished, InboxError},
     model::{AttemptOutcome, Disposition},
-    runtime::{
-        CallContext, EventInput, Outbound, StateLimit, StateRefused, StateStore, idempotency_key,
-    },
+    outbound::{Outbound, idempotency_key},
+    runtime::{CallContext, EventInput, StateLimit, StateRefused, StateStore},
     text,
 };
 

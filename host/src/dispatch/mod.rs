@@ -129,8 +129,17 @@ impl Dispatcher {
         self.dispose(&plugin, Attempted::Failed, budget_used, now_ms)
     }
 
-    /// Takes back leases that expired (`all`: every lease, at start-up).
-    pub async fn reclaim(self: &Arc<Self>, all: bool) -> anyhow::Result<usize> {
+    /// Takes back every lease a previous process left (at start-up, before any worker runs).
+    pub async fn reclaim_all_at_startup(self: &Arc<Self>) -> anyhow::Result<usize> {
+        self.reclaim(true).await
+    }
+
+    /// Takes back the leases that expired by now.
+    pub async fn reclaim_expired(self: &Arc<Self>) -> anyhow::Result<usize> {
+        self.reclaim(false).await
+    }
+
+    async fn reclaim(self: &Arc<Self>, all: bool) -> anyhow::Result<usize> {
         let now = self.clock.now_ms();
         let this = self.clone();
         let decide = move |handler: &str, used| this.abandoned_disposition(handler, used, now);

@@ -69,7 +69,7 @@ impl Dispatcher {
         loop {
             if last_reclaim.elapsed() >= RECLAIM_EVERY {
                 last_reclaim = tokio::time::Instant::now();
-                if let Err(e) = self.reclaim(false).await {
+                if let Err(e) = self.reclaim_expired().await {
                     tracing::error!(error = %e, "reclaiming expired leases failed");
                 }
             }

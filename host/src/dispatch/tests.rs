@@ -111,7 +111,7 @@ async fn a_lease_is_not_taken_back_before_the_plugins_timeout_and_margin() {
     assert_eq!(fixture.claim().await.len(), 1);
     // 2 s of timeout + 10 s of margin, less a little.
     tokio::time::sleep(Duration::from_millis(11_900)).await;
-    assert_eq!(fixture.dispatcher.reclaim(false).await.unwrap(), 0);
+    assert_eq!(fixture.dispatcher.reclaim_expired().await.unwrap(), 0);
 }
 
 #[tokio::test(start_paused = true)]
@@ -120,7 +120,7 @@ async fn a_lease_is_taken_back_once_the_plugins_timeout_and_margin_have_passed()
     fixture.arrive("e").await;
     assert_eq!(fixture.claim().await.len(), 1);
     tokio::time::sleep(Duration::from_millis(12_100)).await;
-    assert_eq!(fixture.dispatcher.reclaim(false).await.unwrap(), 1);
+    assert_eq!(fixture.dispatcher.reclaim_expired().await.unwrap(), 1);
 }
 
 /// A delivery whose worker vanished is retried after the first backoff (with equal jitter:
@@ -130,7 +130,10 @@ async fn a_reclaimed_delivery_is_not_due_before_half_its_backoff() {
     let fixture = Fixture::new("backoff_base_ms = 4000");
     fixture.arrive("e").await;
     assert_eq!(fixture.claim().await.len(), 1);
-    assert_eq!(fixture.dispatcher.reclaim(true).await.unwrap(), 1);
+    assert_eq!(
+        fixture.dispatcher.reclaim_all_at_startup().await.unwrap(),
+        1
+    );
     tokio::time::sleep(Duration::from_millis(1_900)).await;
     assert!(fixture.claim().await.is_empty());
 }
@@ -140,7 +143,10 @@ async fn a_reclaimed_delivery_is_due_again_once_its_backoff_has_passed() {
     let fixture = Fixture::new("backoff_base_ms = 4000");
     fixture.arrive("e").await;
     assert_eq!(fixture.claim().await.len(), 1);
-    assert_eq!(fixture.dispatcher.reclaim(true).await.unwrap(), 1);
+    assert_eq!(
+        fixture.dispatcher.reclaim_all_at_startup().await.unwrap(),
+        1
+    );
     tokio::time::sleep(Duration::from_millis(4_100)).await;
     let retried = fixture.claim().await;
     assert_eq!(retried.iter().map(|c| c.attempt).collect::<Vec<_>>(), [2]);

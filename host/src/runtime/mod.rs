@@ -48,8 +48,6 @@ pub use self::host::{StateLimit, StateRefused, StateStore};
 pub use self::limiter::LimitExceeded;
 pub use self::plugin::{Built, LoadError, Plugin, Roles, file_sha256};
 use crate::outbound::transport::Connector;
-/// The outbound policy lives in [`crate::outbound`]; these keep the runtime's old paths working.
-pub use crate::outbound::{AllowList, HostPort, Outbound, idempotency_key};
 
 /// The engine and the linker every plugin is instantiated against.
 pub struct Runtime {

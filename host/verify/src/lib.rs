@@ -321,7 +321,3 @@ pub fn sign(
 ) -> Result<Vec<(HeaderName, HeaderValue)>, SignError> {
     schemes::sign(scheme, secret, event_id, body, now)
 }
-
-/// [`sign`] under its earlier name, so callers written against that name still build.
-#[doc(hidden)]
-pub use self::sign as try_sign;
