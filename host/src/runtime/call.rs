@@ -255,8 +255,6 @@ impl Runtime {
                 .build(),
             table,
             limits,
-            plugin: ctx.plugin.clone(),
-            event: ctx.event.clone(),
             config: ctx.config.clone(),
             log_budget: ctx.limits.log_bytes,
             log_truncated: false,
@@ -286,7 +284,9 @@ impl Runtime {
 
     /// Runs role `R` of `plugin` once: fresh store (with `state` and the network `grant`, if
     /// any), instantiate, call, cap the output. Returns the call's value and the state changes
-    /// it buffered.
+    /// it buffered. The guest's log lines and the host's refusals run in its `call` span, which
+    /// names the plugin and the role.
+    #[tracing::instrument(name = "call", skip_all, fields(plugin = %ctx.plugin, role = R::NAME))]
     async fn call_role<R: Role>(
         &self,
         plugin: &Plugin,

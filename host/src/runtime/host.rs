@@ -20,7 +20,7 @@ use super::bindings::{
 };
 use super::outbound_hooks::OutboundHooks;
 use crate::{
-    ids::{EventId, PluginName},
+    ids::PluginName,
     model::{StateChanges, StateLimits, StateUsage},
 };
 
@@ -231,8 +231,6 @@ pub struct HostState {
     pub wasi: WasiCtx,
     pub table: ResourceTable,
     pub limits: super::limiter::Limiter,
-    pub plugin: PluginName,
-    pub event: Option<EventId>,
     pub config: Arc<BTreeMap<String, String>>,
     pub log_budget: usize,
     pub log_truncated: bool,
@@ -276,13 +274,12 @@ impl log::Host for HostState {
             self.log_truncated = true;
             message.push_str("… [log output truncated: per-call log cap reached]");
         }
-        let plugin = self.plugin.as_str();
-        let event = self.event.as_ref().map(|e| e.as_str()).unwrap_or("");
+        // The plugin and the event are fields of the spans this call runs in.
         match level {
-            log::Level::Debug => tracing::debug!(target: "plugin", plugin, event, "{message}"),
-            log::Level::Info => tracing::info!(target: "plugin", plugin, event, "{message}"),
-            log::Level::Warn => tracing::warn!(target: "plugin", plugin, event, "{message}"),
-            log::Level::Error => tracing::error!(target: "plugin", plugin, event, "{message}"),
+            log::Level::Debug => tracing::debug!(target: "plugin", "{message}"),
+            log::Level::Info => tracing::info!(target: "plugin", "{message}"),
+            log::Level::Warn => tracing::warn!(target: "plugin", "{message}"),
+            log::Level::Error => tracing::error!(target: "plugin", "{message}"),
         }
         Ok(())
     }
