@@ -8,9 +8,9 @@ mod dev;
 mod send;
 mod wasm_target;
 
-use std::{path::PathBuf, process::ExitCode};
+use std::{io::IsTerminal as _, path::PathBuf, process::ExitCode};
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 
@@ -20,6 +20,19 @@ use crate::config::Config;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr: `text` for people (coloured only when stderr is a
+    /// terminal), `json` for log shippers (one JSON object per line).
+    #[arg(long, global = true, env = "HOOKD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The log line format (`--log-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; ANSI colour only on a terminal.
+    Text,
+    /// One JSON object per line: timestamp, level, target, fields and the spans it ran in.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,7 +90,7 @@ pub fn main(cli: Cli) -> ExitCode {
     {
         return crate::runtime::compile_child_main(memory_bytes, parent);
     }
-    init_tracing();
+    init_tracing(cli.log_format);
     let result = match cli.command {
         Command::Serve { config } => serve(config),
         Command::Dev(args) => dev::run(args),
@@ -96,13 +109,23 @@ pub fn main(cli: Cli) -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOOKD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        // Colour codes are for terminals; in a file or a pipe they are noise.
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+    };
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
