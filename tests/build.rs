@@ -20,6 +20,9 @@ const PLUGIN_DIRS: [&str; 2] = ["plugins", "tests/plugins"];
 #[path = "../host/src/cli/wasm_target.rs"]
 mod wasm_target;
 
+#[path = "../host/src/cli/plugin_dirs.rs"]
+mod plugin_dirs;
+
 use wasm_target::TARGET;
 
 fn main() {
@@ -38,6 +41,9 @@ fn main() {
         "tests/plugins",
         "Cargo.toml",
         "Cargo.lock",
+        // Included by path above.
+        "host/src/cli/wasm_target.rs",
+        "host/src/cli/plugin_dirs.rs",
     ] {
         println!("cargo:rerun-if-changed={}", workspace.join(path).display());
     }
@@ -140,18 +146,8 @@ fn leaks_outer_build(key: &str) -> bool {
 fn plugin_crates(workspace: &Path) -> Vec<String> {
     let mut crates = Vec::new();
     for dir in PLUGIN_DIRS {
-        let mut names: Vec<String> = std::fs::read_dir(workspace.join(dir))
-            .unwrap_or_else(|e| panic!("reading {dir}: {e}"))
-            .map(|entry| entry.expect("reading a plugin directory entry").path())
-            .filter(|path| path.join("Cargo.toml").is_file())
-            .map(|path| {
-                path.file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or_else(|| panic!("plugin directory name is not UTF-8: {path:?}"))
-                    .to_owned()
-            })
-            .collect();
-        names.sort();
+        let names = plugin_dirs::crates_in(&workspace.join(dir))
+            .unwrap_or_else(|e| panic!("listing the plugin crates in {dir}: {e}"));
         crates.extend(names);
     }
     crates

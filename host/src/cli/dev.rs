@@ -19,16 +19,14 @@ use clap::Args;
 
 use crate::config::Config;
 
-/// The example plugin crates `hookd dev` builds by default.
-pub const EXAMPLE_PLUGINS: [&str; 4] = ["github", "stripe", "generic", "classifier"];
-
 #[derive(Debug, Args)]
 pub struct DevArgs {
     /// The configuration file (relative paths in it are relative to its directory).
     #[arg(long, short, default_value = "hookd.toml")]
     pub config: PathBuf,
-    /// Plugin crates (workspace packages) to build.
-    #[arg(long = "plugin", short = 'p', default_values_t = EXAMPLE_PLUGINS.map(String::from))]
+    /// Plugin crates (workspace packages) to build [default: every crate in the workspace's
+    /// `plugins/` directory].
+    #[arg(long = "plugin", short = 'p')]
     pub plugins: Vec<String>,
     /// Serve without building first (and without watching the sources).
     #[arg(long)]
@@ -46,11 +44,17 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
     if !args.no_build {
         let root = workspace_root(&args.config)?;
         let dest = config.server.plugins_dir.clone();
-        build_plugins(&root, &args.plugins, &dest)?;
+        let packages = if args.plugins.is_empty() {
+            let examples = root.join("plugins");
+            super::plugin_dirs::crates_in(&examples)
+                .with_context(|| format!("listing the plugin crates in {}", examples.display()))?
+        } else {
+            args.plugins
+        };
+        build_plugins(&root, &packages, &dest)?;
         if !args.no_watch {
-            let sources = source_dirs(&root, &args.plugins)?;
+            let sources = source_dirs(&root, &packages)?;
             let watcher = watch_sources(&sources)?;
-            let packages = args.plugins.clone();
             std::thread::Builder::new()
                 .name("dev-rebuild".into())
                 .spawn(move || rebuild_loop(watcher, &sources, &root, &packages, &dest))

@@ -5,6 +5,7 @@
 
 mod client;
 mod dev;
+mod plugin_dirs;
 mod send;
 mod wasm_target;
 
