@@ -665,7 +665,7 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
         .arg(ws.join("hookd.toml"))
         .args(["-p", "outside-plugin"])
         .env("CARGO", env!("CARGO"))
-        // Its own target directory: the fixture built elsewhere (foundation.rs) has the same
+        // Its own target directory: the fixture built elsewhere (end_to_end.rs) has the same
         // package name, so a shared one would hand either test the other's `.wasm`.
         .env("CARGO_TARGET_DIR", root.join("target/wasm-dev-test"))
         .env_remove("RUSTFLAGS")

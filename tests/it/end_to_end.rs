@@ -1,4 +1,4 @@
-//! The first vertical slice: a signed webhook goes in, is parsed by a Wasm parser, stored once,
+//! End to end: a signed webhook goes in, is parsed by a Wasm parser, stored once,
 //! handled by a Wasm handler, and its output is visible through the admin API.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
