@@ -16,10 +16,18 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, install_plugins, plugins};
+use crate::support::{self, ProcessHost, Scheme, install_plugins, plugins, sw_source};
 
 const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
+
+/// Four workers and the standard-webhooks source `s` feeding `handlers`, then `plugins` (tables).
+fn config(handlers: &[&str], plugins: &str) -> String {
+    format!(
+        "[server]\nworkers = 4\n{}",
+        sw_source("s", handlers, plugins)
+    )
+}
 
 /// Signs `body` as standard-webhooks message `id` and POSTs it to source `s`; Ok only on a 202.
 async fn post_event(ingest: SocketAddr, id: String, body: Value) -> anyhow::Result<Value> {
@@ -31,9 +39,7 @@ async fn post_event(ingest: SocketAddr, id: String, body: Value) -> anyhow::Resu
         body.as_bytes(),
         SystemTime::now(),
     );
-    let url = format!("http://{ingest}/hooks/s");
-    let (status, _, reply) = support::send(Method::POST, &url, &headers, Bytes::from(body)).await?;
-    let reply = support::json_or_text(&reply);
+    let (status, reply) = support::post_hook(ingest, "s", &headers, body.as_bytes()).await?;
     anyhow::ensure!(status == StatusCode::ACCEPTED, "{id}: {status} {reply}");
     Ok(reply)
 }
@@ -66,10 +72,10 @@ async fn wait_delivery(
         {
             return d.clone();
         }
-        let log = std::fs::read_to_string(host.dir.join("hookd.log")).unwrap_or_default();
         assert!(
             Instant::now() < deadline,
-            "{id} → {handler} did not get there; last seen: {last:#?}\nlog:\n{log}"
+            "{id} → {handler} did not get there; last seen: {last:#?}\nlog:\n{}",
+            host.log()
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -100,19 +106,12 @@ fn install(dir: &Path, plugin: (&str, &str)) {
 async fn the_counter_stays_exact_across_a_kill_mid_processing() {
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), ("counter", plugins::COUNTER));
-    let config = format!(
+    let config = config(
+        &["counter"],
         r#"
-        [server]
-        workers = 4
-
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["counter"]
-
         [plugins.counter]
         timeout_ms = 2000
-        "#
+        "#,
     );
     let first = ProcessHost::start(dir.path(), &config).await;
     let mut sends = Vec::new();
@@ -247,16 +246,9 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
 async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once() {
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), ("flaky", plugins::FLAKY));
-    let config = format!(
+    let config = config(
+        &["once", "twice"],
         r#"
-        [server]
-        workers = 4
-
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["once", "twice"]
-
         [plugins.once]
         wasm = "flaky"
         delivery = "at-most-once"
@@ -270,7 +262,7 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
         timeout_ms = 10000
         backoff_base_ms = 100
         backoff_max_ms = 200
-        "#
+        "#,
     );
     let first = ProcessHost::start(dir.path(), &config).await;
     let body = json!({"sleep_ms": 1500, "remember": "last"});

@@ -9,8 +9,7 @@
 
 use std::{
     net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -19,124 +18,11 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ADMIN_TOKEN, SW_SECRET, Scheme, TestHost, free_port, install_plugins, json_or_text,
-    plugins,
+    self, ADMIN_TOKEN, ProcessHost, SW_SECRET, Scheme, TestHost, free_port, hookd_cli,
+    install_plugins, json_or_text, plugins,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// `hookd serve` on `dir/hookd.toml` exactly as given (plus listen addresses; no token added).
-struct Proc {
-    ingest: SocketAddr,
-    admin: SocketAddr,
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Proc {
-    async fn start(dir: &Path, config: &str) -> Self {
-        let (ingest, admin) = (free_port(), free_port());
-        let text = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"\n{config}");
-        std::fs::write(dir.join("hookd.toml"), text).unwrap();
-        let log = std::fs::File::create(dir.join("hookd.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["serve", "--config"])
-            .arg(dir.join("hookd.toml"))
-            .env_remove("HOOKD_ADMIN_TOKEN")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting hookd");
-        let host = Self {
-            ingest,
-            admin,
-            dir: dir.to_owned(),
-            child,
-        };
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let url = format!("http://{admin}/healthz");
-            if let Ok((StatusCode::OK, _, _)) =
-                support::send(Method::GET, &url, &[], Bytes::new()).await
-            {
-                return host;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "hookd did not become healthy; log:\n{}",
-                host.log()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("hookd.log")).unwrap_or_default()
-    }
-
-    async fn admin(
-        &self,
-        method: Method,
-        path: &str,
-        token: Option<&str>,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let url = format!("http://{}{path}", self.admin);
-        let mut headers = vec![(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )];
-        if let Some(token) = token {
-            headers.push((
-                header::AUTHORIZATION,
-                HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-            ));
-        }
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let (status, _, reply) = support::send(method, &url, &headers, body).await.unwrap();
-        (status, json_or_text(&reply))
-    }
-
-    /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
-    fn memory_kib(&self) -> (u64, u64) {
-        let pid = self.child.id();
-        (
-            support::status_kib(pid, "VmRSS"),
-            support::status_kib(pid, "VmHWM"),
-        )
-    }
-
-    /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.
-    fn reset_peak(&self) {
-        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")
-            .expect("resetting VmHWM through /proc/<pid>/clear_refs");
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs the `hookd` binary in `cwd` with `args`, without admin settings from the environment.
-async fn hookd_cli(cwd: &Path, args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let cwd = cwd.to_owned();
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(&args)
-            .current_dir(cwd)
-            .env_remove("HOOKD_ADMIN_TOKEN")
-            .env_remove("HOOKD_ADMIN_URL")
-            .env_remove("HOOKD_CONFIG")
-            .output()
-            .expect("running hookd")
-    })
-    .await
-    .unwrap()
-}
 
 /// `hookd serve` on `config` that must refuse to start: its exit status and stderr.
 async fn serve_refused(config: &str) -> (std::process::ExitStatus, String) {
@@ -201,7 +87,7 @@ async fn post_signed(
 async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then_required() {
     let dir = tempfile::tempdir().unwrap();
     let config = "database = \"data/hookd.db\"\n";
-    let host = Proc::start(dir.path(), config).await;
+    let host = ProcessHost::start_exact(dir.path(), config).await;
     let file = dir.path().join("data/hookd.db.admin-token");
     let log = host.log();
     assert!(
@@ -274,7 +160,7 @@ async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then
 
     // A restart reuses the token.
     drop(host);
-    let host = Proc::start(dir.path(), config).await;
+    let host = ProcessHost::start_exact(dir.path(), config).await;
     let (status, reply) = host
         .admin(Method::GET, "/admin/events", Some(token), None)
         .await;
@@ -530,7 +416,7 @@ secrets = ["{SW_SECRET}"]
 parser = "trap"
 "#
     );
-    let host = Proc::start(dir.path(), &config).await;
+    let host = ProcessHost::start_exact(dir.path(), &config).await;
     let mut body = br#"{"id":"big","type":"test.event","pad":""#.to_vec();
     body.resize(BODY_BYTES - 2, b'x');
     body.extend_from_slice(b"\"}");

@@ -9,30 +9,16 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, plugins};
+use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, plugins, sw_source};
 
 const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 /// A correctness bound, not a speed claim: an acknowledgement that takes this long means
 /// ingest was starved.
 const ACK_BOUND: Duration = Duration::from_secs(2);
-
-/// A standard-webhooks source `s` (event id = `webhook-id`) with `handlers`, plus `extra`.
-fn config(handlers: &str, extra: &str) -> String {
-    format!(
-        r#"
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = [{handlers}]
-        {extra}
-        "#
-    )
-}
 
 /// Signs and posts an event to source `source`; returns the status and how long it took.
 async fn post(host: &TestHost, source: &str, id: &str, body: &Value) -> (StatusCode, Duration) {
@@ -130,12 +116,10 @@ fn history(delivery: &Value) -> Vec<(String, String, String, String)> {
 /// the healthy deliveries complete, and each hostile attempt ends with its own outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledging() {
-    let extra = r#"
-        [sources.bad]
-        scheme = "standard-webhooks"
-        secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-        handlers = ["spinner", "hog", "deep", "flood"]
-
+    let extra = sw_source(
+        "bad",
+        &["spinner", "hog", "deep", "flood"],
+        r#"
         [plugins.spinner]
         timeout_ms = 1500
         max_attempts = 1
@@ -146,9 +130,10 @@ async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledgin
         max_attempts = 1
         [plugins.flood]
         max_attempts = 1
-    "#;
+    "#,
+    );
     let host = TestHost::start(
-        &config("\"counter\"", extra),
+        &sw_source("s", &["counter"], &extra),
         &[
             ("counter", plugins::COUNTER),
             ("spinner", plugins::SPINNER),
@@ -241,8 +226,9 @@ async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledgin
 async fn flood_logs_are_truncated_with_a_marker_and_the_output_cap_is_per_instance() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("flood", plugins::FLOOD)]);
-    let config = config(
-        "\"flood\", \"roomy\"",
+    let config = sw_source(
+        "s",
+        &["flood", "roomy"],
         "[plugins.flood]\nmax_attempts = 1\n\
          [plugins.roomy]\nwasm = \"flood\"\nmax_attempts = 1\noutput_kib = 16384\nlog_kib = 1",
     );
@@ -308,7 +294,7 @@ async fn flood_logs_are_truncated_with_a_marker_and_the_output_cap_is_per_instan
 async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_the_new_sha() {
     let host = Arc::new(
         TestHost::start(
-            &config("\"h\"", "[plugins.h]\nmax_attempts = 1"),
+            &sw_source("s", &["h"], "[plugins.h]\nmax_attempts = 1"),
             &[("h", plugins::FLAKY)],
         )
         .await,
@@ -391,7 +377,7 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
 /// the file and the reason; a good file clears it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
-    let host = TestHost::start(&config("\"h\"", ""), &[("h", plugins::FLAKY)]).await;
+    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
     let v1 = sha(&plugin(&host, "h").await).unwrap();
     let file = plugin_file(&host, "h");
 
@@ -446,7 +432,7 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
 /// still the newer one, and an unknown plugin or one without history is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_makes_the_previous_sha_live() {
-    let host = TestHost::start(&config("\"h\"", ""), &[("h", plugins::FLAKY)]).await;
+    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
     let v1 = sha(&plugin(&host, "h").await).unwrap();
     let (status, reply) = host
         .admin_post("/admin/plugins/h/rollback", json!({}))
@@ -488,7 +474,7 @@ async fn rollback_makes_the_previous_sha_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
     let extra = "[plugins.h]\nmax_attempts = 2\nbackoff_base_ms = 10\nbackoff_max_ms = 20";
-    let host = TestHost::start(&config("\"h\"", extra), &[("h", plugins::CRASHER)]).await;
+    let host = TestHost::start(&sw_source("s", &["h"], extra), &[("h", plugins::CRASHER)]).await;
     let crasher = sha(&plugin(&host, "h").await).unwrap();
     send(&host, "doomed").await;
     let d = host.wait_state("s", "doomed", "h", "dead", WAIT).await;
@@ -522,7 +508,7 @@ async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
 /// until the file is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
-    let host = TestHost::start(&config("\"h\"", ""), &[("h", plugins::FLAKY)]).await;
+    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
     let v1 = sha(&plugin(&host, "h").await).unwrap();
     let file = plugin_file(&host, "h");
     std::fs::remove_file(&file).unwrap();
@@ -564,7 +550,7 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
 /// a corrupt entry is compiled again (and rewritten) instead of failing the load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
-    let config = config("\"h\"", "");
+    let config = sw_source("s", &["h"], "");
     let host = TestHost::start(&config, &[("h", plugins::FLAKY)]).await;
     let v1 = sha(&plugin(&host, "h").await).unwrap();
     let cache = host.path().join(".hookd-cache");
@@ -647,16 +633,10 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
     let source = std::fs::read_to_string(fixture.join("src/lib.rs")).unwrap();
     std::fs::write(ws.join("src/lib.rs"), &source).unwrap();
 
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
-    let (ingest, admin) = (port(), port());
+    let (ingest, admin) = (support::free_port(), support::free_port());
     let config = support::config_text(&format!(
         "[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"\n{}",
-        config("\"outside-plugin\"", "")
+        sw_source("s", &["outside-plugin"], "")
     ));
     std::fs::write(ws.join("hookd.toml"), config).unwrap();
     let log = std::fs::File::create(ws.join("dev.log")).unwrap();
@@ -676,25 +656,14 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
     let _child = KillOnDrop(child);
     let dev_log = || std::fs::read_to_string(ws.join("dev.log")).unwrap_or_default();
 
-    let admin_get = |path: &'static str| async move {
-        let url = format!("http://{admin}{path}");
-        let auth =
-            http::HeaderValue::from_str(&format!("Bearer {}", support::ADMIN_TOKEN)).unwrap();
-        support::send(
-            Method::GET,
-            &url,
-            &[(http::header::AUTHORIZATION, auth)],
-            Bytes::new(),
-        )
-        .await
-        .ok()
-        .map(|(status, _, body)| (status, support::json_or_text(&body)))
+    let admin_get = async |path: &str| {
+        support::admin_call(admin, Method::GET, path, Some(support::ADMIN_TOKEN), None).await
     };
     let wait = |what: &'static str, done: Box<dyn Fn(&Value) -> bool>| async move {
         // Building the crate can take minutes on a cold target directory.
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
-            if let Some((StatusCode::OK, list)) = admin_get("/admin/plugins").await
+            if let Ok((StatusCode::OK, list)) = admin_get("/admin/plugins").await
                 && done(&list[0])
             {
                 return list[0].clone();
@@ -719,25 +688,13 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
             body,
             SystemTime::now(),
         );
-        let url = format!("http://{ingest}/hooks/s");
-        let (status, _, _) = support::send(Method::POST, &url, &headers, Bytes::from_static(body))
+        let (status, _) = support::post_hook(ingest, "s", &headers, body)
             .await
             .unwrap();
         assert_eq!(status, StatusCode::ACCEPTED);
         let deadline = Instant::now() + WAIT;
         loop {
-            let url = format!("http://{admin}/admin/events/s/{id}");
-            let auth =
-                http::HeaderValue::from_str(&format!("Bearer {}", support::ADMIN_TOKEN)).unwrap();
-            let (_, _, body) = support::send(
-                Method::GET,
-                &url,
-                &[(http::header::AUTHORIZATION, auth)],
-                Bytes::new(),
-            )
-            .await
-            .unwrap();
-            let event = support::json_or_text(&body);
+            let (_, event) = admin_get(&format!("/admin/events/s/{id}")).await.unwrap();
             if event["deliveries"][0]["state"] == "done" {
                 return event["deliveries"][0].clone();
             }

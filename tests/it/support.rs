@@ -63,6 +63,26 @@ pub fn config_text(body: &str) -> String {
 /// The Standard Webhooks secret the tests' `standard-webhooks` sources use.
 pub const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// A `[sources.{name}]` table of scheme `standard-webhooks` keyed with [`SW_SECRET`], feeding
+/// `handlers` (no `handlers` key when empty), then the `extra` lines (more keys of the source,
+/// or further tables).
+pub fn sw_source(name: &str, handlers: &[&str], extra: &str) -> String {
+    let mut table = format!(
+        "\n[sources.{name}]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
+    );
+    if !handlers.is_empty() {
+        table += &format!("handlers = {handlers:?}\n");
+    }
+    table + extra + "\n"
+}
+
+/// [`sw_source`] `extra` for a source parsed by the `generic` plugin from its JSON body's `id`,
+/// `key` and `seq` (event id, ordering key, sequence), with that plugin's table.
+pub const KEYED_BY_BODY: &str = r#"parser = "generic"
+
+[plugins.generic]
+config = { id_pointer = "/id", key_pointer = "/key", sequence_pointer = "/seq" }"#;
+
 impl TestHost {
     /// Posts `body` as event `id` to a `standard-webhooks` source keyed with [`SW_SECRET`],
     /// signed now; fails the test if the request was quarantined (a parser plugin missing).
@@ -160,11 +180,7 @@ impl TestHost {
         headers: &[(HeaderName, HeaderValue)],
         body: &[u8],
     ) -> (StatusCode, Value) {
-        let url = format!("http://{}/hooks/{source}", self.ingest);
-        let (status, _, body) = send(Method::POST, &url, headers, Bytes::copy_from_slice(body))
-            .await
-            .unwrap();
-        (status, json_or_text(&body))
+        post_hook(self.ingest, source, headers, body).await.unwrap()
     }
 
     /// Signs `body` for `scheme` with `secret` (now) and POSTs it.
@@ -186,20 +202,7 @@ impl TestHost {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(StatusCode, Value)> {
-        let url = format!("http://{}{path}", self.admin);
-        let headers = [
-            (
-                http::header::AUTHORIZATION,
-                HeaderValue::from_str(&format!("Bearer {}", self.admin_token)).unwrap(),
-            ),
-            (
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-        ];
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let (status, _, body) = send(method, &url, &headers, body).await?;
-        Ok((status, json_or_text(&body)))
+        admin_call(self.admin, method, path, Some(&self.admin_token), body).await
     }
 
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
@@ -322,6 +325,43 @@ pub async fn send(
     Ok((status, headers, body))
 }
 
+/// POSTs a raw body to `/hooks/{source}` on `ingest` with the given headers.
+pub async fn post_hook(
+    ingest: SocketAddr,
+    source: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: &[u8],
+) -> anyhow::Result<(StatusCode, Value)> {
+    let url = format!("http://{ingest}/hooks/{source}");
+    let (status, _, body) = send(Method::POST, &url, headers, Bytes::copy_from_slice(body)).await?;
+    Ok((status, json_or_text(&body)))
+}
+
+/// One call to the admin listener at `admin`: a JSON `body` if any, and `Bearer {token}` if a
+/// token is given (without one, to see the refusal).
+pub async fn admin_call(
+    admin: SocketAddr,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> anyhow::Result<(StatusCode, Value)> {
+    let url = format!("http://{admin}{path}");
+    let mut headers = vec![(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    if let Some(token) = token {
+        headers.push((
+            http::header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        ));
+    }
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let (status, _, body) = send(method, &url, &headers, body).await?;
+    Ok((status, json_or_text(&body)))
+}
+
 pub fn json_or_text(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
@@ -338,8 +378,27 @@ pub fn github_issue(number: u64, title: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// hookd as a separate process (`hookd serve`), for crash tests: it can be killed with SIGKILL
-/// and restarted on the same directory and database.
+/// Runs the `hookd` CLI in `cwd` with `args`, without admin settings from the environment
+/// (`HOOKD_ADMIN_TOKEN`, `HOOKD_ADMIN_URL`, `HOOKD_CONFIG`).
+pub async fn hookd_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let cwd = cwd.to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(&args)
+            .current_dir(cwd)
+            .env_remove("HOOKD_ADMIN_TOKEN")
+            .env_remove("HOOKD_ADMIN_URL")
+            .env_remove("HOOKD_CONFIG")
+            .output()
+            .expect("running hookd")
+    })
+    .await
+    .unwrap()
+}
+
+/// hookd as a separate process (`hookd serve`): it can be killed with SIGKILL and restarted on
+/// the same directory and database, and its memory and log read from outside.
 pub struct ProcessHost {
     pub ingest: SocketAddr,
     pub admin: SocketAddr,
@@ -356,15 +415,24 @@ pub fn free_port() -> SocketAddr {
 }
 
 impl ProcessHost {
-    /// Writes `config` (plus listen addresses on free ports) into `dir/hookd.toml` and starts
-    /// `hookd serve` there; returns once it is healthy. Its log goes to `dir/hookd.log`.
+    /// Writes `config` (as [`config_text`] completes it, plus listen addresses on free ports)
+    /// into `dir/hookd.toml` and starts `hookd serve` there; returns once it is healthy. Its
+    /// log is appended to `dir/hookd.log`.
     pub async fn start(dir: &Path, config: &str) -> Self {
+        Self::start_exact(dir, &config_text(config)).await
+    }
+
+    /// [`ProcessHost::start`] on `config` exactly as given, with no admin token or compiler
+    /// added: only the listen addresses (`config` may omit the `[server]` header, then its
+    /// leading keys are the server's).
+    pub async fn start_exact(dir: &Path, config: &str) -> Self {
         let (ingest, admin) = (free_port(), free_port());
-        let text = config_text(config).replacen(
-            "[server]",
-            &format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\""),
-            1,
-        );
+        let listen = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"");
+        let text = if config.contains("[server]") {
+            config.replacen("[server]", &listen, 1)
+        } else {
+            format!("{listen}\n{config}")
+        };
         std::fs::write(dir.join("hookd.toml"), text).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -374,6 +442,8 @@ impl ProcessHost {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(dir.join("hookd.toml"))
+            // The token is the config's (or generated): never one from the environment.
+            .env_remove("HOOKD_ADMIN_TOKEN")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -390,10 +460,10 @@ impl ProcessHost {
             if let Ok((StatusCode::OK, _, _)) = send(Method::GET, &url, &[], Bytes::new()).await {
                 return host;
             }
-            let log = std::fs::read_to_string(dir.join("hookd.log")).unwrap_or_default();
             assert!(
                 Instant::now() < deadline,
-                "hookd did not become healthy; log:\n{log}"
+                "hookd did not become healthy; log:\n{}",
+                host.log()
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
@@ -404,36 +474,57 @@ impl ProcessHost {
         self.child.id()
     }
 
+    /// Everything in `hookd.log` so far (empty if it cannot be read).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hookd.log")).unwrap_or_default()
+    }
+
+    /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
+    pub fn memory_kib(&self) -> (u64, u64) {
+        (
+            status_kib(self.pid(), "VmRSS"),
+            status_kib(self.pid(), "VmHWM"),
+        )
+    }
+
+    /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.
+    pub fn reset_peak(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5")
+            .expect("resetting VmHWM through /proc/<pid>/clear_refs");
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
+    /// [`post_hook`] to this host.
     pub async fn post(
         &self,
         source: &str,
         headers: &[(HeaderName, HeaderValue)],
         body: &[u8],
     ) -> anyhow::Result<(StatusCode, Value)> {
-        let url = format!("http://{}/hooks/{source}", self.ingest);
-        let (status, _, body) =
-            send(Method::POST, &url, headers, Bytes::copy_from_slice(body)).await?;
-        Ok((status, json_or_text(&body)))
+        post_hook(self.ingest, source, headers, body).await
     }
 
+    /// [`admin_call`] to this host with `token` (or none).
+    pub async fn admin(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        admin_call(self.admin, method, path, token, body)
+            .await
+            .unwrap()
+    }
+
+    /// `GET path` with the tests' [`ADMIN_TOKEN`].
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
-        let url = format!("http://{}{path}", self.admin);
-        let auth = HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).unwrap();
-        let (status, _, body) = send(
-            Method::GET,
-            &url,
-            &[(http::header::AUTHORIZATION, auth)],
-            Bytes::new(),
-        )
-        .await
-        .unwrap();
-        (status, json_or_text(&body))
+        self.admin(Method::GET, path, Some(ADMIN_TOKEN), None).await
     }
 }
 
