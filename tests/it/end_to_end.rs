@@ -234,13 +234,8 @@ async fn the_sdk_works_for_a_crate_outside_the_workspace() {
     );
     let wasm = target.join("wasm32-wasip2/release/outside_plugin.wasm");
 
-    let config = r#"
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-        handlers = ["outside"]
-    "#;
-    let host = TestHost::start(config, &[("outside", wasm.to_str().unwrap())]).await;
+    let config = support::sw_source("s", &["outside"], "");
+    let host = TestHost::start(&config, &[("outside", wasm.to_str().unwrap())]).await;
     let (status, reply) = host
         .post_signed(
             "s",

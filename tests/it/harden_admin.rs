@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use crate::support::{
     self, ADMIN_TOKEN, ProcessHost, SW_SECRET, Scheme, TestHost, free_port, hookd_cli,
-    install_plugins, json_or_text, plugins,
+    install_plugins, json_or_text, plugins, replace_atomically, sha, sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -174,49 +174,24 @@ async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then
 /// work; `/healthz` and `/metrics` answer any Host but no foreign Origin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_requests_and_foreign_hosts_are_refused() {
-    let config = format!(
-        r#"
-        [sources.t]
-        scheme = "standard-webhooks"
-        secrets = ["{SW_SECRET}"]
-        handlers = ["flaky"]
-
-        [plugins.flaky]
-        max_attempts = 1
-        "#
-    );
+    let config = sw_source("t", &["flaky"], "[plugins.flaky]\nmax_attempts = 1");
     let host = TestHost::start(&config, &[("flaky", plugins::FLAKY)]).await;
     host.accept_event("t", "dead_one", &json!({"permanent": true}))
         .await;
     host.wait_state("t", "dead_one", "flaky", "dead", WAIT)
         .await;
     // Give flaky a previous version, so a rollback would succeed if it were let through.
-    let (_, list) = host.admin_get("/admin/plugins").await;
-    let first_sha = list[0]["sha256"].as_str().unwrap().to_owned();
-    let plugins_dir = host.path().join("plugins");
+    let first_sha = sha(&host.plugin("flaky").await).unwrap();
     let mut bytes = std::fs::read(plugins::FLAKY).unwrap();
     // A custom section (id 0, name "x", no payload) makes it a distinct, valid file.
     bytes.extend_from_slice(&[0, 2, 1, b'x']);
-    std::fs::write(plugins_dir.join("flaky.wasm.new"), bytes).unwrap();
-    std::fs::rename(
-        plugins_dir.join("flaky.wasm.new"),
-        plugins_dir.join("flaky.wasm"),
-    )
+    replace_atomically(&host.path().join("plugins/flaky.wasm"), &bytes);
+    let second_sha = sha(&host
+        .wait_plugin("flaky", "loading the new flaky", |p| {
+            sha(p).is_some_and(|s| s != first_sha)
+        })
+        .await)
     .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let second_sha = loop {
-        let (_, list) = host.admin_get("/admin/plugins").await;
-        if let Some(sha) = list[0]["sha256"].as_str()
-            && sha != first_sha
-        {
-            break sha.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new flaky never loaded: {list:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
 
     let auth = (
         header::AUTHORIZATION,
@@ -407,14 +382,8 @@ async fn replay_streams_quarantined_bodies_and_a_dry_run_reads_none() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("trap", plugins::TRAPPER)]);
     let config = format!(
-        r#"admin_token = "{ADMIN_TOKEN}"
-durability = "normal"
-
-[sources.q]
-scheme = "standard-webhooks"
-secrets = ["{SW_SECRET}"]
-parser = "trap"
-"#
+        "admin_token = \"{ADMIN_TOKEN}\"\ndurability = \"normal\"\n{}",
+        sw_source("q", &[], "parser = \"trap\"")
     );
     let host = ProcessHost::start_exact(dir.path(), &config).await;
     let mut body = br#"{"id":"big","type":"test.event","pad":""#.to_vec();
@@ -487,20 +456,15 @@ parser = "trap"
 /// has emptied the quarantine, requests are quarantined again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_beyond_max_backlog_is_overloaded() {
-    let config = format!(
-        r#"
-        [server]
-        max_backlog = 3
-
-        [sources.q]
-        scheme = "standard-webhooks"
-        secrets = ["{SW_SECRET}"]
-        parser = "flip"
+    let config = "[server]\nmax_backlog = 3\n".to_owned()
+        + &sw_source(
+            "q",
+            &[],
+            r#"parser = "flip"
 
         [plugins.flip]
-        config = {{ id_pointer = "/id", type_pointer = "/type" }}
-        "#
-    );
+        config = { id_pointer = "/id", type_pointer = "/type" }"#,
+        );
     let host = TestHost::start(&config, &[("flip", plugins::TRAPPER)]).await;
     let body = |id: &str| json!({"id": id, "type": "test.event"}).to_string();
     for i in 0..3 {
@@ -537,27 +501,15 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
     );
 
     // Fix the parser and replay: the three are accepted and the quarantine is empty again.
-    let (_, list) = host.admin_get("/admin/plugins").await;
-    let trapper_sha = list[0]["sha256"].as_str().unwrap().to_owned();
-    let plugins_dir = host.path().join("plugins");
-    std::fs::copy(plugins::GENERIC, plugins_dir.join("flip.wasm.new")).unwrap();
-    std::fs::rename(
-        plugins_dir.join("flip.wasm.new"),
-        plugins_dir.join("flip.wasm"),
-    )
-    .unwrap();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (_, list) = host.admin_get("/admin/plugins").await;
-        if list[0]["sha256"].as_str().is_some_and(|s| s != trapper_sha) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new parser never loaded: {list:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let trapper_sha = sha(&host.plugin("flip").await).unwrap();
+    replace_atomically(
+        &host.path().join("plugins/flip.wasm"),
+        &std::fs::read(plugins::GENERIC).unwrap(),
+    );
+    host.wait_plugin("flip", "loading the new parser", |p| {
+        sha(p).is_some_and(|s| s != trapper_sha)
+    })
+    .await;
     let (status, reply) = host
         .admin_post("/admin/replay", json!({"source": "q"}))
         .await;

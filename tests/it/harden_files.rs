@@ -14,17 +14,13 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, TestHost, install_plugins, plugins};
+use crate::support::{self, ProcessHost, TestHost, install_plugins, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 /// A standard-webhooks source `s` with `handlers`, plus `extra` (more tables).
-fn config(server: &str, handlers: &str, extra: &str) -> String {
-    format!(
-        "[server]\n{server}\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{}\"]\n\
-         handlers = [{handlers}]\n{extra}\n",
-        support::SW_SECRET
-    )
+fn config(server: &str, handlers: &[&str], extra: &str) -> String {
+    format!("[server]\n{server}\n{}", sw_source("s", handlers, extra))
 }
 
 /// `GET /admin/plugins` as a list.
@@ -97,7 +93,7 @@ async fn a_cache_dir_others_can_write_is_refused_naming_it() {
     install_plugins(dir.path(), &[("h", plugins::FLAKY)]);
     let shared = dir.path().join("shared-cache");
     std::fs::create_dir(&shared).unwrap();
-    let text = support::config_text(&config("cache_dir = \"shared-cache\"", "\"h\"", ""));
+    let text = support::config_text(&config("cache_dir = \"shared-cache\"", &["h"], ""));
     let start = async || {
         let config = host::config::Config::parse(&text, dir.path(), &|_| None).unwrap();
         let listeners = host::Listeners {
@@ -141,7 +137,7 @@ async fn a_cache_dir_others_can_write_is_refused_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swapped_or_foreign_cache_entry_is_recompiled_never_loaded() {
     // `b` counts (output {"count": N}); `a` is flaky (output {"attempt": N}).
-    let config = config("", "\"b\"", "[plugins.a]\n");
+    let config = config("", &["b"], "[plugins.a]\n");
     let host = TestHost::start(&config, &[("a", plugins::FLAKY), ("b", plugins::COUNTER)]).await;
     let admin = async |path: &str| host.admin_get(path).await;
     let sha_a = wait_plugin(admin, "a", "loading", loaded).await["sha256"]
@@ -222,7 +218,7 @@ async fn a_refused_file_leaves_nothing_in_the_cache() {
         b"\0asm\x0d\x00\x01\x00",
     )
     .unwrap();
-    let config = config("", "\"good\"", "[plugins.mismatch]\n[plugins.empty]\n");
+    let config = config("", &["good"], "[plugins.mismatch]\n[plugins.empty]\n");
     let host = TestHost::start_in(dir, &config).await;
     for (name, needle) in [
         ("mismatch", "does not match the WIT"),
@@ -260,7 +256,7 @@ async fn the_cache_stays_under_its_byte_cap() {
     ];
     let extra = "[plugins.b]\n[plugins.c]\n";
     // First, how large the entries are.
-    let host = TestHost::start(&config("", "\"a\"", extra), &files).await;
+    let host = TestHost::start(&config("", &["a"], extra), &files).await;
     for name in ["a", "b", "c"] {
         let admin = async |path: &str| host.admin_get(path).await;
         wait_plugin(admin, name, "loading", loaded).await;
@@ -275,7 +271,7 @@ async fn the_cache_stays_under_its_byte_cap() {
     let (largest, smallest) = (*sizes.iter().max().unwrap(), *sizes.iter().min().unwrap());
     let cap = largest + smallest / 2;
 
-    let capped = config(&format!("cache_max_bytes = {cap}"), "\"a\"", extra);
+    let capped = config(&format!("cache_max_bytes = {cap}"), &["a"], extra);
     let host = TestHost::start(&capped, &files).await;
     for name in ["a", "b", "c"] {
         let admin = async |path: &str| host.admin_get(path).await;
@@ -300,7 +296,7 @@ async fn the_cache_stays_under_its_byte_cap() {
 /// creates for the database are 0700.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_files_are_owner_only() {
-    let config = config("database = \"state/inbox/hookd.db\"", "\"h\"", "");
+    let config = config("database = \"state/inbox/hookd.db\"", &["h"], "");
     let host = TestHost::start(&config, &[("h", plugins::FLAKY)]).await;
     host.accept_event("s", "evt_mode", &json!({})).await;
     host.wait_state("s", "evt_mode", "h", "done", Duration::from_secs(60))
@@ -460,7 +456,7 @@ async fn replacing_several_large_files_at_once_compiles_them_one_at_a_time() {
     let names = ["p1", "p2", "p3", "p4"];
     let files: Vec<(&str, &str)> = names.iter().map(|n| (*n, plugins::FLAKY)).collect();
     install_plugins(dir.path(), &files);
-    let config = config("", "\"p1\"", "[plugins.p2]\n[plugins.p3]\n[plugins.p4]\n");
+    let config = config("", &["p1"], "[plugins.p2]\n[plugins.p3]\n[plugins.p4]\n");
     let host = ProcessHost::start(dir.path(), &config).await;
     for name in names {
         let admin = async |path: &str| host.admin_get(path).await;
@@ -528,7 +524,7 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
     let plugins_dir = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins_dir).unwrap();
     std::fs::write(plugins_dir.join("slow.wasm"), code_component(200, 1000)).unwrap();
-    let config = config("compile_timeout_ms = 3000", "\"slow\"", "");
+    let config = config("compile_timeout_ms = 3000", &["slow"], "");
     let started = Instant::now();
     let host = ProcessHost::start(dir.path(), &config).await;
     let admin = async |path: &str| host.admin_get(path).await;
@@ -578,7 +574,7 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
     std::fs::write(plugins_dir.join("text.wasm"), SECRET).unwrap();
     let config = config(
         "",
-        "\"good\"",
+        &["good"],
         "[plugins.evil]\n[plugins.linked]\n[plugins.text]\n",
     );
     let host = TestHost::start_in(dir, &config).await;
@@ -615,7 +611,7 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
 async fn a_compile_dies_with_a_killed_hookd() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("good", plugins::TRAPPER)]);
-    let host = ProcessHost::start(dir.path(), &config("", "\"good\"", "[plugins.slow]\n")).await;
+    let host = ProcessHost::start(dir.path(), &config("", &["good"], "[plugins.slow]\n")).await;
     // Deployed once hookd runs: the reloader compiles it.
     let part = dir.path().join("plugins/.slow.part");
     std::fs::write(&part, code_component(200, 1000)).unwrap();
@@ -655,7 +651,7 @@ async fn a_compile_over_its_memory_cap_is_refused_naming_the_key() {
         data_component(19_000_000, 3),
     )
     .unwrap();
-    let config = config("compile_memory_mib = 64", "\"big\"", "");
+    let config = config("compile_memory_mib = 64", &["big"], "");
     let host = TestHost::start_in(dir, &config).await;
     let admin = async |path: &str| host.admin_get(path).await;
     let status = wait_plugin(admin, "big", "the refusal", |p| p["error"].is_string()).await;

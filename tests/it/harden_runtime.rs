@@ -15,7 +15,9 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign, status_kib};
+use crate::support::{
+    ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign, status_kib, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -121,13 +123,14 @@ enum Role {
 async fn start_fieldhog(role: Role, plugin: &str) -> (tempfile::TempDir, ProcessHost) {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
-    let role = match role {
-        Role::Parser => r#"parser = "fieldhog""#,
-        Role::Handler => r#"handlers = ["fieldhog"]"#,
+    let (handlers, parser): (&[&str], &str) = match role {
+        Role::Parser => (&[], "parser = \"fieldhog\"\n"),
+        Role::Handler => (&["fieldhog"], ""),
     };
-    let text = format!(
-        "\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n{role}\n\
-         [plugins.fieldhog]\n{plugin}"
+    let text = sw_source(
+        "s",
+        handlers,
+        &format!("{parser}[plugins.fieldhog]\n{plugin}"),
     );
     let host = ProcessHost::start(dir.path(), &config(&text)).await;
     (dir, host)
@@ -241,18 +244,8 @@ async fn many_linear_memories_share_one_memory_budget() {
     let host = ProcessHost::start(
         dir.path(),
         &config(
-            r#"
-[sources.s]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-handlers = ["multimem", "counter"]
-[sources.t]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-handlers = ["sixteen"]
-[plugins.multimem]
-max_attempts = 1
-"#,
+            &(sw_source("s", &["multimem", "counter"], "")
+                + &sw_source("t", &["sixteen"], "[plugins.multimem]\nmax_attempts = 1")),
         ),
     )
     .await;

@@ -16,28 +16,17 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, outcomes, plugins};
+use crate::support::{
+    self, ProcessHost, Scheme, TestHost, install_plugins, outcomes, plugins, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;
 
-/// A `[server]` table and a standard-webhooks source `s` feeding `handlers`.
-fn config(handlers: &str, plugins: &str) -> String {
-    format!(
-        r#"
-        [server]
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{secret}"]
-        handlers = [{handlers}]
-
-        [sources.ok]
-        scheme = "standard-webhooks"
-        secrets = ["{secret}"]
-        {plugins}
-        "#,
-        secret = support::SW_SECRET
-    )
+/// A `[server]` table, a standard-webhooks source `s` feeding `handlers` and a source `ok`
+/// feeding none, then `plugins` (tables).
+fn config(handlers: &[&str], plugins: &str) -> String {
+    "[server]\n".to_owned() + &sw_source("s", handlers, "") + &sw_source("ok", &[], plugins)
 }
 
 /// POSTs `body` as message `id` to `source`, signed now; returns the status and how long the
@@ -100,7 +89,7 @@ fn database_bytes(dir: &Path) -> u64 {
 async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
-    let text = config("\"hoarder\"", "[plugins.hoarder]\nmax_attempts = 3");
+    let text = config(&["hoarder"], "[plugins.hoarder]\nmax_attempts = 3");
     let host = ProcessHost::start(dir.path(), &text).await;
 
     let big = json!({"keys": 1500, "value_bytes": MIB, "prefix": "big"});
@@ -156,7 +145,7 @@ async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
     install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
     // `filler`: 3 × 1 MiB per attempt, just under the 4 MiB attempt cap.
     let text = config(
-        "\"hoarder\", \"filler\"",
+        &["hoarder", "filler"],
         "[plugins.hoarder]\nmax_attempts = 1\n\
          [plugins.filler]\nwasm = \"hoarder\"\nconfig = { keys = 3, value_bytes = 1048576 }",
     );
@@ -220,7 +209,7 @@ async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
 #[tokio::test]
 async fn the_plugin_total_refuses_once_reached_and_deletes_free_it() {
     let text = config(
-        "\"hoarder\"",
+        &["hoarder"],
         "[plugins.hoarder]\nmax_attempts = 1\nstate_max_keys = 10\nstate_max_mib = 1",
     );
     let host = TestHost::start(&text, &[("hoarder", plugins::HOARDER)]).await;
@@ -288,7 +277,7 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
     let text = config(
-        "\"hoarder\"",
+        &["hoarder"],
         r#"[plugins.hoarder]
         memory_mib = 256
         config = { keys = 0, reason_bytes = 50000000, log = "plugin says\n2026-01-01T00:00:00Z ERROR hookd: forged log line\u001b[31m" }"#,

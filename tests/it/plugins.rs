@@ -12,7 +12,10 @@ use std::{
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, plugins, sw_source};
+use crate::support::{
+    self, ProcessHost, Scheme, TestHost, install_plugins, plugins, replace_atomically, sha,
+    sw_source,
+};
 
 const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
@@ -32,52 +35,8 @@ async fn send(host: &TestHost, id: &str) {
     assert_eq!(status, StatusCode::ACCEPTED, "{id}");
 }
 
-/// The `GET /admin/plugins` entry of instance `name`.
-async fn plugin(host: &TestHost, name: &str) -> Value {
-    let (status, list) = host.admin_get("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    list.as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no plugin {name} in {list:#}"))
-}
-
-/// Waits until instance `name`'s status satisfies `done`; returns it.
-async fn wait_plugin(
-    host: &TestHost,
-    name: &str,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let status = plugin(host, name).await;
-        if done(&status) {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plugin {name}: {what} did not happen; last status {status:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn sha(status: &Value) -> Option<String> {
-    status["sha256"].as_str().map(str::to_owned)
-}
-
 fn plugin_file(host: &TestHost, stem: &str) -> PathBuf {
     host.path().join("plugins").join(format!("{stem}.wasm"))
-}
-
-/// Replaces a plugin file the way a deploy tool should: copy beside it, then rename over it.
-fn replace_atomically(file: &Path, wasm: &str) {
-    let tmp = file.with_extension("wasm.part");
-    std::fs::copy(wasm, &tmp).unwrap();
-    std::fs::rename(&tmp, file).unwrap();
 }
 
 /// Overwrites `file` in place with `wasm`'s bytes in 64 KiB writes a few milliseconds apart
@@ -299,7 +258,7 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
         )
         .await,
     );
-    let old = sha(&plugin(&host, "h").await).unwrap();
+    let old = sha(&host.plugin("h").await).unwrap();
     let file = plugin_file(&host, "h");
 
     let poster = {
@@ -317,7 +276,7 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
     // Until the new version is live, the old one serves and no load error appears.
     let deadline = Instant::now() + WAIT;
     let new = loop {
-        let status = plugin(&host, "h").await;
+        let status = host.plugin("h").await;
         assert!(
             status["error"].is_null(),
             "a partial file was loaded: {status:#}"
@@ -378,15 +337,14 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let file = plugin_file(&host, "h");
 
     let good = std::fs::read(plugins::CLASSIFIER).unwrap();
     std::fs::write(&file, &good[..good.len() / 2]).unwrap();
-    let status = wait_plugin(&host, "h", "the truncated file's error", |p| {
-        !p["error"].is_null()
-    })
-    .await;
+    let status = host
+        .wait_plugin("h", "the truncated file's error", |p| !p["error"].is_null())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains(&file.display().to_string()) && error.contains("refused"),
@@ -400,11 +358,12 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     assert_eq!(history(&d)[0].3, v1);
 
     // A good file clears the error and goes live.
-    replace_atomically(&file, plugins::CLASSIFIER);
-    let status = wait_plugin(&host, "h", "the good file", |p| {
-        p["error"].is_null() && sha(p).is_some_and(|s| s != v1)
-    })
-    .await;
+    replace_atomically(&file, &std::fs::read(plugins::CLASSIFIER).unwrap());
+    let status = host
+        .wait_plugin("h", "the good file", |p| {
+            p["error"].is_null() && sha(p).is_some_and(|s| s != v1)
+        })
+        .await;
     let v2 = sha(&status).unwrap();
     assert_eq!(status["previous"], json!([v1]));
 
@@ -413,10 +372,9 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(&file, &noise).unwrap();
-    let status = wait_plugin(&host, "h", "the random file's error", |p| {
-        !p["error"].is_null()
-    })
-    .await;
+    let status = host
+        .wait_plugin("h", "the random file's error", |p| !p["error"].is_null())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("h.wasm") && error.contains("not a valid WebAssembly component"),
@@ -433,7 +391,7 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_makes_the_previous_sha_live() {
     let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let (status, reply) = host
         .admin_post("/admin/plugins/h/rollback", json!({}))
         .await;
@@ -444,9 +402,14 @@ async fn rollback_makes_the_previous_sha_live() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    replace_atomically(&plugin_file(&host, "h"), plugins::CLASSIFIER);
-    let v2 = sha(&wait_plugin(&host, "h", "the swap", |p| sha(p).is_some_and(|s| s != v1)).await)
-        .unwrap();
+    replace_atomically(
+        &plugin_file(&host, "h"),
+        &std::fs::read(plugins::CLASSIFIER).unwrap(),
+    );
+    let v2 = sha(&host
+        .wait_plugin("h", "the swap", |p| sha(p).is_some_and(|s| s != v1))
+        .await)
+    .unwrap();
     send(&host, "on_v2").await;
     let d = host.wait_state("s", "on_v2", "h", "done", WAIT).await;
     assert_eq!(history(&d)[0].3, v2);
@@ -458,7 +421,7 @@ async fn rollback_makes_the_previous_sha_live() {
         (status, reply),
         (StatusCode::OK, json!({"name": "h", "sha256": v1}))
     );
-    let status = plugin(&host, "h").await;
+    let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()));
     assert_eq!(status["previous"], json!([v2]));
     send(&host, "on_v1").await;
@@ -475,7 +438,7 @@ async fn rollback_makes_the_previous_sha_live() {
 async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
     let extra = "[plugins.h]\nmax_attempts = 2\nbackoff_base_ms = 10\nbackoff_max_ms = 20";
     let host = TestHost::start(&sw_source("s", &["h"], extra), &[("h", plugins::CRASHER)]).await;
-    let crasher = sha(&plugin(&host, "h").await).unwrap();
+    let crasher = sha(&host.plugin("h").await).unwrap();
     send(&host, "doomed").await;
     let d = host.wait_state("s", "doomed", "h", "dead", WAIT).await;
     let h = history(&d);
@@ -485,11 +448,13 @@ async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
         "{h:?}"
     );
 
-    replace_atomically(&plugin_file(&host, "h"), plugins::FLAKY);
-    let fixed = sha(&wait_plugin(&host, "h", "the fix", |p| {
-        sha(p).is_some_and(|s| s != crasher)
-    })
-    .await)
+    replace_atomically(
+        &plugin_file(&host, "h"),
+        &std::fs::read(plugins::FLAKY).unwrap(),
+    );
+    let fixed = sha(&host
+        .wait_plugin("h", "the fix", |p| sha(p).is_some_and(|s| s != crasher))
+        .await)
     .unwrap();
     let (status, reply) = host
         .admin_post("/admin/replay", json!({"event_ids": ["doomed"]}))
@@ -509,10 +474,12 @@ async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
     let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let file = plugin_file(&host, "h");
     std::fs::remove_file(&file).unwrap();
-    let status = wait_plugin(&host, "h", "the unload", |p| p["sha256"].is_null()).await;
+    let status = host
+        .wait_plugin("h", "the unload", |p| p["sha256"].is_null())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("h.wasm") && error.contains("removed"),
@@ -539,11 +506,11 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
         "{d:#}"
     );
 
-    replace_atomically(&file, plugins::FLAKY);
+    replace_atomically(&file, &std::fs::read(plugins::FLAKY).unwrap());
     let d = host.wait_state("s", "waiting", "h", "done", WAIT).await;
     assert_eq!(history(&d).len(), 1, "{d:#}");
     assert_eq!(history(&d)[0].3, v1);
-    assert!(plugin(&host, "h").await["error"].is_null());
+    assert!(host.plugin("h").await["error"].is_null());
 }
 
 /// Compiled code lands in the host-private cache keyed by the file's sha256; a restart uses it;
@@ -552,7 +519,7 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
 async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
     let config = sw_source("s", &["h"], "");
     let host = TestHost::start(&config, &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let cache = host.path().join(".hookd-cache");
     let entries = || -> Vec<PathBuf> {
         std::fs::read_dir(&cache)
@@ -588,7 +555,7 @@ async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
     let first = inode(&entry);
 
     let host = TestHost::start_in(host.stop().await, &config).await;
-    let status = plugin(&host, "h").await;
+    let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()), "{status:#}");
     assert_eq!(inode(&entry), first, "the warm restart compiled again");
 
@@ -596,7 +563,7 @@ async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
     let corrupt = b"\x7fELF but not really an artifact";
     std::fs::write(&entry, corrupt).unwrap();
     let host = TestHost::start_in(dir, &config).await;
-    let status = plugin(&host, "h").await;
+    let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()), "{status:#}");
     assert!(status["error"].is_null(), "{status:#}");
     let rewritten = std::fs::read(&entry).unwrap();

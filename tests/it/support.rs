@@ -253,6 +253,40 @@ impl TestHost {
         }
     }
 
+    /// The `GET /admin/plugins` entry of instance `name`.
+    pub async fn plugin(&self, name: &str) -> Value {
+        let (status, list) = self.admin_get("/admin/plugins").await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no plugin {name} in {list:#}"))
+    }
+
+    /// Waits (up to a minute) until instance `name`'s [`TestHost::plugin`] entry satisfies
+    /// `done`, e.g. a replaced file has loaded; returns it. `what` names the change awaited.
+    pub async fn wait_plugin(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.plugin(name).await;
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name}: {what} did not happen; last status {status:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Waits for the delivery to reach `state`.
     pub async fn wait_state(
         &self,
@@ -273,6 +307,19 @@ impl Drop for TestHost {
             let _ = stop.send(());
         }
     }
+}
+
+/// The `sha256` of a [`TestHost::plugin`] entry (`None` while nothing is loaded).
+pub fn sha(status: &Value) -> Option<String> {
+    status["sha256"].as_str().map(str::to_owned)
+}
+
+/// Replaces a plugin file with `bytes` the way a deploy tool should: written beside it, then
+/// renamed over it (the reloader never sees a half-written file).
+pub fn replace_atomically(file: &Path, bytes: &[u8]) {
+    let tmp = file.with_extension("wasm.part");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
 }
 
 /// The outcomes of a delivery's attempts, oldest first (`GET /admin/events/{s}/{id}` shape).
