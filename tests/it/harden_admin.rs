@@ -10,7 +10,7 @@
 use std::{
     net::SocketAddr,
     process::{Command, Stdio},
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -18,8 +18,8 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ADMIN_TOKEN, ProcessHost, SW_SECRET, Scheme, TestHost, free_port, hookd_cli,
-    install_plugins, json_or_text, plugins, replace_atomically, sha, sw_source,
+    self, ADMIN_TOKEN, ProcessHost, TestHost, free_port, hookd_cli, install_plugins, json_or_text,
+    plugins, replace_atomically, sha, sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -64,18 +64,7 @@ async fn post_signed(
     id: &str,
     body: &[u8],
 ) -> (StatusCode, http::HeaderMap, Value) {
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        SW_SECRET,
-        id,
-        body,
-        SystemTime::now(),
-    );
-    let url = format!("http://{ingest}/hooks/{source}");
-    let (status, headers, reply) =
-        support::send(Method::POST, &url, &headers, Bytes::copy_from_slice(body))
-            .await
-            .unwrap();
+    let (status, headers, reply) = support::send_sw(ingest, source, id, body).await.unwrap();
     (status, headers, json_or_text(&reply))
 }
 

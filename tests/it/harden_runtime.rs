@@ -9,15 +9,13 @@
 
 use std::{
     path::Path,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{
-    ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign, status_kib, sw_source,
-};
+use crate::support::{ProcessHost, install_plugins, plugins, post_sw, status_kib, sw_source};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -144,57 +142,11 @@ fn config(body: &str) -> String {
 }
 
 async fn post_event(host: &ProcessHost, source: &str, id: &str, body: &Value) -> Value {
-    let body = body.to_string();
-    let headers = sign(
-        &Scheme::StandardWebhooks,
-        SW_SECRET,
-        id,
-        body.as_bytes(),
-        SystemTime::now(),
-    );
-    let (status, reply) = host.post(source, &headers, body.as_bytes()).await.unwrap();
+    let (status, reply) = post_sw(host.ingest, source, id, body.to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{id}: {reply}");
     reply
-}
-
-/// Waits until the delivery of `id` to `handler` is in `state`; returns it.
-async fn wait_delivery(
-    host: &ProcessHost,
-    source: &str,
-    id: &str,
-    handler: &str,
-    state: &str,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, event) = host
-            .admin_get(&format!("/admin/events/{source}/{id}"))
-            .await;
-        let delivery = (status == StatusCode::OK)
-            .then(|| {
-                event["deliveries"]
-                    .as_array()?
-                    .iter()
-                    .find(|d| d["handler"] == handler)
-                    .cloned()
-            })
-            .flatten();
-        if let Some(d) = &delivery
-            && d["state"] == state
-        {
-            return d.clone();
-        }
-        if Instant::now() >= deadline {
-            let log = std::fs::read_to_string(host.dir.join("hookd.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            panic!(
-                "{source}/{id} → {handler} never became {state}; last seen: {delivery:#?}\n\
-                 log tail (newest first):\n{}",
-                tail.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn last_attempt(delivery: &Value) -> &Value {
@@ -278,7 +230,7 @@ async fn many_linear_memories_share_one_memory_budget() {
 
     let baseline = status_kib(host.pid(), "VmRSS");
     post_event(&host, "s", "mm-1", &json!({})).await;
-    let delivery = wait_delivery(&host, "s", "mm-1", "multimem", "dead").await;
+    let delivery = host.wait_state("s", "mm-1", "multimem", "dead", WAIT).await;
     let attempt = last_attempt(&delivery);
     let error = attempt["error"].as_str().unwrap_or_default();
     assert_eq!(attempt["outcome"], "trap", "{delivery:#}");
@@ -288,7 +240,7 @@ async fn many_linear_memories_share_one_memory_budget() {
             && error.contains("67108864"),
         "{error}"
     );
-    wait_delivery(&host, "s", "mm-1", "counter", "done").await;
+    host.wait_state("s", "mm-1", "counter", "done", WAIT).await;
     let peak = status_kib(host.pid(), "VmHWM");
     eprintln!("multimem: hookd RSS {baseline} KiB before, peak {peak} KiB");
     assert!(
@@ -306,7 +258,7 @@ async fn fields_a_handler_hoards_hit_the_per_call_host_budget() {
     let baseline = status_kib(host.pid(), "VmRSS");
     for (id, mode) in [("fh-fields", "fields"), ("fh-clone", "clone")] {
         post_event(&host, "s", id, &json!({ "mode": mode })).await;
-        let delivery = wait_delivery(&host, "s", id, "fieldhog", "dead").await;
+        let delivery = host.wait_state("s", id, "fieldhog", "dead", WAIT).await;
         let attempt = last_attempt(&delivery);
         let error = attempt["error"].as_str().unwrap_or_default();
         assert_eq!(attempt["outcome"], "trap", "{mode}: {delivery:#}");
@@ -356,7 +308,7 @@ async fn thousands_of_refused_requests_log_one_line_with_the_count() {
     let body =
         json!({"mode": "refusals", "url": "http://127.0.0.1:9/secret?token=t0p", "count": 1500});
     post_event(&host, "s", "rf-1", &body).await;
-    let delivery = wait_delivery(&host, "s", "rf-1", "fieldhog", "done").await;
+    let delivery = host.wait_state("s", "rf-1", "fieldhog", "done", WAIT).await;
     let output: Value = serde_json::from_str(delivery["output"].as_str().unwrap()).unwrap();
     assert_eq!(output, json!({"denied": 1500, "other": 0}), "{delivery:#}");
     let log = wait_log(&host.dir, "outbound requests denied").await;

@@ -9,16 +9,13 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
-use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{
-    self, ProcessHost, Scheme, TestHost, install_plugins, outcomes, plugins, sw_source,
-};
+use crate::support::{self, ProcessHost, TestHost, install_plugins, outcomes, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;
@@ -33,44 +30,11 @@ fn config(handlers: &[&str], plugins: &str) -> String {
 /// answer took.
 async fn post(ingest: SocketAddr, source: &str, id: &str, body: &Value) -> (StatusCode, Duration) {
     let body = body.to_string();
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        support::SW_SECRET,
-        id,
-        body.as_bytes(),
-        SystemTime::now(),
-    );
-    let url = format!("http://{ingest}/hooks/{source}");
     let started = Instant::now();
-    let (status, _, _) = support::send(Method::POST, &url, &headers, Bytes::from(body))
+    let (status, _) = support::post_sw(ingest, source, id, body.as_bytes())
         .await
         .unwrap();
     (status, started.elapsed())
-}
-
-/// Waits until `handler`'s delivery of `s/{id}` is `state`; returns it.
-async fn wait_state(host: &ProcessHost, id: &str, handler: &str, state: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, event) = host.admin_get(&format!("/admin/events/s/{id}")).await;
-        let delivery = (status == StatusCode::OK)
-            .then(|| {
-                event["deliveries"]
-                    .as_array()
-                    .and_then(|ds| ds.iter().find(|d| d["handler"] == handler).cloned())
-            })
-            .flatten();
-        if let Some(d) = &delivery
-            && d["state"] == state
-        {
-            return d.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "s/{id} → {handler} did not become {state}; last seen: {delivery:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The database's bytes on disk: the file, its WAL and its shared-memory index.
@@ -104,7 +68,7 @@ async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded
     );
 
     // Over an attempt's caps is dead at once: the same event would write the same again.
-    let d = wait_state(&host, "big", "hoarder", "dead").await;
+    let d = host.wait_state("s", "big", "hoarder", "dead", WAIT).await;
     assert_eq!(outcomes(&d), ["permanent"], "{d:#}");
     let attempt = &d["history"][0];
     assert_eq!(attempt["error_kind"], "state_limit", "{d:#}");
@@ -114,7 +78,7 @@ async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded
             && error.contains("plugins.hoarder.attempt_state_kib = 4096 (4194304 bytes)"),
         "the error names the write and the cap: {error}"
     );
-    let d = wait_state(&host, "many", "hoarder", "dead").await;
+    let d = host.wait_state("s", "many", "hoarder", "dead", WAIT).await;
     let error = d["history"][0]["error"].as_str().unwrap();
     assert!(
         error.contains("\"many/1000\"")
@@ -198,9 +162,10 @@ async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
         "an ack took {slowest:?} while hoarders committed: {latencies:?}"
     );
     for i in 1..EVENTS {
-        wait_state(&host, &format!("h{i}"), "filler", "done").await;
+        host.wait_state("s", &format!("h{i}"), "filler", "done", WAIT)
+            .await;
     }
-    wait_state(&host, "h0", "hoarder", "dead").await;
+    host.wait_state("s", "h0", "hoarder", "dead", WAIT).await;
 }
 
 /// The plugin's total (10 keys, 1 MiB here) refuses the write that would cross it, as a
@@ -287,7 +252,7 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
         post(host.ingest, "s", "liar", &json!({})).await.0,
         StatusCode::ACCEPTED
     );
-    let d = wait_state(&host, "liar", "hoarder", "dead").await;
+    let d = host.wait_state("s", "liar", "hoarder", "dead", WAIT).await;
 
     let (status, event) = host.admin_get("/admin/events/s/liar").await;
     assert_eq!(status, StatusCode::OK);

@@ -16,9 +16,8 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use bytes::Bytes;
 use host::verify::{Encoding, HmacScheme};
-use http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use http::{HeaderName, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
@@ -441,24 +440,17 @@ async fn every_event_acknowledged_before_sigkill_is_there_after_restart() {
         sw_source("s", &[], "")
     );
     let host = ProcessHost::start(dir.path(), &config).await;
-    let url = format!("http://{}/hooks/s", host.ingest);
+    let ingest = host.ingest;
 
     let gate = Arc::new(tokio::sync::Semaphore::new(32));
     let (results, mut answers) = tokio::sync::mpsc::unbounded_channel();
     for i in 0..BURST {
-        let (gate, results, url) = (gate.clone(), results.clone(), url.clone());
+        let (gate, results) = (gate.clone(), results.clone());
         tokio::spawn(async move {
             let _permit = gate.acquire_owned().await.unwrap();
             let id = format!("msg_burst_{i}");
             let body = event_body(&id);
-            let headers = support::sign(
-                &Scheme::StandardWebhooks,
-                SW_SECRET,
-                &id,
-                body.as_bytes(),
-                SystemTime::now(),
-            );
-            let answer = support::send(Method::POST, &url, &headers, Bytes::from(body)).await;
+            let answer = support::send_sw(ingest, "s", &id, body.as_bytes()).await;
             let _ = results.send((id, answer));
         });
     }
@@ -883,20 +875,10 @@ async fn new_events_beyond_the_backlog_bound_get_503_with_retry_after() {
         sw_source("s", &["absent"], "")
     );
     let host = TestHost::start(&config, &[]).await;
-    let url = format!("http://{}/hooks/s", host.ingest);
-    let post = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            let body = event_body(id);
-            let headers = support::sign(
-                &Scheme::StandardWebhooks,
-                SW_SECRET,
-                id,
-                body.as_bytes(),
-                SystemTime::now(),
-            );
-            support::send(Method::POST, &url, &headers, Bytes::from(body)).await
-        }
+    let ingest = host.ingest;
+    let post = |id: &'static str| async move {
+        let body = event_body(id);
+        support::send_sw(ingest, "s", id, body.as_bytes()).await
     };
     for id in ["b-1", "b-2"] {
         let (status, _, body) = post(id).await.unwrap();

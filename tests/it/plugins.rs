@@ -6,18 +6,16 @@
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ProcessHost, Scheme, TestHost, install_plugins, plugins, replace_atomically, sha,
-    sw_source,
+    self, ProcessHost, TestHost, install_plugins, plugins, replace_atomically, sha, sw_source,
 };
 
-const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 /// A correctness bound, not a speed claim: an acknowledgement that takes this long means
 /// ingest was starved.
@@ -192,15 +190,9 @@ async fn flood_logs_are_truncated_with_a_marker_and_the_output_cap_is_per_instan
          [plugins.roomy]\nwasm = \"flood\"\nmax_attempts = 1\noutput_kib = 16384\nlog_kib = 1",
     );
     let host = ProcessHost::start(dir.path(), &config).await;
-    let body = b"{}";
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        SECRET,
-        "flood_1",
-        body,
-        SystemTime::now(),
-    );
-    let (status, reply) = host.post("s", &headers, body).await.unwrap();
+    let (status, reply) = support::post_sw(host.ingest, "s", "flood_1", b"{}")
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
 
     let deadline = Instant::now() + WAIT;
@@ -647,17 +639,7 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
     let first_sha = sha(&first).unwrap();
 
     let post_and_wait = |id: &'static str| async move {
-        let body = b"{}";
-        let headers = support::sign(
-            &Scheme::StandardWebhooks,
-            SECRET,
-            id,
-            body,
-            SystemTime::now(),
-        );
-        let (status, _) = support::post_hook(ingest, "s", &headers, body)
-            .await
-            .unwrap();
+        let (status, _) = support::post_sw(ingest, "s", id, b"{}").await.unwrap();
         assert_eq!(status, StatusCode::ACCEPTED);
         let deadline = Instant::now() + WAIT;
         loop {

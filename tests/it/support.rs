@@ -87,16 +87,9 @@ impl TestHost {
     /// Posts `body` as event `id` to a `standard-webhooks` source keyed with [`SW_SECRET`],
     /// signed now; fails the test if the request was quarantined (a parser plugin missing).
     pub async fn post_event(&self, source: &str, id: &str, body: &Value) -> (StatusCode, Value) {
-        let body = body.to_string();
-        let (status, reply) = self
-            .post_signed(
-                source,
-                &Scheme::StandardWebhooks,
-                SW_SECRET,
-                id,
-                body.as_bytes(),
-            )
-            .await;
+        let (status, reply) = post_sw(self.ingest, source, id, body.to_string().as_bytes())
+            .await
+            .unwrap();
         assert!(reply.get("quarantined").is_none(), "{id}: {reply}");
         (status, reply)
     }
@@ -217,10 +210,7 @@ impl TestHost {
 
     /// `GET /admin/events/{source}/{event_id}`, or None while it does not exist.
     pub async fn event(&self, source: &str, event_id: &str) -> Option<Value> {
-        let (status, body) = self
-            .admin_get(&format!("/admin/events/{source}/{event_id}"))
-            .await;
-        (status == StatusCode::OK).then_some(body)
+        event_via(async |p| self.admin_get(p).await, source, event_id).await
     }
 
     /// Waits until `handler`'s delivery of the event satisfies `done`, returning the delivery.
@@ -232,25 +222,9 @@ impl TestHost {
         timeout: Duration,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let mut last = Value::Null;
-            if let Some(event) = self.event(source, event_id).await
-                && let Some(d) = event["deliveries"]
-                    .as_array()
-                    .and_then(|ds| ds.iter().find(|d| d["handler"] == handler))
-            {
-                if done(d) {
-                    return d.clone();
-                }
-                last = d.clone();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        let admin_get = async |p: &str| self.admin_get(p).await;
+        let delivery = (source, event_id, handler);
+        wait_delivery_via(admin_get, delivery, timeout, done, String::new).await
     }
 
     /// The `GET /admin/plugins` entry of instance `name`.
@@ -322,6 +296,54 @@ pub fn replace_atomically(file: &Path, bytes: &[u8]) {
     std::fs::rename(&tmp, file).unwrap();
 }
 
+/// `GET /admin/events/{source}/{event_id}` through `admin_get` (either host's), or None while
+/// it does not exist.
+pub async fn event_via(
+    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
+    source: &str,
+    event_id: &str,
+) -> Option<Value> {
+    let (status, body) = admin_get(&format!("/admin/events/{source}/{event_id}")).await;
+    (status == StatusCode::OK).then_some(body)
+}
+
+/// `handler`'s delivery in an [`event_via`] answer.
+pub fn delivery_of(event: &Value, handler: &str) -> Option<Value> {
+    event["deliveries"]
+        .as_array()?
+        .iter()
+        .find(|d| d["handler"] == handler)
+        .cloned()
+}
+
+/// Waits until the delivery `(source, event_id, handler)` satisfies `done`, returning it; on
+/// timeout fails with the last one seen and `context()` (e.g. the host's log).
+pub async fn wait_delivery_via(
+    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
+    (source, event_id, handler): (&str, &str, &str),
+    timeout: Duration,
+    done: impl Fn(&Value) -> bool,
+    context: impl Fn() -> String,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = event_via(&admin_get, source, event_id)
+            .await
+            .and_then(|event| delivery_of(&event, handler));
+        if let Some(d) = &last
+            && done(d)
+        {
+            return d.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#?}{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
 /// The outcomes of a delivery's attempts, oldest first (`GET /admin/events/{s}/{id}` shape).
 pub fn outcomes(delivery: &Value) -> Vec<&str> {
     delivery["history"]
@@ -381,6 +403,36 @@ pub async fn post_hook(
 ) -> anyhow::Result<(StatusCode, Value)> {
     let url = format!("http://{ingest}/hooks/{source}");
     let (status, _, body) = send(Method::POST, &url, headers, Bytes::copy_from_slice(body)).await?;
+    Ok((status, json_or_text(&body)))
+}
+
+/// Signs `body` as Standard Webhooks message `id` with [`SW_SECRET`] (now) and POSTs it to
+/// `/hooks/{source}` on `ingest`; the answer as it came (for its headers).
+pub async fn send_sw(
+    ingest: SocketAddr,
+    source: &str,
+    id: &str,
+    body: &[u8],
+) -> anyhow::Result<(StatusCode, HeaderMap, Bytes)> {
+    let headers = sign(
+        &Scheme::StandardWebhooks,
+        SW_SECRET,
+        id,
+        body,
+        SystemTime::now(),
+    );
+    let url = format!("http://{ingest}/hooks/{source}");
+    send(Method::POST, &url, &headers, Bytes::copy_from_slice(body)).await
+}
+
+/// [`send_sw`], the answer's body as JSON (or text).
+pub async fn post_sw(
+    ingest: SocketAddr,
+    source: &str,
+    id: &str,
+    body: &[u8],
+) -> anyhow::Result<(StatusCode, Value)> {
+    let (status, _, body) = send_sw(ingest, source, id, body).await?;
     Ok((status, json_or_text(&body)))
 }
 
@@ -572,6 +624,39 @@ impl ProcessHost {
     /// `GET path` with the tests' [`ADMIN_TOKEN`].
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
         self.admin(Method::GET, path, Some(ADMIN_TOKEN), None).await
+    }
+
+    /// `handler`'s delivery of `source/event_id`, once it exists.
+    pub async fn delivery(&self, source: &str, event_id: &str, handler: &str) -> Option<Value> {
+        let event = event_via(async |p| self.admin_get(p).await, source, event_id).await?;
+        delivery_of(&event, handler)
+    }
+
+    /// [`TestHost::wait_delivery`] for this host; a timeout shows its log.
+    pub async fn wait_delivery(
+        &self,
+        source: &str,
+        event_id: &str,
+        handler: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let admin_get = async |p: &str| self.admin_get(p).await;
+        let log = || format!("\nlog:\n{}", self.log());
+        wait_delivery_via(admin_get, (source, event_id, handler), timeout, done, log).await
+    }
+
+    /// Waits for the delivery to reach `state`.
+    pub async fn wait_state(
+        &self,
+        source: &str,
+        event_id: &str,
+        handler: &str,
+        state: &str,
+        timeout: Duration,
+    ) -> Value {
+        self.wait_delivery(source, event_id, handler, timeout, |d| d["state"] == state)
+            .await
     }
 }
 
