@@ -176,7 +176,7 @@ async fn cross_origin_requests_and_foreign_hosts_are_refused() {
     bytes.extend_from_slice(&[0, 2, 1, b'x']);
     replace_atomically(&host.path().join("plugins/flaky.wasm"), &bytes);
     let second_sha = sha(&host
-        .wait_plugin("flaky", "loading the new flaky", |p| {
+        .wait_plugin("flaky", "loading the new flaky", WAIT, |p| {
             sha(p).is_some_and(|s| s != first_sha)
         })
         .await)
@@ -495,7 +495,7 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
         &host.path().join("plugins/flip.wasm"),
         &std::fs::read(plugins::GENERIC).unwrap(),
     );
-    host.wait_plugin("flip", "loading the new parser", |p| {
+    host.wait_plugin("flip", "loading the new parser", WAIT, |p| {
         sha(p).is_some_and(|s| s != trapper_sha)
     })
     .await;

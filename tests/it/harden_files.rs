@@ -14,44 +14,15 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, TestHost, install_plugins, plugins, sw_source};
+use crate::support::{
+    self, ProcessHost, TestHost, install_plugins, plugin_list, plugins, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 /// A standard-webhooks source `s` with `handlers`, plus `extra` (more tables).
 fn config(server: &str, handlers: &[&str], extra: &str) -> String {
     format!("[server]\n{server}\n{}", sw_source("s", handlers, extra))
-}
-
-/// `GET /admin/plugins` as a list.
-async fn plugin_list(admin: impl AsyncFn(&str) -> (StatusCode, Value)) -> Vec<Value> {
-    let (status, list) = admin("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    list.as_array().unwrap().clone()
-}
-
-/// Waits until instance `name`'s status satisfies `done`; returns it.
-async fn wait_plugin(
-    admin: impl AsyncFn(&str) -> (StatusCode, Value),
-    name: &str,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let list = plugin_list(&admin).await;
-        let status = list.iter().find(|p| p["name"] == name).cloned();
-        if let Some(status) = &status
-            && done(status)
-        {
-            return status.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plugin {name}: {what} did not happen; last status {status:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn loaded(p: &Value) -> bool {
@@ -139,13 +110,11 @@ async fn a_swapped_or_foreign_cache_entry_is_recompiled_never_loaded() {
     // `b` counts (output {"count": N}); `a` is flaky (output {"attempt": N}).
     let config = config("", &["b"], "[plugins.a]\n");
     let host = TestHost::start(&config, &[("a", plugins::FLAKY), ("b", plugins::COUNTER)]).await;
-    let admin = async |path: &str| host.admin_get(path).await;
-    let sha_a = wait_plugin(admin, "a", "loading", loaded).await["sha256"]
+    let sha_a = host.wait_plugin("a", "loading", WAIT, loaded).await["sha256"]
         .as_str()
         .unwrap()
         .to_owned();
-    let admin = async |path: &str| host.admin_get(path).await;
-    let sha_b = wait_plugin(admin, "b", "loading", loaded).await["sha256"]
+    let sha_b = host.wait_plugin("b", "loading", WAIT, loaded).await["sha256"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -173,8 +142,7 @@ async fn a_swapped_or_foreign_cache_entry_is_recompiled_never_loaded() {
         tamper();
         let before = std::fs::metadata(&entry_b).unwrap();
         let host = TestHost::start_in(dir, &config).await;
-        let admin = async |path: &str| host.admin_get(path).await;
-        let status = wait_plugin(admin, "b", "loading", loaded).await;
+        let status = host.wait_plugin("b", "loading", WAIT, loaded).await;
         assert_eq!(status["sha256"], sha_b.as_str(), "{what}: {status:#}");
         let id = format!("evt_{round}");
         host.accept_event("s", &id, &json!({})).await;
@@ -224,13 +192,13 @@ async fn a_refused_file_leaves_nothing_in_the_cache() {
         ("mismatch", "does not match the WIT"),
         ("empty", "exports neither"),
     ] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        let status = wait_plugin(admin, name, "refusal", |p| p["error"].is_string()).await;
+        let status = host
+            .wait_plugin(name, "refusal", WAIT, |p| p["error"].is_string())
+            .await;
         let error = status["error"].as_str().unwrap();
         assert!(error.contains(needle), "{name}: {error}");
     }
-    let admin = async |path: &str| host.admin_get(path).await;
-    let good = wait_plugin(admin, "good", "loading", loaded).await;
+    let good = host.wait_plugin("good", "loading", WAIT, loaded).await;
     let (entries, others) = cache_files(&host.path().join(".hookd-cache"));
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(
@@ -258,8 +226,7 @@ async fn the_cache_stays_under_its_byte_cap() {
     // First, how large the entries are.
     let host = TestHost::start(&config("", &["a"], extra), &files).await;
     for name in ["a", "b", "c"] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        wait_plugin(admin, name, "loading", loaded).await;
+        host.wait_plugin(name, "loading", WAIT, loaded).await;
     }
     let (entries, _) = cache_files(&host.path().join(".hookd-cache"));
     let sizes: Vec<u64> = entries
@@ -274,8 +241,7 @@ async fn the_cache_stays_under_its_byte_cap() {
     let capped = config(&format!("cache_max_bytes = {cap}"), &["a"], extra);
     let host = TestHost::start(&capped, &files).await;
     for name in ["a", "b", "c"] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        wait_plugin(admin, name, "loading", loaded).await;
+        host.wait_plugin(name, "loading", WAIT, loaded).await;
     }
     let (entries, others) = cache_files(&host.path().join(".hookd-cache"));
     let total: u64 = entries
@@ -459,8 +425,7 @@ async fn replacing_several_large_files_at_once_compiles_them_one_at_a_time() {
     let config = config("", &["p1"], "[plugins.p2]\n[plugins.p3]\n[plugins.p4]\n");
     let host = ProcessHost::start(dir.path(), &config).await;
     for name in names {
-        let admin = async |path: &str| host.admin_get(path).await;
-        wait_plugin(admin, name, "loading", loaded).await;
+        host.wait_plugin(name, "loading", WAIT, loaded).await;
     }
     let baseline: u64 = process_tree(host.pid()).iter().map(|p| rss_bytes(*p)).sum();
 
@@ -527,8 +492,9 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
     let config = config("compile_timeout_ms = 3000", &["slow"], "");
     let started = Instant::now();
     let host = ProcessHost::start(dir.path(), &config).await;
-    let admin = async |path: &str| host.admin_get(path).await;
-    let status = wait_plugin(admin, "slow", "the timeout", |p| p["error"].is_string()).await;
+    let status = host
+        .wait_plugin("slow", "the timeout", WAIT, |p| p["error"].is_string())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("slow.wasm")
@@ -544,6 +510,7 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
     // Stopped means gone: no compiler process, and no CPU spent over the next seconds, while
     // hookd is seen running (three reclaim passes, one a second).
     let before = cpu_ticks(host.pid());
+    let admin = async |path: &str| host.admin_get(path).await;
     let (_, metrics) = admin("/metrics").await;
     support::wait_commits(admin, support::commits(&metrics), 3).await;
     let used = cpu_ticks(host.pid()) - before;
@@ -591,8 +558,9 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
         ("linked", "symbolic link"),
         ("text", "not a valid WebAssembly component"),
     ] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        let status = wait_plugin(admin, name, "refusal", |p| p["error"].is_string()).await;
+        let status = host
+            .wait_plugin(name, "refusal", WAIT, |p| p["error"].is_string())
+            .await;
         let error = status["error"].as_str().unwrap();
         assert!(
             error.contains(needle) && error.contains(&format!("{name}.wasm")),
@@ -601,8 +569,7 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
         assert!(!leaks(error), "{name}: the error quotes the file: {error}");
         assert!(status["sha256"].is_null(), "{name}: {status:#}");
     }
-    let admin = async |path: &str| host.admin_get(path).await;
-    wait_plugin(admin, "good", "loading", loaded).await;
+    host.wait_plugin("good", "loading", WAIT, loaded).await;
 }
 
 /// hookd killed outright (SIGKILL: no code of its own runs) mid-compile: the compiler process
@@ -653,8 +620,9 @@ async fn a_compile_over_its_memory_cap_is_refused_naming_the_key() {
     .unwrap();
     let config = config("compile_memory_mib = 64", &["big"], "");
     let host = TestHost::start_in(dir, &config).await;
-    let admin = async |path: &str| host.admin_get(path).await;
-    let status = wait_plugin(admin, "big", "the refusal", |p| p["error"].is_string()).await;
+    let status = host
+        .wait_plugin("big", "the refusal", WAIT, |p| p["error"].is_string())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("big.wasm") && error.contains("server.compile_memory_mib"),

@@ -735,7 +735,7 @@ async fn a_trapping_parser_quarantines_and_replay_recovers_after_the_fix() {
         &std::fs::read(plugins::GENERIC).unwrap(),
     );
     let fixed = host
-        .wait_plugin("flip", "loading the new parser", |p| {
+        .wait_plugin("flip", "loading the new parser", WAIT, |p| {
             sha(p).is_some_and(|s| s != trapper_sha)
         })
         .await;

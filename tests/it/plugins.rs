@@ -335,7 +335,9 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     let good = std::fs::read(plugins::CLASSIFIER).unwrap();
     std::fs::write(&file, &good[..good.len() / 2]).unwrap();
     let status = host
-        .wait_plugin("h", "the truncated file's error", |p| !p["error"].is_null())
+        .wait_plugin("h", "the truncated file's error", WAIT, |p| {
+            !p["error"].is_null()
+        })
         .await;
     let error = status["error"].as_str().unwrap();
     assert!(
@@ -352,7 +354,7 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     // A good file clears the error and goes live.
     replace_atomically(&file, &std::fs::read(plugins::CLASSIFIER).unwrap());
     let status = host
-        .wait_plugin("h", "the good file", |p| {
+        .wait_plugin("h", "the good file", WAIT, |p| {
             p["error"].is_null() && sha(p).is_some_and(|s| s != v1)
         })
         .await;
@@ -365,7 +367,9 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
         .collect();
     std::fs::write(&file, &noise).unwrap();
     let status = host
-        .wait_plugin("h", "the random file's error", |p| !p["error"].is_null())
+        .wait_plugin("h", "the random file's error", WAIT, |p| {
+            !p["error"].is_null()
+        })
         .await;
     let error = status["error"].as_str().unwrap();
     assert!(
@@ -399,7 +403,7 @@ async fn rollback_makes_the_previous_sha_live() {
         &std::fs::read(plugins::CLASSIFIER).unwrap(),
     );
     let v2 = sha(&host
-        .wait_plugin("h", "the swap", |p| sha(p).is_some_and(|s| s != v1))
+        .wait_plugin("h", "the swap", WAIT, |p| sha(p).is_some_and(|s| s != v1))
         .await)
     .unwrap();
     send(&host, "on_v2").await;
@@ -445,7 +449,9 @@ async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
         &std::fs::read(plugins::FLAKY).unwrap(),
     );
     let fixed = sha(&host
-        .wait_plugin("h", "the fix", |p| sha(p).is_some_and(|s| s != crasher))
+        .wait_plugin("h", "the fix", WAIT, |p| {
+            sha(p).is_some_and(|s| s != crasher)
+        })
         .await)
     .unwrap();
     let (status, reply) = host
@@ -470,7 +476,7 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
     let file = plugin_file(&host, "h");
     std::fs::remove_file(&file).unwrap();
     let status = host
-        .wait_plugin("h", "the unload", |p| p["sha256"].is_null())
+        .wait_plugin("h", "the unload", WAIT, |p| p["sha256"].is_null())
         .await;
     let error = status["error"].as_str().unwrap();
     assert!(

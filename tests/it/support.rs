@@ -229,36 +229,18 @@ impl TestHost {
 
     /// The `GET /admin/plugins` entry of instance `name`.
     pub async fn plugin(&self, name: &str) -> Value {
-        let (status, list) = self.admin_get("/admin/plugins").await;
-        assert_eq!(status, StatusCode::OK, "{list}");
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == name)
-            .cloned()
-            .unwrap_or_else(|| panic!("no plugin {name} in {list:#}"))
+        plugin_via(async |p| self.admin_get(p).await, name).await
     }
 
-    /// Waits (up to a minute) until instance `name`'s [`TestHost::plugin`] entry satisfies
-    /// `done`, e.g. a replaced file has loaded; returns it. `what` names the change awaited.
+    /// Waits until instance `name`'s `GET /admin/plugins` entry satisfies `done`.
     pub async fn wait_plugin(
         &self,
         name: &str,
         what: &str,
+        timeout: Duration,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let status = self.plugin(name).await;
-            if done(&status) {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "plugin {name}: {what} did not happen; last status {status:#}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_plugin_via(async |p| self.admin_get(p).await, name, what, timeout, done).await
     }
 
     /// Waits for the delivery to reach `state`.
@@ -280,6 +262,49 @@ impl Drop for TestHost {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+    }
+}
+
+/// `GET /admin/plugins` through `admin_get` (either host's), as a list.
+pub async fn plugin_list(admin_get: impl AsyncFn(&str) -> (StatusCode, Value)) -> Vec<Value> {
+    let (status, list) = admin_get("/admin/plugins").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    list.as_array().unwrap().clone()
+}
+
+/// The [`plugin_list`] entry of instance `name`.
+pub async fn plugin_via(admin_get: impl AsyncFn(&str) -> (StatusCode, Value), name: &str) -> Value {
+    let list = plugin_list(admin_get).await;
+    list.iter()
+        .find(|p| p["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no plugin {name} in {list:#?}"))
+}
+
+/// Waits until instance `name`'s [`plugin_list`] entry satisfies `done` (e.g. a replaced file
+/// has loaded, or was refused); returns it. `what` names the change awaited; an instance not
+/// listed yet is waited for too.
+pub async fn wait_plugin_via(
+    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let list = plugin_list(&admin_get).await;
+        let status = list.iter().find(|p| p["name"] == name).cloned();
+        if let Some(status) = &status
+            && done(status)
+        {
+            return status.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "plugin {name}: {what} did not happen; last status {status:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -624,6 +649,17 @@ impl ProcessHost {
     /// `GET path` with the tests' [`ADMIN_TOKEN`].
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
         self.admin(Method::GET, path, Some(ADMIN_TOKEN), None).await
+    }
+
+    /// [`TestHost::wait_plugin`] for this host.
+    pub async fn wait_plugin(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        wait_plugin_via(async |p| self.admin_get(p).await, name, what, timeout, done).await
     }
 
     /// `handler`'s delivery of `source/event_id`, once it exists.
