@@ -16,7 +16,9 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::support::{self, ADMIN_TOKEN, Scheme, TestHost, hookd_cli, plugins, sw_source};
+use crate::support::{
+    self, ADMIN_TOKEN, AdminApi, Scheme, TestHost, hookd_cli, plugins, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -12,7 +12,7 @@ use std::{
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, TestHost, plugins, sw_source};
+use crate::support::{self, AdminApi, TestHost, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, install_plugins, plugins, sw_source};
+use crate::support::{self, AdminApi, ProcessHost, install_plugins, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(60);
 

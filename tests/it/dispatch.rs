@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, KEYED_BY_BODY, TestHost, plugins, sw_source};
+use crate::support::{self, AdminApi, KEYED_BY_BODY, TestHost, plugins, sw_source};
 
 /// A standard-webhooks source `s` (event id = `webhook-id`) with the given handlers, plus a
 /// `generic`-parsed source `k` whose body carries `id`, `key` and `seq` (for ordering).

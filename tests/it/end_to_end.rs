@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::json;
 
-use crate::support::{self, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, Scheme, TestHost, plugins};
 
 const GITHUB_SOURCE: &str = r#"
 [sources.github]

@@ -18,8 +18,8 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ADMIN_TOKEN, ProcessHost, TestHost, free_port, hookd_cli, install_plugins, json_or_text,
-    plugins, replace_atomically, sha, sw_source,
+    self, ADMIN_TOKEN, AdminApi, ProcessHost, TestHost, free_port, hookd_cli, install_plugins,
+    json_or_text, plugins, replace_atomically, sha, sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{TestHost, plugins, sw_source};
+use crate::support::{AdminApi, TestHost, plugins, sw_source};
 
 /// Source `a` feeds the slow handler `slow`, source `b` feeds `quick`, source `c` feeds
 /// `slow2`; all three are `flaky`, which sleeps as each event's body says.

@@ -14,9 +14,7 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{
-    self, ProcessHost, TestHost, install_plugins, plugin_list, plugins, sw_source,
-};
+use crate::support::{self, AdminApi, ProcessHost, TestHost, install_plugins, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(90);
 
@@ -451,7 +449,7 @@ async fn replacing_several_large_files_at_once_compiles_them_one_at_a_time() {
             peak = peak.max(tree.iter().map(|p| rss_bytes(*p)).sum());
             std::thread::sleep(Duration::from_millis(5));
         }
-        let list = plugin_list(async |path: &str| host.admin_get(path).await).await;
+        let list = host.plugin_list().await;
         let refused = list
             .iter()
             .filter(|p| {

@@ -26,7 +26,7 @@ use tokio::{
     net::{TcpSocket, TcpStream},
 };
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, ProcessHost, Scheme, TestHost, plugins};
 
 const GH_SECRET: &str = "gh-secret";
 

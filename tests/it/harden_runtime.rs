@@ -15,7 +15,9 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ProcessHost, install_plugins, plugins, post_sw, status_kib, sw_source};
+use crate::support::{
+    AdminApi, ProcessHost, install_plugins, plugins, post_sw, status_kib, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 

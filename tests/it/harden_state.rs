@@ -15,7 +15,9 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, TestHost, install_plugins, outcomes, plugins, sw_source};
+use crate::support::{
+    self, AdminApi, ProcessHost, TestHost, install_plugins, outcomes, plugins, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;

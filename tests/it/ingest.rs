@@ -25,7 +25,8 @@ use tokio::{
 };
 
 use crate::support::{
-    self, ProcessHost, SW_SECRET, Scheme, TestHost, plugins, replace_atomically, sha, sw_source,
+    self, AdminApi, ProcessHost, SW_SECRET, Scheme, TestHost, plugins, replace_atomically, sha,
+    sw_source,
 };
 
 /// A second standard-webhooks secret, for rotation.

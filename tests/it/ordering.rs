@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{self, KEYED_BY_BODY, TestHost, plugins, sw_source};
+use crate::support::{self, AdminApi, KEYED_BY_BODY, TestHost, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(60);
 

@@ -20,7 +20,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-use crate::support::{self, SW_SECRET, Scheme, TestHost, plugins, sw_source};
+use crate::support::{self, AdminApi, SW_SECRET, Scheme, TestHost, plugins, sw_source};
 
 /// One request the mock received.
 #[derive(Debug, Clone)]

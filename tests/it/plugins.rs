@@ -13,7 +13,8 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ProcessHost, TestHost, install_plugins, plugins, replace_atomically, sha, sw_source,
+    self, AdminApi, ProcessHost, TestHost, install_plugins, plugins, replace_atomically, sha,
+    sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -207,54 +207,6 @@ impl TestHost {
             .await
             .unwrap()
     }
-
-    /// `GET /admin/events/{source}/{event_id}`, or None while it does not exist.
-    pub async fn event(&self, source: &str, event_id: &str) -> Option<Value> {
-        event_via(async |p| self.admin_get(p).await, source, event_id).await
-    }
-
-    /// Waits until `handler`'s delivery of the event satisfies `done`, returning the delivery.
-    pub async fn wait_delivery(
-        &self,
-        source: &str,
-        event_id: &str,
-        handler: &str,
-        timeout: Duration,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let admin_get = async |p: &str| self.admin_get(p).await;
-        let delivery = (source, event_id, handler);
-        wait_delivery_via(admin_get, delivery, timeout, done, String::new).await
-    }
-
-    /// The `GET /admin/plugins` entry of instance `name`.
-    pub async fn plugin(&self, name: &str) -> Value {
-        plugin_via(async |p| self.admin_get(p).await, name).await
-    }
-
-    /// Waits until instance `name`'s `GET /admin/plugins` entry satisfies `done`.
-    pub async fn wait_plugin(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
-        wait_plugin_via(async |p| self.admin_get(p).await, name, what, timeout, done).await
-    }
-
-    /// Waits for the delivery to reach `state`.
-    pub async fn wait_state(
-        &self,
-        source: &str,
-        event_id: &str,
-        handler: &str,
-        state: &str,
-        timeout: Duration,
-    ) -> Value {
-        self.wait_delivery(source, event_id, handler, timeout, |d| d["state"] == state)
-            .await
-    }
 }
 
 impl Drop for TestHost {
@@ -265,50 +217,7 @@ impl Drop for TestHost {
     }
 }
 
-/// `GET /admin/plugins` through `admin_get` (either host's), as a list.
-pub async fn plugin_list(admin_get: impl AsyncFn(&str) -> (StatusCode, Value)) -> Vec<Value> {
-    let (status, list) = admin_get("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    list.as_array().unwrap().clone()
-}
-
-/// The [`plugin_list`] entry of instance `name`.
-pub async fn plugin_via(admin_get: impl AsyncFn(&str) -> (StatusCode, Value), name: &str) -> Value {
-    let list = plugin_list(admin_get).await;
-    list.iter()
-        .find(|p| p["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no plugin {name} in {list:#?}"))
-}
-
-/// Waits until instance `name`'s [`plugin_list`] entry satisfies `done` (e.g. a replaced file
-/// has loaded, or was refused); returns it. `what` names the change awaited; an instance not
-/// listed yet is waited for too.
-pub async fn wait_plugin_via(
-    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
-    name: &str,
-    what: &str,
-    timeout: Duration,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let list = plugin_list(&admin_get).await;
-        let status = list.iter().find(|p| p["name"] == name).cloned();
-        if let Some(status) = &status
-            && done(status)
-        {
-            return status.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plugin {name}: {what} did not happen; last status {status:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The `sha256` of a [`TestHost::plugin`] entry (`None` while nothing is loaded).
+/// The `sha256` of an [`AdminApi::plugin`] entry (`None` while nothing is loaded).
 pub fn sha(status: &Value) -> Option<String> {
     status["sha256"].as_str().map(str::to_owned)
 }
@@ -321,52 +230,137 @@ pub fn replace_atomically(file: &Path, bytes: &[u8]) {
     std::fs::rename(&tmp, file).unwrap();
 }
 
-/// `GET /admin/events/{source}/{event_id}` through `admin_get` (either host's), or None while
-/// it does not exist.
-pub async fn event_via(
-    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
-    source: &str,
-    event_id: &str,
-) -> Option<Value> {
-    let (status, body) = admin_get(&format!("/admin/events/{source}/{event_id}")).await;
-    (status == StatusCode::OK).then_some(body)
+/// What a test reads and awaits through a host's admin API, written once for [`TestHost`] and
+/// [`ProcessHost`]: each supplies its authenticated `GET`.
+pub trait AdminApi {
+    /// `GET path` with the host's admin token.
+    async fn get(&self, path: &str) -> (StatusCode, Value);
+
+    /// Added to a wait's failure message (e.g. the host's log).
+    fn failure_context(&self) -> String {
+        String::new()
+    }
+
+    /// `GET /admin/events/{source}/{event_id}`, or None while it does not exist.
+    async fn event(&self, source: &str, event_id: &str) -> Option<Value> {
+        let (status, body) = self
+            .get(&format!("/admin/events/{source}/{event_id}"))
+            .await;
+        (status == StatusCode::OK).then_some(body)
+    }
+
+    /// `handler`'s delivery of `source/event_id`, once it exists.
+    async fn delivery(&self, source: &str, event_id: &str, handler: &str) -> Option<Value> {
+        delivery_of(&self.event(source, event_id).await?, handler)
+    }
+
+    /// Waits until `handler`'s delivery of the event satisfies `done`, returning the delivery.
+    async fn wait_delivery(
+        &self,
+        source: &str,
+        event_id: &str,
+        handler: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = self.delivery(source, event_id, handler).await;
+            if let Some(d) = &last
+                && done(d)
+            {
+                return d.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#?}{}",
+                self.failure_context()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits for the delivery to reach `state`.
+    async fn wait_state(
+        &self,
+        source: &str,
+        event_id: &str,
+        handler: &str,
+        state: &str,
+        timeout: Duration,
+    ) -> Value {
+        self.wait_delivery(source, event_id, handler, timeout, |d| d["state"] == state)
+            .await
+    }
+
+    /// `GET /admin/plugins` as a list.
+    async fn plugin_list(&self) -> Vec<Value> {
+        let (status, list) = self.get("/admin/plugins").await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        list.as_array().unwrap().clone()
+    }
+
+    /// The [`AdminApi::plugin_list`] entry of instance `name`.
+    async fn plugin(&self, name: &str) -> Value {
+        let list = self.plugin_list().await;
+        list.iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no plugin {name} in {list:#?}"))
+    }
+
+    /// Waits until instance `name`'s [`AdminApi::plugin_list`] entry satisfies `done` (e.g. a
+    /// replaced file has loaded, or was refused); returns it. `what` names the change awaited;
+    /// an instance not listed yet is waited for too.
+    async fn wait_plugin(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let list = self.plugin_list().await;
+            let status = list.iter().find(|p| p["name"] == name).cloned();
+            if let Some(status) = &status
+                && done(status)
+            {
+                return status.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name}: {what} did not happen; last status {status:#?}{}",
+                self.failure_context()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
-/// `handler`'s delivery in an [`event_via`] answer.
+impl AdminApi for TestHost {
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.admin_get(path).await
+    }
+}
+
+impl AdminApi for ProcessHost {
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.admin_get(path).await
+    }
+
+    fn failure_context(&self) -> String {
+        format!("\nlog:\n{}", self.log())
+    }
+}
+
+/// `handler`'s delivery in a `GET /admin/events/{source}/{event_id}` answer.
 pub fn delivery_of(event: &Value, handler: &str) -> Option<Value> {
     event["deliveries"]
         .as_array()?
         .iter()
         .find(|d| d["handler"] == handler)
         .cloned()
-}
-
-/// Waits until the delivery `(source, event_id, handler)` satisfies `done`, returning it; on
-/// timeout fails with the last one seen and `context()` (e.g. the host's log).
-pub async fn wait_delivery_via(
-    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
-    (source, event_id, handler): (&str, &str, &str),
-    timeout: Duration,
-    done: impl Fn(&Value) -> bool,
-    context: impl Fn() -> String,
-) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let last = event_via(&admin_get, source, event_id)
-            .await
-            .and_then(|event| delivery_of(&event, handler));
-        if let Some(d) = &last
-            && done(d)
-        {
-            return d.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#?}{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// The outcomes of a delivery's attempts, oldest first (`GET /admin/events/{s}/{id}` shape).
@@ -649,50 +643,6 @@ impl ProcessHost {
     /// `GET path` with the tests' [`ADMIN_TOKEN`].
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
         self.admin(Method::GET, path, Some(ADMIN_TOKEN), None).await
-    }
-
-    /// [`TestHost::wait_plugin`] for this host.
-    pub async fn wait_plugin(
-        &self,
-        name: &str,
-        what: &str,
-        timeout: Duration,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
-        wait_plugin_via(async |p| self.admin_get(p).await, name, what, timeout, done).await
-    }
-
-    /// `handler`'s delivery of `source/event_id`, once it exists.
-    pub async fn delivery(&self, source: &str, event_id: &str, handler: &str) -> Option<Value> {
-        let event = event_via(async |p| self.admin_get(p).await, source, event_id).await?;
-        delivery_of(&event, handler)
-    }
-
-    /// [`TestHost::wait_delivery`] for this host; a timeout shows its log.
-    pub async fn wait_delivery(
-        &self,
-        source: &str,
-        event_id: &str,
-        handler: &str,
-        timeout: Duration,
-        done: impl Fn(&Value) -> bool,
-    ) -> Value {
-        let admin_get = async |p: &str| self.admin_get(p).await;
-        let log = || format!("\nlog:\n{}", self.log());
-        wait_delivery_via(admin_get, (source, event_id, handler), timeout, done, log).await
-    }
-
-    /// Waits for the delivery to reach `state`.
-    pub async fn wait_state(
-        &self,
-        source: &str,
-        event_id: &str,
-        handler: &str,
-        state: &str,
-        timeout: Duration,
-    ) -> Value {
-        self.wait_delivery(source, event_id, handler, timeout, |d| d["state"] == state)
-            .await
     }
 }
 
