@@ -1,7 +1,7 @@
 //! End to end: a signed webhook goes in, is parsed by a Wasm parser, stored once,
 //! handled by a Wasm handler, and its output is visible through the admin API.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::json;
@@ -25,11 +25,7 @@ async fn post_github(
     delivery: &str,
     body: &[u8],
 ) -> (StatusCode, serde_json::Value) {
-    let mut headers = support::sign(&Scheme::Github, secret, delivery, body, SystemTime::now());
-    headers.push((
-        HeaderName::from_static("x-github-event"),
-        HeaderValue::from_static("issues"),
-    ));
+    let headers = support::github_headers(secret, delivery, "issues", body);
     host.post("github", &headers, body).await
 }
 

@@ -10,7 +10,7 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex},
     task::{Context, Poll},
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -198,17 +198,7 @@ fn classifier_config(mock: &Mock, extra: &str) -> String {
 }
 
 async fn post_issue(host: &TestHost, delivery: &str, body: &[u8]) -> (StatusCode, Value) {
-    let mut headers = support::sign(
-        &Scheme::Github,
-        GITHUB_SECRET,
-        delivery,
-        body,
-        SystemTime::now(),
-    );
-    headers.push((
-        HeaderName::from_static("x-github-event"),
-        HeaderValue::from_static("issues"),
-    ));
+    let headers = support::github_headers(GITHUB_SECRET, delivery, "issues", body);
     host.post("github", &headers, body).await
 }
 

@@ -390,6 +390,22 @@ pub fn sign(
     headers
 }
 
+/// GitHub's headers for `body` as delivery `delivery` of event `event` (`X-GitHub-Event`),
+/// signed now with `secret`.
+pub fn github_headers(
+    secret: &str,
+    delivery: &str,
+    event: &'static str,
+    body: &[u8],
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = sign(&Scheme::Github, secret, delivery, body, SystemTime::now());
+    headers.push((
+        HeaderName::from_static("x-github-event"),
+        HeaderValue::from_static(event),
+    ));
+    headers
+}
+
 /// One HTTP/1 request on a fresh connection.
 pub async fn send(
     method: Method,
