@@ -672,18 +672,7 @@ async fn event_ids_with_control_characters_cannot_forge_log_lines() {
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
     assert_eq!(reply["event_id"], id, "stored exactly");
     // The permanent failure is logged as a warning naming the event.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let log = loop {
-        let log = std::fs::read_to_string(dir.path().join("hookd.log")).unwrap_or_default();
-        if log.contains("evt-1") {
-            break log;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no log line names the event:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let log = host.wait_log("evt-1", Duration::from_secs(30)).await;
     assert!(
         !log.lines()
             .any(|line| line.starts_with("ERROR hookd::forged")),

@@ -158,22 +158,6 @@ fn last_attempt(delivery: &Value) -> &Value {
         .unwrap_or_else(|| panic!("no attempt in {delivery:#}"))
 }
 
-/// Waits until `hookd.log` has a line with `needle`; returns the whole log.
-async fn wait_log(dir: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let log = std::fs::read_to_string(dir.join("hookd.log")).unwrap_or_default();
-        if log.contains(needle) {
-            return log;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "hookd.log never said {needle:?}:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// The hand-written multi-memory component is a well-typed handler (so the refusals below are
 /// about memory, not about its shape).
 #[tokio::test]
@@ -286,7 +270,7 @@ async fn fields_a_parser_hoards_hit_the_per_call_host_budget() {
     let baseline = status_kib(host.pid(), "VmRSS");
     let reply = post_event(&host, "s", "fp-1", &json!({})).await;
     assert_eq!(reply, json!({"accepted": true, "quarantined": true}));
-    let log = wait_log(&host.dir, "request quarantined").await;
+    let log = host.wait_log("request quarantined", WAIT).await;
     assert!(
         log.contains("host memory limit exceeded"),
         "the quarantine must say why:\n{log}"
@@ -313,7 +297,7 @@ async fn thousands_of_refused_requests_log_one_line_with_the_count() {
     let delivery = host.wait_state("s", "rf-1", "fieldhog", "done", WAIT).await;
     let output: Value = serde_json::from_str(delivery["output"].as_str().unwrap()).unwrap();
     assert_eq!(output, json!({"denied": 1500, "other": 0}), "{delivery:#}");
-    let log = wait_log(&host.dir, "outbound requests denied").await;
+    let log = host.wait_log("outbound requests denied", WAIT).await;
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("outbound request"))

@@ -278,15 +278,7 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
     assert!(d["last_error"].as_str().unwrap().len() < 4096 + 128);
 
     // The log: the reason once, capped; nothing in it starts a line of its own.
-    let log_path = dir.path().join("hookd.log");
-    let deadline = Instant::now() + WAIT;
-    let log = loop {
-        let log = std::fs::read_to_string(&log_path).unwrap();
-        if log.contains("forged line") || Instant::now() > deadline {
-            break log;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let log = host.wait_log("forged line", WAIT).await;
     assert!(
         log.len() < 256 * 1024,
         "the log grew to {} bytes",

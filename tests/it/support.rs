@@ -613,6 +613,22 @@ impl ProcessHost {
         std::fs::read_to_string(self.dir.join("hookd.log")).unwrap_or_default()
     }
 
+    /// Waits until the log mentions `needle`; returns the whole log.
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.log();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hookd.log never said {needle:?}:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
     pub fn memory_kib(&self) -> (u64, u64) {
         (
