@@ -736,3 +736,39 @@ pub async fn wait_commits(
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> host::config::Config {
+        let dir = tempfile::tempdir().unwrap();
+        host::config::Config::parse(&config_text(body), dir.path(), &|_| None)
+            .unwrap_or_else(|e| panic!("{e:#}\n{body}"))
+    }
+
+    /// The source `sw_source` writes has its handlers in order and the `extra` keys as its own.
+    #[test]
+    fn sw_source_writes_one_source_with_its_handlers_and_extra_keys() {
+        let config = parse(&sw_source("s", &["a", "b"], "parser = \"p\""));
+        let s = &config.sources["s"];
+        let handlers: Vec<&str> = s.handlers.iter().map(|h| h.as_str()).collect();
+        assert_eq!(
+            (handlers, s.parser.as_ref().map(|p| p.as_str())),
+            (vec!["a", "b"], Some("p"))
+        );
+    }
+
+    /// `KEYED_BY_BODY` makes a `generic`-parsed source and configures that plugin.
+    #[test]
+    fn keyed_by_body_configures_the_generic_parser() {
+        let config = parse(&sw_source("k", &[], KEYED_BY_BODY));
+        assert_eq!(
+            (
+                config.sources["k"].parser.as_ref().map(|p| p.as_str()),
+                config.plugins.contains_key("generic")
+            ),
+            (Some("generic"), true)
+        );
+    }
+}
