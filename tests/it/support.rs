@@ -1,7 +1,12 @@
-//! Test support: start hookd on port 0 against a temp dir, talk HTTP to it, sign like a provider.
+//! Test support: write hookd's config, start it against a temp dir (in this process as a
+//! [`TestHost`], or as a `hookd serve` [`ProcessHost`]), sign like a provider, and talk HTTP to
+//! it; [`AdminApi`] reads and awaits either host's admin API.
 //!
-//! Invariant: every helper waits on an observable condition with a deadline; none sleeps a
-//! fixed time and hopes.
+//! Invariants:
+//! - every helper waits on an observable condition with a deadline; none sleeps a fixed time
+//!   and hopes;
+//! - each piece of setup (a source table, a signed post, an admin call, a wait) exists once
+//!   here, and both hosts go through it.
 
 use std::{
     net::SocketAddr,
