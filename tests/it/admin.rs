@@ -7,6 +7,7 @@
 use std::{
     collections::BTreeSet,
     net::SocketAddr,
+    path::Path,
     process::Output,
     time::{Duration, SystemTime},
 };
@@ -15,26 +16,15 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
-use crate::support::{self, ADMIN_TOKEN, Scheme, TestHost, plugins};
+use crate::support::{
+    self, ADMIN_TOKEN, AdminApi, Scheme, TestHost, hookd_cli, plugins, sw_source,
+};
 
-const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Source `s` → `counter`; source `t` → `counter` and `flaky` (fan-out).
 fn config() -> String {
-    format!(
-        r#"
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["counter"]
-
-        [sources.t]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["counter", "flaky"]
-        "#
-    )
+    sw_source("s", &["counter"], "") + &sw_source("t", &["counter", "flaky"], "")
 }
 
 async fn send_event(host: &TestHost, source: &str, id: &str, body: Value) {
@@ -82,19 +72,9 @@ fn keys(value: &Value) -> BTreeSet<&str> {
         .collect()
 }
 
-/// Runs the `hookd` binary with `args` (no admin settings from the environment).
+/// The CLI in this test's working directory.
 async fn hookd(args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(&args)
-            .env_remove("HOOKD_ADMIN_TOKEN")
-            .env_remove("HOOKD_ADMIN_URL")
-            .output()
-            .expect("running hookd")
-    })
-    .await
-    .unwrap()
+    hookd_cli(Path::new("."), args).await
 }
 
 /// The JSON a successful CLI call printed.

@@ -12,21 +12,13 @@ use std::{
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, SW_SECRET, TestHost, plugins};
+use crate::support::{self, AdminApi, TestHost, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Source `t` → `counter` (succeeds) and `flaky` (told to fail for good: dead at once).
 fn config() -> String {
-    format!(
-        r#"
-        [sources.t]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["counter", "flaky"]
-        "#,
-        SECRET = SW_SECRET
-    )
+    sw_source("t", &["counter", "flaky"], "")
 }
 
 async fn start() -> TestHost {

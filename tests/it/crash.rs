@@ -16,63 +16,23 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, install_plugins, plugins};
+use crate::support::{self, AdminApi, ProcessHost, install_plugins, plugins, sw_source};
 
-const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
+
+/// Four workers and the standard-webhooks source `s` feeding `handlers`, then `plugins` (tables).
+fn config(handlers: &[&str], plugins: &str) -> String {
+    format!(
+        "[server]\nworkers = 4\n{}",
+        sw_source("s", handlers, plugins)
+    )
+}
 
 /// Signs `body` as standard-webhooks message `id` and POSTs it to source `s`; Ok only on a 202.
 async fn post_event(ingest: SocketAddr, id: String, body: Value) -> anyhow::Result<Value> {
-    let body = body.to_string();
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        SECRET,
-        &id,
-        body.as_bytes(),
-        SystemTime::now(),
-    );
-    let url = format!("http://{ingest}/hooks/s");
-    let (status, _, reply) = support::send(Method::POST, &url, &headers, Bytes::from(body)).await?;
-    let reply = support::json_or_text(&reply);
+    let (status, reply) = support::post_sw(ingest, "s", &id, body.to_string().as_bytes()).await?;
     anyhow::ensure!(status == StatusCode::ACCEPTED, "{id}: {status} {reply}");
     Ok(reply)
-}
-
-/// The event's delivery to `handler`, once it exists.
-async fn delivery(host: &ProcessHost, id: &str, handler: &str) -> Option<Value> {
-    let (status, event) = host.admin_get(&format!("/admin/events/s/{id}")).await;
-    if status != StatusCode::OK {
-        return None;
-    }
-    event["deliveries"]
-        .as_array()?
-        .iter()
-        .find(|d| d["handler"] == handler)
-        .cloned()
-}
-
-/// Waits until `handler`'s delivery of `id` satisfies `done`.
-async fn wait_delivery(
-    host: &ProcessHost,
-    id: &str,
-    handler: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let last = delivery(host, id, handler).await;
-        if let Some(d) = &last
-            && done(d)
-        {
-            return d.clone();
-        }
-        let log = std::fs::read_to_string(host.dir.join("hookd.log")).unwrap_or_default();
-        assert!(
-            Instant::now() < deadline,
-            "{id} → {handler} did not get there; last seen: {last:#?}\nlog:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// How many events of source `s` have a delivery in `state`.
@@ -100,19 +60,12 @@ fn install(dir: &Path, plugin: (&str, &str)) {
 async fn the_counter_stays_exact_across_a_kill_mid_processing() {
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), ("counter", plugins::COUNTER));
-    let config = format!(
+    let config = config(
+        &["counter"],
         r#"
-        [server]
-        workers = 4
-
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["counter"]
-
         [plugins.counter]
         timeout_ms = 2000
-        "#
+        "#,
     );
     let first = ProcessHost::start(dir.path(), &config).await;
     let mut sends = Vec::new();
@@ -190,7 +143,7 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
     let (mut abandoned, mut resumed) = (0, 0);
     for i in 0..200 {
         let id = format!("msg_{i}");
-        let d = delivery(&second, &id, "counter").await.unwrap();
+        let d = second.delivery("s", &id, "counter").await.unwrap();
         assert_eq!(d["state"], "done", "{d:#}");
         let output: Value = serde_json::from_str(d["output"].as_str().unwrap()).unwrap();
         counts.push(output["count"].as_u64().unwrap());
@@ -247,16 +200,9 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
 async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once() {
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), ("flaky", plugins::FLAKY));
-    let config = format!(
+    let config = config(
+        &["once", "twice"],
         r#"
-        [server]
-        workers = 4
-
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["once", "twice"]
-
         [plugins.once]
         wasm = "flaky"
         delivery = "at-most-once"
@@ -270,7 +216,7 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
         timeout_ms = 10000
         backoff_base_ms = 100
         backoff_max_ms = 200
-        "#
+        "#,
     );
     let first = ProcessHost::start(dir.path(), &config).await;
     let body = json!({"sleep_ms": 1500, "remember": "last"});
@@ -291,13 +237,15 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     first.kill();
 
     let second = ProcessHost::start(dir.path(), &config).await;
-    let once = delivery(&second, "slow", "once").await.unwrap();
+    let once = second.delivery("s", "slow", "once").await.unwrap();
     assert_eq!(once["state"], "dead", "{once:#}");
     assert_eq!(support::outcomes(&once), ["abandoned"], "{once:#}");
     assert_eq!(once["history"][0]["error_kind"], "lease_expired");
     assert_eq!(once["attempts"], 1);
 
-    let twice = wait_delivery(&second, "slow", "twice", |d| d["state"] == "done").await;
+    let twice = second
+        .wait_delivery("s", "slow", "twice", WAIT, |d| d["state"] == "done")
+        .await;
     assert_eq!(support::outcomes(&twice), ["abandoned", "ok"], "{twice:#}");
     assert_eq!(twice["history"][0]["error_kind"], "lease_expired");
     assert_eq!(twice["attempts"], 2);
@@ -328,15 +276,16 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     .await
     .unwrap();
     assert_eq!(status, StatusCode::OK, "{reply:?}");
-    let twice = wait_delivery(&second, "slow", "twice", |d| {
-        d["state"] == "done" && d["attempts"] == 3
-    })
-    .await;
+    let twice = second
+        .wait_delivery("s", "slow", "twice", WAIT, |d| {
+            d["state"] == "done" && d["attempts"] == 3
+        })
+        .await;
     assert_eq!(output(&twice), json!({"attempt": 3, "remembered": 2}));
 
     // Meanwhile (a retry, a replay and two 1.5 s attempts later) the at-most-once delivery
     // was never run again.
-    let later = delivery(&second, "slow", "once").await.unwrap();
+    let later = second.delivery("s", "slow", "once").await.unwrap();
     assert_eq!(
         (
             &later["state"],

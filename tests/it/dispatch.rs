@@ -6,31 +6,12 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, TestHost, plugins};
-
-const SECRET: &str = support::SW_SECRET;
+use crate::support::{self, AdminApi, KEYED_BY_BODY, TestHost, plugins, sw_source};
 
 /// A standard-webhooks source `s` (event id = `webhook-id`) with the given handlers, plus a
 /// `generic`-parsed source `k` whose body carries `id`, `key` and `seq` (for ordering).
-fn config(handlers: &str, extra: &str) -> String {
-    format!(
-        r#"
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = [{handlers}]
-
-        [sources.k]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        parser = "generic"
-        handlers = [{handlers}]
-
-        [plugins.generic]
-        config = {{ id_pointer = "/id", key_pointer = "/key", sequence_pointer = "/seq" }}
-        {extra}
-        "#
-    )
+fn config(handlers: &[&str], extra: &str) -> String {
+    sw_source("s", handlers, "") + &sw_source("k", handlers, KEYED_BY_BODY) + extra
 }
 
 async fn send(host: &TestHost, source: &str, id: &str, body: Value) -> Value {
@@ -43,7 +24,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// every event is handled exactly once and no increment is lost or doubled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_duplicates_reach_the_counter_exactly_once_each() {
-    let host = TestHost::start(&config("\"counter\"", ""), &[("counter", plugins::COUNTER)]).await;
+    let host = TestHost::start(&config(&["counter"], ""), &[("counter", plugins::COUNTER)]).await;
     let host = std::sync::Arc::new(host);
     let mut tasks = Vec::new();
     for i in 0..200 {
@@ -79,7 +60,7 @@ async fn concurrent_duplicates_reach_the_counter_exactly_once_each() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_back_off_then_succeed_and_permanent_errors_dead_letter_at_once() {
     let extra = "[plugins.flaky]\nbackoff_base_ms = 200\nbackoff_max_ms = 1000\nmax_attempts = 5";
-    let host = TestHost::start(&config("\"flaky\"", extra), &[("flaky", plugins::FLAKY)]).await;
+    let host = TestHost::start(&config(&["flaky"], extra), &[("flaky", plugins::FLAKY)]).await;
     send(&host, "s", "msg_retry", json!({"fail_times": 2})).await;
     send(&host, "s", "msg_perm", json!({"permanent": true})).await;
 
@@ -105,7 +86,7 @@ async fn retries_back_off_then_succeed_and_permanent_errors_dead_letter_at_once(
 async fn traps_dead_letter_after_max_attempts_and_replay_grants_a_fresh_budget() {
     let extra = "[plugins.crasher]\nbackoff_base_ms = 10\nbackoff_max_ms = 20\nmax_attempts = 3";
     let host = TestHost::start(
-        &config("\"crasher\"", extra),
+        &config(&["crasher"], extra),
         &[("crasher", plugins::CRASHER)],
     )
     .await;
@@ -148,7 +129,7 @@ async fn traps_dead_letter_after_max_attempts_and_replay_grants_a_fresh_budget()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failing_handler_never_holds_back_another() {
     let host = TestHost::start(
-        &config("\"counter\", \"flaky\"", ""),
+        &config(&["counter", "flaky"], ""),
         &[("counter", plugins::COUNTER), ("flaky", plugins::FLAKY)],
     )
     .await;
@@ -164,7 +145,7 @@ async fn one_failing_handler_never_holds_back_another() {
 async fn per_key_order_holds_while_retrying_and_stale_events_are_never_handled() {
     let extra = "[plugins.flaky]\nbackoff_base_ms = 300\nbackoff_max_ms = 300";
     let plugins = [("flaky", plugins::FLAKY), ("generic", plugins::GENERIC)];
-    let host = TestHost::start(&config("\"flaky\"", extra), &plugins).await;
+    let host = TestHost::start(&config(&["flaky"], extra), &plugins).await;
     send(
         &host,
         "k",
@@ -220,7 +201,7 @@ async fn per_key_order_holds_while_retrying_and_stale_events_are_never_handled()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_deliveries_do_not_spin_the_dispatcher() {
     let host = TestHost::start(
-        &config("\"counter\", \"absent\"", ""),
+        &config(&["counter", "absent"], ""),
         &[("counter", plugins::COUNTER)],
     )
     .await;

@@ -9,9 +9,8 @@
 
 use std::{
     net::SocketAddr,
-    path::{Path, PathBuf},
-    process::{Child, Command, Output, Stdio},
-    time::{Duration, Instant, SystemTime},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -19,124 +18,11 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ADMIN_TOKEN, SW_SECRET, Scheme, TestHost, free_port, install_plugins, json_or_text,
-    plugins,
+    self, ADMIN_TOKEN, AdminApi, ProcessHost, TestHost, free_port, hookd_cli, install_plugins,
+    json_or_text, plugins, replace_atomically, sha, sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// `hookd serve` on `dir/hookd.toml` exactly as given (plus listen addresses; no token added).
-struct Proc {
-    ingest: SocketAddr,
-    admin: SocketAddr,
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Proc {
-    async fn start(dir: &Path, config: &str) -> Self {
-        let (ingest, admin) = (free_port(), free_port());
-        let text = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"\n{config}");
-        std::fs::write(dir.join("hookd.toml"), text).unwrap();
-        let log = std::fs::File::create(dir.join("hookd.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["serve", "--config"])
-            .arg(dir.join("hookd.toml"))
-            .env_remove("HOOKD_ADMIN_TOKEN")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting hookd");
-        let host = Self {
-            ingest,
-            admin,
-            dir: dir.to_owned(),
-            child,
-        };
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let url = format!("http://{admin}/healthz");
-            if let Ok((StatusCode::OK, _, _)) =
-                support::send(Method::GET, &url, &[], Bytes::new()).await
-            {
-                return host;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "hookd did not become healthy; log:\n{}",
-                host.log()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("hookd.log")).unwrap_or_default()
-    }
-
-    async fn admin(
-        &self,
-        method: Method,
-        path: &str,
-        token: Option<&str>,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let url = format!("http://{}{path}", self.admin);
-        let mut headers = vec![(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )];
-        if let Some(token) = token {
-            headers.push((
-                header::AUTHORIZATION,
-                HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
-            ));
-        }
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let (status, _, reply) = support::send(method, &url, &headers, body).await.unwrap();
-        (status, json_or_text(&reply))
-    }
-
-    /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
-    fn memory_kib(&self) -> (u64, u64) {
-        let pid = self.child.id();
-        (
-            support::status_kib(pid, "VmRSS"),
-            support::status_kib(pid, "VmHWM"),
-        )
-    }
-
-    /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.
-    fn reset_peak(&self) {
-        std::fs::write(format!("/proc/{}/clear_refs", self.child.id()), "5")
-            .expect("resetting VmHWM through /proc/<pid>/clear_refs");
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Runs the `hookd` binary in `cwd` with `args`, without admin settings from the environment.
-async fn hookd_cli(cwd: &Path, args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let cwd = cwd.to_owned();
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(&args)
-            .current_dir(cwd)
-            .env_remove("HOOKD_ADMIN_TOKEN")
-            .env_remove("HOOKD_ADMIN_URL")
-            .env_remove("HOOKD_CONFIG")
-            .output()
-            .expect("running hookd")
-    })
-    .await
-    .unwrap()
-}
 
 /// `hookd serve` on `config` that must refuse to start: its exit status and stderr.
 async fn serve_refused(config: &str) -> (std::process::ExitStatus, String) {
@@ -178,18 +64,7 @@ async fn post_signed(
     id: &str,
     body: &[u8],
 ) -> (StatusCode, http::HeaderMap, Value) {
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        SW_SECRET,
-        id,
-        body,
-        SystemTime::now(),
-    );
-    let url = format!("http://{ingest}/hooks/{source}");
-    let (status, headers, reply) =
-        support::send(Method::POST, &url, &headers, Bytes::copy_from_slice(body))
-            .await
-            .unwrap();
+    let (status, headers, reply) = support::send_sw(ingest, source, id, body).await.unwrap();
     (status, headers, json_or_text(&reply))
 }
 
@@ -201,7 +76,7 @@ async fn post_signed(
 async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then_required() {
     let dir = tempfile::tempdir().unwrap();
     let config = "database = \"data/hookd.db\"\n";
-    let host = Proc::start(dir.path(), config).await;
+    let host = ProcessHost::start_exact(dir.path(), config).await;
     let file = dir.path().join("data/hookd.db.admin-token");
     let log = host.log();
     assert!(
@@ -274,7 +149,7 @@ async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then
 
     // A restart reuses the token.
     drop(host);
-    let host = Proc::start(dir.path(), config).await;
+    let host = ProcessHost::start_exact(dir.path(), config).await;
     let (status, reply) = host
         .admin(Method::GET, "/admin/events", Some(token), None)
         .await;
@@ -288,49 +163,24 @@ async fn a_start_without_a_token_generates_an_owner_only_token_file_that_is_then
 /// work; `/healthz` and `/metrics` answer any Host but no foreign Origin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cross_origin_requests_and_foreign_hosts_are_refused() {
-    let config = format!(
-        r#"
-        [sources.t]
-        scheme = "standard-webhooks"
-        secrets = ["{SW_SECRET}"]
-        handlers = ["flaky"]
-
-        [plugins.flaky]
-        max_attempts = 1
-        "#
-    );
+    let config = sw_source("t", &["flaky"], "[plugins.flaky]\nmax_attempts = 1");
     let host = TestHost::start(&config, &[("flaky", plugins::FLAKY)]).await;
     host.accept_event("t", "dead_one", &json!({"permanent": true}))
         .await;
     host.wait_state("t", "dead_one", "flaky", "dead", WAIT)
         .await;
     // Give flaky a previous version, so a rollback would succeed if it were let through.
-    let (_, list) = host.admin_get("/admin/plugins").await;
-    let first_sha = list[0]["sha256"].as_str().unwrap().to_owned();
-    let plugins_dir = host.path().join("plugins");
+    let first_sha = sha(&host.plugin("flaky").await).unwrap();
     let mut bytes = std::fs::read(plugins::FLAKY).unwrap();
     // A custom section (id 0, name "x", no payload) makes it a distinct, valid file.
     bytes.extend_from_slice(&[0, 2, 1, b'x']);
-    std::fs::write(plugins_dir.join("flaky.wasm.new"), bytes).unwrap();
-    std::fs::rename(
-        plugins_dir.join("flaky.wasm.new"),
-        plugins_dir.join("flaky.wasm"),
-    )
+    replace_atomically(&host.path().join("plugins/flaky.wasm"), &bytes);
+    let second_sha = sha(&host
+        .wait_plugin("flaky", "loading the new flaky", WAIT, |p| {
+            sha(p).is_some_and(|s| s != first_sha)
+        })
+        .await)
     .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let second_sha = loop {
-        let (_, list) = host.admin_get("/admin/plugins").await;
-        if let Some(sha) = list[0]["sha256"].as_str()
-            && sha != first_sha
-        {
-            break sha.to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new flaky never loaded: {list:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
 
     let auth = (
         header::AUTHORIZATION,
@@ -521,16 +371,10 @@ async fn replay_streams_quarantined_bodies_and_a_dry_run_reads_none() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("trap", plugins::TRAPPER)]);
     let config = format!(
-        r#"admin_token = "{ADMIN_TOKEN}"
-durability = "normal"
-
-[sources.q]
-scheme = "standard-webhooks"
-secrets = ["{SW_SECRET}"]
-parser = "trap"
-"#
+        "admin_token = \"{ADMIN_TOKEN}\"\ndurability = \"normal\"\n{}",
+        sw_source("q", &[], "parser = \"trap\"")
     );
-    let host = Proc::start(dir.path(), &config).await;
+    let host = ProcessHost::start_exact(dir.path(), &config).await;
     let mut body = br#"{"id":"big","type":"test.event","pad":""#.to_vec();
     body.resize(BODY_BYTES - 2, b'x');
     body.extend_from_slice(b"\"}");
@@ -601,20 +445,15 @@ parser = "trap"
 /// has emptied the quarantine, requests are quarantined again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_beyond_max_backlog_is_overloaded() {
-    let config = format!(
-        r#"
-        [server]
-        max_backlog = 3
-
-        [sources.q]
-        scheme = "standard-webhooks"
-        secrets = ["{SW_SECRET}"]
-        parser = "flip"
+    let config = "[server]\nmax_backlog = 3\n".to_owned()
+        + &sw_source(
+            "q",
+            &[],
+            r#"parser = "flip"
 
         [plugins.flip]
-        config = {{ id_pointer = "/id", type_pointer = "/type" }}
-        "#
-    );
+        config = { id_pointer = "/id", type_pointer = "/type" }"#,
+        );
     let host = TestHost::start(&config, &[("flip", plugins::TRAPPER)]).await;
     let body = |id: &str| json!({"id": id, "type": "test.event"}).to_string();
     for i in 0..3 {
@@ -651,27 +490,15 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
     );
 
     // Fix the parser and replay: the three are accepted and the quarantine is empty again.
-    let (_, list) = host.admin_get("/admin/plugins").await;
-    let trapper_sha = list[0]["sha256"].as_str().unwrap().to_owned();
-    let plugins_dir = host.path().join("plugins");
-    std::fs::copy(plugins::GENERIC, plugins_dir.join("flip.wasm.new")).unwrap();
-    std::fs::rename(
-        plugins_dir.join("flip.wasm.new"),
-        plugins_dir.join("flip.wasm"),
-    )
-    .unwrap();
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (_, list) = host.admin_get("/admin/plugins").await;
-        if list[0]["sha256"].as_str().is_some_and(|s| s != trapper_sha) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new parser never loaded: {list:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let trapper_sha = sha(&host.plugin("flip").await).unwrap();
+    replace_atomically(
+        &host.path().join("plugins/flip.wasm"),
+        &std::fs::read(plugins::GENERIC).unwrap(),
+    );
+    host.wait_plugin("flip", "loading the new parser", WAIT, |p| {
+        sha(p).is_some_and(|s| s != trapper_sha)
+    })
+    .await;
     let (status, reply) = host
         .admin_post("/admin/replay", json!({"source": "q"}))
         .await;

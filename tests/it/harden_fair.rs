@@ -10,33 +10,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::{self, TestHost, plugins};
-
-const SECRET: &str = support::SW_SECRET;
+use crate::support::{AdminApi, TestHost, plugins, sw_source};
 
 /// Source `a` feeds the slow handler `slow`, source `b` feeds `quick`, source `c` feeds
 /// `slow2`; all three are `flaky`, which sleeps as each event's body says.
 fn config(workers: usize) -> String {
-    format!(
-        r#"
-        [server]
-        workers = {workers}
-
-        [sources.a]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["slow"]
-
-        [sources.b]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["quick"]
-
-        [sources.c]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["slow2"]
-
+    let plugins = r#"
         [plugins.slow]
         wasm = "flaky"
         timeout_ms = 30000
@@ -47,8 +26,11 @@ fn config(workers: usize) -> String {
 
         [plugins.quick]
         wasm = "flaky"
-        "#
-    )
+        "#;
+    format!("[server]\nworkers = {workers}\n")
+        + &sw_source("a", &["slow"], "")
+        + &sw_source("b", &["quick"], "")
+        + &sw_source("c", &["slow2"], plugins)
 }
 
 async fn start(workers: usize) -> TestHost {

@@ -14,48 +14,13 @@ use std::{
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, TestHost, install_plugins, plugins};
+use crate::support::{self, AdminApi, ProcessHost, TestHost, install_plugins, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(90);
 
 /// A standard-webhooks source `s` with `handlers`, plus `extra` (more tables).
-fn config(server: &str, handlers: &str, extra: &str) -> String {
-    format!(
-        "[server]\n{server}\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{}\"]\n\
-         handlers = [{handlers}]\n{extra}\n",
-        support::SW_SECRET
-    )
-}
-
-/// `GET /admin/plugins` as a list.
-async fn plugin_list(admin: impl AsyncFn(&str) -> (StatusCode, Value)) -> Vec<Value> {
-    let (status, list) = admin("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    list.as_array().unwrap().clone()
-}
-
-/// Waits until instance `name`'s status satisfies `done`; returns it.
-async fn wait_plugin(
-    admin: impl AsyncFn(&str) -> (StatusCode, Value),
-    name: &str,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let list = plugin_list(&admin).await;
-        let status = list.iter().find(|p| p["name"] == name).cloned();
-        if let Some(status) = &status
-            && done(status)
-        {
-            return status.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plugin {name}: {what} did not happen; last status {status:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+fn config(server: &str, handlers: &[&str], extra: &str) -> String {
+    format!("[server]\n{server}\n{}", sw_source("s", handlers, extra))
 }
 
 fn loaded(p: &Value) -> bool {
@@ -97,7 +62,7 @@ async fn a_cache_dir_others_can_write_is_refused_naming_it() {
     install_plugins(dir.path(), &[("h", plugins::FLAKY)]);
     let shared = dir.path().join("shared-cache");
     std::fs::create_dir(&shared).unwrap();
-    let text = support::config_text(&config("cache_dir = \"shared-cache\"", "\"h\"", ""));
+    let text = support::config_text(&config("cache_dir = \"shared-cache\"", &["h"], ""));
     let start = async || {
         let config = host::config::Config::parse(&text, dir.path(), &|_| None).unwrap();
         let listeners = host::Listeners {
@@ -141,15 +106,13 @@ async fn a_cache_dir_others_can_write_is_refused_naming_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swapped_or_foreign_cache_entry_is_recompiled_never_loaded() {
     // `b` counts (output {"count": N}); `a` is flaky (output {"attempt": N}).
-    let config = config("", "\"b\"", "[plugins.a]\n");
+    let config = config("", &["b"], "[plugins.a]\n");
     let host = TestHost::start(&config, &[("a", plugins::FLAKY), ("b", plugins::COUNTER)]).await;
-    let admin = async |path: &str| host.admin_get(path).await;
-    let sha_a = wait_plugin(admin, "a", "loading", loaded).await["sha256"]
+    let sha_a = host.wait_plugin("a", "loading", WAIT, loaded).await["sha256"]
         .as_str()
         .unwrap()
         .to_owned();
-    let admin = async |path: &str| host.admin_get(path).await;
-    let sha_b = wait_plugin(admin, "b", "loading", loaded).await["sha256"]
+    let sha_b = host.wait_plugin("b", "loading", WAIT, loaded).await["sha256"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -177,8 +140,7 @@ async fn a_swapped_or_foreign_cache_entry_is_recompiled_never_loaded() {
         tamper();
         let before = std::fs::metadata(&entry_b).unwrap();
         let host = TestHost::start_in(dir, &config).await;
-        let admin = async |path: &str| host.admin_get(path).await;
-        let status = wait_plugin(admin, "b", "loading", loaded).await;
+        let status = host.wait_plugin("b", "loading", WAIT, loaded).await;
         assert_eq!(status["sha256"], sha_b.as_str(), "{what}: {status:#}");
         let id = format!("evt_{round}");
         host.accept_event("s", &id, &json!({})).await;
@@ -222,19 +184,19 @@ async fn a_refused_file_leaves_nothing_in_the_cache() {
         b"\0asm\x0d\x00\x01\x00",
     )
     .unwrap();
-    let config = config("", "\"good\"", "[plugins.mismatch]\n[plugins.empty]\n");
+    let config = config("", &["good"], "[plugins.mismatch]\n[plugins.empty]\n");
     let host = TestHost::start_in(dir, &config).await;
     for (name, needle) in [
         ("mismatch", "does not match the WIT"),
         ("empty", "exports neither"),
     ] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        let status = wait_plugin(admin, name, "refusal", |p| p["error"].is_string()).await;
+        let status = host
+            .wait_plugin(name, "refusal", WAIT, |p| p["error"].is_string())
+            .await;
         let error = status["error"].as_str().unwrap();
         assert!(error.contains(needle), "{name}: {error}");
     }
-    let admin = async |path: &str| host.admin_get(path).await;
-    let good = wait_plugin(admin, "good", "loading", loaded).await;
+    let good = host.wait_plugin("good", "loading", WAIT, loaded).await;
     let (entries, others) = cache_files(&host.path().join(".hookd-cache"));
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert!(
@@ -260,10 +222,9 @@ async fn the_cache_stays_under_its_byte_cap() {
     ];
     let extra = "[plugins.b]\n[plugins.c]\n";
     // First, how large the entries are.
-    let host = TestHost::start(&config("", "\"a\"", extra), &files).await;
+    let host = TestHost::start(&config("", &["a"], extra), &files).await;
     for name in ["a", "b", "c"] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        wait_plugin(admin, name, "loading", loaded).await;
+        host.wait_plugin(name, "loading", WAIT, loaded).await;
     }
     let (entries, _) = cache_files(&host.path().join(".hookd-cache"));
     let sizes: Vec<u64> = entries
@@ -275,11 +236,10 @@ async fn the_cache_stays_under_its_byte_cap() {
     let (largest, smallest) = (*sizes.iter().max().unwrap(), *sizes.iter().min().unwrap());
     let cap = largest + smallest / 2;
 
-    let capped = config(&format!("cache_max_bytes = {cap}"), "\"a\"", extra);
+    let capped = config(&format!("cache_max_bytes = {cap}"), &["a"], extra);
     let host = TestHost::start(&capped, &files).await;
     for name in ["a", "b", "c"] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        wait_plugin(admin, name, "loading", loaded).await;
+        host.wait_plugin(name, "loading", WAIT, loaded).await;
     }
     let (entries, others) = cache_files(&host.path().join(".hookd-cache"));
     let total: u64 = entries
@@ -300,7 +260,7 @@ async fn the_cache_stays_under_its_byte_cap() {
 /// creates for the database are 0700.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn database_files_are_owner_only() {
-    let config = config("database = \"state/inbox/hookd.db\"", "\"h\"", "");
+    let config = config("database = \"state/inbox/hookd.db\"", &["h"], "");
     let host = TestHost::start(&config, &[("h", plugins::FLAKY)]).await;
     host.accept_event("s", "evt_mode", &json!({})).await;
     host.wait_state("s", "evt_mode", "h", "done", Duration::from_secs(60))
@@ -460,11 +420,10 @@ async fn replacing_several_large_files_at_once_compiles_them_one_at_a_time() {
     let names = ["p1", "p2", "p3", "p4"];
     let files: Vec<(&str, &str)> = names.iter().map(|n| (*n, plugins::FLAKY)).collect();
     install_plugins(dir.path(), &files);
-    let config = config("", "\"p1\"", "[plugins.p2]\n[plugins.p3]\n[plugins.p4]\n");
+    let config = config("", &["p1"], "[plugins.p2]\n[plugins.p3]\n[plugins.p4]\n");
     let host = ProcessHost::start(dir.path(), &config).await;
     for name in names {
-        let admin = async |path: &str| host.admin_get(path).await;
-        wait_plugin(admin, name, "loading", loaded).await;
+        host.wait_plugin(name, "loading", WAIT, loaded).await;
     }
     let baseline: u64 = process_tree(host.pid()).iter().map(|p| rss_bytes(*p)).sum();
 
@@ -490,7 +449,7 @@ async fn replacing_several_large_files_at_once_compiles_them_one_at_a_time() {
             peak = peak.max(tree.iter().map(|p| rss_bytes(*p)).sum());
             std::thread::sleep(Duration::from_millis(5));
         }
-        let list = plugin_list(async |path: &str| host.admin_get(path).await).await;
+        let list = host.plugin_list().await;
         let refused = list
             .iter()
             .filter(|p| {
@@ -528,11 +487,12 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
     let plugins_dir = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins_dir).unwrap();
     std::fs::write(plugins_dir.join("slow.wasm"), code_component(200, 1000)).unwrap();
-    let config = config("compile_timeout_ms = 3000", "\"slow\"", "");
+    let config = config("compile_timeout_ms = 3000", &["slow"], "");
     let started = Instant::now();
     let host = ProcessHost::start(dir.path(), &config).await;
-    let admin = async |path: &str| host.admin_get(path).await;
-    let status = wait_plugin(admin, "slow", "the timeout", |p| p["error"].is_string()).await;
+    let status = host
+        .wait_plugin("slow", "the timeout", WAIT, |p| p["error"].is_string())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("slow.wasm")
@@ -548,6 +508,7 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
     // Stopped means gone: no compiler process, and no CPU spent over the next seconds, while
     // hookd is seen running (three reclaim passes, one a second).
     let before = cpu_ticks(host.pid());
+    let admin = async |path: &str| host.admin_get(path).await;
     let (_, metrics) = admin("/metrics").await;
     support::wait_commits(admin, support::commits(&metrics), 3).await;
     let used = cpu_ticks(host.pid()) - before;
@@ -578,7 +539,7 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
     std::fs::write(plugins_dir.join("text.wasm"), SECRET).unwrap();
     let config = config(
         "",
-        "\"good\"",
+        &["good"],
         "[plugins.evil]\n[plugins.linked]\n[plugins.text]\n",
     );
     let host = TestHost::start_in(dir, &config).await;
@@ -595,8 +556,9 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
         ("linked", "symbolic link"),
         ("text", "not a valid WebAssembly component"),
     ] {
-        let admin = async |path: &str| host.admin_get(path).await;
-        let status = wait_plugin(admin, name, "refusal", |p| p["error"].is_string()).await;
+        let status = host
+            .wait_plugin(name, "refusal", WAIT, |p| p["error"].is_string())
+            .await;
         let error = status["error"].as_str().unwrap();
         assert!(
             error.contains(needle) && error.contains(&format!("{name}.wasm")),
@@ -605,8 +567,7 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
         assert!(!leaks(error), "{name}: the error quotes the file: {error}");
         assert!(status["sha256"].is_null(), "{name}: {status:#}");
     }
-    let admin = async |path: &str| host.admin_get(path).await;
-    wait_plugin(admin, "good", "loading", loaded).await;
+    host.wait_plugin("good", "loading", WAIT, loaded).await;
 }
 
 /// hookd killed outright (SIGKILL: no code of its own runs) mid-compile: the compiler process
@@ -615,7 +576,7 @@ async fn a_symlink_in_plugins_dir_is_refused_without_echoing_file_bytes() {
 async fn a_compile_dies_with_a_killed_hookd() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("good", plugins::TRAPPER)]);
-    let host = ProcessHost::start(dir.path(), &config("", "\"good\"", "[plugins.slow]\n")).await;
+    let host = ProcessHost::start(dir.path(), &config("", &["good"], "[plugins.slow]\n")).await;
     // Deployed once hookd runs: the reloader compiles it.
     let part = dir.path().join("plugins/.slow.part");
     std::fs::write(&part, code_component(200, 1000)).unwrap();
@@ -655,10 +616,11 @@ async fn a_compile_over_its_memory_cap_is_refused_naming_the_key() {
         data_component(19_000_000, 3),
     )
     .unwrap();
-    let config = config("compile_memory_mib = 64", "\"big\"", "");
+    let config = config("compile_memory_mib = 64", &["big"], "");
     let host = TestHost::start_in(dir, &config).await;
-    let admin = async |path: &str| host.admin_get(path).await;
-    let status = wait_plugin(admin, "big", "the refusal", |p| p["error"].is_string()).await;
+    let status = host
+        .wait_plugin("big", "the refusal", WAIT, |p| p["error"].is_string())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("big.wasm") && error.contains("server.compile_memory_mib"),

@@ -16,7 +16,7 @@ use std::{
         Arc,
         atomic::{AtomicBool, AtomicUsize, Ordering},
     },
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use http::{HeaderName, HeaderValue, StatusCode};
@@ -26,7 +26,7 @@ use tokio::{
     net::{TcpSocket, TcpStream},
 };
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, ProcessHost, TestHost, plugins};
 
 const GH_SECRET: &str = "gh-secret";
 
@@ -34,14 +34,6 @@ const GH_SECRET: &str = "gh-secret";
 /// HTTP edge and the signature check between a client and the inbox.
 fn github_source(name: &str, extra: &str) -> String {
     format!("[sources.{name}]\nscheme = \"github\"\nsecrets = [\"{GH_SECRET}\"]\n{extra}\n")
-}
-
-/// `X-GitHub-Event` (signing already set `X-GitHub-Delivery`).
-fn event_header(event: &'static str) -> (HeaderName, HeaderValue) {
-    (
-        HeaderName::from_static("x-github-event"),
-        HeaderValue::from_static(event),
-    )
 }
 
 /// A TCP connection to `to` from the loopback address `from`.
@@ -121,14 +113,7 @@ async fn post_github_from(
     bound: Duration,
 ) -> (Option<Answer>, Duration) {
     let body = support::github_issue(1, "real", "a real webhook");
-    let mut headers = support::sign(
-        &Scheme::Github,
-        GH_SECRET,
-        delivery,
-        &body,
-        SystemTime::now(),
-    );
-    headers.push(event_header("issues"));
+    let headers = support::github_headers(GH_SECRET, delivery, "issues", &body);
     let started = Instant::now();
     let mut request = head(source, &headers, body.len() as u64);
     request.extend_from_slice(&body);
@@ -250,14 +235,7 @@ async fn a_sources_max_body_bytes_answers_413_below_the_servers_cap() {
     let post = |source: &'static str, delivery: &'static str, body: Vec<u8>| {
         let host = &host;
         async move {
-            let mut headers = support::sign(
-                &Scheme::Github,
-                GH_SECRET,
-                delivery,
-                &body,
-                SystemTime::now(),
-            );
-            headers.push(event_header("issues"));
+            let headers = support::github_headers(GH_SECRET, delivery, "issues", &body);
             host.post(source, &headers, &body).await
         }
     };
@@ -652,14 +630,7 @@ async fn a_large_genuine_github_event_is_accepted_not_quarantined() {
     let config = format!("{}parser = \"github\"\n", github_source("gh", ""));
     let host = TestHost::start(&config, &[("github", plugins::GITHUB)]).await;
     let body = huge_push(24 << 20);
-    let mut headers = support::sign(
-        &Scheme::Github,
-        GH_SECRET,
-        "big-push",
-        &body,
-        SystemTime::now(),
-    );
-    headers.push(event_header("push"));
+    let headers = support::github_headers(GH_SECRET, "big-push", "push", &body);
     let (status, reply) = host.post("gh", &headers, &body).await;
     assert_eq!(
         (status, &reply),
@@ -701,18 +672,7 @@ async fn event_ids_with_control_characters_cannot_forge_log_lines() {
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
     assert_eq!(reply["event_id"], id, "stored exactly");
     // The permanent failure is logged as a warning naming the event.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let log = loop {
-        let log = std::fs::read_to_string(dir.path().join("hookd.log")).unwrap_or_default();
-        if log.contains("evt-1") {
-            break log;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no log line names the event:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let log = host.wait_log("evt-1", Duration::from_secs(30)).await;
     assert!(
         !log.lines()
             .any(|line| line.starts_with("ERROR hookd::forged")),

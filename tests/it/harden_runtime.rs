@@ -9,13 +9,15 @@
 
 use std::{
     path::Path,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{ProcessHost, SW_SECRET, Scheme, install_plugins, plugins, sign, status_kib};
+use crate::support::{
+    AdminApi, ProcessHost, install_plugins, plugins, post_sw, status_kib, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -121,13 +123,14 @@ enum Role {
 async fn start_fieldhog(role: Role, plugin: &str) -> (tempfile::TempDir, ProcessHost) {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("fieldhog", plugins::FIELDHOG)]);
-    let role = match role {
-        Role::Parser => r#"parser = "fieldhog""#,
-        Role::Handler => r#"handlers = ["fieldhog"]"#,
+    let (handlers, parser): (&[&str], &str) = match role {
+        Role::Parser => (&[], "parser = \"fieldhog\"\n"),
+        Role::Handler => (&["fieldhog"], ""),
     };
-    let text = format!(
-        "\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n{role}\n\
-         [plugins.fieldhog]\n{plugin}"
+    let text = sw_source(
+        "s",
+        handlers,
+        &format!("{parser}[plugins.fieldhog]\n{plugin}"),
     );
     let host = ProcessHost::start(dir.path(), &config(&text)).await;
     (dir, host)
@@ -141,57 +144,11 @@ fn config(body: &str) -> String {
 }
 
 async fn post_event(host: &ProcessHost, source: &str, id: &str, body: &Value) -> Value {
-    let body = body.to_string();
-    let headers = sign(
-        &Scheme::StandardWebhooks,
-        SW_SECRET,
-        id,
-        body.as_bytes(),
-        SystemTime::now(),
-    );
-    let (status, reply) = host.post(source, &headers, body.as_bytes()).await.unwrap();
+    let (status, reply) = post_sw(host.ingest, source, id, body.to_string().as_bytes())
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{id}: {reply}");
     reply
-}
-
-/// Waits until the delivery of `id` to `handler` is in `state`; returns it.
-async fn wait_delivery(
-    host: &ProcessHost,
-    source: &str,
-    id: &str,
-    handler: &str,
-    state: &str,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, event) = host
-            .admin_get(&format!("/admin/events/{source}/{id}"))
-            .await;
-        let delivery = (status == StatusCode::OK)
-            .then(|| {
-                event["deliveries"]
-                    .as_array()?
-                    .iter()
-                    .find(|d| d["handler"] == handler)
-                    .cloned()
-            })
-            .flatten();
-        if let Some(d) = &delivery
-            && d["state"] == state
-        {
-            return d.clone();
-        }
-        if Instant::now() >= deadline {
-            let log = std::fs::read_to_string(host.dir.join("hookd.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            panic!(
-                "{source}/{id} → {handler} never became {state}; last seen: {delivery:#?}\n\
-                 log tail (newest first):\n{}",
-                tail.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 fn last_attempt(delivery: &Value) -> &Value {
@@ -199,22 +156,6 @@ fn last_attempt(delivery: &Value) -> &Value {
         .as_array()
         .and_then(|h| h.last())
         .unwrap_or_else(|| panic!("no attempt in {delivery:#}"))
-}
-
-/// Waits until `hookd.log` has a line with `needle`; returns the whole log.
-async fn wait_log(dir: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let log = std::fs::read_to_string(dir.join("hookd.log")).unwrap_or_default();
-        if log.contains(needle) {
-            return log;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "hookd.log never said {needle:?}:\n{log}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The hand-written multi-memory component is a well-typed handler (so the refusals below are
@@ -241,18 +182,8 @@ async fn many_linear_memories_share_one_memory_budget() {
     let host = ProcessHost::start(
         dir.path(),
         &config(
-            r#"
-[sources.s]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-handlers = ["multimem", "counter"]
-[sources.t]
-scheme = "standard-webhooks"
-secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-handlers = ["sixteen"]
-[plugins.multimem]
-max_attempts = 1
-"#,
+            &(sw_source("s", &["multimem", "counter"], "")
+                + &sw_source("t", &["sixteen"], "[plugins.multimem]\nmax_attempts = 1")),
         ),
     )
     .await;
@@ -285,7 +216,7 @@ max_attempts = 1
 
     let baseline = status_kib(host.pid(), "VmRSS");
     post_event(&host, "s", "mm-1", &json!({})).await;
-    let delivery = wait_delivery(&host, "s", "mm-1", "multimem", "dead").await;
+    let delivery = host.wait_state("s", "mm-1", "multimem", "dead", WAIT).await;
     let attempt = last_attempt(&delivery);
     let error = attempt["error"].as_str().unwrap_or_default();
     assert_eq!(attempt["outcome"], "trap", "{delivery:#}");
@@ -295,7 +226,7 @@ max_attempts = 1
             && error.contains("67108864"),
         "{error}"
     );
-    wait_delivery(&host, "s", "mm-1", "counter", "done").await;
+    host.wait_state("s", "mm-1", "counter", "done", WAIT).await;
     let peak = status_kib(host.pid(), "VmHWM");
     eprintln!("multimem: hookd RSS {baseline} KiB before, peak {peak} KiB");
     assert!(
@@ -313,7 +244,7 @@ async fn fields_a_handler_hoards_hit_the_per_call_host_budget() {
     let baseline = status_kib(host.pid(), "VmRSS");
     for (id, mode) in [("fh-fields", "fields"), ("fh-clone", "clone")] {
         post_event(&host, "s", id, &json!({ "mode": mode })).await;
-        let delivery = wait_delivery(&host, "s", id, "fieldhog", "dead").await;
+        let delivery = host.wait_state("s", id, "fieldhog", "dead", WAIT).await;
         let attempt = last_attempt(&delivery);
         let error = attempt["error"].as_str().unwrap_or_default();
         assert_eq!(attempt["outcome"], "trap", "{mode}: {delivery:#}");
@@ -339,7 +270,7 @@ async fn fields_a_parser_hoards_hit_the_per_call_host_budget() {
     let baseline = status_kib(host.pid(), "VmRSS");
     let reply = post_event(&host, "s", "fp-1", &json!({})).await;
     assert_eq!(reply, json!({"accepted": true, "quarantined": true}));
-    let log = wait_log(&host.dir, "request quarantined").await;
+    let log = host.wait_log("request quarantined", WAIT).await;
     assert!(
         log.contains("host memory limit exceeded"),
         "the quarantine must say why:\n{log}"
@@ -363,10 +294,10 @@ async fn thousands_of_refused_requests_log_one_line_with_the_count() {
     let body =
         json!({"mode": "refusals", "url": "http://127.0.0.1:9/secret?token=t0p", "count": 1500});
     post_event(&host, "s", "rf-1", &body).await;
-    let delivery = wait_delivery(&host, "s", "rf-1", "fieldhog", "done").await;
+    let delivery = host.wait_state("s", "rf-1", "fieldhog", "done", WAIT).await;
     let output: Value = serde_json::from_str(delivery["output"].as_str().unwrap()).unwrap();
     assert_eq!(output, json!({"denied": 1500, "other": 0}), "{delivery:#}");
-    let log = wait_log(&host.dir, "outbound requests denied").await;
+    let log = host.wait_log("outbound requests denied", WAIT).await;
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("outbound request"))

@@ -9,79 +9,34 @@
 use std::{
     net::SocketAddr,
     path::Path,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
-use bytes::Bytes;
-use http::{Method, StatusCode};
+use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, outcomes, plugins};
+use crate::support::{
+    self, AdminApi, ProcessHost, TestHost, install_plugins, outcomes, plugins, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(120);
 const MIB: u64 = 1024 * 1024;
 
-/// A `[server]` table and a standard-webhooks source `s` feeding `handlers`.
-fn config(handlers: &str, plugins: &str) -> String {
-    format!(
-        r#"
-        [server]
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{secret}"]
-        handlers = [{handlers}]
-
-        [sources.ok]
-        scheme = "standard-webhooks"
-        secrets = ["{secret}"]
-        {plugins}
-        "#,
-        secret = support::SW_SECRET
-    )
+/// A `[server]` table, a standard-webhooks source `s` feeding `handlers` and a source `ok`
+/// feeding none, then `plugins` (tables).
+fn config(handlers: &[&str], plugins: &str) -> String {
+    "[server]\n".to_owned() + &sw_source("s", handlers, "") + &sw_source("ok", &[], plugins)
 }
 
 /// POSTs `body` as message `id` to `source`, signed now; returns the status and how long the
 /// answer took.
 async fn post(ingest: SocketAddr, source: &str, id: &str, body: &Value) -> (StatusCode, Duration) {
     let body = body.to_string();
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        support::SW_SECRET,
-        id,
-        body.as_bytes(),
-        SystemTime::now(),
-    );
-    let url = format!("http://{ingest}/hooks/{source}");
     let started = Instant::now();
-    let (status, _, _) = support::send(Method::POST, &url, &headers, Bytes::from(body))
+    let (status, _) = support::post_sw(ingest, source, id, body.as_bytes())
         .await
         .unwrap();
     (status, started.elapsed())
-}
-
-/// Waits until `handler`'s delivery of `s/{id}` is `state`; returns it.
-async fn wait_state(host: &ProcessHost, id: &str, handler: &str, state: &str) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (status, event) = host.admin_get(&format!("/admin/events/s/{id}")).await;
-        let delivery = (status == StatusCode::OK)
-            .then(|| {
-                event["deliveries"]
-                    .as_array()
-                    .and_then(|ds| ds.iter().find(|d| d["handler"] == handler).cloned())
-            })
-            .flatten();
-        if let Some(d) = &delivery
-            && d["state"] == state
-        {
-            return d.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "s/{id} → {handler} did not become {state}; last seen: {delivery:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The database's bytes on disk: the file, its WAL and its shared-memory index.
@@ -100,7 +55,7 @@ fn database_bytes(dir: &Path) -> u64 {
 async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
-    let text = config("\"hoarder\"", "[plugins.hoarder]\nmax_attempts = 3");
+    let text = config(&["hoarder"], "[plugins.hoarder]\nmax_attempts = 3");
     let host = ProcessHost::start(dir.path(), &text).await;
 
     let big = json!({"keys": 1500, "value_bytes": MIB, "prefix": "big"});
@@ -115,7 +70,7 @@ async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded
     );
 
     // Over an attempt's caps is dead at once: the same event would write the same again.
-    let d = wait_state(&host, "big", "hoarder", "dead").await;
+    let d = host.wait_state("s", "big", "hoarder", "dead", WAIT).await;
     assert_eq!(outcomes(&d), ["permanent"], "{d:#}");
     let attempt = &d["history"][0];
     assert_eq!(attempt["error_kind"], "state_limit", "{d:#}");
@@ -125,7 +80,7 @@ async fn an_attempt_writing_1500_mib_is_refused_and_memory_and_disk_stay_bounded
             && error.contains("plugins.hoarder.attempt_state_kib = 4096 (4194304 bytes)"),
         "the error names the write and the cap: {error}"
     );
-    let d = wait_state(&host, "many", "hoarder", "dead").await;
+    let d = host.wait_state("s", "many", "hoarder", "dead", WAIT).await;
     let error = d["history"][0]["error"].as_str().unwrap();
     assert!(
         error.contains("\"many/1000\"")
@@ -156,7 +111,7 @@ async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
     install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
     // `filler`: 3 × 1 MiB per attempt, just under the 4 MiB attempt cap.
     let text = config(
-        "\"hoarder\", \"filler\"",
+        &["hoarder", "filler"],
         "[plugins.hoarder]\nmax_attempts = 1\n\
          [plugins.filler]\nwasm = \"hoarder\"\nconfig = { keys = 3, value_bytes = 1048576 }",
     );
@@ -209,9 +164,10 @@ async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
         "an ack took {slowest:?} while hoarders committed: {latencies:?}"
     );
     for i in 1..EVENTS {
-        wait_state(&host, &format!("h{i}"), "filler", "done").await;
+        host.wait_state("s", &format!("h{i}"), "filler", "done", WAIT)
+            .await;
     }
-    wait_state(&host, "h0", "hoarder", "dead").await;
+    host.wait_state("s", "h0", "hoarder", "dead", WAIT).await;
 }
 
 /// The plugin's total (10 keys, 1 MiB here) refuses the write that would cross it, as a
@@ -220,7 +176,7 @@ async fn a_healthy_source_is_acked_promptly_while_hoarders_commit() {
 #[tokio::test]
 async fn the_plugin_total_refuses_once_reached_and_deletes_free_it() {
     let text = config(
-        "\"hoarder\"",
+        &["hoarder"],
         "[plugins.hoarder]\nmax_attempts = 1\nstate_max_keys = 10\nstate_max_mib = 1",
     );
     let host = TestHost::start(&text, &[("hoarder", plugins::HOARDER)]).await;
@@ -288,7 +244,7 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("hoarder", plugins::HOARDER)]);
     let text = config(
-        "\"hoarder\"",
+        &["hoarder"],
         r#"[plugins.hoarder]
         memory_mib = 256
         config = { keys = 0, reason_bytes = 50000000, log = "plugin says\n2026-01-01T00:00:00Z ERROR hookd: forged log line\u001b[31m" }"#,
@@ -298,7 +254,7 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
         post(host.ingest, "s", "liar", &json!({})).await.0,
         StatusCode::ACCEPTED
     );
-    let d = wait_state(&host, "liar", "hoarder", "dead").await;
+    let d = host.wait_state("s", "liar", "hoarder", "dead", WAIT).await;
 
     let (status, event) = host.admin_get("/admin/events/s/liar").await;
     assert_eq!(status, StatusCode::OK);
@@ -322,15 +278,7 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
     assert!(d["last_error"].as_str().unwrap().len() < 4096 + 128);
 
     // The log: the reason once, capped; nothing in it starts a line of its own.
-    let log_path = dir.path().join("hookd.log");
-    let deadline = Instant::now() + WAIT;
-    let log = loop {
-        let log = std::fs::read_to_string(&log_path).unwrap();
-        if log.contains("forged line") || Instant::now() > deadline {
-            break log;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let log = host.wait_log("forged line", WAIT).await;
     assert!(
         log.len() < 256 * 1024,
         "the log grew to {} bytes",

@@ -13,22 +13,23 @@ use std::{
     net::SocketAddr,
     path::Path,
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
 
-use bytes::Bytes;
 use host::verify::{Encoding, HmacScheme};
-use http::{HeaderName, HeaderValue, Method, StatusCode, header};
+use http::{HeaderName, HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
 };
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, plugins};
+use crate::support::{
+    self, AdminApi, ProcessHost, SW_SECRET, Scheme, TestHost, plugins, replace_atomically, sha,
+    sw_source,
+};
 
-/// A standard-webhooks secret (the published SW-2 one) and a second one for rotation.
-const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+/// A second standard-webhooks secret, for rotation.
 const SW_SECRET_NEW: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
 
 /// A generous bound for "the server closes / answers": a correctness bound, not a speed claim.
@@ -371,9 +372,7 @@ async fn every_scheme_accepts_its_providers_signature_and_refuses_everything_els
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resent_event_is_a_duplicate_and_of_50_concurrent_copies_exactly_one_is_new() {
-    let config = format!(
-        "[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\nhandlers = [\"counter\"]\n"
-    );
+    let config = sw_source("s", &["counter"], "");
     let host = Arc::new(TestHost::start(&config, &[("counter", plugins::COUNTER)]).await);
     let post = |host: Arc<TestHost>, id: &'static str| async move {
         let body = event_body(id);
@@ -438,27 +437,21 @@ async fn every_event_acknowledged_before_sigkill_is_there_after_restart() {
     const KILL_AFTER: usize = BURST * 3 / 4;
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "[server]\ndurability = \"full\"\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
+        "[server]\ndurability = \"full\"\n{}",
+        sw_source("s", &[], "")
     );
     let host = ProcessHost::start(dir.path(), &config).await;
-    let url = format!("http://{}/hooks/s", host.ingest);
+    let ingest = host.ingest;
 
     let gate = Arc::new(tokio::sync::Semaphore::new(32));
     let (results, mut answers) = tokio::sync::mpsc::unbounded_channel();
     for i in 0..BURST {
-        let (gate, results, url) = (gate.clone(), results.clone(), url.clone());
+        let (gate, results) = (gate.clone(), results.clone());
         tokio::spawn(async move {
             let _permit = gate.acquire_owned().await.unwrap();
             let id = format!("msg_burst_{i}");
             let body = event_body(&id);
-            let headers = support::sign(
-                &Scheme::StandardWebhooks,
-                SW_SECRET,
-                &id,
-                body.as_bytes(),
-                SystemTime::now(),
-            );
-            let answer = support::send(Method::POST, &url, &headers, Bytes::from(body)).await;
+            let answer = support::send_sw(ingest, "s", &id, body.as_bytes()).await;
             let _ = results.send((id, answer));
         });
     }
@@ -688,17 +681,13 @@ async fn a_slow_loris_connection_is_closed_while_others_are_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trapping_parser_quarantines_and_replay_recovers_after_the_fix() {
-    let config = format!(
-        r#"
-        [sources.q]
-        scheme = "standard-webhooks"
-        secrets = ["{SW_SECRET}"]
-        parser = "flip"
-        handlers = ["counter"]
+    let config = sw_source(
+        "q",
+        &["counter"],
+        r#"parser = "flip"
 
         [plugins.flip]
-        config = {{ id_pointer = "/id", type_pointer = "/type" }}
-        "#
+        config = { id_pointer = "/id", type_pointer = "/type" }"#,
     );
     let host = TestHost::start(
         &config,
@@ -741,36 +730,16 @@ async fn a_trapping_parser_quarantines_and_replay_recovers_after_the_fix() {
     assert_eq!(metric(&host, "hookd_quarantined").await, 2);
 
     // Fix the parser: a working one replaces the file (written aside, then renamed in).
-    let trapper_sha = plugin_sha(&host, "flip").await.expect("the trapper loaded");
-    let plugins_dir = host.path().join("plugins");
-    std::fs::copy(plugins::GENERIC, plugins_dir.join("flip.wasm.new")).unwrap();
-    std::fs::rename(
-        plugins_dir.join("flip.wasm.new"),
-        plugins_dir.join("flip.wasm"),
-    )
-    .unwrap();
-    let deadline = Instant::now() + WAIT;
-    let fixed = loop {
-        let (_, list) = host.admin_get("/admin/plugins").await;
-        let flip = list
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["name"] == "flip")
-            .unwrap()
-            .clone();
-        if flip["sha256"]
-            .as_str()
-            .is_some_and(|sha| sha != trapper_sha)
-        {
-            break flip;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new parser never loaded: {flip:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let trapper_sha = sha(&host.plugin("flip").await).expect("the trapper loaded");
+    replace_atomically(
+        &host.path().join("plugins/flip.wasm"),
+        &std::fs::read(plugins::GENERIC).unwrap(),
+    );
+    let fixed = host
+        .wait_plugin("flip", "loading the new parser", WAIT, |p| {
+            sha(p).is_some_and(|s| s != trapper_sha)
+        })
+        .await;
     assert_eq!(fixed["previous"], json!([trapper_sha]), "{fixed:#}");
 
     let (status, reply) = host
@@ -806,17 +775,6 @@ async fn a_trapping_parser_quarantines_and_replay_recovers_after_the_fix() {
             json!({"accepted": true, "duplicate": true, "event_id": "q-1"})
         )
     );
-}
-
-async fn plugin_sha(host: &TestHost, name: &str) -> Option<String> {
-    let (status, list) = host.admin_get("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    list.as_array()?
-        .iter()
-        .find(|p| p["name"] == name)?
-        .get("sha256")?
-        .as_str()
-        .map(str::to_owned)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -914,23 +872,14 @@ async fn parser_verdicts_and_missing_ids_get_the_contract_answers() {
 async fn new_events_beyond_the_backlog_bound_get_503_with_retry_after() {
     // `absent` is not installed: its deliveries wait, so the backlog only grows.
     let config = format!(
-        "[server]\nmax_backlog = 2\n[sources.s]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\nhandlers = [\"absent\"]\n"
+        "[server]\nmax_backlog = 2\n{}",
+        sw_source("s", &["absent"], "")
     );
     let host = TestHost::start(&config, &[]).await;
-    let url = format!("http://{}/hooks/s", host.ingest);
-    let post = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            let body = event_body(id);
-            let headers = support::sign(
-                &Scheme::StandardWebhooks,
-                SW_SECRET,
-                id,
-                body.as_bytes(),
-                SystemTime::now(),
-            );
-            support::send(Method::POST, &url, &headers, Bytes::from(body)).await
-        }
+    let ingest = host.ingest;
+    let post = |id: &'static str| async move {
+        let body = event_body(id);
+        support::send_sw(ingest, "s", id, body.as_bytes()).await
     };
     for id in ["b-1", "b-2"] {
         let (status, _, body) = post(id).await.unwrap();
@@ -1046,18 +995,15 @@ async fn official_signature(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_signed_by_the_official_libraries_are_accepted() {
     const STRIPE_SECRET: &str = "whsec_compat_stripe_4eC39HqLyjWDarjtT1zdp7dc";
-    let config = format!(
-        r#"
-        [sources.sw]
-        scheme = "standard-webhooks"
-        secrets = ["{SW_SECRET}"]
-
+    let config = sw_source("sw", &[], "")
+        + &format!(
+            r#"
         [sources.stripe]
         scheme = "stripe"
         secrets = ["{STRIPE_SECRET}"]
         parser = "stripe"
         "#
-    );
+        );
     let host = TestHost::start(&config, &[("stripe", plugins::STRIPE)]).await;
     // Non-ASCII text: both libraries sign a str, so this checks the UTF-8 bytes agree.
     let cases = [

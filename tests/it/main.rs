@@ -7,7 +7,7 @@ mod admin;
 mod admin_api;
 mod crash;
 mod dispatch;
-mod foundation;
+mod end_to_end;
 mod harden_admin;
 mod harden_fair;
 mod harden_files;

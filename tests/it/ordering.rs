@@ -6,28 +6,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{self, TestHost, plugins};
+use crate::support::{self, AdminApi, KEYED_BY_BODY, TestHost, plugins, sw_source};
 
-const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 
 /// A `generic`-parsed source `k` (body fields `id`, `key`, `seq`) handled by `flaky`.
 fn config(flaky: &str) -> String {
-    format!(
-        r#"
-        [sources.k]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        parser = "generic"
-        handlers = ["flaky"]
-
-        [plugins.generic]
-        config = {{ id_pointer = "/id", key_pointer = "/key", sequence_pointer = "/seq" }}
-
-        [plugins.flaky]
-        {flaky}
-        "#
-    )
+    sw_source("k", &["flaky"], KEYED_BY_BODY) + "\n[plugins.flaky]\n" + flaky
 }
 
 async fn start(flaky: &str) -> TestHost {

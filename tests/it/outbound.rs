@@ -10,7 +10,7 @@ use std::{
     pin::Pin,
     sync::{Arc, Mutex},
     task::{Context, Poll},
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use hyper::body::{Body, Frame, Incoming};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 
-use crate::support::{self, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, SW_SECRET, Scheme, TestHost, plugins, sw_source};
 
 /// One request the mock received.
 #[derive(Debug, Clone)]
@@ -198,17 +198,7 @@ fn classifier_config(mock: &Mock, extra: &str) -> String {
 }
 
 async fn post_issue(host: &TestHost, delivery: &str, body: &[u8]) -> (StatusCode, Value) {
-    let mut headers = support::sign(
-        &Scheme::Github,
-        GITHUB_SECRET,
-        delivery,
-        body,
-        SystemTime::now(),
-    );
-    headers.push((
-        HeaderName::from_static("x-github-event"),
-        HeaderValue::from_static("issues"),
-    ));
+    let headers = support::github_headers(GITHUB_SECRET, delivery, "issues", body);
     host.post("github", &headers, body).await
 }
 
@@ -328,8 +318,6 @@ async fn a_model_that_hangs_once_is_a_timeout_then_ok() {
     }
 }
 
-const PROBE_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-
 /// `netprobe` with one listed mock host (and a second one listed only as `localhost:port`, to
 /// show a listed name cannot reach loopback): everything but the listed host is refused, the
 /// host's headers win, redirects are not followed, big bodies are cut off, and the plugin sees
@@ -356,19 +344,18 @@ async fn netprobe_reaches_only_its_listed_host() {
     // Listed only by name: `localhost` resolves to loopback, which needs its own entry.
     let by_name = Mock::start(|_, _| Reply::new(StatusCode::OK, "reached")).await;
     let host = TestHost::start(
-        &format!(
-            r#"
-            [sources.p]
-            scheme = "standard-webhooks"
-            secrets = ["{PROBE_SECRET}"]
-            handlers = ["netprobe"]
-
+        &sw_source(
+            "p",
+            &["netprobe"],
+            &format!(
+                r#"
             [plugins.netprobe]
             max_attempts = 1
             allow_hosts = ["127.0.0.1:{mock}", "localhost:{by_name}"]
             "#,
-            mock = mock.port(),
-            by_name = by_name.port(),
+                mock = mock.port(),
+                by_name = by_name.port(),
+            ),
         ),
         &[("netprobe", plugins::NETPROBE)],
     )
@@ -410,7 +397,7 @@ async fn netprobe_reaches_only_its_listed_host() {
         .post_signed(
             "p",
             &Scheme::StandardWebhooks,
-            PROBE_SECRET,
+            SW_SECRET,
             "probe-1",
             json!({ "urls": urls }).to_string().as_bytes(),
         )

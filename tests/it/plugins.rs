@@ -6,33 +6,21 @@
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
-use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::support::{self, ProcessHost, Scheme, TestHost, install_plugins, plugins};
+use crate::support::{
+    self, AdminApi, ProcessHost, TestHost, install_plugins, plugins, replace_atomically, sha,
+    sw_source,
+};
 
-const SECRET: &str = support::SW_SECRET;
 const WAIT: Duration = Duration::from_secs(60);
 /// A correctness bound, not a speed claim: an acknowledgement that takes this long means
 /// ingest was starved.
 const ACK_BOUND: Duration = Duration::from_secs(2);
-
-/// A standard-webhooks source `s` (event id = `webhook-id`) with `handlers`, plus `extra`.
-fn config(handlers: &str, extra: &str) -> String {
-    format!(
-        r#"
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = [{handlers}]
-        {extra}
-        "#
-    )
-}
 
 /// Signs and posts an event to source `source`; returns the status and how long it took.
 async fn post(host: &TestHost, source: &str, id: &str, body: &Value) -> (StatusCode, Duration) {
@@ -46,52 +34,8 @@ async fn send(host: &TestHost, id: &str) {
     assert_eq!(status, StatusCode::ACCEPTED, "{id}");
 }
 
-/// The `GET /admin/plugins` entry of instance `name`.
-async fn plugin(host: &TestHost, name: &str) -> Value {
-    let (status, list) = host.admin_get("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    list.as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == name)
-        .cloned()
-        .unwrap_or_else(|| panic!("no plugin {name} in {list:#}"))
-}
-
-/// Waits until instance `name`'s status satisfies `done`; returns it.
-async fn wait_plugin(
-    host: &TestHost,
-    name: &str,
-    what: &str,
-    done: impl Fn(&Value) -> bool,
-) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let status = plugin(host, name).await;
-        if done(&status) {
-            return status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "plugin {name}: {what} did not happen; last status {status:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn sha(status: &Value) -> Option<String> {
-    status["sha256"].as_str().map(str::to_owned)
-}
-
 fn plugin_file(host: &TestHost, stem: &str) -> PathBuf {
     host.path().join("plugins").join(format!("{stem}.wasm"))
-}
-
-/// Replaces a plugin file the way a deploy tool should: copy beside it, then rename over it.
-fn replace_atomically(file: &Path, wasm: &str) {
-    let tmp = file.with_extension("wasm.part");
-    std::fs::copy(wasm, &tmp).unwrap();
-    std::fs::rename(&tmp, file).unwrap();
 }
 
 /// Overwrites `file` in place with `wasm`'s bytes in 64 KiB writes a few milliseconds apart
@@ -130,12 +74,10 @@ fn history(delivery: &Value) -> Vec<(String, String, String, String)> {
 /// the healthy deliveries complete, and each hostile attempt ends with its own outcome.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledging() {
-    let extra = r#"
-        [sources.bad]
-        scheme = "standard-webhooks"
-        secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-        handlers = ["spinner", "hog", "deep", "flood"]
-
+    let extra = sw_source(
+        "bad",
+        &["spinner", "hog", "deep", "flood"],
+        r#"
         [plugins.spinner]
         timeout_ms = 1500
         max_attempts = 1
@@ -146,9 +88,10 @@ async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledgin
         max_attempts = 1
         [plugins.flood]
         max_attempts = 1
-    "#;
+    "#,
+    );
     let host = TestHost::start(
-        &config("\"counter\"", extra),
+        &sw_source("s", &["counter"], &extra),
         &[
             ("counter", plugins::COUNTER),
             ("spinner", plugins::SPINNER),
@@ -241,21 +184,16 @@ async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledgin
 async fn flood_logs_are_truncated_with_a_marker_and_the_output_cap_is_per_instance() {
     let dir = tempfile::tempdir().unwrap();
     install_plugins(dir.path(), &[("flood", plugins::FLOOD)]);
-    let config = config(
-        "\"flood\", \"roomy\"",
+    let config = sw_source(
+        "s",
+        &["flood", "roomy"],
         "[plugins.flood]\nmax_attempts = 1\n\
          [plugins.roomy]\nwasm = \"flood\"\nmax_attempts = 1\noutput_kib = 16384\nlog_kib = 1",
     );
     let host = ProcessHost::start(dir.path(), &config).await;
-    let body = b"{}";
-    let headers = support::sign(
-        &Scheme::StandardWebhooks,
-        SECRET,
-        "flood_1",
-        body,
-        SystemTime::now(),
-    );
-    let (status, reply) = host.post("s", &headers, body).await.unwrap();
+    let (status, reply) = support::post_sw(host.ingest, "s", "flood_1", b"{}")
+        .await
+        .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
 
     let deadline = Instant::now() + WAIT;
@@ -308,12 +246,12 @@ async fn flood_logs_are_truncated_with_a_marker_and_the_output_cap_is_per_instan
 async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_the_new_sha() {
     let host = Arc::new(
         TestHost::start(
-            &config("\"h\"", "[plugins.h]\nmax_attempts = 1"),
+            &sw_source("s", &["h"], "[plugins.h]\nmax_attempts = 1"),
             &[("h", plugins::FLAKY)],
         )
         .await,
     );
-    let old = sha(&plugin(&host, "h").await).unwrap();
+    let old = sha(&host.plugin("h").await).unwrap();
     let file = plugin_file(&host, "h");
 
     let poster = {
@@ -331,7 +269,7 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
     // Until the new version is live, the old one serves and no load error appears.
     let deadline = Instant::now() + WAIT;
     let new = loop {
-        let status = plugin(&host, "h").await;
+        let status = host.plugin("h").await;
         assert!(
             status["error"].is_null(),
             "a partial file was loaded: {status:#}"
@@ -391,16 +329,17 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
 /// the file and the reason; a good file clears it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
-    let host = TestHost::start(&config("\"h\"", ""), &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let file = plugin_file(&host, "h");
 
     let good = std::fs::read(plugins::CLASSIFIER).unwrap();
     std::fs::write(&file, &good[..good.len() / 2]).unwrap();
-    let status = wait_plugin(&host, "h", "the truncated file's error", |p| {
-        !p["error"].is_null()
-    })
-    .await;
+    let status = host
+        .wait_plugin("h", "the truncated file's error", WAIT, |p| {
+            !p["error"].is_null()
+        })
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains(&file.display().to_string()) && error.contains("refused"),
@@ -414,11 +353,12 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     assert_eq!(history(&d)[0].3, v1);
 
     // A good file clears the error and goes live.
-    replace_atomically(&file, plugins::CLASSIFIER);
-    let status = wait_plugin(&host, "h", "the good file", |p| {
-        p["error"].is_null() && sha(p).is_some_and(|s| s != v1)
-    })
-    .await;
+    replace_atomically(&file, &std::fs::read(plugins::CLASSIFIER).unwrap());
+    let status = host
+        .wait_plugin("h", "the good file", WAIT, |p| {
+            p["error"].is_null() && sha(p).is_some_and(|s| s != v1)
+        })
+        .await;
     let v2 = sha(&status).unwrap();
     assert_eq!(status["previous"], json!([v1]));
 
@@ -427,10 +367,11 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
         .collect();
     std::fs::write(&file, &noise).unwrap();
-    let status = wait_plugin(&host, "h", "the random file's error", |p| {
-        !p["error"].is_null()
-    })
-    .await;
+    let status = host
+        .wait_plugin("h", "the random file's error", WAIT, |p| {
+            !p["error"].is_null()
+        })
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("h.wasm") && error.contains("not a valid WebAssembly component"),
@@ -446,8 +387,8 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
 /// still the newer one, and an unknown plugin or one without history is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_makes_the_previous_sha_live() {
-    let host = TestHost::start(&config("\"h\"", ""), &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let (status, reply) = host
         .admin_post("/admin/plugins/h/rollback", json!({}))
         .await;
@@ -458,9 +399,14 @@ async fn rollback_makes_the_previous_sha_live() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    replace_atomically(&plugin_file(&host, "h"), plugins::CLASSIFIER);
-    let v2 = sha(&wait_plugin(&host, "h", "the swap", |p| sha(p).is_some_and(|s| s != v1)).await)
-        .unwrap();
+    replace_atomically(
+        &plugin_file(&host, "h"),
+        &std::fs::read(plugins::CLASSIFIER).unwrap(),
+    );
+    let v2 = sha(&host
+        .wait_plugin("h", "the swap", WAIT, |p| sha(p).is_some_and(|s| s != v1))
+        .await)
+    .unwrap();
     send(&host, "on_v2").await;
     let d = host.wait_state("s", "on_v2", "h", "done", WAIT).await;
     assert_eq!(history(&d)[0].3, v2);
@@ -472,7 +418,7 @@ async fn rollback_makes_the_previous_sha_live() {
         (status, reply),
         (StatusCode::OK, json!({"name": "h", "sha256": v1}))
     );
-    let status = plugin(&host, "h").await;
+    let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()));
     assert_eq!(status["previous"], json!([v2]));
     send(&host, "on_v1").await;
@@ -488,8 +434,8 @@ async fn rollback_makes_the_previous_sha_live() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
     let extra = "[plugins.h]\nmax_attempts = 2\nbackoff_base_ms = 10\nbackoff_max_ms = 20";
-    let host = TestHost::start(&config("\"h\"", extra), &[("h", plugins::CRASHER)]).await;
-    let crasher = sha(&plugin(&host, "h").await).unwrap();
+    let host = TestHost::start(&sw_source("s", &["h"], extra), &[("h", plugins::CRASHER)]).await;
+    let crasher = sha(&host.plugin("h").await).unwrap();
     send(&host, "doomed").await;
     let d = host.wait_state("s", "doomed", "h", "dead", WAIT).await;
     let h = history(&d);
@@ -499,11 +445,15 @@ async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
         "{h:?}"
     );
 
-    replace_atomically(&plugin_file(&host, "h"), plugins::FLAKY);
-    let fixed = sha(&wait_plugin(&host, "h", "the fix", |p| {
-        sha(p).is_some_and(|s| s != crasher)
-    })
-    .await)
+    replace_atomically(
+        &plugin_file(&host, "h"),
+        &std::fs::read(plugins::FLAKY).unwrap(),
+    );
+    let fixed = sha(&host
+        .wait_plugin("h", "the fix", WAIT, |p| {
+            sha(p).is_some_and(|s| s != crasher)
+        })
+        .await)
     .unwrap();
     let (status, reply) = host
         .admin_post("/admin/replay", json!({"event_ids": ["doomed"]}))
@@ -522,11 +472,13 @@ async fn a_dead_lettered_event_replays_to_done_after_the_file_is_fixed() {
 /// until the file is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
-    let host = TestHost::start(&config("\"h\"", ""), &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let file = plugin_file(&host, "h");
     std::fs::remove_file(&file).unwrap();
-    let status = wait_plugin(&host, "h", "the unload", |p| p["sha256"].is_null()).await;
+    let status = host
+        .wait_plugin("h", "the unload", WAIT, |p| p["sha256"].is_null())
+        .await;
     let error = status["error"].as_str().unwrap();
     assert!(
         error.contains("h.wasm") && error.contains("removed"),
@@ -553,20 +505,20 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
         "{d:#}"
     );
 
-    replace_atomically(&file, plugins::FLAKY);
+    replace_atomically(&file, &std::fs::read(plugins::FLAKY).unwrap());
     let d = host.wait_state("s", "waiting", "h", "done", WAIT).await;
     assert_eq!(history(&d).len(), 1, "{d:#}");
     assert_eq!(history(&d)[0].3, v1);
-    assert!(plugin(&host, "h").await["error"].is_null());
+    assert!(host.plugin("h").await["error"].is_null());
 }
 
 /// Compiled code lands in the host-private cache keyed by the file's sha256; a restart uses it;
 /// a corrupt entry is compiled again (and rewritten) instead of failing the load.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
-    let config = config("\"h\"", "");
+    let config = sw_source("s", &["h"], "");
     let host = TestHost::start(&config, &[("h", plugins::FLAKY)]).await;
-    let v1 = sha(&plugin(&host, "h").await).unwrap();
+    let v1 = sha(&host.plugin("h").await).unwrap();
     let cache = host.path().join(".hookd-cache");
     let entries = || -> Vec<PathBuf> {
         std::fs::read_dir(&cache)
@@ -602,7 +554,7 @@ async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
     let first = inode(&entry);
 
     let host = TestHost::start_in(host.stop().await, &config).await;
-    let status = plugin(&host, "h").await;
+    let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()), "{status:#}");
     assert_eq!(inode(&entry), first, "the warm restart compiled again");
 
@@ -610,7 +562,7 @@ async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
     let corrupt = b"\x7fELF but not really an artifact";
     std::fs::write(&entry, corrupt).unwrap();
     let host = TestHost::start_in(dir, &config).await;
-    let status = plugin(&host, "h").await;
+    let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()), "{status:#}");
     assert!(status["error"].is_null(), "{status:#}");
     let rewritten = std::fs::read(&entry).unwrap();
@@ -647,16 +599,10 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
     let source = std::fs::read_to_string(fixture.join("src/lib.rs")).unwrap();
     std::fs::write(ws.join("src/lib.rs"), &source).unwrap();
 
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-    };
-    let (ingest, admin) = (port(), port());
+    let (ingest, admin) = (support::free_port(), support::free_port());
     let config = support::config_text(&format!(
         "[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"\n{}",
-        config("\"outside-plugin\"", "")
+        sw_source("s", &["outside-plugin"], "")
     ));
     std::fs::write(ws.join("hookd.toml"), config).unwrap();
     let log = std::fs::File::create(ws.join("dev.log")).unwrap();
@@ -665,7 +611,7 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
         .arg(ws.join("hookd.toml"))
         .args(["-p", "outside-plugin"])
         .env("CARGO", env!("CARGO"))
-        // Its own target directory: the fixture built elsewhere (foundation.rs) has the same
+        // Its own target directory: the fixture built elsewhere (end_to_end.rs) has the same
         // package name, so a shared one would hand either test the other's `.wasm`.
         .env("CARGO_TARGET_DIR", root.join("target/wasm-dev-test"))
         .env_remove("RUSTFLAGS")
@@ -676,25 +622,14 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
     let _child = KillOnDrop(child);
     let dev_log = || std::fs::read_to_string(ws.join("dev.log")).unwrap_or_default();
 
-    let admin_get = |path: &'static str| async move {
-        let url = format!("http://{admin}{path}");
-        let auth =
-            http::HeaderValue::from_str(&format!("Bearer {}", support::ADMIN_TOKEN)).unwrap();
-        support::send(
-            Method::GET,
-            &url,
-            &[(http::header::AUTHORIZATION, auth)],
-            Bytes::new(),
-        )
-        .await
-        .ok()
-        .map(|(status, _, body)| (status, support::json_or_text(&body)))
+    let admin_get = async |path: &str| {
+        support::admin_call(admin, Method::GET, path, Some(support::ADMIN_TOKEN), None).await
     };
     let wait = |what: &'static str, done: Box<dyn Fn(&Value) -> bool>| async move {
         // Building the crate can take minutes on a cold target directory.
         let deadline = Instant::now() + Duration::from_secs(600);
         loop {
-            if let Some((StatusCode::OK, list)) = admin_get("/admin/plugins").await
+            if let Ok((StatusCode::OK, list)) = admin_get("/admin/plugins").await
                 && done(&list[0])
             {
                 return list[0].clone();
@@ -711,33 +646,11 @@ async fn hookd_dev_rebuilds_a_changed_plugin_and_the_host_hot_swaps_it() {
     let first_sha = sha(&first).unwrap();
 
     let post_and_wait = |id: &'static str| async move {
-        let body = b"{}";
-        let headers = support::sign(
-            &Scheme::StandardWebhooks,
-            SECRET,
-            id,
-            body,
-            SystemTime::now(),
-        );
-        let url = format!("http://{ingest}/hooks/s");
-        let (status, _, _) = support::send(Method::POST, &url, &headers, Bytes::from_static(body))
-            .await
-            .unwrap();
+        let (status, _) = support::post_sw(ingest, "s", id, b"{}").await.unwrap();
         assert_eq!(status, StatusCode::ACCEPTED);
         let deadline = Instant::now() + WAIT;
         loop {
-            let url = format!("http://{admin}/admin/events/s/{id}");
-            let auth =
-                http::HeaderValue::from_str(&format!("Bearer {}", support::ADMIN_TOKEN)).unwrap();
-            let (_, _, body) = support::send(
-                Method::GET,
-                &url,
-                &[(http::header::AUTHORIZATION, auth)],
-                Bytes::new(),
-            )
-            .await
-            .unwrap();
-            let event = support::json_or_text(&body);
+            let (_, event) = admin_get(&format!("/admin/events/s/{id}")).await.unwrap();
             if event["deliveries"][0]["state"] == "done" {
                 return event["deliveries"][0].clone();
             }

@@ -1,7 +1,12 @@
-//! Test support: start hookd on port 0 against a temp dir, talk HTTP to it, sign like a provider.
+//! Test support: write hookd's config, start it against a temp dir (in this process as a
+//! [`TestHost`], or as a `hookd serve` [`ProcessHost`]), sign like a provider, and talk HTTP to
+//! it; [`AdminApi`] reads and awaits either host's admin API.
 //!
-//! Invariant: every helper waits on an observable condition with a deadline; none sleeps a
-//! fixed time and hopes.
+//! Invariants:
+//! - every helper waits on an observable condition with a deadline; none sleeps a fixed time
+//!   and hopes;
+//! - each piece of setup (a source table, a signed post, an admin call, a wait) exists once
+//!   here, and both hosts go through it.
 
 use std::{
     net::SocketAddr,
@@ -63,20 +68,33 @@ pub fn config_text(body: &str) -> String {
 /// The Standard Webhooks secret the tests' `standard-webhooks` sources use.
 pub const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
+/// A `[sources.{name}]` table of scheme `standard-webhooks` keyed with [`SW_SECRET`], feeding
+/// `handlers` (no `handlers` key when empty), then the `extra` lines (more keys of the source,
+/// or further tables).
+pub fn sw_source(name: &str, handlers: &[&str], extra: &str) -> String {
+    let mut table = format!(
+        "\n[sources.{name}]\nscheme = \"standard-webhooks\"\nsecrets = [\"{SW_SECRET}\"]\n"
+    );
+    if !handlers.is_empty() {
+        table += &format!("handlers = {handlers:?}\n");
+    }
+    table + extra + "\n"
+}
+
+/// [`sw_source`] `extra` for a source parsed by the `generic` plugin from its JSON body's `id`,
+/// `key` and `seq` (event id, ordering key, sequence), with that plugin's table.
+pub const KEYED_BY_BODY: &str = r#"parser = "generic"
+
+[plugins.generic]
+config = { id_pointer = "/id", key_pointer = "/key", sequence_pointer = "/seq" }"#;
+
 impl TestHost {
     /// Posts `body` as event `id` to a `standard-webhooks` source keyed with [`SW_SECRET`],
     /// signed now; fails the test if the request was quarantined (a parser plugin missing).
     pub async fn post_event(&self, source: &str, id: &str, body: &Value) -> (StatusCode, Value) {
-        let body = body.to_string();
-        let (status, reply) = self
-            .post_signed(
-                source,
-                &Scheme::StandardWebhooks,
-                SW_SECRET,
-                id,
-                body.as_bytes(),
-            )
-            .await;
+        let (status, reply) = post_sw(self.ingest, source, id, body.to_string().as_bytes())
+            .await
+            .unwrap();
         assert!(reply.get("quarantined").is_none(), "{id}: {reply}");
         (status, reply)
     }
@@ -160,11 +178,7 @@ impl TestHost {
         headers: &[(HeaderName, HeaderValue)],
         body: &[u8],
     ) -> (StatusCode, Value) {
-        let url = format!("http://{}/hooks/{source}", self.ingest);
-        let (status, _, body) = send(Method::POST, &url, headers, Bytes::copy_from_slice(body))
-            .await
-            .unwrap();
-        (status, json_or_text(&body))
+        post_hook(self.ingest, source, headers, body).await.unwrap()
     }
 
     /// Signs `body` for `scheme` with `secret` (now) and POSTs it.
@@ -186,20 +200,7 @@ impl TestHost {
         path: &str,
         body: Option<Value>,
     ) -> anyhow::Result<(StatusCode, Value)> {
-        let url = format!("http://{}{path}", self.admin);
-        let headers = [
-            (
-                http::header::AUTHORIZATION,
-                HeaderValue::from_str(&format!("Bearer {}", self.admin_token)).unwrap(),
-            ),
-            (
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            ),
-        ];
-        let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-        let (status, _, body) = send(method, &url, &headers, body).await?;
-        Ok((status, json_or_text(&body)))
+        admin_call(self.admin, method, path, Some(&self.admin_token), body).await
     }
 
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
@@ -211,17 +212,55 @@ impl TestHost {
             .await
             .unwrap()
     }
+}
+
+impl Drop for TestHost {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The `sha256` of an [`AdminApi::plugin`] entry (`None` while nothing is loaded).
+pub fn sha(status: &Value) -> Option<String> {
+    status["sha256"].as_str().map(str::to_owned)
+}
+
+/// Replaces a plugin file with `bytes` the way a deploy tool should: written beside it, then
+/// renamed over it (the reloader never sees a half-written file).
+pub fn replace_atomically(file: &Path, bytes: &[u8]) {
+    let tmp = file.with_extension("wasm.part");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, file).unwrap();
+}
+
+/// What a test reads and awaits through a host's admin API, written once for [`TestHost`] and
+/// [`ProcessHost`]: each supplies its authenticated `GET`.
+pub trait AdminApi {
+    /// `GET path` with the host's admin token.
+    async fn get(&self, path: &str) -> (StatusCode, Value);
+
+    /// Added to a wait's failure message (e.g. the host's log).
+    fn failure_context(&self) -> String {
+        String::new()
+    }
 
     /// `GET /admin/events/{source}/{event_id}`, or None while it does not exist.
-    pub async fn event(&self, source: &str, event_id: &str) -> Option<Value> {
+    async fn event(&self, source: &str, event_id: &str) -> Option<Value> {
         let (status, body) = self
-            .admin_get(&format!("/admin/events/{source}/{event_id}"))
+            .get(&format!("/admin/events/{source}/{event_id}"))
             .await;
         (status == StatusCode::OK).then_some(body)
     }
 
+    /// `handler`'s delivery of `source/event_id`, once it exists.
+    async fn delivery(&self, source: &str, event_id: &str, handler: &str) -> Option<Value> {
+        delivery_of(&self.event(source, event_id).await?, handler)
+    }
+
     /// Waits until `handler`'s delivery of the event satisfies `done`, returning the delivery.
-    pub async fn wait_delivery(
+    async fn wait_delivery(
         &self,
         source: &str,
         event_id: &str,
@@ -231,27 +270,23 @@ impl TestHost {
     ) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            let mut last = Value::Null;
-            if let Some(event) = self.event(source, event_id).await
-                && let Some(d) = event["deliveries"]
-                    .as_array()
-                    .and_then(|ds| ds.iter().find(|d| d["handler"] == handler))
+            let last = self.delivery(source, event_id, handler).await;
+            if let Some(d) = &last
+                && done(d)
             {
-                if done(d) {
-                    return d.clone();
-                }
-                last = d.clone();
+                return d.clone();
             }
             assert!(
                 Instant::now() < deadline,
-                "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#}"
+                "delivery {source}/{event_id} → {handler} did not get there in {timeout:?}; last seen: {last:#?}{}",
+                self.failure_context()
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 
     /// Waits for the delivery to reach `state`.
-    pub async fn wait_state(
+    async fn wait_state(
         &self,
         source: &str,
         event_id: &str,
@@ -262,14 +297,75 @@ impl TestHost {
         self.wait_delivery(source, event_id, handler, timeout, |d| d["state"] == state)
             .await
     }
-}
 
-impl Drop for TestHost {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+    /// `GET /admin/plugins` as a list.
+    async fn plugin_list(&self) -> Vec<Value> {
+        let (status, list) = self.get("/admin/plugins").await;
+        assert_eq!(status, StatusCode::OK, "{list}");
+        list.as_array().unwrap().clone()
+    }
+
+    /// The [`AdminApi::plugin_list`] entry of instance `name`.
+    async fn plugin(&self, name: &str) -> Value {
+        let list = self.plugin_list().await;
+        list.iter()
+            .find(|p| p["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no plugin {name} in {list:#?}"))
+    }
+
+    /// Waits until instance `name`'s [`AdminApi::plugin_list`] entry satisfies `done` (e.g. a
+    /// replaced file has loaded, or was refused); returns it. `what` names the change awaited;
+    /// an instance not listed yet is waited for too.
+    async fn wait_plugin(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let list = self.plugin_list().await;
+            let status = list.iter().find(|p| p["name"] == name).cloned();
+            if let Some(status) = &status
+                && done(status)
+            {
+                return status.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "plugin {name}: {what} did not happen; last status {status:#?}{}",
+                self.failure_context()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+impl AdminApi for TestHost {
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.admin_get(path).await
+    }
+}
+
+impl AdminApi for ProcessHost {
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.admin_get(path).await
+    }
+
+    fn failure_context(&self) -> String {
+        format!("\nlog:\n{}", self.log())
+    }
+}
+
+/// `handler`'s delivery in a `GET /admin/events/{source}/{event_id}` answer.
+pub fn delivery_of(event: &Value, handler: &str) -> Option<Value> {
+    event["deliveries"]
+        .as_array()?
+        .iter()
+        .find(|d| d["handler"] == handler)
+        .cloned()
 }
 
 /// The outcomes of a delivery's attempts, oldest first (`GET /admin/events/{s}/{id}` shape).
@@ -299,6 +395,22 @@ pub fn sign(
     headers
 }
 
+/// GitHub's headers for `body` as delivery `delivery` of event `event` (`X-GitHub-Event`),
+/// signed now with `secret`.
+pub fn github_headers(
+    secret: &str,
+    delivery: &str,
+    event: &'static str,
+    body: &[u8],
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = sign(&Scheme::Github, secret, delivery, body, SystemTime::now());
+    headers.push((
+        HeaderName::from_static("x-github-event"),
+        HeaderValue::from_static(event),
+    ));
+    headers
+}
+
 /// One HTTP/1 request on a fresh connection.
 pub async fn send(
     method: Method,
@@ -322,6 +434,73 @@ pub async fn send(
     Ok((status, headers, body))
 }
 
+/// POSTs a raw body to `/hooks/{source}` on `ingest` with the given headers.
+pub async fn post_hook(
+    ingest: SocketAddr,
+    source: &str,
+    headers: &[(HeaderName, HeaderValue)],
+    body: &[u8],
+) -> anyhow::Result<(StatusCode, Value)> {
+    let url = format!("http://{ingest}/hooks/{source}");
+    let (status, _, body) = send(Method::POST, &url, headers, Bytes::copy_from_slice(body)).await?;
+    Ok((status, json_or_text(&body)))
+}
+
+/// Signs `body` as Standard Webhooks message `id` with [`SW_SECRET`] (now) and POSTs it to
+/// `/hooks/{source}` on `ingest`; the answer as it came (for its headers).
+pub async fn send_sw(
+    ingest: SocketAddr,
+    source: &str,
+    id: &str,
+    body: &[u8],
+) -> anyhow::Result<(StatusCode, HeaderMap, Bytes)> {
+    let headers = sign(
+        &Scheme::StandardWebhooks,
+        SW_SECRET,
+        id,
+        body,
+        SystemTime::now(),
+    );
+    let url = format!("http://{ingest}/hooks/{source}");
+    send(Method::POST, &url, &headers, Bytes::copy_from_slice(body)).await
+}
+
+/// [`send_sw`], the answer's body as JSON (or text).
+pub async fn post_sw(
+    ingest: SocketAddr,
+    source: &str,
+    id: &str,
+    body: &[u8],
+) -> anyhow::Result<(StatusCode, Value)> {
+    let (status, _, body) = send_sw(ingest, source, id, body).await?;
+    Ok((status, json_or_text(&body)))
+}
+
+/// One call to the admin listener at `admin`: a JSON `body` if any, and `Bearer {token}` if a
+/// token is given (without one, to see the refusal).
+pub async fn admin_call(
+    admin: SocketAddr,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> anyhow::Result<(StatusCode, Value)> {
+    let url = format!("http://{admin}{path}");
+    let mut headers = vec![(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    )];
+    if let Some(token) = token {
+        headers.push((
+            http::header::AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
+        ));
+    }
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let (status, _, body) = send(method, &url, &headers, body).await?;
+    Ok((status, json_or_text(&body)))
+}
+
 pub fn json_or_text(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
@@ -338,8 +517,27 @@ pub fn github_issue(number: u64, title: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// hookd as a separate process (`hookd serve`), for crash tests: it can be killed with SIGKILL
-/// and restarted on the same directory and database.
+/// Runs the `hookd` CLI in `cwd` with `args`, without admin settings from the environment
+/// (`HOOKD_ADMIN_TOKEN`, `HOOKD_ADMIN_URL`, `HOOKD_CONFIG`).
+pub async fn hookd_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let cwd = cwd.to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(&args)
+            .current_dir(cwd)
+            .env_remove("HOOKD_ADMIN_TOKEN")
+            .env_remove("HOOKD_ADMIN_URL")
+            .env_remove("HOOKD_CONFIG")
+            .output()
+            .expect("running hookd")
+    })
+    .await
+    .unwrap()
+}
+
+/// hookd as a separate process (`hookd serve`): it can be killed with SIGKILL and restarted on
+/// the same directory and database, and its memory and log read from outside.
 pub struct ProcessHost {
     pub ingest: SocketAddr,
     pub admin: SocketAddr,
@@ -356,15 +554,24 @@ pub fn free_port() -> SocketAddr {
 }
 
 impl ProcessHost {
-    /// Writes `config` (plus listen addresses on free ports) into `dir/hookd.toml` and starts
-    /// `hookd serve` there; returns once it is healthy. Its log goes to `dir/hookd.log`.
+    /// Writes `config` (as [`config_text`] completes it, plus listen addresses on free ports)
+    /// into `dir/hookd.toml` and starts `hookd serve` there; returns once it is healthy. Its
+    /// log is appended to `dir/hookd.log`.
     pub async fn start(dir: &Path, config: &str) -> Self {
+        Self::start_exact(dir, &config_text(config)).await
+    }
+
+    /// [`ProcessHost::start`] on `config` exactly as given, with no admin token or compiler
+    /// added: only the listen addresses (`config` may omit the `[server]` header, then its
+    /// leading keys are the server's).
+    pub async fn start_exact(dir: &Path, config: &str) -> Self {
         let (ingest, admin) = (free_port(), free_port());
-        let text = config_text(config).replacen(
-            "[server]",
-            &format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\""),
-            1,
-        );
+        let listen = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"");
+        let text = if config.contains("[server]") {
+            config.replacen("[server]", &listen, 1)
+        } else {
+            format!("{listen}\n{config}")
+        };
         std::fs::write(dir.join("hookd.toml"), text).unwrap();
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -374,6 +581,8 @@ impl ProcessHost {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
             .args(["serve", "--config"])
             .arg(dir.join("hookd.toml"))
+            // The token is the config's (or generated): never one from the environment.
+            .env_remove("HOOKD_ADMIN_TOKEN")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -390,10 +599,10 @@ impl ProcessHost {
             if let Ok((StatusCode::OK, _, _)) = send(Method::GET, &url, &[], Bytes::new()).await {
                 return host;
             }
-            let log = std::fs::read_to_string(dir.join("hookd.log")).unwrap_or_default();
             assert!(
                 Instant::now() < deadline,
-                "hookd did not become healthy; log:\n{log}"
+                "hookd did not become healthy; log:\n{}",
+                host.log()
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
@@ -404,36 +613,73 @@ impl ProcessHost {
         self.child.id()
     }
 
+    /// Everything in `hookd.log` so far (empty if it cannot be read).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("hookd.log")).unwrap_or_default()
+    }
+
+    /// Waits until the log mentions `needle`; returns the whole log.
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.log();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hookd.log never said {needle:?}:\n{log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `(VmRSS, VmHWM)` of the hookd process, in KiB.
+    pub fn memory_kib(&self) -> (u64, u64) {
+        (
+            status_kib(self.pid(), "VmRSS"),
+            status_kib(self.pid(), "VmHWM"),
+        )
+    }
+
+    /// Resets the peak-RSS mark (`VmHWM`) to the current RSS.
+    pub fn reset_peak(&self) {
+        std::fs::write(format!("/proc/{}/clear_refs", self.pid()), "5")
+            .expect("resetting VmHWM through /proc/<pid>/clear_refs");
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
+    /// [`post_hook`] to this host.
     pub async fn post(
         &self,
         source: &str,
         headers: &[(HeaderName, HeaderValue)],
         body: &[u8],
     ) -> anyhow::Result<(StatusCode, Value)> {
-        let url = format!("http://{}/hooks/{source}", self.ingest);
-        let (status, _, body) =
-            send(Method::POST, &url, headers, Bytes::copy_from_slice(body)).await?;
-        Ok((status, json_or_text(&body)))
+        post_hook(self.ingest, source, headers, body).await
     }
 
+    /// [`admin_call`] to this host with `token` (or none).
+    pub async fn admin(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        admin_call(self.admin, method, path, token, body)
+            .await
+            .unwrap()
+    }
+
+    /// `GET path` with the tests' [`ADMIN_TOKEN`].
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
-        let url = format!("http://{}{path}", self.admin);
-        let auth = HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).unwrap();
-        let (status, _, body) = send(
-            Method::GET,
-            &url,
-            &[(http::header::AUTHORIZATION, auth)],
-            Bytes::new(),
-        )
-        .await
-        .unwrap();
-        (status, json_or_text(&body))
+        self.admin(Method::GET, path, Some(ADMIN_TOKEN), None).await
     }
 }
 
@@ -493,5 +739,41 @@ pub async fn wait_commits(
             now - since
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(body: &str) -> host::config::Config {
+        let dir = tempfile::tempdir().unwrap();
+        host::config::Config::parse(&config_text(body), dir.path(), &|_| None)
+            .unwrap_or_else(|e| panic!("{e:#}\n{body}"))
+    }
+
+    /// The source `sw_source` writes has its handlers in order and the `extra` keys as its own.
+    #[test]
+    fn sw_source_writes_one_source_with_its_handlers_and_extra_keys() {
+        let config = parse(&sw_source("s", &["a", "b"], "parser = \"p\""));
+        let s = &config.sources["s"];
+        let handlers: Vec<&str> = s.handlers.iter().map(|h| h.as_str()).collect();
+        assert_eq!(
+            (handlers, s.parser.as_ref().map(|p| p.as_str())),
+            (vec!["a", "b"], Some("p"))
+        );
+    }
+
+    /// `KEYED_BY_BODY` makes a `generic`-parsed source and configures that plugin.
+    #[test]
+    fn keyed_by_body_configures_the_generic_parser() {
+        let config = parse(&sw_source("k", &[], KEYED_BY_BODY));
+        assert_eq!(
+            (
+                config.sources["k"].parser.as_ref().map(|p| p.as_str()),
+                config.plugins.contains_key("generic")
+            ),
+            (Some("generic"), true)
+        );
     }
 }

@@ -1,12 +1,12 @@
-//! The first vertical slice: a signed webhook goes in, is parsed by a Wasm parser, stored once,
+//! End to end: a signed webhook goes in, is parsed by a Wasm parser, stored once,
 //! handled by a Wasm handler, and its output is visible through the admin API.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::json;
 
-use crate::support::{self, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, Scheme, TestHost, plugins};
 
 const GITHUB_SOURCE: &str = r#"
 [sources.github]
@@ -25,11 +25,7 @@ async fn post_github(
     delivery: &str,
     body: &[u8],
 ) -> (StatusCode, serde_json::Value) {
-    let mut headers = support::sign(&Scheme::Github, secret, delivery, body, SystemTime::now());
-    headers.push((
-        HeaderName::from_static("x-github-event"),
-        HeaderValue::from_static("issues"),
-    ));
+    let headers = support::github_headers(secret, delivery, "issues", body);
     host.post("github", &headers, body).await
 }
 
@@ -234,13 +230,8 @@ async fn the_sdk_works_for_a_crate_outside_the_workspace() {
     );
     let wasm = target.join("wasm32-wasip2/release/outside_plugin.wasm");
 
-    let config = r#"
-        [sources.s]
-        scheme = "standard-webhooks"
-        secrets = ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-        handlers = ["outside"]
-    "#;
-    let host = TestHost::start(config, &[("outside", wasm.to_str().unwrap())]).await;
+    let config = support::sw_source("s", &["outside"], "");
+    let host = TestHost::start(&config, &[("outside", wasm.to_str().unwrap())]).await;
     let (status, reply) = host
         .post_signed(
             "s",
