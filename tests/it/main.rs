@@ -15,6 +15,7 @@ mod harden_ingest;
 mod harden_runtime;
 mod harden_state;
 mod ingest;
+mod logs;
 mod ordering;
 mod outbound;
 mod plugins;

@@ -565,6 +565,15 @@ impl ProcessHost {
     /// added: only the listen addresses (`config` may omit the `[server]` header, then its
     /// leading keys are the server's).
     pub async fn start_exact(dir: &Path, config: &str) -> Self {
+        Self::start_exact_with_env(dir, config, &[]).await
+    }
+
+    /// [`ProcessHost::start`] with `env` set for the process (e.g. `HOOKD_LOG_FORMAT`).
+    pub async fn start_with_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_exact_with_env(dir, &config_text(config), env).await
+    }
+
+    async fn start_exact_with_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
         let (ingest, admin) = (free_port(), free_port());
         let listen = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"");
         let text = if config.contains("[server]") {
@@ -583,6 +592,7 @@ impl ProcessHost {
             .arg(dir.join("hookd.toml"))
             // The token is the config's (or generated): never one from the environment.
             .env_remove("HOOKD_ADMIN_TOKEN")
+            .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

@@ -286,7 +286,7 @@ impl Runtime {
     /// any), instantiate, call, cap the output. Returns the call's value and the state changes
     /// it buffered. The guest's log lines and the host's refusals run in its `call` span, which
     /// names the plugin and the role.
-    #[tracing::instrument(name = "call", skip_all, fields(plugin = %ctx.plugin, role = R::NAME))]
+    #[tracing::instrument(name = "call", skip_all, fields(plugin = %ctx.plugin, role = %R::NAME))]
     async fn call_role<R: Role>(
         &self,
         plugin: &Plugin,

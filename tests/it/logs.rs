@@ -1,0 +1,115 @@
+//! What hookd's log says and how: context from spans, no colour codes in a file, and JSON
+//! lines for log shippers. Each test runs the real `hookd serve` with stderr in a file.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{ProcessHost, install_plugins, plugins, post_sw, sw_source};
+
+const WAIT: Duration = Duration::from_secs(60);
+const GREETING: &str = "guest says hello";
+
+/// Source `s` → handler `h` (`hoarder`, which logs the body's `log` text); source `q` names a
+/// parser no file provides, so its requests are quarantined.
+fn config() -> String {
+    sw_source("s", &["h"], "") + &sw_source("q", &[], "parser = \"absent\"\n")
+}
+
+async fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> ProcessHost {
+    install_plugins(dir, &[("h", plugins::HOARDER)]);
+    ProcessHost::start_with_env(dir, &config(), env).await
+}
+
+async fn log_from_the_guest(host: &ProcessHost) -> String {
+    let body = json!({ "log": GREETING, "keys": 0 }).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "log-1", body.as_bytes())
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{status} {reply}");
+    host.wait_log(GREETING, WAIT).await
+}
+
+/// A plugin's log line names the plugin, the event and the attempt without the plugin (or the
+/// host) writing them: they come from the `attempt` and `call` spans it ran in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_log_line_carries_the_attempt_and_the_plugin_from_its_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(dir.path(), &[]).await;
+    let log = log_from_the_guest(&host).await;
+    let line = log.lines().find(|l| l.contains(GREETING)).unwrap();
+    for field in [
+        "handler=h",
+        "event=log-1",
+        "attempt=1",
+        "plugin=h",
+        "role=handler",
+    ] {
+        assert!(line.contains(field), "{field} missing from {line:?}");
+    }
+}
+
+/// stderr is a file here, not a terminal: no ANSI escape codes in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_written_to_a_file_has_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(dir.path(), &[]).await;
+    let log = log_from_the_guest(&host).await;
+    assert!(!log.contains('\u{1b}'), "escape codes in:\n{log}");
+}
+
+/// Parses every line of a JSON log, failing on the first that is not one JSON object.
+fn json_lines(log: &str) -> Vec<Value> {
+    log.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let value: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}"));
+            assert!(value.is_object(), "not an object: {l:?}");
+            value
+        })
+        .collect()
+}
+
+/// The span named `name` among the spans a JSON log line ran in.
+fn span<'a>(line: &'a Value, name: &str) -> &'a Value {
+    line["spans"]
+        .as_array()
+        .and_then(|spans| spans.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} span in {line}"))
+}
+
+/// With `HOOKD_LOG_FORMAT=json`, every line is one JSON object, and a guest's line carries its
+/// attempt and call spans as data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line_with_the_attempts_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(dir.path(), &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let log = log_from_the_guest(&host).await;
+    let lines = json_lines(&log);
+    let guest = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == GREETING)
+        .unwrap_or_else(|| panic!("no guest line in {log}"));
+    assert_eq!(guest["level"], "WARN", "{guest}");
+    let attempt = span(guest, "attempt");
+    assert_eq!(attempt["handler"], "h", "{guest}");
+    assert_eq!(attempt["event"], "log-1", "{guest}");
+    assert_eq!(attempt["attempt"], 1, "{guest}");
+    assert_eq!(span(guest, "call")["plugin"], "h", "{guest}");
+}
+
+/// An ingest log line carries the `receive` span: the source it was posted to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_log_line_names_its_source_from_the_receive_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(dir.path(), &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let (status, reply) = post_sw(host.ingest, "q", "held-1", b"{}").await.unwrap();
+    assert!(status.is_success(), "{status} {reply}");
+    let log = host.wait_log("request quarantined", WAIT).await;
+    let lines = json_lines(&log);
+    let held = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "request quarantined")
+        .unwrap();
+    assert_eq!(span(held, "receive")["source"], "q", "{held}");
+}
