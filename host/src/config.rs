@@ -423,7 +423,8 @@ impl PluginConfig {
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
             allow_hosts,
             tls,
-            credentials: Credentials::new(credentials),
+            credentials: Credentials::new(credentials)
+                .map_err(|e| anyhow::anyhow!("plugins.{name}.credentials: {e}"))?,
             config,
             name,
         })
@@ -1142,6 +1143,20 @@ mod tests {
                 "[plugins.p]\nallow_hosts = [\"2130706433:80\"]",
                 "plugins.p.allow_hosts: \"2130706433:80\"",
             ),
+            (
+                "[plugins.p]\nca_file = \"no-such-ca.pem\"",
+                "plugins.p.ca_file: ",
+            ),
+            (
+                "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n[plugins.p.credentials]\n\
+                 \"api.example.com:443\" = { header = \"Authorization\", env = \"NO_SUCH_KEY\" }",
+                "plugins.p.credentials: api.example.com:443: environment variable NO_SUCH_KEY is not set",
+            ),
+            (
+                "[plugins.p]\n[plugins.p.credentials]\n\
+                 \"api.example.com:443\" = { header = \"Authorization\", env = \"K\" }",
+                "plugins.p.credentials: api.example.com:443: is not in allow_hosts",
+            ),
             ("[server]\nadmin_listen = \"0.0.0.0:8081\"", "admin_token"),
             (
                 "[server]\nmax_connections_per_ip = 0",
@@ -1419,6 +1434,21 @@ mod tests {
             parse("[server]\ngroup_commit = \"no\"").unwrap_err()
         );
         assert!(err.contains("group_commit"), "{err}");
+    }
+
+    #[test]
+    fn a_credential_is_read_from_the_environment_and_never_shown() {
+        let text = "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n\
+                    [plugins.p.credentials]\n\
+                    \"api.example.com:443\" = { header = \"Authorization\", env = \"API_KEY\", \
+                    prefix = \"Bearer \" }";
+        let env = |name: &str| (name == "API_KEY").then(|| "sk-hush-42".to_owned());
+        let config = Config::parse(text, Path::new("/srv/hookd"), &env).unwrap();
+        let debug = format!("{config:?}");
+        assert!(
+            debug.contains("authorization") && !debug.contains("sk-hush-42"),
+            "{debug}"
+        );
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub enum CredentialError {
     Missing { target: HostPort, env: String },
     #[error("{target}: environment variable {env} is not a valid header value")]
     Value { target: HostPort, env: String },
+    #[error("{0}: has two credentials (spellings of one target); give it one")]
+    Duplicate(HostPort),
 }
 
 /// One injected header: for requests to `target`, `header: value`.
@@ -104,10 +106,16 @@ pub struct Credentials {
 }
 
 impl Credentials {
-    pub fn new(entries: Vec<Credential>) -> Self {
-        Self {
-            entries: entries.into(),
+    /// At most one credential per target.
+    pub fn new(entries: Vec<Credential>) -> Result<Self, CredentialError> {
+        for (i, credential) in entries.iter().enumerate() {
+            if entries[..i].iter().any(|c| c.target == credential.target) {
+                return Err(CredentialError::Duplicate(credential.target.clone()));
+            }
         }
+        Ok(Self {
+            entries: entries.into(),
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -188,7 +196,8 @@ mod tests {
 
     #[test]
     fn the_value_never_shows_in_debug_output() {
-        let credentials = Credentials::new(vec![credential("api.example.com:443").unwrap()]);
+        let credentials =
+            Credentials::new(vec![credential("api.example.com:443").unwrap()]).unwrap();
         let shown = format!("{credentials:?}");
         assert!(
             !shown.contains(KEY) && shown.contains("authorization"),
@@ -202,7 +211,8 @@ mod tests {
             credential("api.example.com:443").unwrap(),
             credential("api.example.com:80").unwrap(),
             credential("127.0.0.1:9000").unwrap(),
-        ]);
+        ])
+        .unwrap();
         let target = |e: &str| HostPort::parse(e).unwrap();
         let (name, value) = credentials
             .for_request(&target("api.example.com:443"), true)
@@ -231,6 +241,18 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn one_target_has_at_most_one_credential() {
+        let twice = vec![
+            credential("api.example.com:443").unwrap(),
+            credential("API.example.com.:443").unwrap(),
+        ];
+        assert!(matches!(
+            Credentials::new(twice),
+            Err(CredentialError::Duplicate(_))
+        ));
     }
 
     #[test]

@@ -378,7 +378,7 @@ mod tests {
         )
         .unwrap();
         let mut hooks = hooks();
-        hooks.grant(grant(Credentials::new(vec![credential])));
+        hooks.grant(grant(Credentials::new(vec![credential]).unwrap()));
         let mut req = request_to("https://api.example.com/v1", "plugin-chosen");
         let (_, _, connector) = hooks.admit(&mut req).unwrap();
         let values: Vec<_> = req
