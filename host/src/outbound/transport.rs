@@ -403,6 +403,33 @@ mod tests {
         );
     }
 
+    /// A peer that accepts the connection but never answers the ClientHello: the handshake
+    /// ends at the connect deadline as a timeout (a retry), not as a TLS failure.
+    #[tokio::test]
+    async fn a_silent_tls_peer_is_a_handshake_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(stream);
+        });
+        let asked = Asked {
+            connect: Some(Duration::from_millis(200)),
+            ..Asked::default()
+        };
+        let timeouts = Timeouts::new(asked, Instant::now() + Duration::from_secs(30));
+        let target = HostPort::parse(&format!("localhost:{}", addr.port())).unwrap();
+        let connector = Connector::Tls(super::super::tls::default_client());
+        let result = connector.connect(&target, &[addr], &timeouts).await;
+        assert!(
+            matches!(result, Err(TransportError::TlsTimeout)),
+            "{:?}",
+            result.err()
+        );
+        hold.abort();
+    }
+
     #[test]
     fn a_connect_waits_less_when_the_plugin_asks_for_less() {
         let start = tokio::time::Instant::now();
