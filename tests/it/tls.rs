@@ -473,3 +473,25 @@ async fn the_classifier_labels_with_an_https_model() {
         format!("Bearer {API_KEY}").as_str()
     );
 }
+
+/// A credentialed target asked for over plain `http` by name is refused before connecting:
+/// the credential would cross the network unencrypted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_is_never_sent_over_plain_http() {
+    let pki = Pki::new();
+    let server = TlsServer::start(pki.leaf(&["localhost"], false), hello).await;
+    let port = server.port();
+    let plugin = format!(
+        r#"
+        max_attempts = 1
+        {allow}
+        [plugins.netprobe.credentials]
+        "localhost:{port}" = {{ header = "Authorization", env = "TEST_API_KEY" }}
+        "#,
+        allow = allow_localhost(port),
+    );
+    let host = probe_host(&plugin, None, &[("TEST_API_KEY", API_KEY)]).await;
+    let url = format!("http://localhost:{port}/v1");
+    assert_eq!(probe_one(&host, &url).await, "denied");
+    assert_eq!(server.connections.load(Ordering::SeqCst), 0);
+}
