@@ -165,6 +165,8 @@ async fn call_handler(
     };
     let outbound = Outbound {
         allow: AllowList::default(),
+        tls: host::outbound::tls::default_client(),
+        credentials: Default::default(),
         idempotency_key: format!("bench:evt-{i}:counter"),
     };
     let (verdict, _changes) = runtime.handle(plugin, &ctx, state, input, outbound).await;

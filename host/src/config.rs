@@ -18,7 +18,11 @@ use serde::Deserialize;
 use crate::{
     ids::{PluginName, SourceName},
     model::StateLimits,
-    outbound::AllowList,
+    outbound::{
+        AllowList,
+        credentials::{Credential, Credentials},
+        tls,
+    },
     verify::{HmacParts, HmacSetting, HmacSettingsError, Scheme, SchemeKind, Secret, Verifier},
 };
 
@@ -170,8 +174,24 @@ struct PluginFile {
     delivery: Option<DeliveryMode>,
     #[serde(default)]
     allow_hosts: Vec<String>,
+    /// PEM file of extra CAs its `https` requests trust (relative to the config's directory).
+    ca_file: Option<PathBuf>,
+    /// `"host:port" = { header, env, prefix }`: headers the host adds to requests to that
+    /// listed target, valued from its own environment.
+    #[serde(default)]
+    credentials: BTreeMap<String, CredentialFile>,
     #[serde(default)]
     config: BTreeMap<String, toml::Value>,
+}
+
+/// One `[plugins.<name>.credentials]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredentialFile {
+    header: String,
+    env: String,
+    #[serde(default)]
+    prefix: String,
 }
 
 /// How hard a commit is pushed to disk before the 202 goes out.
@@ -283,6 +303,10 @@ pub struct PluginConfig {
     pub delivery: DeliveryMode,
     /// Where its handler may send HTTP requests (`host:port` entries); empty = no network.
     pub allow_hosts: AllowList,
+    /// The TLS client its `https` requests use: default roots plus its `ca_file`.
+    pub tls: Arc<rustls::ClientConfig>,
+    /// Headers the host injects into its requests to particular listed targets.
+    pub credentials: Credentials,
     /// The plugin's own `config` table, values as strings, for the `config` import.
     pub config: BTreeMap<String, String>,
 }
@@ -290,10 +314,16 @@ pub struct PluginConfig {
 impl PluginConfig {
     /// The settings of a plugin a source names but the file does not declare.
     pub fn with_defaults(name: PluginName) -> Self {
-        Self::from_file(name, PluginFile::default()).expect("defaults are valid")
+        Self::from_file(name, PluginFile::default(), Path::new("."), &|_| None)
+            .expect("defaults are valid")
     }
 
-    fn from_file(name: PluginName, file: PluginFile) -> anyhow::Result<Self> {
+    fn from_file(
+        name: PluginName,
+        file: PluginFile,
+        base_dir: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
         const MIB: u64 = 1024 * 1024;
         let wasm = file.wasm.unwrap_or_else(|| name.to_string());
         if wasm.is_empty() || wasm.contains(['/', '\\']) || wasm.starts_with('.') {
@@ -359,6 +389,19 @@ impl PluginConfig {
                 (key, text)
             })
             .collect();
+        let allow_hosts = AllowList::parse(&file.allow_hosts)
+            .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?;
+        let ca_file = file.ca_file.map(|path| base_dir.join(path));
+        let tls = tls::client_config(ca_file.as_deref())
+            .map_err(|e| anyhow::anyhow!("plugins.{name}.ca_file: {e}"))?;
+        let credentials = file
+            .credentials
+            .iter()
+            .map(|(entry, c)| {
+                Credential::new(&allow_hosts, entry, &c.header, &c.env, &c.prefix, env)
+                    .map_err(|e| anyhow::anyhow!("plugins.{name}.credentials: {e}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Self {
             wasm,
             max_attempts,
@@ -378,8 +421,10 @@ impl PluginConfig {
             },
             state_limits,
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
-            allow_hosts: AllowList::parse(&file.allow_hosts)
-                .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?,
+            allow_hosts,
+            tls,
+            credentials: Credentials::new(credentials)
+                .map_err(|e| anyhow::anyhow!("plugins.{name}.credentials: {e}"))?,
             config,
             name,
         })
@@ -564,7 +609,7 @@ impl Config {
         for (name, plugin) in file.plugins {
             check_name("plugins", &name)?;
             let name = PluginName::new(name);
-            let config = PluginConfig::from_file(name.clone(), plugin)?;
+            let config = PluginConfig::from_file(name.clone(), plugin, base_dir, env)?;
             plugins.insert(name, Arc::new(config));
         }
 
@@ -1098,6 +1143,20 @@ mod tests {
                 "[plugins.p]\nallow_hosts = [\"2130706433:80\"]",
                 "plugins.p.allow_hosts: \"2130706433:80\"",
             ),
+            (
+                "[plugins.p]\nca_file = \"no-such-ca.pem\"",
+                "plugins.p.ca_file: ",
+            ),
+            (
+                "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n[plugins.p.credentials]\n\
+                 \"api.example.com:443\" = { header = \"Authorization\", env = \"NO_SUCH_KEY\" }",
+                "plugins.p.credentials: api.example.com:443: environment variable NO_SUCH_KEY is not set",
+            ),
+            (
+                "[plugins.p]\n[plugins.p.credentials]\n\
+                 \"api.example.com:443\" = { header = \"Authorization\", env = \"K\" }",
+                "plugins.p.credentials: api.example.com:443: is not in allow_hosts",
+            ),
             ("[server]\nadmin_listen = \"0.0.0.0:8081\"", "admin_token"),
             (
                 "[server]\nmax_connections_per_ip = 0",
@@ -1375,6 +1434,21 @@ mod tests {
             parse("[server]\ngroup_commit = \"no\"").unwrap_err()
         );
         assert!(err.contains("group_commit"), "{err}");
+    }
+
+    #[test]
+    fn a_credential_is_read_from_the_environment_and_never_shown() {
+        let text = "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n\
+                    [plugins.p.credentials]\n\
+                    \"api.example.com:443\" = { header = \"Authorization\", env = \"API_KEY\", \
+                    prefix = \"Bearer \" }";
+        let env = |name: &str| (name == "API_KEY").then(|| "sk-hush-42".to_owned());
+        let config = Config::parse(text, Path::new("/srv/hookd"), &env).unwrap();
+        let debug = format!("{config:?}");
+        assert!(
+            debug.contains("authorization") && !debug.contains("sk-hush-42"),
+            "{debug}"
+        );
     }
 
     #[test]

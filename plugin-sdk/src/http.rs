@@ -27,8 +27,8 @@
 //! per plugin instance (so a plugin needs no checks of its own):
 //!
 //! - **Grant.** Only `host:port` pairs listed in the plugin's `allow_hosts` in `hookd.toml`
-//!   can be reached (port 80 when the URL has none); without any, every request fails with
-//!   [`HttpError::Denied`]. Parsers never get network. The match is literal: `localhost`,
+//!   can be reached (when the URL has no port: 443 for `https://`, 80 for `http://`); without
+//!   any, every request fails with [`HttpError::Denied`]. Parsers never get network. The match is literal: `localhost`,
 //!   `[::1]`, `2130706433` or another port are different entries. Entries are checked at
 //!   start-up: the port is required, IPv6 goes in brackets, numeric spellings other than a
 //!   dotted quad (`2130706433`, `127.1`, `0x7f000001`) are refused, and so are the unspecified
@@ -43,8 +43,19 @@
 //!   broadcast, multicast (`224.0.0.0/4`, `ff00::/8`), reserved (`240.0.0.0/4`), and IPv6 that
 //!   embeds any refused IPv4 address (IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`,
 //!   NAT64 `64:ff9b::/96`, 6to4 `2002::/16`).
-//! - **Scheme.** Only `http://` URLs: hookd has no TLS client yet, so `https://` is refused
-//!   with [`HttpError::Unsupported`] (`HTTP-request-denied` for raw `wasi:http` users).
+//! - **Scheme.** `https://` and `http://`. Over `https` the host connects to the address it
+//!   checked, then speaks TLS 1.2/1.3 and verifies the certificate against the URL's host
+//!   name (an IP-literal URL against the certificate's IP addresses), trusting the Mozilla
+//!   roots, the host machine's store and the plugin's `ca_file`; there is no way to skip
+//!   verification. A certificate that is untrusted, for another name or expired fails with
+//!   [`HttpError::Tls`] (`TLS-certificate-error` for raw `wasi:http` users; also
+//!   `TLS-alert-received`, `TLS-protocol-error`), a permanent error; a handshake that does not
+//!   finish in time is a [`HttpError::Timeout`].
+//! - **Credentials.** A header the operator configured for a listed `host:port`
+//!   (`[plugins.<name>.credentials]`) is added by the host after the request leaves the
+//!   plugin, replacing a header of the same name set here: the plugin never holds the value.
+//!   It is sent only over `https` (or to a listed loopback `ip:port`); a plain `http` request
+//!   to any other credentialed target is refused with [`HttpError::Denied`].
 //! - **Time.** DNS plus connect take at most 10 s; [`RequestBuilder::timeout`] can shorten
 //!   the connect, first-byte and between-bytes waits. Nothing outlives the attempt: a request
 //!   still waiting when its `timeout_ms` passes ends the attempt as a `timeout`.
@@ -97,7 +108,7 @@ pub enum Method {
     Options,
 }
 
-/// Starts a `GET` request to `url` (`http://host:port/path?query`).
+/// Starts a `GET` request to `url` (`https://host[:port]/path?query`, or `http://`).
 pub fn get(url: &str) -> RequestBuilder {
     request(Method::Get, url)
 }
@@ -275,8 +286,11 @@ pub enum HttpError {
     /// The request cannot be sent as built: a malformed URL, a header the host refuses, a body
     /// that does not serialise.
     InvalidRequest(String),
-    /// Something hookd's client does not do, such as `https://`.
+    /// Something hookd's client does not do, such as an `ftp://` URL.
     Unsupported(String),
+    /// The TLS handshake failed: the server's certificate is untrusted, for another name or
+    /// expired, the server sent an alert, or the protocol failed. The reason says which.
+    Tls(String),
     /// The host refused to send it: the `host:port` is not in the plugin's `allow_hosts`, its
     /// address is in a refused range, or the call sent too many requests. The hookd log says
     /// which.
@@ -305,6 +319,7 @@ impl fmt::Display for HttpError {
         match self {
             HttpError::InvalidRequest(m) => write!(f, "invalid request: {m}"),
             HttpError::Unsupported(m) => write!(f, "unsupported: {m}"),
+            HttpError::Tls(m) => write!(f, "TLS: {m}"),
             HttpError::Denied(m) => write!(f, "denied: {m}"),
             HttpError::Timeout(m) => write!(f, "timed out: {m}"),
             HttpError::TooLarge(m) => write!(f, "response too large: {m}"),
@@ -319,7 +334,8 @@ impl std::error::Error for HttpError {}
 
 /// With `?` in a handler: failures a later attempt may not meet (transport, timeout, 5xx,
 /// 408, 429, an unreadable body) are retries, honouring `Retry-After`; the rest — a refused
-/// host, an unsupported or invalid request, another 4xx, a response over the cap — are
+/// host, a failed TLS handshake, an unsupported or invalid request, another 4xx, a response
+/// over the cap — are
 /// permanent, since retrying cannot change them (fix the config or the plugin, then replay).
 impl From<HttpError> for HandleError {
     fn from(err: HttpError) -> Self {
@@ -340,9 +356,11 @@ impl From<HttpError> for HandleError {
     }
 }
 
-/// An `http://` URL split the way `wasi:http` wants it.
+/// An `http://` or `https://` URL split the way `wasi:http` wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Url {
+    /// `https://`.
+    https: bool,
     /// `host[:port]`, as written.
     authority: String,
     /// `/path?query`; `/` when the URL has none. The fragment is dropped.
@@ -354,14 +372,10 @@ impl Url {
         let invalid = |why: &str| HttpError::InvalidRequest(format!("URL {url:?}: {why}"));
         let (scheme, rest) = url
             .split_once("://")
-            .ok_or_else(|| invalid("expected http://host[:port]/path"))?;
-        if scheme.eq_ignore_ascii_case("https") {
-            return Err(HttpError::Unsupported(format!(
-                "URL {url:?}: hookd's outbound HTTP speaks plain http only (no TLS client yet)"
-            )));
-        }
-        if !scheme.eq_ignore_ascii_case("http") {
-            return Err(invalid("only http:// URLs are supported"));
+            .ok_or_else(|| invalid("expected http(s)://host[:port]/path"))?;
+        let https = scheme.eq_ignore_ascii_case("https");
+        if !https && !scheme.eq_ignore_ascii_case("http") {
+            return Err(invalid("only http:// and https:// URLs are supported"));
         }
         let rest = rest.split('#').next().unwrap_or("");
         let end = rest.find(['/', '?']).unwrap_or(rest.len());
@@ -386,6 +400,7 @@ impl Url {
             p => p.to_owned(),
         };
         Ok(Url {
+            https,
             authority: authority.to_owned(),
             path_with_query,
         })
@@ -394,7 +409,8 @@ impl Url {
 
 impl fmt::Display for Url {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.path_with_query)
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}{}", self.authority, self.path_with_query)
     }
 }
 
@@ -448,7 +464,11 @@ mod wasi {
             })
             .map_err(|()| invalid("method"))?;
         request
-            .set_scheme(Some(&Scheme::Http))
+            .set_scheme(Some(if url.https {
+                &Scheme::Https
+            } else {
+                &Scheme::Http
+            }))
             .map_err(|()| invalid("scheme"))?;
         request
             .set_authority(Some(&url.authority))
@@ -577,6 +597,20 @@ mod wasi {
                 "{authority} sent {} bytes, over the {MAX_RESPONSE_BYTES}-byte cap",
                 size.map_or_else(|| "too many".to_owned(), |s| s.to_string())
             )),
+            ErrorCode::TlsCertificateError => HttpError::Tls(format!(
+                "{authority}: the server's certificate is not trusted, is for another name or \
+                 has expired (TLS-certificate-error)"
+            )),
+            ErrorCode::TlsAlertReceived(alert) => HttpError::Tls(format!(
+                "{authority}: the server sent TLS alert {}{}",
+                alert.alert_id.map_or_else(String::new, |id| id.to_string()),
+                alert
+                    .alert_message
+                    .map_or_else(String::new, |m| format!(" ({m})"))
+            )),
+            ErrorCode::TlsProtocolError => {
+                HttpError::Tls(format!("{authority}: the TLS handshake failed"))
+            }
             ErrorCode::HttpRequestUriInvalid | ErrorCode::HttpRequestMethodInvalid => {
                 HttpError::InvalidRequest(format!("{authority}: {code:?}"))
             }
@@ -609,10 +643,10 @@ mod tests {
                 "{url}"
             );
         }
-        assert!(matches!(
-            Url::parse("https://example.com/"),
-            Err(HttpError::Unsupported(m)) if m.contains("plain http only")
-        ));
+        let https = Url::parse("https://example.com:8443/v1?x").unwrap();
+        assert!(https.https);
+        assert_eq!(https.to_string(), "https://example.com:8443/v1?x");
+        assert!(!Url::parse("http://example.com/").unwrap().https);
         for bad in [
             "example.com/x",
             "ftp://x/",
@@ -673,6 +707,7 @@ mod tests {
         }));
         assert!(!retry(HttpError::Denied("d".into())));
         assert!(!retry(HttpError::Unsupported("u".into())));
+        assert!(!retry(HttpError::Tls("certificate".into())));
     }
 
     #[test]

@@ -19,3 +19,4 @@ mod logs;
 mod ordering;
 mod outbound;
 mod plugins;
+mod tls;

@@ -115,9 +115,19 @@ impl TestHost {
 
     /// Starts hookd in an existing directory (to restart on the same database).
     pub async fn start_in(dir: TempDir, config: &str) -> Self {
+        Self::start_in_env(dir, config, &|_| None).await
+    }
+
+    /// [`TestHost::start_in`] with `env` as the host's environment (for `*_env` keys and
+    /// credentials), so tests need not change the process's own.
+    pub async fn start_in_env(
+        dir: TempDir,
+        config: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
         let text = config_text(config);
         std::fs::write(dir.path().join("hookd.toml"), &text).unwrap();
-        let config = host::config::Config::parse(&text, dir.path(), &|_| None)
+        let config = host::config::Config::parse(&text, dir.path(), env)
             .unwrap_or_else(|e| panic!("test config invalid: {e:#}"));
         let ingest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -65,6 +65,8 @@ impl Dispatcher {
         // The same key on every attempt of this delivery, so downstream can dedupe our retries.
         let outbound = Outbound {
             allow: plugin.allow_hosts.clone(),
+            tls: plugin.tls.clone(),
+            credentials: plugin.credentials.clone(),
             idempotency_key: idempotency_key(
                 claim.source.as_str(),
                 claim.event_id.as_str(),

@@ -7,8 +7,12 @@
 //!   without depending on the sandbox.
 //! - [`policy`] decides, [`transport`] only carries out: every connection goes to an address
 //!   the policy kept for a target the policy admitted.
+//! - Secrets the host adds ([`credentials`]) and the trust roots ([`tls`]) are per plugin
+//!   instance, fixed when its configuration loads.
 
+pub mod credentials;
 pub mod policy;
+pub mod tls;
 pub mod transport;
 
 pub use self::policy::{

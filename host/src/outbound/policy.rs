@@ -4,8 +4,8 @@
 //! - Pure: parsing, range checks and target checks touch no socket, resolver or clock, so every
 //!   rule here is unit-tested on its own; [`super::transport`] only ever connects to addresses
 //!   [`usable_addrs`] returned.
-//! - A target passes only if its scheme is `http`, its `host:port` (port 80 when absent) is
-//!   literally in the [`AllowList`], and the address it will connect to is outside every
+//! - A target passes only if its scheme is `http` or `https`, its `host:port` (port 80 or 443
+//!   when absent) is literally in the [`AllowList`], and the address it will connect to is outside every
 //!   [`refused_range`] — unless that exact `ip:port` is itself listed. An empty list grants no
 //!   network at all.
 //! - Allow-list entries are strict: the port is required, numeric host spellings other than a
@@ -316,11 +316,8 @@ pub enum Denied {
     /// The plugin has no grant: a parser, or a handler with an empty `allow_hosts`.
     #[error("the plugin has no network grant (allow_hosts is empty)")]
     NoNetwork,
-    /// Only plain `http` is spoken.
-    #[error(
-        "scheme {0:?} is not supported: hookd's outbound HTTP speaks plain http only (no TLS \
-         client yet)"
-    )]
+    /// Only `http` and `https` are spoken.
+    #[error("scheme {0:?} is not supported: hookd's outbound HTTP speaks http and https")]
     Scheme(String),
     /// The request has no host.
     #[error("the request names no host")]
@@ -338,12 +335,17 @@ pub enum Denied {
         addr: SocketAddr,
         range: &'static str,
     },
+    /// A credentialed target asked for over plain `http` (not loopback): the credential would
+    /// cross the network in the clear.
+    #[error("{0} has a host-injected credential, which is sent only over https")]
+    CredentialOverPlainHttp(HostPort),
     /// The call already sent its share of requests.
     #[error("the call already sent {REQUESTS_PER_CALL} requests (the per-call cap)")]
     TooManyRequests,
 }
 
-/// Checks a request's target against the grant before anything is resolved.
+/// Checks a request's target against the grant before anything is resolved. The target's
+/// port defaults to the scheme's (80 for `http`, 443 for `https`).
 pub fn check_target(
     allow: &AllowList,
     scheme: Option<&Scheme>,
@@ -353,18 +355,19 @@ pub fn check_target(
     if allow.is_empty() {
         return Err(Denied::NoNetwork);
     }
-    match scheme {
-        Some(s) if *s == Scheme::HTTP => {}
+    let default_port = match scheme {
+        Some(s) if *s == Scheme::HTTP => 80,
+        Some(s) if *s == Scheme::HTTPS => 443,
         other => {
             return Err(Denied::Scheme(
                 other.map_or_else(|| "none".to_owned(), |s| s.to_string()),
             ));
         }
-    }
+    };
     let host = Host::from_url_host(host.filter(|h| !h.is_empty()).ok_or(Denied::NoHost)?);
     let target = HostPort {
         host,
-        port: port.unwrap_or(80),
+        port: port.unwrap_or(default_port),
     };
     if !allow.allows(&target.host, target.port) {
         return Err(Denied::NotListed(target));
@@ -420,6 +423,10 @@ pub fn idempotency_key(source: &str, event_id: &str, handler: &str) -> String {
 pub struct Outbound {
     /// Where the handler may connect.
     pub allow: AllowList,
+    /// The plugin's TLS client (its trust roots), for `https` targets.
+    pub tls: Arc<rustls::ClientConfig>,
+    /// Headers the host adds for particular targets ([`super::credentials`]).
+    pub credentials: super::credentials::Credentials,
     /// The value of every request's `Idempotency-Key` ([`idempotency_key`]).
     pub idempotency_key: String,
 }
@@ -595,11 +602,28 @@ mod tests {
     }
 
     #[test]
-    fn schemes_other_than_http_are_refused() {
+    fn https_defaults_to_port_443_and_http_to_80() {
+        let list = allow(&["model.example.com:443", "plain.example.com:80"]);
+        assert_eq!(
+            target(&list, "https://model.example.com/v1").map(|t| t.port),
+            Ok(443)
+        );
+        assert_eq!(
+            target(&list, "http://plain.example.com/").map(|t| t.port),
+            Ok(80)
+        );
+        assert!(matches!(
+            target(&list, "http://model.example.com/"),
+            Err(Denied::NotListed(_))
+        ));
+    }
+
+    #[test]
+    fn schemes_other_than_http_and_https_are_refused() {
         let list = allow(&["model.example.com:80"]);
         for (url, scheme) in [
-            ("https://model.example.com:80/", "https"),
             ("ftp://model.example.com:80/", "ftp"),
+            ("ws://model.example.com:80/", "ws"),
         ] {
             assert_eq!(
                 target(&list, url),

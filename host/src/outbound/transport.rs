@@ -9,13 +9,16 @@
 //! - Connect, first byte and the whole response are bounded by [`Timeouts`], never beyond the
 //!   attempt's deadline plus [`DEADLINE_GRACE`]; the body errs past [`RESPONSE_BYTES`] (an
 //!   error, never a truncation); redirects are not followed.
-//! - How bytes reach the peer is the [`Connector`]'s business alone, so a TLS connector is one
-//!   more variant: the server name comes from the listed host, the address from the vetted list.
+//! - How bytes reach the peer is the [`Connector`]'s business alone. Over TLS the server name
+//!   (SNI and the name verified) is the listed host, the address comes from the vetted list; an
+//!   IP-literal host is verified against the certificate's IP addresses and sends no SNI. The
+//!   TLS handshake is bounded by the connect deadline.
 
 use std::{
     io,
     net::SocketAddr,
     pin::Pin,
+    sync::Arc,
     task::{Context, Poll, ready},
     time::{Duration, Instant},
 };
@@ -24,7 +27,12 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::{Body, Frame, Incoming};
 use hyper_util::rt::TokioIo;
-use tokio::{net::TcpStream, time::Sleep};
+use rustls::pki_types::ServerName;
+use tokio::{
+    io::{AsyncRead, AsyncWrite},
+    net::TcpStream,
+    time::Sleep,
+};
 
 use super::policy::{Host, HostPort};
 
@@ -50,6 +58,15 @@ pub enum TransportError {
     ConnectTimeout,
     #[error("connecting failed: {0}")]
     Connect(io::Error),
+    /// The TLS handshake did not finish by the connect deadline.
+    #[error("the TLS handshake timed out")]
+    TlsTimeout,
+    /// The TLS handshake failed: the peer's certificate, an alert it sent, or the protocol.
+    #[error("TLS: {0}")]
+    Tls(rustls::Error),
+    /// The TLS handshake failed below TLS (the connection closed or reset mid-handshake).
+    #[error("TLS handshake: {0}")]
+    TlsIo(io::Error),
     #[error("the request's path is not a valid URI")]
     InvalidUri,
     /// No response head before the first-byte deadline.
@@ -131,51 +148,91 @@ pub async fn resolve(
     Ok(addrs)
 }
 
-/// How a connection to a vetted address is made. Plain TCP only, for now; TLS becomes a
-/// variant holding its client configuration, wrapping the stream [`Connector::connect`] opens.
+/// How a connection to a vetted address is made: plain TCP, or TLS over it with a plugin's
+/// client configuration (its trust roots, built when its configuration loaded).
 #[derive(Debug, Clone, Default)]
 pub enum Connector {
     #[default]
     Plain,
+    Tls(Arc<rustls::ClientConfig>),
 }
+
+/// A connection's byte stream, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 impl Connector {
     /// Connects to the first reachable address of `addrs`, in order, by `timeouts`' connect
-    /// deadline (no further resolution).
+    /// deadline (no further resolution), then, for TLS, shakes hands as `target`'s host.
     async fn connect(
         &self,
+        target: &HostPort,
         addrs: &[SocketAddr],
         timeouts: &Timeouts,
-    ) -> Result<TcpStream, TransportError> {
-        match self {
-            Connector::Plain => {
-                let mut last_error = TransportError::NoAddress;
-                for &addr in addrs {
-                    match tokio::time::timeout_at(timeouts.connect_by, TcpStream::connect(addr))
-                        .await
-                    {
-                        Ok(Ok(stream)) => {
-                            let _ = stream.set_nodelay(true);
-                            return Ok(stream);
-                        }
-                        Ok(Err(e)) => last_error = TransportError::Connect(e),
-                        Err(_) => return Err(TransportError::ConnectTimeout),
-                    }
-                }
-                Err(last_error)
+    ) -> Result<Box<dyn Io>, TransportError> {
+        let stream = tcp_connect(addrs, timeouts).await?;
+        let config = match self {
+            Connector::Plain => return Ok(Box::new(stream)),
+            Connector::Tls(config) => config.clone(),
+        };
+        let name = match &target.host {
+            Host::Name(name) => ServerName::try_from(name.clone()).map_err(|_| {
+                TransportError::Tls(rustls::Error::General(format!(
+                    "{name:?} is not a DNS name a certificate can name"
+                )))
+            })?,
+            Host::Ip(ip) => ServerName::IpAddress((*ip).into()),
+        };
+        let handshake = tokio_rustls::TlsConnector::from(config).connect(name, stream);
+        let stream = tokio::time::timeout_at(timeouts.connect_by, handshake)
+            .await
+            .map_err(|_| TransportError::TlsTimeout)?
+            .map_err(tls_error)?;
+        Ok(Box::new(stream))
+    }
+}
+
+/// A failed handshake's cause: rustls reports its own errors inside the `io::Error`.
+fn tls_error(e: io::Error) -> TransportError {
+    let kind = e.kind();
+    match e.into_inner() {
+        None => TransportError::TlsIo(kind.into()),
+        Some(inner) => match inner.downcast::<rustls::Error>() {
+            Ok(tls) => TransportError::Tls(*tls),
+            Err(other) => TransportError::TlsIo(io::Error::new(kind, other)),
+        },
+    }
+}
+
+/// A TCP connection to the first address of `addrs` that answers by the connect deadline.
+async fn tcp_connect(
+    addrs: &[SocketAddr],
+    timeouts: &Timeouts,
+) -> Result<TcpStream, TransportError> {
+    let mut last_error = TransportError::NoAddress;
+    for &addr in addrs {
+        match tokio::time::timeout_at(timeouts.connect_by, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
             }
+            Ok(Err(e)) => last_error = TransportError::Connect(e),
+            Err(_) => return Err(TransportError::ConnectTimeout),
         }
     }
+    Err(last_error)
 }
 
 /// Drives the connection while the response body streams; poll it to completion alongside the
 /// body.
 pub type Driver = Pin<Box<dyn Future<Output = Result<(), TransportError>> + Send>>;
 
-/// Connects to the first reachable address, sends the request over HTTP/1.1 and returns the
-/// response head, with a capped, deadline-bound body, and the connection's [`Driver`].
+/// Connects to the first reachable address (over TLS as `target` for [`Connector::Tls`]),
+/// sends the request over HTTP/1.1 and returns the response head, with a capped,
+/// deadline-bound body, and the connection's [`Driver`].
 pub async fn send<B>(
     connector: &Connector,
+    target: &HostPort,
     mut request: Request<B>,
     addrs: &[SocketAddr],
     timeouts: Timeouts,
@@ -184,7 +241,7 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let stream = connector.connect(addrs, &timeouts).await?;
+    let stream = connector.connect(target, addrs, &timeouts).await?;
     let (mut sender, conn) = tokio::time::timeout_at(
         timeouts.connect_by,
         hyper::client::conn::http1::handshake(TokioIo::new(stream)),
@@ -344,6 +401,33 @@ mod tests {
             wait >= CONNECT_TIMEOUT && wait < CONNECT_TIMEOUT + Duration::from_secs(1),
             "{wait:?}"
         );
+    }
+
+    /// A peer that accepts the connection but never answers the ClientHello: the handshake
+    /// ends at the connect deadline as a timeout (a retry), not as a TLS failure.
+    #[tokio::test]
+    async fn a_silent_tls_peer_is_a_handshake_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(stream);
+        });
+        let asked = Asked {
+            connect: Some(Duration::from_millis(200)),
+            ..Asked::default()
+        };
+        let timeouts = Timeouts::new(asked, Instant::now() + Duration::from_secs(30));
+        let target = HostPort::parse(&format!("localhost:{}", addr.port())).unwrap();
+        let connector = Connector::Tls(super::super::tls::default_client());
+        let result = connector.connect(&target, &[addr], &timeouts).await;
+        assert!(
+            matches!(result, Err(TransportError::TlsTimeout)),
+            "{:?}",
+            result.err()
+        );
+        hold.abort();
     }
 
     #[test]

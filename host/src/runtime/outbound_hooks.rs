@@ -6,7 +6,11 @@
 //! - Nothing leaves without a grant: a call starts with none ([`OutboundHooks::new`]) and only a
 //!   handler attempt is given one ([`Outbound`], by `dispatch`); parsers never get network.
 //! - Every admitted request carries `Idempotency-Key` ([`IDEMPOTENCY_KEY`]), set here over any
-//!   value the plugin chose, so a retried attempt is recognisable downstream.
+//!   value the plugin chose, so a retried attempt is recognisable downstream; a host-injected
+//!   credential for the target is set here too, after the guest let go of the request, so its
+//!   value never enters guest memory.
+//! - `https` requests go through the plugin's own TLS client ([`Outbound::tls`]); a certificate
+//!   the roots do not vouch for reaches the guest as `TLS-certificate-error`.
 //! - A refusal reaches the guest as a `wasi:http` error code and is logged with the plugin, the
 //!   event and the refused `host:port` (never the path or query) — once per call: a call's
 //!   refusals are counted and logged as one line when the call ends (the first refusal's
@@ -17,7 +21,7 @@ use std::{
     time::Instant,
 };
 
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response, uri::Scheme};
 use http_body_util::BodyExt;
 use wasmtime_wasi_http::{
     Error as HttpError, RequestOptions, WasiBody, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
@@ -41,9 +45,11 @@ fn denied_error(denied: &Denied) -> HttpError {
     match denied {
         Denied::Prohibited { .. } => HttpError::DestinationIpProhibited,
         Denied::TooManyRequests => HttpError::ConnectionLimitReached,
-        Denied::NoNetwork | Denied::Scheme(_) | Denied::NoHost | Denied::NotListed(_) => {
-            HttpError::HttpRequestDenied
-        }
+        Denied::NoNetwork
+        | Denied::Scheme(_)
+        | Denied::NoHost
+        | Denied::NotListed(_)
+        | Denied::CredentialOverPlainHttp(_) => HttpError::HttpRequestDenied,
     }
 }
 
@@ -58,6 +64,10 @@ fn transport_error(error: TransportError) -> HttpError {
         TransportError::NoAddress => HttpError::DestinationNotFound,
         TransportError::ConnectTimeout => HttpError::ConnectionTimeout,
         TransportError::Connect(e) => HttpError::Connect(e),
+        // A handshake that did not finish in time may finish next time: a timeout, not TLS.
+        TransportError::TlsTimeout => HttpError::ConnectionTimeout,
+        TransportError::Tls(e) => tls_error(e),
+        TransportError::TlsIo(_) => HttpError::TlsProtocolError,
         TransportError::InvalidUri => HttpError::HttpRequestUriInvalid,
         TransportError::FirstByteTimeout | TransportError::Stalled => {
             HttpError::ConnectionReadTimeout
@@ -65,6 +75,21 @@ fn transport_error(error: TransportError) -> HttpError {
         TransportError::ResponseTimeout => HttpError::HttpResponseTimeout,
         TransportError::TooLarge(size) => HttpError::HttpResponseBodySize(Some(size)),
         TransportError::Http(e) => HttpError::Hyper(e),
+    }
+}
+
+/// The `wasi:http` error for a failed handshake: the certificate (untrusted, wrong name,
+/// expired), an alert from the peer, or anything else in the protocol.
+fn tls_error(error: rustls::Error) -> HttpError {
+    match error {
+        rustls::Error::InvalidCertificate(_)
+        | rustls::Error::NoCertificatesPresented
+        | rustls::Error::InvalidCertRevocationList(_) => HttpError::TlsCertificateError,
+        rustls::Error::AlertReceived(alert) => HttpError::TlsAlertReceived {
+            alert_id: Some(u8::from(alert)),
+            alert_message: Some(format!("{alert:?}")),
+        },
+        _ => HttpError::TlsProtocolError,
     }
 }
 
@@ -151,21 +176,37 @@ impl OutboundHooks {
         self.grant = Some(grant);
     }
 
-    /// The synchronous checks: grant, scheme, allow-list, per-call cap; then the host's headers.
-    fn admit(&mut self, request: &mut Request<WasiBody>) -> Result<(HostPort, AllowList), Denied> {
+    /// The synchronous checks: grant, scheme, allow-list, credential over plain http, per-call
+    /// cap; then the host's headers, and the connector for the scheme.
+    fn admit(
+        &mut self,
+        request: &mut Request<WasiBody>,
+    ) -> Result<(HostPort, AllowList, Connector), Denied> {
         let Some(grant) = &self.grant else {
             return Err(Denied::NoNetwork);
         };
         let uri = request.uri();
+        let https = uri.scheme() == Some(&Scheme::HTTPS);
         let target = check_target(&grant.allow, uri.scheme(), uri.host(), uri.port_u16())?;
+        let credential = grant.credentials.for_request(&target, https)?;
         if self.requests_left == 0 {
             return Err(Denied::TooManyRequests);
         }
         self.requests_left -= 1;
         let key = HeaderValue::from_str(&grant.idempotency_key)
             .expect("idempotency_key() yields visible ASCII only");
-        request.headers_mut().insert(IDEMPOTENCY_KEY, key);
-        Ok((target, grant.allow.clone()))
+        let headers = request.headers_mut();
+        headers.insert(IDEMPOTENCY_KEY, key);
+        if let Some((name, value)) = credential {
+            // `insert` drops every value the plugin set for this header.
+            headers.insert(name.clone(), value.clone());
+        }
+        let connector = if https {
+            Connector::Tls(grant.tls.clone())
+        } else {
+            self.connector.clone()
+        };
+        Ok((target, grant.allow.clone(), connector))
     }
 }
 
@@ -189,10 +230,9 @@ impl WasiHttpHooks for OutboundHooks {
             .map_err(|denied| self.refusals.deny(&denied));
         let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
-        let connector = self.connector.clone();
         let deadline = self.deadline;
         Box::new(async move {
-            let (target, allow) = admitted?;
+            let (target, allow, connector) = admitted?;
             let options = options.unwrap_or_default();
             let asked = Asked {
                 connect: options.connect_timeout,
@@ -208,7 +248,7 @@ impl WasiHttpHooks for OutboundHooks {
             // The call's refusal line is due when the call ends, not when this response does.
             drop(refusals);
             let method = request.method().clone();
-            let result = transport::send(&connector, request, &addrs, timeouts).await;
+            let result = transport::send(&connector, &target, request, &addrs, timeouts).await;
             match &result {
                 Ok((response, _)) => tracing::debug!(
                     target: "plugin", plugin = %plugin, host = %target,
@@ -277,7 +317,10 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::outbound::idempotency_key;
+    use crate::outbound::{
+        credentials::{Credential, Credentials},
+        idempotency_key, tls,
+    };
 
     fn request() -> Request<WasiBody> {
         Request::builder()
@@ -298,11 +341,86 @@ mod tests {
 
     fn granted() -> OutboundHooks {
         let mut hooks = hooks();
-        hooks.grant(Outbound {
-            allow: AllowList::parse(&["127.0.0.1:9000"]).unwrap(),
-            idempotency_key: idempotency_key("s", "e", "p"),
-        });
+        hooks.grant(grant(Credentials::default()));
         hooks
+    }
+
+    fn grant(credentials: Credentials) -> Outbound {
+        Outbound {
+            allow: AllowList::parse(&["127.0.0.1:9000", "api.example.com:443"]).unwrap(),
+            tls: tls::client_config(None).unwrap(),
+            credentials,
+            idempotency_key: idempotency_key("s", "e", "p"),
+        }
+    }
+
+    fn request_to(url: &str, authorization: &str) -> Request<WasiBody> {
+        let mut request = request();
+        *request.uri_mut() = url.parse().unwrap();
+        request.headers_mut().append(
+            http::header::AUTHORIZATION,
+            HeaderValue::from_str(authorization).unwrap(),
+        );
+        request
+    }
+
+    #[test]
+    fn a_credential_replaces_the_plugins_header_of_the_same_name() {
+        let allow = AllowList::parse(&["api.example.com:443"]).unwrap();
+        let env = |_: &str| Some("sk-1".to_owned());
+        let credential = Credential::new(
+            &allow,
+            "api.example.com:443",
+            "authorization",
+            "K",
+            "Bearer ",
+            &env,
+        )
+        .unwrap();
+        let mut hooks = hooks();
+        hooks.grant(grant(Credentials::new(vec![credential]).unwrap()));
+        let mut req = request_to("https://api.example.com/v1", "plugin-chosen");
+        let (_, _, connector) = hooks.admit(&mut req).unwrap();
+        let values: Vec<_> = req
+            .headers()
+            .get_all(http::header::AUTHORIZATION)
+            .iter()
+            .collect();
+        assert_eq!(values, ["Bearer sk-1"]);
+        assert!(matches!(connector, Connector::Tls(_)));
+        // Other listed targets get the plugin's own header, untouched.
+        let mut req = request_to("http://127.0.0.1:9000/", "plugin-chosen");
+        hooks.admit(&mut req).unwrap();
+        let values: Vec<_> = req
+            .headers()
+            .get_all(http::header::AUTHORIZATION)
+            .iter()
+            .collect();
+        assert_eq!(values, ["plugin-chosen"]);
+    }
+
+    #[test]
+    fn tls_failures_reach_the_guest_as_their_wasi_http_codes() {
+        use rustls::{AlertDescription, CertificateError};
+        let expired = rustls::Error::InvalidCertificate(CertificateError::Expired);
+        assert!(matches!(tls_error(expired), HttpError::TlsCertificateError));
+        let wrong_name = rustls::Error::InvalidCertificate(CertificateError::NotValidForName);
+        assert!(matches!(
+            tls_error(wrong_name),
+            HttpError::TlsCertificateError
+        ));
+        let alert = rustls::Error::AlertReceived(AlertDescription::HandshakeFailure);
+        assert!(matches!(
+            tls_error(alert),
+            HttpError::TlsAlertReceived {
+                alert_id: Some(40),
+                ..
+            }
+        ));
+        assert!(matches!(
+            transport_error(TransportError::TlsTimeout),
+            HttpError::ConnectionTimeout
+        ));
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `labels` | comma-separated labels to choose from; default `bug,feature,question,billing,other` |
 //! | `text_pointer` | JSON pointer to the text to classify, e.g. `/data/object/description`; default: the well-known fields, see [`text::extract`] |
-//! | `model_url` | an OpenAI-compatible chat-completions URL (`http://host:port/v1/chat/completions`); its `host:port` must be in the plugin's `allow_hosts`. Unset: offline keywords |
+//! | `model_url` | an OpenAI-compatible chat-completions URL (`https://host/v1/chat/completions` or `http://host:port/...`); its `host:port` (443 for `https` without a port) must be in the plugin's `allow_hosts`. A hosted model's API key goes in `[plugins.<name>.credentials]`, injected by hookd, never in this config. Unset: offline keywords |
 //! | `model` | the `model` field of the request; default `default` |
 //!
 //! Without `model_url` classification is offline keyword scoring ([`keywords`]): text that

@@ -97,8 +97,9 @@ pub fn normalise(reply: &str, labels: &[String]) -> String {
 
 /// Asks the model at `url` for a label for `text`.
 ///
-/// Errors: a refused host or an unusable URL is permanent (fix `allow_hosts` or `model_url`,
-/// then replay); every other failure is a retry, honouring the server's `Retry-After`.
+/// Errors: a refused host, a failed TLS handshake (an untrusted certificate) or an unusable
+/// URL is permanent (fix `allow_hosts`, `ca_file` or `model_url`, then replay); every other
+/// failure is a retry, honouring the server's `Retry-After`.
 pub fn classify(
     url: &str,
     model: &str,
@@ -110,6 +111,7 @@ pub fn classify(
         .send()
         .map_err(|e| match e {
             http::HttpError::Denied(_)
+            | http::HttpError::Tls(_)
             | http::HttpError::Unsupported(_)
             | http::HttpError::InvalidRequest(_) => {
                 HandleError::permanent(format!("model_url {url}: {e}"))

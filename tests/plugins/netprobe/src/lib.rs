@@ -1,12 +1,18 @@
 //! Test plugin: probes what a handler can reach and reports it, so tests can assert the sandbox.
 //!
-//! Event body: `{"urls": ["http://...", ...]}`. For each URL it sends a `GET` (with its own
-//! `Idempotency-Key: plugin-chosen`, which the host must override) and records
-//! `"ok"` (any response, including a 3xx, which must not be followed), `"denied"` (the host
-//! refused it) or `"error: ..."`. It also tries to read files and environment variables.
+//! Event body: `{"urls": [...], "headers": {name: value}, "post_to": [...], "fail": bool}`.
+//! For each of `urls` it sends a `GET` with `headers` (and its own
+//! `Idempotency-Key: plugin-chosen`, which the host must override) and records `"ok"` (any
+//! response, including a 3xx, which must not be followed), `"denied"` (the host refused it),
+//! `"tls: ..."` (the TLS handshake failed, and why) or `"error: ..."`. Each of `post_to` is then sent a
+//! `POST` whose body is everything the plugin could learn (what the `urls` answered and its
+//! environment), the way a hostile plugin would exfiltrate a secret. It also tries to read
+//! files and environment variables. With `fail`, the first error is returned with `?`, so the
+//! SDK's retry-or-permanent judgement decides the attempt's outcome.
 //!
 //! Output:
-//! `{"urls": {url: "ok" | "denied" | "error: ..."},
+//! `{"urls": {url: "ok" | "denied" | "tls: ..." | "error: ..."},
+//!   "answers": {url: "<response body>"},
 //!   "files": {"/etc/passwd": "error: ..." | "read N bytes", ".": "error: ..." | "listed N entries"},
 //!   "env": {"vars": N, "HOME": null | "...", "PATH": null | "..."}}`
 
@@ -20,6 +26,12 @@ use serde_json::{Value, json};
 struct Probe {
     #[serde(default)]
     urls: Vec<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    post_to: Vec<String>,
+    #[serde(default)]
+    fail: bool,
 }
 
 /// The netprobe handler.
@@ -29,13 +41,20 @@ impl Handler for Netprobe {
     fn handle(event: Event) -> Result<Option<String>, HandleError> {
         let probe: Probe = event.json()?;
         let mut urls = BTreeMap::new();
+        let mut answers = BTreeMap::new();
         for url in &probe.urls {
-            let verdict = match http::get(url)
-                .header("idempotency-key", "plugin-chosen")
-                .send()
-            {
-                Ok(_) => "ok".to_owned(),
+            let mut request = http::get(url).header("idempotency-key", "plugin-chosen");
+            for (name, value) in &probe.headers {
+                request = request.header(name, value);
+            }
+            let verdict = match request.send() {
+                Ok(response) => {
+                    answers.insert(url.clone(), response.text().unwrap_or_default().to_owned());
+                    "ok".to_owned()
+                }
+                Err(e) if probe.fail => return Err(e.into()),
                 Err(http::HttpError::Denied(_)) => "denied".to_owned(),
+                Err(e @ http::HttpError::Tls(_)) => format!("tls: {e}"),
                 Err(e) => format!("error: {e}"),
             };
             urls.insert(url.clone(), verdict);
@@ -55,7 +74,17 @@ impl Handler for Netprobe {
             "HOME": std::env::var("HOME").ok(),
             "PATH": std::env::var("PATH").ok(),
         });
-        output::json(&json!({ "urls": urls, "files": files, "env": env }) as &Value)
+        let learned = json!({ "urls": urls, "answers": answers, "env": env }).to_string();
+        for url in &probe.post_to {
+            let verdict = match http::post(url).body(learned.as_bytes()).send() {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => format!("error: {e}"),
+            };
+            urls.insert(format!("POST {url}"), verdict);
+        }
+        output::json(
+            &json!({ "urls": urls, "answers": answers, "files": files, "env": env }) as &Value,
+        )
     }
 }
 
