@@ -22,10 +22,9 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair}
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
 
-use crate::support::{self, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, Scheme, TestHost, plugins};
 
 const WAIT: Duration = Duration::from_secs(60);
-const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// The API key the host injects; it must reach the TLS server and nothing else.
 const API_KEY: &str = "sk-live-7f3a9c1e";
 
@@ -173,15 +172,10 @@ async fn probe_host(plugin: &str, ca: Option<&Pki>, env: &[(&str, &str)]) -> Tes
     if let Some(pki) = ca {
         std::fs::write(dir.path().join("ca.pem"), pki.ca_pem()).unwrap();
     }
-    let config = format!(
-        r#"
-        [sources.p]
-        scheme = "standard-webhooks"
-        secrets = ["{SECRET}"]
-        handlers = ["netprobe"]
-        [plugins.netprobe]
-        {plugin}
-        "#
+    let config = support::sw_source(
+        "p",
+        &["netprobe"],
+        &format!("[plugins.netprobe]\n{plugin}\n"),
     );
     let env: Vec<(String, String)> = env
         .iter()
@@ -197,7 +191,7 @@ async fn run_probe(host: &TestHost, id: &str, probe: Value, state: &str) -> Valu
         .post_signed(
             "p",
             &Scheme::StandardWebhooks,
-            SECRET,
+            support::SW_SECRET,
             id,
             probe.to_string().as_bytes(),
         )
