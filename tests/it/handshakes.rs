@@ -446,3 +446,34 @@ async fn get_is_405_for_a_scheme_without_a_get_handshake() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(headers["allow"], "POST");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hookd_send_signs_discord_with_the_private_key_seed() {
+    let host = start().await;
+    let payload = host.path().join("command.json");
+    std::fs::write(
+        &payload,
+        br#"{"id":"1130000000000000001","type":2,"data":{"name":"ship"},"token":"t","version":1}"#,
+    )
+    .unwrap();
+    let url = format!("http://{}/hooks/discord", host.ingest);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args([
+            "send", "--url", &url, "--scheme", "discord", "--repeat", "2",
+        ])
+        .arg(&payload)
+        .env("HOOKD_SEND_SECRET", DISCORD_SEED)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("sent 2: 2xx=2"), "{stdout}");
+    host.wait_state(
+        "discord",
+        "1130000000000000001",
+        "counter",
+        "done",
+        Duration::from_secs(30),
+    )
+    .await;
+}

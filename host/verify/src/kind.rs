@@ -85,6 +85,12 @@ impl SchemeKind {
         self.vocabulary().signature_header
     }
 
+    /// Whether a request of this scheme carries a signature (so signing one needs a key): false
+    /// for `none` and for `msgraph`, whose proof is the `clientState` written in the body.
+    pub fn signs(self) -> bool {
+        self.signature_header().is_some() || self == SchemeKind::HmacSha256
+    }
+
     /// The header carrying the provider's stable delivery id, if the scheme has one.
     pub fn id_header(self) -> Option<&'static HeaderName> {
         self.vocabulary().id_header

@@ -31,8 +31,10 @@ pub struct SendArgs {
     #[arg(long, value_enum, value_name = "SCHEME")]
     pub(super) scheme: SchemeKind,
 
-    /// The signing secret, as configured for the source (standard-webhooks: `whsec_<base64>`).
-    /// Not needed for `--scheme none`. Prefer the environment variable: a flag shows in `ps`.
+    /// The signing secret, as configured for the source (standard-webhooks: `whsec_<base64>`;
+    /// discord: the Ed25519 private key seed, 64 hex digits, whose public key the source has).
+    /// Not needed for `--scheme none` or `msgraph` (put the `clientState` in FILE). Prefer the
+    /// environment variable: a flag shows in `ps`.
     #[arg(
         long,
         env = "HOOKD_SEND_SECRET",
