@@ -21,6 +21,9 @@ use crate::{MAX_HEADER_LEN, Scheme, Verifier, VerifyError, schemes};
 /// The largest body considered as a possible handshake; larger ones are events.
 pub const MAX_HANDSHAKE_BODY: usize = 16 * 1024;
 
+/// The longest `crc_token` answered, in bytes.
+pub const MAX_CRC_TOKEN: usize = 256;
+
 /// hookd's answer to a handshake: always `200`, with this content type and body.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reply {
@@ -58,6 +61,10 @@ pub enum HandshakeError {
     /// The handshake lacks a parameter it needs.
     #[error("missing {0}")]
     Missing(&'static str),
+    /// twitter: the `crc_token` is longer than [`MAX_CRC_TOKEN`] or has a character other than
+    /// letters, digits and `-_.~+/=`.
+    #[error("crc_token must be at most {MAX_CRC_TOKEN} letters, digits or -_.~+/=")]
+    InvalidCrcToken,
     /// meta: `hub.mode` is not `subscribe`.
     #[error("hub.mode must be subscribe")]
     UnsupportedMode,
@@ -74,6 +81,7 @@ impl HandshakeError {
             HandshakeError::Verify(_) => StatusCode::UNAUTHORIZED,
             HandshakeError::TokenMismatch => StatusCode::FORBIDDEN,
             HandshakeError::Missing(_)
+            | HandshakeError::InvalidCrcToken
             | HandshakeError::UnsupportedMode
             | HandshakeError::TooLong { .. } => StatusCode::BAD_REQUEST,
         }
@@ -99,6 +107,16 @@ impl Verifier {
             }
             Scheme::Twitter => {
                 let crc = param("crc_token")?;
+                // The CRC is unsigned and its answer is an HMAC under the same key as events'
+                // signatures: an event body (JSON) as the token would get the body signed. Only
+                // token characters are answered, and no such string is an event body.
+                if crc.len() > MAX_CRC_TOKEN
+                    || !crc
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.~+/=".contains(&b))
+                {
+                    return Err(HandshakeError::InvalidCrcToken);
+                }
                 let tag = self.keys[0].tag(&[crc.as_bytes()]);
                 Reply::json(&json!({"response_token": format!("sha256={}", STANDARD.encode(tag))}))
             }

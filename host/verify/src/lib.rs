@@ -47,7 +47,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-pub use handshake::{HandshakeError, MAX_HANDSHAKE_BODY, Reply};
+pub use handshake::{HandshakeError, MAX_CRC_TOKEN, MAX_HANDSHAKE_BODY, Reply};
 pub use kind::{Credential, Encoding, SchemeKind, UnknownEncoding, UnknownScheme};
 pub use secret::Secret;
 pub use settings::{HmacParts, HmacSetting, HmacSettingsError};

@@ -336,3 +336,11 @@ fn a_challenge_longer_than_the_cap_is_refused() {
     let err = v.answer_get(&query(&[("challenge", &long)])).unwrap_err();
     assert_eq!(err.status(), StatusCode::BAD_REQUEST);
 }
+
+#[test]
+fn a_twitter_crc_token_that_could_be_an_event_body_is_not_signed() {
+    let v = verifier(Scheme::Twitter, &["twitter_consumer_secret"], None);
+    let forged = r#"{"tweet_create_events":[{"id_str":"1"}]}"#;
+    let err = v.answer_get(&query(&[("crc_token", forged)])).unwrap_err();
+    assert_eq!(err, HandshakeError::InvalidCrcToken);
+}
