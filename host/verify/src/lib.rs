@@ -19,16 +19,18 @@
 //! Header policy (the same for every scheme):
 //! - A header value longer than [`MAX_HEADER_LEN`] bytes is refused before it is parsed.
 //! - Headers that carry an id or a timestamp (`webhook-id`, `webhook-timestamp`,
-//!   `Stripe-Signature`, `X-Slack-Request-Timestamp`, and the scheme's [`Scheme::id_header`])
-//!   must appear at most once: a repeated one is [`VerifyError::MalformedHeader`], because it
+//!   `Stripe-Signature`, `X-Slack-Request-Timestamp`, `x-zm-request-timestamp`,
+//!   `X-Signature-Timestamp`, and the scheme's [`Scheme::id_header`]), and discord's single
+//!   Ed25519 `X-Signature-Ed25519`, must appear at most once: a repeated one is [`VerifyError::MalformedHeader`], because it
 //!   would be ambiguous which value was signed or which id dedupe should use.
-//! - Headers that only carry signatures (`webhook-signature`, `X-Hub-Signature-256`,
-//!   `X-Shopify-Hmac-Sha256`, `X-Slack-Signature`, the generic header) may repeat: all their
+//! - Headers that only carry HMAC signatures (`webhook-signature`, `X-Hub-Signature-256`,
+//!   `X-Shopify-Hmac-Sha256`, `X-Slack-Signature`, `x-zm-signature`,
+//!   `x-twitter-webhooks-signature`, `X-Dropbox-Signature`, the generic header) may repeat: all their
 //!   values are pooled, at most [`MAX_SIGNATURES`] signatures in total.
-//! - A signature that does not decode to exactly 32 bytes is simply not a match; a value whose
+//! - A signature that does not decode to exactly 32 bytes (discord: 64) is simply not a match; a value whose
 //!   structure is wrong (missing `sha256=`/`v0=`/prefix, missing `t=`, no `v1` entry, empty,
 //!   not visible ASCII, non-numeric timestamp) is malformed.
-//! - Timestamps (standard-webhooks, stripe, slack) are unix seconds, digits only, and must be
+//! - Timestamps (standard-webhooks, stripe, slack, zoom, discord) are unix seconds, digits only, and must be
 //!   within the tolerance both in the past and in the future (whole seconds, bounds included).
 //!   They are checked before any HMAC is computed, so stale replays cost no hashing.
 

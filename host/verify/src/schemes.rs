@@ -103,7 +103,7 @@ pub(crate) fn verify(
         Scheme::None => Ok(()),
         Scheme::StandardWebhooks => standard_webhooks(keys, tolerance, headers, body, now),
         Scheme::Stripe => stripe(keys, tolerance, headers, body, now),
-        Scheme::Github => {
+        Scheme::Github | Scheme::Meta => {
             let tags = prefixed(
                 headers,
                 &HUB_SIGNATURE_256,
@@ -133,16 +133,6 @@ pub(crate) fn verify(
             now,
             (&ZOOM_SIGNATURE, &ZOOM_TIMESTAMP),
         ),
-        Scheme::Meta => {
-            let tags = prefixed(
-                headers,
-                &HUB_SIGNATURE_256,
-                "sha256=",
-                "expected sha256=<hex>",
-                Encoding::Hex,
-            )?;
-            matches(keys, &[body], &tags)
-        }
         Scheme::Twitter => {
             let tags = prefixed(
                 headers,
