@@ -39,12 +39,10 @@ pub(super) async fn get(
         return ApiError::UnknownSource.into_response();
     };
     let not_allowed = || {
-        let mut response = (
-            StatusCode::METHOD_NOT_ALLOWED,
-            Json(json!({"error": "method_not_allowed", "detail":
-                format!("scheme {} has no GET handshake; events are POSTed", source.verifier.scheme().name())})),
-        )
-            .into_response();
+        let scheme = source.verifier.scheme().name();
+        let detail = format!("scheme {scheme} has no GET handshake; events are POSTed");
+        let body = json!({"error": "method_not_allowed", "detail": detail});
+        let mut response = (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response();
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));

@@ -44,8 +44,8 @@ pub struct SendArgs {
     pub(super) secret: Option<String>,
 
     /// The event id, for schemes that send it in a header: standard-webhooks (`webhook-id`),
-    /// github (`X-GitHub-Delivery`), shopify (`X-Shopify-Event-Id`). For stripe, slack,
-    /// hmac-sha256 and none the id is in the body (your FILE), so this has no effect there.
+    /// github (`X-GitHub-Delivery`), shopify (`X-Shopify-Event-Id`). For every other scheme the
+    /// id is in the body (your FILE), so this has no effect there.
     /// Default: random (`msg_...`, or a UUID for github/shopify), chosen once and sent with every
     /// copy.
     #[arg(long, value_name = "ID")]
