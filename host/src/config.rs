@@ -23,7 +23,10 @@ use crate::{
         credentials::{Credential, Credentials},
         tls,
     },
-    verify::{HmacParts, HmacSetting, HmacSettingsError, Scheme, SchemeKind, Secret, Verifier},
+    verify::{
+        Credential as SchemeCredential, HmacParts, HmacSetting, HmacSettingsError, Scheme,
+        SchemeKind, Secret, Verifier,
+    },
 };
 
 /// The raw file, exactly as written. Field docs say why a default is what it is.
@@ -147,6 +150,21 @@ struct SourceFile {
     /// `hmac-sha256` only: `hex` (default) or `base64`.
     #[serde(default)]
     signature_encoding: Option<String>,
+    /// `discord` only: the application's hex Ed25519 public key.
+    #[serde(default)]
+    public_key: Option<String>,
+    /// `meta` only: the token its `GET` subscription handshake presents.
+    #[serde(default)]
+    verify_token: Option<String>,
+    /// `meta` only: the environment variable holding `verify_token`.
+    #[serde(default)]
+    verify_token_env: Option<String>,
+    /// `msgraph` only: the `clientState` every notification carries.
+    #[serde(default)]
+    client_state: Option<String>,
+    /// `msgraph` only: the environment variable holding `client_state`.
+    #[serde(default)]
+    client_state_env: Option<String>,
 }
 
 fn default_tolerance_secs() -> u64 {
@@ -935,6 +953,68 @@ fn source_scheme(name: &str, file: &SourceFile) -> anyhow::Result<Scheme> {
     })
 }
 
+/// The source's `public_key`, `verify_token[_env]` or `client_state[_env]`: only the one its
+/// scheme takes ([`SchemeKind::credential`]), given once, inline or from the environment.
+fn source_credential(
+    name: &str,
+    file: &SourceFile,
+    kind: SchemeKind,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<Option<Secret>> {
+    let given = [
+        (SchemeCredential::PublicKey, &file.public_key, None),
+        (
+            SchemeCredential::VerifyToken,
+            &file.verify_token,
+            Some(&file.verify_token_env),
+        ),
+        (
+            SchemeCredential::ClientState,
+            &file.client_state,
+            Some(&file.client_state_env),
+        ),
+    ];
+    // `<key>_env` names the environment variable holding the value.
+    let env_key = |credential: SchemeCredential| format!("{}_env", credential.key());
+    // Keys of other schemes first, so a misplaced key is named even if the right one is missing.
+    for (credential, inline, from_env) in &given {
+        if kind.credential() == Some(*credential) {
+            continue;
+        }
+        if inline.is_some() {
+            bail!("sources.{name}.{credential} does not apply to scheme \"{kind}\"");
+        }
+        if from_env.is_some_and(Option::is_some) {
+            let env_key = env_key(*credential);
+            bail!("sources.{name}.{env_key} does not apply to scheme \"{kind}\"");
+        }
+    }
+    let Some((credential, inline, from_env)) = given
+        .into_iter()
+        .find(|(credential, ..)| kind.credential() == Some(*credential))
+    else {
+        return Ok(None);
+    };
+    let (key, env_key) = (credential.key(), env_key(credential));
+    let var = from_env.unwrap_or(&None);
+    let found = match (inline, var) {
+        (Some(_), Some(_)) => bail!("sources.{name}: set {key} or {env_key}, not both"),
+        (Some(value), None) => Secret::new(value.clone()),
+        (None, Some(var)) => Secret::new(env(var).with_context(|| {
+            format!("sources.{name}.{env_key}: environment variable {var} is not set")
+        })?),
+        (None, None) => {
+            let also = if from_env.is_some() {
+                format!(" (or {env_key})")
+            } else {
+                String::new()
+            };
+            bail!("sources.{name}.{key}{also} is required for scheme \"{kind}\"")
+        }
+    };
+    Ok(Some(found))
+}
+
 fn source_config(
     name: &str,
     file: SourceFile,
@@ -950,6 +1030,7 @@ fn source_config(
         );
     }
     let scheme = source_scheme(name, &file)?;
+    let credential = source_credential(name, &file, scheme.kind(), env)?;
     let mut secrets: Vec<Secret> = file.secrets.into_iter().map(Secret::new).collect();
     for var in &file.secrets_env {
         let value = env(var).with_context(|| {
@@ -963,8 +1044,13 @@ fn source_config(
             SchemeKind::None
         );
     }
-    let verifier = Verifier::new(scheme, secrets, Duration::from_secs(file.tolerance_secs))
-        .map_err(|e| anyhow::anyhow!("sources.{name}: {e}"))?;
+    let verifier = Verifier::with_credential(
+        scheme,
+        secrets,
+        credential,
+        Duration::from_secs(file.tolerance_secs),
+    )
+    .map_err(|e| anyhow::anyhow!("sources.{name}: {e}"))?;
     let plugin = |field: &str, p: String| -> anyhow::Result<PluginName> {
         check_name(&format!("sources.{name}.{field}"), &p)?;
         Ok(PluginName::new(p))
@@ -1060,7 +1146,7 @@ mod tests {
             (
                 "scheme = \"gitlab\"",
                 "sources.a.scheme: \"gitlab\" is not one of standard-webhooks, stripe, github, \
-                 shopify, slack, hmac-sha256, none",
+                 shopify, slack, discord, zoom, meta, twitter, dropbox, msgraph, hmac-sha256, none",
             ),
             (
                 "scheme = \"hmac-sha256\"",
@@ -1083,6 +1169,63 @@ mod tests {
             let err = parse(&format!("{source}{keys}")).unwrap_err();
             assert_eq!(err.to_string(), message);
         }
+    }
+
+    #[test]
+    fn credential_errors_name_the_key_and_the_scheme() {
+        let cases = [
+            (
+                "scheme = \"discord\"",
+                "sources.a.public_key is required for scheme \"discord\"",
+            ),
+            (
+                "scheme = \"meta\"\nsecrets = [\"x\"]",
+                "sources.a.verify_token (or verify_token_env) is required for scheme \"meta\"",
+            ),
+            (
+                "scheme = \"github\"\nsecrets = [\"x\"]\nverify_token = \"t\"",
+                "sources.a.verify_token does not apply to scheme \"github\"",
+            ),
+            (
+                "scheme = \"meta\"\nsecrets = [\"x\"]\nclient_state_env = \"V\"",
+                "sources.a.client_state_env does not apply to scheme \"meta\"",
+            ),
+            (
+                "scheme = \"msgraph\"\nclient_state = \"s\"\nclient_state_env = \"V\"",
+                "sources.a: set client_state or client_state_env, not both",
+            ),
+            (
+                "scheme = \"msgraph\"\nclient_state_env = \"NOPE\"",
+                "sources.a.client_state_env: environment variable NOPE is not set",
+            ),
+            (
+                "scheme = \"msgraph\"\nclient_state = \"s\"\nsecrets = [\"x\"]",
+                "sources.a: scheme msgraph takes no secrets (it is configured with client_state)",
+            ),
+            (
+                "scheme = \"discord\"\npublic_key = \"abc\"",
+                "sources.a: public_key is not a hex Ed25519 public key (64 hex digits)",
+            ),
+        ];
+        for (keys, message) in cases {
+            let err = parse(&format!("[sources.a]\n{keys}")).unwrap_err();
+            assert_eq!(err.to_string(), message, "{keys}");
+        }
+    }
+
+    #[test]
+    fn a_meta_verify_token_is_read_from_the_environment() {
+        let config = parse(
+            "[sources.a]\nscheme = \"meta\"\nsecrets = [\"x\"]\nverify_token_env = \"GH_SECRET\"",
+        )
+        .unwrap();
+        let q = [
+            ("hub.mode".to_owned(), "subscribe".to_owned()),
+            ("hub.verify_token".to_owned(), "from-env".to_owned()),
+            ("hub.challenge".to_owned(), "c".to_owned()),
+        ];
+        let verifier = &config.sources["a"].verifier;
+        assert!(verifier.answer_get(&q).unwrap().is_some());
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The HTTP edge: `POST /hooks/{source}` → raw body (capped, timed) → verify → envelope →
-//! durable accept → 202.
+//! The HTTP edge: `POST /hooks/{source}` → raw body (capped, timed) → provider handshake
+//! ([`handshake`], answered and never stored) → verify → envelope → durable accept → 202; and
+//! `GET /hooks/{source}` for providers whose handshake is a `GET`.
 //!
 //! Invariants:
 //! - The signature is checked over the exact bytes received, before anything parses them.
@@ -15,7 +16,7 @@ use axum::{
     Json, Router,
     body::Body,
     extract::{Path, State},
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, StatusCode, Uri, header},
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -32,6 +33,7 @@ use crate::{
 };
 
 pub mod body;
+mod handshake;
 pub mod replay;
 
 use body::{BodyBudget, BodyLimits};
@@ -50,7 +52,7 @@ struct Edge {
 pub fn router(shared: Arc<Shared>) -> Router {
     let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
     Router::new()
-        .route("/hooks/{source}", post(receive))
+        .route("/hooks/{source}", post(receive).get(handshake::get))
         .with_state(Edge { shared, budget })
 }
 
@@ -72,6 +74,7 @@ pub enum EnvelopeOutcome {
 async fn receive(
     State(Edge { shared, budget }): State<Edge>,
     Path(source): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -96,6 +99,9 @@ async fn receive(
     // Held until the request is answered: the body's bytes live that long.
     let (body, _reservation) = body::read(body, declared, limits, &budget).await?;
 
+    if let Some(answer) = handshake::post(&source, &uri, &headers, &body, received) {
+        return Ok(answer);
+    }
     let verified = source
         .verifier
         .verify(headers, body, received)

@@ -24,6 +24,13 @@ pub(crate) static SHOPIFY_TOPIC: HeaderName = HeaderName::from_static("x-shopify
 pub(crate) static SLACK_SIGNATURE: HeaderName = HeaderName::from_static("x-slack-signature");
 pub(crate) static SLACK_TIMESTAMP: HeaderName =
     HeaderName::from_static("x-slack-request-timestamp");
+pub(crate) static DISCORD_SIGNATURE: HeaderName = HeaderName::from_static("x-signature-ed25519");
+pub(crate) static DISCORD_TIMESTAMP: HeaderName = HeaderName::from_static("x-signature-timestamp");
+pub(crate) static ZOOM_SIGNATURE: HeaderName = HeaderName::from_static("x-zm-signature");
+pub(crate) static ZOOM_TIMESTAMP: HeaderName = HeaderName::from_static("x-zm-request-timestamp");
+pub(crate) static TWITTER_SIGNATURE: HeaderName =
+    HeaderName::from_static("x-twitter-webhooks-signature");
+pub(crate) static DROPBOX_SIGNATURE: HeaderName = HeaderName::from_static("x-dropbox-signature");
 
 /// Which scheme a source uses, without the settings the generic one needs (see
 /// [`crate::Scheme`] for the scheme with its settings).
@@ -34,18 +41,30 @@ pub enum SchemeKind {
     Github,
     Shopify,
     Slack,
+    Discord,
+    Zoom,
+    Meta,
+    Twitter,
+    Dropbox,
+    Msgraph,
     HmacSha256,
     None,
 }
 
 impl SchemeKind {
     /// Every scheme, in the order error messages and help texts list them.
-    pub const ALL: [SchemeKind; 7] = [
+    pub const ALL: [SchemeKind; 13] = [
         SchemeKind::StandardWebhooks,
         SchemeKind::Stripe,
         SchemeKind::Github,
         SchemeKind::Shopify,
         SchemeKind::Slack,
+        SchemeKind::Discord,
+        SchemeKind::Zoom,
+        SchemeKind::Meta,
+        SchemeKind::Twitter,
+        SchemeKind::Dropbox,
+        SchemeKind::Msgraph,
         SchemeKind::HmacSha256,
         SchemeKind::None,
     ];
@@ -66,6 +85,12 @@ impl SchemeKind {
         self.vocabulary().signature_header
     }
 
+    /// Whether a request of this scheme carries a signature (so signing one needs a key): false
+    /// for `none` and for `msgraph`, whose proof is the `clientState` written in the body.
+    pub fn signs(self) -> bool {
+        self.signature_header().is_some() || self == SchemeKind::HmacSha256
+    }
+
     /// The header carrying the provider's stable delivery id, if the scheme has one.
     pub fn id_header(self) -> Option<&'static HeaderName> {
         self.vocabulary().id_header
@@ -74,6 +99,23 @@ impl SchemeKind {
     /// The header naming the event's type, if the provider sends one (it is never signed).
     pub fn type_header(self) -> Option<&'static HeaderName> {
         self.vocabulary().type_header
+    }
+
+    /// The set-up handshake hookd answers for this scheme, for help texts and the README.
+    pub fn handshake(self) -> &'static str {
+        self.vocabulary().handshake
+    }
+
+    /// Whether the provider proves the endpoint with a `GET` (so `GET /hooks/{source}` is
+    /// answered; for every other scheme it is 405).
+    pub fn answers_get(self) -> bool {
+        self.vocabulary().answers_get
+    }
+
+    /// The extra value the scheme is configured with besides (or instead of) its secrets, as
+    /// the config key names it: `public_key`, `verify_token` or `client_state`.
+    pub fn credential(self) -> Option<Credential> {
+        self.vocabulary().credential
     }
 
     /// Everything but the signature format, in one arm per scheme.
@@ -85,6 +127,9 @@ impl SchemeKind {
                 signature_header: Some(&WEBHOOK_SIGNATURE),
                 id_header: Some(&WEBHOOK_ID),
                 type_header: None,
+                handshake: "—",
+                answers_get: false,
+                credential: None,
             },
             SchemeKind::Stripe => Vocabulary {
                 name: "stripe",
@@ -92,6 +137,9 @@ impl SchemeKind {
                 signature_header: Some(&STRIPE_SIGNATURE),
                 id_header: None,
                 type_header: None,
+                handshake: "—",
+                answers_get: false,
+                credential: None,
             },
             SchemeKind::Github => Vocabulary {
                 name: "github",
@@ -99,6 +147,9 @@ impl SchemeKind {
                 signature_header: Some(&HUB_SIGNATURE_256),
                 id_header: Some(&GITHUB_DELIVERY),
                 type_header: Some(&GITHUB_EVENT),
+                handshake: "—",
+                answers_get: false,
+                credential: None,
             },
             SchemeKind::Shopify => Vocabulary {
                 name: "shopify",
@@ -106,6 +157,9 @@ impl SchemeKind {
                 signature_header: Some(&SHOPIFY_HMAC),
                 id_header: Some(&SHOPIFY_EVENT_ID),
                 type_header: Some(&SHOPIFY_TOPIC),
+                handshake: "—",
+                answers_get: false,
+                credential: None,
             },
             SchemeKind::Slack => Vocabulary {
                 name: "slack",
@@ -113,6 +167,69 @@ impl SchemeKind {
                 signature_header: Some(&SLACK_SIGNATURE),
                 id_header: None,
                 type_header: None,
+                handshake: "signed `url_verification` POST: the `challenge` is echoed",
+                answers_get: false,
+                credential: None,
+            },
+            SchemeKind::Discord => Vocabulary {
+                name: "discord",
+                summary: "Ed25519 X-Signature-Ed25519 over X-Signature-Timestamp + body (`public_key`)",
+                signature_header: Some(&DISCORD_SIGNATURE),
+                id_header: None,
+                type_header: None,
+                handshake: "signed `PING` (`type` 1): answered `{\"type\":1}`",
+                answers_get: false,
+                credential: Some(Credential::PublicKey),
+            },
+            SchemeKind::Zoom => Vocabulary {
+                name: "zoom",
+                summary: "x-zm-signature: v0=... with x-zm-request-timestamp",
+                signature_header: Some(&ZOOM_SIGNATURE),
+                id_header: None,
+                type_header: None,
+                handshake: "signed `endpoint.url_validation`: answered with the `plainToken` and its HMAC",
+                answers_get: false,
+                credential: None,
+            },
+            SchemeKind::Meta => Vocabulary {
+                name: "meta",
+                summary: "X-Hub-Signature-256 (WhatsApp, Messenger, Instagram; the app secret)",
+                signature_header: Some(&HUB_SIGNATURE_256),
+                id_header: None,
+                type_header: None,
+                handshake: "`GET ?hub.mode=subscribe&hub.verify_token=...&hub.challenge=...`: the challenge is echoed if the token matches",
+                answers_get: true,
+                credential: Some(Credential::VerifyToken),
+            },
+            SchemeKind::Twitter => Vocabulary {
+                name: "twitter",
+                summary: "x-twitter-webhooks-signature: sha256=<base64> (the consumer secret)",
+                signature_header: Some(&TWITTER_SIGNATURE),
+                id_header: None,
+                type_header: None,
+                handshake: "`GET ?crc_token=...`: answered with the token's HMAC as `response_token`",
+                answers_get: true,
+                credential: None,
+            },
+            SchemeKind::Dropbox => Vocabulary {
+                name: "dropbox",
+                summary: "X-Dropbox-Signature: hex HMAC of the body (the app secret)",
+                signature_header: Some(&DROPBOX_SIGNATURE),
+                id_header: None,
+                type_header: None,
+                handshake: "`GET ?challenge=...`: the challenge is echoed as text/plain",
+                answers_get: true,
+                credential: None,
+            },
+            SchemeKind::Msgraph => Vocabulary {
+                name: "msgraph",
+                summary: "Microsoft Graph: every notification's `clientState` equals `client_state`",
+                signature_header: None,
+                id_header: None,
+                type_header: None,
+                handshake: "`POST ?validationToken=...`: the token is echoed as text/plain",
+                answers_get: false,
+                credential: Some(Credential::ClientState),
             },
             SchemeKind::HmacSha256 => Vocabulary {
                 name: "hmac-sha256",
@@ -120,6 +237,9 @@ impl SchemeKind {
                 signature_header: None,
                 id_header: None,
                 type_header: None,
+                handshake: "—",
+                answers_get: false,
+                credential: None,
             },
             SchemeKind::None => Vocabulary {
                 name: "none",
@@ -127,6 +247,9 @@ impl SchemeKind {
                 signature_header: None,
                 id_header: None,
                 type_header: None,
+                handshake: "—",
+                answers_get: false,
+                credential: None,
             },
         }
     }
@@ -140,6 +263,42 @@ struct Vocabulary {
     signature_header: Option<&'static HeaderName>,
     id_header: Option<&'static HeaderName>,
     type_header: Option<&'static HeaderName>,
+    handshake: &'static str,
+    answers_get: bool,
+    credential: Option<Credential>,
+}
+
+/// A value a scheme is configured with besides its secrets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Credential {
+    /// discord: the application's hex Ed25519 public key, instead of secrets.
+    PublicKey,
+    /// meta: the token the `GET` subscription handshake must present, besides the app secret.
+    VerifyToken,
+    /// msgraph: the `clientState` every notification must carry, instead of secrets.
+    ClientState,
+}
+
+impl Credential {
+    /// The config key (and `hookd send` flag without the dashes) that gives it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Credential::PublicKey => "public_key",
+            Credential::VerifyToken => "verify_token",
+            Credential::ClientState => "client_state",
+        }
+    }
+
+    /// Whether it replaces the secrets (discord, msgraph) rather than comes with them (meta).
+    pub fn replaces_secrets(self) -> bool {
+        !matches!(self, Credential::VerifyToken)
+    }
+}
+
+impl fmt::Display for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.key())
+    }
 }
 
 impl fmt::Display for SchemeKind {
@@ -279,19 +438,21 @@ mod tests {
         let cell =
             |header: Option<&HeaderName>| header.map_or("—".to_owned(), |h| format!("`{h}`"));
         let mut table = String::from(
-            "| scheme | signature header | event id header | event type header | a request carries |\n\
-             |---|---|---|---|---|\n",
+            "| scheme | signature header | event id header | event type header | a request carries | set-up handshake |\n\
+             |---|---|---|---|---|---|\n",
         );
         for kind in SchemeKind::ALL {
             let signature = match kind {
                 SchemeKind::HmacSha256 => "`signature_header`".to_owned(),
+                SchemeKind::Msgraph => "— (`clientState` in the body)".to_owned(),
                 _ => cell(kind.signature_header()),
             };
             table.push_str(&format!(
-                "| `{kind}` | {signature} | {} | {} | {} |\n",
+                "| `{kind}` | {signature} | {} | {} | {} | {} |\n",
                 cell(kind.id_header()),
                 cell(kind.type_header()),
-                kind.summary()
+                kind.summary(),
+                kind.handshake()
             ));
         }
         table
@@ -326,7 +487,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "\"gitlab\" is not one of standard-webhooks, stripe, github, shopify, slack, \
-             hmac-sha256, none"
+             discord, zoom, meta, twitter, dropbox, msgraph, hmac-sha256, none"
         );
     }
 

@@ -14,23 +14,27 @@
 //! - `secret.rs`: [`Secret`], the redacted configured value.
 //! - `wire.rs`: reading untrusted header values: caps, duplicates, timestamps, decoding.
 //! - `schemes.rs`: what each provider signs, with which key, in which header.
+//! - `handshake.rs`: the set-up handshakes providers send before any event, and their answers.
 //!
 //! Header policy (the same for every scheme):
 //! - A header value longer than [`MAX_HEADER_LEN`] bytes is refused before it is parsed.
 //! - Headers that carry an id or a timestamp (`webhook-id`, `webhook-timestamp`,
-//!   `Stripe-Signature`, `X-Slack-Request-Timestamp`, and the scheme's [`Scheme::id_header`])
-//!   must appear at most once: a repeated one is [`VerifyError::MalformedHeader`], because it
+//!   `Stripe-Signature`, `X-Slack-Request-Timestamp`, `x-zm-request-timestamp`,
+//!   `X-Signature-Timestamp`, and the scheme's [`Scheme::id_header`]), and discord's single
+//!   Ed25519 `X-Signature-Ed25519`, must appear at most once: a repeated one is [`VerifyError::MalformedHeader`], because it
 //!   would be ambiguous which value was signed or which id dedupe should use.
-//! - Headers that only carry signatures (`webhook-signature`, `X-Hub-Signature-256`,
-//!   `X-Shopify-Hmac-Sha256`, `X-Slack-Signature`, the generic header) may repeat: all their
+//! - Headers that only carry HMAC signatures (`webhook-signature`, `X-Hub-Signature-256`,
+//!   `X-Shopify-Hmac-Sha256`, `X-Slack-Signature`, `x-zm-signature`,
+//!   `x-twitter-webhooks-signature`, `X-Dropbox-Signature`, the generic header) may repeat: all their
 //!   values are pooled, at most [`MAX_SIGNATURES`] signatures in total.
-//! - A signature that does not decode to exactly 32 bytes is simply not a match; a value whose
+//! - A signature that does not decode to exactly 32 bytes (discord: 64) is simply not a match; a value whose
 //!   structure is wrong (missing `sha256=`/`v0=`/prefix, missing `t=`, no `v1` entry, empty,
 //!   not visible ASCII, non-numeric timestamp) is malformed.
-//! - Timestamps (standard-webhooks, stripe, slack) are unix seconds, digits only, and must be
+//! - Timestamps (standard-webhooks, stripe, slack, zoom, discord) are unix seconds, digits only, and must be
 //!   within the tolerance both in the past and in the future (whole seconds, bounds included).
 //!   They are checked before any HMAC is computed, so stale replays cost no hashing.
 
+mod handshake;
 mod kind;
 mod schemes;
 mod secret;
@@ -45,7 +49,8 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-pub use kind::{Encoding, SchemeKind, UnknownEncoding, UnknownScheme};
+pub use handshake::{HandshakeError, MAX_CRC_TOKEN, MAX_HANDSHAKE_BODY, Reply};
+pub use kind::{Credential, Encoding, SchemeKind, UnknownEncoding, UnknownScheme};
 pub use secret::Secret;
 pub use settings::{HmacParts, HmacSetting, HmacSettingsError};
 
@@ -68,6 +73,18 @@ pub enum Scheme {
     Shopify,
     /// `X-Slack-Signature: v0=<hex>` with `X-Slack-Request-Timestamp`.
     Slack,
+    /// Discord interactions: `X-Signature-Ed25519` over `X-Signature-Timestamp` + body.
+    Discord,
+    /// `x-zm-signature: v0=<hex>` over `v0:{x-zm-request-timestamp}:{body}`.
+    Zoom,
+    /// `X-Hub-Signature-256: sha256=<hex>` with the app secret, plus a `GET` verify token.
+    Meta,
+    /// `x-twitter-webhooks-signature: sha256=<base64>` with the consumer secret.
+    Twitter,
+    /// `X-Dropbox-Signature: <hex>` with the app secret.
+    Dropbox,
+    /// Microsoft Graph change notifications: each carries the configured `clientState`.
+    Msgraph,
     /// Any provider that puts an HMAC-SHA256 of the raw body in one header.
     HmacSha256(HmacScheme),
     /// No verification at all: every request is accepted.
@@ -95,6 +112,12 @@ impl Scheme {
             Scheme::Github => SchemeKind::Github,
             Scheme::Shopify => SchemeKind::Shopify,
             Scheme::Slack => SchemeKind::Slack,
+            Scheme::Discord => SchemeKind::Discord,
+            Scheme::Zoom => SchemeKind::Zoom,
+            Scheme::Meta => SchemeKind::Meta,
+            Scheme::Twitter => SchemeKind::Twitter,
+            Scheme::Dropbox => SchemeKind::Dropbox,
+            Scheme::Msgraph => SchemeKind::Msgraph,
             Scheme::HmacSha256(_) => SchemeKind::HmacSha256,
             Scheme::None => SchemeKind::None,
         }
@@ -119,15 +142,20 @@ impl Scheme {
     }
 }
 
-/// A source's verifier: scheme + secrets (several = rotation) + timestamp tolerance.
+/// A source's verifier: scheme + secrets (several = rotation) + the scheme's [`Credential`], if
+/// it takes one + timestamp tolerance.
 #[derive(Clone)]
 pub struct Verifier {
-    scheme: Scheme,
+    pub(crate) scheme: Scheme,
     /// HMAC keys derived once from the secrets, in configured order (standard-webhooks secrets
     /// are already base64-decoded), so a bad secret fails at start-up, not per request.
-    keys: Vec<schemes::Key>,
+    pub(crate) keys: Vec<schemes::Key>,
+    /// discord: the application's public key, parsed once.
+    pub(crate) public_key: Option<ed25519_dalek::VerifyingKey>,
+    /// meta's verify token, msgraph's client state.
+    pub(crate) token: Option<Secret>,
     /// How far a signed timestamp may be from `now`, in either direction.
-    tolerance: Duration,
+    pub(crate) tolerance: Duration,
 }
 
 impl Verifier {
@@ -140,14 +168,46 @@ impl Verifier {
         secrets: Vec<Secret>,
         tolerance: Duration,
     ) -> Result<Self, VerifierConfigError> {
+        Self::with_credential(scheme, secrets, None, tolerance)
+    }
+
+    /// [`Verifier::new`] for every scheme, including those configured with a [`Credential`]:
+    /// discord takes its public key (hex, 32 bytes) and no secrets, msgraph its client state and
+    /// no secrets, meta its verify token besides the secrets. A credential for a scheme that takes
+    /// none, a missing or empty one, or secrets where the credential replaces them, are refused.
+    pub fn with_credential(
+        scheme: Scheme,
+        secrets: Vec<Secret>,
+        credential: Option<Secret>,
+        tolerance: Duration,
+    ) -> Result<Self, VerifierConfigError> {
         schemes::check_scheme(&scheme)?;
-        let keys = if scheme == Scheme::None {
+        let kind = scheme.kind();
+        let wanted = kind.credential();
+        let credential = match (wanted, credential) {
+            (None, Some(_)) => {
+                return Err(VerifierConfigError::CredentialNotApplicable { scheme: kind });
+            }
+            (Some(credential), None) => {
+                return Err(VerifierConfigError::MissingCredential {
+                    scheme: kind,
+                    credential,
+                });
+            }
+            (Some(credential), Some(value)) if value.expose().is_empty() => {
+                return Err(VerifierConfigError::EmptyCredential { credential });
+            }
+            (_, value) => value,
+        };
+        let replaces_secrets = wanted.is_some_and(Credential::replaces_secrets);
+        if replaces_secrets && !secrets.is_empty() {
+            return Err(VerifierConfigError::SecretsNotApplicable { scheme: kind });
+        }
+        let keys = if scheme == Scheme::None || replaces_secrets {
             Vec::new()
         } else {
             if secrets.is_empty() {
-                return Err(VerifierConfigError::NoSecrets {
-                    scheme: scheme.kind(),
-                });
+                return Err(VerifierConfigError::NoSecrets { scheme: kind });
             }
             secrets
                 .iter()
@@ -155,9 +215,15 @@ impl Verifier {
                 .map(|(index, secret)| schemes::Key::derive(&scheme, secret, index))
                 .collect::<Result<_, _>>()?
         };
+        let (public_key, token) = match (&scheme, credential) {
+            (Scheme::Discord, Some(hex)) => (Some(schemes::public_key(hex.expose())?), None),
+            (_, token) => (None, token),
+        };
         Ok(Self {
             scheme,
             keys,
+            public_key,
+            token,
             tolerance,
         })
     }
@@ -180,14 +246,7 @@ impl Verifier {
         body: Bytes,
         now: SystemTime,
     ) -> Result<Verified, VerifyError> {
-        schemes::verify(
-            &self.scheme,
-            &self.keys,
-            self.tolerance,
-            &headers,
-            &body,
-            now,
-        )?;
+        schemes::verify(self, &headers, &body, now)?;
         Ok(Verified { headers, body })
     }
 }
@@ -197,6 +256,11 @@ impl fmt::Debug for Verifier {
         f.debug_struct("Verifier")
             .field("scheme", &self.scheme)
             .field("secrets", &format_args!("{} [REDACTED]", self.keys.len()))
+            .field(
+                "public_key",
+                &self.public_key.map(|key| hex::encode(key.as_bytes())),
+            )
+            .field("token", &self.token)
             .field("tolerance", &self.tolerance)
             .finish()
     }
@@ -266,6 +330,12 @@ pub enum VerifyError {
     /// Well-formed, fresh, but no (secret, signature) pair matches the raw bytes.
     #[error("no signature matches")]
     NoMatchingSignature,
+    /// msgraph: the body is not a notification list whose every item has a `clientState`.
+    #[error("malformed body: {reason}")]
+    MalformedBody { reason: &'static str },
+    /// msgraph: a notification's `clientState` is not the configured one.
+    #[error("clientState does not match")]
+    ClientStateMismatch,
 }
 
 /// Why a [`Verifier`] (or a signature) cannot be made from this configuration. Secrets are
@@ -296,6 +366,24 @@ pub enum VerifierConfigError {
         SchemeKind::HmacSha256
     )]
     InvalidPrefix,
+    /// The scheme is configured with a [`Credential`] and none was given.
+    #[error("scheme {scheme} needs {credential}")]
+    MissingCredential {
+        scheme: SchemeKind,
+        credential: Credential,
+    },
+    /// A [`Credential`] was given for a scheme that takes none.
+    #[error("scheme {scheme} takes no public_key, verify_token or client_state")]
+    CredentialNotApplicable { scheme: SchemeKind },
+    /// The credential is empty (an unset environment variable, usually).
+    #[error("{credential} is empty")]
+    EmptyCredential { credential: Credential },
+    /// Secrets were given for a scheme whose credential replaces them (discord, msgraph).
+    #[error("scheme {scheme} takes no secrets (it is configured with {})", .scheme.credential().map_or("nothing", Credential::key))]
+    SecretsNotApplicable { scheme: SchemeKind },
+    /// discord's public key is not 64 hex digits of a valid Ed25519 point.
+    #[error("public_key is not a hex Ed25519 public key (64 hex digits)")]
+    InvalidPublicKey,
 }
 
 /// Why [`sign`] could not sign.
@@ -307,6 +395,9 @@ pub enum SignError {
     /// The event id is empty or cannot be a header value, for a scheme that sends it.
     #[error("the event id cannot be sent in header {header} (empty or not a valid header value)")]
     InvalidEventId { header: HeaderName },
+    /// discord signs with the application's private key: 64 hex digits (the Ed25519 seed).
+    #[error("the discord signing key must be 64 hex digits (an Ed25519 private key seed)")]
+    InvalidSigningKey,
 }
 
 /// Signs `body` like the provider would, at `now`: the headers to add, including the id and

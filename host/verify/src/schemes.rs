@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use secrecy::{ExposeSecret, SecretSlice};
@@ -15,11 +16,15 @@ use sha2::Sha256;
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::kind::{
-    GITHUB_DELIVERY, HUB_SIGNATURE_256, SHOPIFY_EVENT_ID, SHOPIFY_HMAC, SLACK_SIGNATURE,
-    SLACK_TIMESTAMP, STRIPE_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
+    DISCORD_SIGNATURE, DISCORD_TIMESTAMP, DROPBOX_SIGNATURE, GITHUB_DELIVERY, HUB_SIGNATURE_256,
+    SHOPIFY_EVENT_ID, SHOPIFY_HMAC, SLACK_SIGNATURE, SLACK_TIMESTAMP, STRIPE_SIGNATURE,
+    TWITTER_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, ZOOM_SIGNATURE,
+    ZOOM_TIMESTAMP,
 };
 use crate::wire::{self, Budget, Tag, decode_tag, malformed};
-use crate::{Encoding, HmacScheme, Scheme, Secret, SignError, VerifierConfigError, VerifyError};
+use crate::{
+    Encoding, HmacScheme, Scheme, Secret, SignError, Verifier, VerifierConfigError, VerifyError,
+};
 
 const WHSEC: &str = "whsec_";
 
@@ -54,7 +59,7 @@ impl Key {
     }
 
     /// HMAC-SHA256 over the concatenation of `parts`.
-    fn tag(&self, parts: &[&[u8]]) -> Tag {
+    pub(crate) fn tag(&self, parts: &[&[u8]]) -> Tag {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret())
             .expect("HMAC accepts keys of any length");
         for part in parts {
@@ -74,15 +79,23 @@ pub(crate) fn check_scheme(scheme: &Scheme) -> Result<(), VerifierConfigError> {
     Ok(())
 }
 
-/// Ok if the request carries a signature by one of `keys` over the scheme's signed bytes.
+/// discord's configured public key: 64 hex digits of a valid Ed25519 point.
+pub(crate) fn public_key(hex_key: &str) -> Result<VerifyingKey, VerifierConfigError> {
+    let mut bytes = [0u8; 32];
+    hex::decode_to_slice(hex_key.trim_ascii(), &mut bytes)
+        .map_err(|_| VerifierConfigError::InvalidPublicKey)?;
+    VerifyingKey::from_bytes(&bytes).map_err(|_| VerifierConfigError::InvalidPublicKey)
+}
+
+/// Ok if the request carries a signature by one of the verifier's keys over the scheme's signed
+/// bytes (msgraph: the configured client state in every notification).
 pub(crate) fn verify(
-    scheme: &Scheme,
-    keys: &[Key],
-    tolerance: Duration,
+    verifier: &Verifier,
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
 ) -> Result<(), VerifyError> {
+    let (scheme, keys, tolerance) = (&verifier.scheme, &verifier.keys[..], verifier.tolerance);
     if let Some(id) = scheme.kind().id_header() {
         wire::at_most_once(headers, id)?;
     }
@@ -90,7 +103,7 @@ pub(crate) fn verify(
         Scheme::None => Ok(()),
         Scheme::StandardWebhooks => standard_webhooks(keys, tolerance, headers, body, now),
         Scheme::Stripe => stripe(keys, tolerance, headers, body, now),
-        Scheme::Github => {
+        Scheme::Github | Scheme::Meta => {
             let tags = prefixed(
                 headers,
                 &HUB_SIGNATURE_256,
@@ -104,18 +117,49 @@ pub(crate) fn verify(
             let tags = prefixed(headers, &SHOPIFY_HMAC, "", "", Encoding::Base64)?;
             matches(keys, &[body], &tags)
         }
-        Scheme::Slack => {
-            let ts_raw = wire::single(headers, &SLACK_TIMESTAMP)?;
-            let ts = wire::timestamp(&SLACK_TIMESTAMP, ts_raw)?;
+        Scheme::Slack => v0(
+            keys,
+            tolerance,
+            headers,
+            body,
+            now,
+            (&SLACK_SIGNATURE, &SLACK_TIMESTAMP),
+        ),
+        Scheme::Zoom => v0(
+            keys,
+            tolerance,
+            headers,
+            body,
+            now,
+            (&ZOOM_SIGNATURE, &ZOOM_TIMESTAMP),
+        ),
+        Scheme::Twitter => {
             let tags = prefixed(
                 headers,
-                &SLACK_SIGNATURE,
-                "v0=",
-                "expected v0=<hex>",
-                Encoding::Hex,
+                &TWITTER_SIGNATURE,
+                "sha256=",
+                "expected sha256=<base64>",
+                Encoding::Base64,
             )?;
-            wire::fresh(ts, now, tolerance)?;
-            matches(keys, &[b"v0:", ts_raw.as_bytes(), b":", body], &tags)
+            matches(keys, &[body], &tags)
+        }
+        Scheme::Dropbox => {
+            let tags = prefixed(headers, &DROPBOX_SIGNATURE, "", "", Encoding::Hex)?;
+            matches(keys, &[body], &tags)
+        }
+        Scheme::Discord => {
+            let key = verifier
+                .public_key
+                .as_ref()
+                .expect("Verifier::with_credential sets discord's public key");
+            discord(key, tolerance, headers, body, now)
+        }
+        Scheme::Msgraph => {
+            let token = verifier
+                .token
+                .as_ref()
+                .expect("Verifier::with_credential sets msgraph's client state");
+            client_state(token, body)
         }
         Scheme::HmacSha256(generic) => {
             let tags = prefixed(
@@ -127,6 +171,76 @@ pub(crate) fn verify(
             )?;
             matches(keys, &[body], &tags)
         }
+    }
+}
+
+/// `{signature}: v0=<hex>` over `v0:{timestamp}:{body}` (slack, zoom).
+fn v0(
+    keys: &[Key],
+    tolerance: Duration,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+    (signature, timestamp): (&HeaderName, &HeaderName),
+) -> Result<(), VerifyError> {
+    let ts_raw = wire::single(headers, timestamp)?;
+    let ts = wire::timestamp(timestamp, ts_raw)?;
+    let tags = prefixed(
+        headers,
+        signature,
+        "v0=",
+        "expected v0=<hex>",
+        Encoding::Hex,
+    )?;
+    wire::fresh(ts, now, tolerance)?;
+    matches(keys, &[b"v0:", ts_raw.as_bytes(), b":", body], &tags)
+}
+
+/// `X-Signature-Ed25519: <hex>` over `{X-Signature-Timestamp}{body}`, strict verification (no
+/// malleable signatures, no weak keys).
+fn discord(
+    key: &VerifyingKey,
+    tolerance: Duration,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<(), VerifyError> {
+    let ts_raw = wire::single(headers, &DISCORD_TIMESTAMP)?;
+    let ts = wire::timestamp(&DISCORD_TIMESTAMP, ts_raw)?;
+    let signature = wire::single(headers, &DISCORD_SIGNATURE)?;
+    let mut bytes = [0u8; 64];
+    if hex::decode_to_slice(signature, &mut bytes).is_err() {
+        return Err(VerifyError::NoMatchingSignature);
+    }
+    wire::fresh(ts, now, tolerance)?;
+    let message = [ts_raw.as_bytes(), body].concat();
+    key.verify_strict(&message, &Signature::from_bytes(&bytes))
+        .map_err(|_| VerifyError::NoMatchingSignature)
+}
+
+/// msgraph: the body is `{"value": [notification, ...]}` and every notification's
+/// `clientState` is the configured one (compared in constant time).
+fn client_state(token: &Secret, body: &[u8]) -> Result<(), VerifyError> {
+    let malformed = |reason| VerifyError::MalformedBody { reason };
+    let list: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| malformed("not JSON"))?;
+    let items = list
+        .get("value")
+        .and_then(serde_json::Value::as_array)
+        .filter(|items| !items.is_empty())
+        .ok_or_else(|| malformed("no \"value\" list of notifications"))?;
+    let mut all = Choice::from(1);
+    for item in items {
+        let state = item
+            .get("clientState")
+            .and_then(serde_json::Value::as_str)
+            .ok_or_else(|| malformed("a notification has no clientState"))?;
+        all &= Choice::from(u8::from(token.matches(state.as_bytes())));
+    }
+    if bool::from(all) {
+        Ok(())
+    } else {
+        Err(VerifyError::ClientStateMismatch)
     }
 }
 
@@ -260,10 +374,14 @@ pub(crate) fn sign(
     body: &[u8],
     now: SystemTime,
 ) -> Result<Vec<(HeaderName, HeaderValue)>, SignError> {
-    if *scheme == Scheme::None {
+    // msgraph's proof is the client state inside the body, which the caller writes.
+    if matches!(scheme, Scheme::None | Scheme::Msgraph) {
         return Ok(Vec::new());
     }
     check_scheme(scheme)?;
+    if *scheme == Scheme::Discord {
+        return discord_sign(secret, body, now);
+    }
     let key = Key::derive(scheme, secret, 0)?;
     let ts = wire::unix_secs(now).to_string();
     let id = |header: HeaderName| match HeaderValue::from_str(event_id) {
@@ -273,7 +391,7 @@ pub(crate) fn sign(
     let hex = |tag: Tag| hex::encode(tag);
     let b64 = |tag: Tag| STANDARD.encode(tag);
     Ok(match scheme {
-        Scheme::None => Vec::new(),
+        Scheme::None | Scheme::Msgraph | Scheme::Discord => Vec::new(),
         Scheme::StandardWebhooks => {
             let id = id(WEBHOOK_ID.clone())?;
             let tag = key.tag(&[event_id.as_bytes(), b".", ts.as_bytes(), b".", body]);
@@ -300,16 +418,27 @@ pub(crate) fn sign(
             let id = id(SHOPIFY_EVENT_ID.clone())?;
             vec![(SHOPIFY_HMAC.clone(), encoded(&b64(key.tag(&[body])))), id]
         }
-        Scheme::Slack => {
+        Scheme::Slack | Scheme::Zoom => {
+            let (signature, timestamp) = if *scheme == Scheme::Slack {
+                (&SLACK_SIGNATURE, &SLACK_TIMESTAMP)
+            } else {
+                (&ZOOM_SIGNATURE, &ZOOM_TIMESTAMP)
+            };
             let tag = key.tag(&[b"v0:", ts.as_bytes(), b":", body]);
             vec![
-                (
-                    SLACK_SIGNATURE.clone(),
-                    encoded(&format!("v0={}", hex(tag))),
-                ),
-                (SLACK_TIMESTAMP.clone(), encoded(&ts)),
+                (signature.clone(), encoded(&format!("v0={}", hex(tag)))),
+                (timestamp.clone(), encoded(&ts)),
             ]
         }
+        Scheme::Meta => {
+            let value = format!("sha256={}", hex(key.tag(&[body])));
+            vec![(HUB_SIGNATURE_256.clone(), encoded(&value))]
+        }
+        Scheme::Twitter => {
+            let value = format!("sha256={}", b64(key.tag(&[body])));
+            vec![(TWITTER_SIGNATURE.clone(), encoded(&value))]
+        }
+        Scheme::Dropbox => vec![(DROPBOX_SIGNATURE.clone(), encoded(&hex(key.tag(&[body]))))],
         Scheme::HmacSha256(generic) => {
             let tag = key.tag(&[body]);
             let signature = match generic.encoding {
@@ -320,6 +449,27 @@ pub(crate) fn sign(
             vec![(generic.header.clone(), encoded(&value))]
         }
     })
+}
+
+/// discord: the secret is the application's private key seed in hex.
+fn discord_sign(
+    secret: &Secret,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<Vec<(HeaderName, HeaderValue)>, SignError> {
+    let mut seed = [0u8; 32];
+    hex::decode_to_slice(secret.expose().trim_ascii(), &mut seed)
+        .map_err(|_| SignError::InvalidSigningKey)?;
+    let key = SigningKey::from_bytes(&seed);
+    let ts = wire::unix_secs(now).to_string();
+    let signature = key.sign(&[ts.as_bytes(), body].concat());
+    Ok(vec![
+        (
+            DISCORD_SIGNATURE.clone(),
+            encoded(&hex::encode(signature.to_bytes())),
+        ),
+        (DISCORD_TIMESTAMP.clone(), encoded(&ts)),
+    ])
 }
 
 /// A header value made of digits, hex, base64, `=`, `,` and a checked prefix: always valid.

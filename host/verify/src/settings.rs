@@ -78,6 +78,12 @@ impl Scheme {
             SchemeKind::Github => Scheme::Github,
             SchemeKind::Shopify => Scheme::Shopify,
             SchemeKind::Slack => Scheme::Slack,
+            SchemeKind::Discord => Scheme::Discord,
+            SchemeKind::Zoom => Scheme::Zoom,
+            SchemeKind::Meta => Scheme::Meta,
+            SchemeKind::Twitter => Scheme::Twitter,
+            SchemeKind::Dropbox => Scheme::Dropbox,
+            SchemeKind::Msgraph => Scheme::Msgraph,
             SchemeKind::HmacSha256 => Scheme::HmacSha256(HmacScheme::from_parts(parts)?),
             SchemeKind::None => Scheme::None,
         })

@@ -85,7 +85,10 @@ impl Expect {
             Err(VerifyError::TooManySignatures { .. }) => Expect::TooMany,
             Err(VerifyError::TimestampTooOld { .. }) => Expect::TooOld,
             Err(VerifyError::TimestampInFuture { .. }) => Expect::Future,
-            Err(VerifyError::NoMatchingSignature) => Expect::NoMatch,
+            Err(VerifyError::NoMatchingSignature | VerifyError::ClientStateMismatch) => {
+                Expect::NoMatch
+            }
+            Err(VerifyError::MalformedBody { .. }) => Expect::Malformed,
         }
     }
 }

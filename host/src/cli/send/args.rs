@@ -31,8 +31,10 @@ pub struct SendArgs {
     #[arg(long, value_enum, value_name = "SCHEME")]
     pub(super) scheme: SchemeKind,
 
-    /// The signing secret, as configured for the source (standard-webhooks: `whsec_<base64>`).
-    /// Not needed for `--scheme none`. Prefer the environment variable: a flag shows in `ps`.
+    /// The signing secret, as configured for the source (standard-webhooks: `whsec_<base64>`;
+    /// discord: the Ed25519 private key seed, 64 hex digits, whose public key the source has).
+    /// Not needed for `--scheme none` or `msgraph` (put the `clientState` in FILE). Prefer the
+    /// environment variable: a flag shows in `ps`.
     #[arg(
         long,
         env = "HOOKD_SEND_SECRET",
@@ -42,8 +44,8 @@ pub struct SendArgs {
     pub(super) secret: Option<String>,
 
     /// The event id, for schemes that send it in a header: standard-webhooks (`webhook-id`),
-    /// github (`X-GitHub-Delivery`), shopify (`X-Shopify-Event-Id`). For stripe, slack,
-    /// hmac-sha256 and none the id is in the body (your FILE), so this has no effect there.
+    /// github (`X-GitHub-Delivery`), shopify (`X-Shopify-Event-Id`). For every other scheme the
+    /// id is in the body (your FILE), so this has no effect there.
     /// Default: random (`msg_...`, or a UUID for github/shopify), chosen once and sent with every
     /// copy.
     #[arg(long, value_name = "ID")]

@@ -62,7 +62,7 @@ impl Plan {
         let scheme = args.scheme()?;
         let uri = client::parse_url(&args.url).context("--url")?;
         let secret = match (&args.secret, &scheme) {
-            (_, Scheme::None) => Secret::new(String::new()),
+            (_, scheme) if !scheme.kind().signs() => Secret::new(String::new()),
             (Some(secret), _) => Secret::new(secret.clone()),
             (None, scheme) => bail!(
                 "--secret (or HOOKD_SEND_SECRET) is required for --scheme {}",

@@ -1,0 +1,110 @@
+//! Provider set-up handshakes at the HTTP edge: `GET /hooks/{source}` and the handshake step of
+//! `POST /hooks/{source}`, answered synchronously from the source's verifier.
+//!
+//! Invariants:
+//! - A handshake is answered here and never reaches the inbox: nothing of it is stored.
+//! - `GET` is answered only for schemes whose provider proves the endpoint with a `GET`
+//!   ([`verify::SchemeKind::answers_get`]); for every other source it is 405.
+//! - What is answered, and whether a token or signature holds, is decided by `verify` alone;
+//!   this file only maps its answer and its refusals (401 signature, 403 verify token, 400
+//!   malformed) onto HTTP. Every answer carries `X-Content-Type-Options: nosniff`, because it
+//!   echoes text the caller chose.
+//!
+//! [`verify::SchemeKind::answers_get`]: crate::verify::SchemeKind::answers_get
+
+use std::time::SystemTime;
+
+use axum::{
+    Json,
+    extract::{Path, Query, State},
+    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+};
+use serde_json::json;
+
+use crate::{
+    config::SourceConfig,
+    error::ApiError,
+    verify::{HandshakeError, Reply},
+};
+
+/// `GET /hooks/{source}`: the provider's `GET` handshake, or 405 for a scheme without one.
+#[tracing::instrument(name = "handshake", skip_all, fields(source = source.as_str()))]
+pub(super) async fn get(
+    State(super::Edge { shared, .. }): State<super::Edge>,
+    Path(source): Path<String>,
+    uri: Uri,
+) -> Response {
+    let Some(source) = shared.config.sources.get(source.as_str()) else {
+        return ApiError::UnknownSource.into_response();
+    };
+    let not_allowed = || {
+        let scheme = source.verifier.scheme().name();
+        let detail = format!("scheme {scheme} has no GET handshake; events are POSTed");
+        let body = json!({"error": "method_not_allowed", "detail": detail});
+        let mut response = (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response();
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        response
+    };
+    if !source.verifier.scheme().kind().answers_get() {
+        return not_allowed();
+    }
+    let Ok(Query(query)) = Query::<Vec<(String, String)>>::try_from_uri(&uri) else {
+        return ApiError::BadRequest("the query string is not valid form encoding".into())
+            .into_response();
+    };
+    match source.verifier.answer_get(&query) {
+        Ok(Some(reply)) => answered(reply),
+        Ok(None) => not_allowed(),
+        Err(e) => refused(&e),
+    }
+}
+
+/// The handshake step of `POST /hooks/{source}`, before the request is verified as an event:
+/// `Some` response (the answer, or the refusal) if the request is a handshake.
+pub(super) fn post(
+    source: &SourceConfig,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &[u8],
+    received: SystemTime,
+) -> Option<Response> {
+    // A query that is not form encoding carries no handshake parameter.
+    let query = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(query)| query)
+        .unwrap_or_default();
+    match source.verifier.answer_post(&query, headers, body, received) {
+        Ok(reply) => reply.map(answered),
+        Err(e) => Some(refused(&e)),
+    }
+}
+
+fn answered(reply: Reply) -> Response {
+    tracing::info!("provider handshake answered");
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(reply.content_type),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ];
+    (StatusCode::OK, headers, reply.body).into_response()
+}
+
+fn refused(e: &HandshakeError) -> Response {
+    tracing::warn!(error = %e, "provider handshake refused");
+    match e.status() {
+        StatusCode::UNAUTHORIZED => ApiError::InvalidSignature(e.to_string()).into_response(),
+        StatusCode::FORBIDDEN => (
+            StatusCode::FORBIDDEN,
+            Json(json!({"error": "forbidden", "detail": e.to_string()})),
+        )
+            .into_response(),
+        _ => ApiError::BadRequest(e.to_string()).into_response(),
+    }
+}
