@@ -18,3 +18,4 @@ mod ingest;
 mod ordering;
 mod outbound;
 mod plugins;
+mod wit_versions;
