@@ -52,17 +52,16 @@ async fn post_custom(
         .unwrap()
 }
 
-/// The `wit_version` `/admin/plugins` shows for instance `name`.
-async fn wit_version(host: &TestHost, name: &str) -> Value {
+/// The `/admin/plugins` entry of instance `name`.
+async fn plugin(host: &TestHost, name: &str) -> Value {
     let (status, list) = host.admin_get("/admin/plugins").await;
     assert_eq!(status, StatusCode::OK, "{list}");
-    let entry = list
-        .as_array()
+    list.as_array()
         .unwrap()
         .iter()
         .find(|p| p["name"] == name)
-        .unwrap_or_else(|| panic!("no plugin {name} in {list:#}"));
-    entry["wit_version"].clone()
+        .cloned()
+        .unwrap_or_else(|| panic!("no plugin {name} in {list:#}"))
 }
 
 /// The old SDK's handler keeps its state across events on the new host: its counts go 1, 2, 3
@@ -194,7 +193,32 @@ async fn admin_plugins_shows_each_plugin_s_wit_version() {
         ],
     )
     .await;
-    assert_eq!(wit_version(&host, "counter").await, "0.1.0");
-    assert_eq!(wit_version(&host, "responder").await, "0.2.0");
+    assert_eq!(plugin(&host, "counter").await["wit_version"], "0.1.0");
+    assert_eq!(plugin(&host, "responder").await["wit_version"], "0.2.0");
+    host.stop().await;
+}
+
+/// A component of a WIT version this hookd does not know is refused at load, and the error
+/// names the version it exports and the versions hookd loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_of_an_unknown_wit_version_is_refused_naming_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = wat::parse_str(
+        r#"(component
+             (instance $handler)
+             (export "hookd:plugin/handler@0.9.0" (instance $handler)))"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::write(dir.path().join("plugins/future.wasm"), wasm).unwrap();
+    let config = "[sources.s]\nscheme = \"none\"\nhandlers = [\"future\"]\n";
+    let host = TestHost::start_in(dir, config).await;
+    let entry = plugin(&host, "future").await;
+    let error = entry["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("hookd:plugin/handler@0.9.0") && error.contains("it loads 0.1.0, 0.2.0"),
+        "{entry:#}"
+    );
+    assert_eq!(entry["wit_version"], Value::Null, "{entry:#}");
     host.stop().await;
 }
