@@ -526,3 +526,48 @@ fn wit_headers(headers: &[Header]) -> Vec<types::Header> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn respond(status: u16, header: (&str, &str)) -> Result<ParseVerdict, CallError> {
+        parser_response(types::Response {
+            status,
+            headers: vec![types::Header {
+                name: header.0.into(),
+                value: header.1.into(),
+            }],
+            body: b"ok".to_vec(),
+        })
+    }
+
+    /// A 1xx is not a final answer and a status over 599 is not HTTP: either would leave the
+    /// provider without a usable reply, so the parse fails instead.
+    #[test]
+    fn a_respond_status_outside_200_to_599_fails_the_parse() {
+        for status in [0, 101, 199, 600, 1000] {
+            let verdict = respond(status, ("content-type", "text/plain"));
+            assert!(
+                matches!(verdict, Err(CallError::Trap(_))),
+                "{status}: {verdict:?}"
+            );
+        }
+        for status in [200, 404, 599] {
+            let verdict = respond(status, ("content-type", "text/plain"));
+            assert!(matches!(verdict, Ok(ParseVerdict::Respond(r)) if r.status == status));
+        }
+    }
+
+    /// A header hookd could not send as given fails the parse rather than being dropped.
+    #[test]
+    fn a_respond_header_that_is_not_valid_http_fails_the_parse() {
+        for header in [("bad name", "v"), ("x-ok", "line\nbreak")] {
+            let verdict = respond(200, header);
+            assert!(
+                matches!(verdict, Err(CallError::Trap(_))),
+                "{header:?}: {verdict:?}"
+            );
+        }
+    }
+}
