@@ -93,7 +93,7 @@ pub struct CallContext {
 }
 
 /// A parser's verdict on a request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParseVerdict {
     Envelope(Envelope),
     Invalid(String),
@@ -104,7 +104,7 @@ pub enum ParseVerdict {
 
 /// An answer a parser gives the provider itself: a status from 200 to 599 and valid headers
 /// (checked when it leaves the runtime); its size counted against the parser's output cap.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParserResponse {
     pub status: http::StatusCode,
     pub headers: http::HeaderMap,
