@@ -24,7 +24,8 @@ use host::{
     inbox::Inbox,
     outbound::{AllowList, Outbound},
     runtime::{
-        CallContext, EventInput, HandleVerdict, Limits, ParseVerdict, Plugin, Runtime, StateStore,
+        CallContext, EventInput, HandleVerdict, Limits, ParseRequest, ParseVerdict, Plugin,
+        Runtime, StateStore,
     },
 };
 
@@ -194,7 +195,18 @@ async fn call_parser(
         ("x-github-delivery".to_owned(), format!("bench-{i}")),
     ];
     match runtime
-        .parse(plugin, &ctx, "github", &headers, body, 0)
+        .parse(
+            plugin,
+            &ctx,
+            ParseRequest {
+                source: "github",
+                method: "POST",
+                query: "",
+                headers: &headers,
+                body,
+                received_at_ms: 0,
+            },
+        )
         .await
     {
         Ok(ParseVerdict::Envelope(_)) => Ok(()),

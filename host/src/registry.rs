@@ -124,6 +124,8 @@ pub struct PluginStatus {
     pub sha256: Option<String>,
     pub loaded_at: Option<i64>,
     pub exports: Vec<&'static str>,
+    /// The `hookd:plugin` WIT version of the live version.
+    pub wit_version: Option<crate::runtime::WitVersion>,
     pub error: Option<String>,
     pub previous: Vec<String>,
 }
@@ -264,6 +266,7 @@ impl Registry {
                         .as_ref()
                         .map(|c| c.plugin.roles().names())
                         .unwrap_or_default(),
+                    wit_version: s.current.as_ref().map(|c| c.plugin.wit_version()),
                     error: s.error.clone(),
                     previous: s
                         .previous

@@ -10,7 +10,13 @@
 //! library itself only describes *imports* to `wit-component`; a world's exports are
 //! described by a custom section that its export macro emits in the plugin crate. So a
 //! plugin that registers only a parser becomes a component that exports only
-//! `hookd:plugin/parser@0.1.0`, and the host tells roles apart by exports.
+//! `hookd:plugin/parser@0.2.0`, and the host tells roles apart by exports.
+//!
+//! The WIT is the crate's own copy (`plugin-sdk/wit/`, identical to the repository's
+//! `wit/v0.2.0/`, which CI checks), so the crate builds on its own wherever it is copied.
+//! `handler-plugin` declares the `wasi:http/outgoing-handler` import; `generate_all` binds it
+//! here too, unused: [`crate::http`] calls it through the `wasip2` crate, and both name the
+//! same import (`wasi:http@0.2.12`).
 //!
 //! The third world, `plugin`, is `include parser-plugin; include handler-plugin;`. It is not
 //! generated separately: every `generate!` of a world exporting `parser` (or `handler`)
@@ -23,7 +29,7 @@ use std::marker::PhantomData;
 /// Bindings of the `handler-plugin` world, including every import bindings of the package.
 pub mod handler_world {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "handler-plugin",
         generate_all,
         pub_export_macro: true,
@@ -35,12 +41,12 @@ pub mod handler_world {
 /// Bindings of the `parser-plugin` world; its imports are those of [`handler_world`].
 pub mod parser_world {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         world: "parser-plugin",
         with: {
-            "hookd:plugin/types@0.1.0": crate::__private::handler_world::hookd::plugin::types,
-            "hookd:plugin/log@0.1.0": crate::__private::handler_world::hookd::plugin::log,
-            "hookd:plugin/config@0.1.0": crate::__private::handler_world::hookd::plugin::config,
+            "hookd:plugin/types@0.2.0": crate::__private::handler_world::hookd::plugin::types,
+            "hookd:plugin/log@0.2.0": crate::__private::handler_world::hookd::plugin::log,
+            "hookd:plugin/config@0.2.0": crate::__private::handler_world::hookd::plugin::config,
         },
         pub_export_macro: true,
         export_macro_name: "export_parser_world",
@@ -85,6 +91,8 @@ impl From<wit::Request> for crate::Request {
     fn from(req: wit::Request) -> Self {
         crate::Request {
             source: req.source,
+            method: req.method,
+            query: req.query,
             headers: headers(req.headers),
             body: req.body,
             received_at_ms: req.received_at_ms,
@@ -124,6 +132,18 @@ impl From<crate::ParseError> for wit::ParseError {
         match err {
             crate::ParseError::Invalid(msg) => wit::ParseError::Invalid(msg),
             crate::ParseError::Ignore(msg) => wit::ParseError::Ignore(msg),
+            crate::ParseError::Respond(response) => wit::ParseError::Respond(wit::Response {
+                status: response.status,
+                headers: response
+                    .headers
+                    .into_iter()
+                    .map(|h| wit::Header {
+                        name: h.name,
+                        value: h.value,
+                    })
+                    .collect(),
+                body: response.body,
+            }),
         }
     }
 }

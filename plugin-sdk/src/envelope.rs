@@ -1,4 +1,7 @@
-//! [`Envelope`]: what a parser tells the host about a request.
+//! [`Envelope`]: what a parser tells the host about a request; [`Response`]: what it answers
+//! instead when the request is not an event.
+
+use crate::input::{Header, header};
 
 /// The identity and ordering of one event: what a [`Parser`](crate::Parser) extracts so the
 /// host can deduplicate and order it.
@@ -45,6 +48,48 @@ impl Envelope {
     /// Sets the sequence number within the ordering key.
     pub fn sequence(mut self, sequence: u64) -> Self {
         self.sequence = Some(sequence);
+        self
+    }
+}
+
+/// A parser's own answer to a request that is not an event (e.g. a provider's set-up
+/// challenge), returned as [`ParseError::respond`](crate::ParseError::respond): the provider
+/// gets it as-is and nothing is stored.
+///
+/// The status must be 200 to 599 and the headers valid HTTP, or the host treats the parse as
+/// failed; headers and body together count against the plugin's output cap (64 KiB unless
+/// configured).
+///
+/// ```
+/// use plugin_sdk::Response;
+///
+/// let answer = Response::new(200, "the-challenge").with_header("Content-Type", "text/plain");
+/// assert_eq!(answer.headers[0].name, "content-type");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Response {
+    /// The HTTP status.
+    pub status: u16,
+    /// Response headers, names lower-case.
+    pub headers: Vec<Header>,
+    /// The response body.
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    /// A response with `status` and `body`, without headers.
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// Adds a header (the name is lower-cased).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(header(name, value));
         self
     }
 }

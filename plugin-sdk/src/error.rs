@@ -11,6 +11,9 @@ pub enum ParseError {
     /// The request is well-formed but not worth storing (e.g. a ping): the provider gets a 200
     /// and nothing is stored.
     Ignore(String),
+    /// The request is not an event but needs this answer (e.g. a provider's challenge): the
+    /// provider gets it as-is and nothing is stored.
+    Respond(crate::Response),
 }
 
 impl ParseError {
@@ -23,6 +26,11 @@ impl ParseError {
     pub fn ignore(msg: impl Into<String>) -> Self {
         ParseError::Ignore(msg.into())
     }
+
+    /// The request is answered with `response` (e.g. a handshake) and not stored.
+    pub fn respond(response: crate::Response) -> Self {
+        ParseError::Respond(response)
+    }
 }
 
 impl fmt::Display for ParseError {
@@ -30,6 +38,7 @@ impl fmt::Display for ParseError {
         match self {
             ParseError::Invalid(msg) => write!(f, "invalid request: {msg}"),
             ParseError::Ignore(msg) => write!(f, "ignored request: {msg}"),
+            ParseError::Respond(r) => write!(f, "answered with status {}", r.status),
         }
     }
 }

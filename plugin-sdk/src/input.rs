@@ -23,6 +23,11 @@ pub struct Header {
 pub struct Request {
     /// The source name: the `{source}` in `POST /hooks/{source}`.
     pub source: String,
+    /// The HTTP method, upper-case (`POST`; a request replayed from quarantine is a `POST`).
+    pub method: String,
+    /// The raw query string, without the `?`; empty when there is none (and for a request
+    /// replayed from quarantine, whose query is not kept).
+    pub query: String,
     /// Every request header in the order received; a header sent twice appears twice.
     pub headers: Vec<Header>,
     /// The raw request body, byte for byte as signed by the provider.
@@ -32,15 +37,24 @@ pub struct Request {
 }
 
 impl Request {
-    /// A request on `source` with `body` and no headers; add them with
-    /// [`with_header`](Self::with_header). Useful to unit-test a parser.
+    /// A `POST` on `source` with `body`, no query and no headers; add them with
+    /// [`with_query`](Self::with_query) and [`with_header`](Self::with_header). Useful to
+    /// unit-test a parser.
     pub fn new(source: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
         Request {
             source: source.into(),
+            method: "POST".to_owned(),
+            query: String::new(),
             headers: Vec::new(),
             body: body.into(),
             received_at_ms: 0,
         }
+    }
+
+    /// Sets the raw query string (without the `?`).
+    pub fn with_query(mut self, query: impl Into<String>) -> Self {
+        self.query = query.into();
+        self
     }
 
     /// Adds a header (the name is lower-cased, as the host does).
@@ -155,7 +169,7 @@ impl Event {
     }
 }
 
-fn header(name: impl Into<String>, value: impl Into<String>) -> Header {
+pub(crate) fn header(name: impl Into<String>, value: impl Into<String>) -> Header {
     Header {
         name: name.into().to_ascii_lowercase(),
         value: value.into(),

@@ -57,11 +57,18 @@
 //! # Layout
 //!
 //! - `input`: [`Request`], [`Event`], [`Header`]: what the host hands in.
-//! - `envelope`: [`Envelope`]: what a parser hands back.
+//! - `envelope`: [`Envelope`], [`Response`]: what a parser hands back.
 //! - `error`: [`ParseError`], [`HandleError`], [`BodyError`].
 //! - [`log`], [`config`], [`state`], [`output`]: the host's services and output helpers.
 //! - [`http`]: outbound HTTP over `wasi:http` (through the `wasip2` crate's bindings).
 //! - `bindings.rs` (the hidden module `__private`): the only code that touches wit-bindgen.
+//!
+//! # WIT version
+//!
+//! This SDK builds components against `hookd:plugin@0.2.0` (its own copy, in `wit/`), which
+//! every hookd that knows 0.2.0 loads (an older one refuses it, naming the version). A component built with an older SDK (`hookd:plugin@0.1.0`)
+//! keeps loading and behaving as before; a parser needs 0.2.0 for [`Request::method`],
+//! [`Request::query`] and [`ParseError::respond`].
 //!
 //! Invariant: no generated type appears in this crate's public API; the WIT contract can
 //! evolve behind these types.
@@ -77,7 +84,7 @@ pub mod log;
 pub mod output;
 pub mod state;
 
-pub use envelope::Envelope;
+pub use envelope::{Envelope, Response};
 pub use error::{BodyError, HandleError, ParseError};
 pub use input::{Event, Header, Request};
 
@@ -92,8 +99,9 @@ pub mod __private;
 /// default budget is 50 ms) and free of side effects: it may run more than once for one
 /// request.
 pub trait Parser {
-    /// Extracts the envelope, or says why the request is [invalid](ParseError::invalid) (400)
-    /// or should be [ignored](ParseError::ignore) (200, nothing stored).
+    /// Extracts the envelope, or says why the request is [invalid](ParseError::invalid) (400),
+    /// should be [ignored](ParseError::ignore) (200, nothing stored) or is answered by the
+    /// parser [itself](ParseError::respond) (e.g. a provider's challenge; nothing stored).
     fn parse(req: Request) -> Result<Envelope, ParseError>;
 }
 

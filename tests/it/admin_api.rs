@@ -209,6 +209,7 @@ async fn the_plugin_list_has_its_shape() {
             "previous": previous,
             "sha256": "string",
             "wasm": "string",
+            "wit_version": "string",
         })
     };
     assert_eq!(

@@ -48,7 +48,7 @@ fn h(name: &str, value: &str) -> (HeaderName, HeaderValue) {
 }
 
 /// The value of the `name` metric in Prometheus text.
-async fn metric(host: &TestHost, name: &str) -> i64 {
+pub(crate) async fn metric(host: &TestHost, name: &str) -> i64 {
     let (status, text) = host.admin_get("/metrics").await;
     assert_eq!(status, StatusCode::OK);
     let text = text.as_str().expect("metrics are text");

@@ -21,3 +21,4 @@ mod ordering;
 mod outbound;
 mod plugins;
 mod tls;
+mod wit_versions;

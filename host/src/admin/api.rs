@@ -230,6 +230,9 @@ pub struct PluginInfo {
     pub sha256: Option<String>,
     /// The file's path.
     pub wasm: String,
+    /// The `hookd:plugin` WIT version the live version was built against (`0.1.0`, `0.2.0`).
+    #[serde(default)]
+    pub wit_version: Option<String>,
 }
 
 impl PluginInfo {
@@ -245,6 +248,7 @@ impl PluginInfo {
                 previous: Vec::new(),
                 sha256: None,
                 wasm,
+                wit_version: None,
             };
         };
         Self {
@@ -255,6 +259,7 @@ impl PluginInfo {
             previous: file.previous,
             sha256: file.sha256,
             wasm: file.wasm,
+            wit_version: file.wit_version.map(|v| v.as_str().to_owned()),
         }
     }
 }

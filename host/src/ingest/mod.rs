@@ -29,7 +29,7 @@ use crate::{
     ids::EventId,
     inbox::{Accepted, RawRequest},
     model::{Envelope, unix_ms},
-    runtime::{CallContext, ParseVerdict},
+    runtime::{CallContext, ParseRequest, ParseVerdict, ParserResponse},
 };
 
 pub mod body;
@@ -66,6 +66,9 @@ pub enum EnvelopeOutcome {
     Ignore(String),
     /// The parser could not run to a verdict: keep the raw request for a later replay.
     Quarantine(String),
+    /// Not an event: the parser's own answer (e.g. to a provider's handshake), sent as-is;
+    /// nothing is stored.
+    Respond(ParserResponse),
 }
 
 /// Every log line of a request runs in its span: the source as requested, and the event id
@@ -107,7 +110,8 @@ async fn receive(
         .verify(headers, body, received)
         .map_err(|e| ApiError::InvalidSignature(e.to_string()))?;
     let request = RawRequest::from_verified(verified, unix_ms(received));
-    match envelope(&shared, &source, &request).await {
+    let query = uri.query().unwrap_or_default().to_owned();
+    match envelope_of(&shared, &source, "POST", &query, &request).await {
         EnvelopeOutcome::Envelope(envelope) => {
             let event_id = envelope.event_id.clone();
             tracing::Span::current().record("event", tracing::field::display(event_id.as_str()));
@@ -149,6 +153,7 @@ async fn receive(
             )
                 .into_response())
         }
+        EnvelopeOutcome::Respond(answer) => Ok(parser_answer(answer)),
         EnvelopeOutcome::Quarantine(reason) => {
             // Bounded like the backlog: a parser broken under a storm of requests must not
             // fill the disk; the provider gets a 503 and retries later.
@@ -178,11 +183,29 @@ fn accepted_response(event_id: &EventId, duplicate: bool) -> Response {
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
-/// Produces the envelope of a verified request: the source's parser plugin, or without one the
-/// scheme's own delivery-id header. Shared by ingest and quarantine replay.
+/// A parser's `respond`, as the provider receives it (the runtime checked its status and
+/// headers and capped its size).
+fn parser_answer(answer: ParserResponse) -> Response {
+    (answer.status, answer.headers, answer.body).into_response()
+}
+
+/// [`envelope_of`] a stored `POST` (quarantine replay): its query was not kept, so the parser
+/// sees none.
 pub async fn envelope(
     shared: &Shared,
     source: &SourceConfig,
+    request: &RawRequest,
+) -> EnvelopeOutcome {
+    envelope_of(shared, source, "POST", "", request).await
+}
+
+/// Produces the envelope of a verified request: the source's parser plugin (given the request's
+/// `method` and `query`), or without one the scheme's own delivery-id header.
+pub async fn envelope_of(
+    shared: &Shared,
+    source: &SourceConfig,
+    method: &str,
+    query: &str,
     request: &RawRequest,
 ) -> EnvelopeOutcome {
     let Some(parser) = &source.parser else {
@@ -208,10 +231,14 @@ pub async fn envelope(
         .parse(
             &loaded.plugin,
             &ctx,
-            &source.name,
-            request.headers(),
-            request.body(),
-            request.received_at_ms(),
+            ParseRequest {
+                source: &source.name,
+                method,
+                query,
+                headers: request.headers(),
+                body: request.body(),
+                received_at_ms: request.received_at_ms(),
+            },
         )
         .await;
     match verdict {
@@ -226,6 +253,7 @@ pub async fn envelope(
         },
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
         Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
+        Ok(ParseVerdict::Respond(answer)) => EnvelopeOutcome::Respond(answer),
         Err(e) => EnvelopeOutcome::Quarantine(format!(
             "parser plugin {parser} (sha256 {}) failed: {}: {e}",
             loaded.plugin.sha256(),

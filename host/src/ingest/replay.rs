@@ -106,6 +106,11 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
                     .await?;
                 replayed += 1;
             }
+            EnvelopeOutcome::Respond(answer) => {
+                let reason = format!("parser now answers {} (not an event)", answer.status);
+                shared.inbox.resolve_quarantine(item.id, reason).await?;
+                replayed += 1;
+            }
             EnvelopeOutcome::Quarantine(reason) => {
                 tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
             }

@@ -4,7 +4,8 @@
 //! Invariants:
 //! - Every call, of any role, goes through [`Runtime::call_role`]: a fresh `Store` (nothing
 //!   survives a call except through the `state` import), instantiate, call, cap the output. A
-//!   new role or WIT version is one more [`Role`] impl, not another copy of that path.
+//!   new role is one more [`Role`] impl and a new WIT version one more arm in each, not
+//!   another copy of that path; calls take and return the latest WIT's shapes.
 //! - A call is bounded twice: by the epoch deadline (fires inside guest code) and by a wall
 //!   clock on top ([`bounded`], fires while the guest is blocked in a host call).
 //! - The WASI context grants nothing; outbound HTTP is refused unless the call carries an
@@ -20,7 +21,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use super::{
     LimitExceeded, Plugin, Runtime, StateLimit, StateRefused, StateStore,
-    bindings::{handler_world, parser_world, types},
+    bindings::{HandlerPre, ParserPre, WitVersion, types, v0_1, v0_2},
     budget,
     engine::TICK,
     host::{self, HostState},
@@ -97,6 +98,31 @@ pub enum ParseVerdict {
     Envelope(Envelope),
     Invalid(String),
     Ignore(String),
+    /// Not an event: answer the provider with this (e.g. a handshake) and store nothing.
+    Respond(ParserResponse),
+}
+
+/// An answer a parser gives the provider itself: a status from 200 to 599 and valid headers
+/// (checked when it leaves the runtime); its size counted against the parser's output cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParserResponse {
+    pub status: http::StatusCode,
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+/// What a parser is given: a verified request.
+#[derive(Debug, Clone, Copy)]
+pub struct ParseRequest<'a> {
+    /// The source's name.
+    pub source: &'a str,
+    /// The HTTP method, upper-case.
+    pub method: &'a str,
+    /// The raw query string without `?` (empty when none).
+    pub query: &'a str,
+    pub headers: &'a [Header],
+    pub body: &'a [u8],
+    pub received_at_ms: i64,
 }
 
 /// What a handler is given.
@@ -134,13 +160,17 @@ pub(super) trait Role: Sized + Send + Sync {
     /// What the call returns (the WIT type).
     type Output: Send;
 
-    /// The role's pre-instance of a component whose imports `pre` satisfies; errs if its
-    /// export does not match the WIT.
-    fn link(pre: InstancePre<HostState>) -> wasmtime::Result<Self>;
+    /// The role's pre-instance, for WIT `version`, of a component whose imports `pre`
+    /// satisfies; errs if its export does not match that WIT.
+    fn link(pre: InstancePre<HostState>, version: WitVersion) -> wasmtime::Result<Self>;
     /// The component's linked pre-instance.
     fn linked(&self) -> &InstancePre<HostState>;
-    /// Looks the role's export up in an instance, checking its type against the WIT.
-    fn check_exports(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<()>;
+    /// Looks the role's export up in an instance, checking its type against its WIT.
+    fn check_exports(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<()>;
     /// The role's pre-instance in `plugin`, if it exports the role.
     fn of(plugin: &Plugin) -> Option<&Self>;
     /// Instantiates the component in `store` and makes the role's one call.
@@ -153,21 +183,34 @@ pub(super) trait Role: Sized + Send + Sync {
     fn output_bytes(output: &Self::Output) -> usize;
 }
 
-impl Role for parser_world::ParserPluginPre<HostState> {
+impl Role for ParserPre {
     const NAME: &'static str = "parser";
     type Input = types::Request;
     type Output = Result<types::Envelope, types::ParseError>;
 
-    fn link(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        Self::new(pre)
+    fn link(pre: InstancePre<HostState>, version: WitVersion) -> wasmtime::Result<Self> {
+        Ok(match version {
+            WitVersion::V0_1 => Self::V0_1(v0_1::parser_world::ParserPluginPre::new(pre)?),
+            WitVersion::V0_2 => Self::V0_2(v0_2::parser_world::ParserPluginPre::new(pre)?),
+        })
     }
 
     fn linked(&self) -> &InstancePre<HostState> {
-        self.instance_pre()
+        match self {
+            Self::V0_1(pre) => pre.instance_pre(),
+            Self::V0_2(pre) => pre.instance_pre(),
+        }
     }
 
-    fn check_exports(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<()> {
-        parser_world::ParserPlugin::new(store, instance).map(drop)
+    fn check_exports(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<()> {
+        match self {
+            Self::V0_1(_) => v0_1::parser_world::ParserPlugin::new(store, instance).map(drop),
+            Self::V0_2(_) => v0_2::parser_world::ParserPlugin::new(store, instance).map(drop),
+        }
     }
 
     fn of(plugin: &Plugin) -> Option<&Self> {
@@ -179,37 +222,55 @@ impl Role for parser_world::ParserPluginPre<HostState> {
         store: &mut Store<HostState>,
         input: &types::Request,
     ) -> wasmtime::Result<Self::Output> {
-        let instance = self.instantiate_async(&mut *store).await?;
-        instance
-            .hookd_plugin_parser()
-            .call_parse(store, input)
-            .await
+        match self {
+            Self::V0_1(pre) => v0_1::parse(pre, store, input).await,
+            Self::V0_2(pre) => v0_2::parse(pre, store, input).await,
+        }
     }
 
     fn output_bytes(output: &Self::Output) -> usize {
-        output.as_ref().map_or(0, |env| {
-            env.event_id.len()
-                + env.event_type.len()
-                + env.ordering_key.as_ref().map_or(0, String::len)
-        })
+        match output {
+            Ok(env) => {
+                env.event_id.len()
+                    + env.event_type.len()
+                    + env.ordering_key.as_ref().map_or(0, String::len)
+            }
+            Err(types::ParseError::Respond(response)) => {
+                header_bytes(&response.headers) + response.body.len()
+            }
+            Err(_) => 0,
+        }
     }
 }
 
-impl Role for handler_world::HandlerPluginPre<HostState> {
+impl Role for HandlerPre {
     const NAME: &'static str = "handler";
     type Input = types::Event;
     type Output = Result<Option<String>, types::HandleError>;
 
-    fn link(pre: InstancePre<HostState>) -> wasmtime::Result<Self> {
-        Self::new(pre)
+    fn link(pre: InstancePre<HostState>, version: WitVersion) -> wasmtime::Result<Self> {
+        Ok(match version {
+            WitVersion::V0_1 => Self::V0_1(v0_1::handler_world::HandlerPluginPre::new(pre)?),
+            WitVersion::V0_2 => Self::V0_2(v0_2::handler_world::HandlerPluginPre::new(pre)?),
+        })
     }
 
     fn linked(&self) -> &InstancePre<HostState> {
-        self.instance_pre()
+        match self {
+            Self::V0_1(pre) => pre.instance_pre(),
+            Self::V0_2(pre) => pre.instance_pre(),
+        }
     }
 
-    fn check_exports(store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<()> {
-        handler_world::HandlerPlugin::new(store, instance).map(drop)
+    fn check_exports(
+        &self,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<()> {
+        match self {
+            Self::V0_1(_) => v0_1::handler_world::HandlerPlugin::new(store, instance).map(drop),
+            Self::V0_2(_) => v0_2::handler_world::HandlerPlugin::new(store, instance).map(drop),
+        }
     }
 
     fn of(plugin: &Plugin) -> Option<&Self> {
@@ -221,11 +282,10 @@ impl Role for handler_world::HandlerPluginPre<HostState> {
         store: &mut Store<HostState>,
         input: &types::Event,
     ) -> wasmtime::Result<Self::Output> {
-        let instance = self.instantiate_async(&mut *store).await?;
-        instance
-            .hookd_plugin_handler()
-            .call_handle(store, input)
-            .await
+        match self {
+            Self::V0_1(pre) => v0_1::handle(pre, store, input).await,
+            Self::V0_2(pre) => v0_2::handle(pre, store, input).await,
+        }
     }
 
     fn output_bytes(output: &Self::Output) -> usize {
@@ -320,21 +380,18 @@ impl Runtime {
         &self,
         plugin: &Plugin,
         ctx: &CallContext,
-        source: &str,
-        headers: &[Header],
-        body: &[u8],
-        received_at_ms: i64,
+        req: ParseRequest<'_>,
     ) -> Result<ParseVerdict, CallError> {
         let request = types::Request {
-            source: source.to_owned(),
-            headers: wit_headers(headers),
-            body: body.to_vec(),
-            received_at_ms: received_at_ms.max(0) as u64,
+            source: req.source.to_owned(),
+            method: req.method.to_owned(),
+            query: req.query.to_owned(),
+            headers: wit_headers(req.headers),
+            body: req.body.to_vec(),
+            received_at_ms: req.received_at_ms.max(0) as u64,
         };
         let (result, _) = self
-            .call_role::<parser_world::ParserPluginPre<HostState>>(
-                plugin, ctx, None, None, &request,
-            )
+            .call_role::<ParserPre>(plugin, ctx, None, None, &request)
             .await;
         Ok(match result? {
             Ok(env) if env.event_id.is_empty() => {
@@ -348,6 +405,7 @@ impl Runtime {
             }),
             Err(types::ParseError::Invalid(message)) => ParseVerdict::Invalid(message),
             Err(types::ParseError::Ignore(message)) => ParseVerdict::Ignore(message),
+            Err(types::ParseError::Respond(response)) => parser_response(response)?,
         })
     }
 
@@ -374,13 +432,7 @@ impl Runtime {
             body: event.body,
         };
         let (result, changes) = self
-            .call_role::<handler_world::HandlerPluginPre<HostState>>(
-                plugin,
-                ctx,
-                Some(state),
-                Some(outbound),
-                &input,
-            )
+            .call_role::<HandlerPre>(plugin, ctx, Some(state), Some(outbound), &input)
             .await;
         let verdict = result.map(|r| match r {
             Ok(output) => HandleVerdict::Ok(output),
@@ -436,6 +488,35 @@ fn trap_message(e: &wasmtime::Error) -> String {
     message
 }
 
+/// A parser's `respond`, checked: a response hookd could not send as given is the parser's
+/// failure (the request is quarantined like any other failed parse, never half-answered).
+fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError> {
+    let refuse = |why: String| CallError::Trap(format!("the parser's respond {why}"));
+    let status = http::StatusCode::from_u16(response.status)
+        .ok()
+        .filter(|s| (200..=599).contains(&s.as_u16()))
+        .ok_or_else(|| refuse(format!("has status {}, outside 200-599", response.status)))?;
+    let mut headers = http::HeaderMap::with_capacity(response.headers.len());
+    for h in response.headers {
+        let name = http::HeaderName::from_bytes(h.name.as_bytes());
+        let value = http::HeaderValue::from_str(&h.value);
+        let (Ok(name), Ok(value)) = (name, value) else {
+            return Err(refuse(format!("has an invalid header {:?}", h.name)));
+        };
+        headers.append(name, value);
+    }
+    Ok(ParseVerdict::Respond(ParserResponse {
+        status,
+        headers,
+        body: response.body,
+    }))
+}
+
+/// Bytes of headers that count against an output cap.
+fn header_bytes(headers: &[types::Header]) -> usize {
+    headers.iter().map(|h| h.name.len() + h.value.len()).sum()
+}
+
 fn wit_headers(headers: &[Header]) -> Vec<types::Header> {
     headers
         .iter()
@@ -444,4 +525,49 @@ fn wit_headers(headers: &[Header]) -> Vec<types::Header> {
             value: value.clone(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn respond(status: u16, header: (&str, &str)) -> Result<ParseVerdict, CallError> {
+        parser_response(types::Response {
+            status,
+            headers: vec![types::Header {
+                name: header.0.into(),
+                value: header.1.into(),
+            }],
+            body: b"ok".to_vec(),
+        })
+    }
+
+    /// A 1xx is not a final answer and a status over 599 is not HTTP: either would leave the
+    /// provider without a usable reply, so the parse fails instead.
+    #[test]
+    fn a_respond_status_outside_200_to_599_fails_the_parse() {
+        for status in [0, 101, 199, 600, 1000] {
+            let verdict = respond(status, ("content-type", "text/plain"));
+            assert!(
+                matches!(verdict, Err(CallError::Trap(_))),
+                "{status}: {verdict:?}"
+            );
+        }
+        for status in [200, 404, 599] {
+            let verdict = respond(status, ("content-type", "text/plain"));
+            assert!(matches!(verdict, Ok(ParseVerdict::Respond(r)) if r.status == status));
+        }
+    }
+
+    /// A header hookd could not send as given fails the parse rather than being dropped.
+    #[test]
+    fn a_respond_header_that_is_not_valid_http_fails_the_parse() {
+        for header in [("bad name", "v"), ("x-ok", "line\nbreak")] {
+            let verdict = respond(200, header);
+            assert!(
+                matches!(verdict, Err(CallError::Trap(_))),
+                "{header:?}: {verdict:?}"
+            );
+        }
+    }
 }

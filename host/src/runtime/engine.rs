@@ -15,9 +15,7 @@ use std::{
 
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::{
-    ArtifactCache, CacheError, Runtime, bindings::handler_world, budget, host::HostState, limiter,
-};
+use super::{ArtifactCache, CacheError, Runtime, bindings, budget, host::HostState, limiter};
 use crate::outbound::transport::Connector;
 
 /// How often the epoch advances: the granularity of deadlines and of cooperative yielding.
@@ -59,11 +57,7 @@ impl Runtime {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(link)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(link)?;
         budget::add_to_linker(&mut linker).map_err(link)?;
-        handler_world::HandlerPlugin::add_to_linker::<_, wasmtime::component::HasSelf<HostState>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(link)?;
+        bindings::add_to_linker(&mut linker).map_err(link)?;
         let runtime = Arc::new(Self {
             engine,
             linker,

@@ -1,7 +1,8 @@
 //! What a plugin may import: `log`, `config`, `state`, a WASI context that grants nothing, and
 //! `wasi:http` gated by the call's grant (see [`super::outbound_hooks`]).
 //!
-//! Invariants: log bytes per call are capped (then one truncation marker) and control
+//! Invariants: each import is implemented once, for the latest WIT version (older versions
+//! delegate to it, see [`super::bindings`]); log bytes per call are capped (then one truncation marker) and control
 //! characters are escaped before a line reaches the host log; state writes are buffered here,
 //! once each, and leave the call only as [`StateChanges`], for the inbox to commit with the
 //! delivery's success — a failed call's writes are simply dropped. A write over the attempt's
@@ -14,10 +15,8 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::WasiHttpCtx;
 
-use super::bindings::{
-    handler_world::hookd::plugin::state,
-    parser_world::hookd::plugin::{config, log, types},
-};
+// The latest version's imports; older versions' impls delegate here (`super::bindings`).
+use super::bindings::latest::{config, log, state, types};
 use super::outbound_hooks::OutboundHooks;
 use crate::{
     ids::PluginName,

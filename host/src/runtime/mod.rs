@@ -36,8 +36,12 @@ mod plugin;
 
 use wasmtime::{Engine, component::Linker};
 
+pub use self::bindings::WitVersion;
 pub use self::cache::{ArtifactCache, CacheError, Origin};
-pub use self::call::{CallContext, CallError, EventInput, HandleVerdict, Limits, ParseVerdict};
+pub use self::call::{
+    CallContext, CallError, EventInput, HandleVerdict, Limits, ParseRequest, ParseVerdict,
+    ParserResponse,
+};
 pub use self::compiler::{
     CompileError, Compiler, CompilerSettings, SUBCOMMAND as COMPILE_SUBCOMMAND,
     child_main as compile_child_main,

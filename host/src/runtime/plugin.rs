@@ -5,8 +5,10 @@
 //! - A [`Plugin`] exists only for a component whose every exported role matched the WIT at
 //!   link time; [`Runtime::typecheck`] then instantiates each role once, in a throwaway bounded
 //!   store, before the registry makes it live.
-//! - Roles are recognised by export-name prefix (`hookd:plugin/parser@`, `…/handler@`), not by
-//!   one WIT version, so [`Roles`] stays true when another version is loaded beside this one.
+//! - Roles are recognised by export-name prefix (`hookd:plugin/parser@`, `…/handler@`) and
+//!   the WIT version by the rest of the exact name; each role is linked with that version's
+//!   bindings. One component has one version; a version this host does not load is refused
+//!   with the versions it does.
 //! - Native code is deserialized only when it came from the host-private cache or from this
 //!   host's own compiler process, never from `plugins_dir`.
 
@@ -17,7 +19,7 @@ use wasmtime::component::Component;
 
 use super::{
     ArtifactCache, CallContext, CompileError, Compiler, Limits, Origin, Runtime,
-    bindings::{handler_world, parser_world},
+    bindings::{HandlerPre, ParserPre, WitVersion},
     call::{Role, bounded},
     host::HostState,
 };
@@ -54,9 +56,10 @@ impl Roles {
 pub struct Plugin {
     sha256: String,
     roles: Roles,
+    wit_version: WitVersion,
     origin: Origin,
-    pub(super) parser: Option<parser_world::ParserPluginPre<HostState>>,
-    pub(super) handler: Option<handler_world::HandlerPluginPre<HostState>>,
+    pub(super) parser: Option<ParserPre>,
+    pub(super) handler: Option<HandlerPre>,
 }
 
 impl std::fmt::Debug for Plugin {
@@ -64,6 +67,7 @@ impl std::fmt::Debug for Plugin {
         f.debug_struct("Plugin")
             .field("sha256", &self.sha256)
             .field("roles", &self.roles)
+            .field("wit_version", &self.wit_version)
             .field("origin", &self.origin)
             .finish()
     }
@@ -76,6 +80,11 @@ impl Plugin {
 
     pub fn roles(&self) -> Roles {
         self.roles
+    }
+
+    /// The `hookd:plugin` WIT version it was built against (read from its exports).
+    pub fn wit_version(&self) -> WitVersion {
+        self.wit_version
     }
 
     /// Whether its native code came from the artifact cache or was compiled now.
@@ -191,30 +200,37 @@ impl Runtime {
             .exports(&self.engine)
             .map(|(n, _)| n.to_string())
             .collect();
-        let roles = Roles {
-            parser: exports
-                .iter()
-                .any(|e| e.starts_with("hookd:plugin/parser@")),
-            handler: exports
-                .iter()
-                .any(|e| e.starts_with("hookd:plugin/handler@")),
+        let parser = role_version::<ParserPre>(&exports)?;
+        let handler = role_version::<HandlerPre>(&exports)?;
+        let wit_version = match (parser, handler) {
+            (None, None) => {
+                return Err(LoadError::NoRole(if exports.is_empty() {
+                    "nothing".into()
+                } else {
+                    exports.join(", ")
+                }));
+            }
+            (Some(p), Some(h)) if p != h => {
+                return Err(LoadError::Mismatch(format!(
+                    "it exports the parser of hookd:plugin@{p} and the handler of \
+                     hookd:plugin@{h}; both roles of one component must use one WIT version"
+                )));
+            }
+            (Some(v), _) | (None, Some(v)) => v,
         };
-        if !roles.parser && !roles.handler {
-            return Err(LoadError::NoRole(if exports.is_empty() {
-                "nothing".into()
-            } else {
-                exports.join(", ")
-            }));
-        }
         let pre = self.linker.instantiate_pre(&component).map_err(|e| {
             LoadError::Mismatch(format!("imports something hookd does not provide: {e:#}"))
         })?;
         Ok(Plugin {
             sha256,
-            roles,
+            roles: Roles {
+                parser: parser.is_some(),
+                handler: handler.is_some(),
+            },
+            wit_version,
             origin,
-            parser: linked_role(roles.parser, &pre)?,
-            handler: linked_role(roles.handler, &pre)?,
+            parser: linked_role(parser, &pre)?,
+            handler: linked_role(handler, &pre)?,
         })
     }
 
@@ -253,17 +269,35 @@ impl Runtime {
         )
         .await
         .map_err(|e| LoadError::Invalid(format!("instantiating it failed: {e}")))?;
-        R::check_exports(&mut store, &instance).map_err(LoadError::export_mismatch::<R>)
+        pre.check_exports(&mut store, &instance)
+            .map_err(LoadError::export_mismatch::<R>)
     }
 }
 
-/// The role's pre-instance if the component exports it, checked against the WIT.
+/// The WIT version of role `R`'s export, if the component exports the role.
+fn role_version<R: Role>(exports: &[String]) -> Result<Option<WitVersion>, LoadError> {
+    exports
+        .iter()
+        .find_map(|e| WitVersion::of_export(e, R::NAME))
+        .transpose()
+        .map_err(|version| {
+            let loaded: Vec<_> = WitVersion::ALL.iter().map(|v| v.as_str()).collect();
+            LoadError::Mismatch(format!(
+                "it exports hookd:plugin/{}@{version}, a WIT version this hookd does not load \
+                 (it loads {})",
+                R::NAME,
+                loaded.join(", ")
+            ))
+        })
+}
+
+/// The role's pre-instance if the component exports it, checked against its WIT version.
 fn linked_role<R: Role>(
-    exported: bool,
+    version: Option<WitVersion>,
     pre: &wasmtime::component::InstancePre<HostState>,
 ) -> Result<Option<R>, LoadError> {
-    exported
-        .then(|| R::link(pre.clone()))
+    version
+        .map(|version| R::link(pre.clone(), version))
         .transpose()
         .map_err(LoadError::export_mismatch::<R>)
 }
