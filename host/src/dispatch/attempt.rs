@@ -25,7 +25,7 @@ const UNAVAILABLE_RETRY_MS: i64 = 1000;
 impl Dispatcher {
     /// Runs one attempt and records it.
     #[tracing::instrument(name = "attempt", skip_all, fields(
-        handler = %claim.handler, source = %claim.source, event = %claim.event_id.as_str(),
+        handler = %claim.handler, source = %claim.source, event = claim.event_id.as_str(),
         attempt = claim.attempt,
     ))]
     pub(super) async fn run_attempt(&self, claim: Claimed) -> Result<(), InboxError> {

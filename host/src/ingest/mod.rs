@@ -73,7 +73,7 @@ pub enum EnvelopeOutcome {
 
 /// Every log line of a request runs in its span: the source as requested, and the event id
 /// once the envelope names it.
-#[tracing::instrument(name = "receive", skip_all, fields(source = %source.as_str(), event))]
+#[tracing::instrument(name = "receive", skip_all, fields(source = source.as_str(), event))]
 async fn receive(
     State(Edge { shared, budget }): State<Edge>,
     Path(source): Path<String>,
@@ -114,7 +114,7 @@ async fn receive(
     match envelope_of(&shared, &source, "POST", &query, &request).await {
         EnvelopeOutcome::Envelope(envelope) => {
             let event_id = envelope.event_id.clone();
-            tracing::Span::current().record("event", tracing::field::display(event_id.as_str()));
+            tracing::Span::current().record("event", event_id.as_str());
             if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
