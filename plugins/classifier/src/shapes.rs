@@ -9,8 +9,8 @@
 
 use serde_json::{Map, Value};
 
-/// One step of a path: an object key, or [`EVERY`] for each element of an array.
-type Path = &'static [&'static str];
+/// A path into a JSON object, one step a key, or [`EVERY`] for each element of an array.
+pub type Path = &'static [&'static str];
 
 /// The path step that means "each element of the array here".
 const EVERY: &str = "*";
@@ -78,8 +78,9 @@ pub fn stripe(top: &Map<String, Value>) -> Option<String> {
     finish(parts)
 }
 
-/// The non-blank strings at `paths` in `object`, joined; `None` if there are none.
-fn joined(object: &Map<String, Value>, paths: impl Iterator<Item = Path>) -> Option<String> {
+/// The non-blank strings at `paths` in `object`, joined by newlines without repeats; `None` if
+/// there are none.
+pub fn joined(object: &Map<String, Value>, paths: impl Iterator<Item = Path>) -> Option<String> {
     finish(strings_at(object, paths).collect())
 }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::shapes;
 
 /// Fields that usually hold human-written text, in the order they are concatenated.
-pub const WELL_KNOWN_FIELDS: [&str; 5] = ["title", "body", "text", "description", "message"];
+pub const WELL_KNOWN_FIELDS: &[&str] = &["title", "body", "text", "description", "message"];
 
 /// Objects one level down that describe the context of an event (who sent it, where) rather
 /// than its subject; their `description` is not what the event says.
@@ -96,13 +96,7 @@ pub fn extract(body: &[u8], pointer: Option<&str>) -> Result<String, BadPointer>
 
 /// The non-blank well-known fields of `object`, joined; `None` if there are none.
 fn well_known(object: &Map<String, Value>) -> Option<String> {
-    let parts: Vec<&str> = WELL_KNOWN_FIELDS
-        .iter()
-        .filter_map(|field| object.get(*field)?.as_str())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    (!parts.is_empty()).then(|| parts.join("\n"))
+    shapes::joined(object, WELL_KNOWN_FIELDS.iter().map(std::slice::from_ref))
 }
 
 /// Every non-blank string in `value`, depth first.
