@@ -8,7 +8,7 @@
 //! | config | meaning |
 //! |---|---|
 //! | `labels` | comma-separated labels to choose from; default `bug,feature,question,billing,other` |
-//! | `text_pointer` | JSON pointer to the text to classify, e.g. `/data/object/description`; default: the well-known fields, see [`text::extract`] |
+//! | `text_pointer` | JSON pointer to the text to classify, e.g. `/data/object/description`; it wins over anything found in the body. Default: the text of the body's shape (Stripe `data.object` fields and event type, GitHub issue/PR/comment/review/commit text, Slack `event.text`, ...; see [`text::extract`]) |
 //! | `model_url` | an OpenAI-compatible chat-completions URL (`https://host/v1/chat/completions` or `http://host:port/...`); its `host:port` (443 for `https` without a port) must be in the plugin's `allow_hosts`. A hosted model's API key goes in `[plugins.<name>.credentials]`, injected by hookd, never in this config. Unset: offline keywords |
 //! | `model` | the `model` field of the request; default `default` |
 //!
@@ -19,7 +19,11 @@
 
 pub mod keywords;
 pub mod model;
+pub mod shapes;
 pub mod text;
+
+#[cfg(test)]
+mod payloads;
 
 use plugin_sdk::{Event, HandleError, Handler, config, log, output};
 

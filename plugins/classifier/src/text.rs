@@ -1,11 +1,17 @@
 //! Which text of an event to classify.
+//!
+//! - An explicit `text_pointer` always wins over any shape found in the body.
+//! - Without one, the body's own shape decides (see [`extract`]); a body with no text is an
+//!   empty string, never an error.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
 
+use crate::shapes;
+
 /// Fields that usually hold human-written text, in the order they are concatenated.
-pub const WELL_KNOWN_FIELDS: [&str; 5] = ["title", "body", "text", "description", "message"];
+pub const WELL_KNOWN_FIELDS: &[&str] = &["title", "body", "text", "description", "message"];
 
 /// Objects one level down that describe the context of an event (who sent it, where) rather
 /// than its subject; their `description` is not what the event says.
@@ -38,10 +44,17 @@ impl std::error::Error for BadPointer {}
 /// The text to classify in `body`; empty when there is none.
 ///
 /// - With `pointer`: the value there (strings inside an array or object are joined).
-/// - Otherwise, from a JSON object: the [`WELL_KNOWN_FIELDS`] of the first object that has any,
-///   looking at the top level first, then one level down (children in key order, skipping
-///   context objects such as `repository` and `sender`). So a GitHub `issues` event yields
-///   `issue.title` and `issue.body`, joined by a newline.
+/// - Otherwise, from a JSON object, the first of these that has text:
+///   1. a Stripe event: its type in words (`invoice payment failed`) and the `data.object`
+///      text fields (`description`, `failure_message`, `reason`, ..., see [`shapes::stripe`]);
+///   2. the [`WELL_KNOWN_FIELDS`] at the top level;
+///   3. the subject of a common provider's event ([`shapes::subject`]): a GitHub comment or
+///      review body, an issue's, pull request's or discussion's title and body, a release's
+///      name and body, a push's commit messages; a Slack event's `text`; a Shopify `note`;
+///   4. the [`WELL_KNOWN_FIELDS`] one level down (children in key order, skipping context
+///      objects such as `repository` and `sender`).
+///
+///   Parts are joined by newlines.
 /// - A body that is not JSON but is UTF-8 is classified as it is.
 pub fn extract(body: &[u8], pointer: Option<&str>) -> Result<String, BadPointer> {
     if let Some(p) = pointer
@@ -63,7 +76,10 @@ pub fn extract(body: &[u8], pointer: Option<&str>) -> Result<String, BadPointer>
     let Value::Object(top) = &json else {
         return Ok(String::new());
     };
-    if let Some(text) = well_known(top) {
+    if let Some(text) = shapes::stripe(top)
+        .or_else(|| well_known(top))
+        .or_else(|| shapes::subject(top))
+    {
         return Ok(text);
     }
     let mut children: Vec<(&String, &Map<String, Value>)> = top
@@ -80,13 +96,7 @@ pub fn extract(body: &[u8], pointer: Option<&str>) -> Result<String, BadPointer>
 
 /// The non-blank well-known fields of `object`, joined; `None` if there are none.
 fn well_known(object: &Map<String, Value>) -> Option<String> {
-    let parts: Vec<&str> = WELL_KNOWN_FIELDS
-        .iter()
-        .filter_map(|field| object.get(*field)?.as_str())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    (!parts.is_empty()).then(|| parts.join("\n"))
+    shapes::joined(object, WELL_KNOWN_FIELDS.iter().map(std::slice::from_ref))
 }
 
 /// Every non-blank string in `value`, depth first.
