@@ -1,7 +1,8 @@
 //! The example `forward` handler, black-box: a verified event reaches a local service byte for
 //! byte with the configured and passed-on headers and hookd's `Idempotency-Key`; a service
 //! that answers 503 with `Retry-After` gets the event again when it asked, not on the backoff
-//! schedule; a duplicate webhook is forwarded once.
+//! schedule; a duplicate webhook is forwarded once; over `https` with a private CA, the
+//! service's token is added by the host.
 
 use std::{
     sync::{Arc, Mutex},
@@ -12,7 +13,8 @@ use http::{HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
 use crate::outbound::{Mock, Reply, header, output};
-use crate::support::{AdminApi, SW_SECRET, Scheme, TestHost, plugins, sw_source};
+use crate::support::{self, AdminApi, SW_SECRET, Scheme, TestHost, plugins, sw_source};
+use crate::tls::{Pki, TlsServer, allow_localhost, hello};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -127,4 +129,36 @@ async fn a_duplicate_webhook_is_forwarded_once() {
     // Give a wrongly scheduled second delivery time to reach the service.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(mock.seen().len(), 1);
+}
+
+/// The README's set-up: an internal service by name over `https`, trusted through `ca_file`,
+/// its token in `[plugins.forward.credentials]` from the host's environment; the service sees
+/// the token although no config value or plugin holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_the_service_gets_the_host_injected_token() {
+    let pki = Pki::new();
+    let server = TlsServer::start(pki.leaf(&["localhost"], false), hello).await;
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
+    support::install_plugins(dir.path(), &[("forward", plugins::FORWARD)]);
+    std::fs::write(dir.path().join("ca.pem"), pki.ca_pem()).unwrap();
+    let plugin = format!(
+        r#"
+        [plugins.forward]
+        ca_file = "ca.pem"
+        {allow}
+        config = {{ url = "https://localhost:{port}/webhooks" }}
+        [plugins.forward.credentials]
+        "localhost:{port}" = {{ header = "Authorization", env = "SERVICE_TOKEN", prefix = "Bearer " }}
+        "#,
+        allow = allow_localhost(port),
+    );
+    let env = |name: &str| (name == "SERVICE_TOKEN").then(|| "tok-123".to_owned());
+    let host = TestHost::start_in_env(dir, &sw_source("p", &["forward"], &plugin), &env).await;
+    post(&host, "evt-4", br#"{"n":4}"#).await;
+
+    host.wait_state("p", "evt-4", "forward", "done", WAIT).await;
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].headers["authorization"], "Bearer tok-123");
 }
