@@ -8,6 +8,7 @@ mod admin_api;
 mod crash;
 mod dispatch;
 mod end_to_end;
+mod forward;
 mod handshakes;
 mod harden_admin;
 mod harden_fair;

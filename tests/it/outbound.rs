@@ -24,22 +24,22 @@ use crate::support::{self, AdminApi, SW_SECRET, Scheme, TestHost, plugins, sw_so
 
 /// One request the mock received.
 #[derive(Debug, Clone)]
-struct Seen {
-    path: String,
-    headers: HeaderMap,
-    body: Bytes,
+pub(crate) struct Seen {
+    pub(crate) path: String,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
 }
 
 /// What the mock answers, after `delay`.
-struct Reply {
+pub(crate) struct Reply {
     delay: Duration,
     status: StatusCode,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
     body: BoxBody<Bytes, Infallible>,
 }
 
 impl Reply {
-    fn new(status: StatusCode, body: impl Into<Bytes>) -> Self {
+    pub(crate) fn new(status: StatusCode, body: impl Into<Bytes>) -> Self {
         Self {
             delay: Duration::ZERO,
             status,
@@ -74,14 +74,16 @@ type Answer = dyn Fn(usize, &Seen) -> Reply + Send + Sync;
 
 /// A tiny HTTP/1 server on 127.0.0.1:0 that records every request (counted when its head and
 /// body arrive, before any delay) and answers as `answer(index, request)` says.
-struct Mock {
+pub(crate) struct Mock {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<Seen>>>,
     accept: tokio::task::JoinHandle<()>,
 }
 
 impl Mock {
-    async fn start(answer: impl Fn(usize, &Seen) -> Reply + Send + Sync + 'static) -> Self {
+    pub(crate) async fn start(
+        answer: impl Fn(usize, &Seen) -> Reply + Send + Sync + 'static,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
@@ -128,11 +130,11 @@ impl Mock {
         Self { addr, seen, accept }
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 
-    fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.addr.port()
     }
 }
@@ -164,7 +166,7 @@ impl Body for Chunks {
     }
 }
 
-fn header<'a>(seen: &'a Seen, name: &str) -> Vec<&'a str> {
+pub(crate) fn header<'a>(seen: &'a Seen, name: &str) -> Vec<&'a str> {
     seen.headers
         .get_all(name)
         .iter()
@@ -172,7 +174,7 @@ fn header<'a>(seen: &'a Seen, name: &str) -> Vec<&'a str> {
         .collect()
 }
 
-fn output(delivery: &Value) -> Value {
+pub(crate) fn output(delivery: &Value) -> Value {
     serde_json::from_str(delivery["output"].as_str().expect("an output")).unwrap()
 }
 

@@ -29,18 +29,18 @@ const WAIT: Duration = Duration::from_secs(60);
 const API_KEY: &str = "sk-live-7f3a9c1e";
 
 /// A private CA and the certificates it (or nobody) signs.
-struct Pki {
+pub(crate) struct Pki {
     ca: CertifiedIssuer<'static, KeyPair>,
 }
 
 /// A server certificate and its key.
-struct Leaf {
+pub(crate) struct Leaf {
     cert: CertificateDer<'static>,
     key: PrivateKeyDer<'static>,
 }
 
 impl Pki {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -50,12 +50,12 @@ impl Pki {
         Self { ca }
     }
 
-    fn ca_pem(&self) -> String {
+    pub(crate) fn ca_pem(&self) -> String {
         self.ca.pem()
     }
 
     /// A certificate for `names` (DNS names or IP addresses), valid now unless `expired`.
-    fn leaf(&self, names: &[&str], expired: bool) -> Leaf {
+    pub(crate) fn leaf(&self, names: &[&str], expired: bool) -> Leaf {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         if expired {
@@ -73,14 +73,14 @@ impl Pki {
 
 /// One request the TLS server received.
 #[derive(Debug, Clone)]
-struct Seen {
+pub(crate) struct Seen {
     path: String,
-    headers: HeaderMap,
+    pub(crate) headers: HeaderMap,
 }
 
 /// An HTTPS/1.1 server on 127.0.0.1:0 presenting `leaf`; counts TCP connections (so a test
 /// can tell that nothing reached it) and records every request; answers `answer(path)`.
-struct TlsServer {
+pub(crate) struct TlsServer {
     addr: SocketAddr,
     connections: Arc<AtomicUsize>,
     seen: Arc<Mutex<Vec<Seen>>>,
@@ -88,7 +88,7 @@ struct TlsServer {
 }
 
 impl TlsServer {
-    async fn start(leaf: Leaf, answer: fn(&str) -> String) -> Self {
+    pub(crate) async fn start(leaf: Leaf, answer: fn(&str) -> String) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -145,11 +145,11 @@ impl TlsServer {
         }
     }
 
-    fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.addr.port()
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
 }
@@ -160,7 +160,7 @@ impl Drop for TlsServer {
     }
 }
 
-fn hello(_: &str) -> String {
+pub(crate) fn hello(_: &str) -> String {
     "\"hello\"".to_owned()
 }
 
@@ -224,7 +224,7 @@ fn assert_certificate_error(verdict: &str) {
 
 /// `localhost:{port}` for the request's name, and `127.0.0.1:{port}`, the loopback address it
 /// resolves to, which a listed name alone may not reach.
-fn allow_localhost(port: u16) -> String {
+pub(crate) fn allow_localhost(port: u16) -> String {
     format!(r#"allow_hosts = ["localhost:{port}", "127.0.0.1:{port}"]"#)
 }
 

@@ -1,0 +1,195 @@
+//! Handler that relays each event to an internal service: the receive → verify → dedupe →
+//! forward job a webhook gateway is usually deployed for.
+//!
+//! By the time this handler runs, hookd has checked the provider's signature, dropped
+//! duplicates and stored the event, so the service behind `url` receives each event once per
+//! successful delivery, already authenticated, and never needs the provider's secret. It gets
+//! the provider's body byte for byte; retries carry the same `Idempotency-Key`
+//! (`{source}:{event_id}:{handler}`, set by hookd), so a service that honours it applies an
+//! event once even when an answer is lost.
+//!
+//! ```toml
+//! [plugins.forward]
+//! allow_hosts = ["orders.internal:443"]
+//! config = { url = "https://orders.internal/webhooks", pass_headers = "x-github-event", headers = '{"x-team": "payments"}' }
+//! [plugins.forward.credentials]
+//! "orders.internal:443" = { header = "Authorization", env = "ORDERS_TOKEN", prefix = "Bearer " }
+//! ```
+//!
+//! | config | meaning |
+//! |---|---|
+//! | `url` | required: where to send each event, `https://…` or `http://…`; its `host:port` must be in `allow_hosts` |
+//! | `method` | `POST` (default), `PUT` or `PATCH` |
+//! | `headers` | a JSON object of extra headers to send, e.g. `{"x-team": "payments"}` |
+//! | `pass_headers` | comma-separated names of the provider's request headers to pass on (every occurrence, as received) |
+//!
+//! Every request also carries the provider's `Content-Type` and `X-Hookd-Source`,
+//! `X-Hookd-Event-Id` and `X-Hookd-Event-Type`. Secrets for the internal service go in
+//! `[plugins.<name>.credentials]`: hookd adds them after the request leaves the plugin.
+//!
+//! The answer decides the delivery: 2xx is `done` (output `{"status": 200}`); a transport
+//! failure, a timeout, 5xx, 408 or 429 is a retry, not before the service's `Retry-After`
+//! (seconds); another status, or a config error, is permanent.
+
+use plugin_sdk::{Event, HandleError, Handler, config, http, output};
+use serde_json::json;
+
+/// The forward handler.
+pub struct Forward;
+
+impl Handler for Forward {
+    fn handle(event: Event) -> Result<Option<String>, HandleError> {
+        let target = Target::from_config(config::get)?;
+        let mut request = http::request(target.method, &target.url)
+            .header("x-hookd-source", &event.source)
+            .header("x-hookd-event-id", &event.event_id)
+            .header("x-hookd-event-type", &event.event_type);
+        for h in &event.headers {
+            let passed = target.pass.iter().any(|p| p.eq_ignore_ascii_case(&h.name));
+            if passed || h.name.eq_ignore_ascii_case("content-type") {
+                request = request.header(&h.name, &h.value);
+            }
+        }
+        for (name, value) in &target.headers {
+            request = request.header(name, value);
+        }
+        // `?` turns the SDK's errors into the right verdict: a 503 with `Retry-After: 30`
+        // becomes a retry no sooner than 30 s (capped by the plugin's `backoff_max_ms`).
+        let response = request.body(event.body).send()?.error_for_status()?;
+        output::json(&json!({ "status": response.status }))
+    }
+}
+
+plugin_sdk::register!(handler = Forward);
+
+/// Where and how to forward, from the plugin's config.
+#[derive(Debug, PartialEq)]
+pub struct Target {
+    /// The `url` config value.
+    pub url: String,
+    /// The `method` config value.
+    pub method: http::Method,
+    /// Extra headers, from the `headers` JSON object (sorted by name).
+    pub headers: Vec<(String, String)>,
+    /// Provider header names to pass on, from `pass_headers`.
+    pub pass: Vec<String>,
+}
+
+impl Target {
+    /// Reads the config through `get` (`config::get` in hookd); a bad value is a permanent
+    /// error naming its key, since no retry can fix a config.
+    pub fn from_config(get: impl Fn(&str) -> Option<String>) -> Result<Target, HandleError> {
+        let url = get("url")
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| HandleError::permanent("config `url` is not set"))?;
+        let method = match get("method").as_deref().map(str::trim) {
+            None => http::Method::Post,
+            Some(m) if m.eq_ignore_ascii_case("POST") => http::Method::Post,
+            Some(m) if m.eq_ignore_ascii_case("PUT") => http::Method::Put,
+            Some(m) if m.eq_ignore_ascii_case("PATCH") => http::Method::Patch,
+            Some(m) => {
+                return Err(HandleError::permanent(format!(
+                    "config `method` must be POST, PUT or PATCH (got {m:?})"
+                )));
+            }
+        };
+        let headers = match get("headers") {
+            None => Vec::new(),
+            Some(text) => {
+                let invalid = || {
+                    HandleError::permanent(
+                        "config `headers` must be a JSON object of strings, e.g. {\"x-team\": \"a\"}",
+                    )
+                };
+                let map: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_str(&text).map_err(|_| invalid())?;
+                map.into_iter()
+                    .map(|(name, value)| match value {
+                        serde_json::Value::String(v) => Ok((name, v)),
+                        _ => Err(invalid()),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+        };
+        let pass = get("pass_headers")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(Target {
+            url,
+            method,
+            headers,
+            pass,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(pairs: &[(&str, &str)]) -> Result<Target, HandleError> {
+        Target::from_config(|key| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn only_url_is_required_and_method_defaults_to_post() {
+        let got = target(&[("url", " http://127.0.0.1:9000/in ")]).unwrap();
+        assert_eq!(
+            got,
+            Target {
+                url: "http://127.0.0.1:9000/in".into(),
+                method: http::Method::Post,
+                headers: Vec::new(),
+                pass: Vec::new(),
+            }
+        );
+    }
+
+    #[test]
+    fn headers_and_pass_headers_are_read() {
+        let got = target(&[
+            ("url", "https://svc/"),
+            ("method", "put"),
+            ("headers", r#"{"x-b": "2", "x-a": "1"}"#),
+            ("pass_headers", " x-github-event, ,webhook-id"),
+        ])
+        .unwrap();
+        assert_eq!(got.method, http::Method::Put);
+        assert_eq!(
+            got.headers,
+            [("x-a".into(), "1".into()), ("x-b".into(), "2".into())]
+        );
+        assert_eq!(got.pass, ["x-github-event", "webhook-id"]);
+    }
+
+    #[test]
+    fn config_errors_are_permanent_and_name_the_key() {
+        for (pairs, key) in [
+            (&[][..], "`url`"),
+            (&[("url", "http://x/"), ("method", "GET")][..], "`method`"),
+            (
+                &[("url", "http://x/"), ("headers", "x-a: 1")][..],
+                "`headers`",
+            ),
+            (
+                &[("url", "http://x/"), ("headers", r#"{"x-a": 1}"#)][..],
+                "`headers`",
+            ),
+        ] {
+            match target(pairs) {
+                Err(HandleError::Permanent(reason)) => assert!(reason.contains(key), "{reason}"),
+                other => panic!("{pairs:?}: {other:?}"),
+            }
+        }
+    }
+}
