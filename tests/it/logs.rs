@@ -38,9 +38,10 @@ async fn a_plugins_log_line_carries_the_attempt_and_the_plugin_from_its_spans() 
     let host = start(dir.path(), &[]).await;
     let log = log_from_the_guest(&host).await;
     let line = log.lines().find(|l| l.contains(GREETING)).unwrap();
+    // The event id is untrusted text: written quoted and escaped, never raw.
     for field in [
         "handler=h",
-        "event=log-1",
+        "event=\"log-1\"",
         "attempt=1",
         "plugin=h",
         "role=handler",
