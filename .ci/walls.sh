@@ -42,15 +42,20 @@ done
 
 # A released WIT is frozen: plugins built against it must keep loading. A change to a released
 # version's files is an offence; a new version gets a new directory and a line here.
-frozen_wit() { # <file> <sha256 recorded at its release>
+frozen_wit() { # <file or directory> <sha256 recorded at its release>
   local actual
-  actual=$(sha256sum "$1" | cut -d' ' -f1)
+  if [[ -d $1 ]]; then # every file of the version, by relative path
+    actual=$(cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+  else
+    actual=$(sha256sum "$1" | cut -d' ' -f1)
+  fi
   if [[ $actual != "$2" ]]; then
     echo "walls: $1 is a released WIT and frozen (sha256 $2), but it now hashes to $actual"
     failed=1
   fi
 }
 frozen_wit wit/v0.1.0/plugin.wit 91409fb588e61e5af7182d93e7e2822e4eae6e32da7e2c97772f120af5c951d0
+frozen_wit wit/v0.2.0 1a18d0f8b83ac4d1ae2be2d81b7f7ffc0690e3f3658158076b9e45f3f300f79f
 # The SDK carries its own copy of the latest WIT (so the crate is self-contained): the same files.
 if ! diff -r wit/v0.2.0 plugin-sdk/wit >/dev/null; then
   echo "walls: plugin-sdk/wit differs from wit/v0.2.0 (the SDK's copy of the latest WIT):"
