@@ -80,7 +80,10 @@
 //! Outside hookd (unit tests on the host target) there is no host to send through:
 //! [`RequestBuilder::send`] panics, like [`config`](crate::config) and [`state`](crate::state).
 
-use std::{fmt, time::Duration};
+use std::{
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -253,16 +256,15 @@ impl Response {
         })
     }
 
-    /// `Ok(self)` for a 2xx, else [`HttpError::Status`] (with `Retry-After` in seconds, if
-    /// the server sent one).
+    /// `Ok(self)` for a 2xx, else [`HttpError::Status`] (with the server's `Retry-After`, if
+    /// it sent one: delay-seconds, or an HTTP-date counted from now).
     pub fn error_for_status(self) -> Result<Self, HttpError> {
         if self.is_success() {
             return Ok(self);
         }
         let retry_after = self
             .header("retry-after")
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
+            .and_then(|v| parse_retry_after(v, SystemTime::now()));
         let mut body = String::from_utf8_lossy(&self.body).into_owned();
         if body.len() > 512 {
             let mut cut = 512;
@@ -278,6 +280,17 @@ impl Response {
             body,
         })
     }
+}
+
+/// A `Retry-After` value (RFC 9110 §10.2.3): `delay-seconds`, or an `HTTP-date` read as the
+/// time left from `now` (zero if it has passed). Anything else is ignored, as if absent.
+fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// Why a request produced no usable response.
@@ -307,7 +320,7 @@ pub enum HttpError {
     Status {
         /// The status code.
         status: u16,
-        /// The server's `Retry-After`, in seconds, if any.
+        /// The server's `Retry-After` (seconds, or an HTTP-date as the time left), if any.
         retry_after: Option<Duration>,
         /// The start of the response body, for the error message.
         body: String,
@@ -688,6 +701,29 @@ mod tests {
         assert!(body.len() < 600);
         let want = HandleError::retry_after(format!("status 429: {body}"), Duration::from_secs(7));
         assert_eq!(HandleError::from(err), want);
+    }
+
+    #[test]
+    fn retry_after_is_seconds_or_an_http_date() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let parse = |v| parse_retry_after(v, now);
+        assert_eq!(parse(" 120 "), Some(Duration::from_secs(120)));
+        // The three date forms RFC 9110 makes a recipient accept.
+        assert_eq!(
+            parse("Wed, 21 Oct 2015 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        assert_eq!(
+            parse("Wednesday, 21-Oct-15 07:28:05 GMT"),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            parse("Wed Oct 21 07:28:10 2015"),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(parse("Wed, 21 Oct 2015 07:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(parse("soon"), None);
+        assert_eq!(parse("-5"), None);
     }
 
     #[test]
