@@ -25,6 +25,7 @@ pub fn ensure(rustc: &Path, workspace: &Path) -> Result<(), String> {
     if installed(rustc, workspace) {
         return Ok(());
     }
+    eprintln!("the {TARGET} target is missing; installing it: rustup target add {TARGET}");
     let status = Command::new("rustup")
         .current_dir(workspace)
         .args(["target", "add", TARGET])
