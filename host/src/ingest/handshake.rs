@@ -56,7 +56,7 @@ pub(super) async fn get(
             .into_response();
     };
     match source.verifier.answer_get(&query) {
-        Ok(Some(reply)) => answered(reply),
+        Ok(Some(reply)) => handshake_answered(reply),
         Ok(None) => not_allowed(),
         Err(e) => refused(&e),
     }
@@ -76,13 +76,19 @@ pub(super) fn post(
         .map(|Query(query)| query)
         .unwrap_or_default();
     match source.verifier.answer_post(&query, headers, body, received) {
-        Ok(reply) => reply.map(answered),
+        Ok(reply) => reply.map(handshake_answered),
         Err(e) => Some(refused(&e)),
     }
 }
 
-fn answered(reply: Reply) -> Response {
+fn handshake_answered(reply: Reply) -> Response {
     tracing::info!("provider handshake answered");
+    answered(reply)
+}
+
+/// `200` with `reply`: a handshake's answer, or the provider's own acknowledgement of a stored
+/// event.
+pub(super) fn answered(reply: Reply) -> Response {
     let headers = [
         (
             header::CONTENT_TYPE,

@@ -30,6 +30,7 @@ use crate::{
     inbox::{Accepted, RawRequest},
     model::{Envelope, unix_ms},
     runtime::{CallContext, ParseRequest, ParseVerdict, ParserResponse},
+    verify::Reply,
 };
 
 pub mod body;
@@ -115,6 +116,8 @@ async fn receive(
         EnvelopeOutcome::Envelope(envelope) => {
             let event_id = envelope.event_id.clone();
             tracing::Span::current().record("event", event_id.as_str());
+            // Decided before the request moves into the inbox; sent only once it is stored.
+            let ack = source.verifier.accepted_reply(request.body());
             if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
@@ -127,7 +130,7 @@ async fn receive(
                         retry_after_secs: 5,
                     });
                 }
-                return Ok(accepted_response(&event_id, true));
+                return Ok(accepted_response(ack, &event_id, true));
             }
             let accepted = shared
                 .inbox
@@ -140,6 +143,7 @@ async fn receive(
                 )
                 .await?;
             Ok(accepted_response(
+                ack,
                 &event_id,
                 accepted == Accepted::Duplicate,
             ))
@@ -178,7 +182,12 @@ async fn receive(
     }
 }
 
-fn accepted_response(event_id: &EventId, duplicate: bool) -> Response {
+/// The answer to a stored event: the provider's own shape where its scheme has one
+/// ([`crate::verify::Verifier::accepted_reply`], discord), else hookd's `202`.
+fn accepted_response(ack: Option<Reply>, event_id: &EventId, duplicate: bool) -> Response {
+    if let Some(reply) = ack {
+        return handshake::answered(reply);
+    }
     let body = json!({"accepted": true, "duplicate": duplicate, "event_id": event_id});
     (StatusCode::ACCEPTED, Json(body)).into_response()
 }

@@ -9,6 +9,8 @@
 //!   but the challenge it asks to be echoed.
 //! - Only bodies up to [`MAX_HANDSHAKE_BODY`] are looked at as handshakes, and a challenge longer
 //!   than [`crate::MAX_HEADER_LEN`] is refused, so answering costs little and echoes little.
+//! - A provider that wants an answer of its own shape for a stored event, too (discord's
+//!   interactions), gets it from [`Verifier::accepted_reply`], decided by the verified body alone.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -170,6 +172,32 @@ impl Verifier {
         };
         schemes::verify(self, headers, body, now)?;
         Ok(Some(Reply::json(&reply)))
+    }
+}
+
+impl Verifier {
+    /// The answer to a verified request that was stored as an event (or was already), where its
+    /// provider needs more than hookd's `202`: `None` for every scheme but discord.
+    ///
+    /// discord shows an interaction as failed unless it is answered within 3 s with an
+    /// interaction response, and the handler's work may take longer: the handler completes it
+    /// later through Discord's follow-up webhook, with the interaction's token. So an
+    /// application command (type 2) or a modal submit (5) is acknowledged as
+    /// `DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE` (5), a message component (3) as
+    /// `DEFERRED_UPDATE_MESSAGE` (6), and an autocomplete (4), which cannot be deferred, with no
+    /// choices (8).
+    pub fn accepted_reply(&self, body: &[u8]) -> Option<Reply> {
+        if self.scheme != Scheme::Discord {
+            return None;
+        }
+        let interaction = serde_json::from_slice::<Value>(body).ok()?;
+        let answer = match interaction.get("type").and_then(Value::as_u64)? {
+            2 | 5 => json!({"type": 5}),
+            3 => json!({"type": 6}),
+            4 => json!({"type": 8, "data": {"choices": []}}),
+            _ => return None,
+        };
+        Some(Reply::json(&answer))
     }
 }
 

@@ -9,7 +9,9 @@
 //! - ordering key: `channel_id` when present, so one channel's interactions run in order.
 //!
 //! The `PING` (`type` 1) handshake never reaches a parser: hookd answers it for a source with
-//! `scheme = "discord"`. Should one arrive anyway, it is ignored, not stored.
+//! `scheme = "discord"`. Should one arrive anyway, it is ignored, not stored. A stored
+//! interaction is answered by hookd too, with a deferred response (Discord wants one within
+//! 3 s); the handler completes it through the follow-up webhook with the interaction's `token`.
 
 use plugin_sdk::{Envelope, ParseError, Parser, Request};
 use serde_json::Value;

@@ -344,3 +344,27 @@ fn a_twitter_crc_token_that_could_be_an_event_body_is_not_signed() {
     let err = v.answer_get(&query(&[("crc_token", forged)])).unwrap_err();
     assert_eq!(err, HandshakeError::InvalidCrcToken);
 }
+
+#[test]
+fn discord_interactions_are_acknowledged_as_deferred_by_type() {
+    let v = verifier(Scheme::Discord, &[], Some(RFC8032_PUBLIC));
+    let reply = |body: &str| {
+        v.accepted_reply(body.as_bytes())
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap())
+    };
+    assert_eq!(reply(r#"{"type":2,"id":"1"}"#), Some(json!({"type": 5})));
+    assert_eq!(reply(r#"{"type":5,"id":"1"}"#), Some(json!({"type": 5})));
+    assert_eq!(reply(r#"{"type":3,"id":"1"}"#), Some(json!({"type": 6})));
+    assert_eq!(
+        reply(r#"{"type":4,"id":"1"}"#),
+        Some(json!({"type": 8, "data": {"choices": []}}))
+    );
+    assert_eq!(reply(r#"{"type":9,"id":"1"}"#), None);
+    assert_eq!(reply("not json"), None);
+}
+
+#[test]
+fn only_discord_answers_a_stored_event_itself() {
+    let v = verifier(Scheme::Github, &["s"], None);
+    assert_eq!(v.accepted_reply(br#"{"type":2}"#), None);
+}
