@@ -13,8 +13,8 @@ use super::{
 use crate::{
     clock::Clock,
     ids::{PluginName, SourceName},
-    inbox::{Accepted, Claimed, EventFilter, Finished, Inbox, InboxError, ReplayFilter},
-    model::{DeliveryState, Disposition, StateChanges},
+    inbox::{Accepted, Claimed, EventFilter, Finish, Finished, Inbox, InboxError, ReplayFilter},
+    model::{AttemptOutcome, DeliveryState, Disposition, StateChanges, StateLimits, StateUsage},
 };
 
 /// What a claim leased, by event id.
@@ -429,4 +429,79 @@ pub(super) async fn the_next_due_time_is_the_earliest_retry_after_now(db: &dyn D
         inbox.finish(finished(&claimed, retry)).await.unwrap();
     }
     assert_eq!(inbox.next_due_after(LEASED_MS).await.unwrap(), Some(3_000));
+}
+
+pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db);
+    let limits = StateLimits {
+        max_keys: 2,
+        max_bytes: 1000,
+        ..StateLimits::DEFAULT
+    };
+    // Two attempts that each fit, checked against the same committed usage (as concurrent
+    // attempts are): the first commits, the second would make three keys.
+    let a = lease(&inbox, "a").await;
+    let b = lease(&inbox, "b").await;
+    let first = fixtures::state_writes(&inbox, &[("a1", Some(1)), ("a2", Some(1))], limits);
+    let second = fixtures::state_writes(&inbox, &[("b1", Some(1))], limits);
+    assert_eq!(
+        inbox.finish(done(&a, first)).await.unwrap(),
+        Finished::Recorded
+    );
+    let Finished::OverQuota(message) = inbox.finish(done(&b, second)).await.unwrap() else {
+        panic!("the second commit must be refused");
+    };
+    assert!(
+        message.contains("would hold 3 keys") && message.contains("plugins.p.state_max_keys = 2"),
+        "{message}"
+    );
+    // Nothing of it applied, and the lease is still held: the caller records the failure.
+    assert_eq!(
+        (
+            inbox.state_usage_blocking(HANDLER).unwrap().keys,
+            inbox.state_stat_blocking(HANDLER, "b1").unwrap()
+        ),
+        (2, (None, 0))
+    );
+    let failed = Finish {
+        outcome: AttemptOutcome::Retry,
+        error_kind: Some("state_quota".into()),
+        error: Some(message),
+        disposition: Disposition::RetryAt { at_ms: 1000 },
+        ..done(&b, StateChanges::default())
+    };
+    assert_eq!(inbox.finish(failed).await.unwrap(), Finished::Recorded);
+
+    // Over the bytes, too; while a delete with a bigger write that nets fewer bytes passes.
+    let c = lease(&inbox, "c").await;
+    let grow = fixtures::state_writes(&inbox, &[("a1", Some(999))], limits);
+    assert!(matches!(
+        inbox.finish(done(&c, grow)).await.unwrap(),
+        Finished::OverQuota(m) if m.contains("state_max_mib")
+    ));
+    let failed = Finish {
+        disposition: Disposition::Dead,
+        ..done(&c, StateChanges::default())
+    };
+    inbox.finish(failed).await.unwrap();
+    let d = lease(&inbox, "d").await;
+    let swap = fixtures::state_writes(
+        &inbox,
+        &[("a1", None), ("a2", None), ("b1", Some(900))],
+        limits,
+    );
+    assert_eq!(
+        inbox.finish(done(&d, swap)).await.unwrap(),
+        Finished::Recorded
+    );
+    assert_eq!(
+        inbox.state_usage_blocking(HANDLER).unwrap(),
+        StateUsage {
+            keys: 1,
+            bytes: 902
+        }
+    );
+    inbox.close();
 }

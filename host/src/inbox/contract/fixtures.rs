@@ -12,7 +12,7 @@ use crate::{
     clock::Clock,
     ids::{EventId, PluginName, SourceName},
     inbox::{Accepted, ClaimRequest, Claimed, EventDetail, Finish, Inbox, RawRequest},
-    model::{AttemptOutcome, Disposition, Envelope, StateChanges},
+    model::{AttemptOutcome, Disposition, Envelope, StateChanges, StateLimits},
 };
 
 /// The one source the fixtures use.
@@ -166,4 +166,25 @@ pub(in crate::inbox) async fn detail(inbox: &Inbox, id: &str) -> EventDetail {
 /// The state of event `id`'s one delivery.
 pub(in crate::inbox) async fn state_of(inbox: &Inbox, id: &str) -> String {
     detail(inbox, id).await.deliveries[0].state.clone()
+}
+
+/// State traffic for [`HANDLER`] that read each key of `writes` at its committed version and
+/// writes it (`Some(len)`: `len` bytes) or deletes it (`None`), held to `limits`.
+pub(in crate::inbox) fn state_writes(
+    inbox: &Inbox,
+    writes: &[(&str, Option<usize>)],
+    limits: StateLimits,
+) -> StateChanges {
+    let mut changes = StateChanges {
+        limits,
+        ..Default::default()
+    };
+    for (key, len) in writes {
+        let (_, version) = inbox.state_stat_blocking(HANDLER, key).unwrap();
+        changes.versions.insert(key.to_string(), version);
+        changes
+            .writes
+            .insert(key.to_string(), len.map(|len| vec![7; len]));
+    }
+    changes
 }

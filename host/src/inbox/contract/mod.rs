@@ -58,6 +58,7 @@ macro_rules! suite {
             the_backlog_is_recounted_from_the_database_at_open,
             held_quarantine_is_recounted_from_the_database_at_open,
             the_next_due_time_is_the_earliest_retry_after_now,
+            the_commit_refuses_writes_that_take_the_plugin_over_its_total,
         );
     };
     (@cases $backend:ident = $fresh:path; $($case:ident,)*) => {

@@ -172,32 +172,13 @@ mod tests {
         config::Durability,
         inbox::{
             Finished, Inbox,
-            contract::fixtures::{self, done, lease},
+            contract::fixtures::{self, done, lease, state_writes as changes},
             sqlite::TempDatabase,
         },
-        model::{AttemptOutcome, Disposition, StateLimits},
+        model::StateLimits,
     };
 
     const PLUGIN: &str = fixtures::HANDLER;
-
-    fn changes(
-        inbox: &Inbox,
-        writes: &[(&str, Option<usize>)],
-        limits: StateLimits,
-    ) -> StateChanges {
-        let mut changes = StateChanges {
-            limits,
-            ..Default::default()
-        };
-        for (key, len) in writes {
-            let (_, version) = inbox.state_stat_blocking(PLUGIN, key).unwrap();
-            changes.versions.insert(key.to_string(), version);
-            changes
-                .writes
-                .insert(key.to_string(), len.map(|len| vec![7; len]));
-        }
-        changes
-    }
 
     fn rows(db: &TempDatabase) -> i64 {
         let conn = Connection::open(db.path()).unwrap();
@@ -250,76 +231,6 @@ mod tests {
         let (size, v2) = inbox.state_stat_blocking(PLUGIN, "k1").unwrap();
         assert_eq!(size, Some(12));
         assert!(v2 > v1, "{v2} > {v1}");
-        inbox.close();
-    }
-
-    #[tokio::test]
-    async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total() {
-        let db = TempDatabase::new();
-        let inbox = fixtures::open(&db);
-        let limits = StateLimits {
-            max_keys: 2,
-            max_bytes: 1000,
-            ..StateLimits::DEFAULT
-        };
-        // Two attempts that each fit, checked against the same committed usage (as concurrent
-        // attempts are): the first commits, the second would make three keys.
-        let a = lease(&inbox, "a").await;
-        let b = lease(&inbox, "b").await;
-        let first = changes(&inbox, &[("a1", Some(1)), ("a2", Some(1))], limits);
-        let second = changes(&inbox, &[("b1", Some(1))], limits);
-        assert_eq!(
-            inbox.finish(done(&a, first)).await.unwrap(),
-            Finished::Recorded
-        );
-        let Finished::OverQuota(message) = inbox.finish(done(&b, second)).await.unwrap() else {
-            panic!("the second commit must be refused");
-        };
-        assert!(
-            message.contains("would hold 3 keys")
-                && message.contains("plugins.p.state_max_keys = 2"),
-            "{message}"
-        );
-        // Nothing of it applied, and the lease is still held: the caller records the failure.
-        assert_eq!(rows(&db), 2);
-        let failed = Finish {
-            outcome: AttemptOutcome::Retry,
-            error_kind: Some("state_quota".into()),
-            error: Some(message),
-            disposition: Disposition::RetryAt { at_ms: 1000 },
-            ..done(&b, StateChanges::default())
-        };
-        assert_eq!(inbox.finish(failed).await.unwrap(), Finished::Recorded);
-
-        // Over the bytes, too; while a delete with a bigger write that nets fewer bytes passes.
-        let c = lease(&inbox, "c").await;
-        let grow = changes(&inbox, &[("a1", Some(999))], limits);
-        assert!(matches!(
-            inbox.finish(done(&c, grow)).await.unwrap(),
-            Finished::OverQuota(m) if m.contains("state_max_mib")
-        ));
-        let failed = Finish {
-            disposition: Disposition::Dead,
-            ..done(&c, StateChanges::default())
-        };
-        inbox.finish(failed).await.unwrap();
-        let d = lease(&inbox, "d").await;
-        let swap = changes(
-            &inbox,
-            &[("a1", None), ("a2", None), ("b1", Some(900))],
-            limits,
-        );
-        assert_eq!(
-            inbox.finish(done(&d, swap)).await.unwrap(),
-            Finished::Recorded
-        );
-        assert_eq!(
-            inbox.state_usage_blocking(PLUGIN).unwrap(),
-            StateUsage {
-                keys: 1,
-                bytes: 902
-            }
-        );
         inbox.close();
     }
 
