@@ -119,7 +119,8 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Leases due deliveries: per `(source, ordering_key, handler)` only the earliest open one
     /// (by sequence, then arrival), and only while none of its key runs; a candidate older than
     /// a delivery already done for its key is marked `stale` instead. The attempt is counted
-    /// when leased (the lease token is the attempt number).
+    /// when leased (the lease token is the attempt number). A backend whose writes can run
+    /// concurrently must make the head check and the lease one exclusive step.
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError>;
 
     /// Records a finished attempt and moves its delivery on, in one transition, if its lease
