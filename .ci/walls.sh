@@ -5,8 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 failed=0
 
-# Only the storage room speaks SQLite; only the runtime room names wasmtime (in code; a comment
-# may say what another room does).
+# Only the SQLite backend room speaks SQLite; only the runtime room names wasmtime (in code; a
+# comment may say what another room does).
 room() { # <crate name as written in code> <the one directory allowed to name it>
   local offences
   offences=$(grep -rnE "\b$1(_[a-z_]+)?\b" host/src --include='*.rs' | grep -v "^$2" \
@@ -17,7 +17,7 @@ room() { # <crate name as written in code> <the one directory allowed to name it
     failed=1
   fi
 }
-room rusqlite host/src/inbox/
+room rusqlite host/src/inbox/sqlite/
 room wasmtime host/src/runtime/
 
 # Every declared dependency is named somewhere in its crate (a dependency used only through

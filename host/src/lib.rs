@@ -11,7 +11,8 @@
 //!   or a scheme name, and the only way to make a [`verify::Verified`] request.
 //! - [`ingest`]: the HTTP edge, `POST /hooks/{source}`: body caps and timeouts, verify, envelope
 //!   (parser plugin), durable accept, the contract's status codes.
-//! - [`inbox`]: the SQLite file. The only module that speaks SQL; one writer thread, group commit.
+//! - [`inbox`]: the durable store, one storage contract with SQLite behind it (`inbox/sqlite/`,
+//!   the only code that speaks SQL; one writer thread, group commit).
 //! - [`dispatch`]: workers that lease due deliveries (its producer loop), run each attempt and
 //!   record its outcome; [`dispatch::policy`] classifies results and decides retries, purely.
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.

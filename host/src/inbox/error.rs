@@ -2,8 +2,9 @@
 //!
 //! Invariant: no storage-engine type appears in [`InboxError`]'s variants; a caller can tell
 //! "the request was wrong" ([`InboxError::InvalidFilter`]), "try again shortly"
-//! ([`InboxError::Busy`]) and "the host is broken" (everything else) without knowing that the
-//! inbox is SQLite.
+//! ([`InboxError::Busy`]) and "the host is broken" (everything else) without knowing which
+//! storage engine the inbox runs on. Each backend sorts its engine's errors into these
+//! (`sqlite/error.rs`).
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -50,57 +51,13 @@ pub enum InboxError {
     /// The writer has stopped (the inbox was closed).
     #[error("the inbox writer has stopped")]
     WriterGone,
+    /// Taking back every lease at start-up was asked of a database other processes may use.
+    #[error(
+        "taking back every lease at start-up needs a database only this process uses, \
+         and this storage backend is shared"
+    )]
+    NotSingleNode,
     /// A read ran on the blocking pool and panicked or was cancelled.
     #[error("read task failed: {0}")]
     ReadTask(#[from] tokio::task::JoinError),
-}
-
-impl InboxError {
-    /// Sorts a shared engine error: busy or locked is [`InboxError::Busy`], the rest is
-    /// [`InboxError::Storage`].
-    pub(super) fn from_shared(e: Arc<rusqlite::Error>) -> Self {
-        let busy = matches!(
-            e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        );
-        if busy {
-            Self::Busy(e)
-        } else {
-            Self::Storage(e)
-        }
-    }
-}
-
-/// Lets the inbox's SQL use `?`; the engine error is sorted, then hidden behind the opaque type.
-impl From<rusqlite::Error> for InboxError {
-    fn from(e: rusqlite::Error) -> Self {
-        Self::from_shared(Arc::new(e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sqlite_failure(code: i32) -> rusqlite::Error {
-        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
-    }
-
-    #[test]
-    fn a_busy_database_is_busy() {
-        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_BUSY));
-        assert!(matches!(e, InboxError::Busy(_)), "{e:?}");
-    }
-
-    #[test]
-    fn a_locked_table_is_busy() {
-        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_LOCKED));
-        assert!(matches!(e, InboxError::Busy(_)), "{e:?}");
-    }
-
-    #[test]
-    fn other_engine_failures_are_storage_errors() {
-        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_CORRUPT));
-        assert!(matches!(e, InboxError::Storage(_)), "{e:?}");
-    }
 }

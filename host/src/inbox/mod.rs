@@ -1,58 +1,52 @@
-//! The durable inbox: events, deliveries, attempts, quarantine and plugin state in one SQLite file.
+//! The durable inbox: events, deliveries, attempts, quarantine and plugin state, behind one
+//! storage contract.
 //!
-//! One file per role: `request` (what is stored), `accept` and `quarantine` (a request comes
-//! in), `lease` (claim, finish, reclaim), `replay`, `state` (plugin state) and `views` (read
-//! models). The SQLite mechanics are in `connection` (files, lock, pragmas, read pool),
-//! `writer` (group commit), `schema` (migrations) and `sql` (state sets as SQL, stored
-//! headers). This file is the [`Inbox`] handle: open and close, and the in-process counters
-//! and wake-up the operations keep.
+//! Layout: this file is the [`Inbox`] façade (open and close, and the in-process counters and
+//! wake-up the operations keep); `store` is the contract every backend implements (the
+//! [`Store`](store::Store) trait and its backend-neutral types); `sqlite/` is the SQLite
+//! backend, the one room that speaks SQL. One file per role holds that role's types and its
+//! façade methods: `request` (what is stored), `accept` and `quarantine` (a request comes in),
+//! `lease` (claim, finish, reclaim), `replay`, `state` (plugin state, the runtime's
+//! `StateStore`) and `views` (read models); `error` is what they fail with. `contract/` is the
+//! test suite every backend passes.
 //!
-//! In each role file the `Inbox` method keeps the in-process bookkeeping (backlog, quarantine
-//! count, wake-up) and hands the transition to a function of one `&Connection`
-//! (`store_event`, `claim_due`, `finish_attempt`, `take_back`, `replay_matching`, ...): those
-//! functions are what another storage backend would implement again; the parameter and result
-//! types around them carry no SQLite type.
+//! What stays in the façade, not the backend: the backlog and held-quarantine counters (read on
+//! every request by ingest's bounds, so kept in memory, recounted from the store at open), the
+//! dispatcher's wake-up (`Notify`), and the clock. They are exact because one process has the
+//! database (the SQLite store's lock); a store shared by several nodes would have to sample the
+//! counters and wake through the database, behind the trait.
 //!
 //! Invariants:
-//! - This is the only module that speaks SQL: rusqlite stays in this room, and no rusqlite
-//!   type appears in the types it exports.
-//! - Every write goes through the one writer (`writer.rs`), so a caller is answered only after
-//!   the commit that holds its change.
-//! - `(source, event_id)` is unique (a table constraint, not a check-then-insert).
-//! - Every state transition of a delivery happens in one statement or one savepoint, so a crash
-//!   between two steps of one transition is impossible.
-//! - The times the inbox stamps itself come from the [`Clock`] it was opened with.
+//! - Only `sqlite/` speaks SQL or names rusqlite; no storage-engine type appears in what the
+//!   inbox exports.
+//! - A caller is answered only after the commit that holds its change.
+//! - `(source, event_id)` is unique (decided by the database, not a check-then-insert).
+//! - Every state transition of a delivery is one store operation, so a crash between two steps
+//!   of one transition is impossible.
+//! - The times the inbox stamps itself come from the [`Clock`] it was opened with; the store
+//!   is given every time, never reads one.
 
 mod accept;
-mod connection;
+#[cfg(test)]
+mod contract;
 mod error;
-#[cfg(test)]
-mod fixtures;
 mod lease;
-#[cfg(test)]
-mod ordering_props;
 mod quarantine;
 mod replay;
 mod request;
-mod schema;
-mod sql;
+mod sqlite;
 mod state;
-#[cfg(test)]
-mod tests;
+mod store;
 mod views;
-mod writer;
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
-        Arc, Mutex,
+        Arc,
         atomic::{AtomicI64, Ordering},
-        mpsc,
     },
-    thread,
 };
 
-use rusqlite::Connection;
 use tokio::sync::Notify;
 
 pub use self::{
@@ -62,9 +56,10 @@ pub use self::{
     quarantine::Quarantined,
     replay::ReplayFilter,
     request::RawRequest,
+    sqlite::WriterOptions,
     views::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary},
-    writer::WriterOptions,
 };
+use self::{sqlite::SqliteStore, store::Store};
 use crate::{
     clock::Clock,
     config::{Durability, ServerConfig},
@@ -105,74 +100,60 @@ pub struct Inbox {
 }
 
 struct Inner {
-    /// The database file (read connections are opened on it as needed).
-    path: PathBuf,
-    /// The writer's queue; `None` once closed.
-    writer: Mutex<Option<writer::Queue>>,
-    writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
-    /// Idle read connections.
-    readers: Mutex<Vec<Connection>>,
+    /// The storage backend.
+    store: Arc<dyn Store>,
     /// Deliveries in an open state (`DeliveryState::OPEN`): the backlog bound's measure.
     backlog: AtomicI64,
     /// Quarantined requests not yet resolved (plus writes in flight): the quarantine bound's
-    /// measure. Recounted from the table after every replay.
+    /// measure. Recounted from the store after every replay.
     quarantined: AtomicI64,
     /// Wakes the dispatcher when new work becomes due.
     work: Notify,
-    /// Commits done by the writer; lets tests and benchmarks see group commit at work.
-    commits: AtomicI64,
-    /// Held while open: one hookd per database, because start-up takes back every lease.
-    lock: Mutex<Option<std::fs::File>>,
     /// Where the times the inbox stamps itself come from.
     clock: Clock,
 }
 
 impl Inbox {
-    /// Opens (creating and migrating if needed) the database at `path`, with group commit, on
-    /// the system clock.
+    /// Opens (creating and migrating if needed) the SQLite database at `path`, with group
+    /// commit, on the system clock.
     pub fn open(path: &Path, durability: Durability) -> Result<Self, InboxError> {
         Self::open_with(path, WriterOptions::new(durability))
     }
 
-    /// Opens (creating and migrating if needed) the database at `path`.
+    /// Opens (creating and migrating if needed) the SQLite database at `path`.
     pub fn open_with(path: &Path, options: impl Into<OpenOptions>) -> Result<Self, InboxError> {
         let OpenOptions { writer, clock } = options.into();
-        connection::create_parent(path)?;
-        let lock = connection::lock_database(path)?;
-        connection::create_private(path)?;
-        let conn = connection::open_connection(path, writer.durability)?;
-        // The writer checkpoints inline, after a commit, so a checkpoint stalls the batches
-        // queued behind it: 500 pages (~2 MiB) instead of SQLite's 1000 halves that stall.
-        conn.execute_batch("PRAGMA wal_autocheckpoint = 500")?;
-        schema::migrate(&conn)?;
-        let backlog = lease::count_open(&conn)?;
-        let quarantined = quarantine::count_held(&conn)?;
-        let (tx, rx) = mpsc::channel();
-        let inner = Arc::new(Inner {
-            path: path.to_owned(),
-            writer: Mutex::new(Some(tx)),
-            writer_thread: Mutex::new(None),
-            readers: Mutex::new(Vec::new()),
-            backlog: AtomicI64::new(backlog),
-            quarantined: AtomicI64::new(quarantined),
-            work: Notify::new(),
-            commits: AtomicI64::new(0),
-            lock: Mutex::new(lock),
-            clock,
-        });
-        let handle = writer::spawn(conn, rx, Arc::downgrade(&inner), writer)?;
-        *inner.writer_thread.lock().expect("poisoned") = Some(handle);
-        Ok(Self { inner })
+        Self::on_store(Arc::new(SqliteStore::open(path, writer)?), clock)
     }
 
-    /// Stops the writer after the queued jobs are committed.
+    /// The façade over `store`, its counters taken from what is stored.
+    fn on_store(store: Arc<dyn Store>, clock: Clock) -> Result<Self, InboxError> {
+        let counts = match store.counts_blocking() {
+            Ok(counts) => counts,
+            Err(e) => {
+                store.close();
+                return Err(e);
+            }
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                store,
+                backlog: AtomicI64::new(counts.backlog),
+                quarantined: AtomicI64::new(counts.quarantined),
+                work: Notify::new(),
+                clock,
+            }),
+        })
+    }
+
+    /// The storage backend.
+    fn store(&self) -> &dyn Store {
+        &*self.inner.store
+    }
+
+    /// Stops the writes after the queued ones are committed, and releases the database.
     pub fn close(&self) {
-        self.inner.writer.lock().expect("poisoned").take();
-        if let Some(handle) = self.inner.writer_thread.lock().expect("poisoned").take() {
-            let _ = handle.join();
-        }
-        // Releasing the lock lets another process (or a restart) open the database.
-        self.inner.lock.lock().expect("poisoned").take();
+        self.store().close();
     }
 
     /// Now, by the inbox's clock.
@@ -216,7 +197,7 @@ impl Inbox {
 
     /// Commits performed so far.
     pub fn commits(&self) -> i64 {
-        self.inner.commits.load(Ordering::Relaxed)
+        self.store().commits()
     }
 
     /// Resolves when new work may be due (after an accept, a replay, a retry or a conflict).

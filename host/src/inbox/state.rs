@@ -1,18 +1,15 @@
-//! Plugin state: committed key/value pairs per plugin instance, their versions and usage.
+//! Plugin state: committed key/value pairs per plugin instance, their versions and usage, as
+//! the runtime's `state` host calls read them.
 //!
 //! Invariants:
 //! - Versions come from the plugin's clock, which only grows, so a key re-created after a
 //!   delete never repeats a version a reader saw.
-//! - A plugin's usage (keys, key + value bytes) is kept in the transaction that applies the
-//!   writes; the commit refuses writes that take the plugin over its total.
+//! - A plugin's usage (keys, key + value bytes) is kept in the transition that applies the
+//!   writes (`Inbox::finish`); the commit refuses writes that take the plugin over its total.
+//! - These reads block the calling thread: the runtime's host calls are synchronous.
 
-use rusqlite::{Connection, OptionalExtension, params};
-
-use super::{Finish, Inbox, InboxError};
-use crate::{
-    model::{StateChanges, StateUsage},
-    runtime::StateStore,
-};
+use super::{Inbox, InboxError};
+use crate::{model::StateUsage, runtime::StateStore};
 
 impl Inbox {
     /// Committed value and version of a state key (version 0 = never written). Blocking: for
@@ -22,15 +19,7 @@ impl Inbox {
         plugin: &str,
         key: &str,
     ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
-        self.read_blocking(|conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT value, version FROM plugin_state WHERE plugin = ?1 AND key = ?2",
-                )?
-                .query_row(params![plugin, key], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?
-                .unwrap_or((None, 0)))
-        })
+        self.store().state_get_blocking(plugin, key)
     }
 
     /// Bytes `key` holds (key + value; None = absent) and its version, without reading the value.
@@ -39,23 +28,12 @@ impl Inbox {
         plugin: &str,
         key: &str,
     ) -> Result<(Option<u64>, i64), InboxError> {
-        self.read_blocking(|conn| {
-            Ok(conn
-                .prepare_cached(
-                    "SELECT length(value), version FROM plugin_state WHERE plugin = ?1 AND key = ?2",
-                )?
-                .query_row(params![plugin, key], |r| {
-                    let len: Option<u64> = r.get(0)?;
-                    Ok((len.map(|len| len + key.len() as u64), r.get(1)?))
-                })
-                .optional()?
-                .unwrap_or((None, 0)))
-        })
+        self.store().state_stat_blocking(plugin, key)
     }
 
     /// What `plugin` holds in committed state (live keys, key + value bytes).
     pub fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError> {
-        self.read_blocking(|conn| Ok(state_usage(conn, plugin)?.0))
+        self.store().state_usage_blocking(plugin)
     }
 }
 
@@ -71,316 +49,5 @@ impl StateStore for Inbox {
 
     fn usage(&self, plugin: &str) -> anyhow::Result<StateUsage> {
         Ok(self.state_usage_blocking(plugin)?)
-    }
-}
-
-/// Key + value bytes an attempt's writes carry (what its commit writes).
-pub(super) fn state_bytes(changes: &StateChanges) -> usize {
-    changes
-        .writes
-        .iter()
-        .map(|(key, value)| key.len() + value.as_ref().map_or(0, Vec::len))
-        .sum()
-}
-
-/// A state key an attempt read that another commit changed since.
-pub(super) struct Changed {
-    pub key: String,
-    /// The version the attempt saw.
-    pub seen: i64,
-    /// The committed version now.
-    pub now: i64,
-}
-
-/// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
-pub(super) fn first_changed(conn: &Connection, f: &Finish) -> Result<Option<Changed>, InboxError> {
-    let mut current =
-        conn.prepare_cached("SELECT version FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-    for (key, seen) in &f.state.versions {
-        let now: i64 = current
-            .query_row(params![f.plugin.as_str(), key], |r| r.get(0))
-            .optional()?
-            .unwrap_or(0);
-        if now != *seen {
-            return Ok(Some(Changed {
-                key: key.clone(),
-                seen: *seen,
-                now,
-            }));
-        }
-    }
-    Ok(None)
-}
-
-/// A plugin's committed usage and its version clock (0s for a plugin that never wrote).
-fn state_usage(conn: &Connection, plugin: &str) -> Result<(StateUsage, i64), InboxError> {
-    Ok(conn
-        .prepare_cached("SELECT keys, bytes, clock FROM plugin_state_usage WHERE plugin = ?1")?
-        .query_row([plugin], |r| {
-            Ok((
-                StateUsage {
-                    keys: r.get(0)?,
-                    bytes: r.get(1)?,
-                },
-                r.get(2)?,
-            ))
-        })
-        .optional()?
-        .unwrap_or_default())
-}
-
-/// Applies an attempt's state writes if it stays within the plugin's total: `Err(message)`
-/// (nothing written) if it would not. Versions come from the plugin's clock, which only grows,
-/// so a deleted key's row can go: a key re-created later never repeats a version a reader saw.
-pub(super) fn apply_state(conn: &Connection, f: &Finish) -> Result<Result<(), String>, InboxError> {
-    let plugin = f.plugin.as_str();
-    let mut size = conn
-        .prepare_cached("SELECT length(value) FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-    let (mut delta_keys, mut delta_bytes) = (0i64, 0i64);
-    for (key, value) in &f.state.writes {
-        let before: Option<u64> = size
-            .query_row(params![plugin, key], |r| r.get(0))
-            .optional()?
-            .flatten();
-        let before = before.map(|len| (len as usize + key.len()) as i64);
-        let after = value.as_ref().map(|v| (v.len() + key.len()) as i64);
-        delta_keys += i64::from(after.is_some()) - i64::from(before.is_some());
-        delta_bytes += after.unwrap_or(0) - before.unwrap_or(0);
-    }
-    let (usage, clock) = state_usage(conn, plugin)?;
-    let limits = &f.state.limits;
-    let keys = usage.keys as i64 + delta_keys;
-    let bytes = usage.bytes as i64 + delta_bytes;
-    if delta_keys > 0 && keys > limits.max_keys as i64 {
-        return Ok(Err(format!(
-            "state writes refused at commit: plugin {plugin} would hold {keys} keys, over \
-             plugins.{plugin}.state_max_keys = {}; delete keys or raise the limit",
-            limits.max_keys
-        )));
-    }
-    if delta_bytes > 0 && bytes > limits.max_bytes as i64 {
-        return Ok(Err(format!(
-            "state writes refused at commit: plugin {plugin} would hold {bytes} bytes, over \
-             plugins.{plugin}.state_max_mib = {} ({} bytes); delete keys or raise the limit",
-            limits.max_bytes / (1024 * 1024),
-            limits.max_bytes
-        )));
-    }
-    let version = clock + 1;
-    let mut set = conn.prepare_cached(
-        "INSERT INTO plugin_state (plugin, key, value, version) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, version = excluded.version",
-    )?;
-    let mut delete =
-        conn.prepare_cached("DELETE FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-    for (key, value) in &f.state.writes {
-        match value {
-            Some(value) => set.execute(params![plugin, key, value, version])?,
-            None => delete.execute(params![plugin, key])?,
-        };
-    }
-    conn.prepare_cached(
-        "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (plugin) DO UPDATE
-             SET keys = excluded.keys, bytes = excluded.bytes, clock = excluded.clock",
-    )?
-    .execute(params![plugin, keys.max(0), bytes.max(0), version])?;
-    Ok(Ok(()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{
-        config::Durability,
-        inbox::{
-            Finished,
-            fixtures::{self, done, lease},
-        },
-        model::{AttemptOutcome, Disposition, StateLimits},
-    };
-
-    const PLUGIN: &str = fixtures::HANDLER;
-
-    fn changes(
-        inbox: &Inbox,
-        writes: &[(&str, Option<usize>)],
-        limits: StateLimits,
-    ) -> StateChanges {
-        let mut changes = StateChanges {
-            limits,
-            ..Default::default()
-        };
-        for (key, len) in writes {
-            let (_, version) = inbox.state_stat_blocking(PLUGIN, key).unwrap();
-            changes.versions.insert(key.to_string(), version);
-            changes
-                .writes
-                .insert(key.to_string(), len.map(|len| vec![7; len]));
-        }
-        changes
-    }
-
-    fn rows(dir: &tempfile::TempDir) -> i64 {
-        let conn = Connection::open(dir.path().join("hookd.db")).unwrap();
-        conn.query_row("SELECT COUNT(*) FROM plugin_state", [], |r| r.get(0))
-            .unwrap()
-    }
-
-    #[tokio::test]
-    async fn the_commit_keeps_usage_and_deletes_leave_no_rows() {
-        let (dir, inbox) = fixtures::open();
-        let limits = StateLimits::DEFAULT;
-        let a = lease(&inbox, "a").await;
-        let writes = changes(&inbox, &[("k1", Some(10)), ("k2", Some(20))], limits);
-        assert_eq!(
-            inbox.finish(done(&a, writes)).await.unwrap(),
-            Finished::Recorded
-        );
-        let usage = inbox.state_usage_blocking(PLUGIN).unwrap();
-        assert_eq!(
-            usage,
-            StateUsage {
-                keys: 2,
-                bytes: 2 + 10 + 2 + 20
-            }
-        );
-        let (_, v1) = inbox.state_stat_blocking(PLUGIN, "k1").unwrap();
-
-        // Deleting k1 (and a key that never existed) frees it and leaves no row behind.
-        let b = lease(&inbox, "b").await;
-        let writes = changes(&inbox, &[("k1", None), ("never", None)], limits);
-        assert_eq!(
-            inbox.finish(done(&b, writes)).await.unwrap(),
-            Finished::Recorded
-        );
-        assert_eq!(
-            inbox.state_usage_blocking(PLUGIN).unwrap(),
-            StateUsage { keys: 1, bytes: 22 }
-        );
-        assert_eq!(rows(&dir), 1);
-        assert_eq!(inbox.state_stat_blocking(PLUGIN, "k1").unwrap(), (None, 0));
-
-        // Re-created, k1 gets a version it never had, so a reader of the old k1 conflicts.
-        let c = lease(&inbox, "c").await;
-        let writes = changes(&inbox, &[("k1", Some(10))], limits);
-        assert_eq!(
-            inbox.finish(done(&c, writes)).await.unwrap(),
-            Finished::Recorded
-        );
-        let (size, v2) = inbox.state_stat_blocking(PLUGIN, "k1").unwrap();
-        assert_eq!(size, Some(12));
-        assert!(v2 > v1, "{v2} > {v1}");
-        inbox.close();
-    }
-
-    #[tokio::test]
-    async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total() {
-        let (dir, inbox) = fixtures::open();
-        let limits = StateLimits {
-            max_keys: 2,
-            max_bytes: 1000,
-            ..StateLimits::DEFAULT
-        };
-        // Two attempts that each fit, checked against the same committed usage (as concurrent
-        // attempts are): the first commits, the second would make three keys.
-        let a = lease(&inbox, "a").await;
-        let b = lease(&inbox, "b").await;
-        let first = changes(&inbox, &[("a1", Some(1)), ("a2", Some(1))], limits);
-        let second = changes(&inbox, &[("b1", Some(1))], limits);
-        assert_eq!(
-            inbox.finish(done(&a, first)).await.unwrap(),
-            Finished::Recorded
-        );
-        let Finished::OverQuota(message) = inbox.finish(done(&b, second)).await.unwrap() else {
-            panic!("the second commit must be refused");
-        };
-        assert!(
-            message.contains("would hold 3 keys")
-                && message.contains("plugins.p.state_max_keys = 2"),
-            "{message}"
-        );
-        // Nothing of it applied, and the lease is still held: the caller records the failure.
-        assert_eq!(rows(&dir), 2);
-        let failed = Finish {
-            outcome: AttemptOutcome::Retry,
-            error_kind: Some("state_quota".into()),
-            error: Some(message),
-            disposition: Disposition::RetryAt { at_ms: 1000 },
-            ..done(&b, StateChanges::default())
-        };
-        assert_eq!(inbox.finish(failed).await.unwrap(), Finished::Recorded);
-
-        // Over the bytes, too; while a delete with a bigger write that nets fewer bytes passes.
-        let c = lease(&inbox, "c").await;
-        let grow = changes(&inbox, &[("a1", Some(999))], limits);
-        assert!(matches!(
-            inbox.finish(done(&c, grow)).await.unwrap(),
-            Finished::OverQuota(m) if m.contains("state_max_mib")
-        ));
-        let failed = Finish {
-            disposition: Disposition::Dead,
-            ..done(&c, StateChanges::default())
-        };
-        inbox.finish(failed).await.unwrap();
-        let d = lease(&inbox, "d").await;
-        let swap = changes(
-            &inbox,
-            &[("a1", None), ("a2", None), ("b1", Some(900))],
-            limits,
-        );
-        assert_eq!(
-            inbox.finish(done(&d, swap)).await.unwrap(),
-            Finished::Recorded
-        );
-        assert_eq!(
-            inbox.state_usage_blocking(PLUGIN).unwrap(),
-            StateUsage {
-                keys: 1,
-                bytes: 902
-            }
-        );
-        inbox.close();
-    }
-
-    #[test]
-    fn the_state_usage_migration_counts_existing_state_and_drops_tombstones() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("hookd.db");
-        {
-            // A database at schema 1, with live keys and a tombstone.
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(super::super::schema::MIGRATIONS[0])
-                .unwrap();
-            conn.execute_batch(
-                "PRAGMA user_version = 1;
-                 INSERT INTO plugin_state VALUES ('p', 'é', x'0102', 5), ('p', 'gone', NULL, 9),
-                                                 ('q', 'k', x'01', 1);",
-            )
-            .unwrap();
-        }
-        let inbox = Inbox::open(&path, Durability::Normal).unwrap();
-        assert_eq!(
-            inbox.state_usage_blocking("p").unwrap(),
-            StateUsage {
-                keys: 1,
-                bytes: 2 + 2
-            }
-        );
-        assert_eq!(
-            inbox.state_usage_blocking("q").unwrap(),
-            StateUsage { keys: 1, bytes: 2 }
-        );
-        assert_eq!(inbox.state_stat_blocking("p", "gone").unwrap(), (None, 0));
-        inbox.close();
-        let conn = Connection::open(&path).unwrap();
-        let clock: i64 = conn
-            .query_row(
-                "SELECT clock FROM plugin_state_usage WHERE plugin = 'p'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(clock, 9, "new versions start above every version ever used");
     }
 }

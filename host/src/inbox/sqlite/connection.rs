@@ -14,8 +14,8 @@ use std::os::unix::fs::OpenOptionsExt as _;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::{Inbox, InboxError};
-use crate::config::Durability;
+use super::SqliteStore;
+use crate::{config::Durability, inbox::InboxError};
 
 /// Read connections kept for reuse; more concurrent reads open (and then drop) their own.
 const MAX_POOLED_READERS: usize = 16;
@@ -137,7 +137,7 @@ pub(super) fn open_connection(
     Ok(conn)
 }
 
-impl Inbox {
+impl SqliteStore {
     /// Runs a read on a pooled connection, on the blocking pool.
     pub(super) async fn read<T: Send + 'static>(
         &self,
@@ -169,6 +169,7 @@ impl Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inbox::Inbox;
 
     #[test]
     fn one_hookd_per_database_until_it_closes() {

@@ -1,12 +1,13 @@
-//! `claim_due` against a real schema: per-handler lookups feed the fair share-out, each
-//! handler's deliveries are leased oldest first, per-key heads and staleness still hold.
+//! `claim_due` against a real schema with rows inserted as SQL (so these are the SQLite room's
+//! own tests): per-handler lookups feed the fair share-out, each handler's deliveries are
+//! leased oldest first, per-key heads and staleness still hold.
 
 use rusqlite::{Connection, params};
 
-use super::{ClaimRequest, claim_due};
+use super::{super::schema, claim_due};
 use crate::{
     dispatch::fair::Fairness,
-    inbox::{fixtures, schema},
+    inbox::{ClaimRequest, contract::fixtures, store::ClaimOutcome},
 };
 
 fn db() -> Connection {
@@ -74,7 +75,10 @@ fn an_old_backlog_never_hides_another_handlers_delivery() {
         &[("slow", 64), ("quick", 64)],
         running(&[("slow", 63), ("quick", 0)]),
     );
-    let (claimed, stale) = claim_due(&conn, &req).unwrap();
+    let ClaimOutcome {
+        leased: claimed,
+        stale,
+    } = claim_due(&conn, &req).unwrap();
     assert_eq!(stale, 0);
     assert_eq!(
         claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
@@ -99,7 +103,7 @@ fn each_handler_is_leased_oldest_first_and_the_workers_are_split() {
         &[("slow", 64), ("quick", 64)],
         running(&[("slow", 0), ("quick", 0)]),
     );
-    let (claimed, _) = claim_due(&conn, &req).unwrap();
+    let claimed = claim_due(&conn, &req).unwrap().leased;
     let of = |handler: &str| -> Vec<i64> {
         claimed
             .iter()
@@ -130,7 +134,7 @@ fn a_handler_at_its_cap_is_not_claimed() {
         &[("capped", 0), ("other", 64)],
         running(&[("capped", 2)]),
     );
-    let (claimed, _) = claim_due(&conn, &req).unwrap();
+    let claimed = claim_due(&conn, &req).unwrap().leased;
     assert_eq!(
         claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
         [other]
@@ -150,7 +154,10 @@ fn one_head_per_key_and_stale_heads_are_passed_over_in_one_claim() {
     delivery(&conn, "h", 21, Some("j"), Some(2), "pending");
     let free = delivery(&conn, "h", 30, None, None, "pending");
     let req = request(8, &[("h", 64)], running(&[]));
-    let (claimed, stale) = claim_due(&conn, &req).unwrap();
+    let ClaimOutcome {
+        leased: claimed,
+        stale,
+    } = claim_due(&conn, &req).unwrap();
     assert_eq!(stale, 12);
     assert_eq!(
         claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
@@ -163,7 +170,9 @@ fn deliveries_not_yet_due_wait() {
     let conn = db();
     delivery(&conn, "h", 2_000_000, None, None, "retrying");
     let due = delivery(&conn, "h", 999_999, None, None, "retrying");
-    let (claimed, _) = claim_due(&conn, &request(4, &[("h", 64)], running(&[]))).unwrap();
+    let claimed = claim_due(&conn, &request(4, &[("h", 64)], running(&[])))
+        .unwrap()
+        .leased;
     assert_eq!(
         claimed.iter().map(|c| c.delivery_id).collect::<Vec<_>>(),
         [due]

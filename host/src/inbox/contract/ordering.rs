@@ -1,5 +1,5 @@
-//! Property test of ordering against the real inbox (SQLite, `claim` and `finish` as the
-//! dispatcher calls them): any interleaving of arrivals, claims and outcomes over a few ordering
+//! Property test of ordering against the real inbox (a fresh database of the backend under
+//! test, `claim` and `finish` as the dispatcher calls them): any interleaving of arrivals, claims and outcomes over a few ordering
 //! keys keeps the contract — one delivery per key at a time, the lowest open sequence first,
 //! never a run older than a sequence already done, and `stale` exactly for those.
 //!
@@ -13,9 +13,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 use proptest::prelude::*;
 
-use super::{EventFilter, Inbox, RawRequest, fixtures};
-use crate::config::Durability;
+use super::{Database, fixtures};
 use crate::ids::{EventId, PluginName, SourceName};
+use crate::inbox::{EventFilter, Inbox, RawRequest};
 use crate::model::{Disposition, Envelope};
 use crate::verify::{Scheme, Verifier};
 
@@ -23,7 +23,7 @@ const HANDLER: &str = "h";
 const KEYS: [&str; 2] = ["k0", "k1"];
 
 #[derive(Debug, Clone)]
-enum Op {
+pub(super) enum Op {
     /// A new event for key `KEYS[key]` with `sequence`.
     Arrive { key: usize, sequence: u8 },
     /// The dispatcher leases what is due.
@@ -33,13 +33,14 @@ enum Op {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
+pub(super) enum Outcome {
     Done,
     Retry,
     Dead,
 }
 
-fn ops() -> impl Strategy<Value = Vec<Op>> {
+/// Interleavings of arrivals, claims and outcomes.
+pub(super) fn ops() -> impl Strategy<Value = Vec<Op>> {
     let op = prop_oneof![
         3 => (0..KEYS.len(), 0u8..6).prop_map(|(key, sequence)| Op::Arrive { key, sequence }),
         2 => Just(Op::Claim),
@@ -201,10 +202,9 @@ impl Sim {
     }
 }
 
-async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let dir = tempfile::tempdir().unwrap();
+async fn run(db: &dyn Database, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut sim = Sim {
-        inbox: Inbox::open(&dir.path().join("hookd.db"), Durability::Normal).unwrap(),
+        inbox: fixtures::open(db),
         now_ms: 1_700_000_000_000,
         deliveries: BTreeMap::new(),
         running: BTreeMap::new(),
@@ -250,12 +250,11 @@ async fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
-
-    #[test]
-    fn ordering_holds_for_any_interleaving(ops in ops()) {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(run(ops))?;
-    }
+/// Runs `ops` on `db` and checks every claim and the end state against the ordering rules.
+pub(super) fn check(db: &dyn Database, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(run(db, ops))
 }

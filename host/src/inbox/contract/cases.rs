@@ -1,9 +1,10 @@
-//! Storage-level properties of the inbox, checked on a real database file through its public
-//! operations: ordering heads, staleness, state conflicts, attempt budgets, reclaim, dedupe and
-//! quarantine bookkeeping. One property per test.
+//! The contract's cases: properties of the inbox checked through its public operations on a
+//! fresh database of the backend under test: ordering heads, staleness, state conflicts,
+//! attempt budgets, reclaim, dedupe, replay, quarantine bookkeeping and the admin reads. One
+//! property per case; `contract::suite!` makes each a test per backend.
 
 use super::{
-    Accepted, Finished, InboxError, ReplayFilter,
+    Database,
     fixtures::{
         self, HANDLER, LEASED_MS, SOURCE, accept, claim, detail, done, event, finished, keyed,
         lease, state_of,
@@ -12,11 +13,12 @@ use super::{
 use crate::{
     clock::Clock,
     ids::{PluginName, SourceName},
-    model::{DeliveryState, Disposition, StateChanges},
+    inbox::{Accepted, Claimed, EventFilter, Finish, Finished, Inbox, InboxError, ReplayFilter},
+    model::{AttemptOutcome, DeliveryState, Disposition, StateChanges, StateLimits, StateUsage},
 };
 
 /// What a claim leased, by event id.
-fn ids(claimed: &[super::Claimed]) -> Vec<String> {
+fn ids(claimed: &[Claimed]) -> Vec<String> {
     claimed.iter().map(|c| c.event_id.to_string()).collect()
 }
 
@@ -38,7 +40,7 @@ fn dead() -> ReplayFilter {
 }
 
 /// Accepts `newer` (key `k`, sequence 5) and runs it to done, then accepts `older` (sequence 4).
-async fn older_after_newer_done(inbox: &super::Inbox) {
+async fn older_after_newer_done(inbox: &Inbox) {
     accept(inbox, keyed("newer", "k", 5)).await;
     let newer = claim(inbox, LEASED_MS).await.remove(0);
     let record = finished(&newer, Disposition::Done { output: None });
@@ -47,7 +49,7 @@ async fn older_after_newer_done(inbox: &super::Inbox) {
 }
 
 /// Accepts event `id` and leases it once: its first attempt fails for good.
-async fn dead_letter(inbox: &super::Inbox, id: &str) {
+async fn dead_letter(inbox: &Inbox, id: &str) {
     let claimed = lease(inbox, id).await;
     inbox
         .finish(finished(&claimed, Disposition::Dead))
@@ -57,7 +59,7 @@ async fn dead_letter(inbox: &super::Inbox, id: &str) {
 
 /// Leases `a` and `b`, which both read state key `k` while absent; `a` commits a write to it
 /// first. Returns `b`'s lease.
-async fn both_read_then_a_writes(inbox: &super::Inbox) -> super::Claimed {
+async fn both_read_then_a_writes(inbox: &Inbox) -> Claimed {
     let a = lease(inbox, "a").await;
     let b = lease(inbox, "b").await;
     let a_writes = done(&a, write_after_reading("k", 0));
@@ -70,26 +72,23 @@ fn give_up(_: &str, _: u32) -> Disposition {
     Disposition::Dead
 }
 
-#[tokio::test]
-async fn a_later_sequence_waits_for_its_head() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_later_sequence_waits_for_its_head(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     accept(&inbox, keyed("second", "k", 2)).await;
     accept(&inbox, keyed("first", "k", 1)).await;
     assert_eq!(ids(&claim(&inbox, LEASED_MS).await), ["first"]);
 }
 
-#[tokio::test]
-async fn a_running_head_blocks_its_key() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_running_head_blocks_its_key(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     accept(&inbox, keyed("first", "k", 1)).await;
     claim(&inbox, LEASED_MS).await;
     accept(&inbox, keyed("second", "k", 2)).await;
     assert!(claim(&inbox, LEASED_MS).await.is_empty());
 }
 
-#[tokio::test]
-async fn a_head_waiting_for_its_retry_blocks_its_key() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_head_waiting_for_its_retry_blocks_its_key(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     accept(&inbox, keyed("first", "k", 1)).await;
     let head = claim(&inbox, LEASED_MS).await.remove(0);
     let later = Disposition::RetryAt { at_ms: 1_000_000 };
@@ -98,49 +97,43 @@ async fn a_head_waiting_for_its_retry_blocks_its_key() {
     assert!(claim(&inbox, LEASED_MS + 5).await.is_empty());
 }
 
-#[tokio::test]
-async fn another_key_is_not_blocked_by_a_running_head() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn another_key_is_not_blocked_by_a_running_head(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     accept(&inbox, keyed("k1", "k", 1)).await;
     claim(&inbox, LEASED_MS).await;
     accept(&inbox, keyed("j1", "j", 1)).await;
     assert_eq!(ids(&claim(&inbox, LEASED_MS).await), ["j1"]);
 }
 
-#[tokio::test]
-async fn an_older_sequence_than_one_done_is_never_claimed() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn an_older_sequence_than_one_done_is_never_claimed(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     older_after_newer_done(&inbox).await;
     assert!(claim(&inbox, LEASED_MS + 5).await.is_empty());
 }
 
-#[tokio::test]
-async fn an_older_sequence_than_one_done_becomes_stale() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn an_older_sequence_than_one_done_becomes_stale(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(state_of(&inbox, "older").await, "stale");
 }
 
-#[tokio::test]
-async fn a_stale_delivery_leaves_the_backlog() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_stale_delivery_leaves_the_backlog(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(inbox.backlog(), 0);
 }
 
-#[tokio::test]
-async fn the_second_of_two_attempts_writing_one_key_conflicts() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn the_second_of_two_attempts_writing_one_key_conflicts(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let b = both_read_then_a_writes(&inbox).await;
     let second = inbox.finish(done(&b, write_after_reading("k", 0))).await;
     assert_eq!(second.unwrap(), Finished::Conflict);
 }
 
-#[tokio::test]
-async fn a_conflicted_attempt_runs_again_without_using_its_budget() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_conflicted_attempt_runs_again_without_using_its_budget(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let b = both_read_then_a_writes(&inbox).await;
     inbox
         .finish(done(&b, write_after_reading("k", 0)))
@@ -153,9 +146,8 @@ async fn a_conflicted_attempt_runs_again_without_using_its_budget() {
     );
 }
 
-#[tokio::test]
-async fn a_conflicted_attempt_applies_none_of_its_writes() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_conflicted_attempt_applies_none_of_its_writes(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let b = both_read_then_a_writes(&inbox).await;
     let (_, version) = inbox.state_stat_blocking(HANDLER, "k").unwrap();
     let b_writes = StateChanges {
@@ -172,18 +164,16 @@ async fn a_conflicted_attempt_applies_none_of_its_writes() {
     );
 }
 
-#[tokio::test]
-async fn a_replay_gives_a_fresh_attempt_budget() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_replay_gives_a_fresh_attempt_budget(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     dead_letter(&inbox, "a").await;
     inbox.replay(dead()).await.unwrap();
     let again = claim(&inbox, Clock::system().now_ms()).await.remove(0);
     assert_eq!((again.attempt, again.budget_used), (2, 1));
 }
 
-#[tokio::test]
-async fn a_replay_touches_at_most_its_limit() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_replay_touches_at_most_its_limit(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     for id in ["a", "b", "c"] {
         dead_letter(&inbox, id).await;
     }
@@ -191,9 +181,8 @@ async fn a_replay_touches_at_most_its_limit() {
     assert_eq!(inbox.replay(two).await.unwrap(), (2, 2));
 }
 
-#[tokio::test]
-async fn a_dry_run_replays_nothing() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_dry_run_replays_nothing(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     dead_letter(&inbox, "a").await;
     let dry = ReplayFilter {
         dry_run: true,
@@ -203,9 +192,8 @@ async fn a_dry_run_replays_nothing() {
     assert_eq!(state_of(&inbox, "a").await, "dead");
 }
 
-#[tokio::test]
-async fn replaying_an_open_state_is_an_invalid_filter() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn replaying_an_open_state_is_an_invalid_filter(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     for state in DeliveryState::OPEN {
         let filter = ReplayFilter {
             state: Some(state),
@@ -219,10 +207,10 @@ async fn replaying_an_open_state_is_an_invalid_filter() {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_replayed_delivery_is_due_at_the_inbox_clocks_now() {
+pub(super) async fn a_replayed_delivery_is_due_at_the_inbox_clocks_now(db: &dyn Database) {
+    tokio::time::pause();
     let clock = Clock::tokio();
-    let (_dir, inbox) = fixtures::open_on(clock.clone());
+    let inbox = db.open(clock.clone());
     dead_letter(&inbox, "a").await;
     tokio::time::advance(std::time::Duration::from_secs(3600)).await;
     inbox.replay(dead()).await.unwrap();
@@ -230,36 +218,32 @@ async fn a_replayed_delivery_is_due_at_the_inbox_clocks_now() {
     assert_eq!(due, Some(clock.now_ms()));
 }
 
-#[tokio::test]
-async fn an_expired_lease_returns_to_due() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn an_expired_lease_returns_to_due(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let claimed = lease(&inbox, "a").await;
-    let expired = claimed.leased_at_ms + super::DEFAULT_LEASE_MS + 1;
+    let expired = claimed.leased_at_ms + crate::inbox::DEFAULT_LEASE_MS + 1;
     let retry = move |_: &str, _: u32| Disposition::RetryAt { at_ms: expired };
     inbox.reclaim_expired(expired, retry).await.unwrap();
     let again = claim(&inbox, expired).await;
     assert_eq!((ids(&again), again[0].attempt), (vec!["a".to_owned()], 2));
 }
 
-#[tokio::test]
-async fn a_live_lease_is_not_reclaimed() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_live_lease_is_not_reclaimed(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let claimed = lease(&inbox, "a").await;
-    let still_live = claimed.leased_at_ms + super::DEFAULT_LEASE_MS - 1;
+    let still_live = claimed.leased_at_ms + crate::inbox::DEFAULT_LEASE_MS - 1;
     assert_eq!(inbox.reclaim_expired(still_live, give_up).await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn startup_reclaim_takes_every_lease() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn startup_reclaim_takes_every_lease(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     lease(&inbox, "a").await;
     lease(&inbox, "b").await;
     assert_eq!(inbox.reclaim_all_at_startup(give_up).await.unwrap(), 2);
 }
 
-#[tokio::test]
-async fn a_reclaimed_attempt_is_recorded_as_abandoned() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_reclaimed_attempt_is_recorded_as_abandoned(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     lease(&inbox, "a").await;
     inbox.reclaim_all_at_startup(give_up).await.unwrap();
     let history = &detail(&inbox, "a").await.deliveries[0].history;
@@ -267,26 +251,23 @@ async fn a_reclaimed_attempt_is_recorded_as_abandoned() {
     assert_eq!(outcomes, ["abandoned"]);
 }
 
-#[tokio::test]
-async fn a_result_after_its_lease_was_reclaimed_is_discarded() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_result_after_its_lease_was_reclaimed_is_discarded(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let claimed = lease(&inbox, "a").await;
     inbox.reclaim_all_at_startup(give_up).await.unwrap();
     let late = finished(&claimed, Disposition::Done { output: None });
     assert_eq!(inbox.finish(late).await.unwrap(), Finished::LeaseLost);
 }
 
-#[tokio::test]
-async fn a_second_accept_of_one_event_is_a_duplicate() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_second_accept_of_one_event_is_a_duplicate(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let first = accept(&inbox, event("a")).await;
     let second = accept(&inbox, event("a")).await;
     assert_eq!((first, second), (Accepted::New, Accepted::Duplicate));
 }
 
-#[tokio::test]
-async fn a_duplicate_adds_no_delivery() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_duplicate_adds_no_delivery(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     accept(&inbox, event("a")).await;
     accept(&inbox, event("a")).await;
     assert_eq!(
@@ -296,7 +277,7 @@ async fn a_duplicate_adds_no_delivery() {
 }
 
 /// Quarantines one request from [`SOURCE`] (at most `max_held` held).
-async fn quarantine(inbox: &super::Inbox, max_held: u64) -> Option<i64> {
+async fn quarantine(inbox: &Inbox, max_held: u64) -> Option<i64> {
     inbox
         .quarantine(
             SourceName::new(SOURCE),
@@ -308,17 +289,15 @@ async fn quarantine(inbox: &super::Inbox, max_held: u64) -> Option<i64> {
         .unwrap()
 }
 
-#[tokio::test]
-async fn quarantine_is_bounded_by_max_held() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn quarantine_is_bounded_by_max_held(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let first = quarantine(&inbox, 1).await;
     let second = quarantine(&inbox, 1).await;
     assert_eq!((first.is_some(), second), (true, None));
 }
 
-#[tokio::test]
-async fn accepting_from_quarantine_resolves_the_request() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn accepting_from_quarantine_resolves_the_request(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let id = quarantine(&inbox, 10).await.unwrap();
     let handlers = vec![PluginName::new(HANDLER)];
     inbox
@@ -334,9 +313,8 @@ async fn accepting_from_quarantine_resolves_the_request() {
     assert!(inbox.held_quarantined(id).await.unwrap().is_none());
 }
 
-#[tokio::test]
-async fn a_duplicate_from_quarantine_still_resolves_the_request() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_duplicate_from_quarantine_still_resolves_the_request(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     accept(&inbox, event("a")).await;
     let id = quarantine(&inbox, 10).await.unwrap();
     let handlers = vec![PluginName::new(HANDLER)];
@@ -354,9 +332,8 @@ async fn a_duplicate_from_quarantine_still_resolves_the_request() {
     assert_eq!((accepted, held.is_none()), (Accepted::Duplicate, true));
 }
 
-#[tokio::test]
-async fn a_recount_after_resolving_frees_the_quarantine_slot() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_recount_after_resolving_frees_the_quarantine_slot(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let id = quarantine(&inbox, 1).await.unwrap();
     inbox
         .resolve_quarantine(id, "parser now says: ignore".into())
@@ -366,9 +343,8 @@ async fn a_recount_after_resolving_frees_the_quarantine_slot() {
     assert!(quarantine(&inbox, 1).await.is_some());
 }
 
-#[tokio::test]
-async fn a_resolved_request_is_no_longer_held() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn a_resolved_request_is_no_longer_held(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let id = quarantine(&inbox, 10).await.unwrap();
     inbox
         .resolve_quarantine(id, "parser now says: ignore".into())
@@ -378,9 +354,8 @@ async fn a_resolved_request_is_no_longer_held() {
     assert!(held.is_empty(), "{held:?}");
 }
 
-#[tokio::test]
-async fn list_events_shows_every_handlers_state() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn list_events_shows_every_handlers_state(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let handlers = vec![PluginName::new("x"), PluginName::new("y")];
     inbox
         .accept(
@@ -397,7 +372,7 @@ async fn list_events_shows_every_handlers_state() {
         .await
         .unwrap();
     let listed = inbox
-        .list_events(super::EventFilter {
+        .list_events(EventFilter {
             limit: 10,
             ..Default::default()
         })
@@ -411,14 +386,13 @@ async fn list_events_shows_every_handlers_state() {
     assert_eq!(states, [("x", "running"), ("y", "pending")]);
 }
 
-#[tokio::test]
-async fn list_events_is_newest_first_and_limited() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn list_events_is_newest_first_and_limited(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     for id in ["a", "b", "c"] {
         accept(&inbox, event(id)).await;
     }
     let listed = inbox
-        .list_events(super::EventFilter {
+        .list_events(EventFilter {
             limit: 2,
             ..Default::default()
         })
@@ -428,36 +402,106 @@ async fn list_events_is_newest_first_and_limited() {
     assert_eq!(ids, ["c", "b"]);
 }
 
-#[tokio::test]
-async fn the_backlog_is_recounted_from_the_database_at_open() {
-    let (dir, inbox) = fixtures::open();
+pub(super) async fn the_backlog_is_recounted_from_the_database_at_open(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     let done_one = lease(&inbox, "a").await;
     let record = finished(&done_one, Disposition::Done { output: None });
     inbox.finish(record).await.unwrap();
     accept(&inbox, event("b")).await;
     inbox.close();
-    let path = dir.path().join("hookd.db");
-    let reopened = super::Inbox::open(&path, crate::config::Durability::Normal).unwrap();
+    let reopened = fixtures::open(db);
     assert_eq!(reopened.backlog(), 1);
 }
 
-#[tokio::test]
-async fn held_quarantine_is_recounted_from_the_database_at_open() {
-    let (dir, inbox) = fixtures::open();
+pub(super) async fn held_quarantine_is_recounted_from_the_database_at_open(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     quarantine(&inbox, 10).await.unwrap();
     inbox.close();
-    let path = dir.path().join("hookd.db");
-    let reopened = super::Inbox::open(&path, crate::config::Durability::Normal).unwrap();
+    let reopened = fixtures::open(db);
     assert_eq!(reopened.quarantine_held(), 1);
 }
 
-#[tokio::test]
-async fn the_next_due_time_is_the_earliest_retry_after_now() {
-    let (_dir, inbox) = fixtures::open();
+pub(super) async fn the_next_due_time_is_the_earliest_retry_after_now(db: &dyn Database) {
+    let inbox = fixtures::open(db);
     for (id, at_ms) in [("a", 5_000), ("b", 3_000)] {
         let claimed = lease(&inbox, id).await;
         let retry = Disposition::RetryAt { at_ms };
         inbox.finish(finished(&claimed, retry)).await.unwrap();
     }
     assert_eq!(inbox.next_due_after(LEASED_MS).await.unwrap(), Some(3_000));
+}
+
+pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db);
+    let limits = StateLimits {
+        max_keys: 2,
+        max_bytes: 1000,
+        ..StateLimits::DEFAULT
+    };
+    // Two attempts that each fit, checked against the same committed usage (as concurrent
+    // attempts are): the first commits, the second would make three keys.
+    let a = lease(&inbox, "a").await;
+    let b = lease(&inbox, "b").await;
+    let first = fixtures::state_writes(&inbox, &[("a1", Some(1)), ("a2", Some(1))], limits);
+    let second = fixtures::state_writes(&inbox, &[("b1", Some(1))], limits);
+    assert_eq!(
+        inbox.finish(done(&a, first)).await.unwrap(),
+        Finished::Recorded
+    );
+    let Finished::OverQuota(message) = inbox.finish(done(&b, second)).await.unwrap() else {
+        panic!("the second commit must be refused");
+    };
+    assert!(
+        message.contains("would hold 3 keys") && message.contains("plugins.p.state_max_keys = 2"),
+        "{message}"
+    );
+    // Nothing of it applied, and the lease is still held: the caller records the failure.
+    assert_eq!(
+        (
+            inbox.state_usage_blocking(HANDLER).unwrap().keys,
+            inbox.state_stat_blocking(HANDLER, "b1").unwrap()
+        ),
+        (2, (None, 0))
+    );
+    let failed = Finish {
+        outcome: AttemptOutcome::Retry,
+        error_kind: Some("state_quota".into()),
+        error: Some(message),
+        disposition: Disposition::RetryAt { at_ms: 1000 },
+        ..done(&b, StateChanges::default())
+    };
+    assert_eq!(inbox.finish(failed).await.unwrap(), Finished::Recorded);
+
+    // Over the bytes, too; while a delete with a bigger write that nets fewer bytes passes.
+    let c = lease(&inbox, "c").await;
+    let grow = fixtures::state_writes(&inbox, &[("a1", Some(999))], limits);
+    assert!(matches!(
+        inbox.finish(done(&c, grow)).await.unwrap(),
+        Finished::OverQuota(m) if m.contains("state_max_mib")
+    ));
+    let failed = Finish {
+        disposition: Disposition::Dead,
+        ..done(&c, StateChanges::default())
+    };
+    inbox.finish(failed).await.unwrap();
+    let d = lease(&inbox, "d").await;
+    let swap = fixtures::state_writes(
+        &inbox,
+        &[("a1", None), ("a2", None), ("b1", Some(900))],
+        limits,
+    );
+    assert_eq!(
+        inbox.finish(done(&d, swap)).await.unwrap(),
+        Finished::Recorded
+    );
+    assert_eq!(
+        inbox.state_usage_blocking(HANDLER).unwrap(),
+        StateUsage {
+            keys: 1,
+            bytes: 902
+        }
+    );
+    inbox.close();
 }

@@ -8,13 +8,20 @@
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded.
 
-use std::sync::{Arc, atomic::Ordering, mpsc};
+use std::sync::{
+    Arc,
+    atomic::{AtomicI64, Ordering},
+    mpsc,
+};
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::{Inbox, InboxError, Inner};
-use crate::config::{Durability, ServerConfig};
+use super::{SqliteStore, error::from_shared};
+use crate::{
+    config::{Durability, ServerConfig},
+    inbox::InboxError,
+};
 
 /// How the writer turns queued writes into transactions (`[server]` `durability` and
 /// `group_commit`).
@@ -80,7 +87,7 @@ where
             (Ok(()), Some(result)) => result,
             // Not reachable: a batch is committed only after every job in it ran.
             (Ok(()), None) => Err(InboxError::WriterGone),
-            (Err(e), _) => Err(InboxError::from_shared(e)),
+            (Err(e), _) => Err(from_shared(e)),
         };
         let _ = self.reply.send(answer);
     }
@@ -97,7 +104,7 @@ const MAX_BATCH: usize = 2048;
 /// ingest commit never queues behind more than about this much state.
 const MAX_BATCH_WEIGHT: usize = 8 * 1024 * 1024;
 
-impl Inbox {
+impl SqliteStore {
     /// Runs `f` in the next group commit and returns its result once that commit is durable.
     pub(super) async fn write<T: Send + 'static>(
         &self,
@@ -108,7 +115,7 @@ impl Inbox {
             .map_err(|_| InboxError::WriterGone)?
     }
 
-    /// [`Inbox::write`] for a job that writes `weight` bulk bytes (see [`MAX_BATCH_WEIGHT`]).
+    /// [`SqliteStore::write`] for a job that writes `weight` bulk bytes (see [`MAX_BATCH_WEIGHT`]).
     pub(super) async fn write_weighted<T: Send + 'static>(
         &self,
         weight: usize,
@@ -169,27 +176,27 @@ fn in_savepoint<T>(
 /// [`MAX_BATCH_WEIGHT`] bulk bytes; heavier jobs are deferred, oldest first, to the next
 /// batches), runs it in one transaction, commits (the one fsync the whole batch shares), then
 /// answers every job.
-/// The writer's queue: what [`Inbox::enqueue`] sends jobs to.
+/// The writer's queue: what [`SqliteStore::enqueue`] sends jobs to.
 pub(super) type Queue = mpsc::Sender<Box<dyn Job>>;
 
 /// Starts the writer thread on `conn`, taking jobs from `jobs` until every [`Queue`] is dropped.
 pub(super) fn spawn(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
-    inner: std::sync::Weak<Inner>,
+    commits: Arc<AtomicI64>,
     options: WriterOptions,
 ) -> Result<std::thread::JoinHandle<()>, InboxError> {
     let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
     std::thread::Builder::new()
         .name("inbox-writer".into())
-        .spawn(move || writer_loop(conn, jobs, inner, max_batch))
+        .spawn(move || writer_loop(conn, jobs, &commits, max_batch))
         .map_err(InboxError::WriterSpawn)
 }
 
 fn writer_loop(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
-    inner: std::sync::Weak<Inner>,
+    commits: &AtomicI64,
     max_batch: usize,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
@@ -242,8 +249,8 @@ fn writer_loop(
         };
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
-        } else if let Some(inner) = inner.upgrade() {
-            inner.commits.fetch_add(1, Ordering::Relaxed);
+        } else {
+            commits.fetch_add(1, Ordering::Relaxed);
         }
         for job in batch.drain(..) {
             job.answer(commit.clone());
@@ -258,19 +265,20 @@ mod tests {
     use rusqlite::params;
 
     use super::*;
+    use crate::inbox::store::Store as _;
 
     type Answer<T> = oneshot::Receiver<Result<T, InboxError>>;
 
-    fn open(dir: &tempfile::TempDir, group_commit: bool) -> Inbox {
+    fn open(dir: &tempfile::TempDir, group_commit: bool) -> SqliteStore {
         let options = WriterOptions {
             durability: Durability::Full,
             group_commit,
         };
-        Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap()
+        SqliteStore::open(&dir.path().join("hookd.db"), options).unwrap()
     }
 
     /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.
-    fn insert(inbox: &Inbox, reason: &str, fail: bool) -> Answer<()> {
+    fn insert(inbox: &SqliteStore, reason: &str, fail: bool) -> Answer<()> {
         let reason = reason.to_owned();
         inbox
             .enqueue(0, move |conn| {
@@ -289,7 +297,7 @@ mod tests {
 
     /// Queues a write that blocks the writer, inside its transaction, until released; returns
     /// once the writer is inside it, so whatever is queued next waits for the next batch.
-    fn hold(inbox: &Inbox) -> (sync_mpsc::Sender<()>, Answer<()>) {
+    fn hold(inbox: &SqliteStore) -> (sync_mpsc::Sender<()>, Answer<()>) {
         let (entered, inside) = sync_mpsc::channel();
         let (release, released) = sync_mpsc::channel::<()>();
         let answer = inbox
@@ -341,7 +349,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let inbox = open(&dir, true);
         let (release, held) = hold(&inbox);
-        let commits_seen = |inbox: &Inbox| {
+        let commits_seen = |inbox: &SqliteStore| {
             let inbox = inbox.clone();
             move |_: &Connection| Ok(inbox.commits())
         };

@@ -1,49 +1,36 @@
-//! Test fixtures for the storage-level tests: a temporary inbox, and events accepted, leased and
-//! finished through the inbox's own operations (no SQL).
+//! Fixtures for the contract suite (and the backends' own tests): an inbox on a fresh database,
+//! and events accepted, leased and finished through the inbox's own operations.
 //!
-//! Invariant: every fixture goes through the public operations, so a test built on them
-//! exercises exactly what dispatch and ingest call.
+//! Invariant: every fixture goes through the façade's public operations (no SQL, nothing of a
+//! backend), so a test built on them exercises exactly what dispatch and ingest call, on any
+//! backend.
 
 use bytes::Bytes;
 
-use super::{
-    Accepted, ClaimRequest, Claimed, EventDetail, Finish, Inbox, OpenOptions, RawRequest,
-    WriterOptions,
-};
+use super::Database;
 use crate::{
     clock::Clock,
-    config::Durability,
     ids::{EventId, PluginName, SourceName},
-    model::{AttemptOutcome, Disposition, Envelope, StateChanges},
+    inbox::{Accepted, ClaimRequest, Claimed, EventDetail, Finish, Inbox, RawRequest},
+    model::{AttemptOutcome, Disposition, Envelope, StateChanges, StateLimits},
 };
 
 /// The one source the fixtures use.
-pub(super) const SOURCE: &str = "s";
+pub(in crate::inbox) const SOURCE: &str = "s";
 /// The handler the fixtures deliver to unless told otherwise.
-pub(super) const HANDLER: &str = "p";
+pub(in crate::inbox) const HANDLER: &str = "p";
 /// When the fixtures' events are received.
-pub(super) const RECEIVED_MS: i64 = 1;
+pub(in crate::inbox) const RECEIVED_MS: i64 = 1;
 /// When [`lease`] leases.
-pub(super) const LEASED_MS: i64 = 10;
+pub(in crate::inbox) const LEASED_MS: i64 = 10;
 
-/// A new inbox in a temporary directory (keep the directory alive as long as the inbox).
-pub(super) fn open() -> (tempfile::TempDir, Inbox) {
-    open_on(Clock::system())
-}
-
-/// [`open`], stamping times with `clock`.
-pub(super) fn open_on(clock: Clock) -> (tempfile::TempDir, Inbox) {
-    let dir = tempfile::tempdir().unwrap();
-    let options = OpenOptions {
-        writer: WriterOptions::new(Durability::Normal),
-        clock,
-    };
-    let inbox = Inbox::open_with(&dir.path().join("hookd.db"), options).unwrap();
-    (dir, inbox)
+/// The inbox on `db`, on the system clock (keep `db` alive as long as the inbox).
+pub(in crate::inbox) fn open(db: &dyn Database) -> Inbox {
+    db.open(Clock::system())
 }
 
 /// An envelope without ordering key.
-pub(super) fn event(id: &str) -> Envelope {
+pub(in crate::inbox) fn event(id: &str) -> Envelope {
     Envelope {
         event_id: EventId::new(id),
         event_type: "t".into(),
@@ -53,7 +40,7 @@ pub(super) fn event(id: &str) -> Envelope {
 }
 
 /// An envelope ordered under `key` at `sequence`.
-pub(super) fn keyed(id: &str, key: &str, sequence: u64) -> Envelope {
+pub(in crate::inbox) fn keyed(id: &str, key: &str, sequence: u64) -> Envelope {
     Envelope {
         ordering_key: Some(key.into()),
         sequence: Some(sequence),
@@ -62,7 +49,7 @@ pub(super) fn keyed(id: &str, key: &str, sequence: u64) -> Envelope {
 }
 
 /// A stored request with no headers and an empty JSON body.
-pub(super) fn request() -> RawRequest {
+pub(in crate::inbox) fn request() -> RawRequest {
     RawRequest {
         headers: Vec::new(),
         body: Bytes::from_static(b"{}"),
@@ -71,7 +58,7 @@ pub(super) fn request() -> RawRequest {
 }
 
 /// Accepts `envelope` from [`SOURCE`] for [`HANDLER`].
-pub(super) async fn accept(inbox: &Inbox, envelope: Envelope) -> Accepted {
+pub(in crate::inbox) async fn accept(inbox: &Inbox, envelope: Envelope) -> Accepted {
     let handlers = vec![PluginName::new(HANDLER)];
     inbox
         .accept(SourceName::new(SOURCE), envelope, request(), handlers, None)
@@ -81,7 +68,11 @@ pub(super) async fn accept(inbox: &Inbox, envelope: Envelope) -> Accepted {
 
 /// A claim at `now_ms` of up to `limit` deliveries, of the handlers in `capacity` (each with
 /// its room), with default leases and fairness.
-pub(super) fn claim_request(now_ms: i64, limit: usize, capacity: &[(&str, usize)]) -> ClaimRequest {
+pub(in crate::inbox) fn claim_request(
+    now_ms: i64,
+    limit: usize,
+    capacity: &[(&str, usize)],
+) -> ClaimRequest {
     ClaimRequest {
         now_ms,
         limit,
@@ -95,7 +86,7 @@ pub(super) fn claim_request(now_ms: i64, limit: usize, capacity: &[(&str, usize)
 }
 
 /// Leases what of [`HANDLER`] is due at `now_ms` (up to 8).
-pub(super) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
+pub(in crate::inbox) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
     inbox
         .claim(claim_request(now_ms, 8, &[(HANDLER, 8)]))
         .await
@@ -104,7 +95,7 @@ pub(super) async fn claim(inbox: &Inbox, now_ms: i64) -> Vec<Claimed> {
 
 /// Accepts event `id` for [`HANDLER`] and leases its delivery at [`LEASED_MS`] (nothing else of
 /// [`HANDLER`] may be due then).
-pub(super) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
+pub(in crate::inbox) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
     accept(inbox, event(id)).await;
     let mut claimed = inbox
         .claim(claim_request(LEASED_MS, 1, &[(HANDLER, 1)]))
@@ -117,7 +108,7 @@ pub(super) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
 
 /// The record of attempt `attempt` of delivery `delivery_id`, run by `handler` and finished at
 /// `at_ms` with `disposition` (its outcome follows: ok, retry or permanent), no state writes.
-pub(super) fn record(
+pub(in crate::inbox) fn record(
     delivery_id: i64,
     attempt: u32,
     handler: &str,
@@ -145,7 +136,7 @@ pub(super) fn record(
 }
 
 /// `claim` finished with `disposition` just after it was leased.
-pub(super) fn finished(claim: &Claimed, disposition: Disposition) -> Finish {
+pub(in crate::inbox) fn finished(claim: &Claimed, disposition: Disposition) -> Finish {
     record(
         claim.delivery_id,
         claim.attempt,
@@ -156,7 +147,7 @@ pub(super) fn finished(claim: &Claimed, disposition: Disposition) -> Finish {
 }
 
 /// `claim` done, with `state` as its state traffic.
-pub(super) fn done(claim: &Claimed, state: StateChanges) -> Finish {
+pub(in crate::inbox) fn done(claim: &Claimed, state: StateChanges) -> Finish {
     Finish {
         state,
         ..finished(claim, Disposition::Done { output: None })
@@ -164,7 +155,7 @@ pub(super) fn done(claim: &Claimed, state: StateChanges) -> Finish {
 }
 
 /// Event `id` from [`SOURCE`] as the admin API shows it.
-pub(super) async fn detail(inbox: &Inbox, id: &str) -> EventDetail {
+pub(in crate::inbox) async fn detail(inbox: &Inbox, id: &str) -> EventDetail {
     inbox
         .event_detail(SOURCE.into(), id.into())
         .await
@@ -173,6 +164,27 @@ pub(super) async fn detail(inbox: &Inbox, id: &str) -> EventDetail {
 }
 
 /// The state of event `id`'s one delivery.
-pub(super) async fn state_of(inbox: &Inbox, id: &str) -> String {
+pub(in crate::inbox) async fn state_of(inbox: &Inbox, id: &str) -> String {
     detail(inbox, id).await.deliveries[0].state.clone()
+}
+
+/// State traffic for [`HANDLER`] that read each key of `writes` at its committed version and
+/// writes it (`Some(len)`: `len` bytes) or deletes it (`None`), held to `limits`.
+pub(in crate::inbox) fn state_writes(
+    inbox: &Inbox,
+    writes: &[(&str, Option<usize>)],
+    limits: StateLimits,
+) -> StateChanges {
+    let mut changes = StateChanges {
+        limits,
+        ..Default::default()
+    };
+    for (key, len) in writes {
+        let (_, version) = inbox.state_stat_blocking(HANDLER, key).unwrap();
+        changes.versions.insert(key.to_string(), version);
+        changes
+            .writes
+            .insert(key.to_string(), len.map(|len| vec![7; len]));
+    }
+    changes
 }

@@ -4,7 +4,7 @@
 
 use rusqlite::Connection;
 
-use super::InboxError;
+use crate::inbox::InboxError;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 pub(super) const MIGRATIONS: &[&str] = &[

@@ -1,0 +1,85 @@
+//! The storage contract's test suite, run against every backend: each case is written once,
+//! against the [`Inbox`] façade, and [`suite!`] makes it one test per backend (today SQLite).
+//!
+//! Invariants:
+//! - A case sees the backend only through [`Database`]: a fresh, empty database it opens
+//!   inboxes on. What only one backend has (SQLite's writer, lock file, pragmas, migrations)
+//!   is tested in that backend's room instead.
+//! - A case that is written but not listed in [`suite!`] is dead code, which the lints refuse,
+//!   so no case is left out of a backend's run.
+
+mod cases;
+pub(super) mod fixtures;
+mod ordering;
+
+use super::Inbox;
+use crate::clock::Clock;
+
+/// A fresh, empty database of one backend, for one test.
+pub(super) trait Database {
+    /// Opens the inbox on this database (again, after a close), stamping times with `clock`.
+    fn open(&self, clock: Clock) -> Inbox;
+}
+
+/// One test per case for the backend whose fresh [`Database`] `$fresh()` makes, in module
+/// `$backend`.
+macro_rules! suite {
+    ($backend:ident = $fresh:path) => {
+        suite!(@cases $backend = $fresh;
+            a_later_sequence_waits_for_its_head,
+            a_running_head_blocks_its_key,
+            a_head_waiting_for_its_retry_blocks_its_key,
+            another_key_is_not_blocked_by_a_running_head,
+            an_older_sequence_than_one_done_is_never_claimed,
+            an_older_sequence_than_one_done_becomes_stale,
+            a_stale_delivery_leaves_the_backlog,
+            the_second_of_two_attempts_writing_one_key_conflicts,
+            a_conflicted_attempt_runs_again_without_using_its_budget,
+            a_conflicted_attempt_applies_none_of_its_writes,
+            a_replay_gives_a_fresh_attempt_budget,
+            a_replay_touches_at_most_its_limit,
+            a_dry_run_replays_nothing,
+            replaying_an_open_state_is_an_invalid_filter,
+            a_replayed_delivery_is_due_at_the_inbox_clocks_now,
+            an_expired_lease_returns_to_due,
+            a_live_lease_is_not_reclaimed,
+            startup_reclaim_takes_every_lease,
+            a_reclaimed_attempt_is_recorded_as_abandoned,
+            a_result_after_its_lease_was_reclaimed_is_discarded,
+            a_second_accept_of_one_event_is_a_duplicate,
+            a_duplicate_adds_no_delivery,
+            quarantine_is_bounded_by_max_held,
+            accepting_from_quarantine_resolves_the_request,
+            a_duplicate_from_quarantine_still_resolves_the_request,
+            a_recount_after_resolving_frees_the_quarantine_slot,
+            a_resolved_request_is_no_longer_held,
+            list_events_shows_every_handlers_state,
+            list_events_is_newest_first_and_limited,
+            the_backlog_is_recounted_from_the_database_at_open,
+            held_quarantine_is_recounted_from_the_database_at_open,
+            the_next_due_time_is_the_earliest_retry_after_now,
+            the_commit_refuses_writes_that_take_the_plugin_over_its_total,
+        );
+    };
+    (@cases $backend:ident = $fresh:path; $($case:ident,)*) => {
+        mod $backend {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::cases::$case(&$fresh()).await;
+                }
+            )*
+
+            proptest::proptest! {
+                #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+                #[test]
+                fn ordering_holds_for_any_interleaving(ops in super::ordering::ops()) {
+                    super::ordering::check(&$fresh(), ops)?;
+                }
+            }
+        }
+    };
+}
+
+suite!(sqlite = crate::inbox::sqlite::TempDatabase::new);

@@ -1,0 +1,75 @@
+//! Accept in SQL: the event row, its delivery rows, and the quarantine resolution.
+//!
+//! Invariant: all of it runs in the one savepoint of its writer job; the insert is
+//! `ON CONFLICT (source, event_id) DO NOTHING`, so the table constraint decides a duplicate.
+
+use rusqlite::{Connection, params};
+
+use super::{quarantine, sql::headers_json};
+use crate::inbox::{Accepted, InboxError, store::NewEvent};
+
+/// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
+/// quarantined request it came from either way.
+pub(super) fn store_event(conn: &Connection, new: &NewEvent) -> Result<Accepted, InboxError> {
+    let NewEvent {
+        source,
+        envelope,
+        request,
+        handlers,
+        from_quarantine,
+    } = new;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+                                 received_at, headers, body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (source, event_id) DO NOTHING",
+        )?
+        .execute(params![
+            source.as_str(),
+            envelope.event_id.as_str(),
+            envelope.event_type,
+            envelope.ordering_key,
+            envelope.sequence.map(|s| s as i64),
+            request.received_at_ms,
+            headers_json(&request.headers),
+            &request.body[..],
+        ])?;
+    let accepted = if inserted == 1 {
+        let event = conn.last_insert_rowid();
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
+                                     state, next_attempt_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'pending', ?6, ?6)",
+        )?;
+        for handler in handlers {
+            insert.execute(params![
+                event,
+                source.as_str(),
+                handler.as_str(),
+                envelope.ordering_key,
+                envelope.sequence.map(|s| s as i64),
+                request.received_at_ms,
+            ])?;
+        }
+        Accepted::New
+    } else {
+        Accepted::Duplicate
+    };
+    if let Some(id) = from_quarantine {
+        let resolution = format!("accepted as {}", envelope.event_id);
+        quarantine::resolve(conn, *id, request.received_at_ms, &resolution)?;
+    }
+    Ok(accepted)
+}
+
+/// Whether `(source, event_id)` is stored.
+pub(super) fn contains_event(
+    conn: &Connection,
+    source: &str,
+    event_id: &str,
+) -> Result<bool, InboxError> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM events WHERE source = ?1 AND event_id = ?2")?
+        .exists(params![source, event_id])?)
+}

@@ -1,0 +1,422 @@
+//! Leases in SQL: claim what is due, record how an attempt ended, take back what a vanished
+//! worker held.
+//!
+//! Invariants:
+//! - The head-of-key check is a `NOT EXISTS` read followed by the lease's update; it is
+//!   race-free because SQLite has one writer and every claim runs on it.
+//! - An attempt row and its delivery's next state are written in the one savepoint of the
+//!   writer job.
+//! - The lease token is `deliveries.attempts`: a finish whose attempt is not the running one's
+//!   writes nothing.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{
+    sql::{headers_from_json, open_states, waiting_states},
+    state::{Changed, apply_state, first_changed},
+};
+use crate::{
+    dispatch::fair,
+    ids::{EventId, PluginName, SourceName},
+    inbox::{
+        ClaimRequest, Claimed, DEFAULT_LEASE_MS, Finish, Finished, InboxError,
+        store::{ClaimOutcome, Decide, Reclaimed},
+    },
+    model::{AttemptOutcome, DeliveryState, Disposition, StateChanges},
+};
+
+/// Deliveries in an open state: the backlog, counted at open.
+pub(super) fn count_open(conn: &Connection) -> Result<i64, InboxError> {
+    Ok(conn.query_row(
+        concat!(
+            "SELECT COUNT(*) FROM deliveries WHERE state IN ",
+            open_states!()
+        ),
+        [],
+        |row| row.get(0),
+    )?)
+}
+
+/// Appends `f` to the attempt history of `delivery`.
+fn insert_attempt(conn: &Connection, delivery: i64, f: &Finish) -> Result<(), InboxError> {
+    conn.prepare_cached(
+        "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
+                               error, plugin_sha256)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        delivery,
+        f.attempt,
+        f.started_at_ms,
+        f.finished_at_ms,
+        f.outcome.as_str(),
+        f.error_kind,
+        f.error,
+        f.plugin_sha256
+    ])?;
+    Ok(())
+}
+
+/// Records the attempts whose lease ends before `expired_before` as abandoned at `now_ms` and
+/// moves each delivery where `decide(handler, budget_used)` says.
+pub(super) fn take_back(
+    conn: &Connection,
+    now_ms: i64,
+    expired_before: i64,
+    decide: &Decide,
+) -> Result<Reclaimed, InboxError> {
+    let rows: Vec<(i64, String, u32, u32, i64)> = conn
+        .prepare_cached(
+            "SELECT id, handler, attempts, attempts - budget_base, leased_at
+             FROM deliveries WHERE state = 'running' AND lease_until < ?1",
+        )?
+        .query_map([expired_before], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    let mut closed = 0;
+    for (id, handler, attempt, used, leased_at) in &rows {
+        let disposition = decide(handler, *used);
+        if !matches!(disposition, Disposition::RetryAt { .. }) {
+            closed += 1;
+        }
+        let finish = Finish {
+            delivery_id: *id,
+            attempt: *attempt,
+            started_at_ms: *leased_at,
+            finished_at_ms: now_ms,
+            outcome: AttemptOutcome::Abandoned,
+            error_kind: Some("lease_expired".into()),
+            error: Some(
+                "the attempt's worker stopped before it finished (crash, kill or restart); \
+                 whether the handler acted is unknown"
+                    .into(),
+            ),
+            plugin_sha256: None,
+            disposition,
+            plugin: PluginName::new(handler.as_str()),
+            state: StateChanges::default(),
+        };
+        finish_attempt(conn, &finish)?;
+    }
+    Ok(Reclaimed {
+        taken_back: rows.len(),
+        closed,
+    })
+}
+
+/// A due delivery that may be leased: the head of its key, if it has one.
+struct Candidate {
+    id: i64,
+    due_ms: i64,
+    key: Option<String>,
+    sequence: Option<i64>,
+    source: String,
+}
+
+/// Leases what `request` may have now: each handler's oldest claimable deliveries, shared out
+/// fairly among the free workers; counts the candidates it marked stale on the way.
+pub(super) fn claim_due(
+    conn: &Connection,
+    request: &ClaimRequest,
+) -> Result<ClaimOutcome, InboxError> {
+    // Per handler, its oldest claimable deliveries, as many as it could be given; then the
+    // free workers are shared out fairly among them, so no handler's backlog, however old,
+    // hides another's due delivery.
+    let mut handlers: Vec<(&String, usize)> = request
+        .capacity
+        .iter()
+        .map(|(handler, room)| (handler, *room))
+        .collect();
+    handlers.sort();
+    let mut stale = 0;
+    let mut queues = Vec::with_capacity(handlers.len());
+    for (handler, room) in &handlers {
+        let want = (*room).min(request.limit);
+        let queue = if want == 0 {
+            Vec::new()
+        } else {
+            due_heads(conn, handler, request.now_ms, want, &mut stale)?
+        };
+        queues.push(queue);
+    }
+    let due: Vec<Vec<i64>> = queues
+        .iter()
+        .map(|queue| queue.iter().map(|c| c.due_ms).collect())
+        .collect();
+    let lanes: Vec<fair::Lane> = handlers
+        .iter()
+        .zip(&due)
+        .map(|((handler, room), due)| request.fairness.lane(handler, *room, due))
+        .collect();
+    let picks = fair::allot(request.limit, &request.fairness, &lanes);
+
+    let mut taken = vec![0usize; handlers.len()];
+    let mut claimed = Vec::with_capacity(picks.len());
+    for lane in picks {
+        let handler = handlers[lane].0;
+        let candidate = &queues[lane][taken[lane]];
+        taken[lane] += 1;
+        claimed.push(lease(conn, request, handler, candidate)?);
+    }
+    Ok(ClaimOutcome {
+        leased: claimed,
+        stale,
+    })
+}
+
+/// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
+/// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
+/// older than a delivery already done for its key is marked `stale` on the way (counted in
+/// `stale`) and skipped.
+fn due_heads(
+    conn: &Connection,
+    handler: &str,
+    now_ms: i64,
+    want: usize,
+    stale: &mut usize,
+) -> Result<Vec<Candidate>, InboxError> {
+    let mut heads: Vec<Candidate> = Vec::new();
+    let mut taken = HashSet::new();
+    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
+    // which may sort before the page: a pass that marked one is followed by another from the
+    // start (finitely many: each marks at least one more), skipping the heads already taken.
+    let page = (want + 4) as i64;
+    let mut after = (i64::MIN, i64::MIN);
+    let mut marked = false;
+    loop {
+        let rows: Vec<Candidate> = conn
+            .prepare_cached(concat!(
+                "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+                 FROM deliveries d
+                 WHERE d.handler = ?1 AND d.state IN ",
+                waiting_states!(),
+                "
+                   AND d.next_attempt_at <= ?2
+                   AND (d.next_attempt_at, d.id) > (?4, ?5)
+                   AND (d.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM deliveries p
+                        WHERE p.source = d.source AND p.handler = d.handler
+                          AND p.ordering_key = d.ordering_key
+                          AND p.state IN ",
+                open_states!(),
+                "
+                          AND (p.state = 'running'
+                               OR COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
+                               OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
+                                   AND p.id < d.id))))
+                 ORDER BY d.next_attempt_at, d.id
+                 LIMIT ?3"
+            ))?
+            .query_map(params![handler, now_ms, page, after.0, after.1], |r| {
+                Ok(Candidate {
+                    id: r.get(0)?,
+                    due_ms: r.get(1)?,
+                    key: r.get(2)?,
+                    sequence: r.get(3)?,
+                    source: r.get(4)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        let full = rows.len() as i64 == page;
+        for candidate in rows {
+            after = (candidate.due_ms, candidate.id);
+            if taken.contains(&candidate.id) {
+                continue;
+            }
+            if is_stale(conn, handler, &candidate, now_ms)? {
+                *stale += 1;
+                marked = true;
+                continue;
+            }
+            taken.insert(candidate.id);
+            heads.push(candidate);
+            if heads.len() == want {
+                return Ok(heads);
+            }
+        }
+        if full {
+            continue;
+        }
+        if !marked {
+            return Ok(heads);
+        }
+        (after, marked) = ((i64::MIN, i64::MIN), false);
+    }
+}
+
+/// Marks `candidate` stale if a later delivery of its key is already done.
+fn is_stale(
+    conn: &Connection,
+    handler: &str,
+    candidate: &Candidate,
+    now_ms: i64,
+) -> Result<bool, InboxError> {
+    let (Some(key), Some(sequence)) = (&candidate.key, candidate.sequence) else {
+        return Ok(false);
+    };
+    let newest_done: Option<i64> = conn
+        .prepare_cached(
+            "SELECT MAX(sequence) FROM deliveries
+             WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
+        )?
+        .query_row(params![candidate.source, handler, key], |r| r.get(0))?;
+    let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
+        return Ok(false);
+    };
+    conn.prepare_cached(
+        "UPDATE deliveries SET state = 'stale', updated_at = ?2, last_error = ?3
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        candidate.id,
+        now_ms,
+        format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
+    ])?;
+    Ok(true)
+}
+
+/// Leases `candidate` to a worker: the attempt is counted now.
+fn lease(
+    conn: &Connection,
+    request: &ClaimRequest,
+    handler: &str,
+    candidate: &Candidate,
+) -> Result<Claimed, InboxError> {
+    let lease = request
+        .lease_ms
+        .get(handler)
+        .copied()
+        .unwrap_or(DEFAULT_LEASE_MS);
+    let (attempt, budget_used, event) = conn
+        .prepare_cached(
+            "UPDATE deliveries SET state = 'running', attempts = attempts + 1,
+                 lease_until = ?2, leased_at = ?3, updated_at = ?3
+             WHERE id = ?1
+             RETURNING attempts, attempts - budget_base, event",
+        )?
+        .query_row(
+            params![candidate.id, request.now_ms + lease, request.now_ms],
+            |r| {
+                Ok((
+                    r.get::<_, u32>(0)?,
+                    r.get::<_, u32>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            },
+        )?;
+    let claim = conn
+        .prepare_cached(
+            "SELECT event_id, event_type, received_at, headers, body FROM events WHERE id = ?1",
+        )?
+        .query_row([event], |r| {
+            let headers: String = r.get(3)?;
+            let body: Vec<u8> = r.get(4)?;
+            Ok(Claimed {
+                delivery_id: candidate.id,
+                attempt,
+                budget_used,
+                leased_at_ms: request.now_ms,
+                source: SourceName::new(candidate.source.as_str()),
+                handler: PluginName::new(handler),
+                event_id: EventId::new(r.get::<_, String>(0)?),
+                event_type: r.get(1)?,
+                ordering_key: candidate.key.clone(),
+                sequence: candidate.sequence.map(|s| s as u64),
+                received_at_ms: r.get(2)?,
+                headers: headers_from_json(&headers),
+                body: Bytes::from(body),
+            })
+        })?;
+    Ok(claim)
+}
+
+#[cfg(test)]
+#[path = "claim_tests.rs"]
+mod claim_tests;
+
+/// Records attempt `f` and moves its delivery on, if `f`'s lease is still the running one.
+pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, InboxError> {
+    let leased: Option<u32> = conn
+        .prepare_cached("SELECT attempts FROM deliveries WHERE id = ?1 AND state = 'running'")?
+        .query_row([f.delivery_id], |r| r.get(0))
+        .optional()?;
+    if leased != Some(f.attempt) {
+        return Ok(Finished::LeaseLost);
+    }
+    if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
+        if let Some(Changed { key, seen, now }) = first_changed(conn, f)? {
+            // Recorded without the attempt's writes (no copy of its values).
+            let conflict = Finish {
+                delivery_id: f.delivery_id,
+                attempt: f.attempt,
+                started_at_ms: f.started_at_ms,
+                finished_at_ms: f.finished_at_ms,
+                outcome: AttemptOutcome::Conflict,
+                error_kind: Some("state_conflict".into()),
+                error: Some(format!(
+                    "state key {key:?} changed during the attempt (version {seen} → {now}); re-running"
+                )),
+                plugin_sha256: f.plugin_sha256.clone(),
+                disposition: f.disposition.clone(),
+                plugin: f.plugin.clone(),
+                state: StateChanges::default(),
+            };
+            insert_attempt(conn, f.delivery_id, &conflict)?;
+            // Not counted against max_attempts: the attempt number is given back.
+            conn.prepare_cached(
+                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                     next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+                 WHERE id = ?1",
+            )?
+            .execute(params![f.delivery_id, f.finished_at_ms])?;
+            return Ok(Finished::Conflict);
+        }
+        if !f.state.writes.is_empty()
+            && let Err(message) = apply_state(conn, f)?
+        {
+            return Ok(Finished::OverQuota(message));
+        }
+    }
+    let (state, output, next_at) = match &f.disposition {
+        Disposition::Done { output } => (DeliveryState::Done, output.clone(), f.finished_at_ms),
+        Disposition::RetryAt { at_ms } => (DeliveryState::Retrying, None, *at_ms),
+        Disposition::Dead => (DeliveryState::Dead, None, f.finished_at_ms),
+    };
+    let last_error = match (&f.error_kind, &f.error) {
+        (Some(kind), Some(error)) => Some(format!("{kind}: {error}")),
+        (Some(kind), None) => Some(kind.clone()),
+        (None, error) => error.clone(),
+    };
+    conn.prepare_cached(
+        "UPDATE deliveries SET state = ?2, output = COALESCE(?3, output), last_error = ?4,
+             next_attempt_at = ?5, lease_until = NULL, updated_at = ?6
+         WHERE id = ?1",
+    )?
+    .execute(params![
+        f.delivery_id,
+        state.as_str(),
+        output,
+        last_error,
+        next_at,
+        f.finished_at_ms
+    ])?;
+    insert_attempt(conn, f.delivery_id, f)?;
+    Ok(Finished::Recorded)
+}
+
+/// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
+pub(super) fn next_due_after(conn: &Connection, after_ms: i64) -> Result<Option<i64>, InboxError> {
+    Ok(conn.query_row(
+        concat!(
+            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ",
+            waiting_states!(),
+            " AND next_attempt_at > ?1"
+        ),
+        [after_ms],
+        |row| row.get(0),
+    )?)
+}

@@ -1,0 +1,103 @@
+//! Quarantine in SQL: keep a request, resolve it, count and list the held ones.
+//!
+//! Invariant: reads of held requests by filter are answered from the `quarantine_held` index
+//! alone, so they never read a body.
+
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::sql::{headers_from_json, headers_json};
+use crate::{
+    ids::SourceName,
+    inbox::{InboxError, Quarantined, RawRequest, ReplayFilter},
+};
+
+/// Stores `request` from `source` as quarantined for `reason`; returns its id.
+pub(super) fn insert(
+    conn: &Connection,
+    source: &SourceName,
+    request: &RawRequest,
+    reason: &str,
+) -> Result<i64, InboxError> {
+    conn.prepare_cached(
+        "INSERT INTO quarantine (source, received_at, headers, body, reason)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![
+        source.as_str(),
+        request.received_at_ms,
+        headers_json(&request.headers),
+        &request.body[..],
+        reason
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Marks quarantined request `id` resolved at `at_ms`, saying how.
+pub(super) fn resolve(
+    conn: &Connection,
+    id: i64,
+    at_ms: i64,
+    resolution: &str,
+) -> Result<(), InboxError> {
+    conn.prepare_cached("UPDATE quarantine SET resolved_at = ?2, resolution = ?3 WHERE id = ?1")?
+        .execute(params![id, at_ms, resolution])?;
+    Ok(())
+}
+
+/// Quarantined requests not yet resolved.
+pub(super) fn count_held(conn: &Connection) -> Result<i64, InboxError> {
+    Ok(conn.query_row(
+        "SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL",
+        [],
+        |row| row.get(0),
+    )?)
+}
+
+/// Ids of the unresolved requests matching `filter`'s source and time range, oldest first.
+pub(super) fn held_ids(conn: &Connection, filter: &ReplayFilter) -> Result<Vec<i64>, InboxError> {
+    let ids = conn
+        // Answered from the `quarantine_held` index alone.
+        .prepare_cached(
+            "SELECT id FROM quarantine
+             WHERE resolved_at IS NULL
+               AND (?1 IS NULL OR source = ?1)
+               AND (?2 IS NULL OR received_at >= ?2)
+               AND (?3 IS NULL OR received_at <= ?3)
+             ORDER BY id LIMIT ?4",
+        )?
+        .query_map(
+            params![
+                filter.source,
+                filter.since_ms,
+                filter.until_ms,
+                filter.limit as i64
+            ],
+            |r| r.get(0),
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(ids)
+}
+
+/// Quarantined request `id` with its body, if it is still unresolved.
+pub(super) fn held(conn: &Connection, id: i64) -> Result<Option<Quarantined>, InboxError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT source, received_at, headers, body FROM quarantine
+             WHERE id = ?1 AND resolved_at IS NULL",
+        )?
+        .query_row(params![id], |r| {
+            let headers: String = r.get(2)?;
+            let body: Vec<u8> = r.get(3)?;
+            Ok(Quarantined {
+                id,
+                source: SourceName::new(r.get::<_, String>(0)?),
+                request: RawRequest {
+                    headers: headers_from_json(&headers),
+                    body: Bytes::from(body),
+                    received_at_ms: r.get(1)?,
+                },
+            })
+        })
+        .optional()?)
+}

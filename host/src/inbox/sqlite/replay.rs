@@ -1,0 +1,68 @@
+//! Replay in SQL: select the finished deliveries a filter matches, and set them due again.
+//!
+//! Invariant: the update re-checks that a delivery is not open, so a delivery leased between
+//! the select and the update is left alone; `budget_base` moves up to `attempts`, which keeps
+//! counting (it is the lease token).
+
+use rusqlite::{Connection, params};
+
+use super::sql::open_states;
+use crate::inbox::{InboxError, ReplayFilter};
+
+/// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
+/// run); returns `(matched, replayed)`.
+pub(super) fn replay_matching(
+    conn: &Connection,
+    filter: &ReplayFilter,
+    now_ms: i64,
+) -> Result<(usize, usize), InboxError> {
+    let ids = matching_deliveries(conn, filter)?;
+    if filter.dry_run {
+        return Ok((ids.len(), 0));
+    }
+    let mut update = conn.prepare_cached(concat!(
+        "UPDATE deliveries SET state = 'pending', budget_base = attempts,
+             next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+         WHERE id = ?1 AND state NOT IN ",
+        open_states!()
+    ))?;
+    let mut replayed = 0;
+    for id in &ids {
+        replayed += update.execute(params![id, now_ms])?;
+    }
+    Ok((ids.len(), replayed))
+}
+
+/// The deliveries `filter` selects, oldest first, at most `filter.limit`.
+fn matching_deliveries(conn: &Connection, filter: &ReplayFilter) -> Result<Vec<i64>, InboxError> {
+    let state = filter.finished_state()?;
+    let ids_json = filter
+        .event_ids
+        .as_ref()
+        .map(|ids| serde_json::to_string(ids).expect("strings serialize"));
+    let ids = conn
+        .prepare_cached(
+            "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE d.state = ?1
+               AND (?2 IS NULL OR d.source = ?2)
+               AND (?3 IS NULL OR d.handler = ?3)
+               AND (?4 IS NULL OR e.event_id IN (SELECT value FROM json_each(?4)))
+               AND (?5 IS NULL OR e.received_at >= ?5)
+               AND (?6 IS NULL OR e.received_at <= ?6)
+             ORDER BY d.id LIMIT ?7",
+        )?
+        .query_map(
+            params![
+                state.as_str(),
+                filter.source,
+                filter.handler,
+                ids_json,
+                filter.since_ms,
+                filter.until_ms,
+                filter.limit as i64
+            ],
+            |r| r.get(0),
+        )?
+        .collect::<Result<_, _>>()?;
+    Ok(ids)
+}

@@ -1,0 +1,186 @@
+//! The storage contract: what every inbox backend provides, in backend-neutral types.
+//!
+//! The [`Inbox`](super::Inbox) façade holds one `Arc<dyn Store>` and keeps, beside it, what does
+//! not depend on the backend: the backlog and quarantine counters its bounds read on every
+//! request, the wake-up of the dispatcher, and the clock. Those are in-process, so they are
+//! exact only while one process uses the database; a backend shared by several nodes would
+//! sample them from the database and wake through it instead, and they would move behind this
+//! trait then. The operations here are each one transition (or one read) of the stored rows;
+//! the SQLite room (`sqlite/`) is today's implementation, and the contract suite (`contract/`)
+//! is run against every implementation.
+//!
+//! Invariants (each implementation keeps them; the contract suite checks them):
+//! - A write is answered only once it is durable (committed).
+//! - `(source, event_id)` is unique, decided by the database, never by a check-then-insert.
+//! - Each operation is one transition: its rows change together or not at all.
+//! - Only an implementation names its storage engine; nothing here does.
+
+use super::{
+    Accepted, ClaimRequest, Claimed, EventDetail, EventFilter, EventSummary, Finish, Finished,
+    InboxError, Quarantined, RawRequest, ReplayFilter,
+};
+use crate::{
+    ids::{PluginName, SourceName},
+    model::{Disposition, Envelope, StateUsage},
+};
+
+/// What one accept stores: an event, one pending delivery per handler, and (when it comes from
+/// quarantine) the quarantined request it resolves.
+#[derive(Debug)]
+pub(crate) struct NewEvent {
+    pub source: SourceName,
+    pub envelope: Envelope,
+    pub request: RawRequest,
+    pub handlers: Vec<PluginName>,
+    /// The quarantined request this event was parsed from: resolved in the same transition,
+    /// also when the event is a duplicate.
+    pub from_quarantine: Option<i64>,
+}
+
+/// What one claim did: the deliveries it leased, and how many it found stale on the way (they
+/// left the backlog).
+#[derive(Debug, Default)]
+pub(crate) struct ClaimOutcome {
+    pub leased: Vec<Claimed>,
+    pub stale: usize,
+}
+
+/// What one reclaim did: the leases it took back, and how many of those deliveries it closed
+/// (dead instead of due again: they left the backlog).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reclaimed {
+    pub taken_back: usize,
+    pub closed: usize,
+}
+
+/// Where a delivery whose lease is taken back goes next: `decide(handler, budget_used)`.
+pub(crate) type Decide = Box<dyn Fn(&str, u32) -> Disposition + Send>;
+
+/// The inbox's counters as the stored rows have them (read at open).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Deliveries in an open state (`DeliveryState::OPEN`).
+    pub backlog: i64,
+    /// Quarantined requests not yet resolved.
+    pub quarantined: i64,
+}
+
+/// What a backend can promise beyond the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Capabilities {
+    /// No other process can use the database while this one has it open, so every lease in it
+    /// is this process's, or a previous process's: [`Store::reclaim_all`] is sound.
+    pub single_node: bool,
+}
+
+/// The operations of one storage backend. Times are given by the caller (the façade's clock),
+/// never read by the backend.
+#[async_trait::async_trait]
+pub(crate) trait Store: Send + Sync + 'static {
+    /// What this backend promises beyond the contract.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The counters as stored (blocking: read once, when the inbox opens).
+    fn counts_blocking(&self) -> Result<Counts, InboxError>;
+
+    /// Stores the event and its deliveries unless `(source, event_id)` is stored
+    /// ([`Accepted::Duplicate`]: nothing new written), resolving `from_quarantine` either way.
+    async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError>;
+
+    /// Whether `(source, event_id)` is stored.
+    async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError>;
+
+    /// Keeps a verified request whose envelope could not be produced; returns its id.
+    async fn quarantine(
+        &self,
+        source: SourceName,
+        request: RawRequest,
+        reason: String,
+    ) -> Result<i64, InboxError>;
+
+    /// Marks quarantined request `id` resolved at `at_ms`, saying how.
+    async fn resolve_quarantine(
+        &self,
+        id: i64,
+        at_ms: i64,
+        resolution: String,
+    ) -> Result<(), InboxError>;
+
+    /// Ids of the unresolved quarantined requests matching `filter`'s source and time range
+    /// (at most `filter.limit`, oldest first), read without their bodies.
+    async fn held_quarantine_ids(&self, filter: ReplayFilter) -> Result<Vec<i64>, InboxError>;
+
+    /// Quarantined request `id` with its body, if it is still unresolved.
+    async fn held_quarantined(&self, id: i64) -> Result<Option<Quarantined>, InboxError>;
+
+    /// Quarantined requests not yet resolved.
+    async fn quarantine_held_count(&self) -> Result<i64, InboxError>;
+
+    /// Leases due deliveries: per `(source, ordering_key, handler)` only the earliest open one
+    /// (by sequence, then arrival), and only while none of its key runs; a candidate older than
+    /// a delivery already done for its key is marked `stale` instead. The attempt is counted
+    /// when leased (the lease token is the attempt number). A backend whose writes can run
+    /// concurrently must make the head check and the lease one exclusive step.
+    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError>;
+
+    /// Records a finished attempt and moves its delivery on, in one transition, if its lease
+    /// is still held ([`Finished::LeaseLost`] otherwise); its state writes are applied only if
+    /// nothing it read changed ([`Finished::Conflict`]) and they fit the plugin's total
+    /// ([`Finished::OverQuota`]).
+    async fn finish(&self, finish: Finish) -> Result<Finished, InboxError>;
+
+    /// Takes back the leases that expired before `now_ms`, recording each attempt as
+    /// `abandoned` at `now_ms` and moving its delivery where `decide` says.
+    async fn reclaim_expired(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError>;
+
+    /// [`Store::reclaim_expired`] for every lease, live or not: only sound while no other
+    /// process can hold one, so the façade calls it only when
+    /// [`Capabilities::single_node`] holds.
+    async fn reclaim_all(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError>;
+
+    /// Sets the finished deliveries `filter` matches due at `now_ms` with a fresh attempt
+    /// budget (none on a dry run); returns `(matched, replayed)`. An open state in the filter
+    /// is [`InboxError::InvalidFilter`].
+    async fn replay(&self, filter: ReplayFilter, now_ms: i64)
+    -> Result<(usize, usize), InboxError>;
+
+    /// The earliest time after `after_ms` at which a pending or retrying delivery falls due.
+    async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError>;
+
+    /// Committed value and version of a state key (version 0 = never written). Blocking: the
+    /// runtime's `state.get` host call is synchronous.
+    fn state_get_blocking(
+        &self,
+        plugin: &str,
+        key: &str,
+    ) -> Result<(Option<Vec<u8>>, i64), InboxError>;
+
+    /// Bytes `key` holds (key + value; `None` = absent) and its version, without its value.
+    fn state_stat_blocking(
+        &self,
+        plugin: &str,
+        key: &str,
+    ) -> Result<(Option<u64>, i64), InboxError>;
+
+    /// What `plugin` holds in committed state.
+    fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError>;
+
+    /// Events, newest first, with each handler's delivery state.
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError>;
+
+    /// One event with every delivery and its full attempt history.
+    async fn event_detail(
+        &self,
+        source: String,
+        event_id: String,
+    ) -> Result<Option<EventDetail>, InboxError>;
+
+    /// Deliveries per state.
+    async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError>;
+
+    /// Commits performed so far (`hookd_inbox_commits_total`).
+    fn commits(&self) -> i64;
+
+    /// Finishes the writes already queued, then refuses new ones and releases the database.
+    fn close(&self);
+}
