@@ -14,6 +14,15 @@ use crate::{
     runtime::StateStore,
 };
 
+/// A state key an attempt read that another commit changed since.
+pub(super) struct Changed {
+    pub key: String,
+    /// The version the attempt saw.
+    pub seen: i64,
+    /// The committed version now.
+    pub now: i64,
+}
+
 /// How one write changes its plugin's usage, as `(keys, bytes)`: `before` is the length of the
 /// value it replaces (`None`: the key is absent), `after` the value it writes (`None`: a delete).
 pub(super) fn write_delta(key: &str, before: Option<usize>, after: Option<&[u8]>) -> (i64, i64) {

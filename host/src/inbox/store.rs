@@ -56,7 +56,7 @@ pub(crate) struct Reclaimed {
 /// Where a delivery whose lease is taken back goes next: `decide(handler, budget_used)`.
 pub(crate) type Decide = Box<dyn Fn(&str, u32) -> Disposition + Send>;
 
-/// The inbox's counters as the stored rows have them (read at open).
+/// The inbox's counters as the stored rows have them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// Deliveries in an open state (`DeliveryState::OPEN`).
@@ -80,8 +80,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// What this backend promises beyond the contract.
     fn capabilities(&self) -> Capabilities;
 
-    /// The counters as stored (blocking: read once, when the inbox opens).
-    fn counts_blocking(&self) -> Result<Counts, InboxError>;
+    /// The counters as stored: read when the inbox opens, and cheap enough to sample (two
+    /// counts) where other nodes change them.
+    async fn counts(&self) -> Result<Counts, InboxError>;
 
     /// Stores the event and its deliveries unless `(source, event_id)` is stored
     /// ([`Accepted::Duplicate`]: nothing new written), resolving `from_quarantine` either way.

@@ -16,13 +16,14 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
     sql::{headers_from_json, open_states, waiting_states},
-    state::{Changed, apply_state, first_changed},
+    state::{apply_state, first_changed},
 };
 use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
         lease::stale_reason,
+        state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
     },
     model::Disposition,

@@ -91,19 +91,29 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// [`Store::counts`] on the calling thread: the synchronous open reads them so.
+    pub(super) fn counts_blocking(&self) -> Result<Counts, InboxError> {
+        self.read_blocking(count)
+    }
+}
+
+/// The counters as `conn` has them.
+fn count(conn: &Connection) -> Result<Counts, InboxError> {
+    Ok(Counts {
+        backlog: lease::count_open(conn)?,
+        quarantined: quarantine::count_held(conn)?,
+    })
+}
+
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     fn capabilities(&self) -> Capabilities {
         Capabilities { single_node: true }
     }
 
-    fn counts_blocking(&self) -> Result<Counts, InboxError> {
-        self.read_blocking(|conn| {
-            Ok(Counts {
-                backlog: lease::count_open(conn)?,
-                quarantined: quarantine::count_held(conn)?,
-            })
-        })
+    async fn counts(&self) -> Result<Counts, InboxError> {
+        self.read(count).await
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
@@ -252,6 +262,11 @@ impl TempDatabase {
         }
     }
 
+    /// A fresh database for the contract suite (SQLite is always available).
+    pub(super) async fn fresh() -> Option<Self> {
+        Some(Self::new())
+    }
+
     /// The database file.
     pub(super) fn path(&self) -> PathBuf {
         self.dir.path().join("hookd.db")
@@ -259,8 +274,9 @@ impl TempDatabase {
 }
 
 #[cfg(test)]
+#[async_trait::async_trait]
 impl super::contract::Database for TempDatabase {
-    fn open(&self, clock: crate::clock::Clock) -> super::Inbox {
+    async fn open(&self, clock: crate::clock::Clock) -> super::Inbox {
         let options = super::OpenOptions {
             writer: WriterOptions::new(crate::config::Durability::Normal),
             clock,

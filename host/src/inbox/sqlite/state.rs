@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::{
     inbox::{
         Finish, InboxError,
-        state::{usage_after, write_delta},
+        state::{Changed, usage_after, write_delta},
     },
     model::{StateChanges, StateUsage},
 };
@@ -61,15 +61,6 @@ pub(super) fn state_bytes(changes: &StateChanges) -> usize {
         .iter()
         .map(|(key, value)| key.len() + value.as_ref().map_or(0, Vec::len))
         .sum()
-}
-
-/// A state key an attempt read that another commit changed since.
-pub(super) struct Changed {
-    pub key: String,
-    /// The version the attempt saw.
-    pub seen: i64,
-    /// The committed version now.
-    pub now: i64,
 }
 
 /// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
@@ -176,7 +167,7 @@ mod tests {
     #[tokio::test]
     async fn the_commit_keeps_usage_and_deletes_leave_no_rows() {
         let db = TempDatabase::new();
-        let inbox = fixtures::open(&db);
+        let inbox = fixtures::open(&db).await;
         let limits = StateLimits::DEFAULT;
         let a = lease(&inbox, "a").await;
         let writes = changes(&inbox, &[("k1", Some(10)), ("k2", Some(20))], limits);
