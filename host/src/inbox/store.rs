@@ -6,8 +6,9 @@
 //! exact only while one process uses the database; a backend shared by several nodes would
 //! sample them from the database and wake through it instead, and they would move behind this
 //! trait then. The operations here are each one transition (or one read) of the stored rows;
-//! the SQLite room (`sqlite/`) is today's implementation, and the contract suite (`contract/`)
-//! is run against every implementation.
+//! the SQLite room (`sqlite/`, one process per database) and the PostgreSQL room
+//! (`postgres/`, shared by several nodes) implement them, and the contract suite
+//! (`contract/`) is run against each.
 //!
 //! Invariants (each implementation keeps them; the contract suite checks them):
 //! - A write is answered only once it is durable (committed).

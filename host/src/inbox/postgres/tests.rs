@@ -100,6 +100,30 @@ async fn concurrent_claimers_run_one_delivery_of_a_key_at_a_time_in_order() {
     );
 }
 
+#[tokio::test]
+async fn the_database_refuses_a_second_running_delivery_of_one_key() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    fixtures::accept(&inbox, keyed("first", "k", 1)).await;
+    fixtures::accept(&inbox, keyed("second", "k", 2)).await;
+    fixtures::claim(&inbox, LEASED_MS).await;
+    // Whatever a claim decided, the index has the last word.
+    let forced = testdb::connect(db.url())
+        .await
+        .execute(
+            "UPDATE deliveries SET state = 'running' WHERE state = 'pending'",
+            &[],
+        )
+        .await;
+    let refused = forced.expect_err("a second running delivery of key k");
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_after_another_node_reclaimed_its_lease_is_lost_and_writes_no_state() {
     let Some(db) = TestDatabase::fresh().await else {
