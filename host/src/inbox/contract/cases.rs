@@ -511,3 +511,11 @@ pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_tota
     );
     inbox.close();
 }
+
+pub(super) async fn a_notice_of_work_wakes_whoever_waits_for_work(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let waiting = inbox.store().work_notified();
+    inbox.store().notify_work().await.unwrap();
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await;
+    assert!(woken.is_ok(), "the notice reached the waiter");
+}

@@ -7,6 +7,9 @@
 //! `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
 //! inbox's (and names a database without its password).
 //!
+//! Nodes wake each other through the database (`wakeup.rs`: `NOTIFY`, and a listening
+//! connection of each store's own).
+//!
 //! The connection to the database is not encrypted (`NoTls`): the database must be reached
 //! over a trusted network or a local socket until TLS to it is configurable.
 //!
@@ -31,6 +34,7 @@ mod replay;
 mod schema;
 mod state;
 mod views;
+mod wakeup;
 
 #[cfg(test)]
 mod testdb;
@@ -40,7 +44,10 @@ pub(super) use testdb::TestDatabase;
 mod tests;
 
 use std::{
-    sync::atomic::{AtomicI64, Ordering},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicI64, Ordering},
+    },
     time::Duration,
 };
 
@@ -72,6 +79,10 @@ pub(super) struct PostgresStore {
     target: Target,
     /// Write transactions committed by this store (`hookd_inbox_commits_total`).
     commits: AtomicI64,
+    /// Woken by every notice of work on the database, this node's own included.
+    work: Arc<tokio::sync::Notify>,
+    /// The task listening for those notices; stopped at close.
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl PostgresStore {
@@ -87,7 +98,7 @@ impl PostgresStore {
         }
         let target = Target::of(&config);
         let manager = Manager::from_config(
-            config,
+            config.clone(),
             NoTls,
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
@@ -101,10 +112,14 @@ impl PostgresStore {
         let mut client = pool.get().await.map_err(|e| target.pool_error(e))?;
         schema::migrate(&mut client, &target).await?;
         drop(client);
+        let work = Arc::new(tokio::sync::Notify::new());
+        let listener = wakeup::listen(config, &target, Arc::clone(&work)).await?;
         Ok(Self {
             pool,
             target,
             commits: AtomicI64::new(0),
+            work,
+            listener: Mutex::new(Some(listener)),
         })
     }
 
@@ -273,6 +288,18 @@ impl Store for PostgresStore {
         views::state_counts(&*self.client().await?).await
     }
 
+    async fn notify_work(&self) -> Result<(), InboxError> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT pg_notify($1, '')", &[&wakeup::CHANNEL])
+            .await?;
+        Ok(())
+    }
+
+    async fn work_notified(&self) {
+        self.work.notified().await
+    }
+
     fn commits(&self) -> i64 {
         self.commits.load(Ordering::Relaxed)
     }
@@ -281,5 +308,8 @@ impl Store for PostgresStore {
         // Transactions under way finish on the connections they hold; new ones are refused.
         tracing::debug!(database = %self.target, "inbox: closing the database pool");
         self.pool.close();
+        if let Some(listener) = self.listener.lock().expect("poisoned").take() {
+            listener.abort();
+        }
     }
 }

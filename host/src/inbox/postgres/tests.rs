@@ -2,9 +2,12 @@
 //! between nodes (each node an inbox with a pool of its own on one database) under concurrent
 //! accepts, claims, finishes and start-ups, and what its connection errors say.
 
-use std::sync::{
-    Arc, Mutex,
-    atomic::{AtomicBool, AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
 };
 
 use super::{PostgresStore, TestDatabase, schema::MIGRATIONS, testdb};
@@ -90,7 +93,7 @@ async fn concurrent_claimers_run_one_delivery_of_a_key_at_a_time_in_order() {
             claimer.await.unwrap();
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(60), all)
+    tokio::time::timeout(Duration::from_secs(60), all)
         .await
         .expect("every delivery ran within a minute");
     let ran = ran.lock().unwrap().clone();
@@ -272,4 +275,19 @@ async fn an_unreachable_server_is_unreachable_and_never_shows_the_password() {
         "{}",
         shown(&e)
     );
+}
+
+#[tokio::test]
+async fn a_notice_of_work_on_one_node_wakes_another() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let [a, b] = nodes(&db).await;
+    let mut waiting = Box::pin(b.store().work_notified());
+    let early = tokio::time::timeout(Duration::from_millis(200), &mut waiting).await;
+    assert!(early.is_err(), "nothing was notified yet");
+    a.store().notify_work().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("b hears a's notice");
 }

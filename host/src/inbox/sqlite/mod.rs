@@ -62,6 +62,8 @@ struct Inner {
     commits: Arc<AtomicI64>,
     /// Held while open: one hookd per database, because start-up takes back every lease.
     lock: Mutex<Option<std::fs::File>>,
+    /// Notices of work: in process, as no other process uses the database.
+    work: tokio::sync::Notify,
 }
 
 impl SqliteStore {
@@ -86,6 +88,7 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 commits,
                 lock: Mutex::new(lock),
+                work: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -231,6 +234,16 @@ impl Store for SqliteStore {
 
     async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
         self.read(views::state_counts).await
+    }
+
+    async fn notify_work(&self) -> Result<(), InboxError> {
+        self.inner.work.notify_waiters();
+        self.inner.work.notify_one();
+        Ok(())
+    }
+
+    async fn work_notified(&self) {
+        self.inner.work.notified().await
     }
 
     fn commits(&self) -> i64 {
