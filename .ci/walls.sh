@@ -5,8 +5,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 failed=0
 
-# Only the SQLite backend room speaks SQLite; only the runtime room names wasmtime (in code; a
-# comment may say what another room does).
+# Only the SQLite backend room speaks SQLite, only the PostgreSQL backend room speaks
+# PostgreSQL; only the runtime room names wasmtime (in code; a comment may say what another room
+# does).
 room() { # <crate name as written in code> <the one directory allowed to name it>
   local offences
   offences=$(grep -rnE "\b$1(_[a-z_]+)?\b" host/src --include='*.rs' | grep -v "^$2" \
@@ -18,6 +19,9 @@ room() { # <crate name as written in code> <the one directory allowed to name it
   fi
 }
 room rusqlite host/src/inbox/sqlite/
+room tokio_postgres host/src/inbox/postgres/
+room deadpool_postgres host/src/inbox/postgres/
+room postgres_types host/src/inbox/postgres/
 room wasmtime host/src/runtime/
 
 # Every declared dependency is named somewhere in its crate (a dependency used only through

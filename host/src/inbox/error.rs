@@ -4,7 +4,8 @@
 //! "the request was wrong" ([`InboxError::InvalidFilter`]), "try again shortly"
 //! ([`InboxError::Busy`]) and "the host is broken" (everything else) without knowing which
 //! storage engine the inbox runs on. Each backend sorts its engine's errors into these
-//! (`sqlite/error.rs`).
+//! (`sqlite/error.rs`, `postgres/error.rs`). A database server named by URL is named in these
+//! without its credentials: no variant carries a password.
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -35,6 +36,24 @@ pub enum InboxError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// The database server cannot be reached, or has no such database. `database` is where
+    /// hookd looked (`user@host:port/name`, never the password).
+    #[error("cannot reach the database {database}: {reason}")]
+    Unreachable { database: String, reason: String },
+    /// The database server refused hookd's credentials (`database` as for
+    /// [`InboxError::Unreachable`]).
+    #[error("the database {database} refused hookd's credentials: {reason}")]
+    AuthFailed { database: String, reason: String },
+    /// The database URL cannot be parsed or used (the reason never quotes the URL).
+    #[error("the database URL is invalid: {reason}")]
+    InvalidUrl { reason: String },
+    /// Bringing the database to this hookd's schema failed (a missing privilege, most often).
+    #[error("migrating the database {database} to schema version {target} failed: {reason}")]
+    Migration {
+        database: String,
+        target: i64,
+        reason: String,
     },
     /// The database was written by a newer hookd.
     #[error(

@@ -16,9 +16,9 @@ use bytes::Bytes;
 
 use super::{Inbox, InboxError, store::Reclaimed};
 use crate::{
-    dispatch::fair::Fairness,
+    dispatch::fair::{self, Fairness},
     ids::{EventId, PluginName, SourceName},
-    model::{AttemptOutcome, Disposition, Header, StateChanges},
+    model::{AttemptOutcome, DeliveryState, Disposition, Header, StateChanges},
 };
 
 /// A delivery leased to a worker, with everything the handler needs.
@@ -59,6 +59,61 @@ pub struct ClaimRequest {
 /// How long a lease lasts when the claim names no length for its handler.
 pub const DEFAULT_LEASE_MS: i64 = 60_000;
 
+/// The claim's steps every backend shares: which handlers it looks at, how its free workers
+/// are shared among their due deliveries, how long a lease lasts.
+impl ClaimRequest {
+    /// The handlers with room, in name order, each with how many deliveries it could be given
+    /// (its room, at most the claim's limit; 0 = none to look up).
+    pub(super) fn wants(&self) -> Vec<(&str, usize, usize)> {
+        let mut handlers: Vec<(&str, usize, usize)> = self
+            .capacity
+            .iter()
+            .map(|(handler, room)| (handler.as_str(), *room, (*room).min(self.limit)))
+            .collect();
+        handlers.sort();
+        handlers
+    }
+
+    /// Shares the free workers out fairly ([`fair::allot`]) among `handlers` (as
+    /// [`ClaimRequest::wants`] lists them), given each one's due candidates, oldest first, by
+    /// due time: which candidate of which handler to lease, in lease order, as `(handler index,
+    /// candidate index)`. So no handler's backlog, however old, hides another's due delivery.
+    pub(super) fn share_out(
+        &self,
+        handlers: &[(&str, usize, usize)],
+        due: &[Vec<i64>],
+    ) -> Vec<(usize, usize)> {
+        let lanes: Vec<fair::Lane> = handlers
+            .iter()
+            .zip(due)
+            .map(|((handler, room, _), due)| self.fairness.lane(handler, *room, due))
+            .collect();
+        let mut taken = vec![0usize; handlers.len()];
+        fair::allot(self.limit, &self.fairness, &lanes)
+            .into_iter()
+            .map(|lane| {
+                taken[lane] += 1;
+                (lane, taken[lane] - 1)
+            })
+            .collect()
+    }
+
+    /// When a lease of `handler` taken now ends.
+    pub(super) fn lease_until(&self, handler: &str) -> i64 {
+        let lease = self
+            .lease_ms
+            .get(handler)
+            .copied()
+            .unwrap_or(DEFAULT_LEASE_MS);
+        self.now_ms + lease
+    }
+}
+
+/// Why a candidate older than a delivery done for its key is marked `stale`.
+pub(super) fn stale_reason(sequence: i64, done: i64, key: &str) -> String {
+    format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
+}
+
 /// One finished attempt, to be recorded with its delivery's next state in one transaction.
 #[derive(Debug, Clone)]
 pub struct Finish {
@@ -74,6 +129,84 @@ pub struct Finish {
     /// Namespace of the state writes: the plugin instance.
     pub plugin: PluginName,
     pub state: StateChanges,
+}
+
+/// What every backend records of an attempt, beside its row.
+impl Finish {
+    /// The attempt of delivery `delivery_id` (by `handler`, leased at `leased_at_ms`) whose
+    /// lease was taken back at `now_ms`, going where `disposition` says.
+    pub(super) fn abandoned(
+        delivery_id: i64,
+        handler: &str,
+        attempt: u32,
+        leased_at_ms: i64,
+        now_ms: i64,
+        disposition: Disposition,
+    ) -> Self {
+        Self {
+            delivery_id,
+            attempt,
+            started_at_ms: leased_at_ms,
+            finished_at_ms: now_ms,
+            outcome: AttemptOutcome::Abandoned,
+            error_kind: Some("lease_expired".into()),
+            error: Some(
+                "the attempt's worker stopped before it finished (crash, kill or restart); \
+                 whether the handler acted is unknown"
+                    .into(),
+            ),
+            plugin_sha256: None,
+            disposition,
+            plugin: PluginName::new(handler),
+            state: StateChanges::default(),
+        }
+    }
+
+    /// This attempt as recorded when state key `key` it read changed meanwhile (version `seen`
+    /// → `now`): a conflict, without its writes (no copy of its values).
+    pub(super) fn conflicted(&self, key: &str, seen: i64, now: i64) -> Self {
+        Self {
+            delivery_id: self.delivery_id,
+            attempt: self.attempt,
+            started_at_ms: self.started_at_ms,
+            finished_at_ms: self.finished_at_ms,
+            outcome: AttemptOutcome::Conflict,
+            error_kind: Some("state_conflict".into()),
+            error: Some(format!(
+                "state key {key:?} changed during the attempt (version {seen} → {now}); re-running"
+            )),
+            plugin_sha256: self.plugin_sha256.clone(),
+            disposition: self.disposition.clone(),
+            plugin: self.plugin.clone(),
+            state: StateChanges::default(),
+        }
+    }
+
+    /// Where the delivery goes: its next state, the output to keep (`None` keeps the stored
+    /// one) and when it is next due.
+    pub(super) fn next_state(&self) -> (DeliveryState, Option<String>, i64) {
+        match &self.disposition {
+            Disposition::Done { output } => {
+                (DeliveryState::Done, output.clone(), self.finished_at_ms)
+            }
+            Disposition::RetryAt { at_ms } => (DeliveryState::Retrying, None, *at_ms),
+            Disposition::Dead => (DeliveryState::Dead, None, self.finished_at_ms),
+        }
+    }
+
+    /// The delivery's `last_error` after this attempt: `kind: error`, either alone, or none.
+    pub(super) fn last_error(&self) -> Option<String> {
+        match (&self.error_kind, &self.error) {
+            (Some(kind), Some(error)) => Some(format!("{kind}: {error}")),
+            (Some(kind), None) => Some(kind.clone()),
+            (None, error) => error.clone(),
+        }
+    }
+
+    /// Whether the delivery leaves the open states (done or dead, not retried).
+    pub(super) fn closes(&self) -> bool {
+        !matches!(self.disposition, Disposition::RetryAt { .. })
+    }
 }
 
 /// How recording a finished attempt went.
@@ -104,7 +237,7 @@ impl Inbox {
     /// Records a finished attempt and moves its delivery on, applying the attempt's state
     /// writes only if nothing it read changed since (else: `Conflict`, and it is due again).
     pub async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
-        let closes = !matches!(finish.disposition, Disposition::RetryAt { .. });
+        let closes = finish.closes();
         let result = self.store().finish(finish).await?;
         match result {
             Finished::Recorded if closes => self.add_backlog(-1),

@@ -4,7 +4,7 @@
 //! Layout: this file is the [`Inbox`] façade (open and close, and the in-process counters and
 //! wake-up the operations keep); `store` is the contract every backend implements (the
 //! [`Store`](store::Store) trait and its backend-neutral types); `sqlite/` is the SQLite
-//! backend, the one room that speaks SQL. One file per role holds that role's types and its
+//! backend (the default) and `postgres/` the PostgreSQL one, the two rooms that speak SQL. One file per role holds that role's types and its
 //! façade methods: `request` (what is stored), `accept` and `quarantine` (a request comes in),
 //! `lease` (claim, finish, reclaim), `replay`, `state` (plugin state, the runtime's
 //! `StateStore`) and `views` (read models); `error` is what they fail with. `contract/` is the
@@ -17,8 +17,8 @@
 //! counters and wake through the database, behind the trait.
 //!
 //! Invariants:
-//! - Only `sqlite/` speaks SQL or names rusqlite; no storage-engine type appears in what the
-//!   inbox exports.
+//! - Only `sqlite/` and `postgres/` speak SQL, and each alone names its engine's crates; no
+//!   storage-engine type appears in what the inbox exports.
 //! - A caller is answered only after the commit that holds its change.
 //! - `(source, event_id)` is unique (decided by the database, not a check-then-insert).
 //! - Every state transition of a delivery is one store operation, so a crash between two steps
@@ -31,6 +31,7 @@ mod accept;
 mod contract;
 mod error;
 mod lease;
+mod postgres;
 mod quarantine;
 mod replay;
 mod request;
@@ -59,7 +60,11 @@ pub use self::{
     sqlite::WriterOptions,
     views::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary},
 };
-use self::{sqlite::SqliteStore, store::Store};
+use self::{
+    postgres::PostgresStore,
+    sqlite::SqliteStore,
+    store::{Counts, Store},
+};
 use crate::{
     clock::Clock,
     config::{Durability, ServerConfig},
@@ -123,12 +128,28 @@ impl Inbox {
     /// Opens (creating and migrating if needed) the SQLite database at `path`.
     pub fn open_with(path: &Path, options: impl Into<OpenOptions>) -> Result<Self, InboxError> {
         let OpenOptions { writer, clock } = options.into();
-        Self::on_store(Arc::new(SqliteStore::open(path, writer)?), clock)
+        let store = SqliteStore::open(path, writer)?;
+        let counts = store.counts_blocking();
+        Self::on_store(Arc::new(store), counts, clock)
     }
 
-    /// The façade over `store`, its counters taken from what is stored.
-    fn on_store(store: Arc<dyn Store>, clock: Clock) -> Result<Self, InboxError> {
-        let counts = match store.counts_blocking() {
+    /// Connects to the PostgreSQL database at `url` (migrating it if needed), which other
+    /// nodes may share. `options.clock` stamps the inbox's times; the writer settings are
+    /// SQLite's and not used.
+    pub async fn open_postgres(url: &str, options: OpenOptions) -> Result<Self, InboxError> {
+        let store = PostgresStore::connect(url, postgres::DEFAULT_POOL_SIZE).await?;
+        let counts = store.counts().await;
+        Self::on_store(Arc::new(store), counts, options.clock)
+    }
+
+    /// The façade over `store`, its counters taken from `counts` (what is stored; the store is
+    /// closed again if they could not be read).
+    fn on_store(
+        store: Arc<dyn Store>,
+        counts: Result<Counts, InboxError>,
+        clock: Clock,
+    ) -> Result<Self, InboxError> {
+        let counts = match counts {
             Ok(counts) => counts,
             Err(e) => {
                 store.close();

@@ -1,7 +1,10 @@
 //! What the inbox stores of a request: its headers, body and receipt time.
 //!
-//! Invariant: a [`RawRequest`] is only ever built from a [`Verified`] request (or loaded back
-//! from quarantine, which only holds verified ones), so nothing unverified is stored.
+//! Invariants:
+//! - A [`RawRequest`] is only ever built from a [`Verified`] request (or loaded back from
+//!   quarantine, which only holds verified ones), so nothing unverified is stored.
+//! - Every backend stores headers as the same text (a JSON array of pairs), written and read
+//!   only by the two functions here.
 
 use bytes::Bytes;
 
@@ -50,4 +53,14 @@ impl RawRequest {
     pub fn received_at_ms(&self) -> i64 {
         self.received_at_ms
     }
+}
+
+/// Headers as stored with an event or a quarantined request: a JSON array of pairs.
+pub(super) fn headers_json(headers: &[Header]) -> String {
+    serde_json::to_string(headers).expect("string pairs serialize")
+}
+
+/// Headers back from their stored JSON (none if the text is not such an array).
+pub(super) fn headers_from_json(text: &str) -> Vec<Header> {
+    serde_json::from_str(text).unwrap_or_default()
 }

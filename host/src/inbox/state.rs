@@ -9,7 +9,59 @@
 //! - These reads block the calling thread: the runtime's host calls are synchronous.
 
 use super::{Inbox, InboxError};
-use crate::{model::StateUsage, runtime::StateStore};
+use crate::{
+    model::{StateLimits, StateUsage},
+    runtime::StateStore,
+};
+
+/// A state key an attempt read that another commit changed since.
+pub(super) struct Changed {
+    pub key: String,
+    /// The version the attempt saw.
+    pub seen: i64,
+    /// The committed version now.
+    pub now: i64,
+}
+
+/// How one write changes its plugin's usage, as `(keys, bytes)`: `before` is the length of the
+/// value it replaces (`None`: the key is absent), `after` the value it writes (`None`: a delete).
+pub(super) fn write_delta(key: &str, before: Option<usize>, after: Option<&[u8]>) -> (i64, i64) {
+    let size = |len: usize| (len + key.len()) as i64;
+    let (before, after) = (before.map(size), after.map(|v| size(v.len())));
+    (
+        i64::from(after.is_some()) - i64::from(before.is_some()),
+        after.unwrap_or(0) - before.unwrap_or(0),
+    )
+}
+
+/// The plugin's `(keys, bytes)` after writes changing `usage` by `delta`, if that keeps it
+/// within the totals of `limits` (a change that shrinks a measure always passes); else the
+/// message naming the total it would pass and the setting that sets it.
+pub(super) fn usage_after(
+    plugin: &str,
+    usage: StateUsage,
+    (delta_keys, delta_bytes): (i64, i64),
+    limits: &StateLimits,
+) -> Result<(i64, i64), String> {
+    let keys = usage.keys as i64 + delta_keys;
+    let bytes = usage.bytes as i64 + delta_bytes;
+    if delta_keys > 0 && keys > limits.max_keys as i64 {
+        return Err(format!(
+            "state writes refused at commit: plugin {plugin} would hold {keys} keys, over \
+             plugins.{plugin}.state_max_keys = {}; delete keys or raise the limit",
+            limits.max_keys
+        ));
+    }
+    if delta_bytes > 0 && bytes > limits.max_bytes as i64 {
+        return Err(format!(
+            "state writes refused at commit: plugin {plugin} would hold {bytes} bytes, over \
+             plugins.{plugin}.state_max_mib = {} ({} bytes); delete keys or raise the limit",
+            limits.max_bytes / (1024 * 1024),
+            limits.max_bytes
+        ));
+    }
+    Ok((keys.max(0), bytes.max(0)))
+}
 
 impl Inbox {
     /// Committed value and version of a state key (version 0 = never written). Blocking: for

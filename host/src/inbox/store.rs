@@ -6,8 +6,9 @@
 //! exact only while one process uses the database; a backend shared by several nodes would
 //! sample them from the database and wake through it instead, and they would move behind this
 //! trait then. The operations here are each one transition (or one read) of the stored rows;
-//! the SQLite room (`sqlite/`) is today's implementation, and the contract suite (`contract/`)
-//! is run against every implementation.
+//! the SQLite room (`sqlite/`, one process per database) and the PostgreSQL room
+//! (`postgres/`, shared by several nodes) implement them, and the contract suite
+//! (`contract/`) is run against each.
 //!
 //! Invariants (each implementation keeps them; the contract suite checks them):
 //! - A write is answered only once it is durable (committed).
@@ -56,7 +57,7 @@ pub(crate) struct Reclaimed {
 /// Where a delivery whose lease is taken back goes next: `decide(handler, budget_used)`.
 pub(crate) type Decide = Box<dyn Fn(&str, u32) -> Disposition + Send>;
 
-/// The inbox's counters as the stored rows have them (read at open).
+/// The inbox's counters as the stored rows have them.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Counts {
     /// Deliveries in an open state (`DeliveryState::OPEN`).
@@ -80,8 +81,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// What this backend promises beyond the contract.
     fn capabilities(&self) -> Capabilities;
 
-    /// The counters as stored (blocking: read once, when the inbox opens).
-    fn counts_blocking(&self) -> Result<Counts, InboxError>;
+    /// The counters as stored: read when the inbox opens, and cheap enough to sample (two
+    /// counts) where other nodes change them.
+    async fn counts(&self) -> Result<Counts, InboxError>;
 
     /// Stores the event and its deliveries unless `(source, event_id)` is stored
     /// ([`Accepted::Duplicate`]: nothing new written), resolving `from_quarantine` either way.
@@ -177,6 +179,23 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Deliveries per state.
     async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError>;
+
+    /// Tells every process on this database that work may be due (after a commit that made
+    /// some): a shared backend through the database, so other nodes hear it; a backend no other
+    /// process uses, in process.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the façade's wake-up is to use it")
+    )]
+    async fn notify_work(&self) -> Result<(), InboxError>;
+
+    /// Resolves at the next [`Store::notify_work`] of any process on this database (or at once,
+    /// for one made while nobody waited).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "the dispatcher's wait is to use it")
+    )]
+    async fn work_notified(&self);
 
     /// Commits performed so far (`hookd_inbox_commits_total`).
     fn commits(&self) -> i64;

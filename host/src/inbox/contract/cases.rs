@@ -73,14 +73,14 @@ fn give_up(_: &str, _: u32) -> Disposition {
 }
 
 pub(super) async fn a_later_sequence_waits_for_its_head(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     accept(&inbox, keyed("second", "k", 2)).await;
     accept(&inbox, keyed("first", "k", 1)).await;
     assert_eq!(ids(&claim(&inbox, LEASED_MS).await), ["first"]);
 }
 
 pub(super) async fn a_running_head_blocks_its_key(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     accept(&inbox, keyed("first", "k", 1)).await;
     claim(&inbox, LEASED_MS).await;
     accept(&inbox, keyed("second", "k", 2)).await;
@@ -88,7 +88,7 @@ pub(super) async fn a_running_head_blocks_its_key(db: &dyn Database) {
 }
 
 pub(super) async fn a_head_waiting_for_its_retry_blocks_its_key(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     accept(&inbox, keyed("first", "k", 1)).await;
     let head = claim(&inbox, LEASED_MS).await.remove(0);
     let later = Disposition::RetryAt { at_ms: 1_000_000 };
@@ -98,7 +98,7 @@ pub(super) async fn a_head_waiting_for_its_retry_blocks_its_key(db: &dyn Databas
 }
 
 pub(super) async fn another_key_is_not_blocked_by_a_running_head(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     accept(&inbox, keyed("k1", "k", 1)).await;
     claim(&inbox, LEASED_MS).await;
     accept(&inbox, keyed("j1", "j", 1)).await;
@@ -106,34 +106,34 @@ pub(super) async fn another_key_is_not_blocked_by_a_running_head(db: &dyn Databa
 }
 
 pub(super) async fn an_older_sequence_than_one_done_is_never_claimed(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;
     assert!(claim(&inbox, LEASED_MS + 5).await.is_empty());
 }
 
 pub(super) async fn an_older_sequence_than_one_done_becomes_stale(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(state_of(&inbox, "older").await, "stale");
 }
 
 pub(super) async fn a_stale_delivery_leaves_the_backlog(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(inbox.backlog(), 0);
 }
 
 pub(super) async fn the_second_of_two_attempts_writing_one_key_conflicts(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let b = both_read_then_a_writes(&inbox).await;
     let second = inbox.finish(done(&b, write_after_reading("k", 0))).await;
     assert_eq!(second.unwrap(), Finished::Conflict);
 }
 
 pub(super) async fn a_conflicted_attempt_runs_again_without_using_its_budget(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let b = both_read_then_a_writes(&inbox).await;
     inbox
         .finish(done(&b, write_after_reading("k", 0)))
@@ -147,7 +147,7 @@ pub(super) async fn a_conflicted_attempt_runs_again_without_using_its_budget(db:
 }
 
 pub(super) async fn a_conflicted_attempt_applies_none_of_its_writes(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let b = both_read_then_a_writes(&inbox).await;
     let (_, version) = inbox.state_stat_blocking(HANDLER, "k").unwrap();
     let b_writes = StateChanges {
@@ -165,7 +165,7 @@ pub(super) async fn a_conflicted_attempt_applies_none_of_its_writes(db: &dyn Dat
 }
 
 pub(super) async fn a_replay_gives_a_fresh_attempt_budget(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     dead_letter(&inbox, "a").await;
     inbox.replay(dead()).await.unwrap();
     let again = claim(&inbox, Clock::system().now_ms()).await.remove(0);
@@ -173,7 +173,7 @@ pub(super) async fn a_replay_gives_a_fresh_attempt_budget(db: &dyn Database) {
 }
 
 pub(super) async fn a_replay_touches_at_most_its_limit(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     for id in ["a", "b", "c"] {
         dead_letter(&inbox, id).await;
     }
@@ -182,7 +182,7 @@ pub(super) async fn a_replay_touches_at_most_its_limit(db: &dyn Database) {
 }
 
 pub(super) async fn a_dry_run_replays_nothing(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     dead_letter(&inbox, "a").await;
     let dry = ReplayFilter {
         dry_run: true,
@@ -193,7 +193,7 @@ pub(super) async fn a_dry_run_replays_nothing(db: &dyn Database) {
 }
 
 pub(super) async fn replaying_an_open_state_is_an_invalid_filter(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     for state in DeliveryState::OPEN {
         let filter = ReplayFilter {
             state: Some(state),
@@ -210,7 +210,7 @@ pub(super) async fn replaying_an_open_state_is_an_invalid_filter(db: &dyn Databa
 pub(super) async fn a_replayed_delivery_is_due_at_the_inbox_clocks_now(db: &dyn Database) {
     tokio::time::pause();
     let clock = Clock::tokio();
-    let inbox = db.open(clock.clone());
+    let inbox = db.open(clock.clone()).await;
     dead_letter(&inbox, "a").await;
     tokio::time::advance(std::time::Duration::from_secs(3600)).await;
     inbox.replay(dead()).await.unwrap();
@@ -219,7 +219,7 @@ pub(super) async fn a_replayed_delivery_is_due_at_the_inbox_clocks_now(db: &dyn 
 }
 
 pub(super) async fn an_expired_lease_returns_to_due(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let claimed = lease(&inbox, "a").await;
     let expired = claimed.leased_at_ms + crate::inbox::DEFAULT_LEASE_MS + 1;
     let retry = move |_: &str, _: u32| Disposition::RetryAt { at_ms: expired };
@@ -229,45 +229,51 @@ pub(super) async fn an_expired_lease_returns_to_due(db: &dyn Database) {
 }
 
 pub(super) async fn a_live_lease_is_not_reclaimed(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let claimed = lease(&inbox, "a").await;
     let still_live = claimed.leased_at_ms + crate::inbox::DEFAULT_LEASE_MS - 1;
     assert_eq!(inbox.reclaim_expired(still_live, give_up).await.unwrap(), 0);
 }
 
 pub(super) async fn startup_reclaim_takes_every_lease(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     lease(&inbox, "a").await;
     lease(&inbox, "b").await;
     assert_eq!(inbox.reclaim_all_at_startup(give_up).await.unwrap(), 2);
 }
 
+/// Takes back `claimed`'s lease once it has expired; the delivery is given up.
+async fn reclaim_after_expiry(inbox: &Inbox, claimed: &Claimed) {
+    let expired = claimed.leased_at_ms + crate::inbox::DEFAULT_LEASE_MS + 1;
+    assert_eq!(inbox.reclaim_expired(expired, give_up).await.unwrap(), 1);
+}
+
 pub(super) async fn a_reclaimed_attempt_is_recorded_as_abandoned(db: &dyn Database) {
-    let inbox = fixtures::open(db);
-    lease(&inbox, "a").await;
-    inbox.reclaim_all_at_startup(give_up).await.unwrap();
+    let inbox = fixtures::open(db).await;
+    let claimed = lease(&inbox, "a").await;
+    reclaim_after_expiry(&inbox, &claimed).await;
     let history = &detail(&inbox, "a").await.deliveries[0].history;
     let outcomes: Vec<&str> = history.iter().map(|a| a.outcome.as_str()).collect();
     assert_eq!(outcomes, ["abandoned"]);
 }
 
 pub(super) async fn a_result_after_its_lease_was_reclaimed_is_discarded(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let claimed = lease(&inbox, "a").await;
-    inbox.reclaim_all_at_startup(give_up).await.unwrap();
+    reclaim_after_expiry(&inbox, &claimed).await;
     let late = finished(&claimed, Disposition::Done { output: None });
     assert_eq!(inbox.finish(late).await.unwrap(), Finished::LeaseLost);
 }
 
 pub(super) async fn a_second_accept_of_one_event_is_a_duplicate(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let first = accept(&inbox, event("a")).await;
     let second = accept(&inbox, event("a")).await;
     assert_eq!((first, second), (Accepted::New, Accepted::Duplicate));
 }
 
 pub(super) async fn a_duplicate_adds_no_delivery(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     accept(&inbox, event("a")).await;
     accept(&inbox, event("a")).await;
     assert_eq!(
@@ -290,14 +296,14 @@ async fn quarantine(inbox: &Inbox, max_held: u64) -> Option<i64> {
 }
 
 pub(super) async fn quarantine_is_bounded_by_max_held(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let first = quarantine(&inbox, 1).await;
     let second = quarantine(&inbox, 1).await;
     assert_eq!((first.is_some(), second), (true, None));
 }
 
 pub(super) async fn accepting_from_quarantine_resolves_the_request(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let id = quarantine(&inbox, 10).await.unwrap();
     let handlers = vec![PluginName::new(HANDLER)];
     inbox
@@ -314,7 +320,7 @@ pub(super) async fn accepting_from_quarantine_resolves_the_request(db: &dyn Data
 }
 
 pub(super) async fn a_duplicate_from_quarantine_still_resolves_the_request(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     accept(&inbox, event("a")).await;
     let id = quarantine(&inbox, 10).await.unwrap();
     let handlers = vec![PluginName::new(HANDLER)];
@@ -333,7 +339,7 @@ pub(super) async fn a_duplicate_from_quarantine_still_resolves_the_request(db: &
 }
 
 pub(super) async fn a_recount_after_resolving_frees_the_quarantine_slot(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let id = quarantine(&inbox, 1).await.unwrap();
     inbox
         .resolve_quarantine(id, "parser now says: ignore".into())
@@ -344,7 +350,7 @@ pub(super) async fn a_recount_after_resolving_frees_the_quarantine_slot(db: &dyn
 }
 
 pub(super) async fn a_resolved_request_is_no_longer_held(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let id = quarantine(&inbox, 10).await.unwrap();
     inbox
         .resolve_quarantine(id, "parser now says: ignore".into())
@@ -355,7 +361,7 @@ pub(super) async fn a_resolved_request_is_no_longer_held(db: &dyn Database) {
 }
 
 pub(super) async fn list_events_shows_every_handlers_state(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let handlers = vec![PluginName::new("x"), PluginName::new("y")];
     inbox
         .accept(
@@ -387,7 +393,7 @@ pub(super) async fn list_events_shows_every_handlers_state(db: &dyn Database) {
 }
 
 pub(super) async fn list_events_is_newest_first_and_limited(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     for id in ["a", "b", "c"] {
         accept(&inbox, event(id)).await;
     }
@@ -403,26 +409,26 @@ pub(super) async fn list_events_is_newest_first_and_limited(db: &dyn Database) {
 }
 
 pub(super) async fn the_backlog_is_recounted_from_the_database_at_open(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let done_one = lease(&inbox, "a").await;
     let record = finished(&done_one, Disposition::Done { output: None });
     inbox.finish(record).await.unwrap();
     accept(&inbox, event("b")).await;
     inbox.close();
-    let reopened = fixtures::open(db);
+    let reopened = fixtures::open(db).await;
     assert_eq!(reopened.backlog(), 1);
 }
 
 pub(super) async fn held_quarantine_is_recounted_from_the_database_at_open(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     quarantine(&inbox, 10).await.unwrap();
     inbox.close();
-    let reopened = fixtures::open(db);
+    let reopened = fixtures::open(db).await;
     assert_eq!(reopened.quarantine_held(), 1);
 }
 
 pub(super) async fn the_next_due_time_is_the_earliest_retry_after_now(db: &dyn Database) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     for (id, at_ms) in [("a", 5_000), ("b", 3_000)] {
         let claimed = lease(&inbox, id).await;
         let retry = Disposition::RetryAt { at_ms };
@@ -434,7 +440,7 @@ pub(super) async fn the_next_due_time_is_the_earliest_retry_after_now(db: &dyn D
 pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total(
     db: &dyn Database,
 ) {
-    let inbox = fixtures::open(db);
+    let inbox = fixtures::open(db).await;
     let limits = StateLimits {
         max_keys: 2,
         max_bytes: 1000,
@@ -504,4 +510,12 @@ pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_tota
         }
     );
     inbox.close();
+}
+
+pub(super) async fn a_notice_of_work_wakes_whoever_waits_for_work(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let waiting = inbox.store().work_notified();
+    inbox.store().notify_work().await.unwrap();
+    let woken = tokio::time::timeout(std::time::Duration::from_secs(10), waiting).await;
+    assert!(woken.is_ok(), "the notice reached the waiter");
 }

@@ -25,8 +25,8 @@ pub(in crate::inbox) const RECEIVED_MS: i64 = 1;
 pub(in crate::inbox) const LEASED_MS: i64 = 10;
 
 /// The inbox on `db`, on the system clock (keep `db` alive as long as the inbox).
-pub(in crate::inbox) fn open(db: &dyn Database) -> Inbox {
-    db.open(Clock::system())
+pub(in crate::inbox) async fn open(db: &dyn Database) -> Inbox {
+    db.open(Clock::system()).await
 }
 
 /// An envelope without ordering key.

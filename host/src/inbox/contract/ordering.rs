@@ -204,7 +204,7 @@ impl Sim {
 
 async fn run(db: &dyn Database, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let mut sim = Sim {
-        inbox: fixtures::open(db),
+        inbox: fixtures::open(db).await,
         now_ms: 1_700_000_000_000,
         deliveries: BTreeMap::new(),
         running: BTreeMap::new(),
@@ -250,11 +250,30 @@ async fn run(db: &dyn Database, ops: Vec<Op>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// Runs `ops` on `db` and checks every claim and the end state against the ordering rules.
-pub(super) fn check(db: &dyn Database, ops: Vec<Op>) -> Result<(), TestCaseError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// Runs interleavings of [`ops`] (48 of them, shrunk on failure), each on a fresh database
+/// from `fresh`, and checks every claim and the end state against the ordering rules. A
+/// backend that is not available here (`fresh` gives none) is skipped.
+pub(super) fn check<D: Database, F: Future<Output = Option<D>>>(fresh: impl Fn() -> F) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(run(db, ops))
+    let Some(probe) = runtime.block_on(fresh()) else {
+        return;
+    };
+    drop(probe);
+    let config = proptest::test_runner::Config::with_cases(48);
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let checked = runner.run(&ops(), |ops| {
+        runtime.block_on(async {
+            let db = fresh()
+                .await
+                .expect("the backend was available a moment ago");
+            run(&db, ops).await
+        })
+    });
+    if let Err(e) = checked {
+        panic!("{e}");
+    }
 }

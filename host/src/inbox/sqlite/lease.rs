@@ -16,16 +16,17 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
     sql::{headers_from_json, open_states, waiting_states},
-    state::{Changed, apply_state, first_changed},
+    state::{apply_state, first_changed},
 };
 use crate::{
-    dispatch::fair,
     ids::{EventId, PluginName, SourceName},
     inbox::{
-        ClaimRequest, Claimed, DEFAULT_LEASE_MS, Finish, Finished, InboxError,
+        ClaimRequest, Claimed, Finish, Finished, InboxError,
+        lease::stale_reason,
+        state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
     },
-    model::{AttemptOutcome, DeliveryState, Disposition, StateChanges},
+    model::Disposition,
 };
 
 /// Deliveries in an open state: the backlog, counted at open.
@@ -80,26 +81,8 @@ pub(super) fn take_back(
     let mut closed = 0;
     for (id, handler, attempt, used, leased_at) in &rows {
         let disposition = decide(handler, *used);
-        if !matches!(disposition, Disposition::RetryAt { .. }) {
-            closed += 1;
-        }
-        let finish = Finish {
-            delivery_id: *id,
-            attempt: *attempt,
-            started_at_ms: *leased_at,
-            finished_at_ms: now_ms,
-            outcome: AttemptOutcome::Abandoned,
-            error_kind: Some("lease_expired".into()),
-            error: Some(
-                "the attempt's worker stopped before it finished (crash, kill or restart); \
-                 whether the handler acted is unknown"
-                    .into(),
-            ),
-            plugin_sha256: None,
-            disposition,
-            plugin: PluginName::new(handler.as_str()),
-            state: StateChanges::default(),
-        };
+        let finish = Finish::abandoned(*id, handler, *attempt, *leased_at, now_ms, disposition);
+        closed += usize::from(finish.closes());
         finish_attempt(conn, &finish)?;
     }
     Ok(Reclaimed {
@@ -124,22 +107,15 @@ pub(super) fn claim_due(
     request: &ClaimRequest,
 ) -> Result<ClaimOutcome, InboxError> {
     // Per handler, its oldest claimable deliveries, as many as it could be given; then the
-    // free workers are shared out fairly among them, so no handler's backlog, however old,
-    // hides another's due delivery.
-    let mut handlers: Vec<(&String, usize)> = request
-        .capacity
-        .iter()
-        .map(|(handler, room)| (handler, *room))
-        .collect();
-    handlers.sort();
+    // free workers are shared out fairly among them.
+    let handlers = request.wants();
     let mut stale = 0;
     let mut queues = Vec::with_capacity(handlers.len());
-    for (handler, room) in &handlers {
-        let want = (*room).min(request.limit);
-        let queue = if want == 0 {
+    for (handler, _, want) in &handlers {
+        let queue = if *want == 0 {
             Vec::new()
         } else {
-            due_heads(conn, handler, request.now_ms, want, &mut stale)?
+            due_heads(conn, handler, request.now_ms, *want, &mut stale)?
         };
         queues.push(queue);
     }
@@ -147,20 +123,9 @@ pub(super) fn claim_due(
         .iter()
         .map(|queue| queue.iter().map(|c| c.due_ms).collect())
         .collect();
-    let lanes: Vec<fair::Lane> = handlers
-        .iter()
-        .zip(&due)
-        .map(|((handler, room), due)| request.fairness.lane(handler, *room, due))
-        .collect();
-    let picks = fair::allot(request.limit, &request.fairness, &lanes);
-
-    let mut taken = vec![0usize; handlers.len()];
-    let mut claimed = Vec::with_capacity(picks.len());
-    for lane in picks {
-        let handler = handlers[lane].0;
-        let candidate = &queues[lane][taken[lane]];
-        taken[lane] += 1;
-        claimed.push(lease(conn, request, handler, candidate)?);
+    let mut claimed = Vec::new();
+    for (lane, nth) in request.share_out(&handlers, &due) {
+        claimed.push(lease(conn, request, handlers[lane].0, &queues[lane][nth])?);
     }
     Ok(ClaimOutcome {
         leased: claimed,
@@ -274,7 +239,7 @@ fn is_stale(
     .execute(params![
         candidate.id,
         now_ms,
-        format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
+        stale_reason(sequence, done, key)
     ])?;
     Ok(true)
 }
@@ -286,11 +251,6 @@ fn lease(
     handler: &str,
     candidate: &Candidate,
 ) -> Result<Claimed, InboxError> {
-    let lease = request
-        .lease_ms
-        .get(handler)
-        .copied()
-        .unwrap_or(DEFAULT_LEASE_MS);
     let (attempt, budget_used, event) = conn
         .prepare_cached(
             "UPDATE deliveries SET state = 'running', attempts = attempts + 1,
@@ -299,7 +259,7 @@ fn lease(
              RETURNING attempts, attempts - budget_base, event",
         )?
         .query_row(
-            params![candidate.id, request.now_ms + lease, request.now_ms],
+            params![candidate.id, request.lease_until(handler), request.now_ms],
             |r| {
                 Ok((
                     r.get::<_, u32>(0)?,
@@ -349,22 +309,7 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
     }
     if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
         if let Some(Changed { key, seen, now }) = first_changed(conn, f)? {
-            // Recorded without the attempt's writes (no copy of its values).
-            let conflict = Finish {
-                delivery_id: f.delivery_id,
-                attempt: f.attempt,
-                started_at_ms: f.started_at_ms,
-                finished_at_ms: f.finished_at_ms,
-                outcome: AttemptOutcome::Conflict,
-                error_kind: Some("state_conflict".into()),
-                error: Some(format!(
-                    "state key {key:?} changed during the attempt (version {seen} → {now}); re-running"
-                )),
-                plugin_sha256: f.plugin_sha256.clone(),
-                disposition: f.disposition.clone(),
-                plugin: f.plugin.clone(),
-                state: StateChanges::default(),
-            };
+            let conflict = f.conflicted(&key, seen, now);
             insert_attempt(conn, f.delivery_id, &conflict)?;
             // Not counted against max_attempts: the attempt number is given back.
             conn.prepare_cached(
@@ -381,16 +326,8 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
             return Ok(Finished::OverQuota(message));
         }
     }
-    let (state, output, next_at) = match &f.disposition {
-        Disposition::Done { output } => (DeliveryState::Done, output.clone(), f.finished_at_ms),
-        Disposition::RetryAt { at_ms } => (DeliveryState::Retrying, None, *at_ms),
-        Disposition::Dead => (DeliveryState::Dead, None, f.finished_at_ms),
-    };
-    let last_error = match (&f.error_kind, &f.error) {
-        (Some(kind), Some(error)) => Some(format!("{kind}: {error}")),
-        (Some(kind), None) => Some(kind.clone()),
-        (None, error) => error.clone(),
-    };
+    let (state, output, next_at) = f.next_state();
+    let last_error = f.last_error();
     conn.prepare_cached(
         "UPDATE deliveries SET state = ?2, output = COALESCE(?3, output), last_error = ?4,
              next_attempt_at = ?5, lease_until = NULL, updated_at = ?6

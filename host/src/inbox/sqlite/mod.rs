@@ -62,6 +62,8 @@ struct Inner {
     commits: Arc<AtomicI64>,
     /// Held while open: one hookd per database, because start-up takes back every lease.
     lock: Mutex<Option<std::fs::File>>,
+    /// Notices of work: in process, as no other process uses the database.
+    work: tokio::sync::Notify,
 }
 
 impl SqliteStore {
@@ -86,9 +88,25 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 commits,
                 lock: Mutex::new(lock),
+                work: tokio::sync::Notify::new(),
             }),
         })
     }
+}
+
+impl SqliteStore {
+    /// [`Store::counts`] on the calling thread: the synchronous open reads them so.
+    pub(super) fn counts_blocking(&self) -> Result<Counts, InboxError> {
+        self.read_blocking(count)
+    }
+}
+
+/// The counters as `conn` has them.
+fn count(conn: &Connection) -> Result<Counts, InboxError> {
+    Ok(Counts {
+        backlog: lease::count_open(conn)?,
+        quarantined: quarantine::count_held(conn)?,
+    })
 }
 
 #[async_trait::async_trait]
@@ -97,13 +115,8 @@ impl Store for SqliteStore {
         Capabilities { single_node: true }
     }
 
-    fn counts_blocking(&self) -> Result<Counts, InboxError> {
-        self.read_blocking(|conn| {
-            Ok(Counts {
-                backlog: lease::count_open(conn)?,
-                quarantined: quarantine::count_held(conn)?,
-            })
-        })
+    async fn counts(&self) -> Result<Counts, InboxError> {
+        self.read(count).await
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
@@ -223,6 +236,16 @@ impl Store for SqliteStore {
         self.read(views::state_counts).await
     }
 
+    async fn notify_work(&self) -> Result<(), InboxError> {
+        self.inner.work.notify_waiters();
+        self.inner.work.notify_one();
+        Ok(())
+    }
+
+    async fn work_notified(&self) {
+        self.inner.work.notified().await
+    }
+
     fn commits(&self) -> i64 {
         self.inner.commits.load(Ordering::Relaxed)
     }
@@ -252,6 +275,11 @@ impl TempDatabase {
         }
     }
 
+    /// A fresh database for the contract suite (SQLite is always available).
+    pub(super) async fn fresh() -> Option<Self> {
+        Some(Self::new())
+    }
+
     /// The database file.
     pub(super) fn path(&self) -> PathBuf {
         self.dir.path().join("hookd.db")
@@ -259,8 +287,9 @@ impl TempDatabase {
 }
 
 #[cfg(test)]
+#[async_trait::async_trait]
 impl super::contract::Database for TempDatabase {
-    fn open(&self, clock: crate::clock::Clock) -> super::Inbox {
+    async fn open(&self, clock: crate::clock::Clock) -> super::Inbox {
         let options = super::OpenOptions {
             writer: WriterOptions::new(crate::config::Durability::Normal),
             clock,

@@ -1,11 +1,11 @@
 //! The SQL vocabulary the operations share: the delivery-state sets as SQL lists, and how a
-//! request's headers are stored.
+//! request's headers are stored (as [`crate::inbox::request`] writes them).
 //!
 //! Invariant: a set of delivery states is written in SQL only here, as the text of one macro
 //! per set, and a test holds each macro to its `DeliveryState` constant, so SQL and Rust agree
 //! on which states are open.
 
-use crate::model::Header;
+pub(super) use crate::inbox::request::{headers_from_json, headers_json};
 
 /// `DeliveryState::OPEN` as an SQL list, for `concat!` into a statement (a macro, not a
 /// `const`, so statements stay `&'static str` for the statement cache).
@@ -23,16 +23,6 @@ macro_rules! waiting_states {
     };
 }
 pub(super) use waiting_states;
-
-/// Headers as stored in `events.headers` and `quarantine.headers`: a JSON array of pairs.
-pub(super) fn headers_json(headers: &[Header]) -> String {
-    serde_json::to_string(headers).expect("string pairs serialize")
-}
-
-/// Headers back from their stored JSON (none if the text is not such an array).
-pub(super) fn headers_from_json(text: &str) -> Vec<Header> {
-    serde_json::from_str(text).unwrap_or_default()
-}
 
 #[cfg(test)]
 mod tests {

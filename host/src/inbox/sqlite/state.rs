@@ -10,7 +10,10 @@
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::{
-    inbox::{Finish, InboxError},
+    inbox::{
+        Finish, InboxError,
+        state::{Changed, usage_after, write_delta},
+    },
     model::{StateChanges, StateUsage},
 };
 
@@ -60,15 +63,6 @@ pub(super) fn state_bytes(changes: &StateChanges) -> usize {
         .sum()
 }
 
-/// A state key an attempt read that another commit changed since.
-pub(super) struct Changed {
-    pub key: String,
-    /// The version the attempt saw.
-    pub seen: i64,
-    /// The committed version now.
-    pub now: i64,
-}
-
 /// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
 pub(super) fn first_changed(conn: &Connection, f: &Finish) -> Result<Option<Changed>, InboxError> {
     let mut current =
@@ -113,36 +107,20 @@ pub(super) fn apply_state(conn: &Connection, f: &Finish) -> Result<Result<(), St
     let plugin = f.plugin.as_str();
     let mut size = conn
         .prepare_cached("SELECT length(value) FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-    let (mut delta_keys, mut delta_bytes) = (0i64, 0i64);
+    let mut delta = (0i64, 0i64);
     for (key, value) in &f.state.writes {
-        let before: Option<u64> = size
+        let before: Option<usize> = size
             .query_row(params![plugin, key], |r| r.get(0))
             .optional()?
             .flatten();
-        let before = before.map(|len| (len as usize + key.len()) as i64);
-        let after = value.as_ref().map(|v| (v.len() + key.len()) as i64);
-        delta_keys += i64::from(after.is_some()) - i64::from(before.is_some());
-        delta_bytes += after.unwrap_or(0) - before.unwrap_or(0);
+        let (keys, bytes) = write_delta(key, before, value.as_deref());
+        delta = (delta.0 + keys, delta.1 + bytes);
     }
     let (usage, clock) = state_usage(conn, plugin)?;
-    let limits = &f.state.limits;
-    let keys = usage.keys as i64 + delta_keys;
-    let bytes = usage.bytes as i64 + delta_bytes;
-    if delta_keys > 0 && keys > limits.max_keys as i64 {
-        return Ok(Err(format!(
-            "state writes refused at commit: plugin {plugin} would hold {keys} keys, over \
-             plugins.{plugin}.state_max_keys = {}; delete keys or raise the limit",
-            limits.max_keys
-        )));
-    }
-    if delta_bytes > 0 && bytes > limits.max_bytes as i64 {
-        return Ok(Err(format!(
-            "state writes refused at commit: plugin {plugin} would hold {bytes} bytes, over \
-             plugins.{plugin}.state_max_mib = {} ({} bytes); delete keys or raise the limit",
-            limits.max_bytes / (1024 * 1024),
-            limits.max_bytes
-        )));
-    }
+    let (keys, bytes) = match usage_after(plugin, usage, delta, &f.state.limits) {
+        Ok(after) => after,
+        Err(message) => return Ok(Err(message)),
+    };
     let version = clock + 1;
     let mut set = conn.prepare_cached(
         "INSERT INTO plugin_state (plugin, key, value, version) VALUES (?1, ?2, ?3, ?4)
@@ -161,7 +139,7 @@ pub(super) fn apply_state(conn: &Connection, f: &Finish) -> Result<Result<(), St
          ON CONFLICT (plugin) DO UPDATE
              SET keys = excluded.keys, bytes = excluded.bytes, clock = excluded.clock",
     )?
-    .execute(params![plugin, keys.max(0), bytes.max(0), version])?;
+    .execute(params![plugin, keys, bytes, version])?;
     Ok(Ok(()))
 }
 
@@ -189,7 +167,7 @@ mod tests {
     #[tokio::test]
     async fn the_commit_keeps_usage_and_deletes_leave_no_rows() {
         let db = TempDatabase::new();
-        let inbox = fixtures::open(&db);
+        let inbox = fixtures::open(&db).await;
         let limits = StateLimits::DEFAULT;
         let a = lease(&inbox, "a").await;
         let writes = changes(&inbox, &[("k1", Some(10)), ("k2", Some(20))], limits);

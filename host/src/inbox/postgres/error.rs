@@ -1,0 +1,152 @@
+//! PostgreSQL's errors sorted into the inbox's: what a user can act on at connect (unreachable,
+//! refused credentials, a bad URL) by name, lock and serialization failures as
+//! [`InboxError::Busy`], the pool's closing as [`InboxError::WriterGone`], the rest as
+//! [`InboxError::Storage`].
+//!
+//! Invariants:
+//! - A `tokio_postgres::Error` never leaves this room as itself; it crosses only as the opaque
+//!   [`StorageError`](crate::inbox::StorageError) inside an [`InboxError`], or as the text of its
+//!   cause chain.
+//! - No error names the password: the database is named by [`Target`], which never holds it,
+//!   and a reason that would quote it has it masked.
+
+use std::{fmt::Write as _, sync::Arc};
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::{Config, config::Host, error::SqlState};
+
+use crate::inbox::InboxError;
+
+/// Where a database is, as errors and logs may name it: `user@host:port/name`, without the
+/// password (which is kept only to mask it should a server message ever quote it).
+#[derive(Clone)]
+pub(super) struct Target {
+    shown: String,
+    password: Option<String>,
+}
+
+impl Target {
+    pub(super) fn of(config: &Config) -> Self {
+        let mut shown = String::new();
+        if let Some(user) = config.get_user() {
+            let _ = write!(shown, "{user}@");
+        }
+        let ports = config.get_ports();
+        for (i, host) in config.get_hosts().iter().enumerate() {
+            if i > 0 {
+                shown.push(',');
+            }
+            match host {
+                Host::Tcp(name) => shown.push_str(name),
+                Host::Unix(path) => shown.push_str(&path.display().to_string()),
+            }
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            let _ = write!(shown, ":{port}");
+        }
+        let _ = write!(shown, "/{}", config.get_dbname().unwrap_or_default());
+        let password = config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .filter(|p| !p.is_empty());
+        Self { shown, password }
+    }
+
+    /// The error's cause chain as text, the password masked should any part quote it.
+    pub(super) fn reason(&self, e: &(dyn std::error::Error + 'static)) -> String {
+        let reason = chain(e);
+        match &self.password {
+            Some(password) => reason.replace(password.as_str(), "***"),
+            None => reason,
+        }
+    }
+
+    /// A failure to connect (or to use the first connection), sorted by what the user must fix.
+    pub(super) fn connect_error(&self, e: tokio_postgres::Error) -> InboxError {
+        let code = e.code();
+        let refused_credentials = code.is_some_and(|code| {
+            *code == SqlState::INVALID_PASSWORD
+                || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+        }) // The client's own kind when the server asks for a password it was not given.
+            || e.to_string() == "authentication error";
+        let unreachable =
+            e.as_db_error().is_none() || code == Some(&SqlState::INVALID_CATALOG_NAME);
+        if refused_credentials {
+            InboxError::AuthFailed {
+                database: self.to_string(),
+                reason: self.reason(&e),
+            }
+        } else if unreachable {
+            InboxError::Unreachable {
+                database: self.to_string(),
+                reason: self.reason(&e),
+            }
+        } else {
+            e.into()
+        }
+    }
+
+    /// A pool failure met while connecting: the backend's error sorted as [`Target::connect_error`].
+    pub(super) fn pool_error(&self, e: PoolError) -> InboxError {
+        match e {
+            PoolError::Backend(e) => self.connect_error(e),
+            other => other.into(),
+        }
+    }
+}
+
+/// Lets the room's SQL use `?`: lock and serialization failures are [`InboxError::Busy`] (the
+/// operation may be tried again), the rest [`InboxError::Storage`].
+impl From<tokio_postgres::Error> for InboxError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        let busy = e.code().is_some_and(|code| {
+            [
+                SqlState::T_R_SERIALIZATION_FAILURE,
+                SqlState::T_R_DEADLOCK_DETECTED,
+                SqlState::LOCK_NOT_AVAILABLE,
+                SqlState::TOO_MANY_CONNECTIONS,
+                SqlState::CANNOT_CONNECT_NOW,
+            ]
+            .contains(code)
+        });
+        if busy {
+            InboxError::Busy(Arc::new(e))
+        } else {
+            InboxError::Storage(Arc::new(e))
+        }
+    }
+}
+
+/// A pool that is closed has stopped taking work ([`InboxError::WriterGone`], as a closed
+/// SQLite writer); one with no connection free in time is busy.
+impl From<PoolError> for InboxError {
+    fn from(e: PoolError) -> Self {
+        match e {
+            PoolError::Closed => InboxError::WriterGone,
+            PoolError::Backend(e) => e.into(),
+            timeout @ PoolError::Timeout(_) => InboxError::Busy(Arc::new(timeout)),
+            other => InboxError::Storage(Arc::new(other)),
+        }
+    }
+}
+
+/// Whether `e` is a unique-index violation (a claim that lost a race for a key's one lease).
+pub(super) fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+/// An error and its causes as one line (`tokio_postgres` shows the cause only as the source).
+pub(super) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(e) = cause {
+        let _ = write!(text, ": {e}");
+        cause = e.source();
+    }
+    text
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.shown)
+    }
+}

@@ -1,0 +1,384 @@
+//! Leases in SQL: claim what is due, record how an attempt ended, take back what a vanished
+//! worker held, with other nodes doing the same at the same time.
+//!
+//! Invariants:
+//! - A claim locks the candidates it reads (`FOR UPDATE SKIP LOCKED`), so two nodes never
+//!   lease one delivery; the head-of-key check reads every open delivery of the key, so a key
+//!   whose head another node is leasing stays blocked; and should two heads of one key still
+//!   be leased at once, the unique index on running keys refuses the second (its claim leaves
+//!   that delivery for later: not claimable now, not an error).
+//! - A finish re-checks its lease (`state = 'running' AND attempts = token`) under the
+//!   delivery's row lock, so a reclaim and a late result never both win; its attempt row and
+//!   the delivery's next state are one transaction.
+//! - A reclaim skips the leases another transaction holds (a finish in progress).
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use tokio_postgres::{Client, Transaction};
+
+use super::{error::is_unique_violation, state, state_names};
+use crate::{
+    ids::{EventId, PluginName, SourceName},
+    inbox::{
+        ClaimRequest, Claimed, Finish, Finished, InboxError,
+        lease::stale_reason,
+        request::headers_from_json,
+        state::Changed,
+        store::{ClaimOutcome, Decide, Reclaimed},
+    },
+    model::{DeliveryState, Disposition},
+};
+
+/// A due delivery that may be leased: the head of its key, if it has one.
+struct Candidate {
+    id: i64,
+    due_ms: i64,
+    key: Option<String>,
+    sequence: Option<i64>,
+    source: String,
+}
+
+/// Leases what `request` may have now: each handler's oldest claimable deliveries, shared out
+/// fairly among the free workers; counts the candidates it marked stale on the way.
+pub(super) async fn claim_due(
+    tx: &Transaction<'_>,
+    request: &ClaimRequest,
+) -> Result<ClaimOutcome, InboxError> {
+    let handlers = request.wants();
+    let mut stale = 0;
+    let mut queues = Vec::with_capacity(handlers.len());
+    for (handler, _, want) in &handlers {
+        let queue = if *want == 0 {
+            Vec::new()
+        } else {
+            due_heads(tx, handler, request.now_ms, *want, &mut stale).await?
+        };
+        queues.push(queue);
+    }
+    let due: Vec<Vec<i64>> = queues
+        .iter()
+        .map(|queue| queue.iter().map(|c| c.due_ms).collect())
+        .collect();
+    let mut leased = Vec::new();
+    for (lane, nth) in request.share_out(&handlers, &due) {
+        if let Some(claim) = lease(tx, request, handlers[lane].0, &queues[lane][nth]).await? {
+            leased.push(claim);
+        }
+    }
+    Ok(ClaimOutcome { leased, stale })
+}
+
+/// Up to `want` of `handler`'s due deliveries that may run now, oldest first, locked: per
+/// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
+/// older than a delivery already done for its key is marked `stale` on the way (counted in
+/// `stale`) and skipped. Deliveries another transaction has locked are passed over.
+async fn due_heads(
+    tx: &Transaction<'_>,
+    handler: &str,
+    now_ms: i64,
+    want: usize,
+    stale: &mut usize,
+) -> Result<Vec<Candidate>, InboxError> {
+    let waiting = state_names(&DeliveryState::WAITING);
+    let open = state_names(&DeliveryState::OPEN);
+    let mut heads: Vec<Candidate> = Vec::new();
+    let mut taken = HashSet::new();
+    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
+    // which may sort before the page: a pass that marked one is followed by another from the
+    // start (finitely many: each marks at least one more), skipping the heads already taken.
+    let page = (want + 4) as i64;
+    let mut after = (i64::MIN, i64::MIN);
+    let mut marked = false;
+    loop {
+        let rows = tx
+            .query(
+                "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+                 FROM deliveries d
+                 WHERE d.handler = $1 AND d.state = ANY($6)
+                   AND d.next_attempt_at <= $2
+                   AND (d.next_attempt_at, d.id) > ($4, $5)
+                   AND (d.ordering_key IS NULL OR NOT EXISTS (
+                        SELECT 1 FROM deliveries p
+                        WHERE p.source = d.source AND p.handler = d.handler
+                          AND p.ordering_key = d.ordering_key
+                          AND p.state = ANY($7)
+                          AND (p.state = 'running'
+                               OR COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
+                               OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
+                                   AND p.id < d.id))))
+                 ORDER BY d.next_attempt_at, d.id
+                 LIMIT $3
+                 FOR UPDATE OF d SKIP LOCKED",
+                &[
+                    &handler, &now_ms, &page, &after.0, &after.1, &waiting, &open,
+                ],
+            )
+            .await?;
+        let full = rows.len() as i64 == page;
+        for row in rows {
+            let candidate = Candidate {
+                id: row.get(0),
+                due_ms: row.get(1),
+                key: row.get(2),
+                sequence: row.get(3),
+                source: row.get(4),
+            };
+            after = (candidate.due_ms, candidate.id);
+            if taken.contains(&candidate.id) {
+                continue;
+            }
+            if is_stale(tx, handler, &candidate, now_ms).await? {
+                *stale += 1;
+                marked = true;
+                continue;
+            }
+            taken.insert(candidate.id);
+            heads.push(candidate);
+            if heads.len() == want {
+                return Ok(heads);
+            }
+        }
+        if full {
+            continue;
+        }
+        if !marked {
+            return Ok(heads);
+        }
+        (after, marked) = ((i64::MIN, i64::MIN), false);
+    }
+}
+
+/// Marks `candidate` (locked by this transaction) stale if a later delivery of its key is
+/// already done.
+async fn is_stale(
+    tx: &Transaction<'_>,
+    handler: &str,
+    candidate: &Candidate,
+    now_ms: i64,
+) -> Result<bool, InboxError> {
+    let (Some(key), Some(sequence)) = (&candidate.key, candidate.sequence) else {
+        return Ok(false);
+    };
+    let newest_done: Option<i64> = tx
+        .query_one(
+            "SELECT MAX(sequence) FROM deliveries
+             WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'",
+            &[&candidate.source, &handler, key],
+        )
+        .await?
+        .get(0);
+    let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
+        return Ok(false);
+    };
+    tx.execute(
+        "UPDATE deliveries SET state = 'stale', updated_at = $2, last_error = $3 WHERE id = $1",
+        &[&candidate.id, &now_ms, &stale_reason(sequence, done, key)],
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Leases `candidate` to a worker: the attempt is counted now. `None` if the database refuses
+/// the lease because another delivery of its key runs (leased by a concurrent claim).
+async fn lease(
+    tx: &Transaction<'_>,
+    request: &ClaimRequest,
+    handler: &str,
+    candidate: &Candidate,
+) -> Result<Option<Claimed>, InboxError> {
+    // Only a keyed delivery can meet the unique index; its refusal must undo this lease alone.
+    let keyed = candidate.key.is_some();
+    if keyed {
+        tx.batch_execute("SAVEPOINT lease").await?;
+    }
+    let leased = tx
+        .query_one(
+            "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
+                 lease_until = $2, leased_at = $3, updated_at = $3
+             FROM events e
+             WHERE d.id = $1 AND e.id = d.event
+             RETURNING d.attempts, d.attempts - d.budget_base, e.event_id, e.event_type,
+                       e.received_at, e.headers, e.body",
+            &[
+                &candidate.id,
+                &request.lease_until(handler),
+                &request.now_ms,
+            ],
+        )
+        .await;
+    let row = match leased {
+        Ok(row) => row,
+        Err(e) if keyed && is_unique_violation(&e) => {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT lease; RELEASE SAVEPOINT lease")
+                .await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if keyed {
+        tx.batch_execute("RELEASE SAVEPOINT lease").await?;
+    }
+    let headers: String = row.get(5);
+    Ok(Some(Claimed {
+        delivery_id: candidate.id,
+        attempt: token(row.get(0)),
+        budget_used: token(row.get(1)),
+        leased_at_ms: request.now_ms,
+        source: SourceName::new(candidate.source.as_str()),
+        handler: PluginName::new(handler),
+        event_id: EventId::new(row.get::<_, String>(2)),
+        event_type: row.get(3),
+        ordering_key: candidate.key.clone(),
+        sequence: candidate.sequence.map(|s| s as u64),
+        received_at_ms: row.get(4),
+        headers: headers_from_json(&headers),
+        body: Bytes::from(row.get::<_, Vec<u8>>(6)),
+    }))
+}
+
+/// An attempt count as stored (`BIGINT`) as the contract counts it.
+fn token(stored: i64) -> u32 {
+    u32::try_from(stored).unwrap_or(u32::MAX)
+}
+
+/// Appends `f` to the attempt history of its delivery.
+async fn insert_attempt(tx: &Transaction<'_>, f: &Finish) -> Result<(), InboxError> {
+    tx.execute(
+        "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
+                               error, plugin_sha256)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &f.delivery_id,
+            &i64::from(f.attempt),
+            &f.started_at_ms,
+            &f.finished_at_ms,
+            &f.outcome.as_str(),
+            &f.error_kind,
+            &f.error,
+            &f.plugin_sha256,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Records attempt `f` and moves its delivery on, if `f`'s lease is still the running one.
+/// [`Finished::OverQuota`] has written nothing the caller should keep: it rolls back.
+pub(super) async fn finish_attempt(
+    tx: &Transaction<'_>,
+    f: &Finish,
+) -> Result<Finished, InboxError> {
+    let leased: Option<i64> = tx
+        .query_opt(
+            "SELECT attempts FROM deliveries WHERE id = $1 AND state = 'running' FOR UPDATE",
+            &[&f.delivery_id],
+        )
+        .await?
+        .map(|row| row.get(0));
+    if leased != Some(i64::from(f.attempt)) {
+        return Ok(Finished::LeaseLost);
+    }
+    if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
+        // Writes take the plugin's usage row first: a concurrent writer's commit is then
+        // visible to the version check below, whichever node made it.
+        let usage = if f.state.writes.is_empty() {
+            None
+        } else {
+            Some(state::lock_usage(tx, f.plugin.as_str()).await?)
+        };
+        if let Some(Changed { key, seen, now }) = state::first_changed(tx, f).await? {
+            insert_attempt(tx, &f.conflicted(&key, seen, now)).await?;
+            // Not counted against max_attempts: the attempt number is given back.
+            tx.execute(
+                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                     next_attempt_at = $2, lease_until = NULL, updated_at = $2
+                 WHERE id = $1",
+                &[&f.delivery_id, &f.finished_at_ms],
+            )
+            .await?;
+            return Ok(Finished::Conflict);
+        }
+        if let Some((usage, clock)) = usage
+            && let Err(message) = state::apply_state(tx, f, usage, clock).await?
+        {
+            return Ok(Finished::OverQuota(message));
+        }
+    }
+    let (state, output, next_at) = f.next_state();
+    tx.execute(
+        "UPDATE deliveries SET state = $2, output = COALESCE($3, output), last_error = $4,
+             next_attempt_at = $5, lease_until = NULL, updated_at = $6
+         WHERE id = $1",
+        &[
+            &f.delivery_id,
+            &state.as_str(),
+            &output,
+            &f.last_error(),
+            &next_at,
+            &f.finished_at_ms,
+        ],
+    )
+    .await?;
+    insert_attempt(tx, f).await?;
+    Ok(Finished::Recorded)
+}
+
+/// Records the attempts whose lease ended before `now_ms` (and that no other transaction is
+/// finishing) as abandoned at `now_ms`, moving each delivery where `decide(handler,
+/// budget_used)` says.
+pub(super) async fn take_back(
+    tx: &Transaction<'_>,
+    now_ms: i64,
+    decide: Decide,
+) -> Result<Reclaimed, InboxError> {
+    let rows = tx
+        .query(
+            "SELECT id, handler, attempts, attempts - budget_base, leased_at
+             FROM deliveries WHERE state = 'running' AND lease_until < $1
+             ORDER BY id
+             FOR UPDATE SKIP LOCKED",
+            &[&now_ms],
+        )
+        .await?;
+    let abandoned: Vec<Finish> = rows
+        .iter()
+        .map(|row| {
+            let handler: String = row.get(1);
+            let disposition = decide(&handler, token(row.get(3)));
+            let leased_at: Option<i64> = row.get(4);
+            Finish::abandoned(
+                row.get(0),
+                &handler,
+                token(row.get(2)),
+                leased_at.unwrap_or(now_ms),
+                now_ms,
+                disposition,
+            )
+        })
+        .collect();
+    let mut closed = 0;
+    for finish in &abandoned {
+        closed += usize::from(finish.closes());
+        finish_attempt(tx, finish).await?;
+    }
+    Ok(Reclaimed {
+        taken_back: abandoned.len(),
+        closed,
+    })
+}
+
+/// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
+pub(super) async fn next_due_after(
+    client: &Client,
+    after_ms: i64,
+) -> Result<Option<i64>, InboxError> {
+    let row = client
+        .query_one(
+            "SELECT MIN(next_attempt_at) FROM deliveries
+             WHERE state = ANY($2) AND next_attempt_at > $1",
+            &[&after_ms, &state_names(&DeliveryState::WAITING)],
+        )
+        .await?;
+    Ok(row.get(0))
+}

@@ -1,0 +1,315 @@
+//! The PostgreSQL backend of the inbox: one database that several hookd nodes share, reached
+//! through a pool of connections (`deadpool-postgres` over `tokio-postgres`).
+//!
+//! [`PostgresStore`] implements the storage contract ([`Store`]) with each write operation as
+//! one transaction on a pooled connection and each read as statements on one: the SQL of each
+//! role is a file of the same name (`accept`, `quarantine`, `lease`, `replay`, `state`,
+//! `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
+//! inbox's (and names a database without its password).
+//!
+//! Nodes wake each other through the database (`wakeup.rs`: `NOTIFY`, and a listening
+//! connection of each store's own).
+//!
+//! The connection to the database is not encrypted (`NoTls`): the database must be reached
+//! over a trusted network or a local socket until TLS to it is configurable.
+//!
+//! Invariants:
+//! - This room is the only code that names `tokio_postgres` or `deadpool_postgres`.
+//! - A caller is answered only after the transaction that holds its change committed.
+//! - Every guarantee holds across nodes as within one: a duplicate is decided by the unique
+//!   constraint (`ON CONFLICT`), a claim locks what it leases (`FOR UPDATE SKIP LOCKED`) and a
+//!   second running delivery of one ordering key is refused by a unique index, a finish
+//!   re-checks its lease under the row's lock, and a plugin's state commits are ordered by the
+//!   lock on its usage row.
+//! - Other nodes may hold leases: [`Capabilities::single_node`] is false, and
+//!   [`Store::reclaim_all`] is refused.
+//! - The blocking state reads need tokio's multi-thread runtime (they block in place), as the
+//!   runtime's handler pool is.
+
+mod accept;
+mod error;
+mod lease;
+mod quarantine;
+mod replay;
+mod schema;
+mod state;
+mod views;
+mod wakeup;
+
+#[cfg(test)]
+mod testdb;
+#[cfg(test)]
+pub(super) use testdb::TestDatabase;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::{Config, NoTls};
+
+use self::error::Target;
+use super::{
+    Accepted, ClaimRequest, EventDetail, EventFilter, EventSummary, Finish, Finished, InboxError,
+    Quarantined, RawRequest, ReplayFilter,
+    store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
+};
+use crate::{
+    ids::SourceName,
+    model::{DeliveryState, StateUsage},
+};
+
+/// Connections a store keeps to the database unless told otherwise.
+pub(super) const DEFAULT_POOL_SIZE: usize = 16;
+
+/// How long connecting to the server may take when the URL sets no `connect_timeout`: an
+/// address that drops packets fails the start-up instead of hanging it.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The inbox's PostgreSQL database, shared with whatever other nodes use it.
+pub(super) struct PostgresStore {
+    pool: Pool,
+    /// The database, as errors name it.
+    target: Target,
+    /// Write transactions committed by this store (`hookd_inbox_commits_total`).
+    commits: AtomicI64,
+    /// Woken by every notice of work on the database, this node's own included.
+    work: Arc<tokio::sync::Notify>,
+    /// The task listening for those notices; stopped at close.
+    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (a `postgres://` URL or a key=value string) with up
+    /// to `pool_size` connections, and brings its schema to this hookd's version.
+    pub(super) async fn connect(url: &str, pool_size: usize) -> Result<Self, InboxError> {
+        let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
+            // The parser's reasons name an option, never its value.
+            reason: error::chain(&e),
+        })?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
+        let target = Target::of(&config);
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .build()
+            .map_err(|e| InboxError::Storage(std::sync::Arc::new(e)))?;
+        let mut client = pool.get().await.map_err(|e| target.pool_error(e))?;
+        schema::migrate(&mut client, &target).await?;
+        drop(client);
+        let work = Arc::new(tokio::sync::Notify::new());
+        let listener = wakeup::listen(config, &target, Arc::clone(&work)).await?;
+        Ok(Self {
+            pool,
+            target,
+            commits: AtomicI64::new(0),
+            work,
+            listener: Mutex::new(Some(listener)),
+        })
+    }
+
+    /// A pooled connection ([`InboxError::WriterGone`] once closed).
+    async fn client(&self) -> Result<Object, InboxError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Counts a committed write transaction.
+    fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs a read from a synchronous caller: blocks this worker thread in place (so the
+    /// runtime moves its other tasks away) until the read is answered. Needs tokio's
+    /// multi-thread runtime.
+    fn block_on<T>(
+        &self,
+        read: impl Future<Output = Result<T, InboxError>>,
+    ) -> Result<T, InboxError> {
+        tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(read))
+    }
+}
+
+/// Runs `$body` in a transaction `$tx` on a pooled connection of `$store`, commits, and counts
+/// the commit; a `?` in `$body` rolls the transaction back (it is dropped uncommitted).
+macro_rules! in_transaction {
+    ($store:expr, $tx:ident => $body:expr) => {{
+        let mut client = $store.client().await?;
+        let $tx = client.transaction().await?;
+        let value = $body;
+        $tx.commit().await?;
+        $store.committed();
+        value
+    }};
+}
+
+/// The names of `states`, as a `text[]` parameter (`state = ANY($n)`), so the sets of states
+/// are `DeliveryState`'s constants, not SQL text.
+fn state_names(states: &[DeliveryState]) -> Vec<&'static str> {
+    states.iter().map(|state| state.as_str()).collect()
+}
+
+#[async_trait::async_trait]
+impl Store for PostgresStore {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { single_node: false }
+    }
+
+    async fn counts(&self) -> Result<Counts, InboxError> {
+        views::counts(&*self.client().await?).await
+    }
+
+    async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
+        Ok(in_transaction!(self, tx => accept::store_event(&tx, &event).await?))
+    }
+
+    async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError> {
+        accept::contains_event(&*self.client().await?, &source, &event_id).await
+    }
+
+    async fn quarantine(
+        &self,
+        source: SourceName,
+        request: RawRequest,
+        reason: String,
+    ) -> Result<i64, InboxError> {
+        Ok(in_transaction!(self, tx => quarantine::insert(&tx, &source, &request, &reason).await?))
+    }
+
+    async fn resolve_quarantine(
+        &self,
+        id: i64,
+        at_ms: i64,
+        resolution: String,
+    ) -> Result<(), InboxError> {
+        in_transaction!(self, tx => quarantine::resolve(&tx, id, at_ms, &resolution).await?);
+        Ok(())
+    }
+
+    async fn held_quarantine_ids(&self, filter: ReplayFilter) -> Result<Vec<i64>, InboxError> {
+        quarantine::held_ids(&*self.client().await?, &filter).await
+    }
+
+    async fn held_quarantined(&self, id: i64) -> Result<Option<Quarantined>, InboxError> {
+        quarantine::held(&*self.client().await?, id).await
+    }
+
+    async fn quarantine_held_count(&self) -> Result<i64, InboxError> {
+        quarantine::count_held(&*self.client().await?).await
+    }
+
+    async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
+        Ok(in_transaction!(self, tx => lease::claim_due(&tx, &request).await?))
+    }
+
+    async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let finished = lease::finish_attempt(&tx, &finish).await?;
+        if let Finished::OverQuota(_) = finished {
+            // Nothing of a refused commit stays (not even the usage row it locked).
+            tx.rollback().await?;
+        } else {
+            tx.commit().await?;
+            self.committed();
+        }
+        Ok(finished)
+    }
+
+    async fn reclaim_expired(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError> {
+        Ok(in_transaction!(self, tx => lease::take_back(&tx, now_ms, decide).await?))
+    }
+
+    async fn reclaim_all(&self, _now_ms: i64, _decide: Decide) -> Result<Reclaimed, InboxError> {
+        // Another node's live lease is not this node's to take.
+        Err(InboxError::NotSingleNode)
+    }
+
+    async fn replay(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError> {
+        filter.finished_state()?;
+        Ok(in_transaction!(self, tx => replay::replay_matching(&tx, &filter, now_ms).await?))
+    }
+
+    async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
+        lease::next_due_after(&*self.client().await?, after_ms).await
+    }
+
+    fn state_get_blocking(
+        &self,
+        plugin: &str,
+        key: &str,
+    ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
+        self.block_on(async { state::get(&*self.client().await?, plugin, key).await })
+    }
+
+    fn state_stat_blocking(
+        &self,
+        plugin: &str,
+        key: &str,
+    ) -> Result<(Option<u64>, i64), InboxError> {
+        self.block_on(async { state::stat(&*self.client().await?, plugin, key).await })
+    }
+
+    fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError> {
+        self.block_on(async { state::usage(&*self.client().await?, plugin).await })
+    }
+
+    async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
+        views::list_events(&*self.client().await?, &filter).await
+    }
+
+    async fn event_detail(
+        &self,
+        source: String,
+        event_id: String,
+    ) -> Result<Option<EventDetail>, InboxError> {
+        views::event_detail(&*self.client().await?, &source, &event_id).await
+    }
+
+    async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
+        views::state_counts(&*self.client().await?).await
+    }
+
+    async fn notify_work(&self) -> Result<(), InboxError> {
+        let client = self.client().await?;
+        client
+            .execute("SELECT pg_notify($1, '')", &[&wakeup::CHANNEL])
+            .await?;
+        Ok(())
+    }
+
+    async fn work_notified(&self) {
+        self.work.notified().await
+    }
+
+    fn commits(&self) -> i64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    fn close(&self) {
+        // Transactions under way finish on the connections they hold; new ones are refused.
+        tracing::debug!(database = %self.target, "inbox: closing the database pool");
+        self.pool.close();
+        if let Some(listener) = self.listener.lock().expect("poisoned").take() {
+            listener.abort();
+        }
+    }
+}

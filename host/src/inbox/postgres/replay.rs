@@ -1,0 +1,59 @@
+//! Replay in SQL: select the finished deliveries a filter matches, and set them due again.
+//!
+//! Invariant: the update re-checks that a delivery is not open, so a delivery leased (by any
+//! node) between the select and the update is left alone; `budget_base` moves up to
+//! `attempts`, which keeps counting (it is the lease token).
+
+use tokio_postgres::Transaction;
+
+use super::state_names;
+use crate::{
+    inbox::{InboxError, ReplayFilter},
+    model::DeliveryState,
+};
+
+/// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
+/// run); returns `(matched, replayed)`.
+pub(super) async fn replay_matching(
+    tx: &Transaction<'_>,
+    filter: &ReplayFilter,
+    now_ms: i64,
+) -> Result<(usize, usize), InboxError> {
+    let state = filter.finished_state()?;
+    let ids: Vec<i64> = tx
+        .query(
+            "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE d.state = $1
+               AND ($2::text IS NULL OR d.source = $2)
+               AND ($3::text IS NULL OR d.handler = $3)
+               AND ($4::text[] IS NULL OR e.event_id = ANY($4))
+               AND ($5::bigint IS NULL OR e.received_at >= $5)
+               AND ($6::bigint IS NULL OR e.received_at <= $6)
+             ORDER BY d.id LIMIT $7",
+            &[
+                &state.as_str(),
+                &filter.source,
+                &filter.handler,
+                &filter.event_ids,
+                &filter.since_ms,
+                &filter.until_ms,
+                &(filter.limit as i64),
+            ],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if filter.dry_run {
+        return Ok((ids.len(), 0));
+    }
+    let replayed = tx
+        .execute(
+            "UPDATE deliveries SET state = 'pending', budget_base = attempts,
+                 next_attempt_at = $2, lease_until = NULL, updated_at = $2
+             WHERE id = ANY($1) AND state <> ALL($3)",
+            &[&ids, &now_ms, &state_names(&DeliveryState::OPEN)],
+        )
+        .await?;
+    Ok((ids.len(), replayed as usize))
+}

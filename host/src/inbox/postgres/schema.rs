@@ -1,0 +1,154 @@
+//! Versioned schema migrations for PostgreSQL, applied at connect and recorded in the one row
+//! of `hookd_schema`.
+//!
+//! Invariants:
+//! - A migration, once released, is never edited; changes are new entries at the end.
+//! - Every pending migration and the new version are one transaction, taken under a
+//!   transaction-scoped advisory lock, so nodes starting together apply each migration once and
+//!   none sees a half-migrated schema.
+//! - The tables and columns are SQLite's (`sqlite/schema.rs` at its latest version), times as
+//!   `BIGINT` unix milliseconds and bodies as `BYTEA`, so both backends keep the same rows; what
+//!   PostgreSQL adds is what several nodes need, such as the index that lets one delivery per
+//!   ordering key run at a time.
+
+use deadpool_postgres::Client;
+
+use super::error::Target;
+use crate::inbox::InboxError;
+
+/// The advisory lock the migrations run under (any constant, the same in every hookd).
+const MIGRATION_LOCK: i64 = 0x686f_6f6b_6400_0001;
+
+/// Migration `i` takes the schema from version `i` to `i + 1`.
+pub(super) const MIGRATIONS: &[&str] = &[
+    // 1: the schema SQLite reached in four steps, at once.
+    "
+    CREATE TABLE events (
+        id           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        source       TEXT   NOT NULL,
+        event_id     TEXT   NOT NULL,
+        event_type   TEXT   NOT NULL,
+        ordering_key TEXT,
+        sequence     BIGINT,
+        received_at  BIGINT NOT NULL,
+        headers      TEXT   NOT NULL,
+        body         BYTEA  NOT NULL,
+        UNIQUE (source, event_id)
+    );
+    CREATE INDEX events_received ON events (received_at);
+
+    -- One row per (event, handler). `attempts` counts every attempt ever made; `budget_base` is
+    -- the value it had at the last replay, so `attempts - budget_base` is the current budget use.
+    CREATE TABLE deliveries (
+        id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        event           BIGINT NOT NULL REFERENCES events (id),
+        source          TEXT   NOT NULL,
+        handler         TEXT   NOT NULL,
+        ordering_key    TEXT,
+        sequence        BIGINT,
+        state           TEXT   NOT NULL,
+        attempts        BIGINT NOT NULL DEFAULT 0,
+        budget_base     BIGINT NOT NULL DEFAULT 0,
+        next_attempt_at BIGINT NOT NULL,
+        lease_until     BIGINT,
+        leased_at       BIGINT,
+        output          TEXT,
+        last_error      TEXT,
+        updated_at      BIGINT NOT NULL,
+        UNIQUE (event, handler)
+    );
+    CREATE INDEX deliveries_due ON deliveries (state, next_attempt_at);
+    CREATE INDEX deliveries_key ON deliveries (source, handler, ordering_key)
+        WHERE ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_handler_due ON deliveries (handler, state, next_attempt_at);
+    -- Whatever claims race, two nodes never run two deliveries of one key at once: the second
+    -- lease of a key is refused by the database.
+    CREATE UNIQUE INDEX deliveries_one_running_per_key ON deliveries (source, handler, ordering_key)
+        WHERE state = 'running' AND ordering_key IS NOT NULL;
+
+    CREATE TABLE attempts (
+        id            BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        delivery      BIGINT NOT NULL REFERENCES deliveries (id),
+        attempt       BIGINT NOT NULL,
+        started_at    BIGINT NOT NULL,
+        finished_at   BIGINT NOT NULL,
+        outcome       TEXT   NOT NULL,
+        error_kind    TEXT,
+        error         TEXT,
+        plugin_sha256 TEXT
+    );
+    CREATE INDEX attempts_delivery ON attempts (delivery);
+
+    -- Verified requests whose parser trapped, timed out or was missing: replayable.
+    CREATE TABLE quarantine (
+        id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        source      TEXT   NOT NULL,
+        received_at BIGINT NOT NULL,
+        headers     TEXT   NOT NULL,
+        body        BYTEA  NOT NULL,
+        reason      TEXT   NOT NULL,
+        resolved_at BIGINT,
+        resolution  TEXT
+    );
+    CREATE INDEX quarantine_held ON quarantine (resolved_at, source, received_at);
+
+    -- Plugin state; a deleted key's row goes (versions come from the plugin's clock).
+    CREATE TABLE plugin_state (
+        plugin  TEXT   NOT NULL,
+        key     TEXT   NOT NULL,
+        value   BYTEA  NOT NULL,
+        version BIGINT NOT NULL,
+        PRIMARY KEY (plugin, key)
+    );
+
+    -- Per-plugin usage and version clock, kept in the transaction that applies the writes; its
+    -- row is also the lock that orders one plugin's state commits across nodes.
+    CREATE TABLE plugin_state_usage (
+        plugin TEXT   PRIMARY KEY,
+        keys   BIGINT NOT NULL,
+        bytes  BIGINT NOT NULL,
+        clock  BIGINT NOT NULL
+    );
+    ",
+];
+
+/// Brings the database to the latest version; refuses a database newer than this binary.
+pub(super) async fn migrate(client: &mut Client, target: &Target) -> Result<(), InboxError> {
+    let latest = MIGRATIONS.len() as i64;
+    let failed = |e: tokio_postgres::Error| InboxError::Migration {
+        database: target.to_string(),
+        target: latest,
+        reason: target.reason(&e),
+    };
+    let tx = client.transaction().await.map_err(failed)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(failed)?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS hookd_schema (
+             one     BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+             version BIGINT  NOT NULL
+         );
+         INSERT INTO hookd_schema (version) VALUES (0) ON CONFLICT (one) DO NOTHING;",
+    )
+    .await
+    .map_err(failed)?;
+    let current: i64 = tx
+        .query_one("SELECT version FROM hookd_schema", &[])
+        .await
+        .map_err(failed)?
+        .get(0);
+    if current > latest {
+        return Err(InboxError::SchemaTooNew {
+            found: current,
+            known: latest,
+        });
+    }
+    for sql in MIGRATIONS.iter().skip(current as usize) {
+        tx.batch_execute(sql).await.map_err(failed)?;
+    }
+    tx.execute("UPDATE hookd_schema SET version = $1", &[&latest])
+        .await
+        .map_err(failed)?;
+    tx.commit().await.map_err(failed)
+}

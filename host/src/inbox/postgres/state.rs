@@ -1,0 +1,189 @@
+//! Plugin state in SQL: the reads, the version check of an attempt's reads, and applying its
+//! writes within the plugin's total.
+//!
+//! Invariants:
+//! - Versions come from `plugin_state_usage.clock`, which only grows, so a deleted key's row
+//!   can go: a key re-created later never repeats a version a reader saw.
+//! - A commit that writes holds its plugin's usage row locked from before its version check to
+//!   its end, so one plugin's state commits are ordered across nodes: of two attempts that
+//!   read one key and write it, the second sees the first's version and conflicts, and usage
+//!   never misses an update.
+
+use std::collections::HashMap;
+
+use tokio_postgres::{Client, Transaction};
+
+use crate::{
+    inbox::{
+        Finish, InboxError,
+        state::{Changed, usage_after, write_delta},
+    },
+    model::StateUsage,
+};
+
+/// Committed value and version of a state key (version 0 = never written).
+pub(super) async fn get(
+    client: &Client,
+    plugin: &str,
+    key: &str,
+) -> Result<(Option<Vec<u8>>, i64), InboxError> {
+    let row = client
+        .query_opt(
+            "SELECT value, version FROM plugin_state WHERE plugin = $1 AND key = $2",
+            &[&plugin, &key],
+        )
+        .await?;
+    Ok(row.map_or((None, 0), |r| (Some(r.get(0)), r.get(1))))
+}
+
+/// Bytes `key` holds (key + value; None = absent) and its version, without reading the value.
+pub(super) async fn stat(
+    client: &Client,
+    plugin: &str,
+    key: &str,
+) -> Result<(Option<u64>, i64), InboxError> {
+    let row = client
+        .query_opt(
+            "SELECT octet_length(value)::bigint, version FROM plugin_state
+             WHERE plugin = $1 AND key = $2",
+            &[&plugin, &key],
+        )
+        .await?;
+    Ok(row.map_or((None, 0), |r| {
+        let len: i64 = r.get(0);
+        (Some(len as u64 + key.len() as u64), r.get(1))
+    }))
+}
+
+/// What `plugin` holds in committed state (live keys, key + value bytes).
+pub(super) async fn usage(client: &Client, plugin: &str) -> Result<StateUsage, InboxError> {
+    let row = client
+        .query_opt(
+            "SELECT keys, bytes FROM plugin_state_usage WHERE plugin = $1",
+            &[&plugin],
+        )
+        .await?;
+    Ok(row.map_or_else(StateUsage::default, |r| StateUsage {
+        keys: r.get::<_, i64>(0) as u64,
+        bytes: r.get::<_, i64>(1) as u64,
+    }))
+}
+
+/// Locks `plugin`'s usage row for this transaction (creating it, empty, for a plugin that never
+/// wrote) and returns its usage and version clock.
+pub(super) async fn lock_usage(
+    tx: &Transaction<'_>,
+    plugin: &str,
+) -> Result<(StateUsage, i64), InboxError> {
+    tx.execute(
+        "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock) VALUES ($1, 0, 0, 0)
+         ON CONFLICT (plugin) DO NOTHING",
+        &[&plugin],
+    )
+    .await?;
+    let row = tx
+        .query_one(
+            "SELECT keys, bytes, clock FROM plugin_state_usage WHERE plugin = $1 FOR UPDATE",
+            &[&plugin],
+        )
+        .await?;
+    let usage = StateUsage {
+        keys: row.get::<_, i64>(0) as u64,
+        bytes: row.get::<_, i64>(1) as u64,
+    };
+    Ok((usage, row.get(2)))
+}
+
+/// The committed `(version, value length)` of each of `keys` of `plugin` that is stored.
+async fn stored(
+    tx: &Transaction<'_>,
+    plugin: &str,
+    keys: Vec<&str>,
+) -> Result<HashMap<String, (i64, usize)>, InboxError> {
+    let rows = tx
+        .query(
+            "SELECT key, version, octet_length(value)::bigint FROM plugin_state
+             WHERE plugin = $1 AND key = ANY($2)",
+            &[&plugin, &keys],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get::<_, i64>(2) as usize)))
+        .collect())
+}
+
+/// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
+pub(super) async fn first_changed(
+    tx: &Transaction<'_>,
+    f: &Finish,
+) -> Result<Option<Changed>, InboxError> {
+    let keys = f.state.versions.keys().map(String::as_str).collect();
+    let stored = stored(tx, f.plugin.as_str(), keys).await?;
+    Ok(f.state.versions.iter().find_map(|(key, seen)| {
+        let now = stored.get(key).map_or(0, |(version, _)| *version);
+        (now != *seen).then(|| Changed {
+            key: key.clone(),
+            seen: *seen,
+            now,
+        })
+    }))
+}
+
+/// Applies an attempt's state writes if they keep the plugin within its total: `Err(message)`
+/// (nothing written) if they would not. `usage` and `clock` are the plugin's, read under its
+/// usage row's lock ([`lock_usage`]).
+pub(super) async fn apply_state(
+    tx: &Transaction<'_>,
+    f: &Finish,
+    usage: StateUsage,
+    clock: i64,
+) -> Result<Result<(), String>, InboxError> {
+    let plugin = f.plugin.as_str();
+    let keys = f.state.writes.keys().map(String::as_str).collect();
+    let stored = stored(tx, plugin, keys).await?;
+    let mut delta = (0i64, 0i64);
+    for (key, value) in &f.state.writes {
+        let before = stored.get(key).map(|(_, len)| *len);
+        let (keys, bytes) = write_delta(key, before, value.as_deref());
+        delta = (delta.0 + keys, delta.1 + bytes);
+    }
+    let (keys, bytes) = match usage_after(plugin, usage, delta, &f.state.limits) {
+        Ok(after) => after,
+        Err(message) => return Ok(Err(message)),
+    };
+    let version = clock + 1;
+    let (mut set_keys, mut set_values, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
+    for (key, value) in &f.state.writes {
+        match value {
+            Some(value) => {
+                set_keys.push(key.as_str());
+                set_values.push(value.as_slice());
+            }
+            None => deleted.push(key.as_str()),
+        }
+    }
+    if !set_keys.is_empty() {
+        tx.execute(
+            "INSERT INTO plugin_state (plugin, key, value, version)
+             SELECT $1, key, value, $4 FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
+             ON CONFLICT (plugin, key)
+                 DO UPDATE SET value = excluded.value, version = excluded.version",
+            &[&plugin, &set_keys, &set_values, &version],
+        )
+        .await?;
+    }
+    if !deleted.is_empty() {
+        tx.execute(
+            "DELETE FROM plugin_state WHERE plugin = $1 AND key = ANY($2)",
+            &[&plugin, &deleted],
+        )
+        .await?;
+    }
+    tx.execute(
+        "UPDATE plugin_state_usage SET keys = $2, bytes = $3, clock = $4 WHERE plugin = $1",
+        &[&plugin, &keys, &bytes, &version],
+    )
+    .await?;
+    Ok(Ok(()))
+}

@@ -1,0 +1,126 @@
+//! A fresh PostgreSQL database per test: the contract suite's PostgreSQL backend, and what the
+//! room's own tests open.
+//!
+//! Invariants:
+//! - The server is named by `HOOKD_TEST_POSTGRES_URL` (a role that may create databases); each
+//!   [`TestDatabase`] is a database of its own on it (`hookd_t_<random>`), dropped with it.
+//! - Without that variable a test passes as skipped and says so in one line, unless
+//!   `HOOKD_TEST_POSTGRES_REQUIRED=1` (CI sets both), which makes it fail instead.
+
+use tokio_postgres::NoTls;
+
+use crate::{
+    clock::Clock,
+    inbox::{Inbox, OpenOptions, contract::Database},
+};
+
+/// The server the tests use.
+const URL_VAR: &str = "HOOKD_TEST_POSTGRES_URL";
+/// Set to `1` to fail, not skip, when [`URL_VAR`] is missing.
+const REQUIRED_VAR: &str = "HOOKD_TEST_POSTGRES_REQUIRED";
+
+/// A database of its own on the test server, dropped when this is.
+pub(in crate::inbox) struct TestDatabase {
+    /// The server URL as given (its own database is where the test creates and drops others).
+    server: String,
+    name: String,
+    /// `server` with `name` as its database.
+    url: String,
+}
+
+impl TestDatabase {
+    /// A new, empty database on the test server; `None` (the test skips) when no server is
+    /// given and none is required.
+    pub(in crate::inbox) async fn fresh() -> Option<Self> {
+        let Ok(server) = std::env::var(URL_VAR) else {
+            assert!(
+                std::env::var(REQUIRED_VAR).as_deref() != Ok("1"),
+                "{REQUIRED_VAR}=1, but {URL_VAR} is not set"
+            );
+            println!("skipped: {URL_VAR} is not set");
+            return None;
+        };
+        let name = format!("hookd_t_{:016x}", rand::random::<u64>());
+        let admin = connect(&server).await;
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .unwrap_or_else(|e| panic!("creating the test database {name}: {e:?}"));
+        let url = with_database(&server, &name);
+        Some(Self { server, name, url })
+    }
+
+    /// The URL of this database.
+    pub(in crate::inbox) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The test server's URL with `password` instead of the one it has (for tests of what a
+    /// refused login says).
+    pub(in crate::inbox) fn url_with_password(&self, password: &str) -> String {
+        let config: tokio_postgres::Config = self.url.parse().unwrap();
+        let user = config.get_user().unwrap_or("postgres");
+        let (_, rest) = self.url.split_once("://").expect("a postgres:// URL");
+        let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+        format!("postgres://{user}:{password}@{host}")
+    }
+}
+
+/// A client of `url`, its connection driven on the current runtime.
+pub(in crate::inbox) async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to the test server ({URL_VAR}): {e:?}"));
+    tokio::spawn(connection);
+    client
+}
+
+/// `server` (a `postgres://` URL) naming database `name` instead of its own.
+fn with_database(server: &str, name: &str) -> String {
+    let (scheme, rest) = server.split_once("://").expect("a postgres:// URL");
+    let (authority, query) = match rest.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (rest, None),
+    };
+    let authority = authority.split_once('/').map_or(authority, |(a, _)| a);
+    match query {
+        Some(query) => format!("{scheme}://{authority}/{name}?{query}"),
+        None => format!("{scheme}://{authority}/{name}"),
+    }
+}
+
+#[async_trait::async_trait]
+impl Database for TestDatabase {
+    async fn open(&self, clock: Clock) -> Inbox {
+        let options = OpenOptions {
+            writer: crate::inbox::WriterOptions::new(crate::config::Durability::Normal),
+            clock,
+        };
+        Inbox::open_postgres(&self.url, options)
+            .await
+            .unwrap_or_else(|e| panic!("opening the inbox on {}: {e}", self.name))
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // On a thread (and runtime) of its own: a drop may run inside any runtime, or none.
+        let (server, name) = (self.server.clone(), self.name.clone());
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                connect(&server)
+                    .await
+                    .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .await
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = dropped {
+            eprintln!("dropping the test database {}: {e}", self.name);
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! What only the PostgreSQL store promises, tested against a real server: its guarantees
+//! between nodes (each node an inbox with a pool of its own on one database) under concurrent
+//! accepts, claims, finishes and start-ups, and what its connection errors say.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use super::{PostgresStore, TestDatabase, schema::MIGRATIONS, testdb};
+use crate::{
+    clock::Clock,
+    config::Durability,
+    inbox::{
+        Accepted, Finished, Inbox, InboxError, OpenOptions, WriterOptions,
+        contract::fixtures::{self, HANDLER, LEASED_MS, done, event, finished, keyed, lease},
+    },
+    model::{Disposition, StateChanges},
+};
+
+/// Two nodes on `db`.
+async fn nodes(db: &TestDatabase) -> [Inbox; 2] {
+    [fixtures::open(db).await, fixtures::open(db).await]
+}
+
+/// State traffic that read `key` absent and writes `value` to it.
+fn write_new(key: &str, value: u8) -> StateChanges {
+    StateChanges {
+        versions: [(key.to_owned(), 0)].into(),
+        writes: [(key.to_owned(), Some(vec![value]))].into(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicate_accepts_store_one_event() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let nodes = nodes(&db).await;
+    let accepts: Vec<_> = (0..8)
+        .map(|i| {
+            let inbox = nodes[i % 2].clone();
+            tokio::spawn(async move { fixtures::accept(&inbox, event("a")).await })
+        })
+        .collect();
+    let mut new = 0;
+    for accept in accepts {
+        new += usize::from(accept.await.unwrap() == Accepted::New);
+    }
+    assert_eq!(new, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claimers_run_one_delivery_of_a_key_at_a_time_in_order() {
+    const EVENTS: u64 = 12;
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let nodes = nodes(&db).await;
+    for sequence in 1..=EVENTS {
+        fixtures::accept(&nodes[0], keyed(&format!("e{sequence}"), "k", sequence)).await;
+    }
+    let running = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let claimers: Vec<_> = (0..4)
+        .map(|i| {
+            let inbox = nodes[i % 2].clone();
+            let (running, overlaps, ran) = (running.clone(), overlaps.clone(), ran.clone());
+            tokio::spawn(async move {
+                while ran.lock().unwrap().len() < EVENTS as usize {
+                    let claimed = fixtures::claim(&inbox, LEASED_MS).await;
+                    for claim in claimed {
+                        if running.swap(true, Ordering::SeqCst) {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                        ran.lock().unwrap().push(claim.sequence.unwrap());
+                        running.store(false, Ordering::SeqCst);
+                        let record = finished(&claim, Disposition::Done { output: None });
+                        assert_eq!(inbox.finish(record).await.unwrap(), Finished::Recorded);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect();
+    let all = async {
+        for claimer in claimers {
+            claimer.await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .expect("every delivery ran within a minute");
+    let ran = ran.lock().unwrap().clone();
+    assert_eq!(
+        (overlaps.load(Ordering::SeqCst), ran),
+        (0, (1..=EVENTS).collect::<Vec<_>>())
+    );
+}
+
+#[tokio::test]
+async fn the_database_refuses_a_second_running_delivery_of_one_key() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    fixtures::accept(&inbox, keyed("first", "k", 1)).await;
+    fixtures::accept(&inbox, keyed("second", "k", 2)).await;
+    fixtures::claim(&inbox, LEASED_MS).await;
+    // Whatever a claim decided, the index has the last word.
+    let forced = testdb::connect(db.url())
+        .await
+        .execute(
+            "UPDATE deliveries SET state = 'running' WHERE state = 'pending'",
+            &[],
+        )
+        .await;
+    let refused = forced.expect_err("a second running delivery of key k");
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_after_another_node_reclaimed_its_lease_is_lost_and_writes_no_state() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let [worker, reclaimer] = nodes(&db).await;
+    let claimed = lease(&worker, "a").await;
+    let expired = claimed.leased_at_ms + crate::inbox::DEFAULT_LEASE_MS + 1;
+    let retry = move |_: &str, _: u32| Disposition::RetryAt { at_ms: expired };
+    reclaimer.reclaim_expired(expired, retry).await.unwrap();
+    let late = worker.finish(done(&claimed, write_new("k", 1))).await;
+    assert_eq!(
+        (
+            late.unwrap(),
+            worker.state_stat_blocking(HANDLER, "k").unwrap()
+        ),
+        (Finished::LeaseLost, (None, 0))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_concurrent_writers_of_one_key_one_conflicts_and_the_other_is_kept() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let nodes = nodes(&db).await;
+    // Several rounds, each a pair of attempts that read one new key and write it at once.
+    for round in 0..5u8 {
+        let key = format!("k{round}");
+        let a = lease(&nodes[0], &format!("a{round}")).await;
+        let b = lease(&nodes[0], &format!("b{round}")).await;
+        let (first, second) = tokio::join!(
+            nodes[0].finish(done(&a, write_new(&key, 1))),
+            nodes[1].finish(done(&b, write_new(&key, 2))),
+        );
+        let (first, second) = (first.unwrap(), second.unwrap());
+        let kept = match (&first, &second) {
+            (Finished::Recorded, Finished::Conflict) => 1,
+            (Finished::Conflict, Finished::Recorded) => 2,
+            other => panic!("round {round}: one commits and one conflicts, not {other:?}"),
+        };
+        let (value, _) = nodes[1].state_get_blocking(HANDLER, &key).unwrap();
+        assert_eq!(value, Some(vec![kept]), "round {round}");
+        // The conflicted one is due again; run it out of the way for the next round.
+        let again = fixtures::claim(&nodes[0], LEASED_MS + 5).await.remove(0);
+        nodes[0]
+            .finish(finished(&again, Disposition::Dead))
+            .await
+            .unwrap();
+    }
+    let usage = nodes[0].state_usage_blocking(HANDLER).unwrap();
+    assert_eq!(usage.keys, 5, "every kept write is counted once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrations_run_by_two_nodes_at_once_both_succeed() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let (first, second) = tokio::join!(
+        PostgresStore::connect(db.url(), 2),
+        PostgresStore::connect(db.url(), 2)
+    );
+    first.unwrap();
+    second.unwrap();
+    let version: i64 = testdb::connect(db.url())
+        .await
+        .query_one("SELECT version FROM hookd_schema", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, MIGRATIONS.len() as i64);
+}
+
+#[tokio::test]
+async fn a_database_of_a_newer_hookd_is_refused() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    fixtures::open(&db).await.close();
+    testdb::connect(db.url())
+        .await
+        .execute("UPDATE hookd_schema SET version = 999", &[])
+        .await
+        .unwrap();
+    let refused = PostgresStore::connect(db.url(), 1).await;
+    assert!(
+        matches!(refused, Err(InboxError::SchemaTooNew { found: 999, .. })),
+        "{:?}",
+        refused.err()
+    );
+}
+
+#[tokio::test]
+async fn startup_reclaim_is_refused_on_a_shared_database() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    lease(&inbox, "a").await;
+    let refused = inbox.reclaim_all_at_startup(|_, _| Disposition::Dead).await;
+    assert!(
+        matches!(refused, Err(InboxError::NotSingleNode)),
+        "{refused:?}"
+    );
+}
+
+/// Options for an inbox opened directly (not through the test database).
+fn options() -> OpenOptions {
+    OpenOptions {
+        writer: WriterOptions::new(Durability::Normal),
+        clock: Clock::system(),
+    }
+}
+
+/// `e` as a user and a log see it: its message and its debug form.
+fn shown(e: &InboxError) -> String {
+    format!("{e} {e:?}")
+}
+
+#[tokio::test]
+async fn refused_credentials_are_auth_failed_and_never_show_the_password() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let url = db.url_with_password("wrong-s3cret-password");
+    let Err(e) = Inbox::open_postgres(&url, options()).await else {
+        panic!("a wrong password must be refused");
+    };
+    assert!(
+        matches!(e, InboxError::AuthFailed { .. }) && !shown(&e).contains("s3cret"),
+        "{}",
+        shown(&e)
+    );
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unreachable_and_never_shows_the_password() {
+    // Port 1 on the loopback: nothing listens there, no server is needed.
+    let url = "postgres://hookd:s3cret-password@127.0.0.1:1/hookd?connect_timeout=2";
+    let Err(e) = Inbox::open_postgres(url, options()).await else {
+        panic!("nothing listens on port 1");
+    };
+    assert!(
+        matches!(e, InboxError::Unreachable { .. }) && !shown(&e).contains("s3cret"),
+        "{}",
+        shown(&e)
+    );
+}
+
+#[tokio::test]
+async fn a_notice_of_work_on_one_node_wakes_another() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let [a, b] = nodes(&db).await;
+    let mut waiting = Box::pin(b.store().work_notified());
+    let early = tokio::time::timeout(Duration::from_millis(200), &mut waiting).await;
+    assert!(early.is_err(), "nothing was notified yet");
+    a.store().notify_work().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("b hears a's notice");
+}

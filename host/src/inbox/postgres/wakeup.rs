@@ -1,0 +1,129 @@
+//! Wake-ups between nodes: `NOTIFY hookd_work` says work may be due, and every store listens on
+//! a connection of its own (outside the pool), so a node hears the work any node makes.
+//!
+//! Invariants:
+//! - A notice is only a hint: a missed one delays work until the next claim or due time, never
+//!   loses it (the rows are the queue). So after the listening connection is established again
+//!   every waiter is woken once, for the notices it may have missed meanwhile.
+//! - The listener reconnects after losing its connection, and stops with the store.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::{Notify, oneshot};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket, tls::NoTlsStream};
+
+use super::error::Target;
+use crate::inbox::InboxError;
+
+/// The channel the nodes notify and listen on.
+pub(super) const CHANNEL: &str = "hookd_work";
+
+/// How long the listener waits before connecting again after losing its connection.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// Wakes every waiter, and the next one to come if none waits (as the façade's wake-up does).
+pub(super) fn wake(work: &Notify) {
+    work.notify_waiters();
+    work.notify_one();
+}
+
+/// Starts listening for notices of work on a connection of its own, waking `work` on each;
+/// returns once the first `LISTEN` is in place (so no notice sent after it is missed), with
+/// the listener's task.
+pub(super) async fn listen(
+    config: Config,
+    target: &Target,
+    work: Arc<Notify>,
+) -> Result<tokio::task::JoinHandle<()>, InboxError> {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .map_err(|e| target.connect_error(e))?;
+    let (listening, listened) = oneshot::channel();
+    let task = tokio::spawn(listen_loop(config, client, connection, work, listening));
+    match listened.await {
+        Ok(Ok(())) => Ok(task),
+        Ok(Err(e)) => {
+            task.abort();
+            Err(target.connect_error(e))
+        }
+        Err(_) => Err(InboxError::Unreachable {
+            database: target.to_string(),
+            reason: "the connection closed before it listened for other nodes' work".into(),
+        }),
+    }
+}
+
+/// Listens on `client`, then on every connection made again after it is lost.
+async fn listen_loop(
+    config: Config,
+    client: Client,
+    connection: Connection<Socket, NoTlsStream>,
+    work: Arc<Notify>,
+    listening: oneshot::Sender<Result<(), tokio_postgres::Error>>,
+) {
+    let mut first = Some(listening);
+    let mut connected = Some((client, connection));
+    loop {
+        if let Some((client, connection)) = connected.take() {
+            let listened = listen_until_lost(client, connection, &work, first.take()).await;
+            if let Err(e) = listened {
+                tracing::warn!(error = %e, "inbox: lost the connection that hears other nodes' work");
+            }
+        }
+        tokio::time::sleep(RECONNECT_AFTER).await;
+        match config.connect(NoTls).await {
+            Ok(pair) => connected = Some(pair),
+            Err(e) => {
+                tracing::warn!(error = %e, "inbox: cannot reconnect to hear other nodes' work")
+            }
+        }
+    }
+}
+
+/// Sends `LISTEN` on `client` and wakes `work` on every notice until the connection ends.
+async fn listen_until_lost(
+    client: Client,
+    mut connection: Connection<Socket, NoTlsStream>,
+    work: &Notify,
+    listening: Option<oneshot::Sender<Result<(), tokio_postgres::Error>>>,
+) -> Result<(), tokio_postgres::Error> {
+    let messages = async {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(_))) => wake(work),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+    };
+    let mut messages = std::pin::pin!(messages);
+    let reconnected = listening.is_none();
+    let sql = format!("LISTEN {CHANNEL}");
+    let listen = client.batch_execute(&sql);
+    // `Ok(false)`: the connection closed before the `LISTEN` was answered.
+    let listened = tokio::select! {
+        listened = listen => listened.map(|()| true),
+        ended = &mut messages => ended.map(|()| false),
+    };
+    match (listened, listening) {
+        (Ok(true), Some(first)) => {
+            let _ = first.send(Ok(()));
+        }
+        (Ok(true), None) => {}
+        (Ok(false), _) => return Ok(()),
+        (Err(e), Some(first)) => {
+            let _ = first.send(Err(e));
+            return Ok(());
+        }
+        (Err(e), None) => return Err(e),
+    }
+    if reconnected {
+        // Whatever was notified while not listening is found by a claim now.
+        wake(work);
+    }
+    let ended = messages.await;
+    drop(client);
+    ended
+}
