@@ -15,6 +15,9 @@ use std::{
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+mod database;
+pub use database::{DATABASE_URL_ENV, Database, DatabaseError, DatabaseUrl};
+
 use crate::{
     ids::{PluginName, SourceName},
     model::StateLimits,
@@ -50,10 +53,12 @@ struct ServerFile {
     /// Names (besides IP literals of the bound address and `localhost`) that a request's `Host`
     /// may carry to reach `/admin/*`: the DNS-rebinding guard.
     admin_hosts: Vec<String>,
-    database: PathBuf,
+    /// A file path (SQLite) or a `postgres://` URL; env `HOOKD_DATABASE_URL` replaces it.
+    database: String,
     plugins_dir: PathBuf,
     /// Compiled plugin code, so a restart does not compile every plugin again. Host-private:
-    /// never inside `plugins_dir`. Default: `.hookd-cache` beside the database.
+    /// never inside `plugins_dir`. Default: `.hookd-cache` beside the SQLite database (beside
+    /// the config file with PostgreSQL).
     cache_dir: Option<PathBuf>,
     /// The artifact cache's size cap; least recently used entries go first (0: cache nothing).
     cache_max_bytes: u64,
@@ -246,11 +251,12 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     /// `None` only until `run` starts: it then loads or generates the token file beside the
-    /// database (`admin::token`), so the admin API always requires a token.
+    /// SQLite database (`admin::token`), so the admin API always requires a token. Always set
+    /// with PostgreSQL (every node must accept the same token).
     pub admin_token: Option<Secret>,
     /// Extra `Host` names `/admin/*` answers to (lowercase, no port).
     pub admin_hosts: Vec<String>,
-    pub database: PathBuf,
+    pub database: Database,
     pub plugins_dir: PathBuf,
     /// The compiled-artifact cache (host-private; checked not to be inside `plugins_dir`).
     pub cache_dir: PathBuf,
@@ -567,11 +573,21 @@ impl Config {
                 s.max_inflight_body_bytes
             );
         }
-        let database = base_dir.join(s.database);
+        let database = env(DATABASE_URL_ENV)
+            .filter(|value| !value.trim().is_empty())
+            .unwrap_or(s.database);
+        let database = Database::parse(&database, base_dir)
+            .map_err(|e| anyhow::anyhow!("server.database (or env {DATABASE_URL_ENV}): {e}"))?;
+        if matches!(database, Database::Postgres(_)) && admin_token.is_none() {
+            bail!(
+                "server.admin_token (or env HOOKD_ADMIN_TOKEN) is required with a PostgreSQL                  server.database: every node must accept the same token, and there is no                  database file to keep a generated one beside"
+            );
+        }
         let plugins_dir = base_dir.join(s.plugins_dir);
-        let cache_dir = match s.cache_dir {
-            Some(dir) => base_dir.join(dir),
-            None => database.parent().unwrap_or(base_dir).join(".hookd-cache"),
+        let cache_dir = match (s.cache_dir, database.sqlite_path()) {
+            (Some(dir), _) => base_dir.join(dir),
+            (None, Some(file)) => file.parent().unwrap_or(base_dir).join(".hookd-cache"),
+            (None, None) => base_dir.join(".hookd-cache"),
         };
         if cache_dir.starts_with(&plugins_dir) || plugins_dir.starts_with(&cache_dir) {
             bail!(
@@ -883,8 +899,9 @@ fn key_at(text: &str, line: usize) -> Option<String> {
 pub struct ClientAdmin {
     /// `server.admin_token` as written in the file (never printed).
     pub token: Option<String>,
-    /// `<database>.admin-token`, where hookd keeps the token it generated.
-    pub token_file: PathBuf,
+    /// `<database>.admin-token`, where hookd keeps the token it generated (an SQLite database
+    /// only: with PostgreSQL the token is always configured).
+    pub token_file: Option<PathBuf>,
 }
 
 impl ClientAdmin {
@@ -900,10 +917,17 @@ impl ClientAdmin {
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
             _ => PathBuf::from("."),
         };
-        let database = base.join(get("database").unwrap_or("hookd.db"));
+        let database = std::env::var(DATABASE_URL_ENV)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+            .unwrap_or_else(|| get("database").unwrap_or("hookd.db").to_owned());
+        let token_file = match Database::parse(&database, &base) {
+            Ok(Database::Sqlite(file)) => Some(crate::admin::token::token_file(&file)),
+            Ok(Database::Postgres(_)) | Err(_) => None,
+        };
         Ok(Self {
             token: get("admin_token").map(str::to_owned),
-            token_file: crate::admin::token::token_file(&database),
+            token_file,
         })
     }
 }
@@ -1103,7 +1127,10 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(config.server.database, Path::new("/srv/hookd/hookd.db"));
+        assert_eq!(
+            config.server.database.sqlite_path(),
+            Some(Path::new("/srv/hookd/hookd.db"))
+        );
         assert_eq!(
             config.server.cache_dir,
             Path::new("/srv/hookd/.hookd-cache")
@@ -1485,11 +1512,56 @@ mod tests {
         .unwrap();
         let client = ClientAdmin::load(&path).unwrap();
         assert_eq!(client.token.as_deref(), Some("from-file"));
-        assert_eq!(client.token_file, dir.path().join("data/h.db.admin-token"));
+        assert_eq!(
+            client.token_file,
+            Some(dir.path().join("data/h.db.admin-token"))
+        );
         std::fs::write(&path, "").unwrap();
         let client = ClientAdmin::load(&path).unwrap();
         assert_eq!(client.token, None);
-        assert_eq!(client.token_file, dir.path().join("hookd.db.admin-token"));
+        assert_eq!(
+            client.token_file,
+            Some(dir.path().join("hookd.db.admin-token"))
+        );
+    }
+
+    #[test]
+    fn a_postgres_database_needs_a_configured_admin_token() {
+        let url = "postgres://hookd:pw-in-url@db.internal/hookd";
+        let err = parse(&format!("[server]\ndatabase = \"{url}\"")).unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains("server.admin_token"), "{err}");
+        assert!(!err.contains("pw-in-url"), "{err}");
+        let config = parse(&format!(
+            "[server]\ndatabase = \"{url}\"\nadmin_token = \"t\""
+        ))
+        .unwrap();
+        assert!(matches!(config.server.database, Database::Postgres(_)));
+        // No database file: the compiled-code cache sits beside the config file.
+        assert_eq!(
+            config.server.cache_dir,
+            Path::new("/srv/hookd/.hookd-cache")
+        );
+    }
+
+    #[test]
+    fn hookd_database_url_replaces_the_database_key() {
+        let env = |name: &str| {
+            (name == DATABASE_URL_ENV).then(|| "postgres://hookd:pw@10.0.0.5/hookd".to_string())
+        };
+        let text = "[server]\ndatabase = \"local.db\"\nadmin_token = \"t\"";
+        let config = Config::parse(text, Path::new("/srv/hookd"), &env).unwrap();
+        assert_eq!(
+            config.server.database.to_string(),
+            "postgres://hookd:***@10.0.0.5/hookd"
+        );
+        let err = Config::parse(
+            "[server]\ndatabase = \"mysql://u@h/db\"",
+            Path::new("/"),
+            &|_| None,
+        )
+        .unwrap_err();
+        assert!(format!("{err:#}").contains("server.database"), "{err:#}");
     }
 
     #[test]

@@ -70,6 +70,12 @@ impl From<crate::inbox::InboxError> for ApiError {
                     retry_after_secs: BUSY_RETRY_AFTER_SECS,
                 }
             }
+            InboxError::Unavailable(cause) => {
+                tracing::warn!(error = %cause, "database unavailable; asking the client to retry");
+                Self::Overloaded {
+                    retry_after_secs: BUSY_RETRY_AFTER_SECS,
+                }
+            }
             other => Self::Internal(other.into()),
         }
     }
@@ -168,6 +174,20 @@ mod tests {
         assert_eq!(
             (status, retry_after.as_deref()),
             (StatusCode::SERVICE_UNAVAILABLE, Some("1"))
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_database_is_a_503_with_retry_after() {
+        let cause = std::sync::Arc::new(std::io::Error::other("connection refused"));
+        let (status, retry_after, body) = answer(InboxError::Unavailable(cause)).await;
+        assert_eq!(
+            (status, retry_after.as_deref(), body),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("1"),
+                json!({"error": "overloaded"})
+            )
         );
     }
 

@@ -404,7 +404,16 @@ fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
         let from = format!("token from server.admin_token in {}", config.display());
         return Ok((Some(token), from));
     }
-    let file = settings.token_file;
+    let Some(file) = settings.token_file else {
+        return Ok((
+            None,
+            format!(
+                "no token given: set --token or HOOKD_ADMIN_TOKEN; {} sets no \
+                 server.admin_token (with a PostgreSQL database there is no token file)",
+                config.display()
+            ),
+        ));
+    };
     match crate::admin::token::read(&file)? {
         Some(token) => Ok((Some(token), format!("token from {}", file.display()))),
         None => Ok((

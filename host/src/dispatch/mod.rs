@@ -130,8 +130,15 @@ impl Dispatcher {
     }
 
     /// Takes back every lease a previous process left (at start-up, before any worker runs).
+    /// On a database other nodes share, their leases are live: only the expired ones are taken
+    /// back (as the reclaim pass does every second).
     pub async fn reclaim_all_at_startup(self: &Arc<Self>) -> anyhow::Result<usize> {
-        self.reclaim(true).await
+        self.reclaim(self.inbox.single_node()).await
+    }
+
+    /// Attempts running in this process now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.total()
     }
 
     /// Takes back the leases that expired by now.

@@ -41,7 +41,7 @@ impl InFlight {
         self.running.lock().expect("poisoned").clone()
     }
 
-    fn total(&self) -> usize {
+    pub(super) fn total(&self) -> usize {
         self.running.lock().expect("poisoned").values().sum()
     }
 

@@ -39,7 +39,7 @@ impl Fixture {
         let config = Arc::new(Config::parse(&text, dir.path(), &|_| None).unwrap());
         let clock = Clock::tokio();
         let inbox = Inbox::open_with(
-            &config.server.database,
+            config.server.database.sqlite_path().unwrap(),
             OpenOptions::new(&config.server, clock.clone()),
         )
         .unwrap();

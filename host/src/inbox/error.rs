@@ -22,6 +22,10 @@ pub enum InboxError {
     /// The database stayed locked past the busy timeout: a transient overload.
     #[error("the database is busy: {0}")]
     Busy(#[source] StorageError),
+    /// The database server cannot be reached now (restarting, failing over, the network): the
+    /// operation may work once it is back; nothing of it was committed.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(#[source] StorageError),
     /// Another hookd process holds the database.
     #[error(
         "the database {} is in use by another hookd process (lock {}); one hookd per database",
@@ -70,6 +74,11 @@ pub enum InboxError {
     /// The writer has stopped (the inbox was closed).
     #[error("the inbox writer has stopped")]
     WriterGone,
+    /// A plugin version was published without its bytes, and the database has none stored.
+    #[error(
+        "plugin {stem}: version {sha256} is not stored in the database, and no bytes came with it"
+    )]
+    UnknownPluginVersion { stem: String, sha256: String },
     /// Taking back every lease at start-up was asked of a database other processes may use.
     #[error(
         "taking back every lease at start-up needs a database only this process uses, \

@@ -183,18 +183,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Tells every process on this database that work may be due (after a commit that made
     /// some): a shared backend through the database, so other nodes hear it; a backend no other
     /// process uses, in process.
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the façade's wake-up is to use it")
-    )]
     async fn notify_work(&self) -> Result<(), InboxError>;
 
     /// Resolves at the next [`Store::notify_work`] of any process on this database (or at once,
     /// for one made while nobody waited).
-    #[cfg_attr(
-        not(test),
-        expect(dead_code, reason = "the dispatcher's wait is to use it")
-    )]
     async fn work_notified(&self);
 
     /// Commits performed so far (`hookd_inbox_commits_total`).

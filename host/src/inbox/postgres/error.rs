@@ -94,17 +94,42 @@ impl Target {
     }
 }
 
-/// Lets the room's SQL use `?`: lock and serialization failures are [`InboxError::Busy`] (the
-/// operation may be tried again), the rest [`InboxError::Storage`].
+/// Whether `e` says the server is gone or going (a cut connection, one that cannot be made, a
+/// server shutting down or recovering): the operation may work once it is back.
+fn server_away(e: &tokio_postgres::Error) -> bool {
+    if let Some(code) = e.code() {
+        return [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+        ]
+        .contains(code);
+    }
+    // The client's own errors: only the transport ones (not a row that fails to convert).
+    let io = std::iter::successors(std::error::Error::source(e), |cause| cause.source())
+        .any(|cause| cause.is::<std::io::Error>());
+    let text = e.to_string();
+    e.is_closed()
+        || io
+        || text.starts_with("error connecting")
+        || text.starts_with("error communicating")
+        || text.starts_with("timeout")
+}
+
+/// Lets the room's SQL use `?`: a server that is away is [`InboxError::Unavailable`], lock and
+/// serialization failures are [`InboxError::Busy`] (the operation may be tried again), the rest
+/// [`InboxError::Storage`].
 impl From<tokio_postgres::Error> for InboxError {
     fn from(e: tokio_postgres::Error) -> Self {
+        if server_away(&e) {
+            return InboxError::Unavailable(Arc::new(e));
+        }
         let busy = e.code().is_some_and(|code| {
             [
                 SqlState::T_R_SERIALIZATION_FAILURE,
                 SqlState::T_R_DEADLOCK_DETECTED,
                 SqlState::LOCK_NOT_AVAILABLE,
                 SqlState::TOO_MANY_CONNECTIONS,
-                SqlState::CANNOT_CONNECT_NOW,
             ]
             .contains(code)
         });

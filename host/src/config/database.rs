@@ -1,0 +1,216 @@
+//! `server.database`: where the inbox lives. A file path is an SQLite database (the default,
+//! `hookd.db`, one hookd process at a time); a `postgres://` (or `postgresql://`) URL is a
+//! PostgreSQL database that several hookd nodes share.
+//!
+//! Invariant: a PostgreSQL URL is a secret (it may carry the password, in its user info or a
+//! `password=` parameter): only [`DatabaseUrl::redacted`] is ever shown, by `Display` and
+//! `Debug` alike.
+
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+};
+
+/// The environment variable that, when set, replaces `server.database` (so a password need not
+/// sit in the file).
+pub const DATABASE_URL_ENV: &str = "HOOKD_DATABASE_URL";
+
+/// Where the inbox lives.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// An SQLite file, absolute.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database shared by every node.
+    Postgres(DatabaseUrl),
+}
+
+/// Why a `server.database` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DatabaseError {
+    #[error("must not be empty")]
+    Empty,
+    #[error(
+        "`{scheme}://` is not a database hookd speaks: use a file path (SQLite) or a \
+         postgres:// URL (PostgreSQL)"
+    )]
+    UnsupportedScheme { scheme: String },
+    #[error("{url} names no host")]
+    NoHost { url: String },
+}
+
+impl Database {
+    /// `value` as written, a relative path made absolute against `base_dir`.
+    pub fn parse(value: &str, base_dir: &Path) -> Result<Self, DatabaseError> {
+        let value = value.trim();
+        if value.is_empty() {
+            return Err(DatabaseError::Empty);
+        }
+        let Some((scheme, rest)) = value.split_once("://") else {
+            return Ok(Self::Sqlite(base_dir.join(value)));
+        };
+        if !matches!(scheme, "postgres" | "postgresql") {
+            return Err(DatabaseError::UnsupportedScheme {
+                scheme: scheme.to_owned(),
+            });
+        }
+        let url = DatabaseUrl(value.to_owned());
+        let (_, authority) = split_user_info(authority(rest));
+        // A host may also come as `?host=/run/postgresql` (a socket directory).
+        if authority.is_empty() && !rest.contains("host=") {
+            return Err(DatabaseError::NoHost {
+                url: url.redacted(),
+            });
+        }
+        Ok(Self::Postgres(url))
+    }
+
+    /// The SQLite file, if the inbox is one.
+    pub fn sqlite_path(&self) -> Option<&Path> {
+        match self {
+            Self::Sqlite(path) => Some(path),
+            Self::Postgres(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Sqlite(path) => write!(f, "{}", path.display()),
+            Self::Postgres(url) => f.write_str(&url.redacted()),
+        }
+    }
+}
+
+/// A PostgreSQL connection URL; its password never leaves by `Display` or `Debug` (the field
+/// is private and the type has no `Display`).
+#[derive(Clone)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// The URL with its password, for connecting only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The URL with the password in the user info and any `password=` parameter replaced by
+    /// `***`.
+    pub fn redacted(&self) -> String {
+        let url = self.expose();
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return "***".into();
+        };
+        let authority = authority(rest);
+        let tail = &rest[authority.len()..];
+        let (user_info, host) = split_user_info(authority);
+        let user_info = match user_info {
+            Some(info) => match info.split_once(':') {
+                Some((user, _password)) => format!("{user}:***@"),
+                None => format!("{info}@"),
+            },
+            None => String::new(),
+        };
+        let tail = match tail.split_once('?') {
+            Some((path, query)) => {
+                let query: Vec<String> = query
+                    .split('&')
+                    .map(|pair| match pair.split_once('=') {
+                        Some((name, _)) if name.eq_ignore_ascii_case("password") => {
+                            format!("{name}=***")
+                        }
+                        _ => pair.to_owned(),
+                    })
+                    .collect();
+                format!("{path}?{}", query.join("&"))
+            }
+            None => tail.to_owned(),
+        };
+        format!("{scheme}://{user_info}{host}{tail}")
+    }
+}
+
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// The authority of a URL after its `scheme://`: up to the first `/` or `?`.
+fn authority(rest: &str) -> &str {
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// `user[:password]` and `host[:port]` of an authority (the last `@` separates them, since a
+/// password may contain `@`).
+fn split_user_info(authority: &str) -> (Option<&str>, &str) {
+    match authority.rsplit_once('@') {
+        Some((info, host)) => (Some(info), host),
+        None => (None, authority),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(value: &str) -> Result<Database, DatabaseError> {
+        Database::parse(value, Path::new("/srv/hookd"))
+    }
+
+    #[test]
+    fn a_path_is_an_sqlite_file_relative_to_the_config() {
+        let db = parse("data/hookd.db").unwrap();
+        assert_eq!(
+            db.sqlite_path(),
+            Some(Path::new("/srv/hookd/data/hookd.db"))
+        );
+        assert_eq!(
+            parse("/var/lib/h.db").unwrap().sqlite_path(),
+            Some(Path::new("/var/lib/h.db"))
+        );
+    }
+
+    #[test]
+    fn a_postgres_url_is_shared_and_never_shows_its_password() {
+        for url in [
+            "postgres://hookd:s3cr%40t@db.internal:5432/hookd",
+            "postgresql://hookd:p@ss@db.internal/hookd?sslmode=disable",
+            "postgres://hookd@db.internal/hookd?password=s3cr%40t&application_name=x",
+        ] {
+            let db = parse(url).unwrap();
+            assert!(db.sqlite_path().is_none());
+            for shown in [db.to_string(), format!("{db:?}")] {
+                assert!(
+                    !shown.contains("s3cr") && !shown.contains("p@ss"),
+                    "{shown}"
+                );
+                assert!(shown.contains("db.internal"), "{shown}");
+            }
+        }
+        let Database::Postgres(url) = parse("postgres://hookd:pw@db:5432/h?password=pw2").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            url.redacted(),
+            "postgres://hookd:***@db:5432/h?password=***"
+        );
+        assert_eq!(url.expose(), "postgres://hookd:pw@db:5432/h?password=pw2");
+    }
+
+    #[test]
+    fn other_urls_and_empty_values_are_refused_with_a_reason() {
+        assert_eq!(
+            parse("mysql://u@h/db").unwrap_err(),
+            DatabaseError::UnsupportedScheme {
+                scheme: "mysql".into()
+            }
+        );
+        assert_eq!(parse("  ").unwrap_err(), DatabaseError::Empty);
+        let err = parse("postgres://u:hunter2@/db").unwrap_err();
+        assert!(matches!(err, DatabaseError::NoHost { .. }), "{err}");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(parse("postgres:///db?host=/run/postgresql").is_ok());
+    }
+}
