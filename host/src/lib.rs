@@ -36,6 +36,7 @@
 pub mod admin;
 pub mod cli;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod dispatch;
 pub mod error;
@@ -60,7 +61,7 @@ use tokio::{net::TcpListener, sync::watch};
 
 use crate::{
     clock::Clock,
-    config::Config,
+    config::{Config, Database},
     dispatch::Dispatcher,
     inbox::{Inbox, OpenOptions},
     registry::Registry,
@@ -73,6 +74,8 @@ pub struct Shared {
     pub inbox: Inbox,
     pub registry: Arc<Registry>,
     pub runtime: Arc<Runtime>,
+    /// This process as a node of its cluster (of one, on SQLite).
+    pub node: Arc<cluster::Node>,
 }
 
 /// The already-bound listeners `run` serves (tests bind port 0).
@@ -122,15 +125,20 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let mut config = config;
-    let inbox = Inbox::open_with(
-        &config.server.database,
-        OpenOptions::new(&config.server, options.clock.clone()),
-    )
-    .with_context(|| format!("opening the database {}", config.server.database.display()))?;
-    // The admin API always requires a token: without a configured one, the token file beside
-    // the database (generated at the first start; the admin commands read it too).
-    if config.server.admin_token.is_none() {
-        let (token, path, origin) = admin::token::load_or_create(&config.server.database)?;
+    let open = OpenOptions::new(&config.server, options.clock.clone());
+    let inbox = match &config.server.database {
+        Database::Sqlite(file) => Inbox::open_with(file, open),
+        Database::Postgres(url) => Inbox::open_postgres(url.expose(), open).await,
+    }
+    .with_context(|| format!("opening the database {}", config.server.database))?;
+    // The admin API always requires a token: without a configured one (which PostgreSQL
+    // requires), the token file beside the SQLite database (generated at the first start; the
+    // admin commands read it too).
+    if let (None, Some(file)) = (
+        &config.server.admin_token,
+        config.server.database.sqlite_path(),
+    ) {
+        let (token, path, origin) = admin::token::load_or_create(file)?;
         let how = match origin {
             admin::token::Found::Generated => "generated a new admin token",
             admin::token::Found::Existing => "using the admin token",
@@ -180,18 +188,24 @@ pub async fn run_with(
     // missing or broken file is reported and its deliveries wait; the host still starts.
     let mut reloader = reload::Reloader::new(registry.clone(), config.wasm_stems());
     reloader.load_all().await;
+    let node = Arc::new(cluster::Node::new(
+        listeners.ingest.local_addr()?,
+        listeners.admin.local_addr()?,
+        &options.clock,
+    ));
     let shared = Arc::new(Shared {
         config: config.clone(),
         inbox: inbox.clone(),
         registry,
         runtime,
+        node: node.clone(),
     });
     let dispatcher = Dispatcher::new(
         config.clone(),
         inbox.clone(),
         shared.registry.clone(),
         shared.runtime.clone(),
-        options.clock,
+        options.clock.clone(),
     );
     dispatcher
         .reclaim_all_at_startup()
@@ -227,10 +241,25 @@ pub async fn run_with(
         stopped(stop_rx.clone()),
     ));
     let watcher = tokio::spawn(reloader.run(stopped(stop_rx.clone())));
+    // On a shared database: the heartbeat, and this node's plugin files kept the cluster's.
+    let sync = inbox.cluster().map(|store| {
+        let in_flight = {
+            let dispatcher = dispatcher.clone();
+            move || dispatcher.in_flight() as u64
+        };
+        tokio::spawn(cluster::run(
+            node.clone(),
+            store,
+            shared.registry.clone(),
+            in_flight,
+            options.clock.clone(),
+            stopped(stop_rx.clone()),
+        ))
+    });
     let workers = tokio::spawn(dispatcher.run(pool.handle(), stopped(stop_rx.clone())));
     tracing::info!(
         listen = %ingest_addr, admin = %admin_addr,
-        database = %server.database.display(), "hookd is running"
+        database = %server.database, node = %node.id, "hookd is running"
     );
 
     shutdown.await;
@@ -240,6 +269,9 @@ pub async fn run_with(
     let _ = admin.await;
     let _ = watcher.await;
     let _ = workers.await;
+    if let Some(sync) = sync {
+        let _ = sync.await;
+    }
     inbox.close();
     drop(pool);
     Ok(())

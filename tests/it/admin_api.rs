@@ -199,7 +199,14 @@ async fn the_replay_answer_has_its_shape() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_list_has_its_shape() {
     let host = start_with_a_previous_version().await;
-    let list = get(&host, "/admin/plugins").await;
+    let mut list = get(&host, "/admin/plugins").await;
+    // `nodes` is keyed by node id (random per start): this node's live sha256 of each plugin.
+    let node = get(&host, "/admin/nodes").await[0]["id"].clone();
+    for plugin in list.as_array_mut().unwrap() {
+        let nodes = plugin.as_object_mut().unwrap().remove("nodes").unwrap();
+        let id = node.as_str().unwrap();
+        assert_eq!(nodes, json!({id: plugin["sha256"]}), "{plugin:#}");
+    }
     let plugin = |previous: Value| {
         json!({
             "error": "null",
@@ -217,6 +224,32 @@ async fn the_plugin_list_has_its_shape() {
         json!([plugin(json!([])), plugin(json!(["string"]))]),
         "{list:#}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_list_has_its_shape() {
+    let host = start().await;
+    let list = get(&host, "/admin/nodes").await;
+    assert_eq!(
+        shape(&list),
+        json!([{
+            "admin_listen": "string",
+            "alive": "bool",
+            "id": "string",
+            "in_flight": "integer",
+            "last_heartbeat": "integer",
+            "listen": "string",
+            "plugins": {"counter": "string", "flaky": "string"},
+            "started_at": "integer",
+            "this_node": "bool",
+        }]),
+        "{list:#}"
+    );
+    assert_eq!(
+        (list[0]["alive"].clone(), list[0]["this_node"].clone()),
+        (json!(true), json!(true))
+    );
+    assert_eq!(list[0]["admin_listen"], host.admin.to_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

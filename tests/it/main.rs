@@ -1,10 +1,12 @@
 //! hookd's integration tests: one binary, black-box against a running host (real HTTP on
-//! loopback, a real SQLite file, real Wasm components built by `tests/build.rs`).
+//! loopback, a real SQLite file or PostgreSQL database, real Wasm components built by
+//! `tests/build.rs`).
 
 mod support;
 
 mod admin;
 mod admin_api;
+mod cluster;
 mod crash;
 mod dispatch;
 mod end_to_end;
@@ -21,5 +23,6 @@ mod logs;
 mod ordering;
 mod outbound;
 mod plugins;
+mod postgres;
 mod tls;
 mod wit_versions;

@@ -537,6 +537,8 @@ pub async fn hookd_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
             .args(&args)
             .current_dir(cwd)
             .env_remove("HOOKD_ADMIN_TOKEN")
+            // The database is the config's, never one from the environment.
+            .env_remove("HOOKD_DATABASE_URL")
             .env_remove("HOOKD_ADMIN_URL")
             .env_remove("HOOKD_CONFIG")
             .output()
@@ -602,6 +604,8 @@ impl ProcessHost {
             .arg(dir.join("hookd.toml"))
             // The token is the config's (or generated): never one from the environment.
             .env_remove("HOOKD_ADMIN_TOKEN")
+            // The database is the config's, never one from the environment.
+            .env_remove("HOOKD_DATABASE_URL")
             .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

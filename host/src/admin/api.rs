@@ -233,6 +233,11 @@ pub struct PluginInfo {
     /// The `hookd:plugin` WIT version the live version was built against (`0.1.0`, `0.2.0`).
     #[serde(default)]
     pub wit_version: Option<String>,
+    /// Node id → sha256 of the version live on that node (`null`: not loaded there), for every
+    /// node alive in the cluster; on SQLite only this node. Differing values are a cluster
+    /// caught mid-change (or a node that cannot load the version the others run).
+    #[serde(default)]
+    pub nodes: BTreeMap<String, Option<String>>,
 }
 
 impl PluginInfo {
@@ -249,6 +254,7 @@ impl PluginInfo {
                 sha256: None,
                 wasm,
                 wit_version: None,
+                nodes: BTreeMap::new(),
             };
         };
         Self {
@@ -260,6 +266,45 @@ impl PluginInfo {
             sha256: file.sha256,
             wasm: file.wasm,
             wit_version: file.wit_version.map(|v| v.as_str().to_owned()),
+            nodes: BTreeMap::new(),
+        }
+    }
+}
+
+/// `GET /admin/nodes`: one node of the cluster (on SQLite, this process alone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Random per start: a restarted node is a new one.
+    pub id: String,
+    /// Its ingest and admin listeners.
+    pub listen: String,
+    pub admin_listen: String,
+    /// Ms since the Unix epoch.
+    pub started_at: i64,
+    pub last_heartbeat: i64,
+    /// Whether it beat within the last 5 s.
+    pub alive: bool,
+    /// Attempts running on it.
+    pub in_flight: u64,
+    /// Plugin file stem → sha256 of the version live on it.
+    pub plugins: BTreeMap<String, String>,
+    /// Whether this is the node that answered.
+    pub this_node: bool,
+}
+
+impl NodeInfo {
+    /// `beat` as of `now_ms`, seen from node `this`.
+    pub fn new(beat: inbox::cluster::NodeBeat, now_ms: i64, this: &str) -> Self {
+        Self {
+            this_node: beat.id == this,
+            alive: now_ms - beat.at_ms <= crate::cluster::ALIVE_WITHIN_MS,
+            id: beat.id,
+            listen: beat.listen,
+            admin_listen: beat.admin_listen,
+            started_at: beat.started_at_ms,
+            last_heartbeat: beat.at_ms,
+            in_flight: beat.in_flight,
+            plugins: beat.live,
         }
     }
 }

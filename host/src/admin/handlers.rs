@@ -7,7 +7,7 @@
 //! - A malformed query or body is answered by axum's own 4xx; everything else the contract's
 //!   JSON (an [`api`] type, or an [`ApiError`]).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::SystemTime};
 
 use axum::{
     Json,
@@ -23,9 +23,9 @@ use super::api;
 use crate::{
     Shared,
     error::ApiError,
-    inbox::{EventFilter, InboxError, ReplayFilter},
+    inbox::{EventFilter, InboxError, ReplayFilter, cluster::NodeBeat},
     ingest::replay::{self, ReplayError},
-    model::DeliveryState,
+    model::{DeliveryState, unix_ms},
     registry::RollbackError,
 };
 
@@ -167,8 +167,15 @@ pub(super) async fn replay(
     Ok(Json(report.into()))
 }
 
-pub(super) async fn plugins(State(shared): State<Arc<Shared>>) -> Json<Vec<api::PluginInfo>> {
+pub(super) async fn plugins(
+    State(shared): State<Arc<Shared>>,
+) -> Result<Json<Vec<api::PluginInfo>>, ApiError> {
     let files = shared.registry.statuses();
+    let alive: Vec<api::NodeInfo> = nodes_now(&shared)
+        .await?
+        .into_iter()
+        .filter(|node| node.alive)
+        .collect();
     let list = shared
         .config
         .plugins
@@ -177,10 +184,59 @@ pub(super) async fn plugins(State(shared): State<Arc<Shared>>) -> Json<Vec<api::
             let wasm = shared.registry.path_of(&plugin.wasm).display().to_string();
             // Two instances may share a file: each gets its own copy of the file's status.
             let file = files.get(&plugin.wasm).cloned();
-            api::PluginInfo::new(plugin.name.to_string(), wasm, file)
+            let mut info = api::PluginInfo::new(plugin.name.to_string(), wasm, file);
+            info.nodes = alive
+                .iter()
+                .map(|node| (node.id.clone(), node.plugins.get(&plugin.wasm).cloned()))
+                .collect();
+            info
         })
         .collect();
-    Json(list)
+    Ok(Json(list))
+}
+
+pub(super) async fn nodes(
+    State(shared): State<Arc<Shared>>,
+) -> Result<Json<Vec<api::NodeInfo>>, ApiError> {
+    Ok(Json(nodes_now(&shared).await?))
+}
+
+/// The cluster's nodes as of now: their heartbeats on a shared database; on SQLite this node
+/// alone, as it is now.
+async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
+    let now = unix_ms(SystemTime::now());
+    let this = &shared.node;
+    let beats = match shared.inbox.cluster() {
+        Some(cluster) => cluster.nodes().await?,
+        None => {
+            let running = shared
+                .inbox
+                .state_counts()
+                .await?
+                .into_iter()
+                .find_map(|(state, n)| (state == DeliveryState::Running.as_str()).then_some(n))
+                .unwrap_or(0);
+            let live = shared
+                .registry
+                .statuses()
+                .into_iter()
+                .filter_map(|(stem, status)| Some((stem, status.sha256?)))
+                .collect();
+            vec![NodeBeat {
+                id: this.id.clone(),
+                listen: this.listen.to_string(),
+                admin_listen: this.admin_listen.to_string(),
+                started_at_ms: this.started_at_ms,
+                at_ms: now,
+                in_flight: running.max(0) as u64,
+                live,
+            }]
+        }
+    };
+    Ok(beats
+        .into_iter()
+        .map(|beat| api::NodeInfo::new(beat, now, &this.id))
+        .collect())
 }
 
 pub(super) async fn rollback(

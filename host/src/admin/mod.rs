@@ -29,7 +29,7 @@ use axum::{
 pub use handlers::{MAX_REPLAY, Rejection, events_filter, replay_filter};
 
 use crate::{Shared, error::ApiError};
-use handlers::{event_detail, healthz, list_events, plugins, replay, rollback};
+use handlers::{event_detail, healthz, list_events, nodes, plugins, replay, rollback};
 use metrics::metrics;
 
 /// The admin routes of the listener bound to `local`.
@@ -44,6 +44,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/admin/replay", post(replay))
         .route("/admin/plugins", get(plugins))
         .route("/admin/plugins/{name}/rollback", post(rollback))
+        .route("/admin/nodes", get(nodes))
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             require_token,

@@ -12,9 +12,11 @@
 //!
 //! What stays in the façade, not the backend: the backlog and held-quarantine counters (read on
 //! every request by ingest's bounds, so kept in memory, recounted from the store at open), the
-//! dispatcher's wake-up (`Notify`), and the clock. They are exact because one process has the
-//! database (the SQLite store's lock); a store shared by several nodes would have to sample the
-//! counters and wake through the database, behind the trait.
+//! dispatcher's wake-up (`Notify`), and the clock. With SQLite they are exact, because one
+//! process has the database (the store's lock). A store several nodes share (PostgreSQL) has the
+//! counters read again from the database every second, and carries wake-ups between the nodes
+//! (`Store::notify_work` / `work_notified`, a hint: the dispatcher polls too); its
+//! [`cluster::ClusterStore`] is what the nodes coordinate through (heartbeats, plugin releases).
 //!
 //! Invariants:
 //! - Only `sqlite/` and `postgres/` speak SQL, and each alone names its engine's crates; no
@@ -27,6 +29,7 @@
 //!   is given every time, never reads one.
 
 mod accept;
+pub mod cluster;
 #[cfg(test)]
 mod contract;
 mod error;
@@ -43,12 +46,13 @@ mod views;
 use std::{
     path::Path,
     sync::{
-        Arc,
+        Arc, Mutex, Weak,
         atomic::{AtomicI64, Ordering},
     },
+    time::Duration,
 };
 
-use tokio::sync::Notify;
+use tokio::{sync::Notify, task::JoinHandle};
 
 pub use self::{
     accept::Accepted,
@@ -61,6 +65,7 @@ pub use self::{
     views::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary},
 };
 use self::{
+    cluster::ClusterStore,
     postgres::PostgresStore,
     sqlite::SqliteStore,
     store::{Counts, Store},
@@ -116,7 +121,22 @@ struct Inner {
     work: Notify,
     /// Where the times the inbox stamps itself come from.
     clock: Clock,
+    /// A store other nodes share, and what keeps this node in step with them: the counters
+    /// resampled from the database, wake-ups sent to and heard from the other nodes.
+    shared: Option<SharedStore>,
 }
+
+/// The façade's side of a store several nodes share.
+struct SharedStore {
+    cluster: Arc<dyn ClusterStore>,
+    /// Set by a local wake-up; a task turns it into one notification for the other nodes.
+    outgoing: Arc<Notify>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// How often a shared store's counters are read again from the database (the other nodes'
+/// accepts and finishes change them too).
+const RESAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 impl Inbox {
     /// Opens (creating and migrating if needed) the SQLite database at `path`, with group
@@ -130,16 +150,68 @@ impl Inbox {
         let OpenOptions { writer, clock } = options.into();
         let store = SqliteStore::open(path, writer)?;
         let counts = store.counts_blocking();
-        Self::on_store(Arc::new(store), counts, clock)
+        Self::on_store(Arc::new(store), counts, clock, None)
     }
 
     /// Connects to the PostgreSQL database at `url` (migrating it if needed), which other
     /// nodes may share. `options.clock` stamps the inbox's times; the writer settings are
     /// SQLite's and not used.
     pub async fn open_postgres(url: &str, options: OpenOptions) -> Result<Self, InboxError> {
-        let store = PostgresStore::connect(url, postgres::DEFAULT_POOL_SIZE).await?;
+        let store = Arc::new(PostgresStore::connect(url, postgres::DEFAULT_POOL_SIZE).await?);
         let counts = store.counts().await;
-        Self::on_store(Arc::new(store), counts, options.clock)
+        let shared = SharedStore {
+            cluster: store.clone(),
+            outgoing: Arc::new(Notify::new()),
+            tasks: Mutex::new(Vec::new()),
+        };
+        let inbox = Self::on_store(store, counts, options.clock, Some(shared))?;
+        inbox.start_shared_tasks();
+        Ok(inbox)
+    }
+
+    /// For a shared store: resample the counters, and carry wake-ups between the nodes (a
+    /// notification is a hint; the dispatcher also polls).
+    fn start_shared_tasks(&self) {
+        let Some(shared) = &self.inner.shared else {
+            return;
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let resample = tokio::spawn(resample(weak.clone()));
+        let store = self.inner.store.clone();
+        let outgoing = shared.outgoing.clone();
+        let send = tokio::spawn(async move {
+            loop {
+                outgoing.notified().await;
+                if let Err(e) = store.notify_work().await {
+                    tracing::debug!(error = %e, "could not tell the other nodes about new work");
+                }
+            }
+        });
+        let store = self.inner.store.clone();
+        let hear = tokio::spawn(async move {
+            loop {
+                store.work_notified().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.work.notify_waiters();
+                inner.work.notify_one();
+            }
+        });
+        shared
+            .tasks
+            .lock()
+            .expect("poisoned")
+            .extend([resample, send, hear]);
+    }
+
+    /// Whether this process is the only one on the database (SQLite): then every lease in it is
+    /// this process's or a dead one's.
+    pub fn single_node(&self) -> bool {
+        self.store().capabilities().single_node
+    }
+
+    /// The coordination store of a database several nodes share (`None` for SQLite).
+    pub fn cluster(&self) -> Option<Arc<dyn ClusterStore>> {
+        self.inner.shared.as_ref().map(|s| s.cluster.clone())
     }
 
     /// The façade over `store`, its counters taken from `counts` (what is stored; the store is
@@ -148,6 +220,7 @@ impl Inbox {
         store: Arc<dyn Store>,
         counts: Result<Counts, InboxError>,
         clock: Clock,
+        shared: Option<SharedStore>,
     ) -> Result<Self, InboxError> {
         let counts = match counts {
             Ok(counts) => counts,
@@ -163,6 +236,7 @@ impl Inbox {
                 quarantined: AtomicI64::new(counts.quarantined),
                 work: Notify::new(),
                 clock,
+                shared,
             }),
         })
     }
@@ -174,6 +248,11 @@ impl Inbox {
 
     /// Stops the writes after the queued ones are committed, and releases the database.
     pub fn close(&self) {
+        if let Some(shared) = &self.inner.shared {
+            for task in shared.tasks.lock().expect("poisoned").drain(..) {
+                task.abort();
+            }
+        }
         self.store().close();
     }
 
@@ -229,5 +308,26 @@ impl Inbox {
     fn wake_workers(&self) {
         self.inner.work.notify_waiters();
         self.inner.work.notify_one();
+        if let Some(shared) = &self.inner.shared {
+            shared.outgoing.notify_one();
+        }
+    }
+}
+
+/// Reads a shared store's counters again every [`RESAMPLE_EVERY`] until the inbox is gone: the
+/// backlog and quarantine bounds then count every node's work, give or take a second.
+async fn resample(inner: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(RESAMPLE_EVERY).await;
+        let Some(inner) = inner.upgrade() else { return };
+        match inner.store.counts().await {
+            Ok(counts) => {
+                inner.backlog.store(counts.backlog, Ordering::Relaxed);
+                inner
+                    .quarantined
+                    .store(counts.quarantined, Ordering::Relaxed);
+            }
+            Err(e) => tracing::debug!(error = %e, "could not recount the backlog"),
+        }
     }
 }

@@ -27,6 +27,7 @@
 //!   runtime's handler pool is.
 
 mod accept;
+mod cluster;
 mod error;
 mod lease;
 mod quarantine;

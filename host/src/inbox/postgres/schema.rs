@@ -110,6 +110,31 @@ pub(super) const MIGRATIONS: &[&str] = &[
         clock  BIGINT NOT NULL
     );
     ",
+    // 2: what the nodes tell each other: a heartbeat row per node (`live`: a JSON object of
+    // plugin file stem -> sha256 live on it), plugin files by sha256, and the cluster's release
+    // of each file (`version` from one sequence, so every change is newer than the last).
+    "
+    CREATE TABLE nodes (
+        id           TEXT   PRIMARY KEY,
+        listen       TEXT   NOT NULL,
+        admin_listen TEXT   NOT NULL,
+        started_at   BIGINT NOT NULL,
+        heartbeat_at BIGINT NOT NULL,
+        in_flight    BIGINT NOT NULL,
+        live         TEXT   NOT NULL
+    );
+    CREATE TABLE plugin_files (
+        sha256 TEXT  PRIMARY KEY,
+        bytes  BYTEA NOT NULL
+    );
+    CREATE SEQUENCE plugin_release_versions;
+    CREATE TABLE plugin_releases (
+        stem    TEXT   PRIMARY KEY,
+        sha256  TEXT   NOT NULL REFERENCES plugin_files (sha256),
+        version BIGINT NOT NULL,
+        node    TEXT   NOT NULL
+    );
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

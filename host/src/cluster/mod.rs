@@ -1,0 +1,333 @@
+//! This process as a node of a cluster: its identity, its heartbeat, and keeping its plugin
+//! files the cluster's (a file dropped on any node goes live on every node).
+//!
+//! Every second the node records a heartbeat (its addresses, attempts in flight, the sha256 of
+//! each live plugin) and compares its live plugins with the cluster's releases:
+//! - its live version of a file changed by itself (a file dropped into its `plugins_dir` that
+//!   passed every check, or a rollback through its admin API): it publishes that version (the
+//!   bytes go with a new file; a rollback's version is already stored);
+//! - the release names another version: it writes the release's bytes into its `plugins_dir`,
+//!   where the reloader builds and swaps it exactly like a dropped file.
+//!
+//! Invariants:
+//! - Only a version that loaded here (compiled, type-checked, live) is ever published: a broken
+//!   file changes nothing anywhere.
+//! - At start-up the cluster's choice wins over the files a node finds: a node that was down
+//!   through a change (or a rollback) catches up instead of undoing it. A file with no release
+//!   yet is published.
+//! - A release is written into the plugins directory once per release version, so a version that
+//!   cannot load on this node is not retried in a loop; a newer release is.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::SocketAddr,
+    path::Path,
+    sync::Arc,
+    time::Duration,
+};
+
+use rand::RngCore;
+
+use crate::{
+    clock::Clock,
+    inbox::cluster::{ClusterStore, NodeBeat, Release},
+    registry::Registry,
+    runtime::file_sha256,
+};
+
+/// How often a node beats and looks at the releases.
+pub const TICK: Duration = Duration::from_secs(1);
+/// A node silent this long is shown as not alive.
+pub const ALIVE_WITHIN_MS: i64 = 5_000;
+/// A node silent this long is forgotten.
+const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
+
+/// This process's identity in the cluster.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Random per start: a restarted node is a new node (its old row goes silent).
+    pub id: String,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub started_at_ms: i64,
+}
+
+impl Node {
+    pub fn new(listen: SocketAddr, admin_listen: SocketAddr, clock: &Clock) -> Self {
+        let mut bytes = [0u8; 8];
+        rand::rng().fill_bytes(&mut bytes);
+        Self {
+            id: hex::encode(bytes),
+            listen,
+            admin_listen,
+            started_at_ms: clock.now_ms(),
+        }
+    }
+}
+
+/// What the node does about one plugin file this tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Make the node's live version the cluster's.
+    Publish { stem: String, sha256: String },
+    /// Write the release's version into the plugins directory.
+    Adopt(Release),
+}
+
+/// What the sync remembers between ticks.
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Each file's live sha256 at the last tick; `None` before the first tick.
+    seen: Option<BTreeMap<String, String>>,
+    /// Each file's release version last adopted (written into the directory).
+    adopted: HashMap<String, i64>,
+}
+
+/// The actions for one tick, from the cluster's releases and this node's live versions.
+pub fn plan(
+    releases: &BTreeMap<String, Release>,
+    live: &BTreeMap<String, String>,
+    memory: &mut Memory,
+) -> Vec<Action> {
+    let startup = memory.seen.is_none();
+    let seen = memory.seen.take().unwrap_or_default();
+    let mut actions = Vec::new();
+    let stems: std::collections::BTreeSet<&String> = releases.keys().chain(live.keys()).collect();
+    for stem in stems {
+        let here = live.get(stem);
+        let release = releases.get(stem);
+        if here.is_some() && here == release.map(|r| &r.sha256) {
+            continue;
+        }
+        let changed_here = here.is_some() && here != seen.get(stem);
+        match (here, release) {
+            // A version of its own: published, unless the cluster's choice wins (start-up).
+            (Some(sha), None) => actions.push(Action::Publish {
+                stem: stem.clone(),
+                sha256: sha.clone(),
+            }),
+            (Some(sha), Some(_)) if changed_here && !startup => actions.push(Action::Publish {
+                stem: stem.clone(),
+                sha256: sha.clone(),
+            }),
+            (_, Some(release)) => {
+                if memory.adopted.get(stem) != Some(&release.version) {
+                    memory.adopted.insert(stem.clone(), release.version);
+                    actions.push(Action::Adopt(release.clone()));
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    memory.seen = Some(live.clone());
+    actions
+}
+
+/// Runs the node's heartbeat and plugin sync until `shutdown`. Storage errors (the database
+/// away) are logged once per outage and retried each tick.
+pub async fn run(
+    node: Arc<Node>,
+    store: Arc<dyn ClusterStore>,
+    registry: Arc<Registry>,
+    in_flight: impl Fn() -> u64 + Send + 'static,
+    clock: Clock,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut memory = Memory::default();
+    let mut failing = false;
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let result = tick(&node, &*store, &registry, in_flight(), &clock, &mut memory).await;
+        match (result, failing) {
+            (Ok(()), true) => {
+                tracing::info!("cluster sync works again");
+                failing = false;
+            }
+            (Err(e), false) => {
+                tracing::warn!(error = %e, "cluster sync failed; retrying every second");
+                failing = true;
+            }
+            _ => {}
+        }
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = tokio::time::sleep(TICK) => {}
+        }
+    }
+}
+
+async fn tick(
+    node: &Node,
+    store: &dyn ClusterStore,
+    registry: &Registry,
+    in_flight: u64,
+    clock: &Clock,
+    memory: &mut Memory,
+) -> anyhow::Result<()> {
+    let live: BTreeMap<String, String> = registry
+        .statuses()
+        .into_iter()
+        .filter_map(|(stem, status)| Some((stem, status.sha256?)))
+        .collect();
+    let now = clock.now_ms();
+    store
+        .heartbeat(
+            NodeBeat {
+                id: node.id.clone(),
+                listen: node.listen.to_string(),
+                admin_listen: node.admin_listen.to_string(),
+                started_at_ms: node.started_at_ms,
+                at_ms: now,
+                in_flight,
+                live: live.clone(),
+            },
+            now - FORGET_AFTER_MS,
+        )
+        .await?;
+    let releases = store
+        .releases()
+        .await?
+        .into_iter()
+        .map(|r| (r.stem.clone(), r))
+        .collect();
+    for action in plan(&releases, &live, memory) {
+        match action {
+            Action::Publish { stem, sha256 } => {
+                // A new file goes with its bytes, if the file still holds that version; a
+                // rollback's version was stored when it was published.
+                let path = registry.path_of(&stem);
+                let bytes = tokio::fs::read(&path)
+                    .await
+                    .ok()
+                    .filter(|bytes| file_sha256(bytes) == sha256)
+                    .map(bytes::Bytes::from);
+                let release = store.publish(&stem, &sha256, bytes, &node.id).await?;
+                tracing::info!(
+                    plugin = stem,
+                    sha256,
+                    version = release.version,
+                    "plugin published to the cluster"
+                );
+            }
+            Action::Adopt(release) => {
+                let Some(bytes) = store.plugin_bytes(&release.sha256).await? else {
+                    tracing::error!(
+                        plugin = release.stem,
+                        sha256 = release.sha256,
+                        "the cluster's release has no stored bytes"
+                    );
+                    continue;
+                };
+                write_atomically(&registry.path_of(&release.stem), &bytes).await?;
+                tracing::info!(
+                    plugin = release.stem,
+                    sha256 = release.sha256,
+                    node = release.node,
+                    "plugin adopted from the cluster"
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Replaces `path` with `bytes` in one rename, so the reloader never reads half a file.
+async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    tokio::fs::write(&tmp, bytes).await?;
+    tokio::fs::rename(&tmp, path).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn release(stem: &str, sha: &str, version: i64) -> (String, Release) {
+        (
+            stem.to_owned(),
+            Release {
+                stem: stem.to_owned(),
+                sha256: sha.to_owned(),
+                version,
+                node: "other".to_owned(),
+            },
+        )
+    }
+
+    fn live(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(stem, sha)| ((*stem).to_owned(), (*sha).to_owned()))
+            .collect()
+    }
+
+    fn publish(stem: &str, sha: &str) -> Action {
+        Action::Publish {
+            stem: stem.into(),
+            sha256: sha.into(),
+        }
+    }
+
+    #[test]
+    fn at_start_up_the_cluster_wins_and_files_without_a_release_are_published() {
+        let releases = BTreeMap::from([release("h", "new", 3)]);
+        let mut memory = Memory::default();
+        let actions = plan(
+            &releases,
+            &live(&[("h", "old"), ("p", "mine")]),
+            &mut memory,
+        );
+        assert_eq!(
+            actions,
+            [Action::Adopt(releases["h"].clone()), publish("p", "mine")]
+        );
+    }
+
+    #[test]
+    fn a_version_that_went_live_here_is_published() {
+        let releases = BTreeMap::from([release("h", "a", 1)]);
+        let mut memory = Memory::default();
+        assert!(plan(&releases, &live(&[("h", "a")]), &mut memory).is_empty());
+        // A dropped file (or a rollback) made "b" live here.
+        let actions = plan(&releases, &live(&[("h", "b")]), &mut memory);
+        assert_eq!(actions, [publish("h", "b")]);
+    }
+
+    #[test]
+    fn a_new_release_is_adopted_once_even_if_it_does_not_load_here() {
+        let mut memory = Memory::default();
+        let before = BTreeMap::from([release("h", "a", 1)]);
+        assert!(plan(&before, &live(&[("h", "a")]), &mut memory).is_empty());
+        let after = BTreeMap::from([release("h", "b", 2)]);
+        assert_eq!(
+            plan(&after, &live(&[("h", "a")]), &mut memory),
+            [Action::Adopt(after["h"].clone())]
+        );
+        // "b" failed to load here: "a" stays live, and is neither published nor re-adopted.
+        assert!(plan(&after, &live(&[("h", "a")]), &mut memory).is_empty());
+        let newer = BTreeMap::from([release("h", "c", 3)]);
+        assert_eq!(
+            plan(&newer, &live(&[("h", "a")]), &mut memory),
+            [Action::Adopt(newer["h"].clone())]
+        );
+    }
+
+    #[test]
+    fn an_adopted_version_going_live_is_not_published_back() {
+        let mut memory = Memory::default();
+        let releases = BTreeMap::from([release("h", "b", 2)]);
+        plan(&releases, &live(&[("h", "a")]), &mut memory);
+        assert!(plan(&releases, &live(&[("h", "b")]), &mut memory).is_empty());
+    }
+
+    #[test]
+    fn a_file_missing_here_is_adopted() {
+        let releases = BTreeMap::from([release("h", "a", 1)]);
+        let actions = plan(&releases, &live(&[]), &mut Memory::default());
+        assert_eq!(actions, [Action::Adopt(releases["h"].clone())]);
+    }
+}

@@ -1,0 +1,165 @@
+//! The cluster's coordination rows in SQL: node heartbeats, plugin files by sha256, releases.
+//!
+//! Invariant: a publish stores the bytes (if new) and moves the release in one transaction, and
+//! the release row only changes when it names another sha256 (a re-publish of the live version
+//! keeps its version).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use tokio_postgres::Row;
+
+use super::PostgresStore;
+use crate::inbox::{
+    InboxError,
+    cluster::{ClusterStore, NodeBeat, Release},
+};
+
+fn release(row: &Row) -> Release {
+    Release {
+        stem: row.get(0),
+        sha256: row.get(1),
+        version: row.get(2),
+        node: row.get(3),
+    }
+}
+
+#[async_trait::async_trait]
+impl ClusterStore for PostgresStore {
+    async fn heartbeat(&self, beat: NodeBeat, forget_before_ms: i64) -> Result<(), InboxError> {
+        let live = serde_json::to_string(&beat.live).expect("a map of strings serialises");
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO nodes (id, listen, admin_listen, started_at, heartbeat_at, in_flight,
+                                    live)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (id) DO UPDATE SET listen = EXCLUDED.listen,
+                     admin_listen = EXCLUDED.admin_listen, heartbeat_at = EXCLUDED.heartbeat_at,
+                     in_flight = EXCLUDED.in_flight, live = EXCLUDED.live",
+                &[
+                    &beat.id,
+                    &beat.listen,
+                    &beat.admin_listen,
+                    &beat.started_at_ms,
+                    &beat.at_ms,
+                    &(beat.in_flight as i64),
+                    &live,
+                ],
+            )
+            .await?;
+        client
+            .execute(
+                "DELETE FROM nodes WHERE heartbeat_at < $1",
+                &[&forget_before_ms],
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeBeat>, InboxError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT id, listen, admin_listen, started_at, heartbeat_at, in_flight, live
+                 FROM nodes ORDER BY started_at, id",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| NodeBeat {
+                id: row.get(0),
+                listen: row.get(1),
+                admin_listen: row.get(2),
+                started_at_ms: row.get(3),
+                at_ms: row.get(4),
+                in_flight: row.get::<_, i64>(5).max(0) as u64,
+                // Written by `heartbeat` only; an unreadable one shows as no plugins.
+                live: serde_json::from_str::<BTreeMap<String, String>>(row.get(6))
+                    .unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn publish(
+        &self,
+        stem: &str,
+        sha256: &str,
+        bytes: Option<Bytes>,
+        node: &str,
+    ) -> Result<Release, InboxError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let stored = match &bytes {
+            Some(bytes) => {
+                tx.execute(
+                    "INSERT INTO plugin_files (sha256, bytes) VALUES ($1, $2)
+                     ON CONFLICT (sha256) DO NOTHING",
+                    &[&sha256, &&bytes[..]],
+                )
+                .await?;
+                true
+            }
+            None => tx
+                .query_opt("SELECT 1 FROM plugin_files WHERE sha256 = $1", &[&sha256])
+                .await?
+                .is_some(),
+        };
+        if !stored {
+            return Err(InboxError::UnknownPluginVersion {
+                stem: stem.to_owned(),
+                sha256: sha256.to_owned(),
+            });
+        }
+        let moved = tx
+            .query_opt(
+                "INSERT INTO plugin_releases (stem, sha256, version, node)
+                 VALUES ($1, $2, nextval('plugin_release_versions'), $3)
+                 ON CONFLICT (stem) DO UPDATE SET sha256 = EXCLUDED.sha256,
+                     version = EXCLUDED.version, node = EXCLUDED.node
+                 WHERE plugin_releases.sha256 <> EXCLUDED.sha256
+                 RETURNING stem, sha256, version, node",
+                &[&stem, &sha256, &node],
+            )
+            .await?;
+        let current = match moved {
+            Some(row) => release(&row),
+            None => release(
+                &tx.query_one(
+                    "SELECT stem, sha256, version, node FROM plugin_releases WHERE stem = $1",
+                    &[&stem],
+                )
+                .await?,
+            ),
+        };
+        tx.commit().await?;
+        self.committed();
+        Ok(current)
+    }
+
+    async fn releases(&self) -> Result<Vec<Release>, InboxError> {
+        let rows = self
+            .client()
+            .await?
+            .query(
+                "SELECT stem, sha256, version, node FROM plugin_releases ORDER BY stem",
+                &[],
+            )
+            .await?;
+        Ok(rows.iter().map(release).collect())
+    }
+
+    async fn plugin_bytes(&self, sha256: &str) -> Result<Option<Bytes>, InboxError> {
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "SELECT bytes FROM plugin_files WHERE sha256 = $1",
+                &[&sha256],
+            )
+            .await?;
+        Ok(row.map(|row| Bytes::from(row.get::<_, Vec<u8>>(0))))
+    }
+}
