@@ -12,8 +12,6 @@
 //!   the delivery's next state are one transaction.
 //! - A reclaim skips the leases another transaction holds (a finish in progress).
 
-use std::collections::HashSet;
-
 use bytes::Bytes;
 use deadpool_postgres::{Client, Transaction};
 
@@ -22,7 +20,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
-        lease::stale_reason,
+        lease::{HeadScan, stale_reason},
         request::headers_from_json,
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
@@ -82,15 +80,8 @@ async fn due_heads(
 ) -> Result<Vec<Candidate>, InboxError> {
     let waiting = state_names(&DeliveryState::WAITING);
     let open = state_names(&DeliveryState::OPEN);
-    let mut heads: Vec<Candidate> = Vec::new();
-    let mut taken = HashSet::new();
-    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
-    // which may sort before the page: a pass that marked one is followed by another from the
-    // start (finitely many: each marks at least one more), skipping the heads already taken.
-    let page = (want + 4) as i64;
-    let mut after = (i64::MIN, i64::MIN);
-    let mut marked = false;
-    loop {
+    let mut scan = HeadScan::new(want);
+    while let Some((after, page)) = scan.next_page() {
         let rows = tx
             .query(
                 &tx.prepare_cached(
@@ -118,7 +109,7 @@ async fn due_heads(
                 ],
             )
             .await?;
-        let full = rows.len() as i64 == page;
+        let read = rows.len();
         for row in rows {
             let candidate = Candidate {
                 id: row.get(0),
@@ -127,29 +118,21 @@ async fn due_heads(
                 sequence: row.get(3),
                 source: row.get(4),
             };
-            after = (candidate.due_ms, candidate.id);
-            if taken.contains(&candidate.id) {
+            if !scan.visit(candidate.due_ms, candidate.id) {
                 continue;
             }
             if is_stale(tx, handler, &candidate, now_ms).await? {
                 *stale += 1;
-                marked = true;
+                scan.marked_stale();
                 continue;
             }
-            taken.insert(candidate.id);
-            heads.push(candidate);
-            if heads.len() == want {
-                return Ok(heads);
+            if scan.take(candidate.id, candidate) {
+                break;
             }
         }
-        if full {
-            continue;
-        }
-        if !marked {
-            return Ok(heads);
-        }
-        (after, marked) = ((i64::MIN, i64::MIN), false);
+        scan.end_page(read);
     }
+    Ok(scan.into_heads())
 }
 
 /// Marks `candidate` (locked by this transaction) stale if a later delivery of its key is
