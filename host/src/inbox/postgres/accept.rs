@@ -5,7 +5,7 @@
 //! duplicate, also between nodes accepting one event at the same time (the second insert waits
 //! for the first's commit, then inserts nothing).
 
-use tokio_postgres::{Client, Transaction};
+use deadpool_postgres::{Client, Transaction};
 
 use super::quarantine;
 use crate::inbox::{Accepted, InboxError, request::headers_json, store::NewEvent};
@@ -26,11 +26,14 @@ pub(super) async fn store_event(
     let sequence = envelope.sequence.map(|s| s as i64);
     let inserted = tx
         .query_opt(
-            "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+            &tx.prepare_cached(
+                "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
                                  received_at, headers, body)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (source, event_id) DO NOTHING
              RETURNING id",
+            )
+            .await?,
             &[
                 &source.as_str(),
                 &envelope.event_id.as_str(),
@@ -48,10 +51,13 @@ pub(super) async fn store_event(
             let event: i64 = row.get(0);
             let handlers: Vec<&str> = handlers.iter().map(|h| h.as_str()).collect();
             tx.execute(
-                "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
+                &tx.prepare_cached(
+                    "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
                                          state, next_attempt_at, updated_at)
                  SELECT $1, $2, handler, $4, $5, 'pending', $6, $6
                  FROM unnest($3::text[]) WITH ORDINALITY AS h (handler, n) ORDER BY n",
+                )
+                .await?,
                 &[
                     &event,
                     &source.as_str(),
@@ -81,7 +87,9 @@ pub(super) async fn contains_event(
 ) -> Result<bool, InboxError> {
     Ok(client
         .query_opt(
-            "SELECT 1 FROM events WHERE source = $1 AND event_id = $2",
+            &client
+                .prepare_cached("SELECT 1 FROM events WHERE source = $1 AND event_id = $2")
+                .await?,
             &[&source, &event_id],
         )
         .await?

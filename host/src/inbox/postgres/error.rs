@@ -19,7 +19,6 @@ use crate::inbox::InboxError;
 
 /// Where a database is, as errors and logs may name it: `user@host:port/name`, without the
 /// password (which is kept only to mask it should a server message ever quote it).
-#[derive(Clone)]
 pub(super) struct Target {
     shown: String,
     password: Option<String>,

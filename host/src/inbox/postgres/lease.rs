@@ -12,17 +12,15 @@
 //!   the delivery's next state are one transaction.
 //! - A reclaim skips the leases another transaction holds (a finish in progress).
 
-use std::collections::HashSet;
-
 use bytes::Bytes;
-use tokio_postgres::{Client, Transaction};
+use deadpool_postgres::{Client, Transaction};
 
 use super::{error::is_unique_violation, state, state_names};
 use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
-        lease::stale_reason,
+        lease::{HeadScan, stale_reason},
         request::headers_from_json,
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
@@ -82,18 +80,12 @@ async fn due_heads(
 ) -> Result<Vec<Candidate>, InboxError> {
     let waiting = state_names(&DeliveryState::WAITING);
     let open = state_names(&DeliveryState::OPEN);
-    let mut heads: Vec<Candidate> = Vec::new();
-    let mut taken = HashSet::new();
-    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
-    // which may sort before the page: a pass that marked one is followed by another from the
-    // start (finitely many: each marks at least one more), skipping the heads already taken.
-    let page = (want + 4) as i64;
-    let mut after = (i64::MIN, i64::MIN);
-    let mut marked = false;
-    loop {
+    let mut scan = HeadScan::new(want);
+    while let Some((after, page)) = scan.next_page() {
         let rows = tx
             .query(
-                "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+                &tx.prepare_cached(
+                    "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
                  FROM deliveries d
                  WHERE d.handler = $1 AND d.state = ANY($6)
                    AND d.next_attempt_at <= $2
@@ -110,12 +102,14 @@ async fn due_heads(
                  ORDER BY d.next_attempt_at, d.id
                  LIMIT $3
                  FOR UPDATE OF d SKIP LOCKED",
+                )
+                .await?,
                 &[
                     &handler, &now_ms, &page, &after.0, &after.1, &waiting, &open,
                 ],
             )
             .await?;
-        let full = rows.len() as i64 == page;
+        let read = rows.len();
         for row in rows {
             let candidate = Candidate {
                 id: row.get(0),
@@ -124,29 +118,21 @@ async fn due_heads(
                 sequence: row.get(3),
                 source: row.get(4),
             };
-            after = (candidate.due_ms, candidate.id);
-            if taken.contains(&candidate.id) {
+            if !scan.visit(candidate.due_ms, candidate.id) {
                 continue;
             }
             if is_stale(tx, handler, &candidate, now_ms).await? {
                 *stale += 1;
-                marked = true;
+                scan.marked_stale();
                 continue;
             }
-            taken.insert(candidate.id);
-            heads.push(candidate);
-            if heads.len() == want {
-                return Ok(heads);
+            if scan.take(candidate.id, candidate) {
+                break;
             }
         }
-        if full {
-            continue;
-        }
-        if !marked {
-            return Ok(heads);
-        }
-        (after, marked) = ((i64::MIN, i64::MIN), false);
+        scan.end_page(read);
     }
+    Ok(scan.into_heads())
 }
 
 /// Marks `candidate` (locked by this transaction) stale if a later delivery of its key is
@@ -162,8 +148,11 @@ async fn is_stale(
     };
     let newest_done: Option<i64> = tx
         .query_one(
-            "SELECT MAX(sequence) FROM deliveries
+            &tx.prepare_cached(
+                "SELECT MAX(sequence) FROM deliveries
              WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'",
+            )
+            .await?,
             &[&candidate.source, &handler, key],
         )
         .await?
@@ -172,7 +161,10 @@ async fn is_stale(
         return Ok(false);
     };
     tx.execute(
-        "UPDATE deliveries SET state = 'stale', updated_at = $2, last_error = $3 WHERE id = $1",
+        &tx.prepare_cached(
+            "UPDATE deliveries SET state = 'stale', updated_at = $2, last_error = $3 WHERE id = $1",
+        )
+        .await?,
         &[&candidate.id, &now_ms, &stale_reason(sequence, done, key)],
     )
     .await?;
@@ -194,12 +186,15 @@ async fn lease(
     }
     let leased = tx
         .query_one(
-            "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
+            &tx.prepare_cached(
+                "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
                  lease_until = $2, leased_at = $3, updated_at = $3
              FROM events e
              WHERE d.id = $1 AND e.id = d.event
              RETURNING d.attempts, d.attempts - d.budget_base, e.event_id, e.event_type,
                        e.received_at, e.headers, e.body",
+            )
+            .await?,
             &[
                 &candidate.id,
                 &request.lease_until(handler),
@@ -245,9 +240,12 @@ fn token(stored: i64) -> u32 {
 /// Appends `f` to the attempt history of its delivery.
 async fn insert_attempt(tx: &Transaction<'_>, f: &Finish) -> Result<(), InboxError> {
     tx.execute(
-        "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
+        &tx.prepare_cached(
+            "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
                                error, plugin_sha256)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .await?,
         &[
             &f.delivery_id,
             &i64::from(f.attempt),
@@ -271,7 +269,10 @@ pub(super) async fn finish_attempt(
 ) -> Result<Finished, InboxError> {
     let leased: Option<i64> = tx
         .query_opt(
-            "SELECT attempts FROM deliveries WHERE id = $1 AND state = 'running' FOR UPDATE",
+            &tx.prepare_cached(
+                "SELECT attempts FROM deliveries WHERE id = $1 AND state = 'running' FOR UPDATE",
+            )
+            .await?,
             &[&f.delivery_id],
         )
         .await?
@@ -291,9 +292,12 @@ pub(super) async fn finish_attempt(
             insert_attempt(tx, &f.conflicted(&key, seen, now)).await?;
             // Not counted against max_attempts: the attempt number is given back.
             tx.execute(
-                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                &tx.prepare_cached(
+                    "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
                      next_attempt_at = $2, lease_until = NULL, updated_at = $2
                  WHERE id = $1",
+                )
+                .await?,
                 &[&f.delivery_id, &f.finished_at_ms],
             )
             .await?;
@@ -307,9 +311,12 @@ pub(super) async fn finish_attempt(
     }
     let (state, output, next_at) = f.next_state();
     tx.execute(
-        "UPDATE deliveries SET state = $2, output = COALESCE($3, output), last_error = $4,
+        &tx.prepare_cached(
+            "UPDATE deliveries SET state = $2, output = COALESCE($3, output), last_error = $4,
              next_attempt_at = $5, lease_until = NULL, updated_at = $6
          WHERE id = $1",
+        )
+        .await?,
         &[
             &f.delivery_id,
             &state.as_str(),
@@ -334,10 +341,13 @@ pub(super) async fn take_back(
 ) -> Result<Reclaimed, InboxError> {
     let rows = tx
         .query(
-            "SELECT id, handler, attempts, attempts - budget_base, leased_at
+            &tx.prepare_cached(
+                "SELECT id, handler, attempts, attempts - budget_base, leased_at
              FROM deliveries WHERE state = 'running' AND lease_until < $1
              ORDER BY id
              FOR UPDATE SKIP LOCKED",
+            )
+            .await?,
             &[&now_ms],
         )
         .await?;
@@ -375,8 +385,12 @@ pub(super) async fn next_due_after(
 ) -> Result<Option<i64>, InboxError> {
     let row = client
         .query_one(
-            "SELECT MIN(next_attempt_at) FROM deliveries
+            &client
+                .prepare_cached(
+                    "SELECT MIN(next_attempt_at) FROM deliveries
              WHERE state = ANY($2) AND next_attempt_at > $1",
+                )
+                .await?,
             &[&after_ms, &state_names(&DeliveryState::WAITING)],
         )
         .await?;

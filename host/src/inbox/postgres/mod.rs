@@ -145,6 +145,16 @@ impl PostgresStore {
     }
 }
 
+impl Drop for PostgresStore {
+    /// A store dropped without [`Store::close`] stops listening too (the task would hold its
+    /// connection, and reconnect, for ever).
+    fn drop(&mut self) {
+        if let Some(listener) = self.listener.get_mut().expect("poisoned").take() {
+            listener.abort();
+        }
+    }
+}
+
 /// Runs `$body` in a transaction `$tx` on a pooled connection of `$store`, commits, and counts
 /// the commit; a `?` in `$body` rolls the transaction back (it is dropped uncommitted).
 macro_rules! in_transaction {
@@ -171,7 +181,7 @@ impl Store for PostgresStore {
     }
 
     async fn counts(&self) -> Result<Counts, InboxError> {
-        views::counts(&*self.client().await?).await
+        views::counts(&self.client().await?).await
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
@@ -179,7 +189,7 @@ impl Store for PostgresStore {
     }
 
     async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError> {
-        accept::contains_event(&*self.client().await?, &source, &event_id).await
+        accept::contains_event(&self.client().await?, &source, &event_id).await
     }
 
     async fn quarantine(
@@ -202,15 +212,15 @@ impl Store for PostgresStore {
     }
 
     async fn held_quarantine_ids(&self, filter: ReplayFilter) -> Result<Vec<i64>, InboxError> {
-        quarantine::held_ids(&*self.client().await?, &filter).await
+        quarantine::held_ids(&self.client().await?, &filter).await
     }
 
     async fn held_quarantined(&self, id: i64) -> Result<Option<Quarantined>, InboxError> {
-        quarantine::held(&*self.client().await?, id).await
+        quarantine::held(&self.client().await?, id).await
     }
 
     async fn quarantine_held_count(&self) -> Result<i64, InboxError> {
-        quarantine::count_held(&*self.client().await?).await
+        quarantine::count_held(&self.client().await?).await
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
@@ -245,12 +255,11 @@ impl Store for PostgresStore {
         filter: ReplayFilter,
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
-        filter.finished_state()?;
         Ok(in_transaction!(self, tx => replay::replay_matching(&tx, &filter, now_ms).await?))
     }
 
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
-        lease::next_due_after(&*self.client().await?, after_ms).await
+        lease::next_due_after(&self.client().await?, after_ms).await
     }
 
     fn state_get_blocking(
@@ -258,7 +267,7 @@ impl Store for PostgresStore {
         plugin: &str,
         key: &str,
     ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
-        self.block_on(async { state::get(&*self.client().await?, plugin, key).await })
+        self.block_on(async { state::get(&self.client().await?, plugin, key).await })
     }
 
     fn state_stat_blocking(
@@ -266,15 +275,15 @@ impl Store for PostgresStore {
         plugin: &str,
         key: &str,
     ) -> Result<(Option<u64>, i64), InboxError> {
-        self.block_on(async { state::stat(&*self.client().await?, plugin, key).await })
+        self.block_on(async { state::stat(&self.client().await?, plugin, key).await })
     }
 
     fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError> {
-        self.block_on(async { state::usage(&*self.client().await?, plugin).await })
+        self.block_on(async { state::usage(&self.client().await?, plugin).await })
     }
 
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
-        views::list_events(&*self.client().await?, &filter).await
+        views::list_events(&self.client().await?, &filter).await
     }
 
     async fn event_detail(
@@ -282,11 +291,11 @@ impl Store for PostgresStore {
         source: String,
         event_id: String,
     ) -> Result<Option<EventDetail>, InboxError> {
-        views::event_detail(&*self.client().await?, &source, &event_id).await
+        views::event_detail(&self.client().await?, &source, &event_id).await
     }
 
     async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
-        views::state_counts(&*self.client().await?).await
+        views::state_counts(&self.client().await?).await
     }
 
     async fn notify_work(&self) -> Result<(), InboxError> {

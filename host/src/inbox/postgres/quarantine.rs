@@ -4,7 +4,7 @@
 //! covers them), so they never read a body.
 
 use bytes::Bytes;
-use tokio_postgres::{Client, Transaction};
+use deadpool_postgres::{Client, Transaction};
 
 use crate::{
     ids::SourceName,
@@ -23,8 +23,11 @@ pub(super) async fn insert(
 ) -> Result<i64, InboxError> {
     let row = tx
         .query_one(
-            "INSERT INTO quarantine (source, received_at, headers, body, reason)
+            &tx.prepare_cached(
+                "INSERT INTO quarantine (source, received_at, headers, body, reason)
              VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            )
+            .await?,
             &[
                 &source.as_str(),
                 &request.received_at_ms,
@@ -45,7 +48,8 @@ pub(super) async fn resolve(
     resolution: &str,
 ) -> Result<(), InboxError> {
     tx.execute(
-        "UPDATE quarantine SET resolved_at = $2, resolution = $3 WHERE id = $1",
+        &tx.prepare_cached("UPDATE quarantine SET resolved_at = $2, resolution = $3 WHERE id = $1")
+            .await?,
         &[&id, &at_ms, &resolution],
     )
     .await?;
@@ -56,7 +60,9 @@ pub(super) async fn resolve(
 pub(super) async fn count_held(client: &Client) -> Result<i64, InboxError> {
     let row = client
         .query_one(
-            "SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL",
+            &client
+                .prepare_cached("SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL")
+                .await?,
             &[],
         )
         .await?;
@@ -70,12 +76,16 @@ pub(super) async fn held_ids(
 ) -> Result<Vec<i64>, InboxError> {
     let rows = client
         .query(
-            "SELECT id FROM quarantine
+            &client
+                .prepare_cached(
+                    "SELECT id FROM quarantine
              WHERE resolved_at IS NULL
                AND ($1::text IS NULL OR source = $1)
                AND ($2::bigint IS NULL OR received_at >= $2)
                AND ($3::bigint IS NULL OR received_at <= $3)
              ORDER BY id LIMIT $4",
+                )
+                .await?,
             &[
                 &filter.source,
                 &filter.since_ms,
@@ -91,8 +101,12 @@ pub(super) async fn held_ids(
 pub(super) async fn held(client: &Client, id: i64) -> Result<Option<Quarantined>, InboxError> {
     let row = client
         .query_opt(
-            "SELECT source, received_at, headers, body FROM quarantine
+            &client
+                .prepare_cached(
+                    "SELECT source, received_at, headers, body FROM quarantine
              WHERE id = $1 AND resolved_at IS NULL",
+                )
+                .await?,
             &[&id],
         )
         .await?;

@@ -4,7 +4,7 @@
 //! node) between the select and the update is left alone; `budget_base` moves up to
 //! `attempts`, which keeps counting (it is the lease token).
 
-use tokio_postgres::Transaction;
+use deadpool_postgres::Transaction;
 
 use super::state_names;
 use crate::{
@@ -22,7 +22,8 @@ pub(super) async fn replay_matching(
     let state = filter.finished_state()?;
     let ids: Vec<i64> = tx
         .query(
-            "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+            &tx.prepare_cached(
+                "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
              WHERE d.state = $1
                AND ($2::text IS NULL OR d.source = $2)
                AND ($3::text IS NULL OR d.handler = $3)
@@ -30,6 +31,8 @@ pub(super) async fn replay_matching(
                AND ($5::bigint IS NULL OR e.received_at >= $5)
                AND ($6::bigint IS NULL OR e.received_at <= $6)
              ORDER BY d.id LIMIT $7",
+            )
+            .await?,
             &[
                 &state.as_str(),
                 &filter.source,
@@ -49,9 +52,12 @@ pub(super) async fn replay_matching(
     }
     let replayed = tx
         .execute(
-            "UPDATE deliveries SET state = 'pending', budget_base = attempts,
+            &tx.prepare_cached(
+                "UPDATE deliveries SET state = 'pending', budget_base = attempts,
                  next_attempt_at = $2, lease_until = NULL, updated_at = $2
              WHERE id = ANY($1) AND state <> ALL($3)",
+            )
+            .await?,
             &[&ids, &now_ms, &state_names(&DeliveryState::OPEN)],
         )
         .await?;

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use tokio_postgres::{Client, Transaction};
+use deadpool_postgres::{Client, Transaction};
 
 use crate::{
     inbox::{
@@ -29,7 +29,11 @@ pub(super) async fn get(
 ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
     let row = client
         .query_opt(
-            "SELECT value, version FROM plugin_state WHERE plugin = $1 AND key = $2",
+            &client
+                .prepare_cached(
+                    "SELECT value, version FROM plugin_state WHERE plugin = $1 AND key = $2",
+                )
+                .await?,
             &[&plugin, &key],
         )
         .await?;
@@ -44,8 +48,12 @@ pub(super) async fn stat(
 ) -> Result<(Option<u64>, i64), InboxError> {
     let row = client
         .query_opt(
-            "SELECT octet_length(value)::bigint, version FROM plugin_state
+            &client
+                .prepare_cached(
+                    "SELECT octet_length(value)::bigint, version FROM plugin_state
              WHERE plugin = $1 AND key = $2",
+                )
+                .await?,
             &[&plugin, &key],
         )
         .await?;
@@ -59,7 +67,9 @@ pub(super) async fn stat(
 pub(super) async fn usage(client: &Client, plugin: &str) -> Result<StateUsage, InboxError> {
     let row = client
         .query_opt(
-            "SELECT keys, bytes FROM plugin_state_usage WHERE plugin = $1",
+            &client
+                .prepare_cached("SELECT keys, bytes FROM plugin_state_usage WHERE plugin = $1")
+                .await?,
             &[&plugin],
         )
         .await?;
@@ -76,14 +86,20 @@ pub(super) async fn lock_usage(
     plugin: &str,
 ) -> Result<(StateUsage, i64), InboxError> {
     tx.execute(
-        "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock) VALUES ($1, 0, 0, 0)
+        &tx.prepare_cached(
+            "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock) VALUES ($1, 0, 0, 0)
          ON CONFLICT (plugin) DO NOTHING",
+        )
+        .await?,
         &[&plugin],
     )
     .await?;
     let row = tx
         .query_one(
-            "SELECT keys, bytes, clock FROM plugin_state_usage WHERE plugin = $1 FOR UPDATE",
+            &tx.prepare_cached(
+                "SELECT keys, bytes, clock FROM plugin_state_usage WHERE plugin = $1 FOR UPDATE",
+            )
+            .await?,
             &[&plugin],
         )
         .await?;
@@ -102,8 +118,11 @@ async fn stored(
 ) -> Result<HashMap<String, (i64, usize)>, InboxError> {
     let rows = tx
         .query(
-            "SELECT key, version, octet_length(value)::bigint FROM plugin_state
+            &tx.prepare_cached(
+                "SELECT key, version, octet_length(value)::bigint FROM plugin_state
              WHERE plugin = $1 AND key = ANY($2)",
+            )
+            .await?,
             &[&plugin, &keys],
         )
         .await?;
@@ -165,23 +184,30 @@ pub(super) async fn apply_state(
     }
     if !set_keys.is_empty() {
         tx.execute(
-            "INSERT INTO plugin_state (plugin, key, value, version)
+            &tx.prepare_cached(
+                "INSERT INTO plugin_state (plugin, key, value, version)
              SELECT $1, key, value, $4 FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
              ON CONFLICT (plugin, key)
                  DO UPDATE SET value = excluded.value, version = excluded.version",
+            )
+            .await?,
             &[&plugin, &set_keys, &set_values, &version],
         )
         .await?;
     }
     if !deleted.is_empty() {
         tx.execute(
-            "DELETE FROM plugin_state WHERE plugin = $1 AND key = ANY($2)",
+            &tx.prepare_cached("DELETE FROM plugin_state WHERE plugin = $1 AND key = ANY($2)")
+                .await?,
             &[&plugin, &deleted],
         )
         .await?;
     }
     tx.execute(
-        "UPDATE plugin_state_usage SET keys = $2, bytes = $3, clock = $4 WHERE plugin = $1",
+        &tx.prepare_cached(
+            "UPDATE plugin_state_usage SET keys = $2, bytes = $3, clock = $4 WHERE plugin = $1",
+        )
+        .await?,
         &[&plugin, &keys, &bytes, &version],
     )
     .await?;

@@ -278,6 +278,19 @@ async fn an_unreachable_server_is_unreachable_and_never_shows_the_password() {
 }
 
 #[tokio::test]
+async fn a_malformed_url_is_invalid_and_never_shows_the_password() {
+    let url = "postgres://hookd:s3cret-password@127.0.0.1:port/hookd";
+    let Err(e) = Inbox::open_postgres(url, options()).await else {
+        panic!("a port must be a number");
+    };
+    assert!(
+        matches!(e, InboxError::InvalidUrl { .. }) && !shown(&e).contains("s3cret"),
+        "{}",
+        shown(&e)
+    );
+}
+
+#[tokio::test]
 async fn a_notice_of_work_on_one_node_wakes_another() {
     let Some(db) = TestDatabase::fresh().await else {
         return;

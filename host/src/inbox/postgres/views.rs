@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use tokio_postgres::Client;
+use deadpool_postgres::Client;
 
 use super::state_names;
 use crate::{
@@ -20,8 +20,12 @@ use crate::{
 pub(super) async fn counts(client: &Client) -> Result<Counts, InboxError> {
     let row = client
         .query_one(
-            "SELECT (SELECT COUNT(*) FROM deliveries WHERE state = ANY($1)),
+            &client
+                .prepare_cached(
+                    "SELECT (SELECT COUNT(*) FROM deliveries WHERE state = ANY($1)),
                     (SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL)",
+                )
+                .await?,
             &[&state_names(&DeliveryState::OPEN)],
         )
         .await?;
@@ -39,7 +43,9 @@ pub(super) async fn list_events(
 ) -> Result<Vec<EventSummary>, InboxError> {
     let rows = client
         .query(
-            "WITH page AS (
+            &client
+                .prepare_cached(
+                    "WITH page AS (
                  SELECT e.id, e.source, e.event_id, e.event_type, e.received_at FROM events e
                  WHERE ($1::text IS NULL OR e.source = $1)
                    AND ($2::text IS NULL AND $3::text IS NULL OR EXISTS (
@@ -49,6 +55,8 @@ pub(super) async fn list_events(
              SELECT p.id, p.source, p.event_id, p.event_type, p.received_at, d.handler, d.state
              FROM page p LEFT JOIN deliveries d ON d.event = p.id
              ORDER BY p.id DESC",
+                )
+                .await?,
             &[
                 &filter.source,
                 &filter.state.map(|s| s.as_str()),
@@ -87,8 +95,12 @@ pub(super) async fn event_detail(
 ) -> Result<Option<EventDetail>, InboxError> {
     let Some(event) = client
         .query_opt(
-            "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at
+            &client
+                .prepare_cached(
+                    "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at
              FROM events WHERE source = $1 AND event_id = $2",
+                )
+                .await?,
             &[&source, &event_id],
         )
         .await?
@@ -107,17 +119,21 @@ pub(super) async fn event_detail(
     };
     let deliveries = client
         .query(
-            "SELECT id, handler, state, attempts, output, last_error, next_attempt_at
+            &client
+                .prepare_cached(
+                    "SELECT id, handler, state, attempts, output, last_error, next_attempt_at
              FROM deliveries WHERE event = $1 ORDER BY id",
+                )
+                .await?,
             &[&id],
         )
         .await?;
     let attempts = client
         .query(
-            "SELECT a.delivery, a.attempt, a.started_at, a.finished_at, a.outcome, a.error_kind,
+            &client.prepare_cached("SELECT a.delivery, a.attempt, a.started_at, a.finished_at, a.outcome, a.error_kind,
                     a.error, a.plugin_sha256
              FROM attempts a JOIN deliveries d ON d.id = a.delivery
-             WHERE d.event = $1 ORDER BY a.id",
+             WHERE d.event = $1 ORDER BY a.id").await?,
             &[&id],
         )
         .await?;
@@ -154,7 +170,12 @@ pub(super) async fn event_detail(
 /// Deliveries per state.
 pub(super) async fn state_counts(client: &Client) -> Result<Vec<(String, i64)>, InboxError> {
     let rows = client
-        .query("SELECT state, COUNT(*) FROM deliveries GROUP BY state", &[])
+        .query(
+            &client
+                .prepare_cached("SELECT state, COUNT(*) FROM deliveries GROUP BY state")
+                .await?,
+            &[],
+        )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }

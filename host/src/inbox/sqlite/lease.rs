@@ -9,8 +9,6 @@
 //! - The lease token is `deliveries.attempts`: a finish whose attempt is not the running one's
 //!   writes nothing.
 
-use std::collections::HashSet;
-
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -22,7 +20,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
-        lease::stale_reason,
+        lease::{HeadScan, stale_reason},
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
     },
@@ -144,15 +142,8 @@ fn due_heads(
     want: usize,
     stale: &mut usize,
 ) -> Result<Vec<Candidate>, InboxError> {
-    let mut heads: Vec<Candidate> = Vec::new();
-    let mut taken = HashSet::new();
-    // Pages after (next_attempt_at, id). A stale head hands its key on to the next delivery,
-    // which may sort before the page: a pass that marked one is followed by another from the
-    // start (finitely many: each marks at least one more), skipping the heads already taken.
-    let page = (want + 4) as i64;
-    let mut after = (i64::MIN, i64::MIN);
-    let mut marked = false;
-    loop {
+    let mut scan = HeadScan::new(want);
+    while let Some((after, page)) = scan.next_page() {
         let rows: Vec<Candidate> = conn
             .prepare_cached(concat!(
                 "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
@@ -186,31 +177,23 @@ fn due_heads(
                 })
             })?
             .collect::<Result<_, _>>()?;
-        let full = rows.len() as i64 == page;
+        let read = rows.len();
         for candidate in rows {
-            after = (candidate.due_ms, candidate.id);
-            if taken.contains(&candidate.id) {
+            if !scan.visit(candidate.due_ms, candidate.id) {
                 continue;
             }
             if is_stale(conn, handler, &candidate, now_ms)? {
                 *stale += 1;
-                marked = true;
+                scan.marked_stale();
                 continue;
             }
-            taken.insert(candidate.id);
-            heads.push(candidate);
-            if heads.len() == want {
-                return Ok(heads);
+            if scan.take(candidate.id, candidate) {
+                break;
             }
         }
-        if full {
-            continue;
-        }
-        if !marked {
-            return Ok(heads);
-        }
-        (after, marked) = ((i64::MIN, i64::MIN), false);
+        scan.end_page(read);
     }
+    Ok(scan.into_heads())
 }
 
 /// Marks `candidate` stale if a later delivery of its key is already done.
