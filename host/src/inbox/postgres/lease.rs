@@ -280,14 +280,18 @@ pub(super) async fn finish_attempt(
     if leased != Some(i64::from(f.attempt)) {
         return Ok(Finished::LeaseLost);
     }
+    let mut usage_delta = None;
     if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
-        // Writes take the plugin's usage row first: a concurrent writer's commit is then
+        // The keys it read or writes are locked first: a concurrent writer's commit is then
         // visible to the version check below, whichever node made it.
-        let usage = if f.state.writes.is_empty() {
-            None
-        } else {
-            Some(state::lock_usage(tx, f.plugin.as_str()).await?)
-        };
+        let keys = f
+            .state
+            .versions
+            .keys()
+            .chain(f.state.writes.keys())
+            .map(String::as_str)
+            .collect();
+        state::lock_keys(tx, f.plugin.as_str(), keys).await?;
         if let Some(Changed { key, seen, now }) = state::first_changed(tx, f).await? {
             insert_attempt(tx, &f.conflicted(&key, seen, now)).await?;
             // Not counted against max_attempts: the attempt number is given back.
@@ -303,10 +307,8 @@ pub(super) async fn finish_attempt(
             .await?;
             return Ok(Finished::Conflict);
         }
-        if let Some((usage, clock)) = usage
-            && let Err(message) = state::apply_state(tx, f, usage, clock).await?
-        {
-            return Ok(Finished::OverQuota(message));
+        if !f.state.writes.is_empty() {
+            usage_delta = Some(state::apply_state(tx, f).await?);
         }
     }
     let (state, output, next_at) = f.next_state();
@@ -328,6 +330,11 @@ pub(super) async fn finish_attempt(
     )
     .await?;
     insert_attempt(tx, f).await?;
+    if let Some(delta) = usage_delta
+        && let Err(message) = state::add_usage(tx, f, delta).await?
+    {
+        return Ok(Finished::OverQuota(message));
+    }
     Ok(Finished::Recorded)
 }
 

@@ -135,6 +135,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         node    TEXT   NOT NULL
     );
     ",
+    // 3: state versions from one sequence, so a commit no longer locks its plugin's usage row
+    // for the version (`clock` stays, unused): it starts past every version handed out.
+    "
+    CREATE SEQUENCE plugin_state_versions;
+    SELECT setval('plugin_state_versions',
+                  GREATEST(1, (SELECT COALESCE(MAX(clock), 0) FROM plugin_state_usage),
+                              (SELECT COALESCE(MAX(version), 0) FROM plugin_state)));
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

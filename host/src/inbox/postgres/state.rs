@@ -2,12 +2,15 @@
 //! writes within the plugin's total.
 //!
 //! Invariants:
-//! - Versions come from `plugin_state_usage.clock`, which only grows, so a deleted key's row
-//!   can go: a key re-created later never repeats a version a reader saw.
-//! - A commit that writes holds its plugin's usage row locked from before its version check to
-//!   its end, so one plugin's state commits are ordered across nodes: of two attempts that
-//!   read one key and write it, the second sees the first's version and conflicts, and usage
-//!   never misses an update.
+//! - Versions come from one sequence (`plugin_state_versions`), which only grows, so a deleted
+//!   key's row can go: a key re-created later never repeats a version a reader saw.
+//! - A commit holds a transaction-scoped advisory lock on each key it read or writes (taken in
+//!   one order, so two commits cannot deadlock), from before its version check to its end: of
+//!   two attempts that read one key and write it, the second sees the first's version and
+//!   conflicts, whichever nodes they ran on; commits touching other keys do not wait.
+//! - The plugin's usage row is updated by a delta as the commit's last statement, so it is held
+//!   locked only for the commit itself, and its total is checked against what every node
+//!   committed.
 
 use std::collections::HashMap;
 
@@ -79,35 +82,26 @@ pub(super) async fn usage(client: &Client, plugin: &str) -> Result<StateUsage, I
     }))
 }
 
-/// Locks `plugin`'s usage row for this transaction (creating it, empty, for a plugin that never
-/// wrote) and returns its usage and version clock.
-pub(super) async fn lock_usage(
+/// Takes the transaction-scoped lock of each of `keys` of `plugin` (absent keys too), in the
+/// order of their lock ids, so concurrent commits of overlapping keys queue instead of
+/// deadlocking.
+pub(super) async fn lock_keys(
     tx: &Transaction<'_>,
     plugin: &str,
-) -> Result<(StateUsage, i64), InboxError> {
+    keys: Vec<&str>,
+) -> Result<(), InboxError> {
     tx.execute(
         &tx.prepare_cached(
-            "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock) VALUES ($1, 0, 0, 0)
-         ON CONFLICT (plugin) DO NOTHING",
+            "SELECT pg_advisory_xact_lock(id) FROM (
+                 SELECT DISTINCT hashtextextended(length($1) || ':' || $1 || key, 0) AS id
+                 FROM unnest($2::text[]) AS k (key)) AS ids
+             ORDER BY id",
         )
         .await?,
-        &[&plugin],
+        &[&plugin, &keys],
     )
     .await?;
-    let row = tx
-        .query_one(
-            &tx.prepare_cached(
-                "SELECT keys, bytes, clock FROM plugin_state_usage WHERE plugin = $1 FOR UPDATE",
-            )
-            .await?,
-            &[&plugin],
-        )
-        .await?;
-    let usage = StateUsage {
-        keys: row.get::<_, i64>(0) as u64,
-        bytes: row.get::<_, i64>(1) as u64,
-    };
-    Ok((usage, row.get(2)))
+    Ok(())
 }
 
 /// The committed `(version, value length)` of each of `keys` of `plugin` that is stored.
@@ -149,15 +143,12 @@ pub(super) async fn first_changed(
     }))
 }
 
-/// Applies an attempt's state writes if they keep the plugin within its total: `Err(message)`
-/// (nothing written) if they would not. `usage` and `clock` are the plugin's, read under its
-/// usage row's lock ([`lock_usage`]).
+/// Applies an attempt's state writes (its keys locked by [`lock_keys`]) and returns how they
+/// change the plugin's `(keys, bytes)`, for [`add_usage`] to count.
 pub(super) async fn apply_state(
     tx: &Transaction<'_>,
     f: &Finish,
-    usage: StateUsage,
-    clock: i64,
-) -> Result<Result<(), String>, InboxError> {
+) -> Result<(i64, i64), InboxError> {
     let plugin = f.plugin.as_str();
     let keys = f.state.writes.keys().map(String::as_str).collect();
     let stored = stored(tx, plugin, keys).await?;
@@ -167,11 +158,6 @@ pub(super) async fn apply_state(
         let (keys, bytes) = write_delta(key, before, value.as_deref());
         delta = (delta.0 + keys, delta.1 + bytes);
     }
-    let (keys, bytes) = match usage_after(plugin, usage, delta, &f.state.limits) {
-        Ok(after) => after,
-        Err(message) => return Ok(Err(message)),
-    };
-    let version = clock + 1;
     let (mut set_keys, mut set_values, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
     for (key, value) in &f.state.writes {
         match value {
@@ -186,12 +172,13 @@ pub(super) async fn apply_state(
         tx.execute(
             &tx.prepare_cached(
                 "INSERT INTO plugin_state (plugin, key, value, version)
-             SELECT $1, key, value, $4 FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
+             SELECT $1, key, value, nextval('plugin_state_versions')
+             FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
              ON CONFLICT (plugin, key)
                  DO UPDATE SET value = excluded.value, version = excluded.version",
             )
             .await?,
-            &[&plugin, &set_keys, &set_values, &version],
+            &[&plugin, &set_keys, &set_values],
         )
         .await?;
     }
@@ -203,13 +190,35 @@ pub(super) async fn apply_state(
         )
         .await?;
     }
-    tx.execute(
-        &tx.prepare_cached(
-            "UPDATE plugin_state_usage SET keys = $2, bytes = $3, clock = $4 WHERE plugin = $1",
+    Ok(delta)
+}
+
+/// Adds `delta` to the plugin's usage (the commit's last statement: the row stays locked only
+/// until the commit), unless that takes it over its total: `Err(message)`, and the caller
+/// rolls the whole transaction back.
+pub(super) async fn add_usage(
+    tx: &Transaction<'_>,
+    f: &Finish,
+    (delta_keys, delta_bytes): (i64, i64),
+) -> Result<Result<(), String>, InboxError> {
+    let plugin = f.plugin.as_str();
+    let row = tx
+        .query_one(
+            &tx.prepare_cached(
+                "INSERT INTO plugin_state_usage AS u (plugin, keys, bytes, clock)
+                 VALUES ($1, $2, $3, 0)
+                 ON CONFLICT (plugin)
+                     DO UPDATE SET keys = u.keys + $2, bytes = u.bytes + $3
+                 RETURNING keys, bytes",
+            )
+            .await?,
+            &[&plugin, &delta_keys, &delta_bytes],
         )
-        .await?,
-        &[&plugin, &keys, &bytes, &version],
-    )
-    .await?;
-    Ok(Ok(()))
+        .await?;
+    let (keys, bytes): (i64, i64) = (row.get(0), row.get(1));
+    let before = StateUsage {
+        keys: (keys - delta_keys).max(0) as u64,
+        bytes: (bytes - delta_bytes).max(0) as u64,
+    };
+    Ok(usage_after(plugin, before, (delta_keys, delta_bytes), &f.state.limits).map(|_| ()))
 }
