@@ -28,7 +28,12 @@ impl Dispatcher {
         handler = %claim.handler, source = %claim.source, event = claim.event_id.as_str(),
         attempt = claim.attempt,
     ))]
-    pub(super) async fn run_attempt(&self, claim: Claimed) -> Result<(), InboxError> {
+    pub(super) async fn run_attempt(&self, mut claim: Claimed) -> Result<(), InboxError> {
+        // The attempt starts now, which may be well after the claim's `now` (the claim waited
+        // for the database): recorded so, its start is after whatever had to finish before it
+        // was leased (its key's previous delivery, an attempt taken back), also when another
+        // node finished that.
+        claim.leased_at_ms = claim.leased_at_ms.max(self.clock.now_ms());
         let plugin = self.config.plugin(&claim.handler);
         let Some(loaded) = self.registry.get(&plugin.wasm) else {
             // Unloaded between claim and call: give the attempt back, untouched by the handler.

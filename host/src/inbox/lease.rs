@@ -305,16 +305,8 @@ impl Inbox {
     /// delivery (by sequence, then arrival) is eligible, so a key runs one at a time, in order.
     /// A candidate older than a delivery already done for its key is marked `stale` instead.
     pub async fn claim(&self, request: ClaimRequest) -> Result<Vec<Claimed>, InboxError> {
-        let mut claim = self.store().claim(request).await?;
+        let claim = self.store().claim(request).await?;
         self.add_backlog(-(claim.stale as i64));
-        // An attempt starts once its lease is granted, which may be well after the claim's
-        // `now` (the claim waited for the database): stamped so, an attempt's start is after
-        // whatever had to finish before it was leased (its key's previous delivery, the
-        // attempt taken back), also when another node finished that.
-        let granted = self.now_ms();
-        for leased in &mut claim.leased {
-            leased.leased_at_ms = leased.leased_at_ms.max(granted);
-        }
         Ok(claim.leased)
     }
 
