@@ -12,6 +12,8 @@
 //!   the delivery's next state are one transaction.
 //! - A reclaim skips the leases another transaction holds (a finish in progress).
 
+use std::{collections::HashSet, sync::LazyLock};
+
 use bytes::Bytes;
 use deadpool_postgres::{Client, Transaction};
 
@@ -20,7 +22,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
-        lease::{HeadScan, stale_reason},
+        lease::stale_reason,
         request::headers_from_json,
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
@@ -67,10 +69,131 @@ pub(super) async fn claim_due(
     Ok(ClaimOutcome { leased, stale })
 }
 
+/// Due deliveries a window looks at for each one wanted (plus a few): a window full of
+/// deliveries waiting behind their keys' heads sends the claim to the walk over the keys.
+const WINDOW_PER_WANTED: usize = 4;
+
+/// Passes over the due deliveries one claim makes at most: a pass that marked a head stale is
+/// followed by another (the key's next delivery may be its head now).
+const PASSES: usize = 4;
+
+/// The `IN` list of `states` as SQL, so the planner can match the partial indexes' predicates.
+fn sql_states(states: &[DeliveryState]) -> String {
+    let names: Vec<String> = states.iter().map(|s| format!("'{}'", s.as_str())).collect();
+    format!("({})", names.join(", "))
+}
+
+/// Whether delivery `d` may run now: it has no key, or it is the earliest open delivery of its
+/// key (by sequence, then arrival) and no delivery of its key runs.
+fn head_sql() -> String {
+    format!(
+        "(d.ordering_key IS NULL OR (
+            NOT EXISTS (SELECT 1 FROM deliveries p
+                        WHERE p.handler = d.handler AND p.source = d.source
+                          AND p.ordering_key = d.ordering_key AND p.state IN {open}
+                          AND (COALESCE(p.sequence, 0), p.id) < (COALESCE(d.sequence, 0), d.id))
+            AND NOT EXISTS (SELECT 1 FROM deliveries r
+                            WHERE r.source = d.source AND r.handler = d.handler
+                              AND r.ordering_key = d.ordering_key
+                              AND r.ordering_key IS NOT NULL AND r.state = 'running')))",
+        open = sql_states(&DeliveryState::OPEN),
+    )
+}
+
+/// The earliest `$3` due deliveries of handler `$1` at `$2`, not in `$4`, each with whether
+/// it may run now.
+static WINDOW_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, {head}
+         FROM (SELECT id, handler, next_attempt_at, ordering_key, sequence, source
+               FROM deliveries
+               WHERE handler = $1 AND state IN {waiting} AND next_attempt_at <= $2
+                 AND NOT (id = ANY($4))
+               ORDER BY next_attempt_at, id LIMIT $3) d
+         ORDER BY d.next_attempt_at, d.id",
+        head = head_sql(),
+        waiting = sql_states(&DeliveryState::WAITING),
+    )
+});
+
+/// Handler `$1`'s keyed deliveries that may run at `$2`, not in `$4`, the earliest `$3`: the
+/// head of each key with open deliveries, found by walking the keys (one index probe each)
+/// instead of the deliveries waiting behind them.
+static KEY_HEADS_SQL: LazyLock<String> = LazyLock::new(|| {
+    let open = sql_states(&DeliveryState::OPEN);
+    format!(
+        "WITH RECURSIVE heads AS (
+             (SELECT source, ordering_key, id FROM deliveries
+              WHERE handler = $1 AND state IN {open} AND ordering_key IS NOT NULL
+              ORDER BY source, ordering_key, COALESCE(sequence, 0), id LIMIT 1)
+             UNION ALL
+             SELECT n.* FROM heads h, LATERAL (
+                 SELECT source, ordering_key, id FROM deliveries
+                 WHERE handler = $1 AND state IN {open} AND ordering_key IS NOT NULL
+                   AND (source, ordering_key) > (h.source, h.ordering_key)
+                 ORDER BY source, ordering_key, COALESCE(sequence, 0), id LIMIT 1) n
+         )
+         SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, {head}
+         FROM deliveries d
+         WHERE d.id IN (SELECT id FROM heads) AND d.state IN {waiting}
+           AND d.next_attempt_at <= $2 AND NOT (d.id = ANY($4))
+         ORDER BY d.next_attempt_at, d.id LIMIT $3",
+        head = head_sql(),
+        waiting = sql_states(&DeliveryState::WAITING),
+    )
+});
+
+/// Locks the earliest `$3` of `$1` still due at `$2` that no other transaction has locked.
+static LOCK_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT id FROM deliveries
+         WHERE id = ANY($1) AND state IN {waiting} AND next_attempt_at <= $2
+         ORDER BY next_attempt_at, id LIMIT $3
+         FOR UPDATE SKIP LOCKED",
+        waiting = sql_states(&DeliveryState::WAITING),
+    )
+});
+
+/// Runs `sql` (one of the candidate reads) and keeps the rows that may run now; with how many
+/// rows it read.
+async fn candidates(
+    tx: &Transaction<'_>,
+    sql: &str,
+    handler: &str,
+    now_ms: i64,
+    limit: usize,
+    taken: &[i64],
+) -> Result<(Vec<Candidate>, usize), InboxError> {
+    let rows = tx
+        .query(
+            &tx.prepare_cached(sql).await?,
+            &[&handler, &now_ms, &(limit as i64), &taken],
+        )
+        .await?;
+    let read = rows.len();
+    let heads = rows
+        .into_iter()
+        .filter(|row| row.get::<_, bool>(5))
+        .map(|row| Candidate {
+            id: row.get(0),
+            due_ms: row.get(1),
+            key: row.get(2),
+            sequence: row.get(3),
+            source: row.get(4),
+        })
+        .collect();
+    Ok((heads, read))
+}
+
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first, locked: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
 /// `stale`) and skipped. Deliveries another transaction has locked are passed over.
+///
+/// The earliest due deliveries are looked at first (a window a few times `want`); only when
+/// that window is full of deliveries waiting behind their keys are the keys walked, so a claim
+/// costs about `want` index probes when most due deliveries may run, and one per key when most
+/// wait (never one per waiting delivery).
 async fn due_heads(
     tx: &Transaction<'_>,
     handler: &str,
@@ -78,61 +201,51 @@ async fn due_heads(
     want: usize,
     stale: &mut usize,
 ) -> Result<Vec<Candidate>, InboxError> {
-    let waiting = state_names(&DeliveryState::WAITING);
-    let open = state_names(&DeliveryState::OPEN);
-    let mut scan = HeadScan::new(want);
-    while let Some((after, page)) = scan.next_page() {
-        let rows = tx
+    let mut heads: Vec<Candidate> = Vec::new();
+    let mut taken: Vec<i64> = Vec::new();
+    for _ in 0..PASSES {
+        let need = want - heads.len();
+        if need == 0 {
+            break;
+        }
+        let window = need * WINDOW_PER_WANTED + 16;
+        let (mut found, read) =
+            candidates(tx, &WINDOW_SQL, handler, now_ms, window, &taken).await?;
+        if found.len() < need && read == window {
+            let seen: Vec<i64> = taken.iter().chain(found.iter().map(|c| &c.id)).copied().collect();
+            let (more, _) =
+                candidates(tx, &KEY_HEADS_SQL, handler, now_ms, need, &seen).await?;
+            found.extend(more);
+            found.sort_by_key(|c| (c.due_ms, c.id));
+        }
+        let ids: Vec<i64> = found.iter().map(|c| c.id).collect();
+        let locked: HashSet<i64> = tx
             .query(
-                &tx.prepare_cached(
-                    "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
-                 FROM deliveries d
-                 WHERE d.handler = $1 AND d.state = ANY($6)
-                   AND d.next_attempt_at <= $2
-                   AND (d.next_attempt_at, d.id) > ($4, $5)
-                   AND (d.ordering_key IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM deliveries p
-                        WHERE p.source = d.source AND p.handler = d.handler
-                          AND p.ordering_key = d.ordering_key
-                          AND p.state = ANY($7)
-                          AND (p.state = 'running'
-                               OR COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
-                               OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
-                                   AND p.id < d.id))))
-                 ORDER BY d.next_attempt_at, d.id
-                 LIMIT $3
-                 FOR UPDATE OF d SKIP LOCKED",
-                )
-                .await?,
-                &[
-                    &handler, &now_ms, &page, &after.0, &after.1, &waiting, &open,
-                ],
+                &tx.prepare_cached(&LOCK_SQL).await?,
+                &[&ids, &now_ms, &(need as i64)],
             )
-            .await?;
-        let read = rows.len();
-        for row in rows {
-            let candidate = Candidate {
-                id: row.get(0),
-                due_ms: row.get(1),
-                key: row.get(2),
-                sequence: row.get(3),
-                source: row.get(4),
-            };
-            if !scan.visit(candidate.due_ms, candidate.id) {
-                continue;
+            .await?
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        let mut marked = false;
+        for candidate in found.into_iter().filter(|c| locked.contains(&c.id)) {
+            if heads.len() == want {
+                break;
             }
             if is_stale(tx, handler, &candidate, now_ms).await? {
                 *stale += 1;
-                scan.marked_stale();
+                marked = true;
                 continue;
             }
-            if scan.take(candidate.id, candidate) {
-                break;
-            }
+            taken.push(candidate.id);
+            heads.push(candidate);
         }
-        scan.end_page(read);
+        if !marked {
+            break;
+        }
     }
-    Ok(scan.into_heads())
+    Ok(heads)
 }
 
 /// Marks `candidate` (locked by this transaction) stale if a later delivery of its key is

@@ -143,6 +143,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
                   GREATEST(1, (SELECT COALESCE(MAX(clock), 0) FROM plugin_state_usage),
                               (SELECT COALESCE(MAX(version), 0) FROM plugin_state)));
     ",
+    // 4: what keeps a claim cheap behind a long backlog of a few keys: the due deliveries in
+    // order, the open deliveries of each key in order (a key's head is one probe, and walking
+    // the keys is one probe each), and the newest done sequence of a key.
+    "
+    CREATE INDEX deliveries_waiting ON deliveries (handler, next_attempt_at, id)
+        WHERE state IN ('pending', 'retrying');
+    CREATE INDEX deliveries_open_heads
+        ON deliveries (handler, source, ordering_key, (COALESCE(sequence, 0)), id)
+        WHERE state IN ('pending', 'running', 'retrying') AND ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_done_sequence ON deliveries (source, handler, ordering_key, sequence)
+        WHERE state = 'done' AND ordering_key IS NOT NULL;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
