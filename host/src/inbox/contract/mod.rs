@@ -24,6 +24,23 @@ pub(super) trait Database: Send + Sync {
     async fn open(&self, clock: Clock) -> Inbox;
 }
 
+/// Runs `case` on a fresh database (none: skipped) in a runtime of its own built by `runtime`,
+/// which is shut down before the database is dropped: a connection the inbox was still opening
+/// then closes, instead of holding the drop until the server's `authentication_timeout`.
+fn on_fresh<D: Database, F: Future<Output = Option<D>>>(
+    runtime: &mut tokio::runtime::Builder,
+    fresh: impl Fn() -> F,
+    case: impl AsyncFnOnce(&dyn Database),
+) {
+    let runtime = runtime.enable_all().build().unwrap();
+    let Some(db) = runtime.block_on(fresh()) else {
+        return;
+    };
+    runtime.block_on(case(&db));
+    drop(runtime);
+    drop(db);
+}
+
 /// One test per case for the backend whose fresh [`Database`] `$fresh().await` makes (`None`:
 /// skipped), in module `$backend`. The cases that read plugin state through the blocking reads
 /// run on the multi-thread runtime (a backend may block in place, as under the handler pool);
@@ -78,19 +95,17 @@ macro_rules! suite {
         threaded: [$($threaded:ident,)*] current: [$($case:ident,)*]) => {
         mod $backend {
             $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $threaded() {
-                    if let Some(db) = $fresh().await {
-                        super::cases::$threaded(&db).await;
-                    }
+                #[test]
+                fn $threaded() {
+                    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+                    super::on_fresh(runtime.worker_threads(2), $fresh, super::cases::$threaded);
                 }
             )*
             $(
-                #[tokio::test]
-                async fn $case() {
-                    if let Some(db) = $fresh().await {
-                        super::cases::$case(&db).await;
-                    }
+                #[test]
+                fn $case() {
+                    let mut runtime = tokio::runtime::Builder::new_current_thread();
+                    super::on_fresh(&mut runtime, $fresh, super::cases::$case);
                 }
             )*
 

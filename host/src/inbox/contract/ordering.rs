@@ -254,24 +254,29 @@ async fn run(db: &dyn Database, ops: Vec<Op>) -> Result<(), TestCaseError> {
 /// from `fresh`, and checks every claim and the end state against the ordering rules. A
 /// backend that is not available here (`fresh` gives none) is skipped.
 pub(super) fn check<D: Database, F: Future<Output = Option<D>>>(fresh: impl Fn() -> F) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let Some(probe) = runtime.block_on(fresh()) else {
-        return;
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
     };
-    drop(probe);
+    let probe = runtime();
+    if probe.block_on(fresh()).is_none() {
+        return;
+    }
     let config = proptest::test_runner::Config::with_cases(48);
     let mut runner = proptest::test_runner::TestRunner::new(config);
     let checked = runner.run(&ops(), |ops| {
-        runtime.block_on(async {
-            let db = fresh()
-                .await
-                .expect("the backend was available a moment ago");
-            run(&db, ops).await
-        })
+        // A runtime per case, shut down before its database is dropped (see `on_fresh`).
+        let runtime = runtime();
+        let db = runtime
+            .block_on(fresh())
+            .expect("the backend was available a moment ago");
+        let result = runtime.block_on(run(&db, ops));
+        drop(runtime);
+        drop(db);
+        result
     });
     if let Err(e) = checked {
         panic!("{e}");
