@@ -105,19 +105,22 @@ pub(super) async fn another_key_is_not_blocked_by_a_running_head(db: &dyn Databa
     assert_eq!(ids(&claim(&inbox, LEASED_MS).await), ["j1"]);
 }
 
-pub(super) async fn a_key_behind_a_long_backlog_of_a_running_key_is_claimed(db: &dyn Database) {
+pub(super) async fn what_waits_behind_a_long_backlog_of_a_running_key_is_claimed(
+    db: &dyn Database,
+) {
     let inbox = fixtures::open(db).await;
     // More due deliveries of the busy key than any claim looks at before walking the keys.
     for n in 0..200 {
         accept(&inbox, keyed(&format!("k{n}"), "k", n)).await;
     }
     accept(&inbox, keyed("j0", "j", 0)).await;
+    accept(&inbox, event("u0")).await;
     let first = inbox
         .claim(fixtures::claim_request(LEASED_MS, 1, &[(HANDLER, 1)]))
         .await
         .unwrap();
     assert_eq!(ids(&first), ["k0"]);
-    assert_eq!(ids(&claim(&inbox, LEASED_MS).await), ["j0"]);
+    assert_eq!(ids(&claim(&inbox, LEASED_MS).await), ["j0", "u0"]);
 }
 
 pub(super) async fn an_older_sequence_than_one_done_is_never_claimed(db: &dyn Database) {

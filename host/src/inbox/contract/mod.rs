@@ -59,7 +59,7 @@ macro_rules! suite {
             a_running_head_blocks_its_key,
             a_head_waiting_for_its_retry_blocks_its_key,
             another_key_is_not_blocked_by_a_running_head,
-            a_key_behind_a_long_backlog_of_a_running_key_is_claimed,
+            what_waits_behind_a_long_backlog_of_a_running_key_is_claimed,
             an_older_sequence_than_one_done_is_never_claimed,
             an_older_sequence_than_one_done_becomes_stale,
             a_stale_delivery_leaves_the_backlog,

@@ -116,11 +116,12 @@ static WINDOW_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Handler `$1`'s keyed deliveries that may run at `$2`, not in `$4`, the earliest `$3`: the
-/// head of each key with open deliveries, found by walking the keys (one index probe each)
-/// instead of the deliveries waiting behind them.
+/// Handler `$1`'s deliveries that may run at `$2`, not in `$4`, the earliest `$3`: those
+/// without a key, and the head of each key with open deliveries, found by walking the keys (one
+/// index probe each) instead of the deliveries waiting behind them.
 static KEY_HEADS_SQL: LazyLock<String> = LazyLock::new(|| {
     let open = sql_states(&DeliveryState::OPEN);
+    let waiting = sql_states(&DeliveryState::WAITING);
     format!(
         "WITH RECURSIVE heads AS (
              (SELECT source, ordering_key, id FROM deliveries
@@ -132,14 +133,19 @@ static KEY_HEADS_SQL: LazyLock<String> = LazyLock::new(|| {
                  WHERE handler = $1 AND state IN {open} AND ordering_key IS NOT NULL
                    AND (source, ordering_key) > (h.source, h.ordering_key)
                  ORDER BY source, ordering_key, COALESCE(sequence, 0), id LIMIT 1) n
+         ),
+         unkeyed AS (
+             SELECT id FROM deliveries
+             WHERE handler = $1 AND state IN {waiting} AND ordering_key IS NULL
+               AND next_attempt_at <= $2 AND NOT (id = ANY($4))
+             ORDER BY next_attempt_at, id LIMIT $3
          )
          SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, {head}
          FROM deliveries d
-         WHERE d.id IN (SELECT id FROM heads) AND d.state IN {waiting}
-           AND d.next_attempt_at <= $2 AND NOT (d.id = ANY($4))
+         WHERE d.id IN (SELECT id FROM heads UNION ALL SELECT id FROM unkeyed)
+           AND d.state IN {waiting} AND d.next_attempt_at <= $2 AND NOT (d.id = ANY($4))
          ORDER BY d.next_attempt_at, d.id LIMIT $3",
         head = head_sql(),
-        waiting = sql_states(&DeliveryState::WAITING),
     )
 });
 
@@ -212,9 +218,12 @@ async fn due_heads(
         let (mut found, read) =
             candidates(tx, &WINDOW_SQL, handler, now_ms, window, &taken).await?;
         if found.len() < need && read == window {
-            let seen: Vec<i64> = taken.iter().chain(found.iter().map(|c| &c.id)).copied().collect();
-            let (more, _) =
-                candidates(tx, &KEY_HEADS_SQL, handler, now_ms, need, &seen).await?;
+            let seen: Vec<i64> = taken
+                .iter()
+                .chain(found.iter().map(|c| &c.id))
+                .copied()
+                .collect();
+            let (more, _) = candidates(tx, &KEY_HEADS_SQL, handler, now_ms, need, &seen).await?;
             found.extend(more);
             found.sort_by_key(|c| (c.due_ms, c.id));
         }

@@ -59,6 +59,7 @@ use self::error::Target;
 use super::{
     Accepted, ClaimRequest, EventDetail, EventFilter, EventSummary, Finish, Finished, InboxError,
     Quarantined, RawRequest, ReplayFilter,
+    error::StorageError,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
 use crate::{
@@ -73,6 +74,11 @@ pub(super) const DEFAULT_POOL_SIZE: usize = 16;
 /// address that drops packets fails the start-up instead of hanging it.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// After a new connection to the database failed, no other is tried for this long: callers
+/// meanwhile are answered [`InboxError::Unavailable`] at once, instead of each opening (and
+/// authenticating) a connection of its own to a server that is away.
+const CONNECT_BACKOFF: Duration = Duration::from_millis(250);
+
 /// The inbox's PostgreSQL database, shared with whatever other nodes use it.
 pub(super) struct PostgresStore {
     pool: Pool,
@@ -84,6 +90,8 @@ pub(super) struct PostgresStore {
     work: Arc<tokio::sync::Notify>,
     /// The task listening for those notices; stopped at close.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Until when new connections are not tried, and why the last one failed.
+    refused: Mutex<Option<(tokio::time::Instant, StorageError)>>,
 }
 
 impl PostgresStore {
@@ -121,12 +129,32 @@ impl PostgresStore {
             commits: AtomicI64::new(0),
             work,
             listener: Mutex::new(Some(listener)),
+            refused: Mutex::new(None),
         })
     }
 
-    /// A pooled connection ([`InboxError::WriterGone`] once closed).
+    /// A pooled connection ([`InboxError::WriterGone`] once closed). Within
+    /// [`CONNECT_BACKOFF`] of a failed connect, with no idle connection to hand out, the
+    /// failure is the answer again without a new attempt.
     async fn client(&self) -> Result<Object, InboxError> {
-        Ok(self.pool.get().await?)
+        let refused = self.refused.lock().expect("poisoned").clone();
+        if let Some((until, why)) = refused
+            && tokio::time::Instant::now() < until
+            && self.pool.status().available == 0
+        {
+            return Err(InboxError::Unavailable(why));
+        }
+        match self.pool.get().await {
+            Ok(client) => Ok(client),
+            Err(e) => {
+                let e = InboxError::from(e);
+                if let InboxError::Unavailable(why) = &e {
+                    let until = tokio::time::Instant::now() + CONNECT_BACKOFF;
+                    *self.refused.lock().expect("poisoned") = Some((until, Arc::clone(why)));
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Counts a committed write transaction.

@@ -144,11 +144,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
                               (SELECT COALESCE(MAX(version), 0) FROM plugin_state)));
     ",
     // 4: what keeps a claim cheap behind a long backlog of a few keys: the due deliveries in
-    // order, the open deliveries of each key in order (a key's head is one probe, and walking
-    // the keys is one probe each), and the newest done sequence of a key.
+    // order (all, and those without a key), the open deliveries of each key in order (a key's
+    // head is one probe, and walking the keys is one probe each), and the newest done sequence
+    // of a key.
     "
     CREATE INDEX deliveries_waiting ON deliveries (handler, next_attempt_at, id)
         WHERE state IN ('pending', 'retrying');
+    CREATE INDEX deliveries_waiting_unkeyed ON deliveries (handler, next_attempt_at, id)
+        WHERE state IN ('pending', 'retrying') AND ordering_key IS NULL;
     CREATE INDEX deliveries_open_heads
         ON deliveries (handler, source, ordering_key, (COALESCE(sequence, 0)), id)
         WHERE state IN ('pending', 'running', 'retrying') AND ordering_key IS NOT NULL;

@@ -18,8 +18,14 @@ use crate::inbox::InboxError;
 /// The channel the nodes notify and listen on.
 pub(super) const CHANNEL: &str = "hookd_work";
 
-/// How long the listener waits before connecting again after losing its connection.
+/// How long the listener waits before connecting again after losing its connection; each
+/// failed attempt doubles it, up to [`RECONNECT_AT_MOST`] (the claims' polling covers the
+/// notices missed meanwhile).
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+const RECONNECT_AT_MOST: Duration = Duration::from_secs(8);
+
+/// While the database stays away, a failed reconnect is logged as a warning at most this often.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// Wakes every waiter, and the next one to come if none waits (as the façade's wake-up does).
 pub(super) fn wake(work: &Notify) {
@@ -64,18 +70,34 @@ async fn listen_loop(
 ) {
     let mut first = Some(listening);
     let mut connected = Some((client, connection));
+    let mut wait = RECONNECT_AFTER;
+    // When a failed reconnect was last logged as a warning, while the database stays away.
+    let mut warned: Option<tokio::time::Instant> = None;
     loop {
         if let Some((client, connection)) = connected.take() {
             let listened = listen_until_lost(client, connection, &work, first.take()).await;
             if let Err(e) = listened {
                 tracing::warn!(error = %e, "inbox: lost the connection that hears other nodes' work");
             }
+            wait = RECONNECT_AFTER;
         }
-        tokio::time::sleep(RECONNECT_AFTER).await;
+        tokio::time::sleep(wait).await;
         match config.connect(NoTls).await {
-            Ok(pair) => connected = Some(pair),
+            Ok(pair) => {
+                if warned.take().is_some() {
+                    tracing::info!("inbox: hearing other nodes' work again");
+                }
+                connected = Some(pair);
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "inbox: cannot reconnect to hear other nodes' work")
+                wait = (wait * 2).min(RECONNECT_AT_MOST);
+                if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
+                    warned = Some(tokio::time::Instant::now());
+                    tracing::warn!(error = %e, retry_in = ?wait,
+                        "inbox: cannot reconnect to hear other nodes' work (said again at most once a minute)");
+                } else {
+                    tracing::debug!(error = %e, "inbox: cannot reconnect to hear other nodes' work");
+                }
             }
         }
     }
