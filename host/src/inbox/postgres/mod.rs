@@ -27,6 +27,7 @@
 //!   runtime's handler pool is.
 
 mod accept;
+mod batch;
 mod cluster;
 mod error;
 mod lease;
@@ -81,17 +82,50 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(250);
 
 /// The inbox's PostgreSQL database, shared with whatever other nodes use it.
 pub(super) struct PostgresStore {
-    pool: Pool,
+    connections: Arc<Connections>,
+    /// Accepts, committed in shared transactions.
+    accepts: batch::Batcher,
     /// The database, as errors name it.
     target: Target,
     /// Write transactions committed by this store (`hookd_inbox_commits_total`).
-    commits: AtomicI64,
+    commits: Arc<AtomicI64>,
     /// Woken by every notice of work on the database, this node's own included.
     work: Arc<tokio::sync::Notify>,
     /// The task listening for those notices; stopped at close.
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// The pool of connections to the database, which pauses new connects after one failed.
+pub(super) struct Connections {
+    pool: Pool,
     /// Until when new connections are not tried, and why the last one failed.
     refused: Mutex<Option<(tokio::time::Instant, StorageError)>>,
+}
+
+impl Connections {
+    /// A pooled connection ([`InboxError::WriterGone`] once closed). Within
+    /// [`CONNECT_BACKOFF`] of a failed connect, with no idle connection to hand out, the
+    /// failure is the answer again without a new attempt.
+    pub(super) async fn get(&self) -> Result<Object, InboxError> {
+        let refused = self.refused.lock().expect("poisoned").clone();
+        if let Some((until, why)) = refused
+            && tokio::time::Instant::now() < until
+            && self.pool.status().available == 0
+        {
+            return Err(InboxError::Unavailable(why));
+        }
+        match self.pool.get().await {
+            Ok(client) => Ok(client),
+            Err(e) => {
+                let e = InboxError::from(e);
+                if let InboxError::Unavailable(why) = &e {
+                    let until = tokio::time::Instant::now() + CONNECT_BACKOFF;
+                    *self.refused.lock().expect("poisoned") = Some((until, Arc::clone(why)));
+                }
+                Err(e)
+            }
+        }
+    }
 }
 
 impl PostgresStore {
@@ -123,38 +157,24 @@ impl PostgresStore {
         drop(client);
         let work = Arc::new(tokio::sync::Notify::new());
         let listener = wakeup::listen(config, &target, Arc::clone(&work)).await?;
-        Ok(Self {
+        let connections = Arc::new(Connections {
             pool,
+            refused: Mutex::new(None),
+        });
+        let commits = Arc::new(AtomicI64::new(0));
+        Ok(Self {
+            accepts: batch::Batcher::start(Arc::clone(&connections), Arc::clone(&commits)),
+            connections,
             target,
-            commits: AtomicI64::new(0),
+            commits,
             work,
             listener: Mutex::new(Some(listener)),
-            refused: Mutex::new(None),
         })
     }
 
-    /// A pooled connection ([`InboxError::WriterGone`] once closed). Within
-    /// [`CONNECT_BACKOFF`] of a failed connect, with no idle connection to hand out, the
-    /// failure is the answer again without a new attempt.
+    /// A pooled connection (see [`Connections::get`]).
     async fn client(&self) -> Result<Object, InboxError> {
-        let refused = self.refused.lock().expect("poisoned").clone();
-        if let Some((until, why)) = refused
-            && tokio::time::Instant::now() < until
-            && self.pool.status().available == 0
-        {
-            return Err(InboxError::Unavailable(why));
-        }
-        match self.pool.get().await {
-            Ok(client) => Ok(client),
-            Err(e) => {
-                let e = InboxError::from(e);
-                if let InboxError::Unavailable(why) = &e {
-                    let until = tokio::time::Instant::now() + CONNECT_BACKOFF;
-                    *self.refused.lock().expect("poisoned") = Some((until, Arc::clone(why)));
-                }
-                Err(e)
-            }
-        }
+        self.connections.get().await
     }
 
     /// Counts a committed write transaction.
@@ -213,7 +233,10 @@ impl Store for PostgresStore {
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
-        Ok(in_transaction!(self, tx => accept::store_event(&tx, &event).await?))
+        if event.from_quarantine.is_some() {
+            return batch::one(&self.connections, &self.commits, &event).await;
+        }
+        self.accepts.accept(event).await
     }
 
     async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError> {
@@ -345,7 +368,7 @@ impl Store for PostgresStore {
     fn close(&self) {
         // Transactions under way finish on the connections they hold; new ones are refused.
         tracing::debug!(database = %self.target, "inbox: closing the database pool");
-        self.pool.close();
+        self.connections.pool.close();
         if let Some(listener) = self.listener.lock().expect("poisoned").take() {
             listener.abort();
         }

@@ -55,6 +55,86 @@ async fn concurrent_duplicate_accepts_store_one_event() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepts_sharing_commits_are_each_answered_for_their_own_event() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let nodes = nodes(&db).await;
+    // 400 requests at once on two nodes, for 100 events (each sent four times): batched
+    // together, in every order, and still each event is new exactly once.
+    let accepts: Vec<_> = (0..400)
+        .map(|i| {
+            let inbox = nodes[i % 2].clone();
+            let id = format!("e{}", (i * 7) % 100);
+            tokio::spawn(async move { (id.clone(), fixtures::accept(&inbox, event(&id)).await) })
+        })
+        .collect();
+    let mut new = std::collections::BTreeMap::<String, usize>::new();
+    for accept in accepts {
+        let (id, accepted) = accept.await.unwrap();
+        *new.entry(id).or_default() += usize::from(accepted == Accepted::New);
+    }
+    assert_eq!(new.len(), 100);
+    assert!(new.values().all(|n| *n == 1), "{new:?}");
+    let stored = nodes[0]
+        .list_events(crate::inbox::EventFilter {
+            limit: 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 100, "each event stored once");
+    assert!(
+        stored.iter().all(|e| e.states.len() == 1),
+        "one delivery per event"
+    );
+    assert!(
+        nodes[0].commits() + nodes[1].commits() < 400,
+        "the requests shared commits"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_the_database_refuses_fails_alone() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    // A NUL cannot be stored in a PostgreSQL text column: that event's insert fails, and it
+    // must not take the events batched with it down.
+    let accepts: Vec<_> = (0..40)
+        .map(|i| {
+            let inbox = inbox.clone();
+            let id = if i == 20 {
+                "bad\0id".to_owned()
+            } else {
+                format!("e{i}")
+            };
+            tokio::spawn(async move {
+                let accepted = inbox
+                    .accept(
+                        crate::ids::SourceName::new(fixtures::SOURCE),
+                        event(&id),
+                        fixtures::request(),
+                        vec![crate::ids::PluginName::new(HANDLER)],
+                        None,
+                    )
+                    .await;
+                (i, accepted)
+            })
+        })
+        .collect();
+    for accept in accepts {
+        let (i, accepted) = accept.await.unwrap();
+        if i == 20 {
+            assert!(accepted.is_err(), "{accepted:?}");
+        } else {
+            assert_eq!(accepted.unwrap(), Accepted::New, "e{i}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claimers_run_one_delivery_of_a_key_at_a_time_in_order() {
     const EVENTS: u64 = 12;
     let Some(db) = TestDatabase::fresh().await else {

@@ -1,0 +1,289 @@
+//! Group commit for PostgreSQL: concurrent accepts share one transaction, whose few statements
+//! insert every event of the batch at once (`unnest` of arrays), so a request costs the server a
+//! share of one commit, not a transaction of its own.
+//!
+//! Invariants:
+//! - A caller is answered only after the transaction holding its event committed, with what its
+//!   own event became (`New`, or `Duplicate` when its `(source, event_id)` was stored before or
+//!   by an earlier request of the same batch).
+//! - Dedupe stays the unique constraint's (`ON CONFLICT DO NOTHING`); a batch inserts in
+//!   `(source, event_id)` order, so two nodes' batches wait for each other's rows in one order
+//!   and never deadlock.
+//! - One request cannot fail the others: a batch refused for anything but the server being away
+//!   or busy is retried one event per transaction, so only the event at fault gets the error.
+//! - A request from quarantine (rare: a replay) takes the one-event path, which also resolves
+//!   its quarantine row.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+};
+
+use deadpool_postgres::Transaction;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+use super::{Connections, accept};
+use crate::inbox::{
+    Accepted, InboxError, error::StorageError, request::headers_json, store::NewEvent,
+};
+
+/// Events one transaction takes at most.
+const MAX_EVENTS: usize = 128;
+/// Request bytes (bodies and headers) one transaction takes at most, past its first event.
+const MAX_BYTES: usize = 4 << 20;
+/// Transactions under way at once (each on a pooled connection of its own).
+const COMMITTERS: usize = 4;
+
+type Reply = oneshot::Sender<Result<Accepted, InboxError>>;
+
+/// The queue of accepts waiting for a transaction, and the tasks that commit them.
+pub(super) struct Batcher {
+    queue: mpsc::Sender<(NewEvent, Reply)>,
+}
+
+impl Batcher {
+    /// Starts the committers on `pool`; each committed transaction is counted in `commits`.
+    pub(super) fn start(pool: Arc<Connections>, commits: Arc<AtomicI64>) -> Self {
+        let (queue, received) = mpsc::channel(MAX_EVENTS * COMMITTERS);
+        let received = Arc::new(Mutex::new(received));
+        for _ in 0..COMMITTERS {
+            let (pool, commits, received) = (pool.clone(), commits.clone(), received.clone());
+            tokio::spawn(async move {
+                while let Some(batch) = next_batch(&received).await {
+                    commit_batch(&pool, &commits, batch).await;
+                }
+            });
+        }
+        Self { queue }
+    }
+
+    /// Stores `event` in the next transaction; answers once it committed.
+    pub(super) async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send((event, reply))
+            .await
+            .map_err(|_| InboxError::WriterGone)?;
+        answer.await.map_err(|_| InboxError::WriterGone)?
+    }
+}
+
+/// Waits for an accept, then takes whatever else is queued, up to a batch's limits; `None` once
+/// the store is gone.
+async fn next_batch(
+    received: &Mutex<mpsc::Receiver<(NewEvent, Reply)>>,
+) -> Option<Vec<(NewEvent, Reply)>> {
+    let mut received = received.lock().await;
+    let first = received.recv().await?;
+    let mut bytes = size(&first.0);
+    let mut batch = vec![first];
+    while batch.len() < MAX_EVENTS && bytes < MAX_BYTES {
+        let Ok(next) = received.try_recv() else { break };
+        bytes += size(&next.0);
+        batch.push(next);
+    }
+    Some(batch)
+}
+
+/// What an event weighs in a batch.
+fn size(event: &NewEvent) -> usize {
+    event.request.body.len()
+        + event
+            .request
+            .headers
+            .iter()
+            .map(|(name, value)| name.len() + value.len())
+            .sum::<usize>()
+}
+
+/// Commits `batch` and answers every request in it.
+async fn commit_batch(pool: &Connections, commits: &AtomicI64, mut batch: Vec<(NewEvent, Reply)>) {
+    batch.sort_by(|(a, _), (b, _)| {
+        (a.source.as_str(), a.envelope.event_id.as_str())
+            .cmp(&(b.source.as_str(), b.envelope.event_id.as_str()))
+    });
+    let events: Vec<&NewEvent> = batch.iter().map(|(event, _)| event).collect();
+    match in_one_transaction(pool, &events).await {
+        Ok(results) => {
+            commits.fetch_add(1, Ordering::Relaxed);
+            for ((_, reply), result) in batch.into_iter().zip(results) {
+                let _ = reply.send(Ok(result));
+            }
+        }
+        Err(e)
+            if batch.len() == 1
+                || matches!(e, InboxError::Unavailable(_) | InboxError::Busy(_)) =>
+        {
+            for (_, reply) in batch {
+                let _ = reply.send(Err(shared(&e)));
+            }
+        }
+        Err(_) => {
+            // Something in one event refused the batch: each on its own, so only it fails.
+            for (event, reply) in batch {
+                let _ = reply.send(one(pool, commits, &event).await);
+            }
+        }
+    }
+}
+
+/// The one-event path: a transaction of its own (and the quarantine row it resolves).
+pub(super) async fn one(
+    pool: &Connections,
+    commits: &AtomicI64,
+    event: &NewEvent,
+) -> Result<Accepted, InboxError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let accepted = accept::store_event(&tx, event).await?;
+    tx.commit().await?;
+    commits.fetch_add(1, Ordering::Relaxed);
+    Ok(accepted)
+}
+
+/// Inserts `events` (sorted by `(source, event_id)`) and the deliveries of those new, in one
+/// transaction; what each became, in order.
+async fn in_one_transaction(
+    pool: &Connections,
+    events: &[&NewEvent],
+) -> Result<Vec<Accepted>, InboxError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let inserted = insert_events(&tx, events).await?;
+    insert_deliveries(&tx, events, &inserted).await?;
+    tx.commit().await?;
+    Ok(inserted
+        .iter()
+        .map(|id| {
+            if id.is_some() {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            }
+        })
+        .collect())
+}
+
+/// Inserts the events not stored yet; per event, its new row id (`None`: a duplicate, of a
+/// stored event or of an earlier one in `events`).
+async fn insert_events(
+    tx: &Transaction<'_>,
+    events: &[&NewEvent],
+) -> Result<Vec<Option<i64>>, InboxError> {
+    let sources: Vec<&str> = events.iter().map(|e| e.source.as_str()).collect();
+    let ids: Vec<&str> = events
+        .iter()
+        .map(|e| e.envelope.event_id.as_str())
+        .collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e.envelope.event_type.as_str())
+        .collect();
+    let keys: Vec<Option<&str>> = events
+        .iter()
+        .map(|e| e.envelope.ordering_key.as_deref())
+        .collect();
+    let sequences: Vec<Option<i64>> = events
+        .iter()
+        .map(|e| e.envelope.sequence.map(|s| s as i64))
+        .collect();
+    let received: Vec<i64> = events.iter().map(|e| e.request.received_at_ms).collect();
+    let headers: Vec<String> = events
+        .iter()
+        .map(|e| headers_json(&e.request.headers))
+        .collect();
+    let bodies: Vec<&[u8]> = events.iter().map(|e| &e.request.body[..]).collect();
+    let rows = tx
+        .query(
+            &tx.prepare_cached(
+                "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+                                     received_at, headers, body)
+                 SELECT source, event_id, event_type, ordering_key, sequence, received_at,
+                        headers, body
+                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                             $6::bigint[], $7::text[], $8::bytea[]) WITH ORDINALITY
+                      AS e (source, event_id, event_type, ordering_key, sequence, received_at,
+                            headers, body, n)
+                 ORDER BY n
+                 ON CONFLICT (source, event_id) DO NOTHING
+                 RETURNING id, source, event_id",
+            )
+            .await?,
+            &[
+                &sources, &ids, &types, &keys, &sequences, &received, &headers, &bodies,
+            ],
+        )
+        .await?;
+    let mut new: HashMap<(String, String), i64> = rows
+        .iter()
+        .map(|row| ((row.get(1), row.get(2)), row.get(0)))
+        .collect();
+    // The first request of a pair in one batch is the one inserted (rows go in order).
+    Ok(events
+        .iter()
+        .map(|e| new.remove(&(e.source.to_string(), e.envelope.event_id.to_string())))
+        .collect())
+}
+
+/// Inserts one pending delivery per handler of each event inserted (`inserted[i]` of
+/// `events[i]`), in event order.
+async fn insert_deliveries(
+    tx: &Transaction<'_>,
+    events: &[&NewEvent],
+    inserted: &[Option<i64>],
+) -> Result<(), InboxError> {
+    let mut event_ids = Vec::new();
+    let mut sources = Vec::new();
+    let mut handlers = Vec::new();
+    let mut keys = Vec::new();
+    let mut sequences = Vec::new();
+    let mut due = Vec::new();
+    for (event, id) in events.iter().zip(inserted) {
+        let Some(id) = id else { continue };
+        for handler in &event.handlers {
+            event_ids.push(*id);
+            sources.push(event.source.as_str());
+            handlers.push(handler.as_str());
+            keys.push(event.envelope.ordering_key.as_deref());
+            sequences.push(event.envelope.sequence.map(|s| s as i64));
+            due.push(event.request.received_at_ms);
+        }
+    }
+    if event_ids.is_empty() {
+        return Ok(());
+    }
+    tx.execute(
+        &tx.prepare_cached(
+            "INSERT INTO deliveries (event, source, handler, ordering_key, sequence, state,
+                                     next_attempt_at, updated_at)
+             SELECT event, source, handler, ordering_key, sequence, 'pending', due, due
+             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                         $6::bigint[]) WITH ORDINALITY
+                  AS d (event, source, handler, ordering_key, sequence, due, n)
+             ORDER BY n",
+        )
+        .await?,
+        &[&event_ids, &sources, &handlers, &keys, &sequences, &due],
+    )
+    .await?;
+    Ok(())
+}
+
+/// `e` for each request of a batch that failed as a whole.
+fn shared(e: &InboxError) -> InboxError {
+    match e {
+        InboxError::Unavailable(why) => InboxError::Unavailable(Arc::clone(why)),
+        InboxError::Busy(why) => InboxError::Busy(Arc::clone(why)),
+        InboxError::Storage(why) => InboxError::Storage(Arc::clone(why)),
+        InboxError::WriterGone => InboxError::WriterGone,
+        other => {
+            let why: StorageError = Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
+                other.to_string(),
+            ));
+            InboxError::Storage(why)
+        }
+    }
+}
