@@ -1,6 +1,6 @@
-//! Group commit for PostgreSQL: concurrent accepts share one transaction, whose few statements
-//! insert every event of the batch at once (`unnest` of arrays), so a request costs the server a
-//! share of one commit, not a transaction of its own.
+//! Group commit for PostgreSQL: concurrent accepts (and finishes, `lease.rs`) share one
+//! transaction, whose few statements write every operation of the batch at once (`unnest` of
+//! arrays), so a request costs the server a share of one commit, not a transaction of its own.
 //!
 //! Invariants:
 //! - A caller is answered only after the transaction holding its event committed, with what its
@@ -30,77 +30,104 @@ use crate::inbox::{
     Accepted, InboxError, error::StorageError, request::headers_json, store::NewEvent,
 };
 
-/// Events one transaction takes at most.
-const MAX_EVENTS: usize = 128;
+/// Operations one transaction takes at most.
+const MAX_ITEMS: usize = 128;
 /// Request bytes (bodies and headers) one transaction takes at most, past its first event.
 const MAX_BYTES: usize = 4 << 20;
-/// Transactions under way at once (each on a pooled connection of its own).
+/// Transactions under way at once per queue (each on a pooled connection of its own).
 const COMMITTERS: usize = 4;
 
-type Reply = oneshot::Sender<Result<Accepted, InboxError>>;
+/// Where an operation's answer goes.
+pub(super) type Reply<R> = oneshot::Sender<Result<R, InboxError>>;
 
-/// The queue of accepts waiting for a transaction, and the tasks that commit them.
-pub(super) struct Batcher {
-    queue: mpsc::Sender<(NewEvent, Reply)>,
+/// What a queue's operations weigh, against a batch's [`MAX_BYTES`].
+pub(super) trait Weigh {
+    fn weight(&self) -> usize {
+        0
+    }
 }
 
-impl Batcher {
-    /// Starts the committers on `pool`; each committed transaction is counted in `commits`.
-    pub(super) fn start(pool: Arc<Connections>, commits: Arc<AtomicI64>) -> Self {
-        let (queue, received) = mpsc::channel(MAX_EVENTS * COMMITTERS);
+/// A queue of operations waiting for a transaction, and the tasks that commit them: each task
+/// takes what is queued (up to a batch's limits) and hands it to `commit`, which must answer
+/// every operation, after its transaction committed.
+pub(super) struct Batcher<T, R> {
+    queue: mpsc::Sender<(T, Reply<R>)>,
+}
+
+impl<T: Weigh + Send + 'static, R: Send + 'static> Batcher<T, R> {
+    /// Starts the committers.
+    pub(super) fn start<F, Fut>(commit: F) -> Self
+    where
+        F: Fn(Vec<(T, Reply<R>)>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let (queue, received) = mpsc::channel(MAX_ITEMS * COMMITTERS);
         let received = Arc::new(Mutex::new(received));
         for _ in 0..COMMITTERS {
-            let (pool, commits, received) = (pool.clone(), commits.clone(), received.clone());
+            let (commit, received) = (commit.clone(), received.clone());
             tokio::spawn(async move {
                 while let Some(batch) = next_batch(&received).await {
-                    commit_batch(&pool, &commits, batch).await;
+                    commit(batch).await;
                 }
             });
         }
         Self { queue }
     }
 
-    /// Stores `event` in the next transaction; answers once it committed.
-    pub(super) async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
+    /// Queues `item` for the next transaction; answers once it committed.
+    pub(super) async fn submit(&self, item: T) -> Result<R, InboxError> {
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send((event, reply))
+            .send((item, reply))
             .await
             .map_err(|_| InboxError::WriterGone)?;
         answer.await.map_err(|_| InboxError::WriterGone)?
     }
 }
 
-/// Waits for an accept, then takes whatever else is queued, up to a batch's limits; `None` once
-/// the store is gone.
-async fn next_batch(
-    received: &Mutex<mpsc::Receiver<(NewEvent, Reply)>>,
-) -> Option<Vec<(NewEvent, Reply)>> {
+/// Waits for an operation, then takes whatever else is queued, up to a batch's limits; `None`
+/// once the store is gone.
+async fn next_batch<T: Weigh, R>(
+    received: &Mutex<mpsc::Receiver<(T, Reply<R>)>>,
+) -> Option<Vec<(T, Reply<R>)>> {
     let mut received = received.lock().await;
     let first = received.recv().await?;
-    let mut bytes = size(&first.0);
+    let mut bytes = first.0.weight();
     let mut batch = vec![first];
-    while batch.len() < MAX_EVENTS && bytes < MAX_BYTES {
-        let Ok(next) = received.try_recv() else { break };
-        bytes += size(&next.0);
+    while batch.len() < MAX_ITEMS && bytes < MAX_BYTES {
+        let Ok(next) = received.try_recv() else {
+            break;
+        };
+        bytes += next.0.weight();
         batch.push(next);
     }
     Some(batch)
 }
 
-/// What an event weighs in a batch.
-fn size(event: &NewEvent) -> usize {
-    event.request.body.len()
-        + event
-            .request
-            .headers
-            .iter()
-            .map(|(name, value)| name.len() + value.len())
-            .sum::<usize>()
+/// Whether a batch that failed with `e` is to be answered with it as a whole (the server is
+/// away or busy: one at a time would fare no better), not retried one operation at a time.
+pub(super) fn fails_as_a_whole<T>(batch: &[T], e: &InboxError) -> bool {
+    batch.len() == 1 || matches!(e, InboxError::Unavailable(_) | InboxError::Busy(_))
 }
 
-/// Commits `batch` and answers every request in it.
-async fn commit_batch(pool: &Connections, commits: &AtomicI64, mut batch: Vec<(NewEvent, Reply)>) {
+impl Weigh for NewEvent {
+    fn weight(&self) -> usize {
+        self.request.body.len()
+            + self
+                .request
+                .headers
+                .iter()
+                .map(|(name, value)| name.len() + value.len())
+                .sum::<usize>()
+    }
+}
+
+/// Commits a batch of accepts and answers every request in it.
+pub(super) async fn commit_accepts(
+    pool: &Connections,
+    commits: &AtomicI64,
+    mut batch: Vec<(NewEvent, Reply<Accepted>)>,
+) {
     batch.sort_by(|(a, _), (b, _)| {
         (a.source.as_str(), a.envelope.event_id.as_str())
             .cmp(&(b.source.as_str(), b.envelope.event_id.as_str()))
@@ -113,10 +140,7 @@ async fn commit_batch(pool: &Connections, commits: &AtomicI64, mut batch: Vec<(N
                 let _ = reply.send(Ok(result));
             }
         }
-        Err(e)
-            if batch.len() == 1
-                || matches!(e, InboxError::Unavailable(_) | InboxError::Busy(_)) =>
-        {
+        Err(e) if fails_as_a_whole(&batch, &e) => {
             for (_, reply) in batch {
                 let _ = reply.send(Err(shared(&e)));
             }
@@ -273,7 +297,7 @@ async fn insert_deliveries(
 }
 
 /// `e` for each request of a batch that failed as a whole.
-fn shared(e: &InboxError) -> InboxError {
+pub(super) fn shared(e: &InboxError) -> InboxError {
     match e {
         InboxError::Unavailable(why) => InboxError::Unavailable(Arc::clone(why)),
         InboxError::Busy(why) => InboxError::Busy(Arc::clone(why)),

@@ -12,12 +12,23 @@
 //!   the delivery's next state are one transaction.
 //! - A reclaim skips the leases another transaction holds (a finish in progress).
 
-use std::{collections::HashSet, sync::LazyLock};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        LazyLock,
+        atomic::{AtomicI64, Ordering as AtomicOrdering},
+    },
+};
 
 use bytes::Bytes;
 use deadpool_postgres::{Client, Transaction};
 
-use super::{error::is_unique_violation, state, state_names};
+use super::{
+    Connections,
+    batch::{Reply, Weigh, fails_as_a_whole, shared},
+    error::is_unique_violation,
+    state, state_names,
+};
 use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
@@ -458,6 +469,153 @@ pub(super) async fn finish_attempt(
         return Ok(Finished::OverQuota(message));
     }
     Ok(Finished::Recorded)
+}
+
+/// Whether `f` commits plugin state (its own transaction: it locks keys, may conflict or be
+/// over quota); the rest share transactions ([`commit_finishes`]).
+pub(super) fn commits_state(f: &Finish) -> bool {
+    matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty()
+}
+
+/// Records `f` in a transaction of its own.
+pub(super) async fn finish_one(
+    pool: &Connections,
+    commits: &AtomicI64,
+    f: &Finish,
+) -> Result<Finished, InboxError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let finished = finish_attempt(&tx, f).await?;
+    if let Finished::OverQuota(_) = finished {
+        // Nothing of a refused commit stays (not even the usage row it locked).
+        tx.rollback().await?;
+    } else {
+        tx.commit().await?;
+        commits.fetch_add(1, AtomicOrdering::Relaxed);
+    }
+    Ok(finished)
+}
+
+impl Weigh for Finish {}
+
+/// Records a batch of finishes that write no plugin state in one transaction and answers each:
+/// the batch's deliveries are locked in id order, each lease is checked as
+/// [`finish_attempt`] checks it, and the live ones move on and get their attempt rows in two
+/// statements. A batch refused for anything but the server being away or busy is recorded one
+/// finish per transaction instead.
+pub(super) async fn commit_finishes(
+    pool: &Connections,
+    commits: &AtomicI64,
+    mut batch: Vec<(Finish, Reply<Finished>)>,
+) {
+    batch.sort_by_key(|(f, _)| f.delivery_id);
+    let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
+    match finish_together(pool, &finishes).await {
+        Ok(results) => {
+            commits.fetch_add(1, AtomicOrdering::Relaxed);
+            for ((_, reply), result) in batch.into_iter().zip(results) {
+                let _ = reply.send(Ok(result));
+            }
+        }
+        Err(e) if fails_as_a_whole(&batch, &e) => {
+            for (_, reply) in batch {
+                let _ = reply.send(Err(shared(&e)));
+            }
+        }
+        Err(_) => {
+            for (f, reply) in batch {
+                let _ = reply.send(finish_one(pool, commits, &f).await);
+            }
+        }
+    }
+}
+
+/// [`commit_finishes`]' transaction; what became of each finish, in order.
+async fn finish_together(
+    pool: &Connections,
+    finishes: &[&Finish],
+) -> Result<Vec<Finished>, InboxError> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    let ids: Vec<i64> = finishes.iter().map(|f| f.delivery_id).collect();
+    let leased: HashMap<i64, i64> = tx
+        .query(
+            &tx.prepare_cached(
+                "SELECT id, attempts FROM deliveries
+                 WHERE id = ANY($1) AND state = 'running'
+                 ORDER BY id FOR UPDATE",
+            )
+            .await?,
+            &[&ids],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    let live: Vec<&Finish> = finishes
+        .iter()
+        .copied()
+        .filter(|f| leased.get(&f.delivery_id) == Some(&i64::from(f.attempt)))
+        .collect();
+    if !live.is_empty() {
+        let mut states = Vec::new();
+        let mut outputs = Vec::new();
+        let mut errors = Vec::new();
+        let mut next = Vec::new();
+        let mut ended = Vec::new();
+        for f in &live {
+            let (state, output, next_at) = f.next_state();
+            states.push(state.as_str());
+            outputs.push(output);
+            errors.push(f.last_error());
+            next.push(next_at);
+            ended.push(f.finished_at_ms);
+        }
+        let live_ids: Vec<i64> = live.iter().map(|f| f.delivery_id).collect();
+        tx.execute(
+            &tx.prepare_cached(
+                "UPDATE deliveries d SET state = u.state, output = COALESCE(u.output, d.output),
+                     last_error = u.last_error, next_attempt_at = u.next_at, lease_until = NULL,
+                     updated_at = u.ended
+                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                             $6::bigint[]) AS u (id, state, output, last_error, next_at, ended)
+                 WHERE d.id = u.id",
+            )
+            .await?,
+            &[&live_ids, &states, &outputs, &errors, &next, &ended],
+        )
+        .await?;
+        let attempts: Vec<i64> = live.iter().map(|f| i64::from(f.attempt)).collect();
+        let started: Vec<i64> = live.iter().map(|f| f.started_at_ms).collect();
+        let outcomes: Vec<&str> = live.iter().map(|f| f.outcome.as_str()).collect();
+        let kinds: Vec<Option<&str>> = live.iter().map(|f| f.error_kind.as_deref()).collect();
+        let messages: Vec<Option<&str>> = live.iter().map(|f| f.error.as_deref()).collect();
+        let shas: Vec<Option<&str>> = live.iter().map(|f| f.plugin_sha256.as_deref()).collect();
+        tx.execute(
+            &tx.prepare_cached(
+                "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome,
+                                       error_kind, error, plugin_sha256)
+                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[],
+                                      $5::text[], $6::text[], $7::text[], $8::text[])",
+            )
+            .await?,
+            &[
+                &live_ids, &attempts, &started, &ended, &outcomes, &kinds, &messages, &shas,
+            ],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(finishes
+        .iter()
+        .map(|f| {
+            if leased.get(&f.delivery_id) == Some(&i64::from(f.attempt)) {
+                Finished::Recorded
+            } else {
+                Finished::LeaseLost
+            }
+        })
+        .collect())
 }
 
 /// Records the attempts whose lease ended before `now_ms` (and that no other transaction is

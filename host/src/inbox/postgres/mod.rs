@@ -84,7 +84,9 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(250);
 pub(super) struct PostgresStore {
     connections: Arc<Connections>,
     /// Accepts, committed in shared transactions.
-    accepts: batch::Batcher,
+    accepts: batch::Batcher<NewEvent, Accepted>,
+    /// Finishes that write no plugin state, committed in shared transactions.
+    finishes: batch::Batcher<Finish, Finished>,
     /// The database, as errors name it.
     target: Target,
     /// Write transactions committed by this store (`hookd_inbox_commits_total`).
@@ -163,7 +165,20 @@ impl PostgresStore {
         });
         let commits = Arc::new(AtomicI64::new(0));
         Ok(Self {
-            accepts: batch::Batcher::start(Arc::clone(&connections), Arc::clone(&commits)),
+            accepts: {
+                let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
+                batch::Batcher::start(move |batch| {
+                    let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
+                    async move { batch::commit_accepts(&connections, &commits, batch).await }
+                })
+            },
+            finishes: {
+                let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
+                batch::Batcher::start(move |batch| {
+                    let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
+                    async move { lease::commit_finishes(&connections, &commits, batch).await }
+                })
+            },
             connections,
             target,
             commits,
@@ -236,7 +251,7 @@ impl Store for PostgresStore {
         if event.from_quarantine.is_some() {
             return batch::one(&self.connections, &self.commits, &event).await;
         }
-        self.accepts.accept(event).await
+        self.accepts.submit(event).await
     }
 
     async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError> {
@@ -279,17 +294,10 @@ impl Store for PostgresStore {
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let finished = lease::finish_attempt(&tx, &finish).await?;
-        if let Finished::OverQuota(_) = finished {
-            // Nothing of a refused commit stays (not even the usage row it locked).
-            tx.rollback().await?;
-        } else {
-            tx.commit().await?;
-            self.committed();
+        if lease::commits_state(&finish) {
+            return lease::finish_one(&self.connections, &self.commits, &finish).await;
         }
-        Ok(finished)
+        self.finishes.submit(finish).await
     }
 
     async fn reclaim_expired(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError> {

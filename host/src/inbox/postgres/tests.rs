@@ -135,6 +135,59 @@ async fn an_event_the_database_refuses_fails_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finishes_sharing_a_commit_each_check_their_own_lease() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    for i in 0..20 {
+        fixtures::accept(&inbox, event(&format!("e{i}"))).await;
+    }
+    let claimed = inbox
+        .claim(fixtures::claim_request(LEASED_MS, 20, &[(HANDLER, 20)]))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 20);
+    // Every fourth result carries a token that is not its lease's (a stale worker's).
+    let finishes: Vec<_> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, claim)| {
+            let mut record = finished(claim, Disposition::Done { output: None });
+            if i % 4 == 0 {
+                record.attempt += 1;
+            }
+            let inbox = inbox.clone();
+            tokio::spawn(async move { (i, inbox.finish(record).await.unwrap()) })
+        })
+        .collect();
+    for finish in finishes {
+        let (i, finished) = finish.await.unwrap();
+        let expected = if i % 4 == 0 {
+            Finished::LeaseLost
+        } else {
+            Finished::Recorded
+        };
+        assert_eq!(finished, expected, "finish {i}");
+    }
+    for (i, claim) in claimed.iter().enumerate() {
+        let detail = fixtures::detail(&inbox, claim.event_id.as_str()).await;
+        let delivery = &detail.deliveries[0];
+        let (state, attempts) = if i % 4 == 0 {
+            ("running", 0)
+        } else {
+            ("done", 1)
+        };
+        assert_eq!(
+            (delivery.state.as_str(), delivery.history.len()),
+            (state, attempts),
+            "{}",
+            claim.event_id
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_claimers_run_one_delivery_of_a_key_at_a_time_in_order() {
     const EVENTS: u64 = 12;
     let Some(db) = TestDatabase::fresh().await else {
