@@ -71,13 +71,63 @@ pub(super) async fn claim_due(
         .iter()
         .map(|queue| queue.iter().map(|c| c.due_ms).collect())
         .collect();
+    // The deliveries without a key are leased in one statement (nothing can refuse them); a
+    // keyed one on its own, as the database may refuse it.
+    let picks = request.share_out(&handlers, &due);
+    let unkeyed: Vec<(&str, &Candidate)> = picks
+        .iter()
+        .map(|&(lane, nth)| (handlers[lane].0, &queues[lane][nth]))
+        .filter(|(_, candidate)| candidate.key.is_none())
+        .collect();
+    let mut together = lease_unkeyed(tx, request, &unkeyed).await?;
     let mut leased = Vec::new();
-    for (lane, nth) in request.share_out(&handlers, &due) {
-        if let Some(claim) = lease(tx, request, handlers[lane].0, &queues[lane][nth]).await? {
+    for (lane, nth) in picks {
+        let candidate = &queues[lane][nth];
+        if candidate.key.is_none() {
+            leased.extend(together.remove(&candidate.id));
+        } else if let Some(claim) = lease(tx, request, handlers[lane].0, candidate).await? {
             leased.push(claim);
         }
     }
     Ok(ClaimOutcome { leased, stale })
+}
+
+/// Leases `picks` (handler, candidate without a key), all in one statement; by delivery id.
+async fn lease_unkeyed(
+    tx: &Transaction<'_>,
+    request: &ClaimRequest,
+    picks: &[(&str, &Candidate)],
+) -> Result<HashMap<i64, Claimed>, InboxError> {
+    if picks.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let ids: Vec<i64> = picks.iter().map(|(_, c)| c.id).collect();
+    let until: Vec<i64> = picks.iter().map(|(h, _)| request.lease_until(h)).collect();
+    let rows = tx
+        .query(
+            &tx.prepare_cached(
+                "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
+                     lease_until = u.until, leased_at = $3, updated_at = $3
+                 FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
+                 WHERE d.id = u.id AND e.id = d.event
+                 RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,
+                           e.event_type, e.received_at, e.headers, e.body",
+            )
+            .await?,
+            &[&ids, &until, &request.now_ms],
+        )
+        .await?;
+    let picked: HashMap<i64, (&str, &Candidate)> =
+        picks.iter().map(|&(h, c)| (c.id, (h, c))).collect();
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let id: i64 = row.get(0);
+            let (handler, candidate) = picked[&id];
+            let claim = claimed(row, 1, request, handler, candidate);
+            (id, claim)
+        })
+        .collect())
 }
 
 /// Due deliveries a window looks at for each one wanted (plus a few): a window full of
@@ -347,22 +397,34 @@ async fn lease(
     if keyed {
         tx.batch_execute("RELEASE SAVEPOINT lease").await?;
     }
-    let headers: String = row.get(5);
-    Ok(Some(Claimed {
+    Ok(Some(claimed(&row, 0, request, handler, candidate)))
+}
+
+/// The lease of `candidate` to `handler`, from a row returning, from column `first` on, the
+/// delivery's attempts, its budget used, and the event's id, type, arrival, headers and body.
+fn claimed(
+    row: &tokio_postgres::Row,
+    first: usize,
+    request: &ClaimRequest,
+    handler: &str,
+    candidate: &Candidate,
+) -> Claimed {
+    let headers: String = row.get(first + 5);
+    Claimed {
         delivery_id: candidate.id,
-        attempt: token(row.get(0)),
-        budget_used: token(row.get(1)),
+        attempt: token(row.get(first)),
+        budget_used: token(row.get(first + 1)),
         leased_at_ms: request.now_ms,
         source: SourceName::new(candidate.source.as_str()),
         handler: PluginName::new(handler),
-        event_id: EventId::new(row.get::<_, String>(2)),
-        event_type: row.get(3),
+        event_id: EventId::new(row.get::<_, String>(first + 2)),
+        event_type: row.get(first + 3),
         ordering_key: candidate.key.clone(),
         sequence: candidate.sequence.map(|s| s as u64),
-        received_at_ms: row.get(4),
+        received_at_ms: row.get(first + 4),
         headers: headers_from_json(&headers),
-        body: Bytes::from(row.get::<_, Vec<u8>>(6)),
-    }))
+        body: Bytes::from(row.get::<_, Vec<u8>>(first + 6)),
+    }
 }
 
 /// An attempt count as stored (`BIGINT`) as the contract counts it.
