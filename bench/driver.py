@@ -10,6 +10,12 @@ Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
   dispatch  end-to-end handled events/s (accept -> done) with the `counter` and the stateless
             `flaky` handler; the drain rate of a stored backlog; resident memory per in-flight
             handler with 1 000 handlers waiting at once.
+  cluster   the storage backends side by side in one run: durable accepts/s (as `ingest`) and
+            handled events/s (stateless `flaky`, as `dispatch`) on SQLite, on PostgreSQL with
+            one node, and with three nodes sharing the database (the load spread over them);
+            the server's settings and its WAL flushes per acknowledged request. The database
+            is HOOKD_BENCH_POSTGRES_URL (bench/run.sh starts a local server: .ci/postgres.sh);
+            each measurement gets a fresh database on it.
 
 Every host runs in target/bench/<scenario>/ (a real disk: fsyncs cost what they cost) and is
 stopped with SIGTERM at the end of its scenario. Nothing here sends traffic off 127.0.0.1.
@@ -53,7 +59,8 @@ def log(message: str) -> None:
 class Host:
     """A `hookd serve` process in its own directory, optionally under strace."""
 
-    def __init__(self, name: str, server: str, sources: str, plugins: dict, strace: bool = False):
+    def __init__(self, name: str, server: str, sources: str, plugins: dict, strace: bool = False,
+                 database: str = "hookd.db"):
         self.dir = WORK / name
         shutil.rmtree(self.dir, ignore_errors=True)
         (self.dir / "plugins").mkdir(parents=True)
@@ -64,7 +71,7 @@ class Host:
         config = (
             f'[server]\nlisten = "127.0.0.1:{self.port}"\n'
             f'admin_listen = "127.0.0.1:{self.admin_port}"\n'
-            f'admin_token = "{ADMIN_TOKEN}"\ndatabase = "hookd.db"\nplugins_dir = "plugins"\n'
+            f'admin_token = "{ADMIN_TOKEN}"\ndatabase = "{database}"\nplugins_dir = "plugins"\n'
             f"{server}\n{sources}\n"
         )
         (self.dir / "hookd.toml").write_text(config)
@@ -78,6 +85,7 @@ class Host:
             ] + command
         self.log = open(self.dir / "hookd.log", "w")
         env = dict(os.environ, HOOKD_LOG=os.environ.get("HOOKD_LOG", "warn"))
+        env.pop("HOOKD_DATABASE_URL", None)
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env)
         deadline = time.time() + 30
         while True:
@@ -422,9 +430,185 @@ def dispatch(args) -> None:
         )
 
 
+# --- cluster --------------------------------------------------------------------------------
+
+class Postgres:
+    """The PostgreSQL server the cluster scenario uses, reached with psql (the binary itself,
+    not Debian's Perl wrapper, which costs more CPU per call than the query)."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.base = self.url.rsplit("/", 1)[0]
+        binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/psql"))
+        self.binary = str(binaries[-1]) if binaries else "psql"
+
+    def psql(self, sql: str, database: str = None) -> str:
+        url = f"{self.base}/{database}" if database else self.url
+        out = subprocess.run([self.binary, url, "-qtAX", "-c", sql], check=True,
+                             capture_output=True, text=True)
+        return out.stdout.strip()
+
+    def fresh(self, name: str) -> str:
+        """A new, empty database `name` (dropped first if a run left it); its URL."""
+        self.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        self.psql(f"CREATE DATABASE {name}")
+        return f"{self.base}/{name}"
+
+    def settings(self) -> str:
+        names = ("server_version", "synchronous_commit", "fsync", "wal_sync_method",
+                 "full_page_writes", "commit_delay", "shared_buffers", "max_connections",
+                 "wal_level", "max_wal_size")
+        return self.psql("SELECT string_agg(name || '=' || current_setting(name), ' ' "
+                         "ORDER BY name) FROM pg_settings "
+                         f"WHERE name = ANY('{{{','.join(names)}}}')")
+
+    def wal_syncs(self) -> int:
+        return int(self.psql("SELECT wal_sync FROM pg_stat_wal"))
+
+
+def postgres_cores() -> int:
+    """CPU time all `postgres` processes used so far, in clock ticks."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if "(postgres)" in text[:64]:
+            fields = text[text.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def count(backend, hosts, sql: str) -> int:
+    """`sql`'s count in the database `hosts` share: PostgreSQL's (`backend` = (pg, name)) or
+    the first host's SQLite file."""
+    if backend:
+        pg, name = backend
+        return int(pg.psql(sql, name))
+    return hosts[0].count(sql)
+
+
+def cluster_run(label, hosts, pg, args, corpus) -> dict:
+    """Durable accepts/s over `hosts` (64 connections split between them, one wrk each)."""
+    from concurrent.futures import ThreadPoolExecutor
+    run_id = f"{label}-{int(time.time())}"
+    split = [args.connections // len(hosts) + (i < args.connections % len(hosts))
+             for i in range(len(hosts))]
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        list(pool.map(lambda hc: wrk(hc[0].url, "ingest.lua", [corpus, f"warm-{run_id}-{hc[1]}"],
+                                     1, hc[1], args.warmup), zip(hosts, split)))
+    wait_quiet()
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [h.hookd_pid() for h in hosts]
+    hookd0, pg0, syncs0 = sum(map(proc_jiffies, pids)), postgres_cores(), pg.wal_syncs() if pg else 0
+    started = time.time()
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        results = list(pool.map(
+            lambda ihc: wrk(ihc[1][0].url, "ingest.lua", [corpus, f"{run_id}-{ihc[0]}"], 1,
+                            ihc[1][1], args.duration), enumerate(zip(hosts, split))))
+    elapsed = time.time() - started
+    hookd_cores = (sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed
+    pg_cores = (postgres_cores() - pg0) / tick / elapsed
+    accepted = sum(r["accepted"] for r in results)
+    out = {
+        "accepted_per_s": sum(r["accepted_per_s"] for r in results),
+        "p50_ms": max(r["p50_ms"] for r in results),
+        "p99_ms": max(r["p99_ms"] for r in results),
+        "accepted": accepted,
+        "other": sum(r["other"] for r in results),
+        "cpu": f"hookd {hookd_cores:.2f} cores, postgres {pg_cores:.2f}",
+        "command": results[0]["command"],
+    }
+    if pg:
+        out["per_sync"] = accepted / max(pg.wal_syncs() - syncs0, 1)
+    return out
+
+
+def cluster_handled(hosts, backend, events: int) -> float:
+    """Handled events/s: `events` posted (split over `hosts`) while they are handled."""
+    from concurrent.futures import ThreadPoolExecutor
+    wait_quiet()
+    share = [events // len(hosts) + (i < events % len(hosts)) for i in range(len(hosts))]
+    pids = [h.hookd_pid() for h in hosts]
+    hookd0, pg0 = sum(map(proc_jiffies, pids)), postgres_cores()
+    start = time.time()
+    with ThreadPoolExecutor(len(hosts)) as pool:
+        posted = list(pool.map(lambda ihn: post(ihn[1][0], ihn[1][1], {"action": "created"},
+                                                f"e2e-{ihn[0]}", 64 // len(hosts)),
+                               enumerate(zip(hosts, share))))
+    stored = count(backend, hosts, "SELECT COUNT(*) FROM deliveries")
+    deadline = time.time() + 600
+    while count(backend, hosts, "SELECT COUNT(*) FROM deliveries WHERE state = 'done'") < stored:
+        if time.time() > deadline:
+            raise SystemExit(f"timed out waiting for {stored} done deliveries")
+        time.sleep(0.1)
+    elapsed = time.time() - start
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu = (f"hookd {(sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed:.2f} cores, "
+           f"postgres {(postgres_cores() - pg0) / tick / elapsed:.2f}")
+    return stored / elapsed, stored, cpu
+
+
+def cluster(args) -> None:
+    url = os.environ.get("HOOKD_BENCH_POSTGRES_URL")
+    if not url:
+        raise SystemExit("the cluster scenario needs HOOKD_BENCH_POSTGRES_URL (bench/run.sh sets it)")
+    pg = Postgres(url)
+    log(f"cluster postgres settings: {pg.settings()}")
+    corpus = WORK / "corpus.tsv"
+    WORK.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, str(BENCH / "corpus.py"), str(corpus), "--count", "1000", "--size", "1500",
+         "--secret", SECRET],
+        check=True,
+    )
+    rows = []
+    for label, nodes in (("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)):
+        for what in ("ingest", "handled"):
+            name = f"hookd_bench_{label.replace('-', '_')}_{what}"
+            database = pg.fresh(name) if nodes else "hookd.db"
+            sources = INGEST_SOURCES if what == "ingest" else dispatch_sources("flaky")
+            plugins = {"github": "github"} if what == "ingest" else {"github": "github",
+                                                                      "flaky": "flaky"}
+            # SQLite's durability is its default ("full"); PostgreSQL's is the server's
+            # synchronous_commit (printed above).
+            server = 'durability = "full"' if not nodes else ""
+            hosts = []
+            try:
+                for i in range(max(nodes, 1)):
+                    hosts.append(Host(f"cluster-{label}-{what}-{i}", server, sources, plugins,
+                                      database=database))
+                if what == "ingest":
+                    r = cluster_run(label, hosts, pg if nodes else None, args, corpus)
+                    per_sync = (f", {r['per_sync']:.1f} acknowledged requests per WAL flush"
+                                if "per_sync" in r else "")
+                    log(f"cluster {label:10}  {r['accepted_per_s']:8.0f} accepted/s  "
+                        f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
+                        f"({int(r['accepted'])} x 202, {int(r['other'])} other status; "
+                        f"{r['cpu']}{per_sync})")
+                    rows.append((label, "accepted/s", r["accepted_per_s"]))
+                else:
+                    backend = (pg, name) if nodes else None
+                    rate, stored, cpu = cluster_handled(hosts, backend, args.events)
+                    log(f"cluster {label:10}  {rate:8.0f} handled/s  ({stored} events posted and "
+                        f"handled, stateless flaky; {cpu})")
+                    rows.append((label, "handled/s", rate))
+            finally:
+                for host in hosts:
+                    host.__exit__(None, None, None)
+            if nodes:
+                pg.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    base = {what: rate for label, what, rate in rows if label == "postgres-1"}
+    for label, what, rate in rows:
+        log(f"cluster ratio {label:10} {what:10} = {rate / base[what]:.2f} x postgres-1")
+    log("        command: wrk -t1 -cC -dD --latency -s bench/ingest.lua URL -- CORPUS RUN "
+        "(one per node, C = 64 / nodes)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["ingest", "dispatch", "all"])
+    parser.add_argument("scenario", choices=["ingest", "dispatch", "cluster", "all"])
     parser.add_argument("--duration", default=os.environ.get("DURATION", "30s"))
     parser.add_argument("--warmup", default=os.environ.get("WARMUP", "5s"))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("THREADS", "2")))
@@ -440,6 +624,8 @@ def main() -> None:
         ingest(args)
     if args.scenario in ("dispatch", "all"):
         dispatch(args)
+    if args.scenario in ("cluster", "all"):
+        cluster(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|all]   (default: all)
+# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|all]   (default: all)
 #
 #   ingest    durable accepts/s + ack latency (wrk, 64 connections, github signature + Wasm
 #             parser, ~1.5 KB bodies, 10% duplicates, durability = "full"), group commit vs one
@@ -7,6 +7,9 @@
 #   dispatch  handled events/s accept -> done (counter, flaky), backlog drain rate, and resident
 #             memory per in-flight handler with 1 000 handlers waiting at once
 #   invoke    instantiate + call overhead of one handler call (host/examples/invoke.rs)
+#   cluster   SQLite, PostgreSQL with one node and with three nodes side by side: durable
+#             accepts/s (as ingest) and handled events/s (stateless flaky, as dispatch); starts
+#             a local PostgreSQL with .ci/postgres.sh unless HOOKD_BENCH_POSTGRES_URL is set
 #
 # Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
 # (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
@@ -18,9 +21,9 @@ set -euo pipefail
 
 scenario="${1:-all}"
 case "$scenario" in
-ingest | dispatch | invoke | all) ;;
+ingest | dispatch | invoke | cluster | all) ;;
 *)
-    echo "usage: bench/run.sh [ingest|dispatch|invoke|all]" >&2
+    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|all]" >&2
     exit 2
     ;;
 esac
@@ -56,5 +59,9 @@ if [[ "$scenario" == invoke || "$scenario" == all ]]; then
     target/release/examples/invoke \
         target/wasm-plugins/wasm32-wasip2/release/counter.wasm "${CALLS:-20000}" \
         target/wasm-plugins/wasm32-wasip2/release/github.wasm
+fi
+if [[ "$scenario" == cluster || "$scenario" == all ]]; then
+    export HOOKD_BENCH_POSTGRES_URL="${HOOKD_BENCH_POSTGRES_URL:-$(bash .ci/postgres.sh)}"
+    python3 bench/driver.py cluster
 fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
