@@ -1,8 +1,9 @@
 //! The PostgreSQL backend of the inbox: one database that several hookd nodes share, reached
 //! through a pool of connections (`deadpool-postgres` over `tokio-postgres`).
 //!
-//! [`PostgresStore`] implements the storage contract ([`Store`]) with each write operation as
-//! one transaction on a pooled connection and each read as statements on one: the SQL of each
+//! [`PostgresStore`] implements the storage contract ([`Store`]) with each write operation in
+//! one transaction on a pooled connection (concurrent accepts, and finishes that write no
+//! plugin state, share one: `batch.rs`) and each read as statements on one: the SQL of each
 //! role is a file of the same name (`accept`, `quarantine`, `lease`, `replay`, `state`,
 //! `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
 //! inbox's (and names a database without its password).
@@ -19,8 +20,8 @@
 //! - Every guarantee holds across nodes as within one: a duplicate is decided by the unique
 //!   constraint (`ON CONFLICT`), a claim locks what it leases (`FOR UPDATE SKIP LOCKED`) and a
 //!   second running delivery of one ordering key is refused by a unique index, a finish
-//!   re-checks its lease under the row's lock, and a plugin's state commits are ordered by the
-//!   lock on its usage row.
+//!   re-checks its lease under the row's lock, and a state commit locks the keys it read or
+//!   writes (transaction advisory locks, in one order) before checking their versions.
 //! - Other nodes may hold leases: [`Capabilities::single_node`] is false, and
 //!   [`Store::reclaim_all`] is refused.
 //! - The blocking state reads need tokio's multi-thread runtime (they block in place), as the
