@@ -242,7 +242,8 @@ handlers = []
 """
 
 
-def ingest(args) -> None:
+def ingest_corpus() -> Path:
+    """The ingest corpus (bench/corpus.py: 1 000 signed ~1.5 KB bodies), written anew."""
     corpus = WORK / "corpus.tsv"
     WORK.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -250,6 +251,11 @@ def ingest(args) -> None:
          "--secret", SECRET],
         check=True,
     )
+    return corpus
+
+
+def ingest(args) -> None:
+    corpus = ingest_corpus()
     results = {}
     for mode, group in (("group", "true"), ("per-request", "false")):
         server = f'durability = "full"\ngroup_commit = {group}'
@@ -556,13 +562,7 @@ def cluster(args) -> None:
         raise SystemExit("the cluster scenario needs HOOKD_BENCH_POSTGRES_URL (bench/run.sh sets it)")
     pg = Postgres(url)
     log(f"cluster postgres settings: {pg.settings()}")
-    corpus = WORK / "corpus.tsv"
-    WORK.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [sys.executable, str(BENCH / "corpus.py"), str(corpus), "--count", "1000", "--size", "1500",
-         "--secret", SECRET],
-        check=True,
-    )
+    corpus = ingest_corpus()
     rows = []
     for label, nodes in (("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)):
         for what in ("ingest", "handled"):

@@ -133,24 +133,38 @@ pub(super) async fn commit_accepts(
             .cmp(&(b.source.as_str(), b.envelope.event_id.as_str()))
     });
     let events: Vec<&NewEvent> = batch.iter().map(|(event, _)| event).collect();
-    match in_one_transaction(pool, &events).await {
+    let together = in_one_transaction(pool, &events).await;
+    drop(events);
+    for (event, reply) in answer(commits, batch, together) {
+        let _ = reply.send(one(pool, commits, &event).await);
+    }
+}
+
+/// Answers every operation of `batch` by `together`, the result of running them all in one
+/// transaction: once it committed (counted in `commits`), each with its own result; when it
+/// failed as a whole (see [`fails_as_a_whole`]), each with the failure. What is left (the
+/// batch failed for one operation's sake) is returned, to be run one per transaction so only
+/// the operation at fault fails.
+pub(super) fn answer<T, R>(
+    commits: &AtomicI64,
+    batch: Vec<(T, Reply<R>)>,
+    together: Result<Vec<R>, InboxError>,
+) -> Vec<(T, Reply<R>)> {
+    match together {
         Ok(results) => {
             commits.fetch_add(1, Ordering::Relaxed);
             for ((_, reply), result) in batch.into_iter().zip(results) {
                 let _ = reply.send(Ok(result));
             }
+            Vec::new()
         }
         Err(e) if fails_as_a_whole(&batch, &e) => {
             for (_, reply) in batch {
                 let _ = reply.send(Err(shared(&e)));
             }
+            Vec::new()
         }
-        Err(_) => {
-            // Something in one event refused the batch: each on its own, so only it fails.
-            for (event, reply) in batch {
-                let _ = reply.send(one(pool, commits, &event).await);
-            }
-        }
+        Err(_) => batch,
     }
 }
 

@@ -25,7 +25,7 @@ use deadpool_postgres::{Client, Transaction};
 
 use super::{
     Connections,
-    batch::{Reply, Weigh, fails_as_a_whole, shared},
+    batch::{self, Reply, Weigh},
     error::is_unique_violation,
     state, state_names,
 };
@@ -572,23 +572,10 @@ pub(super) async fn commit_finishes(
 ) {
     batch.sort_by_key(|(f, _)| f.delivery_id);
     let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
-    match finish_together(pool, &finishes).await {
-        Ok(results) => {
-            commits.fetch_add(1, AtomicOrdering::Relaxed);
-            for ((_, reply), result) in batch.into_iter().zip(results) {
-                let _ = reply.send(Ok(result));
-            }
-        }
-        Err(e) if fails_as_a_whole(&batch, &e) => {
-            for (_, reply) in batch {
-                let _ = reply.send(Err(shared(&e)));
-            }
-        }
-        Err(_) => {
-            for (f, reply) in batch {
-                let _ = reply.send(finish_one(pool, commits, &f).await);
-            }
-        }
+    let together = finish_together(pool, &finishes).await;
+    drop(finishes);
+    for (f, reply) in batch::answer(commits, batch, together) {
+        let _ = reply.send(finish_one(pool, commits, &f).await);
     }
 }
 
