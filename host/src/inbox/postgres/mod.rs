@@ -170,7 +170,7 @@ impl PostgresStore {
                 let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
                 batch::Batcher::start(move |batch| {
                     let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
-                    async move { batch::commit_accepts(&connections, &commits, batch).await }
+                    async move { accept::commit_accepts(&connections, &commits, batch).await }
                 })
             },
             finishes: {
@@ -250,7 +250,7 @@ impl Store for PostgresStore {
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
         if event.from_quarantine.is_some() {
-            return batch::one(&self.connections, &self.commits, &event).await;
+            return accept::one(&self.connections, &self.commits, &event).await;
         }
         self.accepts.submit(event).await
     }

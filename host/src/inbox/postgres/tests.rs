@@ -1,6 +1,10 @@
 //! What only the PostgreSQL store promises, tested against a real server: its guarantees
 //! between nodes (each node an inbox with a pool of its own on one database) under concurrent
 //! accepts, claims, finishes and start-ups, and what its connection errors say.
+//!
+//! Every test runs on the multi-thread runtime: a test database is dropped while the runtime
+//! still runs, and on one thread a connection the inbox was still opening would hold that
+//! `DROP DATABASE` until the server's `authentication_timeout`.
 
 use std::{
     sync::{
@@ -236,7 +240,7 @@ async fn concurrent_claimers_run_one_delivery_of_a_key_at_a_time_in_order() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_database_refuses_a_second_running_delivery_of_one_key() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
@@ -334,7 +338,7 @@ async fn migrations_run_by_two_nodes_at_once_both_succeed() {
     assert_eq!(version, MIGRATIONS.len() as i64);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_of_a_newer_hookd_is_refused() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
@@ -353,7 +357,7 @@ async fn a_database_of_a_newer_hookd_is_refused() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn startup_reclaim_is_refused_on_a_shared_database() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
@@ -380,7 +384,7 @@ fn shown(e: &InboxError) -> String {
     format!("{e} {e:?}")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_credentials_are_auth_failed_and_never_show_the_password() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
@@ -396,7 +400,7 @@ async fn refused_credentials_are_auth_failed_and_never_show_the_password() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_unreachable_and_never_shows_the_password() {
     // Port 1 on the loopback: nothing listens there, no server is needed.
     let url = "postgres://hookd:s3cret-password@127.0.0.1:1/hookd?connect_timeout=2";
@@ -410,7 +414,7 @@ async fn an_unreachable_server_is_unreachable_and_never_shows_the_password() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_url_is_invalid_and_never_shows_the_password() {
     let url = "postgres://hookd:s3cret-password@127.0.0.1:port/hookd";
     let Err(e) = Inbox::open_postgres(url, options()).await else {
@@ -423,7 +427,7 @@ async fn a_malformed_url_is_invalid_and_never_shows_the_password() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notice_of_work_on_one_node_wakes_another() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
