@@ -36,6 +36,7 @@ mod quarantine;
 mod replay;
 mod schema;
 mod state;
+mod statistics;
 mod views;
 mod wakeup;
 
@@ -94,8 +95,9 @@ pub(super) struct PostgresStore {
     commits: Arc<AtomicI64>,
     /// Woken by every notice of work on the database, this node's own included.
     work: Arc<tokio::sync::Notify>,
-    /// The task listening for those notices; stopped at close.
-    listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The store's own tasks (listening for those notices, keeping the planner's statistics
+    /// current); stopped at close.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// The pool of connections to the database, which pauses new connects after one failed.
@@ -180,11 +182,11 @@ impl PostgresStore {
                     async move { lease::commit_finishes(&connections, &commits, batch).await }
                 })
             },
+            tasks: Mutex::new(vec![listener, statistics::start(Arc::clone(&connections))]),
             connections,
             target,
             commits,
             work,
-            listener: Mutex::new(Some(listener)),
         })
     }
 
@@ -210,11 +212,11 @@ impl PostgresStore {
 }
 
 impl Drop for PostgresStore {
-    /// A store dropped without [`Store::close`] stops listening too (the task would hold its
-    /// connection, and reconnect, for ever).
+    /// A store dropped without [`Store::close`] stops its tasks too (the listener would hold
+    /// its connection, and reconnect, for ever).
     fn drop(&mut self) {
-        if let Some(listener) = self.listener.get_mut().expect("poisoned").take() {
-            listener.abort();
+        for task in self.tasks.get_mut().expect("poisoned").drain(..) {
+            task.abort();
         }
     }
 }
@@ -230,6 +232,22 @@ macro_rules! in_transaction {
         $store.committed();
         value
     }};
+}
+
+/// Makes the rest of transaction `tx` run each prepared statement on its cached generic plan.
+///
+/// For the claim's and the finish's statements PostgreSQL otherwise re-plans most executions
+/// (their arrays make each custom plan look cheaper): measured, 2 500 plans costing 0.7 s of
+/// the server's CPU for 20 000 handled events, where the generic plans run as fast. Only the
+/// transactions of that path ask for it; the admin views, whose optional filters need plans
+/// for the values given, keep PostgreSQL's choice. `SET LOCAL` ends with the transaction, so
+/// behind a pooler in transaction mode nothing leaks to another client.
+pub(super) async fn generic_plans(
+    tx: &deadpool_postgres::Transaction<'_>,
+) -> Result<(), InboxError> {
+    tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        .await?;
+    Ok(())
 }
 
 /// The names of `states`, as a `text[]` parameter (`state = ANY($n)`), so the sets of states
@@ -291,7 +309,10 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
-        Ok(in_transaction!(self, tx => lease::claim_due(&tx, &request).await?))
+        Ok(in_transaction!(self, tx => {
+            generic_plans(&tx).await?;
+            lease::claim_due(&tx, &request).await?
+        }))
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
@@ -378,8 +399,8 @@ impl Store for PostgresStore {
         // Transactions under way finish on the connections they hold; new ones are refused.
         tracing::debug!(database = %self.target, "inbox: closing the database pool");
         self.connections.pool.close();
-        if let Some(listener) = self.listener.lock().expect("poisoned").take() {
-            listener.abort();
+        for task in self.tasks.lock().expect("poisoned").drain(..) {
+            task.abort();
         }
     }
 }

@@ -441,3 +441,105 @@ async fn a_notice_of_work_on_one_node_wakes_another() {
         .await
         .expect("b hears a's notice");
 }
+
+/// Accepts `n` events without a key on `inbox`, 200 at a time.
+async fn accept_many(inbox: &Inbox, n: usize) {
+    for start in (0..n).step_by(200) {
+        let accepts: Vec<_> = (start..n.min(start + 200))
+            .map(|i| {
+                let inbox = inbox.clone();
+                tokio::spawn(async move { fixtures::accept(&inbox, event(&format!("e{i}"))).await })
+            })
+            .collect();
+        for accept in accepts {
+            assert_eq!(accept.await.unwrap(), Accepted::New);
+        }
+    }
+}
+
+/// What the planner believes and how often `table` was analyzed (by anyone).
+async fn statistics_of(client: &tokio_postgres::Client, table: &str) -> (f32, i64) {
+    let row = client
+        .query_one(
+            "SELECT c.reltuples, s.analyze_count + s.autoanalyze_count
+             FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
+             WHERE c.relname = $1",
+            &[&table],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_that_outgrew_their_statistics_are_analyzed_and_then_left_alone() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    let client = testdb::connect(db.url()).await;
+    // Autovacuum would analyze them too, some time within its minute: only the store may here.
+    client
+        .batch_execute(
+            "ALTER TABLE deliveries SET (autovacuum_enabled = false);
+             ALTER TABLE events SET (autovacuum_enabled = false)",
+        )
+        .await
+        .unwrap();
+    accept_many(&inbox, 1_500).await;
+    // The store looks every second (the statistics system's counts lag by about as much).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let analyzed = loop {
+        let (believed, analyzes) = statistics_of(&client, "deliveries").await;
+        if believed >= 1_500.0 {
+            break analyzes;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "deliveries still believed to hold {believed} rows"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(statistics_of(&client, "events").await.0 >= 1_500.0);
+    // At a steady size the statistics stay as they are.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(statistics_of(&client, "deliveries").await.1, analyzed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    accept_many(&inbox, 2_000).await;
+    let client = testdb::connect(db.url()).await;
+    // Statistics taken while nothing waited, then 2 000 deliveries waiting: what a busy
+    // database looks like between two analyzes.
+    client
+        .batch_execute(
+            "UPDATE deliveries SET state = 'done';
+             ANALYZE deliveries;
+             UPDATE deliveries SET state = 'pending';
+             SET plan_cache_mode = force_generic_plan",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!("PREPARE lock AS {}", *super::lease::LOCK_SQL))
+        .await
+        .unwrap();
+    let plan: Vec<String> = client
+        .query(
+            "EXPLAIN EXECUTE lock(ARRAY[1990, 1995, 2000]::bigint[], 9000000000000000, 3)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("using deliveries_pkey"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}
