@@ -10,10 +10,7 @@
 //! - A batch inserts in `(source, event_id)` order, so two nodes' batches wait for each other's
 //!   rows in one order and never deadlock.
 
-use std::{
-    collections::HashMap,
-    sync::atomic::{AtomicI64, Ordering},
-};
+use std::{collections::HashMap, sync::atomic::AtomicI64};
 
 use deadpool_postgres::{Client, Transaction};
 
@@ -146,12 +143,7 @@ pub(super) async fn one(
     commits: &AtomicI64,
     event: &NewEvent,
 ) -> Result<Accepted, InboxError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    let accepted = store_event(&tx, event).await?;
-    tx.commit().await?;
-    commits.fetch_add(1, Ordering::Relaxed);
-    Ok(accepted)
+    Ok(in_transaction!(pool, commits, tx => store_event(&tx, event).await?))
 }
 
 /// Inserts `events` (sorted by `(source, event_id)`) and the deliveries of those new, in one

@@ -27,6 +27,20 @@
 //! - The blocking state reads need tokio's multi-thread runtime (they block in place), as the
 //!   runtime's handler pool is.
 
+/// Runs `$body` in a transaction `$tx` on a connection of `$connections` (a [`Connections`]),
+/// commits, and counts the commit in `$commits`; a `?` in `$body` rolls the transaction back
+/// (it is dropped uncommitted).
+macro_rules! in_transaction {
+    ($connections:expr, $commits:expr, $tx:ident => $body:expr) => {{
+        let mut client = $connections.get().await?;
+        let $tx = client.transaction().await?;
+        let value = $body;
+        $tx.commit().await?;
+        $commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        value
+    }};
+}
+
 mod accept;
 mod batch;
 mod cluster;
@@ -221,19 +235,6 @@ impl Drop for PostgresStore {
     }
 }
 
-/// Runs `$body` in a transaction `$tx` on a pooled connection of `$store`, commits, and counts
-/// the commit; a `?` in `$body` rolls the transaction back (it is dropped uncommitted).
-macro_rules! in_transaction {
-    ($store:expr, $tx:ident => $body:expr) => {{
-        let mut client = $store.client().await?;
-        let $tx = client.transaction().await?;
-        let value = $body;
-        $tx.commit().await?;
-        $store.committed();
-        value
-    }};
-}
-
 /// Makes the rest of transaction `tx` run each prepared statement on its cached generic plan.
 ///
 /// For the claim's and the finish's statements PostgreSQL otherwise re-plans most executions
@@ -283,7 +284,9 @@ impl Store for PostgresStore {
         request: RawRequest,
         reason: String,
     ) -> Result<i64, InboxError> {
-        Ok(in_transaction!(self, tx => quarantine::insert(&tx, &source, &request, &reason).await?))
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => quarantine::insert(&tx, &source, &request, &reason).await?),
+        )
     }
 
     async fn resolve_quarantine(
@@ -292,7 +295,7 @@ impl Store for PostgresStore {
         at_ms: i64,
         resolution: String,
     ) -> Result<(), InboxError> {
-        in_transaction!(self, tx => quarantine::resolve(&tx, id, at_ms, &resolution).await?);
+        in_transaction!(self.connections, self.commits, tx => quarantine::resolve(&tx, id, at_ms, &resolution).await?);
         Ok(())
     }
 
@@ -309,7 +312,7 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
-        Ok(in_transaction!(self, tx => {
+        Ok(in_transaction!(self.connections, self.commits, tx => {
             generic_plans(&tx).await?;
             lease::claim_due(&tx, &request).await?
         }))
@@ -323,7 +326,9 @@ impl Store for PostgresStore {
     }
 
     async fn reclaim_expired(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError> {
-        Ok(in_transaction!(self, tx => lease::take_back(&tx, now_ms, decide).await?))
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => lease::take_back(&tx, now_ms, decide).await?),
+        )
     }
 
     async fn reclaim_all(&self, _now_ms: i64, _decide: Decide) -> Result<Reclaimed, InboxError> {
@@ -336,7 +341,9 @@ impl Store for PostgresStore {
         filter: ReplayFilter,
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
-        Ok(in_transaction!(self, tx => replay::replay_matching(&tx, &filter, now_ms).await?))
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => replay::replay_matching(&tx, &filter, now_ms).await?),
+        )
     }
 
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
