@@ -17,8 +17,8 @@
 //! - Only an implementation names its storage engine; nothing here does.
 
 use super::{
-    Accepted, ClaimRequest, Claimed, EventDetail, EventFilter, EventSummary, Finish, Finished,
-    InboxError, Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, Claimed, Commits, EventDetail, EventFilter, EventSummary, Finish,
+    Finished, InboxError, Quarantined, RawRequest, ReplayFilter,
 };
 use crate::{
     ids::{PluginName, SourceName},
@@ -149,6 +149,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// The earliest time after `after_ms` at which a pending or retrying delivery falls due.
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError>;
 
+    /// When the waiting delivery (pending or retrying) due longest ago became due, if one is
+    /// due at `now_ms`: how far dispatch lags (`hookd_oldest_due_seconds`).
+    async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError>;
+
     /// Committed value and version of a state key (version 0 = never written). Blocking: the
     /// runtime's `state.get` host call is synchronous.
     fn state_get_blocking(
@@ -189,8 +193,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// for one made while nobody waited).
     async fn work_notified(&self);
 
-    /// Commits performed so far (`hookd_inbox_commits_total`).
-    fn commits(&self) -> i64;
+    /// The write transactions this store committed (`hookd_inbox_commits_total`), and their
+    /// observer.
+    fn commits(&self) -> &Commits;
 
     /// Finishes the writes already queued, then refuses new ones and releases the database.
     fn close(&self);

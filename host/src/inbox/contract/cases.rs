@@ -462,6 +462,33 @@ pub(super) async fn the_next_due_time_is_the_earliest_retry_after_now(db: &dyn D
     assert_eq!(inbox.next_due_after(LEASED_MS).await.unwrap(), Some(3_000));
 }
 
+pub(super) async fn the_oldest_due_is_the_longest_waiting_due_delivery(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    assert_eq!(inbox.oldest_due().await.unwrap(), None, "nothing stored");
+    // Running, and retrying in the future, are not due.
+    let claimed = lease(&inbox, "a").await;
+    assert_eq!(inbox.oldest_due().await.unwrap(), None, "a is running");
+    let later = Disposition::RetryAt {
+        at_ms: i64::MAX / 2,
+    };
+    inbox.finish(finished(&claimed, later)).await.unwrap();
+    assert_eq!(
+        inbox.oldest_due().await.unwrap(),
+        None,
+        "a waits for its retry"
+    );
+    // A retry whose time has come is due since that time.
+    let claimed = lease(&inbox, "b").await;
+    let past = Disposition::RetryAt { at_ms: 1_000 };
+    inbox.finish(finished(&claimed, past)).await.unwrap();
+    assert_eq!(inbox.oldest_due().await.unwrap(), Some(1_000));
+    // A new event is due since it was received, earlier still.
+    accept(&inbox, event("c")).await;
+    let due = detail(&inbox, "c").await.deliveries[0].next_attempt_at;
+    assert!(due.is_some_and(|due| due < 1_000), "{due:?}");
+    assert_eq!(inbox.oldest_due().await.unwrap(), due);
+}
+
 pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total(
     db: &dyn Database,
 ) {

@@ -86,6 +86,7 @@ macro_rules! suite {
             the_backlog_is_recounted_from_the_database_at_open,
             held_quarantine_is_recounted_from_the_database_at_open,
             the_next_due_time_is_the_earliest_retry_after_now,
+            the_oldest_due_is_the_longest_waiting_due_delivery,
             a_notice_of_work_wakes_whoever_waits_for_work,
             $($single,)*
             ]
