@@ -197,6 +197,16 @@ async fn the_replay_answer_has_its_shape() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discard_answer_has_its_shape() {
+    let host = start_with_an_event().await;
+    let (status, reply) = host
+        .admin_post("/admin/discard", json!({"event_ids": ["e1"]}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply, json!({"matched": 1, "discarded": 1}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_plugin_list_has_its_shape() {
     let host = start_with_a_previous_version().await;
     let mut list = get(&host, "/admin/plugins").await;
