@@ -119,6 +119,7 @@ async fn metrics_names_every_series() {
         "hookd_deliveries{state=\"done\"}",
         "hookd_deliveries{state=\"dead\"}",
         "hookd_deliveries{state=\"stale\"}",
+        "hookd_deliveries{state=\"discarded\"}",
         "hookd_quarantined",
         "hookd_backlog",
         "hookd_inbox_commits_total",
