@@ -10,6 +10,12 @@ Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
   dispatch  end-to-end handled events/s (accept -> done) with the `counter` and the stateless
             `flaky` handler; the drain rate of a stored backlog; resident memory per in-flight
             handler with 1 000 handlers waiting at once.
+  retention a steady ingest load (bench/steady.lua: a fixed offered rate) against three hosts in
+            turn: retention off (done_after = "forever"), on (done_after = "30s", ids kept
+            forever) and on with ids forgotten (dedupe_for = "30s" too); every window (10 s)
+            samples the database's size on disk and the ingest latency, so the size over time
+            and the p99 with pruning running are side by side. RETENTION_DURATION per host
+            (default 600s).
   cluster   the storage backends side by side in one run: durable accepts/s (as `ingest`) and
             handled events/s (stateless `flaky`, as `dispatch`) on SQLite, on PostgreSQL with
             one node, and with three nodes sharing the database (the load spread over them);
@@ -606,9 +612,89 @@ def cluster(args) -> None:
         "(one per node, C = 64 / nodes)")
 
 
+# --- retention -------------------------------------------------------------------------------
+
+RETENTION_ARMS = (
+    ("off", 'done_after = "forever"'),
+    ("on", 'done_after = "30s"\ninterval = "1s"'),
+    ("on+forget", 'done_after = "30s"\ndedupe_for = "30s"\ninterval = "1s"'),
+)
+
+
+def seconds(duration: str) -> int:
+    """`"600s"`, `"10m"` or `"600"` in seconds."""
+    m = re.fullmatch(r"(\d+)([sm]?)", duration)
+    if not m:
+        raise SystemExit(f"not a duration: {duration}")
+    return int(m.group(1)) * (60 if m.group(2) == "m" else 1)
+
+
+def disk_kib(host: Host) -> int:
+    """The SQLite database's size on disk (the file, its WAL and shared memory), in KiB."""
+    return sum(f.stat().st_size for f in host.dir.glob("hookd.db*")) // 1024
+
+
+def free_pages(host: Host) -> tuple:
+    """(page_count, freelist_count) of the database, read on a connection of its own."""
+    with sqlite3.connect(host.dir / "hookd.db", timeout=10) as db:
+        return (db.execute("PRAGMA page_count").fetchone()[0],
+                db.execute("PRAGMA freelist_count").fetchone()[0])
+
+
+def retention(args) -> None:
+    corpus = ingest_corpus()
+    total = seconds(args.retention_duration)
+    window = seconds(args.retention_window)
+    os.environ["BENCH_DELAY_MS"] = str(args.retention_delay_ms)
+    summary = {}
+    for arm, rules in RETENTION_ARMS:
+        server = 'durability = "full"'
+        sources = INGEST_SOURCES + f"\n[retention]\n{rules}\n"
+        with Host(f"retention-{arm}", server, sources, {"github": "github"}) as host:
+            wait_quiet()
+            run_id = f"{arm}-{int(time.time())}"
+            started, rows = time.time(), []
+            while time.time() - started < total:
+                r = wrk(host.url, "steady.lua", [corpus, f"{run_id}-{len(rows)}"], 1,
+                        args.retention_connections, f"{window}s", host)
+                at = time.time() - started
+                pages, free = free_pages(host)
+                rows.append((at, r, disk_kib(host), pages, free))
+                log(
+                    f"retention {arm:9} t={at:5.0f}s  {r['accepted_per_s']:6.0f} accepted/s  "
+                    f"p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  max {r['max_ms']:.1f} ms"
+                    f"  | on disk {disk_kib(host) / 1024:7.1f} MiB  pages {pages} "
+                    f"({free} free)  | {r['cpu']}"
+                )
+            events = host.count("SELECT COUNT(*) FROM events")
+            pruned = host.count("SELECT COUNT(*) FROM events WHERE pruned_at IS NOT NULL")
+        # Steady state: the windows after the first minute (pruning has started by then).
+        steady = [row for row in rows if row[0] > 60] or rows
+        p99s = sorted(row[1]["p99_ms"] for row in steady)
+        summary[arm] = {
+            "p99_ms": p99s[len(p99s) // 2],
+            "rate": sum(row[1]["accepted_per_s"] for row in steady) / len(steady),
+            "end_mib": rows[-1][2] / 1024,
+            "growth_mib_per_min": (steady[-1][2] - steady[0][2]) / 1024
+            / max((steady[-1][0] - steady[0][0]) / 60, 1e-9),
+        }
+        log(f"retention {arm:9} stored {events} events at the end, {pruned} of them pruned")
+    off = summary["off"]
+    for arm, s in summary.items():
+        log(
+            f"retention {arm:9} steady state (t > 60 s): {s['rate']:.0f} accepted/s, median "
+            f"window p99 {s['p99_ms']:.2f} ms ({s['p99_ms'] / off['p99_ms']:.2f} x off), "
+            f"{s['end_mib']:.1f} MiB on disk at the end, growing {s['growth_mib_per_min']:.1f} "
+            f"MiB/min"
+        )
+    log(f"        command: BENCH_DELAY_MS={args.retention_delay_ms} wrk -t1 "
+        f"-c{args.retention_connections} -d{window}s --latency -s bench/steady.lua URL -- "
+        f"CORPUS RUN (repeated for {total} s per host)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["ingest", "dispatch", "cluster", "all"])
+    parser.add_argument("scenario", choices=["ingest", "dispatch", "cluster", "retention", "all"])
     parser.add_argument("--duration", default=os.environ.get("DURATION", "30s"))
     parser.add_argument("--warmup", default=os.environ.get("WARMUP", "5s"))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("THREADS", "2")))
@@ -619,6 +705,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=int(os.environ.get("EVENTS", "20000")))
     parser.add_argument("--in-flight", type=int, default=int(os.environ.get("IN_FLIGHT", "1000")))
     parser.add_argument("--sleep-ms", type=int, default=int(os.environ.get("SLEEP_MS", "20000")))
+    parser.add_argument("--retention-duration",
+                        default=os.environ.get("RETENTION_DURATION", "600s"))
+    parser.add_argument("--retention-window", default=os.environ.get("RETENTION_WINDOW", "10s"))
+    parser.add_argument("--retention-connections", type=int,
+                        default=int(os.environ.get("RETENTION_CONNECTIONS", "8")))
+    parser.add_argument("--retention-delay-ms", type=int,
+                        default=int(os.environ.get("RETENTION_DELAY_MS", "10")))
     args = parser.parse_args()
     if args.scenario in ("ingest", "all"):
         ingest(args)
@@ -626,6 +719,8 @@ def main() -> None:
         dispatch(args)
     if args.scenario in ("cluster", "all"):
         cluster(args)
+    if args.scenario in ("retention", "all"):
+        retention(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|all]   (default: all)
+# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|all]   (default: all)
 #
 #   ingest    durable accepts/s + ack latency (wrk, 64 connections, github signature + Wasm
 #             parser, ~1.5 KB bodies, 10% duplicates, durability = "full"), group commit vs one
@@ -10,6 +10,9 @@
 #   cluster   SQLite, PostgreSQL with one node and with three nodes side by side: durable
 #             accepts/s (as ingest) and handled events/s (stateless flaky, as dispatch); starts
 #             a local PostgreSQL with .ci/postgres.sh unless HOOKD_BENCH_POSTGRES_URL is set
+#   retention database size on disk and ingest p99 under a steady load (bench/steady.lua), with
+#             retention off, on (done_after 30s) and on with ids forgotten (dedupe_for 30s),
+#             RETENTION_DURATION (default 600s) per host, sampled every RETENTION_WINDOW (10s)
 #
 # Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
 # (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
@@ -21,9 +24,9 @@ set -euo pipefail
 
 scenario="${1:-all}"
 case "$scenario" in
-ingest | dispatch | invoke | cluster | all) ;;
+ingest | dispatch | invoke | cluster | retention | all) ;;
 *)
-    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|all]" >&2
+    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|all]" >&2
     exit 2
     ;;
 esac
@@ -63,5 +66,8 @@ fi
 if [[ "$scenario" == cluster || "$scenario" == all ]]; then
     export HOOKD_BENCH_POSTGRES_URL="${HOOKD_BENCH_POSTGRES_URL:-$(bash .ci/postgres.sh)}"
     python3 bench/driver.py cluster
+fi
+if [[ "$scenario" == retention || "$scenario" == all ]]; then
+    python3 bench/driver.py retention
 fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

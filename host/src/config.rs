@@ -16,7 +16,9 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 mod database;
+mod retention;
 pub use database::{DATABASE_URL_ENV, Database, DatabaseError, DatabaseUrl};
+pub use retention::{MAX_BATCH_SIZE, MIN_DONE_AFTER, Retention};
 
 use crate::{
     ids::{PluginName, SourceName},
@@ -42,6 +44,8 @@ struct ConfigFile {
     sources: BTreeMap<String, SourceFile>,
     #[serde(default)]
     plugins: BTreeMap<String, PluginFile>,
+    #[serde(default)]
+    retention: retention::RetentionFile,
 }
 
 #[derive(Debug, Deserialize)]
@@ -243,6 +247,8 @@ pub struct Config {
     pub server: ServerConfig,
     pub sources: BTreeMap<SourceName, Arc<SourceConfig>>,
     pub plugins: BTreeMap<PluginName, Arc<PluginConfig>>,
+    /// `[retention]`: when finished work is pruned.
+    pub retention: Retention,
 }
 
 /// `[server]`, with paths made absolute against the config file's directory.
@@ -658,10 +664,12 @@ impl Config {
             }
             sources.insert(config.name.clone(), Arc::new(config));
         }
+        let retention = file.retention.validate()?;
         Ok(Self {
             server,
             sources,
             plugins,
+            retention,
         })
     }
 

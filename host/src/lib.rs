@@ -20,12 +20,14 @@
 //!   client that reaches it; the runtime's `wasi:http` hooks use both.
 //! - [`registry`]: which version of each plugin file is live; build-then-swap, rollback.
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
+//! - [`retention`]: the background pruner of finished work, and discard (closing dead
+//!   deliveries and held quarantine).
 //! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API (Host and Origin
 //!   checked; the token configured or generated beside the database).
 //! - [`telemetry`]: every metric's name and labels, the host's own Prometheus recorder, the
 //!   sampled database figures, and the last hour in memory for the dashboard.
 //! - [`server`]: the hardened accept loop both listeners use.
-//! - [`cli`]: `hookd serve | dev | send | events | replay | plugins`.
+//! - [`cli`]: `hookd serve | dev | send | events | replay | discard | plugins`.
 //! - [`clock`]: where "now" comes from (the system, or tokio's clock in tests).
 //! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
 //! - [`text`]: untrusted text capped and escaped before it is stored or logged.
@@ -49,6 +51,7 @@ pub mod model;
 pub mod outbound;
 pub mod registry;
 pub mod reload;
+pub mod retention;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;
@@ -278,6 +281,11 @@ pub async fn run_with(
         ))
     });
     let workers = tokio::spawn(dispatcher.run(pool.handle(), stopped(stop_rx.clone())));
+    let pruner = tokio::spawn(retention::run(
+        inbox.clone(),
+        config.retention.clone(),
+        stopped(stop_rx.clone()),
+    ));
     tracing::info!(
         listen = %ingest_addr, admin = %admin_addr,
         database = %server.database, node = %node.id, "hookd is running"
@@ -291,6 +299,7 @@ pub async fn run_with(
     let _ = watcher.await;
     let _ = sampler.await;
     let _ = workers.await;
+    let _ = pruner.await;
     if let Some(sync) = sync {
         let _ = sync.await;
     }

@@ -34,20 +34,28 @@ pub enum DeliveryState {
     Dead,
     /// Older `sequence` than one already done for the same ordering key; never shown to the handler.
     Stale,
+    /// Was dead; an operator closed it without running it again (`POST /admin/discard`).
+    /// Finished work: retention prunes it like `done`; a replay can still run it again until then.
+    Discarded,
 }
 
 impl DeliveryState {
-    pub const ALL: [DeliveryState; 6] = [
+    pub const ALL: [DeliveryState; 7] = [
         Self::Pending,
         Self::Running,
         Self::Retrying,
         Self::Done,
         Self::Dead,
         Self::Stale,
+        Self::Discarded,
     ];
 
     /// States that still need work (they count towards the backlog).
     pub const OPEN: [DeliveryState; 3] = [Self::Pending, Self::Running, Self::Retrying];
+
+    /// States nobody needs to act on again: an event whose deliveries are all in one of them
+    /// is pruned by retention once they are old enough. `dead` is not one (it needs a human).
+    pub const FINISHED: [DeliveryState; 3] = [Self::Done, Self::Stale, Self::Discarded];
 
     /// Open states not leased: they wait for their `next_attempt_at` (and their key's head).
     pub const WAITING: [DeliveryState; 2] = [Self::Pending, Self::Retrying];
@@ -60,6 +68,7 @@ impl DeliveryState {
             Self::Done => "done",
             Self::Dead => "dead",
             Self::Stale => "stale",
+            Self::Discarded => "discarded",
         }
     }
 

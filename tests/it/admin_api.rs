@@ -119,6 +119,7 @@ async fn metrics_names_every_series() {
         "hookd_deliveries{state=\"done\"}",
         "hookd_deliveries{state=\"dead\"}",
         "hookd_deliveries{state=\"stale\"}",
+        "hookd_deliveries{state=\"discarded\"}",
         "hookd_quarantined",
         "hookd_backlog",
         "hookd_inbox_commits_total",
@@ -196,6 +197,16 @@ async fn the_replay_answer_has_its_shape() {
         shape(&reply),
         json!({"matched": "integer", "replayed": "integer"})
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_discard_answer_has_its_shape() {
+    let host = start_with_an_event().await;
+    let (status, reply) = host
+        .admin_post("/admin/discard", json!({"event_ids": ["e1"]}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    assert_eq!(reply, json!({"matched": 1, "discarded": 1}));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -25,5 +25,6 @@ mod ordering;
 mod outbound;
 mod plugins;
 mod postgres;
+mod retention;
 mod tls;
 mod wit_versions;

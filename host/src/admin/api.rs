@@ -94,6 +94,10 @@ pub struct EventDetail {
     /// Ms since the Unix epoch.
     pub received_at: i64,
     pub deliveries: Vec<DeliveryDetail>,
+    /// When retention pruned the event's payload (ms since the Unix epoch): its headers, body,
+    /// outputs, errors and attempt history are gone, its id still dedupes. Absent while kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned_at: Option<i64>,
 }
 
 impl From<inbox::EventDetail> for EventDetail {
@@ -106,6 +110,7 @@ impl From<inbox::EventDetail> for EventDetail {
             sequence: e.sequence,
             received_at: e.received_at,
             deliveries: e.deliveries.into_iter().map(Into::into).collect(),
+            pruned_at: e.pruned_at,
         }
     }
 }
@@ -168,7 +173,8 @@ impl From<inbox::AttemptRecord> for AttemptRecord {
     }
 }
 
-/// `POST /admin/replay` body (optional as a whole; absent fields do not filter).
+/// `POST /admin/replay` body (optional as a whole; absent fields do not filter); also the body
+/// of `POST /admin/discard`, whose `state` may only be `dead`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
@@ -209,6 +215,24 @@ impl From<crate::ingest::replay::ReplayReport> for ReplayAnswer {
         Self {
             matched: r.matched,
             replayed: r.replayed,
+        }
+    }
+}
+
+/// `POST /admin/discard` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DiscardAnswer {
+    /// Dead deliveries and held quarantined requests the filter selected.
+    pub matched: usize,
+    /// How many of them were closed (0 on a dry run).
+    pub discarded: usize,
+}
+
+impl From<crate::retention::discard::DiscardReport> for DiscardAnswer {
+    fn from(r: crate::retention::discard::DiscardReport) -> Self {
+        Self {
+            matched: r.matched,
+            discarded: r.discarded,
         }
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! Invariants:
 //! - A handler holds no business logic: filters are parsed here, the work is done by the inbox,
-//!   the registry or [`crate::ingest::replay`].
+//!   the registry, [`crate::ingest::replay`] or [`crate::retention::discard`].
 //! - A malformed query or body is answered by axum's own 4xx; everything else the contract's
 //!   JSON (an [`api`] type, or an [`ApiError`]).
 
@@ -27,6 +27,7 @@ use crate::{
     ingest::replay::{self, ReplayError},
     model::{DeliveryState, unix_ms},
     registry::RollbackError,
+    retention::discard,
 };
 
 /// Most deliveries (plus quarantined requests) one replay call touches.
@@ -164,6 +165,17 @@ pub(super) async fn replay(
 ) -> Result<Json<api::ReplayAnswer>, Rejection> {
     let filter = replay_filter(request).await?;
     let report = replay::run(&shared, filter).await?;
+    Ok(Json(report.into()))
+}
+
+/// `POST /admin/discard`: the body is replay's (`state` only `dead`), at most [`MAX_REPLAY`]
+/// per call.
+pub(super) async fn discard(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+) -> Result<Json<api::DiscardAnswer>, Rejection> {
+    let filter = replay_filter(request).await?;
+    let report = discard::run(&shared, filter).await?;
     Ok(Json(report.into()))
 }
 

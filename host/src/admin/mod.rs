@@ -1,5 +1,5 @@
 //! The admin listener: `/healthz`, `/metrics`, and the bearer-token `/admin/*` API: events,
-//! replay, plugins, rollback. This file is the router and its checks; the routes are in
+//! replay, discard, plugins, rollback. This file is the router and its checks; the routes are in
 //! [`handlers`], their wire types in [`api`].
 //!
 //! Invariants:
@@ -7,7 +7,8 @@
 //!   (constant time; there always is one: configured or generated, [`token`]) before doing
 //!   anything.
 //! - No route answers a browser's cross-origin request.
-//! - Replay is bounded per call ([`MAX_REPLAY`]); its rules are [`crate::ingest::replay`]'s.
+//! - Replay and discard are bounded per call ([`MAX_REPLAY`]); their rules are
+//!   [`crate::ingest::replay`]'s and [`crate::retention::discard`]'s.
 
 pub mod api;
 pub mod guard;
@@ -29,7 +30,7 @@ use axum::{
 pub use handlers::{MAX_REPLAY, Rejection, events_filter, replay_filter};
 
 use crate::{Shared, error::ApiError};
-use handlers::{event_detail, healthz, list_events, nodes, plugins, replay, rollback};
+use handlers::{discard, event_detail, healthz, list_events, nodes, plugins, replay, rollback};
 use metrics::metrics;
 
 /// The admin routes of the listener bound to `local`.
@@ -42,6 +43,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/admin/events", get(list_events))
         .route("/admin/events/{source}/{event_id}", get(event_detail))
         .route("/admin/replay", post(replay))
+        .route("/admin/discard", post(discard))
         .route("/admin/plugins", get(plugins))
         .route("/admin/plugins/{name}/rollback", post(rollback))
         .route("/admin/nodes", get(nodes))

@@ -1,4 +1,4 @@
-//! `hookd events | replay | plugins`: thin clients of the admin API (a contract: README "HTTP API"), plus
+//! `hookd events | replay | discard | plugins`: thin clients of the admin API (a contract: README "HTTP API"), plus
 //! the small plain-HTTP helper that `hookd send` shares.
 //!
 //! Invariants: requests and answers are the server's own wire types ([`crate::admin::api`]), so
@@ -205,9 +205,19 @@ pub struct ReplayArgs {
     filter: ReplayFilter,
 }
 
-/// The replay selection, sent as the `POST /admin/replay` body ([`api::ReplayRequest`]).
-/// With no `--handler`, `--state` or `--event-id`, held quarantined requests matching the source
-/// and time range are re-parsed too. At most 10 000 per call.
+/// `hookd discard`: which dead deliveries (and held quarantined requests) to close for good.
+#[derive(Debug, Args)]
+pub struct DiscardArgs {
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(flatten)]
+    filter: ReplayFilter,
+}
+
+/// The replay (or discard) selection, sent as the `POST /admin/replay` (`/admin/discard`) body
+/// ([`api::ReplayRequest`]). With no `--handler`, `--state` or `--event-id`, held quarantined
+/// requests matching the source and time range are re-parsed (discarded) too. At most 10 000
+/// per call.
 #[derive(Debug, Clone, Default, Args)]
 struct ReplayFilter {
     /// Only this source.
@@ -216,7 +226,7 @@ struct ReplayFilter {
     /// Only deliveries to this handler.
     #[arg(long)]
     handler: Option<String>,
-    /// Which deliveries to replay (the server defaults to dead).
+    /// Which deliveries (the server defaults to dead; discard takes only dead).
     #[arg(long, value_parser = PossibleValuesParser::new(replay_state_names()))]
     state: Option<String>,
     /// Only this event id (repeat the flag for several).
@@ -228,7 +238,7 @@ struct ReplayFilter {
     /// Only events received at or before this time, in ms since the Unix epoch.
     #[arg(long, value_name = "MS")]
     until: Option<i64>,
-    /// Only count what would be replayed (`matched`); change nothing.
+    /// Only count what would be replayed or discarded (`matched`); change nothing.
     #[arg(long)]
     dry_run: bool,
 }
@@ -297,6 +307,12 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     let body = api::ReplayRequest::from(args.filter);
     admin_call::<api::ReplayAnswer>(&args.admin, Method::POST, "/admin/replay", Some(&body)).await
+}
+
+/// `hookd discard`: `POST /admin/discard` with the filter as JSON.
+pub async fn discard(args: DiscardArgs) -> anyhow::Result<()> {
+    let body = api::ReplayRequest::from(args.filter);
+    admin_call::<api::DiscardAnswer>(&args.admin, Method::POST, "/admin/discard", Some(&body)).await
 }
 
 /// `hookd plugins`: `GET /admin/plugins` or `POST /admin/plugins/{name}/rollback`.

@@ -1,4 +1,5 @@
-//! The command line: `hookd serve | dev | send | events | replay | plugins` (names are a contract).
+//! The command line: `hookd serve | dev | send | events | replay | discard | plugins` (names are
+//! a contract).
 //!
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
 //! holds product logic of its own.
@@ -52,6 +53,9 @@ pub enum Command {
     Events(client::EventsArgs),
     /// Replay dead deliveries and quarantined requests (admin API).
     Replay(client::ReplayArgs),
+    /// Close dead deliveries and held quarantined requests for good (admin API); retention
+    /// then prunes them like finished work.
+    Discard(client::DiscardArgs),
     /// Show the plugins, or roll one back (admin API).
     Plugins(client::PluginsArgs),
     /// Internal: compile one plugin (wasm on stdin, artifact on stdout) for a running hookd.
@@ -98,6 +102,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Send(args) => runtime().and_then(|rt| rt.block_on(send::run(args))),
         Command::Events(args) => runtime().and_then(|rt| rt.block_on(client::events(args))),
         Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),
+        Command::Discard(args) => runtime().and_then(|rt| rt.block_on(client::discard(args))),
         Command::Plugins(args) => runtime().and_then(|rt| rt.block_on(client::plugins(args))),
         Command::CompilePlugin { .. } => unreachable!("handled above"),
     };

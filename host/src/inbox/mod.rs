@@ -6,7 +6,8 @@
 //! [`Store`](store::Store) trait and its backend-neutral types); `sqlite/` is the SQLite
 //! backend (the default) and `postgres/` the PostgreSQL one, the two rooms that speak SQL. One file per role holds that role's types and its
 //! façade methods: `request` (what is stored), `accept` and `quarantine` (a request comes in),
-//! `lease` (claim, finish, reclaim), `replay`, `state` (plugin state, the runtime's
+//! `lease` (claim, finish, reclaim), `replay`, `retention` (pruning finished work, discard),
+//! `state` (plugin state, the runtime's
 //! `StateStore`) and `views` (read models); `error` is what they fail with. `contract/` is the
 //! test suite every backend passes.
 //!
@@ -39,6 +40,7 @@ mod postgres;
 mod quarantine;
 mod replay;
 mod request;
+mod retention;
 mod sqlite;
 mod state;
 mod store;
@@ -63,6 +65,7 @@ pub use self::{
     quarantine::Quarantined,
     replay::ReplayFilter,
     request::RawRequest,
+    retention::{PruneCursor, Pruned},
     sqlite::WriterOptions,
     views::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary},
 };

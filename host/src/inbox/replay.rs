@@ -22,6 +22,12 @@ pub struct ReplayFilter {
 }
 
 impl ReplayFilter {
+    /// Whether the filter also selects held quarantined requests: they have no event id,
+    /// handler or delivery state yet, so only a filter by source and time range covers them.
+    pub fn covers_quarantine(&self) -> bool {
+        self.handler.is_none() && self.event_ids.is_none() && self.state.is_none()
+    }
+
     /// The state whose deliveries it replays: `dead` unless given; an open state is refused
     /// (those deliveries are still being worked on), for every backend alike.
     pub(super) fn finished_state(&self) -> Result<DeliveryState, InboxError> {

@@ -18,7 +18,7 @@
 
 use super::{
     Accepted, ClaimRequest, Claimed, Commits, EventDetail, EventFilter, EventSummary, Finish,
-    Finished, InboxError, Quarantined, RawRequest, ReplayFilter,
+    Finished, InboxError, Pruned, Quarantined, RawRequest, ReplayFilter, retention::PruneBatch,
 };
 use crate::{
     ids::{PluginName, SourceName},
@@ -141,10 +141,38 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn reclaim_all(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError>;
 
     /// Sets the finished deliveries `filter` matches due at `now_ms` with a fresh attempt
-    /// budget (none on a dry run); returns `(matched, replayed)`. An open state in the filter
-    /// is [`InboxError::InvalidFilter`].
+    /// budget (none on a dry run), passing over those of pruned events (they have no body);
+    /// returns `(matched, replayed)`. An open state in the filter is
+    /// [`InboxError::InvalidFilter`].
     async fn replay(&self, filter: ReplayFilter, now_ms: i64)
     -> Result<(usize, usize), InboxError>;
+
+    /// One batch of retention: walks up to `batch.limit` events not yet pruned from
+    /// `batch.after` (in `(received_at, id)` order, received before `batch.finished_before`)
+    /// and prunes those whose deliveries are all finished since before it (payload, outputs,
+    /// errors and attempts go; the event and delivery rows stay, `pruned_at` stamped); forgets
+    /// up to `limit` events pruned before `batch.forget_before`; deletes up to `limit`
+    /// quarantined requests resolved before `batch.finished_before`. One short transaction; on
+    /// a store several nodes share, a batch while another node runs one is [`Pruned::busy`].
+    async fn prune(&self, batch: PruneBatch) -> Result<Pruned, InboxError>;
+
+    /// Sets the `dead` deliveries `filter` matches (at most `filter.limit`, those of pruned
+    /// events never) to `discarded` at `now_ms` (none on a dry run); returns
+    /// `(matched, discarded)`.
+    async fn discard(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError>;
+
+    /// Resolves the held quarantined requests of `filter`'s source and time range (at most
+    /// `filter.limit`) as discarded at `now_ms` (none on a dry run); returns
+    /// `(matched, discarded)`.
+    async fn discard_quarantine(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError>;
 
     /// The earliest time after `after_ms` at which a pending or retrying delivery falls due.
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError>;

@@ -37,6 +37,8 @@ pub struct EventDetail {
     pub ordering_key: Option<String>,
     pub sequence: Option<i64>,
     pub received_at: i64,
+    /// When retention dropped its payload (headers, body, outputs, attempts); `None` while kept.
+    pub pruned_at: Option<i64>,
     pub deliveries: Vec<DeliveryDetail>,
 }
 

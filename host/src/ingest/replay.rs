@@ -36,15 +36,10 @@ pub enum ReplayError {
 /// Replays what `filter` selects: its deliveries, then (when it filters by nothing a
 /// quarantined request lacks) the held quarantined requests of its source and time range.
 pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
-    if let Some(source) = &filter.source
-        && !shared.config.sources.contains_key(source.as_str())
-    {
-        return Err(ReplayError::UnknownSource(source.clone()));
-    }
+    known_source(shared, &filter)?;
     let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
 
-    // Quarantined requests have no event id or handler yet: they match source and time only.
-    if filter.handler.is_none() && filter.event_ids.is_none() && filter.state.is_none() {
+    if filter.covers_quarantine() {
         let dry_run = filter.dry_run;
         let filter = ReplayFilter {
             limit: filter.limit - matched.min(filter.limit),
@@ -63,6 +58,16 @@ pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, 
         }
     }
     Ok(ReplayReport { matched, replayed })
+}
+
+/// Refuses a filter naming a source that is not configured (replay's and discard's check).
+pub fn known_source(shared: &Shared, filter: &ReplayFilter) -> Result<(), ReplayError> {
+    match &filter.source {
+        Some(source) if !shared.config.sources.contains_key(source.as_str()) => {
+            Err(ReplayError::UnknownSource(source.clone()))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Parses the quarantined requests `ids` again, one at a time (one body in memory at once), and

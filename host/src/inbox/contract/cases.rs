@@ -3,6 +3,7 @@
 //! attempt budgets, reclaim, dedupe, replay, quarantine bookkeeping and the admin reads. One
 //! property per case; `contract::suite!` makes each a test per backend.
 
+pub(super) use super::retention::*;
 use super::{
     Database,
     fixtures::{

@@ -13,6 +13,7 @@
 mod cases;
 pub(super) mod fixtures;
 mod ordering;
+mod retention;
 
 use super::Inbox;
 use crate::clock::Clock;
@@ -88,6 +89,18 @@ macro_rules! suite {
             the_next_due_time_is_the_earliest_retry_after_now,
             the_oldest_due_is_the_longest_waiting_due_delivery,
             a_notice_of_work_wakes_whoever_waits_for_work,
+            a_finished_event_keeps_its_payload_until_done_after,
+            a_pruned_event_keeps_its_id_and_states_but_not_its_payload,
+            a_pruned_event_still_dedupes,
+            an_older_sequence_is_still_stale_after_the_newer_one_was_pruned,
+            a_pruned_id_is_forgotten_after_dedupe_for,
+            dead_deliveries_and_held_quarantine_are_never_pruned,
+            an_event_is_pruned_only_once_every_delivery_is_finished,
+            a_pruned_event_is_not_replayed,
+            pruning_walks_in_batches_of_batch_size,
+            a_discarded_delivery_is_pruned_like_finished_work,
+            discard_takes_only_dead_deliveries,
+            a_discarded_quarantined_request_is_resolved_then_deleted,
             $($single,)*
             ]
         );

@@ -4,8 +4,8 @@
 //! [`PostgresStore`] implements the storage contract ([`Store`]) with each write operation in
 //! one transaction on a pooled connection (concurrent accepts, and finishes that write no
 //! plugin state, share one: `batch.rs`) and each read as statements on one: the SQL of each
-//! role is a file of the same name (`accept`, `quarantine`, `lease`, `replay`, `state`,
-//! `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
+//! role is a file of the same name (`accept`, `quarantine`, `lease`, `replay`, `retention`,
+//! `state`, `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
 //! inbox's (and names a database without its password).
 //!
 //! Nodes wake each other through the database (`wakeup.rs`: `NOTIFY`, and a listening
@@ -49,6 +49,7 @@ mod error;
 mod lease;
 mod quarantine;
 mod replay;
+mod retention;
 mod schema;
 mod state;
 mod statistics;
@@ -73,8 +74,9 @@ use tokio_postgres::{Config, NoTls};
 use self::error::Target;
 use super::{
     Accepted, ClaimRequest, Commits, EventDetail, EventFilter, EventSummary, Finish, Finished,
-    InboxError, Quarantined, RawRequest, ReplayFilter,
+    InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
     error::StorageError,
+    retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
 use crate::{
@@ -346,6 +348,35 @@ impl Store for PostgresStore {
 
     async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError> {
         lease::oldest_due(&self.client().await?, now_ms).await
+    }
+
+    async fn prune(&self, batch: PruneBatch) -> Result<Pruned, InboxError> {
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => retention::prune(&tx, &batch).await?),
+        )
+    }
+
+    async fn discard(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError> {
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => retention::discard(&tx, &filter, now_ms).await?),
+        )
+    }
+
+    async fn discard_quarantine(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError> {
+        let ids = quarantine::held_ids(&self.client().await?, &filter).await?;
+        if filter.dry_run || ids.is_empty() {
+            return Ok((ids.len(), 0));
+        }
+        let discarded = in_transaction!(self.connections, self.commits, tx => retention::discard_quarantine(&tx, &ids, now_ms).await?);
+        Ok((ids.len(), discarded))
     }
 
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {

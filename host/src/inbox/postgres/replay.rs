@@ -19,34 +19,7 @@ pub(super) async fn replay_matching(
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
-    let state = filter.finished_state()?;
-    let ids: Vec<i64> = tx
-        .query(
-            &tx.prepare_cached(
-                "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
-             WHERE d.state = $1
-               AND ($2::text IS NULL OR d.source = $2)
-               AND ($3::text IS NULL OR d.handler = $3)
-               AND ($4::text[] IS NULL OR e.event_id = ANY($4))
-               AND ($5::bigint IS NULL OR e.received_at >= $5)
-               AND ($6::bigint IS NULL OR e.received_at <= $6)
-             ORDER BY d.id LIMIT $7",
-            )
-            .await?,
-            &[
-                &state.as_str(),
-                &filter.source,
-                &filter.handler,
-                &filter.event_ids,
-                &filter.since_ms,
-                &filter.until_ms,
-                &(filter.limit as i64),
-            ],
-        )
-        .await?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let ids = matching_deliveries(tx, filter, filter.finished_state()?).await?;
     if filter.dry_run {
         return Ok((ids.len(), 0));
     }
@@ -62,4 +35,43 @@ pub(super) async fn replay_matching(
         )
         .await?;
     Ok((ids.len(), replayed as usize))
+}
+
+/// The deliveries in `state` that `filter` selects, oldest first, at most `filter.limit`; those
+/// of pruned events never (their payload is gone). Their events are locked `FOR SHARE` until
+/// the transaction ends, so a prune (which locks them for update) cannot come in between, and a
+/// prune that committed while this waited for the lock is seen (`pruned_at` is re-checked).
+pub(super) async fn matching_deliveries(
+    tx: &Transaction<'_>,
+    filter: &ReplayFilter,
+    state: DeliveryState,
+) -> Result<Vec<i64>, InboxError> {
+    Ok(tx
+        .query(
+            &tx.prepare_cached(
+                "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+             WHERE d.state = $1 AND e.pruned_at IS NULL
+               AND ($2::text IS NULL OR d.source = $2)
+               AND ($3::text IS NULL OR d.handler = $3)
+               AND ($4::text[] IS NULL OR e.event_id = ANY($4))
+               AND ($5::bigint IS NULL OR e.received_at >= $5)
+               AND ($6::bigint IS NULL OR e.received_at <= $6)
+             ORDER BY d.id LIMIT $7
+             FOR SHARE OF e",
+            )
+            .await?,
+            &[
+                &state.as_str(),
+                &filter.source,
+                &filter.handler,
+                &filter.event_ids,
+                &filter.since_ms,
+                &filter.until_ms,
+                &(filter.limit as i64),
+            ],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
 }

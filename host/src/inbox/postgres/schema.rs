@@ -158,6 +158,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_done_sequence ON deliveries (source, handler, ordering_key, sequence)
         WHERE state = 'done' AND ordering_key IS NOT NULL;
     ",
+    // 5: retention, as SQLite's migration 5: `pruned_at` marks an event whose payload was
+    // pruned (its rows stay, to dedupe and to remember its key's newest done sequence); the
+    // pruner walks the events not yet pruned in arrival order and forgets pruned ones in the
+    // order they were pruned, each through its own partial index.
+    "
+    ALTER TABLE events ADD COLUMN pruned_at BIGINT;
+    CREATE INDEX events_unpruned ON events (received_at, id) WHERE pruned_at IS NULL;
+    CREATE INDEX events_pruned ON events (pruned_at) WHERE pruned_at IS NOT NULL;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -97,7 +97,8 @@ pub(super) async fn event_detail(
         .query_opt(
             &client
                 .prepare_cached(
-                    "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at
+                    "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
+                    pruned_at
              FROM events WHERE source = $1 AND event_id = $2",
                 )
                 .await?,
@@ -115,6 +116,7 @@ pub(super) async fn event_detail(
         ordering_key: event.get(4),
         sequence: event.get(5),
         received_at: event.get(6),
+        pruned_at: event.get(7),
         deliveries: Vec::new(),
     };
     let deliveries = client

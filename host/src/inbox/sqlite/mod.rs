@@ -4,7 +4,7 @@
 //! [`SqliteStore`] implements the storage contract ([`Store`]) by running each operation as a
 //! function of one `&Connection`: writes as jobs of the writer (`writer.rs`), reads on a pooled
 //! connection (`connection.rs`). The operations' SQL is one file per role (`accept`,
-//! `quarantine`, `lease`, `replay`, `state`, `views`), sharing `sql.rs` (state sets as SQL,
+//! `quarantine`, `lease`, `replay`, `retention`, `state`, `views`), sharing `sql.rs` (state sets as SQL,
 //! stored headers); `schema.rs` holds the migrations and `error.rs` sorts SQLite's errors into
 //! the inbox's.
 //!
@@ -22,6 +22,7 @@ mod error;
 mod lease;
 mod quarantine;
 mod replay;
+mod retention;
 mod schema;
 mod sql;
 mod state;
@@ -39,7 +40,8 @@ use rusqlite::Connection;
 pub use self::writer::WriterOptions;
 use super::{
     Accepted, ClaimRequest, Commits, EventDetail, EventFilter, EventSummary, Finish, Finished,
-    InboxError, Quarantined, RawRequest, ReplayFilter,
+    InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
+    retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
 use crate::{ids::SourceName, model::StateUsage};
@@ -195,6 +197,28 @@ impl Store for SqliteStore {
 
     async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError> {
         self.read(move |conn| lease::oldest_due(conn, now_ms)).await
+    }
+
+    async fn prune(&self, batch: PruneBatch) -> Result<Pruned, InboxError> {
+        self.write(move |conn| retention::prune(conn, &batch)).await
+    }
+
+    async fn discard(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError> {
+        self.write(move |conn| retention::discard(conn, &filter, now_ms))
+            .await
+    }
+
+    async fn discard_quarantine(
+        &self,
+        filter: ReplayFilter,
+        now_ms: i64,
+    ) -> Result<(usize, usize), InboxError> {
+        self.write(move |conn| retention::discard_quarantine(conn, &filter, now_ms))
+            .await
     }
 
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {

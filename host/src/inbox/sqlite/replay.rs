@@ -7,7 +7,10 @@
 use rusqlite::{Connection, params};
 
 use super::sql::open_states;
-use crate::inbox::{InboxError, ReplayFilter};
+use crate::{
+    inbox::{InboxError, ReplayFilter},
+    model::DeliveryState,
+};
 
 /// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
 /// run); returns `(matched, replayed)`.
@@ -16,7 +19,7 @@ pub(super) fn replay_matching(
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
-    let ids = matching_deliveries(conn, filter)?;
+    let ids = matching_deliveries(conn, filter, filter.finished_state()?)?;
     if filter.dry_run {
         return Ok((ids.len(), 0));
     }
@@ -33,9 +36,13 @@ pub(super) fn replay_matching(
     Ok((ids.len(), replayed))
 }
 
-/// The deliveries `filter` selects, oldest first, at most `filter.limit`.
-fn matching_deliveries(conn: &Connection, filter: &ReplayFilter) -> Result<Vec<i64>, InboxError> {
-    let state = filter.finished_state()?;
+/// The deliveries in `state` that `filter` selects, oldest first, at most `filter.limit`; those
+/// of pruned events never (their payload is gone).
+pub(super) fn matching_deliveries(
+    conn: &Connection,
+    filter: &ReplayFilter,
+    state: DeliveryState,
+) -> Result<Vec<i64>, InboxError> {
     let ids_json = filter
         .event_ids
         .as_ref()
@@ -43,7 +50,7 @@ fn matching_deliveries(conn: &Connection, filter: &ReplayFilter) -> Result<Vec<i
     let ids = conn
         .prepare_cached(
             "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
-             WHERE d.state = ?1
+             WHERE d.state = ?1 AND e.pruned_at IS NULL
                AND (?2 IS NULL OR d.source = ?2)
                AND (?3 IS NULL OR d.handler = ?3)
                AND (?4 IS NULL OR e.event_id IN (SELECT value FROM json_each(?4)))

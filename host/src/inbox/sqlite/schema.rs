@@ -109,6 +109,16 @@ pub(super) const MIGRATIONS: &[&str] = &[
         FROM plugin_state GROUP BY plugin;
     DELETE FROM plugin_state WHERE value IS NULL;
     ",
+    // 5: retention. `pruned_at` says an event's payload (headers, body, its deliveries' outputs
+    // and errors, its attempts) was pruned; its rows stay to dedupe its id and to remember the
+    // newest done sequence of its ordering key. The pruner walks the events not yet pruned in
+    // arrival order (so never the compact rows, however many), and forgets the pruned ones in
+    // the order they were pruned.
+    "
+    ALTER TABLE events ADD COLUMN pruned_at INTEGER;
+    CREATE INDEX events_unpruned ON events (received_at, id) WHERE pruned_at IS NULL;
+    CREATE INDEX events_pruned ON events (pruned_at) WHERE pruned_at IS NOT NULL;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

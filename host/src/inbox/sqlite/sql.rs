@@ -24,6 +24,14 @@ macro_rules! waiting_states {
 }
 pub(super) use waiting_states;
 
+/// `DeliveryState::FINISHED` as an SQL list (see [`open_states!`]).
+macro_rules! finished_states {
+    () => {
+        "('done', 'stale', 'discarded')"
+    };
+}
+pub(super) use finished_states;
+
 #[cfg(test)]
 mod tests {
     use crate::model::DeliveryState;
@@ -41,5 +49,10 @@ mod tests {
     #[test]
     fn the_sql_waiting_set_is_delivery_state_waiting() {
         assert_eq!(waiting_states!(), sql_list(&DeliveryState::WAITING));
+    }
+
+    #[test]
+    fn the_sql_finished_set_is_delivery_state_finished() {
+        assert_eq!(finished_states!(), sql_list(&DeliveryState::FINISHED));
     }
 }

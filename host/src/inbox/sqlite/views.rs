@@ -65,7 +65,8 @@ pub(super) fn event_detail(
 ) -> Result<Option<EventDetail>, InboxError> {
     let event = conn
         .query_row(
-            "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at
+            "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
+                    pruned_at
              FROM events WHERE source = ?1 AND event_id = ?2",
             params![source, event_id],
             |r| {
@@ -78,6 +79,7 @@ pub(super) fn event_detail(
                         ordering_key: r.get(4)?,
                         sequence: r.get(5)?,
                         received_at: r.get(6)?,
+                        pruned_at: r.get(7)?,
                         deliveries: Vec::new(),
                     },
                 ))

@@ -1,0 +1,223 @@
+//! Retention and discard in SQL for a database several nodes share: prune finished events'
+//! payloads, forget pruned ids, delete resolved quarantine; close dead deliveries and held
+//! quarantined requests.
+//!
+//! Invariants:
+//! - One batch is one short transaction that first takes [`PRUNE_LOCK`] with
+//!   `pg_try_advisory_xact_lock`: while one node prunes, another node's batch returns at once
+//!   (`busy`) instead of walking the same rows, and nodes never wait on each other for it.
+//! - An event is pruned only under its row lock (`FOR UPDATE OF e SKIP LOCKED`) and only if,
+//!   in that statement, none of its deliveries is outside `DeliveryState::FINISHED` or finished
+//!   after the cut-off. A replay locks the events it selects (`FOR SHARE`, re-checking
+//!   `pruned_at IS NULL` once it has the lock), so a replay and a prune of one event are
+//!   serialised: a replayed delivery is never left with a pruned payload.
+//! - Every row is found through an index (`events_unpruned`, `events_pruned`,
+//!   `quarantine_held`, the deliveries' `(event, handler)` key), at most `limit` of each kind.
+
+use deadpool_postgres::Transaction;
+
+use super::{replay::matching_deliveries, state_names};
+use crate::{
+    inbox::{
+        InboxError, Pruned, ReplayFilter,
+        retention::{DISCARDED_RESOLUTION, PruneBatch},
+    },
+    model::DeliveryState,
+};
+
+/// The advisory lock one pruning batch runs under, cluster-wide (any constant, the same in
+/// every hookd; the migrations' is `…0001`).
+const PRUNE_LOCK: i64 = 0x686f_6f6b_6400_0002;
+
+/// Runs one batch of retention in `tx` (see `Store::prune`).
+pub(super) async fn prune(tx: &Transaction<'_>, batch: &PruneBatch) -> Result<Pruned, InboxError> {
+    let locked: bool = tx
+        .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&PRUNE_LOCK])
+        .await?
+        .get(0);
+    if !locked {
+        return Ok(Pruned {
+            busy: true,
+            ..Pruned::default()
+        });
+    }
+    let (events, next) = prune_payloads(tx, batch).await?;
+    let forgotten = match batch.forget_before {
+        Some(before) => forget(tx, before, batch.limit).await?,
+        None => 0,
+    };
+    let quarantine = tx
+        .execute(
+            &tx.prepare_cached(
+                "DELETE FROM quarantine WHERE id IN (
+                     SELECT id FROM quarantine
+                     WHERE resolved_at IS NOT NULL AND resolved_at < $1
+                     ORDER BY resolved_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            )
+            .await?,
+            &[&batch.finished_before, &(batch.limit as i64)],
+        )
+        .await? as usize;
+    Ok(Pruned {
+        events,
+        forgotten,
+        quarantine,
+        next,
+        busy: false,
+    })
+}
+
+/// Walks up to `limit` events not yet pruned from `batch.after` and prunes the finished ones;
+/// returns how many it pruned and where the walk stopped (`None`: it reached the cut-off).
+async fn prune_payloads(
+    tx: &Transaction<'_>,
+    batch: &PruneBatch,
+) -> Result<(usize, Option<(i64, i64)>), InboxError> {
+    let (after_at, after_id) = batch.after.unwrap_or((i64::MIN, i64::MIN));
+    let walked: Vec<(i64, i64)> = tx
+        .query(
+            &tx.prepare_cached(
+                "SELECT received_at, id FROM events
+                 WHERE pruned_at IS NULL AND received_at < $1 AND (received_at, id) > ($2, $3)
+                 ORDER BY received_at, id LIMIT $4",
+            )
+            .await?,
+            &[
+                &batch.finished_before,
+                &after_at,
+                &after_id,
+                &(batch.limit as i64),
+            ],
+        )
+        .await?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let ids: Vec<i64> = walked.iter().map(|&(_, id)| id).collect();
+    let finished: Vec<i64> = tx
+        .query(
+            &tx.prepare_cached(
+                "SELECT e.id FROM events e
+                 WHERE e.id = ANY($1) AND e.pruned_at IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
+                                     AND (d.state <> ALL($2) OR d.updated_at >= $3))
+                 FOR UPDATE OF e SKIP LOCKED",
+            )
+            .await?,
+            &[
+                &ids,
+                &state_names(&DeliveryState::FINISHED),
+                &batch.finished_before,
+            ],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if !finished.is_empty() {
+        tx.execute(
+            &tx.prepare_cached(
+                "DELETE FROM attempts WHERE delivery IN (
+                     SELECT id FROM deliveries WHERE event = ANY($1))",
+            )
+            .await?,
+            &[&finished],
+        )
+        .await?;
+        tx.execute(
+            &tx.prepare_cached(
+                "UPDATE deliveries SET output = NULL, last_error = NULL WHERE event = ANY($1)",
+            )
+            .await?,
+            &[&finished],
+        )
+        .await?;
+        tx.execute(
+            &tx.prepare_cached(
+                "UPDATE events SET headers = '[]', body = '', pruned_at = $2 WHERE id = ANY($1)",
+            )
+            .await?,
+            &[&finished, &batch.now_ms],
+        )
+        .await?;
+    }
+    let next = (walked.len() >= batch.limit)
+        .then(|| walked.last().copied())
+        .flatten();
+    Ok((finished.len(), next))
+}
+
+/// Deletes up to `limit` events pruned before `before`, with their delivery rows.
+async fn forget(tx: &Transaction<'_>, before: i64, limit: usize) -> Result<usize, InboxError> {
+    let ids: Vec<i64> = tx
+        .query(
+            &tx.prepare_cached(
+                "SELECT id FROM events WHERE pruned_at IS NOT NULL AND pruned_at < $1
+                 ORDER BY pruned_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+            )
+            .await?,
+            &[&before, &(limit as i64)],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    tx.execute(
+        &tx.prepare_cached("DELETE FROM deliveries WHERE event = ANY($1)")
+            .await?,
+        &[&ids],
+    )
+    .await?;
+    tx.execute(
+        &tx.prepare_cached("DELETE FROM events WHERE id = ANY($1)")
+            .await?,
+        &[&ids],
+    )
+    .await?;
+    Ok(ids.len())
+}
+
+/// Sets the dead deliveries `filter` matches to `discarded` at `now_ms` (none on a dry run).
+pub(super) async fn discard(
+    tx: &Transaction<'_>,
+    filter: &ReplayFilter,
+    now_ms: i64,
+) -> Result<(usize, usize), InboxError> {
+    let ids = matching_deliveries(tx, filter, filter.discardable_state()?).await?;
+    if filter.dry_run {
+        return Ok((ids.len(), 0));
+    }
+    let discarded = tx
+        .execute(
+            &tx.prepare_cached(
+                "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = $2
+                 WHERE id = ANY($1) AND state = 'dead'",
+            )
+            .await?,
+            &[&ids, &now_ms],
+        )
+        .await?;
+    Ok((ids.len(), discarded as usize))
+}
+
+/// Resolves the quarantined requests `ids` as discarded at `now_ms`, those still held.
+pub(super) async fn discard_quarantine(
+    tx: &Transaction<'_>,
+    ids: &[i64],
+    now_ms: i64,
+) -> Result<usize, InboxError> {
+    let discarded = tx
+        .execute(
+            &tx.prepare_cached(
+                "UPDATE quarantine SET resolved_at = $2, resolution = $3
+                 WHERE id = ANY($1) AND resolved_at IS NULL",
+            )
+            .await?,
+            &[&ids, &now_ms, &DISCARDED_RESOLUTION],
+        )
+        .await?;
+    Ok(discarded as usize)
+}

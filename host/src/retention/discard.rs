@@ -1,0 +1,52 @@
+//! Discard as a service: close dead deliveries (`discarded`) and held quarantined requests
+//! (resolved as discarded) for whichever front end asks (the admin API today).
+//!
+//! Invariants:
+//! - It takes replay's filter and refusals (an unknown source, a state other than `dead`), and
+//!   one call touches at most `filter.limit` deliveries and quarantined requests together.
+//! - Held quarantined requests are discarded only when the filter names nothing they lack
+//!   (handler, state, event ids), exactly as replay re-parses them.
+//! - Every discard that changed something is logged: what and how many, never a payload.
+
+use crate::{
+    Shared,
+    inbox::ReplayFilter,
+    ingest::replay::{ReplayError, known_source},
+};
+
+/// What one discard did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DiscardReport {
+    /// Dead deliveries and held quarantined requests the filter selected.
+    pub matched: usize,
+    /// How many were closed (0 on a dry run).
+    pub discarded: usize,
+}
+
+/// Discards what `filter` selects: its dead deliveries, then (when it filters by nothing a
+/// quarantined request lacks) the held quarantined requests of its source and time range.
+pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<DiscardReport, ReplayError> {
+    known_source(shared, &filter)?;
+    let (deliveries, closed) = shared.inbox.discard(filter.clone()).await?;
+    let (mut held, mut resolved) = (0, 0);
+    if filter.covers_quarantine() {
+        let rest = ReplayFilter {
+            limit: filter.limit - deliveries.min(filter.limit),
+            ..filter.clone()
+        };
+        (held, resolved) = shared.inbox.discard_quarantine(rest).await?;
+    }
+    if closed + resolved > 0 {
+        tracing::info!(
+            source = filter.source.as_deref().unwrap_or("*"),
+            handler = filter.handler.as_deref().unwrap_or("*"),
+            deliveries = closed,
+            quarantined = resolved,
+            "discarded dead deliveries and held quarantined requests"
+        );
+    }
+    Ok(DiscardReport {
+        matched: deliveries + held,
+        discarded: closed + resolved,
+    })
+}

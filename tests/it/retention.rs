@@ -1,0 +1,121 @@
+//! Retention and discard, black-box: a host with a one-second `done_after` prunes a finished
+//! event (seen through the admin API), still answers its resend as a duplicate, never prunes a
+//! dead delivery, and lets an operator discard dead deliveries and held quarantined requests
+//! over HTTP, after which the discarded work is pruned like finished work.
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::{AdminApi, TestHost, plugins, post_sw, sw_source};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `t` → `counter` (succeeds), `f` → `flaky` (fails for good when told), `q` → a parser that
+/// is not installed (every request is quarantined); payloads kept one second.
+fn config() -> String {
+    sw_source("t", &["counter"], "")
+        + &sw_source("f", &["flaky"], "")
+        + &sw_source("q", &[], "parser = \"absent\"")
+        + "\n[retention]\ndone_after = \"1s\"\ninterval = \"100ms\"\n"
+}
+
+/// Waits until `source/event_id`'s detail says its payload was pruned; returns the detail.
+async fn wait_pruned(host: &TestHost, source: &str, event_id: &str) -> Value {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let detail = host.event(source, event_id).await;
+        if let Some(detail) = &detail
+            && detail.get("pruned_at").is_some_and(Value::is_i64)
+        {
+            return detail.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{source}/{event_id} was not pruned in {WAIT:?}: {detail:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pruned_event_is_still_a_duplicate_and_dead_work_waits_for_a_discard() {
+    let host = TestHost::start(
+        &config(),
+        &[("counter", plugins::COUNTER), ("flaky", plugins::FLAKY)],
+    )
+    .await;
+
+    // A finished event loses its payload and history, keeps its id and its delivery's state.
+    host.accept_event("t", "e1", &json!({"n": 1})).await;
+    host.wait_state("t", "e1", "counter", "done", WAIT).await;
+    let pruned = wait_pruned(&host, "t", "e1").await;
+    let delivery = &pruned["deliveries"][0];
+    assert_eq!(
+        (
+            &delivery["state"],
+            &delivery["output"],
+            &delivery["history"]
+        ),
+        (&json!("done"), &Value::Null, &json!([])),
+        "{pruned:#}"
+    );
+    let resend = host.accept_event("t", "e1", &json!({"n": 1})).await;
+    assert_eq!(resend["duplicate"], json!(true), "{resend}");
+
+    // A dead delivery is never pruned, however long it waits.
+    host.accept_event("f", "d1", &json!({"permanent": true}))
+        .await;
+    host.wait_state("f", "d1", "flaky", "dead", WAIT).await;
+    host.accept_event("t", "e2", &json!({"n": 2})).await;
+    wait_pruned(&host, "t", "e2").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dead = host.event("f", "d1").await.unwrap();
+    assert!(dead.get("pruned_at").is_none(), "{dead:#}");
+    assert_eq!(
+        dead["deliveries"][0]["history"].as_array().unwrap().len(),
+        1
+    );
+
+    // Discard takes only dead deliveries, and says what it matched and closed.
+    let (status, refused) = host
+        .admin_post("/admin/discard", json!({"state": "done"}))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let (status, dry) = host
+        .admin_post("/admin/discard", json!({"source": "f", "dry_run": true}))
+        .await;
+    assert_eq!(
+        (status, dry),
+        (StatusCode::OK, json!({"matched": 1, "discarded": 0}))
+    );
+    let (status, closed) = host
+        .admin_post("/admin/discard", json!({"source": "f"}))
+        .await;
+    assert_eq!(
+        (status, closed),
+        (StatusCode::OK, json!({"matched": 1, "discarded": 1}))
+    );
+    host.wait_state("f", "d1", "flaky", "discarded", WAIT).await;
+    // Discarded work is finished work: pruned after done_after.
+    wait_pruned(&host, "f", "d1").await;
+
+    // A held quarantined request is discarded by source (it has no handler or event id yet).
+    let (status, reply) = post_sw(host.ingest, "q", "x1", b"{}").await.unwrap();
+    assert_eq!(
+        (status, &reply["quarantined"]),
+        (StatusCode::ACCEPTED, &json!(true))
+    );
+    let (status, closed) = host
+        .admin_post("/admin/discard", json!({"source": "q"}))
+        .await;
+    assert_eq!(
+        (status, closed),
+        (StatusCode::OK, json!({"matched": 1, "discarded": 1}))
+    );
+    let (_, again) = host
+        .admin_post("/admin/discard", json!({"source": "q", "dry_run": true}))
+        .await;
+    assert_eq!(again, json!({"matched": 0, "discarded": 0}));
+}
