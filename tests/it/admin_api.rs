@@ -109,7 +109,7 @@ async fn metrics_names_every_series() {
     let series: BTreeSet<String> = String::from_utf8(body.to_vec())
         .unwrap()
         .lines()
-        .filter(|line| !line.starts_with('#'))
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
         .map(|line| line.rsplit_once(' ').unwrap().0.to_owned())
         .collect();
     let expected: BTreeSet<String> = [
