@@ -227,7 +227,7 @@ pub async fn run_with(
         .context("reclaiming leases of the previous run")?;
     // The first scrape already has the database's figures.
     telemetry
-        .sample(&inbox)
+        .sample(&inbox, true)
         .await
         .context("reading the inbox's counts")?;
 

@@ -3,10 +3,7 @@
 //! loads), the database-derived gauges follow the inbox, and every series the host exports is
 //! documented in the README.
 
-use std::{
-    collections::BTreeSet,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeSet, time::Duration};
 
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::json;
@@ -21,29 +18,6 @@ fn value(metrics: &str, series: &str) -> Option<f64> {
         .lines()
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .map(|v| v.trim().parse().expect("a number"))
-}
-
-/// `/metrics` once every `(series, value)` of `want` reads so (the database-derived gauges are
-/// sampled, so they follow the inbox within about a second).
-async fn metrics_once(host: &TestHost, want: &[(&str, f64)]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, body) = host.admin_get("/metrics").await;
-        assert_eq!(status, StatusCode::OK);
-        let text = body.as_str().expect("text").to_owned();
-        let missing: Vec<_> = want
-            .iter()
-            .filter(|(series, v)| value(&text, series) != Some(*v))
-            .collect();
-        if missing.is_empty() {
-            return text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{missing:?} not (yet) so in\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Traffic of every kind moves exactly the series it should: three answered requests of
@@ -100,15 +74,15 @@ async fn counters_move_with_traffic() {
     host.wait_state("n", "probe", "netprobe", "done", WAIT)
         .await;
 
-    let metrics = metrics_once(
-        &host,
+    let metrics = support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
         &[
-            (r#"hookd_deliveries{state="done"}"#, 2.0),
-            (r#"hookd_deliveries{state="dead"}"#, 1.0),
-            (r#"hookd_deliveries{state="pending"}"#, 0.0),
-            ("hookd_oldest_due_seconds", 0.0),
-            ("hookd_quarantined", 0.0),
-            ("hookd_backlog", 0.0),
+            r#"hookd_deliveries{state="done"} 2"#,
+            r#"hookd_deliveries{state="dead"} 1"#,
+            r#"hookd_deliveries{state="pending"} 0"#,
+            r#"hookd_oldest_due_seconds 0"#,
+            r#"hookd_quarantined 0"#,
+            r#"hookd_backlog 0"#,
         ],
     )
     .await;
@@ -213,7 +187,11 @@ async fn counters_move_with_traffic() {
 async fn the_oldest_due_delivery_shows_how_far_dispatch_lags() {
     let host = TestHost::start(&sw_source("s", &["absent"], ""), &[]).await;
     host.accept_event("s", "waits", &json!({})).await;
-    metrics_once(&host, &[(r#"hookd_deliveries{state="pending"}"#, 1.0)]).await;
+    support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
+        &[r#"hookd_deliveries{state="pending"} 1"#],
+    )
+    .await;
     let lag = |metrics: &str| value(metrics, "hookd_oldest_due_seconds").unwrap();
     let (_, first) = host.admin_get("/metrics").await;
     let first = lag(first.as_str().unwrap());

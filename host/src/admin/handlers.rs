@@ -223,7 +223,7 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
         None => {
             let running = shared
                 .inbox
-                .state_counts()
+                .state_counts(&[DeliveryState::Running])
                 .await?
                 .into_iter()
                 .find_map(|(state, n)| (state == DeliveryState::Running.as_str()).then_some(n))

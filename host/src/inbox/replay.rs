@@ -34,7 +34,7 @@ impl ReplayFilter {
         let state = self.state.unwrap_or(DeliveryState::Dead);
         if state.is_open() {
             return Err(InboxError::InvalidFilter(format!(
-                "state {state} is still being worked on; replay takes dead, stale or done deliveries"
+                "state {state} is still being worked on; replay takes dead, stale, done or discarded deliveries"
             )));
         }
         Ok(state)

@@ -22,7 +22,7 @@ use super::{
 };
 use crate::{
     ids::{PluginName, SourceName},
-    model::{Disposition, Envelope, StateUsage},
+    model::{DeliveryState, Disposition, Envelope, StateUsage},
 };
 
 /// What one accept stores: an event, one pending delivery per handler, and (when it comes from
@@ -209,8 +209,13 @@ pub(crate) trait Store: Send + Sync + 'static {
         event_id: String,
     ) -> Result<Option<EventDetail>, InboxError>;
 
-    /// Deliveries per state.
-    async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError>;
+    /// Deliveries in each of `states` (a state without any may be left out), each counted
+    /// through an index on the state, so counting the open states costs the backlog's size,
+    /// not the table's.
+    async fn state_counts(
+        &self,
+        states: Vec<DeliveryState>,
+    ) -> Result<Vec<(String, i64)>, InboxError>;
 
     /// Tells every process on this database that work may be due (after a commit that made
     /// some): a shared backend through the database, so other nodes hear it; a backend no other

@@ -81,8 +81,11 @@ impl Inbox {
         self.store().event_detail(source, event_id).await
     }
 
-    /// Deliveries per state, for `/metrics`.
-    pub async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
-        self.store().state_counts().await
+    /// Deliveries in each of `states` (`/metrics`; each counted through an index on the state).
+    pub async fn state_counts(
+        &self,
+        states: &[DeliveryState],
+    ) -> Result<Vec<(String, i64)>, InboxError> {
+        self.store().state_counts(states.to_vec()).await
     }
 }

@@ -227,12 +227,18 @@ const COMMIT_BUCKETS: &[f64] = &[
 /// Operations per commit (group commit at work).
 const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 
-/// How often the database-derived gauges may be read again: only when the inbox committed
-/// meanwhile, or [`ANYWAY_EVERY`] passed.
+/// How often the small database-derived gauges (the open and dead states, quarantine, the
+/// oldest due delivery: each an index range the size of the backlog) may be read again: only
+/// when the inbox committed meanwhile, or [`ANYWAY_EVERY`] passed.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// How often the gauges are read even without a local commit: other nodes' commits on a shared
+/// How often those are read even without a local commit: other nodes' commits on a shared
 /// database, and retries that came due while nothing committed.
 const ANYWAY_EVERY: Duration = Duration::from_secs(15);
+/// How often the finished states (done, stale, discarded: most of the table) are counted again.
+const FINISHED_EVERY: Duration = Duration::from_secs(10);
+/// A sample that takes longer is given up (and logged), so a stuck database cannot hold up
+/// the histograms' upkeep.
+const SAMPLE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The counters of one source.
 struct SourceMeters {
@@ -425,16 +431,30 @@ impl Telemetry {
         self.gauges.load_full()
     }
 
-    /// Reads the database-derived figures now.
-    pub async fn sample(&self, inbox: &Inbox) -> Result<(), InboxError> {
-        let counts: HashMap<String, i64> = inbox.state_counts().await?.into_iter().collect();
+    /// Reads the database-derived figures now: every state when `finished_too`, else the open
+    /// and dead ones (the finished states keep their last counts).
+    pub async fn sample(&self, inbox: &Inbox, finished_too: bool) -> Result<(), InboxError> {
+        let states: Vec<DeliveryState> = DeliveryState::ALL
+            .into_iter()
+            .filter(|state| finished_too || !DeliveryState::FINISHED.contains(state))
+            .collect();
+        let counts: HashMap<String, i64> = inbox.state_counts(&states).await?.into_iter().collect();
         let quarantined = inbox.quarantine_held_count().await?;
         let oldest_due_ms = inbox.oldest_due().await?;
         let now_ms = self.clock.now_ms();
+        let before = self.gauges.load();
         let states: Vec<(String, i64)> = DeliveryState::ALL
             .iter()
             .map(|state| {
-                let n = counts.get(state.as_str()).copied().unwrap_or(0);
+                let kept = || {
+                    let old = before.states.iter().find(|(s, _)| s == state.as_str());
+                    old.map_or(0, |(_, n)| *n)
+                };
+                let n = match counts.get(state.as_str()) {
+                    Some(n) => *n,
+                    None if states.contains(state) => 0,
+                    None => kept(),
+                };
                 (state.as_str().to_owned(), n)
             })
             .collect();
@@ -462,6 +482,7 @@ impl Telemetry {
     ) {
         let mut seen = inbox.commits();
         let mut since = tokio::time::Instant::now();
+        let mut finished_since = since;
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(stop);
@@ -477,10 +498,18 @@ impl Telemetry {
             if !due {
                 continue;
             }
-            match self.sample(&inbox).await {
+            let finished_too = finished_since.elapsed() >= FINISHED_EVERY;
+            let sampled = tokio::time::timeout(SAMPLE_TIMEOUT, self.sample(&inbox, finished_too))
+                .await
+                .map_err(|_| format!("no answer in {SAMPLE_TIMEOUT:?}"))
+                .and_then(|sampled| sampled.map_err(|e| e.to_string()));
+            match sampled {
                 Ok(()) => {
                     seen = commits;
                     since = tokio::time::Instant::now();
+                    if finished_too {
+                        finished_since = since;
+                    }
                     failing = false;
                 }
                 Err(e) if !failing => {

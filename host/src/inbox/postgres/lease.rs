@@ -723,8 +723,8 @@ pub(super) async fn take_back(
     })
 }
 
-/// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
-/// When the waiting delivery due longest ago became due, if one is due at `now_ms`.
+/// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
+/// waiting behind its ordering key's head counts: its event is not handled yet either).
 pub(super) async fn oldest_due(client: &Client, now_ms: i64) -> Result<Option<i64>, InboxError> {
     let row = client
         .query_one(
@@ -740,6 +740,7 @@ pub(super) async fn oldest_due(client: &Client, now_ms: i64) -> Result<Option<i6
     Ok(row.get(0))
 }
 
+/// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
 pub(super) async fn next_due_after(
     client: &Client,
     after_ms: i64,

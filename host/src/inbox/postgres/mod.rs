@@ -415,8 +415,11 @@ impl Store for PostgresStore {
         views::event_detail(&self.client().await?, &source, &event_id).await
     }
 
-    async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
-        views::state_counts(&self.client().await?).await
+    async fn state_counts(
+        &self,
+        states: Vec<DeliveryState>,
+    ) -> Result<Vec<(String, i64)>, InboxError> {
+        views::state_counts(&self.client().await?, &states).await
     }
 
     async fn notify_work(&self) -> Result<(), InboxError> {

@@ -94,7 +94,7 @@ async fn prune_payloads(
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     let ids: Vec<i64> = walked.iter().map(|&(_, id)| id).collect();
-    let finished: Vec<i64> = tx
+    let locked: Vec<i64> = tx
         .query(
             &tx.prepare_cached(
                 "SELECT e.id FROM events e
@@ -108,6 +108,31 @@ async fn prune_payloads(
                 &ids,
                 &state_names(&DeliveryState::FINISHED),
                 &batch.finished_before,
+            ],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    // Checked again in a statement of its own: its snapshot is taken after the locks were
+    // granted, so a replay that reopened one of these events and committed while this walk's
+    // first statement ran (it locks the event only `FOR SHARE`, which a lock taken after it
+    // does not see) leaves that event alone.
+    let finished: Vec<i64> = tx
+        .query(
+            &tx.prepare_cached(
+                "UPDATE events e SET headers = '[]', body = '', pruned_at = $4
+                 WHERE e.id = ANY($1) AND e.pruned_at IS NULL
+                   AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
+                                     AND (d.state <> ALL($2) OR d.updated_at >= $3))
+                 RETURNING e.id",
+            )
+            .await?,
+            &[
+                &locked,
+                &state_names(&DeliveryState::FINISHED),
+                &batch.finished_before,
+                &batch.now_ms,
             ],
         )
         .await?
@@ -130,14 +155,6 @@ async fn prune_payloads(
             )
             .await?,
             &[&finished],
-        )
-        .await?;
-        tx.execute(
-            &tx.prepare_cached(
-                "UPDATE events SET headers = '[]', body = '', pruned_at = $2 WHERE id = ANY($1)",
-            )
-            .await?,
-            &[&finished, &batch.now_ms],
         )
         .await?;
     }

@@ -170,13 +170,18 @@ pub(super) async fn event_detail(
 }
 
 /// Deliveries per state.
-pub(super) async fn state_counts(client: &Client) -> Result<Vec<(String, i64)>, InboxError> {
+pub(super) async fn state_counts(
+    client: &Client,
+    states: &[DeliveryState],
+) -> Result<Vec<(String, i64)>, InboxError> {
     let rows = client
         .query(
             &client
-                .prepare_cached("SELECT state, COUNT(*) FROM deliveries GROUP BY state")
+                .prepare_cached(
+                    "SELECT state, COUNT(*) FROM deliveries WHERE state = ANY($1) GROUP BY state",
+                )
                 .await?,
-            &[],
+            &[&state_names(states)],
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())

@@ -328,8 +328,8 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
     Ok(Finished::Recorded)
 }
 
-/// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
-/// When the waiting delivery due longest ago became due, if one is due at `now_ms`.
+/// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
+/// waiting behind its ordering key's head counts: its event is not handled yet either).
 pub(super) fn oldest_due(conn: &Connection, now_ms: i64) -> Result<Option<i64>, InboxError> {
     Ok(conn.query_row(
         concat!(
@@ -342,6 +342,7 @@ pub(super) fn oldest_due(conn: &Connection, now_ms: i64) -> Result<Option<i64>, 
     )?)
 }
 
+/// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
 pub(super) fn next_due_after(conn: &Connection, after_ms: i64) -> Result<Option<i64>, InboxError> {
     Ok(conn.query_row(
         concat!(

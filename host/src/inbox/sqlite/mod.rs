@@ -44,7 +44,10 @@ use super::{
     retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
-use crate::{ids::SourceName, model::StateUsage};
+use crate::{
+    ids::SourceName,
+    model::{DeliveryState, StateUsage},
+};
 
 /// The inbox's SQLite database; cheap to clone (reads run on the blocking pool with a clone).
 #[derive(Clone)]
@@ -260,8 +263,12 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
-        self.read(views::state_counts).await
+    async fn state_counts(
+        &self,
+        states: Vec<DeliveryState>,
+    ) -> Result<Vec<(String, i64)>, InboxError> {
+        self.read(move |conn| views::state_counts(conn, &states))
+            .await
     }
 
     async fn notify_work(&self) -> Result<(), InboxError> {
