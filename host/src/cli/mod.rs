@@ -1,8 +1,10 @@
-//! The command line: `hookd serve | dev | send | events | replay | plugins` (names are a contract).
+//! The command line: `hookd serve | dev | send | events | replay | plugins | backup | restore`
+//! (names are a contract).
 //!
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
 //! holds product logic of its own.
 
+mod backup;
 mod client;
 mod dev;
 mod plugin_dirs;
@@ -54,6 +56,10 @@ pub enum Command {
     Replay(client::ReplayArgs),
     /// Show the plugins, or roll one back (admin API).
     Plugins(client::PluginsArgs),
+    /// Copy a (running) hookd's SQLite database, consistently, to a new file.
+    Backup(backup::BackupArgs),
+    /// Replace a stopped hookd's SQLite database with a copy made by `hookd backup`.
+    Restore(backup::RestoreArgs),
     /// Internal: compile one plugin (wasm on stdin, artifact on stdout) for a running hookd.
     #[command(name = crate::runtime::COMPILE_SUBCOMMAND, hide = true)]
     CompilePlugin {
@@ -99,6 +105,8 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Events(args) => runtime().and_then(|rt| rt.block_on(client::events(args))),
         Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),
         Command::Plugins(args) => runtime().and_then(|rt| rt.block_on(client::plugins(args))),
+        Command::Backup(args) => backup::backup(args),
+        Command::Restore(args) => backup::restore(args),
         Command::CompilePlugin { .. } => unreachable!("handled above"),
     };
     match result {

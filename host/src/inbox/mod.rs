@@ -29,6 +29,7 @@
 //!   is given every time, never reads one.
 
 mod accept;
+pub mod backup;
 pub mod cluster;
 #[cfg(test)]
 mod contract;
