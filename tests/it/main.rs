@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod admin_api;
+mod backup;
 mod cluster;
 mod crash;
 mod dispatch;
