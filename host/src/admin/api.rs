@@ -7,15 +7,18 @@
 //! - Fields are declared in the order each route has always sent them (the objects once built
 //!   with `json!` sent their keys sorted), so an answer's bytes do not change either.
 //! - Delivery states and attempt outcomes travel as their contract names (`as_str`).
+//! - The OpenAPI document (`/admin/openapi.json`, [`super::openapi`]) derives its schemas from
+//!   these types, so it describes exactly what is sent.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use crate::{inbox, registry::PluginStatus};
 
 /// The body of a refusal: what kind (`forbidden`, `not_found`, ...) and, for some, why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -23,7 +26,7 @@ pub struct ErrorBody {
 }
 
 /// `GET /healthz`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     /// Deliveries not yet finished.
     pub backlog: i64,
@@ -33,8 +36,9 @@ pub struct Health {
 }
 
 /// `GET /admin/events` query string.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
@@ -60,7 +64,7 @@ impl EventsQuery {
 }
 
 /// One entry of the `GET /admin/events` list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EventSummary {
     pub source: String,
     pub event_id: String,
@@ -84,7 +88,7 @@ impl From<inbox::EventSummary> for EventSummary {
 }
 
 /// `GET /admin/events/{source}/{event_id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EventDetail {
     pub source: String,
     pub event_id: String,
@@ -111,7 +115,7 @@ impl From<inbox::EventDetail> for EventDetail {
 }
 
 /// One handler's delivery of an event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryDetail {
     pub handler: String,
     /// A delivery state name.
@@ -139,7 +143,7 @@ impl From<inbox::DeliveryDetail> for DeliveryDetail {
 }
 
 /// One attempt of a delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AttemptRecord {
     pub attempt: i64,
     /// Ms since the Unix epoch.
@@ -169,7 +173,7 @@ impl From<inbox::AttemptRecord> for AttemptRecord {
 }
 
 /// `POST /admin/replay` body (optional as a whole; absent fields do not filter).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -196,7 +200,7 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// `POST /admin/replay` answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ReplayAnswer {
     /// Deliveries and quarantined requests the filter selected.
     pub matched: usize,
@@ -214,7 +218,7 @@ impl From<crate::ingest::replay::ReplayReport> for ReplayAnswer {
 }
 
 /// One entry of the `GET /admin/plugins` list: a configured plugin instance and its file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PluginInfo {
     /// Why the file is not (or no longer) what runs, if it is not.
     pub error: Option<String>,
@@ -272,7 +276,7 @@ impl PluginInfo {
 }
 
 /// `GET /admin/nodes`: one node of the cluster (on SQLite, this process alone).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NodeInfo {
     /// Random per start: a restarted node is a new one.
     pub id: String,
@@ -310,7 +314,7 @@ impl NodeInfo {
 }
 
 /// `POST /admin/plugins/{name}/rollback` answer: the version now live.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RollbackAnswer {
     pub name: String,
     pub sha256: String,

@@ -85,6 +85,8 @@ impl From<RollbackError> for ApiError {
     }
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "probes",
+    responses((status = 200, description = "The host is up", body = api::Health)))]
 pub(super) async fn healthz(State(shared): State<Arc<Shared>>) -> Json<api::Health> {
     Json(api::Health {
         backlog: shared.inbox.backlog(),
@@ -116,6 +118,12 @@ pub fn events_filter(uri: &Uri) -> Result<EventFilter, Rejection> {
     })
 }
 
+#[utoipa::path(get, path = "/admin/events", tag = "events", params(api::EventsQuery),
+    responses(
+        (status = 200, description = "The newest events matching the filter", body = Vec<api::EventSummary>),
+        (status = 400, description = "An unknown state (JSON), or a malformed query (text)", content(
+            (api::ErrorBody = "application/json"), (String = "text/plain"))),
+    ))]
 pub(super) async fn list_events(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
@@ -125,6 +133,14 @@ pub(super) async fn list_events(
     Ok(Json(events.into_iter().map(Into::into).collect()))
 }
 
+#[utoipa::path(get, path = "/admin/events/{source}/{event_id}", tag = "events",
+    params(("source" = String, Path, description = "The source's name"),
+           ("event_id" = String, Path, description = "The provider's event id")),
+    responses(
+        (status = 200, description = "The event with its deliveries and their history", body = api::EventDetail),
+        (status = 400, description = "A path that is not UTF-8", body = String, content_type = "text/plain"),
+        (status = 404, description = "No such event", body = api::ErrorBody),
+    ))]
 pub(super) async fn event_detail(
     State(shared): State<Arc<Shared>>,
     Path((source, event_id)): Path<(String, String)>,
@@ -158,6 +174,16 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
     })
 }
 
+#[utoipa::path(post, path = "/admin/replay", tag = "replay",
+    request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
+        description = "What to replay; no body (and no Content-Type) replays every dead delivery"),
+    responses(
+        (status = 200, description = "What was selected and replayed", body = api::ReplayAnswer),
+        (status = 400, description = "An unknown source or state (JSON), or a body that is not JSON (text)", content(
+            (api::ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 415, description = "A body that is not `application/json`", body = String, content_type = "text/plain"),
+        (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
+    ))]
 pub(super) async fn replay(
     State(shared): State<Arc<Shared>>,
     request: Request,
@@ -167,6 +193,8 @@ pub(super) async fn replay(
     Ok(Json(report.into()))
 }
 
+#[utoipa::path(get, path = "/admin/plugins", tag = "plugins",
+    responses((status = 200, description = "Every configured plugin instance", body = Vec<api::PluginInfo>)))]
 pub(super) async fn plugins(
     State(shared): State<Arc<Shared>>,
 ) -> Result<Json<Vec<api::PluginInfo>>, ApiError> {
@@ -195,6 +223,8 @@ pub(super) async fn plugins(
     Ok(Json(list))
 }
 
+#[utoipa::path(get, path = "/admin/nodes", tag = "nodes",
+    responses((status = 200, description = "The nodes of the cluster (on SQLite, this one)", body = Vec<api::NodeInfo>)))]
 pub(super) async fn nodes(
     State(shared): State<Arc<Shared>>,
 ) -> Result<Json<Vec<api::NodeInfo>>, ApiError> {
@@ -239,6 +269,14 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
         .collect())
 }
 
+#[utoipa::path(post, path = "/admin/plugins/{name}/rollback", tag = "plugins",
+    params(("name" = String, Path, description = "The `[plugins.<name>]` instance")),
+    responses(
+        (status = 200, description = "The version now live", body = api::RollbackAnswer),
+        (status = 400, description = "A path that is not UTF-8", body = String, content_type = "text/plain"),
+        (status = 404, description = "No such plugin, or its file was never loaded", body = api::ErrorBody),
+        (status = 409, description = "No previous version to return to", body = api::ErrorBody),
+    ))]
 pub(super) async fn rollback(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,

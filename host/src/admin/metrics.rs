@@ -13,6 +13,9 @@ use axum::{
 
 use crate::{Shared, error::ApiError, model::DeliveryState};
 
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    responses((status = 200, description = "The inbox's counts, Prometheus text format", body = String,
+        content_type = "text/plain")))]
 pub(super) async fn metrics(State(shared): State<Arc<Shared>>) -> Result<Response, ApiError> {
     let mut out = String::new();
     let counts: BTreeMap<String, i64> = shared.inbox.state_counts().await?.into_iter().collect();
