@@ -21,6 +21,7 @@ mod harden_runtime;
 mod harden_state;
 mod ingest;
 mod logs;
+mod openapi;
 mod ordering;
 mod outbound;
 mod plugins;
