@@ -15,7 +15,22 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::{inbox, registry::PluginStatus};
+use crate::{inbox, model::DeliveryState, registry::PluginStatus};
+
+/// The schema of a delivery state name (a field typed `String` carrying one): one of
+/// [`DeliveryState::ALL`], so the document lists exactly the names the handlers accept.
+pub struct StateName;
+
+impl utoipa::PartialSchema for StateName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(DeliveryState::ALL.map(DeliveryState::as_str)))
+            .into()
+    }
+}
+
+impl ToSchema for StateName {}
 
 /// The body of a refusal: what kind (`forbidden`, `not_found`, ...) and, for some, why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
@@ -44,6 +59,7 @@ pub struct EventsQuery {
     pub source: Option<String>,
     /// A delivery state name; checked by the handler, so a wrong one is answered in JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<StateName>)]
     pub state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
@@ -72,6 +88,7 @@ pub struct EventSummary {
     /// Ms since the Unix epoch.
     pub received_at: i64,
     /// Handler → delivery state.
+    #[schema(value_type = BTreeMap<String, StateName>)]
     pub states: BTreeMap<String, String>,
 }
 
@@ -119,6 +136,7 @@ impl From<inbox::EventDetail> for EventDetail {
 pub struct DeliveryDetail {
     pub handler: String,
     /// A delivery state name.
+    #[schema(value_type = StateName)]
     pub state: String,
     pub attempts: i64,
     pub output: Option<String>,
@@ -172,7 +190,8 @@ impl From<inbox::AttemptRecord> for AttemptRecord {
     }
 }
 
-/// `POST /admin/replay` body (optional as a whole; absent fields do not filter).
+/// `POST /admin/replay` body (optional as a whole: no body or `null`; absent fields do not
+/// filter).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
@@ -182,6 +201,7 @@ pub struct ReplayRequest {
     pub handler: Option<String>,
     /// A delivery state name; `dead` when not given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<StateName>)]
     pub state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_ids: Option<Vec<String>>,

@@ -158,10 +158,11 @@ pub(super) async fn event_detail(
 /// `Content-Type`: no filter). This is the handler's whole input parsing, public so it can be
 /// fuzzed.
 pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> {
-    let body = Option::<Json<api::ReplayRequest>>::from_request(request, &())
+    // No body (no `Content-Type`) and a JSON `null` both mean "no filter".
+    let body = Option::<Json<Option<api::ReplayRequest>>>::from_request(request, &())
         .await
         .map_err(Rejection::Body)?;
-    let body = body.map(|Json(b)| b).unwrap_or_default();
+    let body = body.and_then(|Json(b)| b).unwrap_or_default();
     Ok(ReplayFilter {
         source: body.source,
         handler: body.handler,
@@ -176,7 +177,8 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
 
 #[utoipa::path(post, path = "/admin/replay", tag = "replay",
     request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
-        description = "What to replay; no body (and no Content-Type) replays every dead delivery"),
+        description = "What to replay; no body (and no Content-Type), or `null`, replays every dead \
+                       delivery"),
     responses(
         (status = 200, description = "What was selected and replayed", body = api::ReplayAnswer),
         (status = 400, description = "An unknown source or state (JSON), or a body that is not JSON (text)", content(
