@@ -914,29 +914,65 @@ pub struct ClientAdmin {
 
 impl ClientAdmin {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
-        let table: toml::Table = toml::from_str(&text)
-            .map_err(|e| redacted_toml_error(&text, &e))
-            .with_context(|| format!("invalid config file {}", path.display()))?;
-        let server = table.get("server").and_then(|v| v.as_table());
-        let get = |key: &str| server.and_then(|s| s.get(key)).and_then(|v| v.as_str());
-        let base = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        let database = std::env::var(DATABASE_URL_ENV)
-            .ok()
-            .filter(|value| !value.trim().is_empty())
-            .unwrap_or_else(|| get("database").unwrap_or("hookd.db").to_owned());
-        let token_file = match Database::parse(&database, &base) {
+        let server = ServerTable::load(path)?;
+        let token_file = match server.database() {
             Ok(Database::Sqlite(file)) => Some(crate::admin::token::token_file(&file)),
             Ok(Database::Postgres(_)) | Err(_) => None,
         };
         Ok(Self {
-            token: get("admin_token").map(str::to_owned),
+            token: server.get("admin_token").map(str::to_owned),
             token_file,
         })
+    }
+}
+
+/// The database a `hookd.toml` names (`server.database`, or env `HOOKD_DATABASE_URL`, as
+/// `hookd serve` reads them), for the commands that work on the database itself
+/// (`hookd backup | restore`). Reads `[server]` only, like [`ClientAdmin`].
+pub fn database_of(path: &Path) -> anyhow::Result<Database> {
+    ServerTable::load(path)?
+        .database()
+        .map_err(|e| anyhow::anyhow!("server.database (or env {DATABASE_URL_ENV}): {e}"))
+        .with_context(|| format!("invalid config file {}", path.display()))
+}
+
+/// The `[server]` table of a config file, unchecked, and the directory its relative paths are
+/// resolved against.
+struct ServerTable {
+    server: Option<toml::Table>,
+    base: PathBuf,
+}
+
+impl ServerTable {
+    fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let mut table: toml::Table = toml::from_str(&text)
+            .map_err(|e| redacted_toml_error(&text, &e))
+            .with_context(|| format!("invalid config file {}", path.display()))?;
+        let server = match table.remove("server") {
+            Some(toml::Value::Table(server)) => Some(server),
+            _ => None,
+        };
+        let base = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        Ok(Self { server, base })
+    }
+
+    /// A string key of `[server]`.
+    fn get(&self, key: &str) -> Option<&str> {
+        self.server.as_ref()?.get(key)?.as_str()
+    }
+
+    /// `server.database`, replaced by env `HOOKD_DATABASE_URL` when set (as `Config` does).
+    fn database(&self) -> Result<Database, DatabaseError> {
+        let database = std::env::var(DATABASE_URL_ENV)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+            .unwrap_or_else(|| self.get("database").unwrap_or("hookd.db").to_owned());
+        Database::parse(&database, &self.base)
     }
 }
 

@@ -30,7 +30,7 @@ async fn start() -> TestHost {
 }
 
 /// A host holding one event, `e1`, whose `counter` delivery is done and `flaky` one dead.
-async fn start_with_an_event() -> TestHost {
+pub(crate) async fn start_with_an_event() -> TestHost {
     let host = start().await;
     host.accept_event("t", "e1", &json!({"permanent": true}))
         .await;
@@ -40,7 +40,7 @@ async fn start_with_an_event() -> TestHost {
 }
 
 /// A host whose `flaky` file was replaced by a deploy, so it has a version to roll back to.
-async fn start_with_a_previous_version() -> TestHost {
+pub(crate) async fn start_with_a_previous_version() -> TestHost {
     let host = start().await;
     let file = host.path().join("plugins").join("flaky.wasm");
     let part = file.with_extension("part");

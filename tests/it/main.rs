@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod admin_api;
+mod backup;
 mod cluster;
 mod crash;
 mod dispatch;
@@ -21,6 +22,7 @@ mod harden_state;
 mod ingest;
 mod logs;
 mod metrics;
+mod openapi;
 mod ordering;
 mod outbound;
 mod plugins;

@@ -7,15 +7,33 @@
 //! - Fields are declared in the order each route has always sent them (the objects once built
 //!   with `json!` sent their keys sorted), so an answer's bytes do not change either.
 //! - Delivery states and attempt outcomes travel as their contract names (`as_str`).
+//! - The OpenAPI document (`/admin/openapi.json`, [`super::openapi`]) derives its schemas from
+//!   these types, so it describes exactly what is sent.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
-use crate::{inbox, registry::PluginStatus};
+use crate::{inbox, model::DeliveryState, registry::PluginStatus};
+
+/// The schema of a delivery state name (a field typed `String` carrying one): one of
+/// [`DeliveryState::ALL`], so the document lists exactly the names the handlers accept.
+pub struct StateName;
+
+impl utoipa::PartialSchema for StateName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(DeliveryState::ALL.map(DeliveryState::as_str)))
+            .into()
+    }
+}
+
+impl ToSchema for StateName {}
 
 /// The body of a refusal: what kind (`forbidden`, `not_found`, ...) and, for some, why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
@@ -23,7 +41,7 @@ pub struct ErrorBody {
 }
 
 /// `GET /healthz`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Health {
     /// Deliveries not yet finished.
     pub backlog: i64,
@@ -33,13 +51,15 @@ pub struct Health {
 }
 
 /// `GET /admin/events` query string.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     /// A delivery state name; checked by the handler, so a wrong one is answered in JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<StateName>)]
     pub state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
@@ -60,7 +80,7 @@ impl EventsQuery {
 }
 
 /// One entry of the `GET /admin/events` list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EventSummary {
     pub source: String,
     pub event_id: String,
@@ -68,6 +88,7 @@ pub struct EventSummary {
     /// Ms since the Unix epoch.
     pub received_at: i64,
     /// Handler → delivery state.
+    #[schema(value_type = BTreeMap<String, StateName>)]
     pub states: BTreeMap<String, String>,
 }
 
@@ -84,7 +105,7 @@ impl From<inbox::EventSummary> for EventSummary {
 }
 
 /// `GET /admin/events/{source}/{event_id}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct EventDetail {
     pub source: String,
     pub event_id: String,
@@ -116,10 +137,11 @@ impl From<inbox::EventDetail> for EventDetail {
 }
 
 /// One handler's delivery of an event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DeliveryDetail {
     pub handler: String,
     /// A delivery state name.
+    #[schema(value_type = StateName)]
     pub state: String,
     pub attempts: i64,
     pub output: Option<String>,
@@ -144,7 +166,7 @@ impl From<inbox::DeliveryDetail> for DeliveryDetail {
 }
 
 /// One attempt of a delivery.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct AttemptRecord {
     pub attempt: i64,
     /// Ms since the Unix epoch.
@@ -173,9 +195,9 @@ impl From<inbox::AttemptRecord> for AttemptRecord {
     }
 }
 
-/// `POST /admin/replay` body (optional as a whole; absent fields do not filter); also the body
-/// of `POST /admin/discard`, whose `state` may only be `dead`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// `POST /admin/replay` body (optional as a whole: no body or `null`; absent fields do not
+/// filter); also the body of `POST /admin/discard`, whose `state` may only be `dead`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -184,6 +206,7 @@ pub struct ReplayRequest {
     pub handler: Option<String>,
     /// A delivery state name; `dead` when not given.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<StateName>)]
     pub state: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event_ids: Option<Vec<String>>,
@@ -202,7 +225,7 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// `POST /admin/replay` answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ReplayAnswer {
     /// Deliveries and quarantined requests the filter selected.
     pub matched: usize,
@@ -220,7 +243,7 @@ impl From<crate::ingest::replay::ReplayReport> for ReplayAnswer {
 }
 
 /// `POST /admin/discard` answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct DiscardAnswer {
     /// Dead deliveries and held quarantined requests the filter selected.
     pub matched: usize,
@@ -238,7 +261,7 @@ impl From<crate::retention::discard::DiscardReport> for DiscardAnswer {
 }
 
 /// One entry of the `GET /admin/plugins` list: a configured plugin instance and its file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct PluginInfo {
     /// Why the file is not (or no longer) what runs, if it is not.
     pub error: Option<String>,
@@ -296,7 +319,7 @@ impl PluginInfo {
 }
 
 /// `GET /admin/nodes`: one node of the cluster (on SQLite, this process alone).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct NodeInfo {
     /// Random per start: a restarted node is a new one.
     pub id: String,
@@ -334,7 +357,7 @@ impl NodeInfo {
 }
 
 /// `POST /admin/plugins/{name}/rollback` answer: the version now live.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct RollbackAnswer {
     pub name: String,
     pub sha256: String,

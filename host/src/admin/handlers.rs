@@ -86,6 +86,8 @@ impl From<RollbackError> for ApiError {
     }
 }
 
+#[utoipa::path(get, path = "/healthz", tag = "probes",
+    responses((status = 200, description = "The host is up", body = api::Health)))]
 pub(super) async fn healthz(State(shared): State<Arc<Shared>>) -> Json<api::Health> {
     Json(api::Health {
         backlog: shared.inbox.backlog(),
@@ -117,6 +119,12 @@ pub fn events_filter(uri: &Uri) -> Result<EventFilter, Rejection> {
     })
 }
 
+#[utoipa::path(get, path = "/admin/events", tag = "events", params(api::EventsQuery),
+    responses(
+        (status = 200, description = "The newest events matching the filter", body = Vec<api::EventSummary>),
+        (status = 400, description = "An unknown state (JSON), or a malformed query (text)", content(
+            (api::ErrorBody = "application/json"), (String = "text/plain"))),
+    ))]
 pub(super) async fn list_events(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
@@ -126,6 +134,14 @@ pub(super) async fn list_events(
     Ok(Json(events.into_iter().map(Into::into).collect()))
 }
 
+#[utoipa::path(get, path = "/admin/events/{source}/{event_id}", tag = "events",
+    params(("source" = String, Path, description = "The source's name"),
+           ("event_id" = String, Path, description = "The provider's event id")),
+    responses(
+        (status = 200, description = "The event with its deliveries and their history", body = api::EventDetail),
+        (status = 400, description = "A path that is not UTF-8", body = String, content_type = "text/plain"),
+        (status = 404, description = "No such event", body = api::ErrorBody),
+    ))]
 pub(super) async fn event_detail(
     State(shared): State<Arc<Shared>>,
     Path((source, event_id)): Path<(String, String)>,
@@ -143,10 +159,11 @@ pub(super) async fn event_detail(
 /// `Content-Type`: no filter). This is the handler's whole input parsing, public so it can be
 /// fuzzed.
 pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> {
-    let body = Option::<Json<api::ReplayRequest>>::from_request(request, &())
+    // No body (no `Content-Type`) and a JSON `null` both mean "no filter".
+    let body = Option::<Json<Option<api::ReplayRequest>>>::from_request(request, &())
         .await
         .map_err(Rejection::Body)?;
-    let body = body.map(|Json(b)| b).unwrap_or_default();
+    let body = body.and_then(|Json(b)| b).unwrap_or_default();
     Ok(ReplayFilter {
         source: body.source,
         handler: body.handler,
@@ -159,6 +176,17 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
     })
 }
 
+#[utoipa::path(post, path = "/admin/replay", tag = "replay",
+    request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
+        description = "What to replay; no body (and no Content-Type), or `null`, replays every dead \
+                       delivery"),
+    responses(
+        (status = 200, description = "What was selected and replayed", body = api::ReplayAnswer),
+        (status = 400, description = "An unknown source or state (JSON), or a body that is not JSON (text)", content(
+            (api::ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 415, description = "A body that is not `application/json`", body = String, content_type = "text/plain"),
+        (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
+    ))]
 pub(super) async fn replay(
     State(shared): State<Arc<Shared>>,
     request: Request,
@@ -168,6 +196,17 @@ pub(super) async fn replay(
     Ok(Json(report.into()))
 }
 
+#[utoipa::path(post, path = "/admin/discard", tag = "replay",
+    request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
+        description = "What to discard (replay's filter; `state` may only be `dead`); no body, or \
+                       `null`, discards every dead delivery and every held quarantined request"),
+    responses(
+        (status = 200, description = "What was selected and discarded", body = api::DiscardAnswer),
+        (status = 400, description = "An unknown source, a state other than dead (JSON), or a body that is not JSON (text)", content(
+            (api::ErrorBody = "application/json"), (String = "text/plain"))),
+        (status = 415, description = "A body that is not `application/json`", body = String, content_type = "text/plain"),
+        (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
+    ))]
 /// `POST /admin/discard`: the body is replay's (`state` only `dead`), at most [`MAX_REPLAY`]
 /// per call.
 pub(super) async fn discard(
@@ -179,6 +218,8 @@ pub(super) async fn discard(
     Ok(Json(report.into()))
 }
 
+#[utoipa::path(get, path = "/admin/plugins", tag = "plugins",
+    responses((status = 200, description = "Every configured plugin instance", body = Vec<api::PluginInfo>)))]
 pub(super) async fn plugins(
     State(shared): State<Arc<Shared>>,
 ) -> Result<Json<Vec<api::PluginInfo>>, ApiError> {
@@ -207,6 +248,8 @@ pub(super) async fn plugins(
     Ok(Json(list))
 }
 
+#[utoipa::path(get, path = "/admin/nodes", tag = "nodes",
+    responses((status = 200, description = "The nodes of the cluster (on SQLite, this one)", body = Vec<api::NodeInfo>)))]
 pub(super) async fn nodes(
     State(shared): State<Arc<Shared>>,
 ) -> Result<Json<Vec<api::NodeInfo>>, ApiError> {
@@ -251,6 +294,14 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
         .collect())
 }
 
+#[utoipa::path(post, path = "/admin/plugins/{name}/rollback", tag = "plugins",
+    params(("name" = String, Path, description = "The `[plugins.<name>]` instance")),
+    responses(
+        (status = 200, description = "The version now live", body = api::RollbackAnswer),
+        (status = 400, description = "A path that is not UTF-8", body = String, content_type = "text/plain"),
+        (status = 404, description = "No such plugin, or its file was never loaded", body = api::ErrorBody),
+        (status = 409, description = "No previous version to return to", body = api::ErrorBody),
+    ))]
 pub(super) async fn rollback(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,

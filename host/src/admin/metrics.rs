@@ -14,6 +14,9 @@ use axum::{
 
 use crate::Shared;
 
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    responses((status = 200, description = "This host's metrics, Prometheus text format", body = String,
+        content_type = "text/plain")))]
 pub(super) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let text = shared
         .telemetry

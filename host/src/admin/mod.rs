@@ -14,6 +14,7 @@ pub mod api;
 pub mod guard;
 mod handlers;
 mod metrics;
+pub mod openapi;
 pub mod token;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -47,6 +48,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/admin/plugins", get(plugins))
         .route("/admin/plugins/{name}/rollback", post(rollback))
         .route("/admin/nodes", get(nodes))
+        .route("/admin/openapi.json", get(openapi::document))
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             require_token,

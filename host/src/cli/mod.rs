@@ -1,9 +1,10 @@
-//! The command line: `hookd serve | dev | send | events | replay | discard | plugins` (names are
-//! a contract).
+//! The command line: `hookd serve | dev | send | events | replay | discard | plugins | backup |
+//! restore` (names are a contract).
 //!
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
 //! holds product logic of its own.
 
+mod backup;
 mod client;
 mod dev;
 mod plugin_dirs;
@@ -58,6 +59,10 @@ pub enum Command {
     Discard(client::DiscardArgs),
     /// Show the plugins, or roll one back (admin API).
     Plugins(client::PluginsArgs),
+    /// Copy a (running) hookd's SQLite database, consistently, to a new file.
+    Backup(backup::BackupArgs),
+    /// Replace a stopped hookd's SQLite database with a copy made by `hookd backup`.
+    Restore(backup::RestoreArgs),
     /// Internal: compile one plugin (wasm on stdin, artifact on stdout) for a running hookd.
     #[command(name = crate::runtime::COMPILE_SUBCOMMAND, hide = true)]
     CompilePlugin {
@@ -104,6 +109,8 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),
         Command::Discard(args) => runtime().and_then(|rt| rt.block_on(client::discard(args))),
         Command::Plugins(args) => runtime().and_then(|rt| rt.block_on(client::plugins(args))),
+        Command::Backup(args) => backup::backup(args),
+        Command::Restore(args) => backup::restore(args),
         Command::CompilePlugin { .. } => unreachable!("handled above"),
     };
     match result {

@@ -30,6 +30,7 @@
 //!   is given every time, never reads one.
 
 mod accept;
+pub mod backup;
 pub mod cluster;
 mod commits;
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //!   is what makes this store [`Capabilities::single_node`].
 
 mod accept;
+pub(super) mod backup;
 mod connection;
 mod error;
 mod lease;

@@ -1,0 +1,92 @@
+//! Backups of an SQLite inbox: a consistent copy of a database a running hookd keeps writing
+//! ([`backup`]), and a database started again from such a copy ([`restore`]). The SQL and the
+//! file steps are the SQLite room's (`sqlite/backup.rs`); this file holds their types.
+//!
+//! Invariants:
+//! - A copy is one point in time (one read snapshot of the source), passed
+//!   `PRAGMA integrity_check` and holds a schema this hookd knows, before it gets its final
+//!   name; a file at that name is replaced only when the caller says so.
+//! - A backup never takes the database's lock nor writes to the database: the running hookd
+//!   keeps answering meanwhile.
+//! - A restore holds the database's lock throughout (so it refuses while a hookd serves it),
+//!   checks the copy before it touches anything, and keeps the database it replaces aside.
+//!
+//! A PostgreSQL inbox has none of this: its backups are the database server's (`pg_dump`,
+//! replicas).
+
+use std::path::{Path, PathBuf};
+
+use super::{InboxError, sqlite};
+
+/// What a copy holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copied {
+    /// The copy's schema version (the source's: a copy is never migrated).
+    pub schema_version: i64,
+    /// Events stored in it.
+    pub events: i64,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// What the restored database holds.
+    pub copied: Copied,
+    /// Where the database it replaced was moved (`None`: there was none).
+    pub replaced: Option<PathBuf>,
+}
+
+/// Why a backup or a restore refused or failed; each names the file concerned.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("no database at {}", .0.display())]
+    Missing(PathBuf),
+    #[error("{} already exists; refusing to overwrite it", .0.display())]
+    Exists(PathBuf),
+    #[error("{} is the database itself", .0.display())]
+    SameFile(PathBuf),
+    #[error("{} is not a hookd database (no hookd schema in it)", .0.display())]
+    NotHookd(PathBuf),
+    #[error(
+        "{} is at schema version {found}, newer than this hookd knows ({known}); upgrade hookd",
+        path.display()
+    )]
+    TooNew {
+        path: PathBuf,
+        found: i64,
+        known: i64,
+    },
+    #[error("{} fails PRAGMA integrity_check: {report}", path.display())]
+    Corrupt { path: PathBuf, report: String },
+    /// A file-system step failed.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database engine failed on `path`, or the database is in use (restore).
+    #[error("{action} {}: {source}", path.display())]
+    Inbox {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: InboxError,
+    },
+}
+
+/// Copies the SQLite database at `database` (which a hookd may be serving) to `out`, through a
+/// temporary file beside `out` renamed into place once complete and checked. `replace`: an
+/// existing `out` is replaced instead of refused.
+pub fn backup(database: &Path, out: &Path, replace: bool) -> Result<Copied, BackupError> {
+    sqlite::backup::backup(database, out, replace)
+}
+
+/// Makes the SQLite database at `database` a copy of `copy` (a backup), once `copy` is checked;
+/// the database it replaces, if any, is kept aside. Refused while a hookd holds `database`.
+pub fn restore(database: &Path, copy: &Path) -> Result<Restored, BackupError> {
+    sqlite::backup::restore(database, copy)
+}
