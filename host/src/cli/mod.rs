@@ -3,7 +3,7 @@
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
 //! holds product logic of its own.
 
-mod client;
+pub(crate) mod client;
 mod dev;
 mod plugin_dirs;
 mod send;

@@ -62,7 +62,10 @@ pub use self::{
     replay::ReplayFilter,
     request::RawRequest,
     sqlite::WriterOptions,
-    views::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary},
+    views::{
+        AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
+        HeldRequest, ReceivedMinute,
+    },
 };
 use self::{
     cluster::ClusterStore,

@@ -17,6 +17,8 @@ pub struct ReplayFilter {
     pub event_ids: Option<Vec<String>>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
+    /// Only deliveries whose last attempt failed with this `error_kind` (a dead-letter group).
+    pub error_kind: Option<String>,
     pub limit: usize,
     pub dry_run: bool,
 }

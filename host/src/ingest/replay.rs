@@ -44,7 +44,11 @@ pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, 
     let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
 
     // Quarantined requests have no event id or handler yet: they match source and time only.
-    if filter.handler.is_none() && filter.event_ids.is_none() && filter.state.is_none() {
+    if filter.handler.is_none()
+        && filter.event_ids.is_none()
+        && filter.state.is_none()
+        && filter.error_kind.is_none()
+    {
         let dry_run = filter.dry_run;
         let filter = ReplayFilter {
             limit: filter.limit - matched.min(filter.limit),
@@ -63,6 +67,18 @@ pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, 
         }
     }
     Ok(ReplayReport { matched, replayed })
+}
+
+/// Parses the held quarantined request `id` again (the dashboard's replay of one request):
+/// matched 1 if it is still held, replayed 1 if it left quarantine.
+pub async fn run_held(shared: &Shared, id: i64) -> Result<ReplayReport, ReplayError> {
+    let held = shared.inbox.held_quarantined(id).await?.is_some();
+    let result = reparse(shared, &[id]).await;
+    shared.inbox.recount_quarantine().await?;
+    Ok(ReplayReport {
+        matched: usize::from(held),
+        replayed: result?,
+    })
 }
 
 /// Parses the quarantined requests `ids` again, one at a time (one body in memory at once), and

@@ -87,6 +87,14 @@ macro_rules! suite {
             held_quarantine_is_recounted_from_the_database_at_open,
             the_next_due_time_is_the_earliest_retry_after_now,
             a_notice_of_work_wakes_whoever_waits_for_work,
+            list_events_filters_by_type_id_source_and_time,
+            list_events_pages_by_cursor_without_gaps_or_repeats,
+            list_events_by_state_finds_a_rare_state_newest_first,
+            an_event_detail_carries_its_headers_and_body,
+            dead_letters_are_grouped_by_handler_and_error_kind,
+            a_replay_by_error_kind_takes_only_that_group,
+            held_requests_are_listed_newest_first_with_their_reason,
+            events_received_are_counted_per_source_and_minute,
             $($single,)*
             ]
         );

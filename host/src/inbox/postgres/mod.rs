@@ -74,8 +74,8 @@ use tokio_postgres::{Config, NoTls};
 
 use self::error::Target;
 use super::{
-    Accepted, ClaimRequest, EventDetail, EventFilter, EventSummary, Finish, Finished, InboxError,
-    Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, DeadLetterGroup, EventDetail, EventFilter, EventSummary, Finish,
+    Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReceivedMinute, ReplayFilter,
     error::StorageError,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
@@ -384,6 +384,22 @@ impl Store for PostgresStore {
 
     async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
         views::state_counts(&self.client().await?).await
+    }
+
+    async fn dead_letter_groups(&self) -> Result<Vec<DeadLetterGroup>, InboxError> {
+        views::dead_letter_groups(&self.client().await?).await
+    }
+
+    async fn held_requests(
+        &self,
+        limit: usize,
+        before_id: Option<i64>,
+    ) -> Result<Vec<HeldRequest>, InboxError> {
+        views::held_requests(&self.client().await?, limit, before_id).await
+    }
+
+    async fn received_per_minute(&self, since_ms: i64) -> Result<Vec<ReceivedMinute>, InboxError> {
+        views::received_per_minute(&self.client().await?, since_ms).await
     }
 
     async fn notify_work(&self) -> Result<(), InboxError> {

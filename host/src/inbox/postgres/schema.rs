@@ -158,6 +158,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_done_sequence ON deliveries (source, handler, ordering_key, sequence)
         WHERE state = 'done' AND ordering_key IS NOT NULL;
     ",
+    // 5: the event list's filters and cursor stay index range scans on millions of events: by
+    // source or type newest first, by provider event id, and the events having a delivery in
+    // a state (a rare one, dead, included) newest first. SQLite's migration 5.
+    "
+    CREATE INDEX events_source_id ON events (source, id);
+    CREATE INDEX events_type_id ON events (event_type, id);
+    CREATE INDEX events_event_id ON events (event_id);
+    CREATE INDEX deliveries_state_event ON deliveries (state, event);
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -38,8 +38,8 @@ use rusqlite::Connection;
 
 pub use self::writer::WriterOptions;
 use super::{
-    Accepted, ClaimRequest, EventDetail, EventFilter, EventSummary, Finish, Finished, InboxError,
-    Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, DeadLetterGroup, EventDetail, EventFilter, EventSummary, Finish,
+    Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReceivedMinute, ReplayFilter,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
 use crate::{ids::SourceName, model::StateUsage};
@@ -234,6 +234,24 @@ impl Store for SqliteStore {
 
     async fn state_counts(&self) -> Result<Vec<(String, i64)>, InboxError> {
         self.read(views::state_counts).await
+    }
+
+    async fn dead_letter_groups(&self) -> Result<Vec<DeadLetterGroup>, InboxError> {
+        self.read(views::dead_letter_groups).await
+    }
+
+    async fn held_requests(
+        &self,
+        limit: usize,
+        before_id: Option<i64>,
+    ) -> Result<Vec<HeldRequest>, InboxError> {
+        self.read(move |conn| views::held_requests(conn, limit, before_id))
+            .await
+    }
+
+    async fn received_per_minute(&self, since_ms: i64) -> Result<Vec<ReceivedMinute>, InboxError> {
+        self.read(move |conn| views::received_per_minute(conn, since_ms))
+            .await
     }
 
     async fn notify_work(&self) -> Result<(), InboxError> {
