@@ -8,6 +8,7 @@ mod admin;
 mod admin_api;
 mod cluster;
 mod crash;
+mod dashboard;
 mod dispatch;
 mod end_to_end;
 mod forward;

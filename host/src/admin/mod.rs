@@ -1,6 +1,6 @@
-//! The admin listener: `/healthz`, `/metrics`, and the bearer-token `/admin/*` API: events,
-//! replay, plugins, rollback. This file is the router and its checks; the routes are in
-//! [`handlers`], their wire types in [`api`].
+//! The admin listener: `/healthz`, `/metrics`, the bearer-token `/admin/*` API (events,
+//! replay, plugins, rollback) and the operator's dashboard at `/` ([`ui`]). This file is the
+//! router and its checks; the routes are in [`handlers`], their wire types in [`api`].
 //!
 //! Invariants:
 //! - Every `/admin/*` route checks the `Host` (against DNS rebinding, [`guard`]) and the token
@@ -14,6 +14,7 @@ pub mod guard;
 mod handlers;
 mod metrics;
 pub mod token;
+mod ui;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -38,6 +39,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         local,
         names: shared.config.server.admin_hosts.clone(),
     });
+    let dashboard = ui::router(shared.clone(), guard.clone());
     let admin = Router::new()
         .route("/admin/events", get(list_events))
         .route("/admin/events/{source}/{event_id}", get(event_detail))
@@ -56,6 +58,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .merge(dashboard)
         .layer(middleware::from_fn(refuse_cross_origin))
         .with_state(shared)
 }
