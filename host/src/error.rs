@@ -81,49 +81,58 @@ impl From<crate::inbox::InboxError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The `error` of this refusal's body (`invalid_signature`, `overloaded`, ...): also its
+    /// outcome name in the metrics.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::UnknownSource => "unknown_source",
+            Self::InvalidSignature(_) => "invalid_signature",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::Unparsable(_) => "unparsable",
+            Self::Overloaded { .. } => "overloaded",
+            Self::BodyTimeout => "body_timeout",
+            Self::Unauthorized => "unauthorized",
+            Self::NotFound(_) => "not_found",
+            Self::BadRequest(_) => "bad_request",
+            Self::Conflict(_) => "conflict",
+            Self::Internal(_) => "internal",
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let error = self.code();
         let (status, body) = match &self {
-            Self::UnknownSource => (StatusCode::NOT_FOUND, json!({"error": "unknown_source"})),
+            Self::UnknownSource => (StatusCode::NOT_FOUND, json!({"error": error})),
             Self::InvalidSignature(detail) => (
                 StatusCode::UNAUTHORIZED,
-                json!({"error": "invalid_signature", "detail": cap_detail(detail)}),
+                json!({"error": error, "detail": cap_detail(detail)}),
             ),
-            Self::PayloadTooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                json!({"error": "payload_too_large"}),
-            ),
+            Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, json!({"error": error})),
             Self::Unparsable(detail) => (
                 StatusCode::BAD_REQUEST,
-                json!({"error": "unparsable", "detail": cap_detail(detail)}),
+                json!({"error": error, "detail": cap_detail(detail)}),
             ),
-            Self::Overloaded { .. } => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "overloaded"}),
-            ),
-            Self::BodyTimeout => (
-                StatusCode::REQUEST_TIMEOUT,
-                json!({"error": "body_timeout"}),
-            ),
-            Self::Unauthorized => (StatusCode::UNAUTHORIZED, json!({"error": "unauthorized"})),
+            Self::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, json!({"error": error})),
+            Self::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, json!({"error": error})),
+            Self::Unauthorized => (StatusCode::UNAUTHORIZED, json!({"error": error})),
             Self::NotFound(what) => (
                 StatusCode::NOT_FOUND,
-                json!({"error": "not_found", "detail": what}),
+                json!({"error": error, "detail": what}),
             ),
             Self::BadRequest(detail) => (
                 StatusCode::BAD_REQUEST,
-                json!({"error": "bad_request", "detail": cap_detail(detail)}),
+                json!({"error": error, "detail": cap_detail(detail)}),
             ),
             Self::Conflict(detail) => (
                 StatusCode::CONFLICT,
-                json!({"error": "conflict", "detail": cap_detail(detail)}),
+                json!({"error": error, "detail": cap_detail(detail)}),
             ),
             Self::Internal(e) => {
                 tracing::error!(error = %format!("{e:#}"), "internal error");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({"error": "internal"}),
-                )
+                (StatusCode::INTERNAL_SERVER_ERROR, json!({"error": error}))
             }
         };
         let mut response = (status, Json(body)).into_response();

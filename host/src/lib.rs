@@ -22,6 +22,8 @@
 //! - [`reload`]: watches `plugins_dir` and feeds changed files to the registry.
 //! - [`admin`]: `/healthz`, `/metrics` and the token-protected `/admin/*` API (Host and Origin
 //!   checked; the token configured or generated beside the database).
+//! - [`telemetry`]: every metric's name and labels, the host's own Prometheus recorder, the
+//!   sampled database figures, and the last hour in memory for the dashboard.
 //! - [`server`]: the hardened accept loop both listeners use.
 //! - [`cli`]: `hookd serve | dev | send | events | replay | plugins`.
 //! - [`clock`]: where "now" comes from (the system, or tokio's clock in tests).
@@ -49,6 +51,7 @@ pub mod registry;
 pub mod reload;
 pub mod runtime;
 pub mod server;
+pub mod telemetry;
 pub mod text;
 
 /// Signature schemes: the `hookd-verify` crate, at its old path.
@@ -66,6 +69,7 @@ use crate::{
     inbox::{Inbox, OpenOptions},
     registry::Registry,
     runtime::Runtime,
+    telemetry::Telemetry,
 };
 
 /// What the HTTP handlers share.
@@ -76,6 +80,8 @@ pub struct Shared {
     pub runtime: Arc<Runtime>,
     /// This process as a node of its cluster (of one, on SQLite).
     pub node: Arc<cluster::Node>,
+    /// This host's metrics (`/metrics`) and the last hour of them (the dashboard).
+    pub telemetry: Arc<Telemetry>,
 }
 
 /// The already-bound listeners `run` serves (tests bind port 0).
@@ -131,6 +137,8 @@ pub async fn run_with(
         Database::Postgres(url) => Inbox::open_postgres(url.expose(), open).await,
     }
     .with_context(|| format!("opening the database {}", config.server.database))?;
+    let telemetry = Telemetry::new(options.clock.clone());
+    telemetry.observe(&inbox);
     // The admin API always requires a token: without a configured one (which PostgreSQL
     // requires), the token file beside the SQLite database (generated at the first start; the
     // admin commands read it too).
@@ -183,6 +191,7 @@ pub async fn run_with(
         server.plugins_dir.clone(),
         cache,
         compiler,
+        telemetry.clone(),
     ));
     // Watching starts before the first load, so a change made meanwhile is not missed. A
     // missing or broken file is reported and its deliveries wait; the host still starts.
@@ -199,6 +208,7 @@ pub async fn run_with(
         registry,
         runtime,
         node: node.clone(),
+        telemetry: telemetry.clone(),
     });
     let dispatcher = Dispatcher::new(
         config.clone(),
@@ -206,11 +216,17 @@ pub async fn run_with(
         shared.registry.clone(),
         shared.runtime.clone(),
         options.clock.clone(),
+        telemetry.clone(),
     );
     dispatcher
         .reclaim_all_at_startup()
         .await
         .context("reclaiming leases of the previous run")?;
+    // The first scrape already has the database's figures.
+    telemetry
+        .sample(&inbox)
+        .await
+        .context("reading the inbox's counts")?;
 
     // Wasm runs on its own threads so a CPU-bound guest cannot starve the HTTP edge.
     let pool = WasmPool(Some(
@@ -241,6 +257,11 @@ pub async fn run_with(
         stopped(stop_rx.clone()),
     ));
     let watcher = tokio::spawn(reloader.run(stopped(stop_rx.clone())));
+    let sampler = tokio::spawn(
+        telemetry
+            .clone()
+            .sample_loop(inbox.clone(), stopped(stop_rx.clone())),
+    );
     // On a shared database: the heartbeat, and this node's plugin files kept the cluster's.
     let sync = inbox.cluster().map(|store| {
         let in_flight = {
@@ -268,6 +289,7 @@ pub async fn run_with(
     let _ = ingest.await;
     let _ = admin.await;
     let _ = watcher.await;
+    let _ = sampler.await;
     let _ = workers.await;
     if let Some(sync) = sync {
         let _ = sync.await;

@@ -99,6 +99,16 @@ pub enum AttemptOutcome {
 }
 
 impl AttemptOutcome {
+    pub const ALL: [Self; 7] = [
+        Self::Ok,
+        Self::Retry,
+        Self::Permanent,
+        Self::Trap,
+        Self::Timeout,
+        Self::Abandoned,
+        Self::Conflict,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Ok => "ok",

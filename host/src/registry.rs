@@ -24,6 +24,7 @@ use arc_swap::ArcSwap;
 use crate::{
     model::unix_ms,
     runtime::{self, ArtifactCache, Compiler, Origin, Plugin, Runtime},
+    telemetry::{LoadResult, Telemetry},
 };
 
 /// Largest plugin file accepted: far above any real component (the examples are 3-4 MB).
@@ -138,6 +139,7 @@ pub struct Registry {
     compiler: Compiler,
     live: ArcSwap<HashMap<String, Arc<LoadedPlugin>>>,
     status: Mutex<BTreeMap<String, FileStatus>>,
+    telemetry: Arc<Telemetry>,
 }
 
 impl Registry {
@@ -148,6 +150,7 @@ impl Registry {
         dir: PathBuf,
         cache: Option<ArtifactCache>,
         compiler: Compiler,
+        telemetry: Arc<Telemetry>,
     ) -> Self {
         Self {
             runtime,
@@ -156,6 +159,7 @@ impl Registry {
             compiler,
             live: ArcSwap::from_pointee(HashMap::new()),
             status: Mutex::new(BTreeMap::new()),
+            telemetry,
         }
     }
 
@@ -172,10 +176,27 @@ impl Registry {
         self.live.load().get(stem).cloned()
     }
 
+    /// Every live file's stem and sha256, by stem.
+    pub fn live_versions(&self) -> Vec<(String, String)> {
+        let mut live: Vec<(String, String)> = self
+            .live
+            .load()
+            .iter()
+            .map(|(stem, loaded)| (stem.clone(), loaded.plugin.sha256().to_owned()))
+            .collect();
+        live.sort();
+        live
+    }
+
     /// Loads (or reloads) `<dir>/<stem>.wasm`. On failure the live version, if any, stays.
     pub async fn load(&self, stem: &str) -> Result<Arc<LoadedPlugin>, LoadError> {
         let path = self.path_of(stem);
         let result = self.build(stem, &path).await;
+        let counted = match &result {
+            Ok(_) => LoadResult::Loaded,
+            Err(_) => LoadResult::Failed,
+        };
+        self.telemetry.plugin_loaded(stem, counted);
         let mut status = self.status.lock().expect("poisoned");
         let entry = status.entry(stem.to_owned()).or_default();
         match result {

@@ -118,7 +118,8 @@ try {
   check(cookie.sameSite === "Strict", `SameSite ${cookie.sameSite}`);
   check(cookie.path === "/", `Path ${cookie.path}`);
   await page.getByRole("heading", { name: "Overview" }).waitFor();
-  await page.locator("svg.chart polyline").first().waitFor();
+  await page.getByText(`${source}: requests per minute by outcome`).waitFor();
+  check((await page.locator("svg.chart circle").count()) > 0, "the charts plot the requests");
   await checkLabels();
   await screenshot("overview");
 

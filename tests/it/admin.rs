@@ -476,18 +476,12 @@ async fn one_replay_call_touches_at_most_max_replay_deliveries() {
         );
     }
     // Replayed, and waiting for their plugin: all pending, none dead.
-    let (status, metrics) = host.admin_get("/metrics").await;
-    assert_eq!(status, StatusCode::OK);
-    let metrics = metrics.as_str().unwrap();
-    for line in [
-        format!("hookd_deliveries{{state=\"pending\"}} {seeded}"),
-        "hookd_deliveries{state=\"dead\"} 0".to_string(),
-    ] {
-        assert!(
-            metrics.lines().any(|l| l == line),
-            "no {line:?} in\n{metrics}"
-        );
-    }
+    let pending = format!("hookd_deliveries{{state=\"pending\"}} {seeded}");
+    support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
+        &[&pending, "hookd_deliveries{state=\"dead\"} 0"],
+    )
+    .await;
 }
 
 /// `hookd events` and `hookd replay` print the API's JSON and exit 0 with the right token, and

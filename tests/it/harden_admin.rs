@@ -432,12 +432,12 @@ async fn replay_streams_quarantined_bodies_and_a_dry_run_reads_none() {
         grew < CEILING_KIB,
         "replaying {COUNT} × {BODY_BYTES} bytes grew the peak RSS by {grew} KiB"
     );
-    let (_, metrics) = host.admin(Method::GET, "/metrics", None, None).await;
-    let metrics = metrics.as_str().unwrap().to_owned();
-    assert!(
-        metrics.contains(&format!("hookd_quarantined {COUNT}")),
-        "{metrics}"
-    );
+    let held = format!("hookd_quarantined {COUNT}");
+    support::metrics_with(
+        async |path: &str| host.admin(Method::GET, path, None, None).await,
+        &[&held],
+    )
+    .await;
 }
 
 /// Quarantine is bounded by `max_backlog`: once that many requests are held, the next one is a
@@ -483,11 +483,11 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
             "{id}: {headers:?}"
         );
     }
-    let (_, metrics) = host.admin_get("/metrics").await;
-    assert!(
-        metrics.as_str().unwrap().contains("hookd_quarantined 3"),
-        "{metrics}"
-    );
+    support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
+        &["hookd_quarantined 3"],
+    )
+    .await;
 
     // Fix the parser and replay: the three are accepted and the quarantine is empty again.
     let trapper_sha = sha(&host.plugin("flip").await).unwrap();

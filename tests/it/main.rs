@@ -21,6 +21,7 @@ mod harden_runtime;
 mod harden_state;
 mod ingest;
 mod logs;
+mod metrics;
 mod ordering;
 mod outbound;
 mod plugins;

@@ -739,6 +739,33 @@ pub fn commits(metrics: &Value) -> u64 {
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// `/metrics` once it has every line of `lines` (exactly, as a whole line): the figures only
+/// the database knows are sampled after commits, so they follow the inbox within about a
+/// second. Fails the test after 20 s, showing the last answer.
+pub async fn metrics_with(
+    admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
+    lines: &[&str],
+) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, metrics) = admin_get("/metrics").await;
+        assert_eq!(status, StatusCode::OK, "{metrics}");
+        let text = metrics.as_str().expect("/metrics is text").to_owned();
+        let missing: Vec<&&str> = lines
+            .iter()
+            .filter(|line| !text.lines().any(|l| l == **line))
+            .collect();
+        if missing.is_empty() {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {missing:?} in /metrics:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Waits until the inbox has committed `n` times more than `since` (a [`commits`] count) and
 /// returns the new count. With nothing else writing, each commit is the dispatcher going round
 /// its loop: its reclaim pass commits once a second, and so does each claim while a loaded

@@ -1,9 +1,10 @@
-//! `GET /metrics`: the inbox's counts in the Prometheus text format.
+//! `GET /metrics`: this host's metrics in the Prometheus text format ([`crate::telemetry`]).
 //!
-//! Invariant: the metric names and labels are a contract (dashboards and alerts scrape them);
-//! every delivery state has a `hookd_deliveries` line, 0 when none is in it.
+//! Invariant: a scrape renders what is in memory (the database-derived figures are sampled by
+//! the telemetry's own task), so scraping costs no query; the metric names and labels are a
+//! contract (dashboards and alerts scrape them).
 
-use std::{collections::BTreeMap, fmt::Write as _, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
     extract::State,
@@ -11,27 +12,11 @@ use axum::{
     response::{IntoResponse, Response},
 };
 
-use crate::{Shared, error::ApiError, model::DeliveryState};
+use crate::Shared;
 
-pub(super) async fn metrics(State(shared): State<Arc<Shared>>) -> Result<Response, ApiError> {
-    let mut out = String::new();
-    let counts: BTreeMap<String, i64> = shared.inbox.state_counts().await?.into_iter().collect();
-    out.push_str("# HELP hookd_deliveries Deliveries by state.\n# TYPE hookd_deliveries gauge\n");
-    for state in DeliveryState::ALL {
-        let n = counts.get(state.as_str()).copied().unwrap_or(0);
-        let _ = writeln!(out, "hookd_deliveries{{state=\"{state}\"}} {n}");
-    }
-    let quarantined = shared.inbox.quarantine_held_count().await?;
-    let _ = writeln!(
-        out,
-        "# HELP hookd_quarantined Requests held in quarantine.\n# TYPE hookd_quarantined gauge\n\
-         hookd_quarantined {quarantined}\n\
-         # HELP hookd_backlog Deliveries not yet finished.\n# TYPE hookd_backlog gauge\n\
-         hookd_backlog {}\n\
-         # HELP hookd_inbox_commits_total Group commits by the inbox writer.\n\
-         # TYPE hookd_inbox_commits_total counter\nhookd_inbox_commits_total {}",
-        shared.inbox.backlog(),
-        shared.inbox.commits()
-    );
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+pub(super) async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let text = shared
+        .telemetry
+        .render(&shared.inbox, &shared.registry.live_versions());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }

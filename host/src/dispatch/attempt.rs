@@ -7,7 +7,7 @@
 //! - Every log line inside runs in the attempt's span (handler, source, event id, attempt), so
 //!   none repeats those fields.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Instant};
 
 use super::{Dispatcher, PluginState, policy::Classified};
 use crate::{
@@ -16,6 +16,7 @@ use crate::{
     model::{AttemptOutcome, Disposition},
     outbound::{Outbound, idempotency_key},
     runtime::{CallContext, EventInput, StateLimit, StateRefused, StateStore},
+    telemetry::AttemptNext,
     text,
 };
 
@@ -29,6 +30,7 @@ impl Dispatcher {
         attempt = claim.attempt,
     ))]
     pub(super) async fn run_attempt(&self, mut claim: Claimed) -> Result<(), InboxError> {
+        let started = Instant::now();
         // The attempt starts now, which may be well after the claim's `now` (the claim waited
         // for the database): recorded so, its start is after whatever had to finish before it
         // was leased (its key's previous delivery, an attempt taken back), also when another
@@ -46,7 +48,9 @@ impl Dispatcher {
                 },
                 ..self.finish_record(&claim, &plugin, None)
             };
-            self.inbox.finish(finish).await?;
+            let counted = (finish.outcome, finish.disposition.clone());
+            let result = self.inbox.finish(finish).await?;
+            self.count(&claim, counted, &result, started);
             return Ok(());
         };
         let sha256 = Some(loaded.plugin.sha256());
@@ -77,6 +81,7 @@ impl Dispatcher {
                 claim.event_id.as_str(),
                 claim.handler.as_str(),
             ),
+            meter: self.telemetry.outbound_meter(claim.handler.as_str()),
         };
         let state: Arc<dyn StateStore> = Arc::new(PluginState {
             inbox: self.inbox.clone(),
@@ -99,6 +104,7 @@ impl Dispatcher {
             state: changes,
             ..self.record(&claim, &plugin, sha256, classified, now)
         };
+        let mut counted = (finish.outcome, finish.disposition.clone());
         let mut result = self.inbox.finish(finish).await?;
         if let Finished::OverQuota(message) = result {
             // Concurrent attempts each fit the plugin's total but together do not: this one
@@ -109,8 +115,10 @@ impl Dispatcher {
                 message,
             });
             let finish = self.record(&claim, &plugin, sha256, refused, now);
+            counted = (finish.outcome, finish.disposition.clone());
             result = self.inbox.finish(finish).await?;
         }
+        self.count(&claim, counted, &result, started);
         match result {
             Finished::Recorded | Finished::OverQuota(_) => {}
             Finished::Conflict => tracing::debug!("state conflict; re-running"),
@@ -119,6 +127,27 @@ impl Dispatcher {
             }
         }
         Ok(())
+    }
+
+    /// Counts an attempt the inbox recorded as `(outcome, disposition)` unless `result` says
+    /// otherwise: a conflict is recorded as one (and is due again), a result whose lease was
+    /// lost is discarded and not counted.
+    fn count(
+        &self,
+        claim: &Claimed,
+        (outcome, disposition): (AttemptOutcome, Disposition),
+        result: &Finished,
+        started: Instant,
+    ) {
+        let (outcome, next) = match (result, disposition) {
+            (Finished::LeaseLost, _) => return,
+            (Finished::Conflict, _) => (AttemptOutcome::Conflict, AttemptNext::Other),
+            (_, Disposition::RetryAt { .. }) => (outcome, AttemptNext::Retry),
+            (_, Disposition::Dead) => (outcome, AttemptNext::Dead),
+            (_, Disposition::Done { .. }) => (outcome, AttemptNext::Other),
+        };
+        self.telemetry
+            .attempt_recorded(claim.handler.as_str(), outcome, next, started.elapsed());
     }
 
     /// The record of an attempt classified as `classified`, without state writes.

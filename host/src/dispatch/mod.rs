@@ -37,6 +37,7 @@ use crate::{
     model::{Disposition, StateLimits, StateUsage},
     registry::Registry,
     runtime::{Runtime, StateStore},
+    telemetry::Telemetry,
 };
 
 /// Extra lease time beyond a plugin's timeout, so a slow-but-alive attempt is not reclaimed.
@@ -76,6 +77,8 @@ pub struct Dispatcher {
     in_flight: InFlight,
     /// The plugins some source names as a handler (parsers and retired handlers are not).
     handlers: HashSet<String>,
+    /// Where attempts, retries, dead letters and outbound requests are counted.
+    telemetry: Arc<Telemetry>,
 }
 
 impl Dispatcher {
@@ -85,6 +88,7 @@ impl Dispatcher {
         registry: Arc<Registry>,
         runtime: Arc<Runtime>,
         clock: Clock,
+        telemetry: Arc<Telemetry>,
     ) -> Arc<Self> {
         let handlers = config
             .sources
@@ -100,6 +104,7 @@ impl Dispatcher {
             clock,
             in_flight: InFlight::default(),
             handlers,
+            telemetry,
         })
     }
 

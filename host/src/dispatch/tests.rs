@@ -20,6 +20,7 @@ use crate::{
     model::Envelope,
     registry::Registry,
     runtime::{Compiler, CompilerSettings, Runtime},
+    telemetry::Telemetry,
     verify::{Scheme, Verifier},
 };
 
@@ -55,8 +56,16 @@ impl Fixture {
             dir.path().join("plugins"),
             None,
             compiler,
+            Telemetry::new(clock.clone()),
         ));
-        let dispatcher = Dispatcher::new(config, inbox.clone(), registry, runtime, clock.clone());
+        let dispatcher = Dispatcher::new(
+            config,
+            inbox.clone(),
+            registry,
+            runtime,
+            clock.clone(),
+            Telemetry::new(clock.clone()),
+        );
         Self {
             dispatcher,
             inbox,

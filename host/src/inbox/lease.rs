@@ -370,6 +370,11 @@ impl Inbox {
     pub async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
         self.store().next_due_after(after_ms).await
     }
+
+    /// When the waiting delivery due longest ago became due, if one is due now.
+    pub async fn oldest_due(&self) -> Result<Option<i64>, InboxError> {
+        self.store().oldest_due(self.now_ms()).await
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@
 
 mod accept;
 pub mod cluster;
+mod commits;
 #[cfg(test)]
 mod contract;
 mod error;
@@ -56,6 +57,7 @@ use tokio::{sync::Notify, task::JoinHandle};
 
 pub use self::{
     accept::Accepted,
+    commits::{CommitObserver, Commits},
     error::{InboxError, StorageError},
     lease::{ClaimRequest, Claimed, DEFAULT_LEASE_MS, Finish, Finished},
     quarantine::Quarantined,
@@ -64,7 +66,7 @@ pub use self::{
     sqlite::WriterOptions,
     views::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
-        HeldRequest, ReceivedMinute,
+        HeldRequest,
     },
 };
 use self::{
@@ -300,7 +302,13 @@ impl Inbox {
 
     /// Commits performed so far.
     pub fn commits(&self) -> i64 {
-        self.store().commits()
+        self.store().commits().count()
+    }
+
+    /// Reports every later commit's size and duration to `observer` (the metrics); the first
+    /// observer set is the one kept.
+    pub fn observe_commits(&self, observer: CommitObserver) {
+        self.store().commits().observe(observer);
     }
 
     /// Resolves when new work may be due (after an accept, a replay, a retry or a conflict).

@@ -17,9 +17,8 @@
 //! - Only an implementation names its storage engine; nothing here does.
 
 use super::{
-    Accepted, ClaimRequest, Claimed, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
-    Finish, Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReceivedMinute,
-    ReplayFilter,
+    Accepted, ClaimRequest, Claimed, Commits, DeadLetterGroup, EventDetail, EventFilter,
+    EventSummary, Finish, Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReplayFilter,
 };
 use crate::{
     ids::{PluginName, SourceName},
@@ -150,6 +149,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// The earliest time after `after_ms` at which a pending or retrying delivery falls due.
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError>;
 
+    /// When the waiting delivery (pending or retrying) due longest ago became due, if one is
+    /// due at `now_ms`: how far dispatch lags (`hookd_oldest_due_seconds`).
+    async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError>;
+
     /// Committed value and version of a state key (version 0 = never written). Blocking: the
     /// runtime's `state.get` host call is synchronous.
     fn state_get_blocking(
@@ -195,9 +198,6 @@ pub(crate) trait Store: Send + Sync + 'static {
         before_id: Option<i64>,
     ) -> Result<Vec<HeldRequest>, InboxError>;
 
-    /// Events received at or after `since_ms`, counted per source and minute, oldest first.
-    async fn received_per_minute(&self, since_ms: i64) -> Result<Vec<ReceivedMinute>, InboxError>;
-
     /// Tells every process on this database that work may be due (after a commit that made
     /// some): a shared backend through the database, so other nodes hear it; a backend no other
     /// process uses, in process.
@@ -207,8 +207,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// for one made while nobody waited).
     async fn work_notified(&self);
 
-    /// Commits performed so far (`hookd_inbox_commits_total`).
-    fn commits(&self) -> i64;
+    /// The write transactions this store committed (`hookd_inbox_commits_total`), and their
+    /// observer.
+    fn commits(&self) -> &Commits;
 
     /// Finishes the writes already queued, then refuses new ones and releases the database.
     fn close(&self);

@@ -108,15 +108,6 @@ pub struct HeldRequest {
     pub reason: String,
 }
 
-/// Events received from one source in one minute.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReceivedMinute {
-    pub source: String,
-    /// The minute's start, unix ms (a multiple of 60 000).
-    pub minute_ms: i64,
-    pub count: i64,
-}
-
 impl Inbox {
     /// Events, newest first, with each handler's delivery state.
     pub async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
@@ -151,19 +142,5 @@ impl Inbox {
         before_id: Option<i64>,
     ) -> Result<Vec<HeldRequest>, InboxError> {
         self.store().held_requests(limit, before_id).await
-    }
-
-    /// Events received per source and minute since `since_ms` (minutes without events are
-    /// absent), oldest first.
-    pub async fn received_per_minute(
-        &self,
-        since_ms: i64,
-    ) -> Result<Vec<ReceivedMinute>, InboxError> {
-        self.store().received_per_minute(since_ms).await
-    }
-
-    /// When the longest-waiting pending or retrying delivery fell (or falls) due, unix ms.
-    pub async fn oldest_due(&self) -> Result<Option<i64>, InboxError> {
-        self.store().next_due_after(i64::MIN).await
     }
 }

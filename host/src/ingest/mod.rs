@@ -10,7 +10,10 @@
 //! - Nothing verified is dropped: a parser that traps, times out or is missing quarantines the
 //!   raw request (202 `quarantined`), to be parsed again by `POST /admin/replay`.
 
-use std::{sync::Arc, time::SystemTime};
+use std::{
+    sync::Arc,
+    time::{Instant, SystemTime},
+};
 
 use axum::{
     Json, Router,
@@ -72,23 +75,51 @@ pub enum EnvelopeOutcome {
     Respond(ParserResponse),
 }
 
+/// How a request was answered, for the metrics: an answer's outcome name (see
+/// [`crate::telemetry::INGEST_OUTCOMES`]), or a refusal (named by its body's `error`).
+type Answered = Result<(&'static str, Response), ApiError>;
+
 /// Every log line of a request runs in its span: the source as requested, and the event id
-/// once the envelope names it.
+/// once the envelope names it. Every answer is counted, by source and outcome, with its time.
 #[tracing::instrument(name = "receive", skip_all, fields(source = source.as_str(), event))]
 async fn receive(
-    State(Edge { shared, budget }): State<Edge>,
+    State(edge): State<Edge>,
     Path(source): Path<String>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, ApiError> {
+) -> Response {
+    let started = Instant::now();
     let received = SystemTime::now();
-    let source = shared
-        .config
-        .sources
-        .get(source.as_str())
-        .ok_or(ApiError::UnknownSource)?
-        .clone();
+    let Some(config) = edge.shared.config.sources.get(source.as_str()) else {
+        // Not a label: the name is the requester's, not the configuration's.
+        edge.shared.telemetry.ingest_answered(
+            "",
+            ApiError::UnknownSource.code(),
+            started.elapsed(),
+        );
+        return ApiError::UnknownSource.into_response();
+    };
+    let answered = answer(&edge, config, received, uri, headers, body).await;
+    let (outcome, response) = match answered {
+        Ok(answer) => answer,
+        Err(e) => (e.code(), e.into_response()),
+    };
+    edge.shared
+        .telemetry
+        .ingest_answered(config.name.as_str(), outcome, started.elapsed());
+    response
+}
+
+/// [`receive`] for a configured source.
+async fn answer(
+    Edge { shared, budget }: &Edge,
+    source: &SourceConfig,
+    received: SystemTime,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Answered {
     let server = &shared.config.server;
     let limits = BodyLimits {
         max_bytes: source.max_body_bytes,
@@ -101,10 +132,10 @@ async fn receive(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     // Held until the request is answered: the body's bytes live that long.
-    let (body, _reservation) = body::read(body, declared, limits, &budget).await?;
+    let (body, _reservation) = body::read(body, declared, limits, budget).await?;
 
-    if let Some(answer) = handshake::post(&source, &uri, &headers, &body, received) {
-        return Ok(answer);
+    if let Some(answer) = handshake::post(source, &uri, &headers, &body, received) {
+        return Ok(("responded", answer));
     }
     let verified = source
         .verifier
@@ -112,7 +143,7 @@ async fn receive(
         .map_err(|e| ApiError::InvalidSignature(e.to_string()))?;
     let request = RawRequest::from_verified(verified, unix_ms(received));
     let query = uri.query().unwrap_or_default().to_owned();
-    match envelope_of(&shared, &source, "POST", &query, &request).await {
+    match envelope_of(shared, source, "POST", &query, &request).await {
         EnvelopeOutcome::Envelope(envelope) => {
             let event_id = envelope.event_id.clone();
             tracing::Span::current().record("event", event_id.as_str());
@@ -130,7 +161,7 @@ async fn receive(
                         retry_after_secs: 5,
                     });
                 }
-                return Ok(accepted_response(ack, &event_id, true));
+                return Ok(("duplicate", accepted_response(ack, &event_id, true)));
             }
             let accepted = shared
                 .inbox
@@ -142,22 +173,17 @@ async fn receive(
                     None,
                 )
                 .await?;
-            Ok(accepted_response(
-                ack,
-                &event_id,
-                accepted == Accepted::Duplicate,
-            ))
+            let duplicate = accepted == Accepted::Duplicate;
+            let outcome = if duplicate { "duplicate" } else { "accepted" };
+            Ok((outcome, accepted_response(ack, &event_id, duplicate)))
         }
         EnvelopeOutcome::Invalid(detail) => Err(ApiError::Unparsable(detail)),
         EnvelopeOutcome::Ignore(reason) => {
             tracing::debug!(reason, "request ignored by its parser");
-            Ok((
-                StatusCode::OK,
-                Json(json!({"accepted": false, "ignored": true})),
-            )
-                .into_response())
+            let body = json!({"accepted": false, "ignored": true});
+            Ok(("ignored", (StatusCode::OK, Json(body)).into_response()))
         }
-        EnvelopeOutcome::Respond(answer) => Ok(parser_answer(answer)),
+        EnvelopeOutcome::Respond(answer) => Ok(("responded", parser_answer(answer))),
         EnvelopeOutcome::Quarantine(reason) => {
             // Bounded like the backlog: a parser broken under a storm of requests must not
             // fill the disk; the provider gets a 503 and retries later.
@@ -173,11 +199,11 @@ async fn receive(
                 });
             }
             tracing::warn!(reason, "request quarantined");
+            let body = json!({"accepted": true, "quarantined": true});
             Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"accepted": true, "quarantined": true})),
-            )
-                .into_response())
+                "quarantined",
+                (StatusCode::ACCEPTED, Json(body)).into_response(),
+            ))
         }
     }
 }

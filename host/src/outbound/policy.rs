@@ -429,6 +429,8 @@ pub struct Outbound {
     pub credentials: super::credentials::Credentials,
     /// The value of every request's `Idempotency-Key` ([`idempotency_key`]).
     pub idempotency_key: String,
+    /// Where each request's result is counted (`hookd_outbound_requests_total`).
+    pub meter: crate::telemetry::OutboundMeter,
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use crate::{
         },
         transport::{self, Asked, Connector, Timeouts, TransportError},
     },
+    telemetry::OutboundResult,
 };
 
 /// The `wasi:http` error the guest sees for a refusal.
@@ -75,6 +76,25 @@ fn transport_error(error: TransportError) -> HttpError {
         TransportError::ResponseTimeout => HttpError::HttpResponseTimeout,
         TransportError::TooLarge(size) => HttpError::HttpResponseBodySize(Some(size)),
         TransportError::Http(e) => HttpError::Hyper(e),
+    }
+}
+
+/// How a failed request is counted in `hookd_outbound_requests_total`.
+fn counted(error: &TransportError) -> OutboundResult {
+    match error {
+        TransportError::DnsTimeout
+        | TransportError::ConnectTimeout
+        | TransportError::TlsTimeout
+        | TransportError::FirstByteTimeout
+        | TransportError::Stalled
+        | TransportError::ResponseTimeout => OutboundResult::Timeout,
+        TransportError::Tls(_) | TransportError::TlsIo(_) => OutboundResult::TlsError,
+        TransportError::Dns(_)
+        | TransportError::NoAddress
+        | TransportError::Connect(_)
+        | TransportError::InvalidUri
+        | TransportError::TooLarge(_)
+        | TransportError::Http(_) => OutboundResult::Error,
     }
 }
 
@@ -225,9 +245,16 @@ impl WasiHttpHooks for OutboundHooks {
         options: Option<RequestOptions>,
         _response_done: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
-        let admitted = self
-            .admit(&mut request)
-            .map_err(|denied| self.refusals.deny(&denied));
+        let meter = self.grant.as_ref().map(|grant| grant.meter.clone());
+        let count = move |result: OutboundResult| {
+            if let Some(meter) = &meter {
+                meter.record(result);
+            }
+        };
+        let admitted = self.admit(&mut request).map_err(|denied| {
+            count(OutboundResult::Denied);
+            self.refusals.deny(&denied)
+        });
         let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
         let deadline = self.deadline;
@@ -240,24 +267,33 @@ impl WasiHttpHooks for OutboundHooks {
                 between_bytes: options.between_bytes_timeout,
             };
             let timeouts = Timeouts::new(asked, deadline);
-            let addrs = transport::resolve(&target, &timeouts)
-                .await
-                .map_err(transport_error)?;
-            let addrs =
-                usable_addrs(&allow, &target, &addrs).map_err(|denied| refusals.deny(&denied))?;
+            let addrs = transport::resolve(&target, &timeouts).await.map_err(|e| {
+                count(counted(&e));
+                transport_error(e)
+            })?;
+            let addrs = usable_addrs(&allow, &target, &addrs).map_err(|denied| {
+                count(OutboundResult::Denied);
+                refusals.deny(&denied)
+            })?;
             // The call's refusal line is due when the call ends, not when this response does.
             drop(refusals);
             let method = request.method().clone();
             let result = transport::send(&connector, &target, request, &addrs, timeouts).await;
             match &result {
-                Ok((response, _)) => tracing::debug!(
-                    target: "plugin", plugin = %plugin, host = %target,
-                    "outbound {method} answered {}", response.status()
-                ),
-                Err(e) => tracing::debug!(
-                    target: "plugin", plugin = %plugin, host = %target,
-                    "outbound {method} failed: {e}"
-                ),
+                Ok((response, _)) => {
+                    count(OutboundResult::Ok);
+                    tracing::debug!(
+                        target: "plugin", plugin = %plugin, host = %target,
+                        "outbound {method} answered {}", response.status()
+                    )
+                }
+                Err(e) => {
+                    count(counted(e));
+                    tracing::debug!(
+                        target: "plugin", plugin = %plugin, host = %target,
+                        "outbound {method} failed: {e}"
+                    )
+                }
             }
             let (response, driver) = result.map_err(transport_error)?;
             let response = response.map(|body| body.map_err(transport_error).boxed_unsync());
@@ -321,6 +357,7 @@ mod tests {
         credentials::{Credential, Credentials},
         idempotency_key, tls,
     };
+    use crate::telemetry::OutboundMeter;
 
     fn request() -> Request<WasiBody> {
         Request::builder()
@@ -351,6 +388,7 @@ mod tests {
             tls: tls::client_config(None).unwrap(),
             credentials,
             idempotency_key: idempotency_key("s", "e", "p"),
+            meter: OutboundMeter::detached(),
         }
     }
 

@@ -1,12 +1,13 @@
-//! The overview page: the inbox's figures now (backlog, held requests, deliveries by state,
-//! the oldest due delivery's lag) and the last hour's events received per source and minute as
-//! a server-drawn SVG chart; the live part is re-fetched by the page's script every
-//! [`REFRESH_SECS`] s (`/overview/live`), and is the same HTML without it.
+//! The overview page: the last hour minute by minute from this node's telemetry (per source,
+//! requests by outcome and acknowledgement latency; attempts by handler and outcome) as
+//! server-drawn SVG charts, and the inbox's figures as last sampled (deliveries by state, the
+//! oldest due delivery's lag, held requests). The live part is re-fetched by the page's script
+//! every [`REFRESH_SECS`] s (`/overview/live`) and is the same HTML without it.
 //!
-//! Invariant: every figure comes from the inbox's read models; the chart is drawn here as
-//! plain SVG (no chart library, no script).
+//! Invariant: every figure comes from [`crate::telemetry`] (`recent`, `inbox_gauges`) or the
+//! inbox façade; the charts are plain SVG drawn here (no chart library, no script).
 
-use std::{sync::Arc, time::SystemTime};
+use std::{collections::BTreeMap, sync::Arc, time::SystemTime};
 
 use axum::{
     Extension,
@@ -16,144 +17,243 @@ use axum::{
 use maud::{Markup, html};
 
 use super::{
-    Ui, UiError, format,
+    Ui, format,
     layout::{self, Nav},
     session::SignedIn,
 };
-use crate::model::{DeliveryState, unix_ms};
+use crate::{
+    model::unix_ms,
+    telemetry::{Minute, Recent},
+};
 
 /// Seconds between refreshes of the live part.
 const REFRESH_SECS: u32 = 10;
-/// Minutes the chart spans.
-const MINUTES: i64 = 60;
 const MINUTE_MS: i64 = 60_000;
-/// Series colours, as the legend's `.sN` classes.
+/// Series colours; the legend's `.sN` classes match them.
 const PALETTE: [&str; 8] = [
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
 ];
+
+/// A chart's lines: name → one value per minute (`None`: nothing that minute).
+type Series = BTreeMap<String, Vec<Option<f64>>>;
 
 /// `GET /`.
 pub(super) async fn page(
     State(ui): State<Arc<Ui>>,
     Extension(signed_in): Extension<SignedIn>,
-) -> Result<Response, UiError> {
-    let live = live_part(&ui).await?;
+) -> Response {
     let body = html! {
         p.muted aria-live="polite" #refresh-status { "Refreshes every " (REFRESH_SECS) " s." }
-        section #live data-refresh="/overview/live" data-every=(REFRESH_SECS) { (live) }
+        section #live data-refresh="/overview/live" data-every=(REFRESH_SECS) aria-label="Live figures" {
+            (live_part(&ui))
+        }
     };
-    Ok(layout::page("Overview", Nav::Overview, &signed_in, body).into_response())
+    layout::page("Overview", Nav::Overview, &signed_in, body).into_response()
 }
 
 /// `GET /overview/live`: the live part alone, for the page's script.
-pub(super) async fn live(State(ui): State<Arc<Ui>>) -> Result<Response, UiError> {
-    Ok(live_part(&ui).await?.into_response())
+pub(super) async fn live(State(ui): State<Arc<Ui>>) -> Response {
+    live_part(&ui).into_response()
 }
 
-async fn live_part(ui: &Ui) -> Result<Markup, UiError> {
-    let inbox = &ui.shared.inbox;
+/// Adds `value` at minute `slot` of series `name` (created empty for `minutes` minutes).
+fn add(series: &mut Series, name: &str, minutes: usize, slot: usize, value: f64) {
+    let values = series
+        .entry(name.to_owned())
+        .or_insert_with(|| vec![None; minutes]);
+    values[slot] = Some(values[slot].unwrap_or(0.0) + value);
+}
+
+fn live_part(ui: &Ui) -> Markup {
+    let shared = &ui.shared;
     let now = unix_ms(SystemTime::now());
-    let states = inbox.state_counts().await?;
-    let oldest_due = inbox.oldest_due().await?;
-    let start = (now / MINUTE_MS - (MINUTES - 1)) * MINUTE_MS;
-    let minutes = inbox.received_per_minute(start).await?;
-    let count = |state: DeliveryState| {
-        states
-            .iter()
-            .find(|(s, _)| s == state.as_str())
-            .map_or(0, |(_, n)| *n)
-    };
-    let lag = oldest_due.filter(|due| *due <= now).map(|due| now - due);
-    // One series per source: events per minute, oldest minute first.
-    let mut series: Vec<(String, Vec<f64>)> = Vec::new();
-    for minute in &minutes {
-        let slot = ((minute.minute_ms - start) / MINUTE_MS) as usize;
-        if slot >= MINUTES as usize {
-            continue;
-        }
-        let index = match series.iter().position(|(s, _)| *s == minute.source) {
-            Some(i) => i,
-            None => {
-                series.push((minute.source.clone(), vec![0.0; MINUTES as usize]));
-                series.len() - 1
+    let Recent { minutes } = shared.telemetry.recent(now);
+    let gauges = shared.telemetry.inbox_gauges();
+    let start = minutes.first().map_or(now, |m| m.start_ms);
+    let n = minutes.len();
+    // Per source: requests by outcome, and ack latency p50/p99; attempts by outcome and by
+    // plugin; hour totals of attempts per (plugin, outcome).
+    let mut requests: BTreeMap<String, Series> = BTreeMap::new();
+    let mut latency: BTreeMap<String, Series> = BTreeMap::new();
+    let mut attempts_by_outcome = Series::new();
+    let mut attempt_totals: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut requests_total = 0;
+    for (
+        slot,
+        Minute {
+            ingest, attempts, ..
+        },
+    ) in minutes.iter().enumerate()
+    {
+        for source in ingest {
+            let chart = requests.entry(source.source.clone()).or_default();
+            for (outcome, count) in &source.outcomes {
+                add(chart, outcome, n, slot, *count as f64);
+                requests_total += count;
             }
-        };
-        series[index].1[slot] = minute.count as f64;
+            let lat = latency.entry(source.source.clone()).or_default();
+            if let Some(p50) = source.ack_p50_ms {
+                add(lat, "p50", n, slot, p50);
+            }
+            if let Some(p99) = source.ack_p99_ms {
+                add(lat, "p99", n, slot, p99);
+            }
+        }
+        for attempt in attempts {
+            add(
+                &mut attempts_by_outcome,
+                &attempt.outcome,
+                n,
+                slot,
+                attempt.count as f64,
+            );
+            *attempt_totals
+                .entry((attempt.plugin.clone(), attempt.outcome.clone()))
+                .or_default() += attempt.count;
+        }
     }
-    series.sort_by(|a, b| a.0.cmp(&b.0));
-    let received: i64 = minutes.iter().map(|m| m.count).sum();
-    Ok(html! {
+    let count = |state: &str| {
+        gauges
+            .states
+            .iter()
+            .find(|(s, _)| s == state)
+            .map_or(0, |(_, c)| *c)
+    };
+    let lag = gauges
+        .oldest_due_ms
+        .filter(|due| *due <= now)
+        .map(|due| now - due);
+    let attempts_total: u64 = attempt_totals.values().sum();
+    html! {
         div.cards {
-            div.card { div.value { (inbox.backlog()) } div.label { "Backlog (open deliveries)" } }
+            div.card { div.value { (shared.inbox.backlog()) } div.label { "Backlog (open deliveries)" } }
             div.card {
                 div.value { @if let Some(lag) = lag { (format::duration(lag)) } @else { "—" } }
                 div.label { "Oldest due delivery waiting" }
             }
-            div.card { div.value { (count(DeliveryState::Dead)) } div.label { a href="/dead-letters" { "Dead letters" } } }
-            div.card { div.value { (inbox.quarantine_held()) } div.label { a href="/quarantine" { "Held in quarantine" } } }
-            div.card { div.value { (received) } div.label { "Events received, last hour" } }
+            div.card { div.value { (count("dead")) } div.label { a href="/dead-letters" { "Dead letters" } } }
+            div.card { div.value { (gauges.quarantined) } div.label { a href="/quarantine" { "Held in quarantine" } } }
+            div.card { div.value { (requests_total) } div.label { "Requests, last hour" } }
+            div.card { div.value { (attempts_total) } div.label { "Attempts, last hour" } }
         }
+        p.muted {
+            "Charts: this node, the last hour, per minute (UTC). Inbox figures sampled "
+            @if gauges.sampled_at_ms > 0 { (layout::time(gauges.sampled_at_ms)) } @else { "not yet" } "."
+        }
+        h2 { "Requests by source" }
+        @if requests.is_empty() { p.notice { "No request in the last hour." } }
         div.charts {
-            figure {
-                figcaption #received-title { "Events received per minute, by source (last hour, UTC)" }
-                (line_chart(&series, start, "received-title"))
-                ul.legend {
-                    @for (i, (source, _)) in series.iter().enumerate() {
-                        li { span class={ "swatch s" (i % PALETTE.len()) } {} (source) }
-                    }
+            @for (source, chart) in &requests {
+                (figure(&format!("{source}: requests per minute by outcome"), chart, start, n, ""))
+                @if let Some(lat) = latency.get(source) {
+                    (figure(&format!("{source}: acknowledgement time"), lat, start, n, " ms"))
                 }
             }
+        }
+        h2 { "Attempts" }
+        div.charts {
+            (figure("Attempts per minute by outcome", &attempts_by_outcome, start, n, ""))
             figure {
-                figcaption { "Deliveries by state" }
-                div.scroll { table {
-                    thead { tr { th scope="col" { "State" } th scope="col" class="num" { "Deliveries" } } }
-                    tbody {
-                        @for state in DeliveryState::ALL {
-                            tr {
-                                td { a href={ "/events?state=" (state.as_str()) } { (layout::badge(state.as_str())) } }
-                                td.num { (count(state)) }
+                figcaption { "Attempts by handler and outcome, last hour" }
+                @if attempt_totals.is_empty() { p.muted { "None." } } @else {
+                    div.scroll { table {
+                        thead { tr { th scope="col" { "Handler" } th scope="col" { "Outcome" } th scope="col" class="num" { "Attempts" } } }
+                        tbody {
+                            @for ((plugin, outcome), total) in &attempt_totals {
+                                tr { td { (plugin) } td { (layout::badge(outcome)) } td.num { (total) } }
                             }
                         }
-                    }
-                } }
-            }
-        }
-    })
-}
-
-/// A line per series over the [`MINUTES`] minutes from `start_ms`, y from 0 to the largest
-/// value, with axis labels; labelled by the element `labelled_by`.
-fn line_chart(series: &[(String, Vec<f64>)], start_ms: i64, labelled_by: &str) -> Markup {
-    const W: f64 = 600.0;
-    const H: f64 = 200.0;
-    const LEFT: f64 = 40.0;
-    const BOTTOM: f64 = 20.0;
-    let max = series
-        .iter()
-        .flat_map(|(_, values)| values.iter().copied())
-        .fold(0.0_f64, f64::max)
-        .max(1.0);
-    let x = |i: usize| LEFT + (W - LEFT - 8.0) * i as f64 / (MINUTES - 1) as f64;
-    let y = |v: f64| 8.0 + (H - BOTTOM - 8.0) * (1.0 - v / max);
-    let ticks = [0, 15, 30, 45, 59];
-    html! {
-        svg.chart viewBox={ "0 0 " (W) " " (H) } role="img" aria-labelledby=(labelled_by) {
-            line x1=(LEFT) y1=(y(0.0)) x2=(W - 8.0) y2=(y(0.0)) stroke="#d0d7de" {}
-            line x1=(LEFT) y1=(y(max)) x2=(W - 8.0) y2=(y(max)) stroke="#eef1f4" {}
-            text x=(LEFT - 4.0) y=(y(max) + 4.0) text-anchor="end" font-size="11" fill="#57606a" { (max) }
-            text x=(LEFT - 4.0) y=(y(0.0) + 4.0) text-anchor="end" font-size="11" fill="#57606a" { "0" }
-            @for tick in ticks {
-                @let anchor = match tick { 0 => "start", 59 => "end", _ => "middle" };
-                text x=(x(tick)) y=(H - 4.0) text-anchor=(anchor) font-size="11" fill="#57606a" {
-                    (format::utc(start_ms + tick as i64 * MINUTE_MS)[11..16])
+                    } }
                 }
             }
-            @for (i, (_, values)) in series.iter().enumerate() {
-                polyline fill="none" stroke=(PALETTE[i % PALETTE.len()]) stroke-width="2"
-                    points=(values.iter().enumerate().map(|(m, v)| format!("{:.1},{:.1}", x(m), y(*v))).collect::<Vec<_>>().join(" ")) {}
+        }
+        h2 { "Deliveries by state" }
+        div.scroll { table {
+            thead { tr { th scope="col" { "State" } th scope="col" class="num" { "Deliveries" } } }
+            tbody {
+                @for (state, n) in &gauges.states {
+                    tr {
+                        td { a href={ "/events?state=" (state) } { (layout::badge(state)) } }
+                        td.num { (n) }
+                    }
+                }
+            }
+        } }
+    }
+}
+
+/// A captioned chart with its legend.
+fn figure(caption: &str, series: &Series, start_ms: i64, minutes: usize, unit: &str) -> Markup {
+    html! {
+        figure {
+            figcaption { (caption) }
+            (line_chart(series, start_ms, minutes, unit, caption))
+            ul.legend {
+                @for (i, name) in series.keys().enumerate() {
+                    li { span class={ "swatch s" (i % PALETTE.len()) } {} (name) }
+                }
+            }
+        }
+    }
+}
+
+/// A line per series over `minutes` minutes from `start_ms`, y from 0 to the largest value;
+/// a minute without a value is skipped by its line. `label` names the chart for screen readers.
+fn line_chart(series: &Series, start_ms: i64, minutes: usize, unit: &str, label: &str) -> Markup {
+    const W: f64 = 600.0;
+    const H: f64 = 180.0;
+    const LEFT: f64 = 48.0;
+    const BOTTOM: f64 = 20.0;
+    let max = series
+        .values()
+        .flatten()
+        .flatten()
+        .copied()
+        .fold(0.0_f64, f64::max);
+    let max = if max > 0.0 { max } else { 1.0 };
+    let last = minutes.saturating_sub(1).max(1) as f64;
+    let x = |i: usize| LEFT + (W - LEFT - 8.0) * i as f64 / last;
+    let y = |v: f64| 8.0 + (H - BOTTOM - 8.0) * (1.0 - v / max);
+    let ticks: Vec<usize> = [
+        0,
+        minutes / 4,
+        minutes / 2,
+        minutes * 3 / 4,
+        minutes.saturating_sub(1),
+    ]
+    .into_iter()
+    .filter(|t| *t < minutes)
+    .collect();
+    let top = if max >= 10.0 {
+        format!("{max:.0}{unit}")
+    } else {
+        format!("{max:.1}{unit}")
+    };
+    html! {
+        svg.chart viewBox={ "0 0 " (W) " " (H) } role="img" aria-label=(label) {
+            line x1=(LEFT) y1=(y(0.0)) x2=(W - 8.0) y2=(y(0.0)) stroke="#d0d7de" {}
+            line x1=(LEFT) y1=(y(max)) x2=(W - 8.0) y2=(y(max)) stroke="#eef1f4" {}
+            text x=(LEFT - 4.0) y=(y(max) + 4.0) text-anchor="end" font-size="11" fill="#57606a" { (top) }
+            text x=(LEFT - 4.0) y=(y(0.0) + 4.0) text-anchor="end" font-size="11" fill="#57606a" { "0" }
+            @for tick in &ticks {
+                @let anchor = if *tick == 0 { "start" } else if *tick + 1 == minutes { "end" } else { "middle" };
+                text x=(x(*tick)) y=(H - 4.0) text-anchor=(anchor) font-size="11" fill="#57606a" {
+                    (format::utc(start_ms + *tick as i64 * MINUTE_MS)[11..16])
+                }
+            }
+            @for (i, values) in series.values().enumerate() {
+                @let colour = PALETTE[i % PALETTE.len()];
+                @let points: Vec<(f64, f64)> = values.iter().enumerate()
+                    .filter_map(|(m, v)| v.map(|v| (x(m), y(v)))).collect();
+                polyline fill="none" stroke=(colour) stroke-width="2"
+                    points=(points.iter().map(|(px, py)| format!("{px:.1},{py:.1}")).collect::<Vec<_>>().join(" ")) {}
+                // A dot per minute, so a lone minute shows too.
+                @for (px, py) in &points {
+                    circle cx=(format!("{px:.1}")) cy=(format!("{py:.1}")) r="2.5" fill=(colour) {}
+                }
             }
             @if series.is_empty() {
-                text x=(W / 2.0) y=(H / 2.0) text-anchor="middle" font-size="13" fill="#57606a" { "No events in the last hour" }
+                text x=(W / 2.0) y=(H / 2.0) text-anchor="middle" font-size="13" fill="#57606a" { "Nothing in the last hour" }
             }
         }
     }

@@ -462,6 +462,33 @@ pub(super) async fn the_next_due_time_is_the_earliest_retry_after_now(db: &dyn D
     assert_eq!(inbox.next_due_after(LEASED_MS).await.unwrap(), Some(3_000));
 }
 
+pub(super) async fn the_oldest_due_is_the_longest_waiting_due_delivery(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    assert_eq!(inbox.oldest_due().await.unwrap(), None, "nothing stored");
+    // Running, and retrying in the future, are not due.
+    let claimed = lease(&inbox, "a").await;
+    assert_eq!(inbox.oldest_due().await.unwrap(), None, "a is running");
+    let later = Disposition::RetryAt {
+        at_ms: i64::MAX / 2,
+    };
+    inbox.finish(finished(&claimed, later)).await.unwrap();
+    assert_eq!(
+        inbox.oldest_due().await.unwrap(),
+        None,
+        "a waits for its retry"
+    );
+    // A retry whose time has come is due since that time.
+    let claimed = lease(&inbox, "b").await;
+    let past = Disposition::RetryAt { at_ms: 1_000 };
+    inbox.finish(finished(&claimed, past)).await.unwrap();
+    assert_eq!(inbox.oldest_due().await.unwrap(), Some(1_000));
+    // A new event is due since it was received, earlier still.
+    accept(&inbox, event("c")).await;
+    let due = detail(&inbox, "c").await.deliveries[0].next_attempt_at;
+    assert!(due.is_some_and(|due| due < 1_000), "{due:?}");
+    assert_eq!(inbox.oldest_due().await.unwrap(), due);
+}
+
 pub(super) async fn the_commit_refuses_writes_that_take_the_plugin_over_its_total(
     db: &dyn Database,
 ) {
@@ -553,7 +580,7 @@ pub(super) async fn a_notice_of_work_wakes_whoever_waits_for_work(db: &dyn Datab
     assert!(woken.is_ok(), "the notice reached the waiter");
 }
 
-// The dashboard's reads: event filters and cursor, dead-letter groups, held requests, minutes.
+// The dashboard's reads: event filters and cursor, dead-letter groups, held requests.
 
 /// Accepts event `id` of type `event_type` from `source`, received at `received_ms`, with one
 /// header and a body, for [`HANDLER`].
@@ -771,22 +798,4 @@ pub(super) async fn held_requests_are_listed_newest_first_with_their_reason(db: 
     );
     let after = inbox.held_requests(10, Some(second)).await.unwrap();
     assert_eq!(after.iter().map(|h| h.id).collect::<Vec<_>>(), [first]);
-}
-
-pub(super) async fn events_received_are_counted_per_source_and_minute(db: &dyn Database) {
-    let inbox = fixtures::open(db).await;
-    accept_typed(&inbox, "s", "old", "t", 59_999).await;
-    accept_typed(&inbox, "s", "a", "t", 60_000).await;
-    accept_typed(&inbox, "s", "b", "t", 119_999).await;
-    accept_typed(&inbox, "o", "c", "t", 61_000).await;
-    accept_typed(&inbox, "s", "d", "t", 120_000).await;
-    let minutes = inbox.received_per_minute(60_000).await.unwrap();
-    let seen: Vec<(&str, i64, i64)> = minutes
-        .iter()
-        .map(|m| (m.source.as_str(), m.minute_ms, m.count))
-        .collect();
-    assert_eq!(
-        seen,
-        [("o", 60_000, 1), ("s", 60_000, 2), ("s", 120_000, 1)]
-    );
 }

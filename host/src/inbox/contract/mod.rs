@@ -86,6 +86,7 @@ macro_rules! suite {
             the_backlog_is_recounted_from_the_database_at_open,
             held_quarantine_is_recounted_from_the_database_at_open,
             the_next_due_time_is_the_earliest_retry_after_now,
+            the_oldest_due_is_the_longest_waiting_due_delivery,
             a_notice_of_work_wakes_whoever_waits_for_work,
             list_events_filters_by_type_id_source_and_time,
             list_events_pages_by_cursor_without_gaps_or_repeats,
@@ -94,7 +95,6 @@ macro_rules! suite {
             dead_letters_are_grouped_by_handler_and_error_kind,
             a_replay_by_error_kind_takes_only_that_group,
             held_requests_are_listed_newest_first_with_their_reason,
-            events_received_are_counted_per_source_and_minute,
             $($single,)*
             ]
         );

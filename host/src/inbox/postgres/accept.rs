@@ -10,7 +10,7 @@
 //! - A batch inserts in `(source, event_id)` order, so two nodes' batches wait for each other's
 //!   rows in one order and never deadlock.
 
-use std::{collections::HashMap, sync::atomic::AtomicI64};
+use std::{collections::HashMap, time::Instant};
 
 use deadpool_postgres::{Client, Transaction};
 
@@ -19,7 +19,7 @@ use super::{
     batch::{Reply, Weigh, answer},
     quarantine,
 };
-use crate::inbox::{Accepted, InboxError, request::headers_json, store::NewEvent};
+use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::NewEvent};
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
 /// quarantined request it came from either way.
@@ -122,7 +122,7 @@ impl Weigh for NewEvent {
 /// Commits a batch of accepts and answers every request in it.
 pub(super) async fn commit_accepts(
     pool: &Connections,
-    commits: &AtomicI64,
+    commits: &Commits,
     mut batch: Vec<(NewEvent, Reply<Accepted>)>,
 ) {
     batch.sort_by(|(a, _), (b, _)| {
@@ -130,9 +130,10 @@ pub(super) async fn commit_accepts(
             .cmp(&(b.source.as_str(), b.envelope.event_id.as_str()))
     });
     let events: Vec<&NewEvent> = batch.iter().map(|(event, _)| event).collect();
+    let started = Instant::now();
     let together = in_one_transaction(pool, &events).await;
     drop(events);
-    for (event, reply) in answer(commits, batch, together) {
+    for (event, reply) in answer(commits, started, batch, together) {
         let _ = reply.send(one(pool, commits, &event).await);
     }
 }
@@ -140,7 +141,7 @@ pub(super) async fn commit_accepts(
 /// The one-event path: a transaction of its own (and the quarantine row it resolves).
 pub(super) async fn one(
     pool: &Connections,
-    commits: &AtomicI64,
+    commits: &Commits,
     event: &NewEvent,
 ) -> Result<Accepted, InboxError> {
     Ok(in_transaction!(pool, commits, tx => store_event(&tx, event).await?))

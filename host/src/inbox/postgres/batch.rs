@@ -12,14 +12,17 @@
 //! - An operation waits at most for the transactions under way: a batch smaller than
 //!   [`FULL_ENOUGH`] goes as soon as no other transaction of its queue is under way.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicI64, AtomicUsize, Ordering},
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Instant,
 };
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use crate::inbox::{InboxError, error::StorageError};
+use crate::inbox::{Commits, InboxError, error::StorageError};
 
 /// Operations one transaction takes at most.
 const MAX_ITEMS: usize = 128;
@@ -146,13 +149,14 @@ pub(super) fn fails_as_a_whole<T>(batch: &[T], e: &InboxError) -> bool {
 /// batch failed for one operation's sake) is returned, to be run one per transaction so only
 /// the operation at fault fails.
 pub(super) fn answer<T, R>(
-    commits: &AtomicI64,
+    commits: &Commits,
+    started: Instant,
     batch: Vec<(T, Reply<R>)>,
     together: Result<Vec<R>, InboxError>,
 ) -> Vec<(T, Reply<R>)> {
     match together {
         Ok(results) => {
-            commits.fetch_add(1, Ordering::Relaxed);
+            commits.committed(batch.len(), started);
             for ((_, reply), result) in batch.into_iter().zip(results) {
                 let _ = reply.send(Ok(result));
             }

@@ -91,6 +91,7 @@ impl ClusterStore for PostgresStore {
         node: &str,
     ) -> Result<Release, InboxError> {
         let mut client = self.client().await?;
+        let started = std::time::Instant::now();
         let tx = client.transaction().await?;
         let stored = match &bytes {
             Some(bytes) => {
@@ -135,7 +136,7 @@ impl ClusterStore for PostgresStore {
             ),
         };
         tx.commit().await?;
-        self.committed();
+        self.committed(started);
         Ok(current)
     }
 

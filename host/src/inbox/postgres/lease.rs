@@ -14,10 +14,8 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    sync::{
-        LazyLock,
-        atomic::{AtomicI64, Ordering as AtomicOrdering},
-    },
+    sync::LazyLock,
+    time::Instant,
 };
 
 use bytes::Bytes;
@@ -32,7 +30,7 @@ use super::{
 use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
-        ClaimRequest, Claimed, Finish, Finished, InboxError,
+        ClaimRequest, Claimed, Commits, Finish, Finished, InboxError,
         lease::stale_reason,
         request::headers_from_json,
         state::Changed,
@@ -549,9 +547,10 @@ pub(super) fn commits_state(f: &Finish) -> bool {
 /// Records `f` in a transaction of its own.
 pub(super) async fn finish_one(
     pool: &Connections,
-    commits: &AtomicI64,
+    commits: &Commits,
     f: &Finish,
 ) -> Result<Finished, InboxError> {
+    let started = Instant::now();
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     super::generic_plans(&tx).await?;
@@ -561,7 +560,7 @@ pub(super) async fn finish_one(
         tx.rollback().await?;
     } else {
         tx.commit().await?;
-        commits.fetch_add(1, AtomicOrdering::Relaxed);
+        commits.committed(1, started);
     }
     Ok(finished)
 }
@@ -575,14 +574,15 @@ impl Weigh for Finish {}
 /// finish per transaction instead.
 pub(super) async fn commit_finishes(
     pool: &Connections,
-    commits: &AtomicI64,
+    commits: &Commits,
     mut batch: Vec<(Finish, Reply<Finished>)>,
 ) {
     batch.sort_by_key(|(f, _)| f.delivery_id);
     let finishes: Vec<&Finish> = batch.iter().map(|(f, _)| f).collect();
+    let started = Instant::now();
     let together = finish_together(pool, &finishes).await;
     drop(finishes);
-    for (f, reply) in batch::answer(commits, batch, together) {
+    for (f, reply) in batch::answer(commits, started, batch, together) {
         let _ = reply.send(finish_one(pool, commits, &f).await);
     }
 }
@@ -724,6 +724,22 @@ pub(super) async fn take_back(
 }
 
 /// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
+/// When the waiting delivery due longest ago became due, if one is due at `now_ms`.
+pub(super) async fn oldest_due(client: &Client, now_ms: i64) -> Result<Option<i64>, InboxError> {
+    let row = client
+        .query_one(
+            &client
+                .prepare_cached(
+                    "SELECT MIN(next_attempt_at) FROM deliveries
+             WHERE state = ANY($2) AND next_attempt_at <= $1",
+                )
+                .await?,
+            &[&now_ms, &state_names(&DeliveryState::WAITING)],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
 pub(super) async fn next_due_after(
     client: &Client,
     after_ms: i64,

@@ -32,11 +32,12 @@
 /// (it is dropped uncommitted).
 macro_rules! in_transaction {
     ($connections:expr, $commits:expr, $tx:ident => $body:expr) => {{
+        let started = std::time::Instant::now();
         let mut client = $connections.get().await?;
         let $tx = client.transaction().await?;
         let value = $body;
         $tx.commit().await?;
-        $commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        $commits.committed(1, started);
         value
     }};
 }
@@ -62,10 +63,7 @@ pub(super) use testdb::TestDatabase;
 mod tests;
 
 use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicI64, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -74,8 +72,8 @@ use tokio_postgres::{Config, NoTls};
 
 use self::error::Target;
 use super::{
-    Accepted, ClaimRequest, DeadLetterGroup, EventDetail, EventFilter, EventSummary, Finish,
-    Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReceivedMinute, ReplayFilter,
+    Accepted, ClaimRequest, Commits, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
+    Finish, Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReplayFilter,
     error::StorageError,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
@@ -106,7 +104,7 @@ pub(super) struct PostgresStore {
     /// The database, as errors name it.
     target: Target,
     /// Write transactions committed by this store (`hookd_inbox_commits_total`).
-    commits: Arc<AtomicI64>,
+    commits: Arc<Commits>,
     /// Woken by every notice of work on the database, this node's own included.
     work: Arc<tokio::sync::Notify>,
     /// The store's own tasks (listening for those notices, keeping the planner's statistics
@@ -180,7 +178,7 @@ impl PostgresStore {
             pool,
             refused: Mutex::new(None),
         });
-        let commits = Arc::new(AtomicI64::new(0));
+        let commits = Arc::new(Commits::default());
         Ok(Self {
             accepts: {
                 let (connections, commits) = (Arc::clone(&connections), Arc::clone(&commits));
@@ -209,9 +207,9 @@ impl PostgresStore {
         self.connections.get().await
     }
 
-    /// Counts a committed write transaction.
-    fn committed(&self) {
-        self.commits.fetch_add(1, Ordering::Relaxed);
+    /// Counts a committed write transaction of one operation, begun at `started`.
+    fn committed(&self, started: std::time::Instant) {
+        self.commits.committed(1, started);
     }
 
     /// Runs a read from a synchronous caller: blocks this worker thread in place (so the
@@ -346,6 +344,10 @@ impl Store for PostgresStore {
         )
     }
 
+    async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError> {
+        lease::oldest_due(&self.client().await?, now_ms).await
+    }
+
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
         lease::next_due_after(&self.client().await?, after_ms).await
     }
@@ -398,10 +400,6 @@ impl Store for PostgresStore {
         views::held_requests(&self.client().await?, limit, before_id).await
     }
 
-    async fn received_per_minute(&self, since_ms: i64) -> Result<Vec<ReceivedMinute>, InboxError> {
-        views::received_per_minute(&self.client().await?, since_ms).await
-    }
-
     async fn notify_work(&self) -> Result<(), InboxError> {
         let client = self.client().await?;
         client
@@ -414,8 +412,8 @@ impl Store for PostgresStore {
         self.work.notified().await
     }
 
-    fn commits(&self) -> i64 {
-        self.commits.load(Ordering::Relaxed)
+    fn commits(&self) -> &Commits {
+        &self.commits
     }
 
     fn close(&self) {

@@ -1,5 +1,5 @@
 //! Read models in SQL: event listings, one event's detail, deliveries per state, dead-letter
-//! groups, held requests, events received per minute, and the inbox's counters.
+//! groups, held requests, and the inbox's counters.
 //!
 //! Invariant: every query here only reads.
 
@@ -13,7 +13,7 @@ use super::state_names;
 use crate::{
     inbox::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
-        HeldRequest, InboxError, ReceivedMinute, request::headers_from_json, store::Counts,
+        HeldRequest, InboxError, request::headers_from_json, store::Counts,
     },
     model::DeliveryState,
 };
@@ -299,32 +299,6 @@ pub(super) async fn held_requests(
             source: r.get(1),
             received_at: r.get(2),
             reason: r.get(3),
-        })
-        .collect())
-}
-
-/// Events received at or after `since_ms` per source and minute (an `events_received` range).
-pub(super) async fn received_per_minute(
-    client: &Client,
-    since_ms: i64,
-) -> Result<Vec<ReceivedMinute>, InboxError> {
-    let rows = client
-        .query(
-            &client
-                .prepare_cached(
-                    "SELECT source, received_at / 60000 * 60000 AS minute, COUNT(*) FROM events
-                     WHERE received_at >= $1 GROUP BY minute, source ORDER BY minute, source",
-                )
-                .await?,
-            &[&since_ms],
-        )
-        .await?;
-    Ok(rows
-        .iter()
-        .map(|r| ReceivedMinute {
-            source: r.get(0),
-            minute_ms: r.get(1),
-            count: r.get(2),
         })
         .collect())
 }

@@ -329,6 +329,19 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
 }
 
 /// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
+/// When the waiting delivery due longest ago became due, if one is due at `now_ms`.
+pub(super) fn oldest_due(conn: &Connection, now_ms: i64) -> Result<Option<i64>, InboxError> {
+    Ok(conn.query_row(
+        concat!(
+            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ",
+            waiting_states!(),
+            " AND next_attempt_at <= ?1"
+        ),
+        [now_ms],
+        |row| row.get(0),
+    )?)
+}
+
 pub(super) fn next_due_after(conn: &Connection, after_ms: i64) -> Result<Option<i64>, InboxError> {
     Ok(conn.query_row(
         concat!(

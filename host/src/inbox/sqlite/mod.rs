@@ -30,7 +30,7 @@ mod writer;
 
 use std::{
     path::{Path, PathBuf},
-    sync::{Arc, Mutex, atomic::AtomicI64, atomic::Ordering, mpsc},
+    sync::{Arc, Mutex, mpsc},
     thread,
 };
 
@@ -38,8 +38,8 @@ use rusqlite::Connection;
 
 pub use self::writer::WriterOptions;
 use super::{
-    Accepted, ClaimRequest, DeadLetterGroup, EventDetail, EventFilter, EventSummary, Finish,
-    Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReceivedMinute, ReplayFilter,
+    Accepted, ClaimRequest, Commits, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
+    Finish, Finished, HeldRequest, InboxError, Quarantined, RawRequest, ReplayFilter,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
 use crate::{ids::SourceName, model::StateUsage};
@@ -59,7 +59,7 @@ struct Inner {
     /// Idle read connections.
     readers: Mutex<Vec<Connection>>,
     /// Commits done by the writer; lets tests and benchmarks see group commit at work.
-    commits: Arc<AtomicI64>,
+    commits: Arc<Commits>,
     /// Held while open: one hookd per database, because start-up takes back every lease.
     lock: Mutex<Option<std::fs::File>>,
     /// Notices of work: in process, as no other process uses the database.
@@ -78,7 +78,7 @@ impl SqliteStore {
         conn.execute_batch("PRAGMA wal_autocheckpoint = 500")?;
         schema::migrate(&conn)?;
         let (tx, rx) = mpsc::channel();
-        let commits = Arc::new(AtomicI64::new(0));
+        let commits = Arc::new(Commits::default());
         let handle = writer::spawn(conn, rx, Arc::clone(&commits), options)?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -193,6 +193,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError> {
+        self.read(move |conn| lease::oldest_due(conn, now_ms)).await
+    }
+
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {
         self.read(move |conn| lease::next_due_after(conn, after_ms))
             .await
@@ -249,11 +253,6 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn received_per_minute(&self, since_ms: i64) -> Result<Vec<ReceivedMinute>, InboxError> {
-        self.read(move |conn| views::received_per_minute(conn, since_ms))
-            .await
-    }
-
     async fn notify_work(&self) -> Result<(), InboxError> {
         self.inner.work.notify_waiters();
         self.inner.work.notify_one();
@@ -264,8 +263,8 @@ impl Store for SqliteStore {
         self.inner.work.notified().await
     }
 
-    fn commits(&self) -> i64 {
-        self.inner.commits.load(Ordering::Relaxed)
+    fn commits(&self) -> &Commits {
+        &self.inner.commits
     }
 
     fn close(&self) {

@@ -1,5 +1,5 @@
 //! Read models in SQL: event listings, one event's detail, deliveries per state, dead-letter
-//! groups, held requests, events received per minute.
+//! groups, held requests.
 //!
 //! Invariant: every query here only reads, on a pooled read connection.
 
@@ -12,7 +12,7 @@ use super::sql::headers_from_json;
 use crate::{
     inbox::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
-        HeldRequest, InboxError, ReceivedMinute,
+        HeldRequest, InboxError,
     },
     model::DeliveryState,
 };
@@ -250,26 +250,6 @@ pub(super) fn held_requests(
                 source: r.get(1)?,
                 received_at: r.get(2)?,
                 reason: r.get(3)?,
-            })
-        })?
-        .collect::<Result<_, _>>()?)
-}
-
-/// Events received at or after `since_ms` per source and minute (an `events_received` range).
-pub(super) fn received_per_minute(
-    conn: &Connection,
-    since_ms: i64,
-) -> Result<Vec<ReceivedMinute>, InboxError> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT source, received_at / 60000 * 60000 AS minute, COUNT(*) FROM events
-             WHERE received_at >= ?1 GROUP BY minute, source ORDER BY minute, source",
-        )?
-        .query_map([since_ms], |r| {
-            Ok(ReceivedMinute {
-                source: r.get(0)?,
-                minute_ms: r.get(1)?,
-                count: r.get(2)?,
             })
         })?
         .collect::<Result<_, _>>()?)

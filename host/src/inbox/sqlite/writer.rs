@@ -8,11 +8,7 @@
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded.
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicI64, Ordering},
-    mpsc,
-};
+use std::sync::{Arc, mpsc};
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -20,7 +16,7 @@ use tokio::sync::oneshot;
 use super::{SqliteStore, error::from_shared};
 use crate::{
     config::{Durability, ServerConfig},
-    inbox::InboxError,
+    inbox::{Commits, InboxError},
 };
 
 /// How the writer turns queued writes into transactions (`[server]` `durability` and
@@ -183,7 +179,7 @@ pub(super) type Queue = mpsc::Sender<Box<dyn Job>>;
 pub(super) fn spawn(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
-    commits: Arc<AtomicI64>,
+    commits: Arc<Commits>,
     options: WriterOptions,
 ) -> Result<std::thread::JoinHandle<()>, InboxError> {
     let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
@@ -196,7 +192,7 @@ pub(super) fn spawn(
 fn writer_loop(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
-    commits: &AtomicI64,
+    commits: &Commits,
     max_batch: usize,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
@@ -231,6 +227,7 @@ fn writer_loop(
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
         let commit = match exec_cached(&conn, "BEGIN IMMEDIATE") {
             Ok(()) => {
                 for job in &mut batch {
@@ -250,7 +247,7 @@ fn writer_loop(
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
         } else {
-            commits.fetch_add(1, Ordering::Relaxed);
+            commits.committed(batch.len(), started);
         }
         for job in batch.drain(..) {
             job.answer(commit.clone());
@@ -337,7 +334,7 @@ mod tests {
             answer.await.unwrap().unwrap();
         }
         assert_eq!(
-            inbox.commits(),
+            inbox.commits().count(),
             2,
             "the held batch, then all 100 queued writes at once"
         );
@@ -351,7 +348,7 @@ mod tests {
         let (release, held) = hold(&inbox);
         let commits_seen = |inbox: &SqliteStore| {
             let inbox = inbox.clone();
-            move |_: &Connection| Ok(inbox.commits())
+            move |_: &Connection| Ok(inbox.commits().count())
         };
         // Three jobs of 5 MiB each: no two fit in one batch's 8 MiB.
         let heavy: Vec<_> = (0..3)
@@ -368,7 +365,7 @@ mod tests {
         // queued last, went ahead of the deferred two, in the first heavy job's batch.
         assert_eq!(ran_after, [1, 2, 3]);
         assert_eq!(light.await.unwrap().unwrap(), 1);
-        assert_eq!(inbox.commits(), 4);
+        assert_eq!(inbox.commits().count(), 4);
     }
 
     #[tokio::test]
@@ -384,7 +381,7 @@ mod tests {
         for answer in answers {
             answer.await.unwrap().unwrap();
         }
-        assert_eq!(inbox.commits(), 21);
+        assert_eq!(inbox.commits().count(), 21);
         assert_eq!(committed(&dir).len(), 20);
     }
 
@@ -402,7 +399,7 @@ mod tests {
         let err = b.await.unwrap().unwrap_err();
         assert!(err.to_string().contains("b fails"), "{err}");
         c.await.unwrap().unwrap();
-        assert_eq!(inbox.commits(), 2, "a, b and c were one batch");
+        assert_eq!(inbox.commits().count(), 2, "a, b and c were one batch");
         assert_eq!(committed(&dir), ["a", "c"]);
     }
 
