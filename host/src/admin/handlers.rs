@@ -250,12 +250,13 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
     let beats = match shared.inbox.cluster() {
         Some(cluster) => cluster.nodes().await?,
         None => {
+            // As last sampled (a count over every delivery costs a scan of them all).
             let running = shared
-                .inbox
-                .state_counts()
-                .await?
-                .into_iter()
-                .find_map(|(state, n)| (state == DeliveryState::Running.as_str()).then_some(n))
+                .telemetry
+                .inbox_gauges()
+                .states
+                .iter()
+                .find_map(|(state, n)| (state == DeliveryState::Running.as_str()).then_some(*n))
                 .unwrap_or(0);
             let live = shared
                 .registry

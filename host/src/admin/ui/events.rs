@@ -18,7 +18,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{
-    Ui, UiError, format,
+    Ui, UiError, format, given,
     layout::{self, Nav},
     session::SignedIn,
 };
@@ -62,11 +62,6 @@ pub(super) struct ListQuery {
     #[serde(default)]
     until: String,
     before: Option<i64>,
-}
-
-fn given(text: &str) -> Option<String> {
-    let text = text.trim();
-    (!text.is_empty()).then(|| text.to_owned())
 }
 
 impl ListQuery {

@@ -292,6 +292,12 @@ async fn sign_out(
     response
 }
 
+/// A form field's value, trimmed; `None` when empty (an empty field does not filter).
+pub(super) fn given(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
 /// Where a form may send the browser back to: a path on this listener, never another site.
 pub(super) fn local_path(back: Option<&str>, fallback: &str) -> String {
     match back {

@@ -16,7 +16,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::{
-    Ui, UiError,
+    Ui, UiError, given,
     layout::{self, Nav},
     local_path,
     session::SignedIn,
@@ -46,10 +46,6 @@ pub(super) struct ReplayForm {
     /// Where to go once replayed (a local path).
     #[serde(default)]
     back: String,
-}
-
-fn given(text: &str) -> Option<String> {
-    (!text.is_empty()).then(|| text.to_owned())
 }
 
 /// `POST /replay`.

@@ -675,7 +675,8 @@ pub(super) async fn list_events_pages_by_cursor_without_gaps_or_repeats(db: &dyn
     }
     let mut pages = Vec::new();
     let mut before = None;
-    loop {
+    // Bounded: a cursor that did not move on would list the first page forever.
+    for _ in 0..5 {
         let page = inbox
             .list_events(EventFilter {
                 limit: 2,
