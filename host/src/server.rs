@@ -10,7 +10,7 @@
 use std::{
     collections::HashMap,
     convert::Infallible,
-    net::{IpAddr, Ipv6Addr},
+    net::{IpAddr, Ipv6Addr, SocketAddr},
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
@@ -18,16 +18,14 @@ use std::{
     time::Duration,
 };
 
-use axum::{Router, response::IntoResponse};
-use hyper::server::conn::http1;
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    service::TowerToHyperService,
-};
+use axum::{Router, extract::ConnectInfo, response::IntoResponse};
+use hyper::{body::Incoming, server::conn::http1};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore},
 };
+use tower::ServiceExt as _;
 
 use crate::{config::ServerConfig, error::ApiError};
 
@@ -235,7 +233,15 @@ pub async fn serve(
                 refuse(stream, &refusing);
                 return;
             };
-            serve_connection(stream, router, limits, closing, (permit, address_slot)).await;
+            serve_connection(
+                stream,
+                peer,
+                router,
+                limits,
+                closing,
+                (permit, address_slot),
+            )
+            .await;
         });
     }
     let _ = closing_tx.send(true);
@@ -247,15 +253,21 @@ pub async fn serve(
 }
 
 /// Serves one connection until it closes, or drains it once `closing` turns true; `_slots`
-/// (its connection and address slots) are given back when it ends.
+/// (its connection and address slots) are given back when it ends. Each request carries the
+/// peer's address as axum's `ConnectInfo<SocketAddr>` (the dashboard limits failed sign-ins
+/// per address).
 async fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     router: Router,
     limits: ServeLimits,
     mut closing: tokio::sync::watch::Receiver<bool>,
     _slots: (OwnedSemaphorePermit, AddressSlot),
 ) {
-    let service = TowerToHyperService::new(router);
+    let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        router.clone().oneshot(request)
+    });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_timeout)

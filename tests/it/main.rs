@@ -9,6 +9,7 @@ mod admin_api;
 mod backup;
 mod cluster;
 mod crash;
+mod dashboard;
 mod dispatch;
 mod end_to_end;
 mod forward;

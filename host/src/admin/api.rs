@@ -65,16 +65,35 @@ pub struct EventsQuery {
     pub handler: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type: Option<String>,
+    /// Exactly this provider event id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    /// Received at or after, in ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<i64>,
+    /// Received at or before, in ms since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+    /// The page after this cursor: the `before` of the answer's `Link: <...>; rel="next"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<i64>,
 }
 
 impl EventsQuery {
     /// The query's `(key, value)` pairs, in this order, `None` where it does not filter.
-    pub fn pairs(self) -> [(&'static str, Option<String>); 4] {
+    pub fn pairs(self) -> [(&'static str, Option<String>); 9] {
         [
             ("source", self.source),
             ("state", self.state),
             ("handler", self.handler),
             ("limit", self.limit.map(|n| n.to_string())),
+            ("event_type", self.event_type),
+            ("event_id", self.event_id),
+            ("since", self.since.map(|n| n.to_string())),
+            ("until", self.until.map(|n| n.to_string())),
+            ("before", self.before.map(|n| n.to_string())),
         ]
     }
 }
@@ -216,6 +235,9 @@ pub struct ReplayRequest {
     /// Received at or before, in ms since the Unix epoch.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<i64>,
+    /// Only deliveries whose last attempt failed with this `error_kind` (a dead-letter group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
 }

@@ -22,6 +22,7 @@ use axum::{
 use super::api;
 use crate::{
     Shared,
+    cli::client::query as query_string,
     error::ApiError,
     inbox::{EventFilter, InboxError, ReplayFilter, cluster::NodeBeat},
     ingest::replay::{self, ReplayError},
@@ -60,10 +61,15 @@ impl From<InboxError> for Rejection {
 
 impl From<ReplayError> for Rejection {
     fn from(e: ReplayError) -> Self {
-        Self::Api(match e {
-            ReplayError::UnknownSource(_) => ApiError::BadRequest(e.to_string()),
-            ReplayError::Inbox(e) => e.into(),
-        })
+        Self::Api(replay_error(e))
+    }
+}
+
+/// How a replay that did not run is answered: an unknown source is the caller's mistake.
+pub(super) fn replay_error(e: ReplayError) -> ApiError {
+    match e {
+        ReplayError::UnknownSource(_) => ApiError::BadRequest(e.to_string()),
+        ReplayError::Inbox(e) => e.into(),
     }
 }
 
@@ -96,7 +102,7 @@ pub(super) async fn healthz(State(shared): State<Arc<Shared>>) -> Json<api::Heal
     })
 }
 
-fn parse_state(state: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
+pub(super) fn parse_state(state: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {
     state
         .map(|s| {
             DeliveryState::parse(s).ok_or_else(|| {
@@ -115,23 +121,53 @@ pub fn events_filter(uri: &Uri) -> Result<EventFilter, Rejection> {
         source: query.source,
         state: parse_state(query.state.as_deref())?,
         handler: query.handler,
+        event_type: query.event_type,
+        event_id: query.event_id,
+        since_ms: query.since,
+        until_ms: query.until,
+        before: query.before,
         limit: query.limit.unwrap_or(DEFAULT_EVENTS).min(MAX_EVENTS),
     })
 }
 
+/// `GET /admin/events`: a full page also answers `Link: <next page>; rel="next"` (RFC 8288),
+/// the same query with `before` set to the page's cursor; the body is the list alone.
 #[utoipa::path(get, path = "/admin/events", tag = "events", params(api::EventsQuery),
     responses(
-        (status = 200, description = "The newest events matching the filter", body = Vec<api::EventSummary>),
+        (status = 200, description = "The newest events matching the filter", body = Vec<api::EventSummary>,
+            headers(("Link" = String, description = "On a full page: `<the same query with before = this page's cursor>; rel=\"next\"`"))),
         (status = 400, description = "An unknown state (JSON), or a malformed query (text)", content(
             (api::ErrorBody = "application/json"), (String = "text/plain"))),
     ))]
 pub(super) async fn list_events(
     State(shared): State<Arc<Shared>>,
     uri: Uri,
-) -> Result<Json<Vec<api::EventSummary>>, Rejection> {
+) -> Result<Response, Rejection> {
     let filter = events_filter(&uri)?;
+    let limit = filter.limit;
     let events = shared.inbox.list_events(filter).await?;
-    Ok(Json(events.into_iter().map(Into::into).collect()))
+    let next = next_page(&events, limit).map(|before| {
+        let Query(mut query) = Query::<api::EventsQuery>::try_from_uri(&uri).expect("parsed above");
+        query.before = Some(before);
+        format!(
+            "<{}{}>; rel=\"next\"",
+            uri.path(),
+            query_string(&query.pairs())
+        )
+    });
+    let body: Vec<api::EventSummary> = events.into_iter().map(Into::into).collect();
+    let mut response = Json(body).into_response();
+    if let Some(link) = next.and_then(|l| http::HeaderValue::from_str(&l).ok()) {
+        response.headers_mut().insert(http::header::LINK, link);
+    }
+    Ok(response)
+}
+
+/// The cursor of the page after `events` (a page of at most `limit`), if it was full.
+pub fn next_page(events: &[crate::inbox::EventSummary], limit: usize) -> Option<i64> {
+    (limit > 0 && events.len() == limit)
+        .then(|| events.last().map(|e| e.cursor))
+        .flatten()
 }
 
 #[utoipa::path(get, path = "/admin/events/{source}/{event_id}", tag = "events",
@@ -171,6 +207,7 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
         event_ids: body.event_ids,
         since_ms: body.since,
         until_ms: body.until,
+        error_kind: body.error_kind,
         limit: MAX_REPLAY,
         dry_run: body.dry_run,
     })
@@ -223,8 +260,13 @@ pub(super) async fn discard(
 pub(super) async fn plugins(
     State(shared): State<Arc<Shared>>,
 ) -> Result<Json<Vec<api::PluginInfo>>, ApiError> {
+    Ok(Json(plugin_infos(&shared).await?))
+}
+
+/// Every configured plugin instance with its file's status and what each live node runs.
+pub(super) async fn plugin_infos(shared: &Shared) -> Result<Vec<api::PluginInfo>, ApiError> {
     let files = shared.registry.statuses();
-    let alive: Vec<api::NodeInfo> = nodes_now(&shared)
+    let alive: Vec<api::NodeInfo> = nodes_now(shared)
         .await?
         .into_iter()
         .filter(|node| node.alive)
@@ -245,7 +287,7 @@ pub(super) async fn plugins(
             info
         })
         .collect();
-    Ok(Json(list))
+    Ok(list)
 }
 
 #[utoipa::path(get, path = "/admin/nodes", tag = "nodes",
@@ -264,6 +306,7 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
     let beats = match shared.inbox.cluster() {
         Some(cluster) => cluster.nodes().await?,
         None => {
+            // As last sampled (a count over every delivery costs a scan of them all).
             let running = shared
                 .inbox
                 .state_counts(&[DeliveryState::Running])
@@ -306,16 +349,24 @@ pub(super) async fn rollback(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
 ) -> Result<Json<api::RollbackAnswer>, ApiError> {
+    Ok(Json(rollback_plugin(&shared, name)?))
+}
+
+/// Puts plugin instance `name`'s file back to its previous version.
+pub(super) fn rollback_plugin(
+    shared: &Shared,
+    name: String,
+) -> Result<api::RollbackAnswer, ApiError> {
     let plugin = shared
         .config
         .plugins
         .get(name.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
     let live = shared.registry.rollback(&plugin.wasm)?;
-    Ok(Json(api::RollbackAnswer {
+    Ok(api::RollbackAnswer {
         name,
         sha256: live.plugin.sha256().to_owned(),
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! The admin listener: `/healthz`, `/metrics`, and the bearer-token `/admin/*` API: events,
-//! replay, discard, plugins, rollback. This file is the router and its checks; the routes are in
-//! [`handlers`], their wire types in [`api`].
+//! The admin listener: `/healthz`, `/metrics`, the bearer-token `/admin/*` API (events,
+//! replay, discard, plugins, rollback) and the operator's dashboard at `/` ([`ui`]). This file
+//! is the router and its checks; the routes are in [`handlers`], their wire types in [`api`].
 //!
 //! Invariants:
 //! - Every `/admin/*` route checks the `Host` (against DNS rebinding, [`guard`]) and the token
@@ -16,6 +16,7 @@ mod handlers;
 mod metrics;
 pub mod openapi;
 pub mod token;
+mod ui;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -40,6 +41,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         local,
         names: shared.config.server.admin_hosts.clone(),
     });
+    let dashboard = ui::router(shared.clone(), guard.clone());
     let admin = Router::new()
         .route("/admin/events", get(list_events))
         .route("/admin/events/{source}/{event_id}", get(event_detail))
@@ -60,6 +62,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(admin)
+        .merge(dashboard)
         .layer(middleware::from_fn(refuse_cross_origin))
         .with_state(shared)
 }

@@ -151,7 +151,7 @@ pub(crate) fn percent_encode(text: &str) -> String {
 }
 
 /// `?k=v&...` for the pairs that have a value (both sides percent-encoded); empty if none do.
-fn query(pairs: &[(&str, Option<String>)]) -> String {
+pub(crate) fn query(pairs: &[(&str, Option<String>)]) -> String {
     let mut out = String::new();
     for (key, value) in pairs {
         if let Some(value) = value {
@@ -253,6 +253,7 @@ impl From<ReplayFilter> for api::ReplayRequest {
             event_ids: (!f.event_ids.is_empty()).then_some(f.event_ids),
             since: f.since,
             until: f.until,
+            error_kind: None,
             dry_run: f.dry_run,
         }
     }
@@ -296,6 +297,7 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
                 state: args.state,
                 handler: args.handler,
                 limit: args.limit.map(|n| n as usize),
+                ..Default::default()
             };
             let path = format!("/admin/events{}", query(&filter.pairs()));
             admin_call::<Vec<api::EventSummary>>(&args.admin, Method::GET, &path, NO_BODY).await

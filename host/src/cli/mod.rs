@@ -5,7 +5,7 @@
 //! holds product logic of its own.
 
 mod backup;
-mod client;
+pub(crate) mod client;
 mod dev;
 mod plugin_dirs;
 mod send;

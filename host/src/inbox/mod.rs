@@ -68,7 +68,10 @@ pub use self::{
     request::RawRequest,
     retention::{PruneCursor, Pruned},
     sqlite::WriterOptions,
-    views::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary},
+    views::{
+        AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
+        HeldRequest,
+    },
 };
 use self::{
     cluster::ClusterStore,

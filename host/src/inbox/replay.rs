@@ -17,6 +17,8 @@ pub struct ReplayFilter {
     pub event_ids: Option<Vec<String>>,
     pub since_ms: Option<i64>,
     pub until_ms: Option<i64>,
+    /// Only deliveries whose last attempt failed with this `error_kind` (a dead-letter group).
+    pub error_kind: Option<String>,
     pub limit: usize,
     pub dry_run: bool,
 }
@@ -25,7 +27,10 @@ impl ReplayFilter {
     /// Whether the filter also selects held quarantined requests: they have no event id,
     /// handler or delivery state yet, so only a filter by source and time range covers them.
     pub fn covers_quarantine(&self) -> bool {
-        self.handler.is_none() && self.event_ids.is_none() && self.state.is_none()
+        self.handler.is_none()
+            && self.event_ids.is_none()
+            && self.state.is_none()
+            && self.error_kind.is_none()
     }
 
     /// The state whose deliveries it replays: `dead` unless given; an open state is refused

@@ -17,8 +17,9 @@
 //! - Only an implementation names its storage engine; nothing here does.
 
 use super::{
-    Accepted, ClaimRequest, Claimed, Commits, EventDetail, EventFilter, EventSummary, Finish,
-    Finished, InboxError, Pruned, Quarantined, RawRequest, ReplayFilter, retention::PruneBatch,
+    Accepted, ClaimRequest, Claimed, Commits, DeadLetterGroup, EventDetail, EventFilter,
+    EventSummary, Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest,
+    ReplayFilter, retention::PruneBatch,
 };
 use crate::{
     ids::{PluginName, SourceName},
@@ -199,7 +200,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// What `plugin` holds in committed state.
     fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError>;
 
-    /// Events, newest first, with each handler's delivery state.
+    /// Events matching `filter`, newest first (by [`EventSummary::cursor`], descending), with
+    /// each handler's delivery state; a page costs index range scans, not a scan of every
+    /// event.
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError>;
 
     /// One event with every delivery and its full attempt history.
@@ -216,6 +219,18 @@ pub(crate) trait Store: Send + Sync + 'static {
         &self,
         states: Vec<DeliveryState>,
     ) -> Result<Vec<(String, i64)>, InboxError>;
+
+    /// Dead deliveries grouped by handler and their last attempt's `error_kind`, largest group
+    /// first (then by handler and kind).
+    async fn dead_letter_groups(&self) -> Result<Vec<DeadLetterGroup>, InboxError>;
+
+    /// Unresolved quarantined requests, newest first, at most `limit`, with ids below
+    /// `before_id` when given; read without their headers and bodies.
+    async fn held_requests(
+        &self,
+        limit: usize,
+        before_id: Option<i64>,
+    ) -> Result<Vec<HeldRequest>, InboxError>;
 
     /// Tells every process on this database that work may be due (after a commit that made
     /// some): a shared backend through the database, so other nodes hear it; a backend no other

@@ -1,19 +1,32 @@
-//! Read models: what the admin API and the CLI show of events, deliveries and attempts.
+//! Read models: what the admin API, the dashboard and the CLI show of events, deliveries,
+//! attempts, dead letters and held requests.
 //!
 //! Invariant: these are plain data with public fields; they know nothing of any wire format (the
-//! admin API converts them into its own types), and reading them never writes.
+//! admin API and the dashboard convert them into their own shapes), and reading them never
+//! writes.
 
 use std::collections::BTreeMap;
 
 use super::{Inbox, InboxError};
 use crate::model::DeliveryState;
 
-/// Filters for `GET /admin/events`.
+/// Filters for `GET /admin/events` and the dashboard's event list: every given field must
+/// match (a state or handler: some delivery of the event has it).
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
     pub source: Option<String>,
     pub state: Option<DeliveryState>,
     pub handler: Option<String>,
+    pub event_type: Option<String>,
+    /// Exactly this provider event id.
+    pub event_id: Option<String>,
+    /// Received at or after, in unix ms.
+    pub since_ms: Option<i64>,
+    /// Received at or before, in unix ms.
+    pub until_ms: Option<i64>,
+    /// The page after this cursor ([`EventSummary::cursor`] of the previous page's last event):
+    /// only events stored before it.
+    pub before: Option<i64>,
     pub limit: usize,
 }
 
@@ -26,6 +39,9 @@ pub struct EventSummary {
     pub received_at: i64,
     /// Handler → delivery state.
     pub states: BTreeMap<String, String>,
+    /// Where this event stands in the listing's order (newest first): the next page is
+    /// [`EventFilter::before`] the last one's cursor.
+    pub cursor: i64,
 }
 
 /// One event with every delivery and its full attempt history.
@@ -39,6 +55,10 @@ pub struct EventDetail {
     pub received_at: i64,
     /// When retention dropped its payload (headers, body, outputs, attempts); `None` while kept.
     pub pruned_at: Option<i64>,
+    /// The request's headers as stored (names lower-case, arrival order).
+    pub headers: Vec<crate::model::Header>,
+    /// The request's body as received.
+    pub body: bytes::Bytes,
     pub deliveries: Vec<DeliveryDetail>,
 }
 
@@ -66,6 +86,30 @@ pub struct AttemptRecord {
     pub plugin_sha256: Option<String>,
 }
 
+/// The dead deliveries of one handler whose last attempt failed with one error kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterGroup {
+    pub handler: String,
+    /// The last attempt's `error_kind` (`None`: it recorded none).
+    pub error_kind: Option<String>,
+    pub count: i64,
+    /// When the earliest and the latest of them died (their last update), unix ms.
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// One of their last errors, as an example.
+    pub example_error: Option<String>,
+}
+
+/// A quarantined request still held, without its headers or body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRequest {
+    pub id: i64,
+    pub source: String,
+    pub received_at: i64,
+    /// Why it could not be parsed.
+    pub reason: String,
+}
+
 impl Inbox {
     /// Events, newest first, with each handler's delivery state.
     pub async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
@@ -87,5 +131,21 @@ impl Inbox {
         states: &[DeliveryState],
     ) -> Result<Vec<(String, i64)>, InboxError> {
         self.store().state_counts(states.to_vec()).await
+    }
+
+    /// Dead deliveries grouped by handler and their last attempt's error kind, largest group
+    /// first.
+    pub async fn dead_letter_groups(&self) -> Result<Vec<DeadLetterGroup>, InboxError> {
+        self.store().dead_letter_groups().await
+    }
+
+    /// Held quarantined requests, newest first, at most `limit`, those stored before
+    /// `before_id` when given.
+    pub async fn held_requests(
+        &self,
+        limit: usize,
+        before_id: Option<i64>,
+    ) -> Result<Vec<HeldRequest>, InboxError> {
+        self.store().held_requests(limit, before_id).await
     }
 }

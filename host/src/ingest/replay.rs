@@ -70,6 +70,18 @@ pub fn known_source(shared: &Shared, filter: &ReplayFilter) -> Result<(), Replay
     }
 }
 
+/// Parses the held quarantined request `id` again (the dashboard's replay of one request):
+/// matched 1 if it is still held, replayed 1 if it left quarantine.
+pub async fn run_held(shared: &Shared, id: i64) -> Result<ReplayReport, ReplayError> {
+    let held = shared.inbox.held_quarantined(id).await?.is_some();
+    let result = reparse(shared, &[id]).await;
+    shared.inbox.recount_quarantine().await?;
+    Ok(ReplayReport {
+        matched: usize::from(held),
+        replayed: result?,
+    })
+}
+
 /// Parses the quarantined requests `ids` again, one at a time (one body in memory at once), and
 /// accepts or resolves each; returns how many left quarantine.
 async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {

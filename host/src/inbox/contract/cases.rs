@@ -580,3 +580,224 @@ pub(super) async fn a_notice_of_work_wakes_whoever_waits_for_work(db: &dyn Datab
     .await;
     assert!(woken.is_ok(), "the notice reached the waiter");
 }
+
+// The dashboard's reads: event filters and cursor, dead-letter groups, held requests.
+
+/// Accepts event `id` of type `event_type` from `source`, received at `received_ms`, with one
+/// header and a body, for [`HANDLER`].
+async fn accept_typed(inbox: &Inbox, source: &str, id: &str, event_type: &str, received_ms: i64) {
+    let envelope = crate::model::Envelope {
+        event_type: event_type.into(),
+        ..event(id)
+    };
+    let request = crate::inbox::RawRequest {
+        headers: vec![("x-kind".into(), event_type.into())],
+        body: bytes::Bytes::from(format!("{{\"id\":\"{id}\"}}")),
+        received_at_ms: received_ms,
+    };
+    inbox
+        .accept(
+            SourceName::new(source),
+            envelope,
+            request,
+            vec![PluginName::new(HANDLER)],
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+/// The event ids `filter` lists, in order.
+async fn listed(inbox: &Inbox, filter: EventFilter) -> Vec<String> {
+    inbox
+        .list_events(filter)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_id)
+        .collect()
+}
+
+/// Leases the one due delivery of [`HANDLER`] (event `id`) and finishes it dead with an
+/// attempt failed as `error_kind`.
+async fn dead_with_kind(inbox: &Inbox, id: &str, error_kind: &str) {
+    let claimed = lease(inbox, id).await;
+    let record = Finish {
+        error_kind: Some(error_kind.into()),
+        error: Some(format!("{id} failed: {error_kind}")),
+        ..finished(&claimed, Disposition::Dead)
+    };
+    inbox.finish(record).await.unwrap();
+}
+
+pub(super) async fn list_events_filters_by_type_id_source_and_time(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    accept_typed(&inbox, "s", "a", "push", 1_000).await;
+    accept_typed(&inbox, "s", "b", "issue", 2_000).await;
+    accept_typed(&inbox, "other", "c", "push", 3_000).await;
+    accept_typed(&inbox, "s", "d", "push", 4_000).await;
+    let all = || EventFilter {
+        limit: 10,
+        ..Default::default()
+    };
+    let by_type = EventFilter {
+        event_type: Some("push".into()),
+        ..all()
+    };
+    assert_eq!(listed(&inbox, by_type.clone()).await, ["d", "c", "a"]);
+    let by_type_and_source = EventFilter {
+        source: Some("s".into()),
+        ..by_type
+    };
+    assert_eq!(listed(&inbox, by_type_and_source).await, ["d", "a"]);
+    let by_id = EventFilter {
+        event_id: Some("c".into()),
+        ..all()
+    };
+    assert_eq!(listed(&inbox, by_id).await, ["c"]);
+    let in_range = EventFilter {
+        since_ms: Some(2_000),
+        until_ms: Some(3_000),
+        ..all()
+    };
+    assert_eq!(listed(&inbox, in_range).await, ["c", "b"]);
+    let nothing = EventFilter {
+        event_id: Some("c".into()),
+        source: Some("s".into()),
+        ..all()
+    };
+    assert!(listed(&inbox, nothing).await.is_empty());
+}
+
+pub(super) async fn list_events_pages_by_cursor_without_gaps_or_repeats(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    for id in ["a", "b", "c", "d", "e"] {
+        accept(&inbox, event(id)).await;
+    }
+    let mut pages = Vec::new();
+    let mut before = None;
+    // Bounded: a cursor that did not move on would list the first page forever.
+    for _ in 0..5 {
+        let page = inbox
+            .list_events(EventFilter {
+                limit: 2,
+                before,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        if page.is_empty() {
+            break;
+        }
+        before = page.last().map(|e| e.cursor);
+        pages.push(page.into_iter().map(|e| e.event_id).collect::<Vec<_>>());
+    }
+    assert_eq!(pages, [vec!["e", "d"], vec!["c", "b"], vec!["a"]]);
+}
+
+pub(super) async fn list_events_by_state_finds_a_rare_state_newest_first(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    dead_with_kind(&inbox, "a", "permanent").await;
+    accept(&inbox, event("b")).await;
+    accept(&inbox, event("c")).await;
+    let (d, e) = ("d", "e");
+    accept(&inbox, event(d)).await;
+    let dead_filter = EventFilter {
+        state: Some(DeliveryState::Dead),
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(listed(&inbox, dead_filter.clone()).await, ["a"]);
+    accept(&inbox, event(e)).await;
+    let pending = EventFilter {
+        state: Some(DeliveryState::Pending),
+        handler: Some(HANDLER.into()),
+        limit: 2,
+        ..Default::default()
+    };
+    let first = inbox.list_events(pending.clone()).await.unwrap();
+    let ids: Vec<&str> = first.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, ["e", "d"]);
+    let second = EventFilter {
+        before: first.last().map(|e| e.cursor),
+        ..pending
+    };
+    assert_eq!(listed(&inbox, second).await, ["c", "b"]);
+    let other_handler = EventFilter {
+        handler: Some("nobody".into()),
+        ..dead_filter
+    };
+    assert!(listed(&inbox, other_handler).await.is_empty());
+}
+
+pub(super) async fn an_event_detail_carries_its_headers_and_body(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    accept_typed(&inbox, SOURCE, "a", "push", 5).await;
+    let event = detail(&inbox, "a").await;
+    assert_eq!(event.headers, [("x-kind".to_owned(), "push".to_owned())]);
+    assert_eq!(&event.body[..], br#"{"id":"a"}"#);
+}
+
+pub(super) async fn dead_letters_are_grouped_by_handler_and_error_kind(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    dead_with_kind(&inbox, "a", "trap").await;
+    dead_with_kind(&inbox, "b", "permanent").await;
+    dead_with_kind(&inbox, "c", "trap").await;
+    accept(&inbox, event("open")).await;
+    let groups = inbox.dead_letter_groups().await.unwrap();
+    let seen: Vec<(&str, Option<&str>, i64)> = groups
+        .iter()
+        .map(|g| (g.handler.as_str(), g.error_kind.as_deref(), g.count))
+        .collect();
+    assert_eq!(
+        seen,
+        [(HANDLER, Some("trap"), 2), (HANDLER, Some("permanent"), 1)]
+    );
+    assert!(groups[0].first_ms <= groups[0].last_ms);
+    assert!(
+        groups[0]
+            .example_error
+            .as_deref()
+            .is_some_and(|e| e.ends_with("failed: trap")),
+        "{groups:?}"
+    );
+}
+
+pub(super) async fn a_replay_by_error_kind_takes_only_that_group(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    dead_with_kind(&inbox, "a", "trap").await;
+    dead_with_kind(&inbox, "b", "permanent").await;
+    let traps = ReplayFilter {
+        error_kind: Some("trap".into()),
+        handler: Some(HANDLER.into()),
+        ..dead()
+    };
+    let dry = ReplayFilter {
+        dry_run: true,
+        ..traps.clone()
+    };
+    assert_eq!(inbox.replay(dry).await.unwrap(), (1, 0));
+    assert_eq!(inbox.replay(traps).await.unwrap(), (1, 1));
+    assert_eq!(state_of(&inbox, "a").await, "pending");
+    assert_eq!(state_of(&inbox, "b").await, "dead");
+}
+
+pub(super) async fn held_requests_are_listed_newest_first_with_their_reason(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let first = quarantine(&inbox, 10).await.unwrap();
+    let second = quarantine(&inbox, 10).await.unwrap();
+    let resolved = quarantine(&inbox, 10).await.unwrap();
+    inbox
+        .resolve_quarantine(resolved, "parser now says: ignore".into())
+        .await
+        .unwrap();
+    let held = inbox.held_requests(10, None).await.unwrap();
+    let ids: Vec<i64> = held.iter().map(|h| h.id).collect();
+    assert_eq!(ids, [second, first]);
+    assert_eq!(
+        (held[0].source.as_str(), held[0].reason.as_str()),
+        (SOURCE, "parser trapped")
+    );
+    let after = inbox.held_requests(10, Some(second)).await.unwrap();
+    assert_eq!(after.iter().map(|h| h.id).collect::<Vec<_>>(), [first]);
+}

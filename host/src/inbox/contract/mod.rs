@@ -101,6 +101,13 @@ macro_rules! suite {
             a_discarded_delivery_is_pruned_like_finished_work,
             discard_takes_only_dead_deliveries,
             a_discarded_quarantined_request_is_resolved_then_deleted,
+            list_events_filters_by_type_id_source_and_time,
+            list_events_pages_by_cursor_without_gaps_or_repeats,
+            list_events_by_state_finds_a_rare_state_newest_first,
+            an_event_detail_carries_its_headers_and_body,
+            dead_letters_are_grouped_by_handler_and_error_kind,
+            a_replay_by_error_kind_takes_only_that_group,
+            held_requests_are_listed_newest_first_with_their_reason,
             $($single,)*
             ]
         );

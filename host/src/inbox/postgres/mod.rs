@@ -73,8 +73,8 @@ use tokio_postgres::{Config, NoTls};
 
 use self::error::Target;
 use super::{
-    Accepted, ClaimRequest, Commits, EventDetail, EventFilter, EventSummary, Finish, Finished,
-    InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, Commits, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
+    Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
     error::StorageError,
     retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
@@ -420,6 +420,18 @@ impl Store for PostgresStore {
         states: Vec<DeliveryState>,
     ) -> Result<Vec<(String, i64)>, InboxError> {
         views::state_counts(&self.client().await?, &states).await
+    }
+
+    async fn dead_letter_groups(&self) -> Result<Vec<DeadLetterGroup>, InboxError> {
+        views::dead_letter_groups(&self.client().await?).await
+    }
+
+    async fn held_requests(
+        &self,
+        limit: usize,
+        before_id: Option<i64>,
+    ) -> Result<Vec<HeldRequest>, InboxError> {
+        views::held_requests(&self.client().await?, limit, before_id).await
     }
 
     async fn notify_work(&self) -> Result<(), InboxError> {

@@ -56,6 +56,9 @@ pub(super) async fn matching_deliveries(
                AND ($4::text[] IS NULL OR e.event_id = ANY($4))
                AND ($5::bigint IS NULL OR e.received_at >= $5)
                AND ($6::bigint IS NULL OR e.received_at <= $6)
+               AND ($8::text IS NULL OR (SELECT a.error_kind FROM attempts a
+                                         WHERE a.delivery = d.id
+                                         ORDER BY a.id DESC LIMIT 1) = $8)
              ORDER BY d.id LIMIT $7
              FOR SHARE OF e",
             )
@@ -68,6 +71,7 @@ pub(super) async fn matching_deliveries(
                 &filter.since_ms,
                 &filter.until_ms,
                 &(filter.limit as i64),
+                &filter.error_kind,
             ],
         )
         .await?

@@ -1,17 +1,19 @@
-//! Read models in SQL: event listings, one event's detail, deliveries per state, and the
-//! inbox's counters.
+//! Read models in SQL: event listings, one event's detail, deliveries per state, dead-letter
+//! groups, held requests, and the inbox's counters.
 //!
 //! Invariant: every query here only reads.
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use deadpool_postgres::Client;
+use tokio_postgres::types::ToSql;
 
 use super::state_names;
 use crate::{
     inbox::{
-        AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary, InboxError,
-        store::Counts,
+        AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
+        HeldRequest, InboxError, request::headers_from_json, store::Counts,
     },
     model::DeliveryState,
 };
@@ -35,56 +37,111 @@ pub(super) async fn counts(client: &Client) -> Result<Counts, InboxError> {
     })
 }
 
-/// Events, newest first, with each handler's delivery state (one query: the page of events
-/// joined with their deliveries).
+/// Events matching `filter`, newest first, with each handler's delivery state: the page's ids
+/// first ([`page_ids`]), then the page joined with its deliveries, in one statement.
 pub(super) async fn list_events(
     client: &Client,
     filter: &EventFilter,
 ) -> Result<Vec<EventSummary>, InboxError> {
+    let (page, mut values) = page_ids(filter);
+    values.push(Box::new(filter.limit as i64));
+    let sql = format!(
+        "WITH page(id) AS ({page} LIMIT ${})
+         SELECT e.id, e.source, e.event_id, e.event_type, e.received_at, d.handler, d.state
+         FROM page p JOIN events e ON e.id = p.id LEFT JOIN deliveries d ON d.event = e.id
+         ORDER BY e.id DESC",
+        values.len()
+    );
+    let params: Vec<&(dyn ToSql + Sync)> = values
+        .iter()
+        .map(|v| v.as_ref() as &(dyn ToSql + Sync))
+        .collect();
     let rows = client
-        .query(
-            &client
-                .prepare_cached(
-                    "WITH page AS (
-                 SELECT e.id, e.source, e.event_id, e.event_type, e.received_at FROM events e
-                 WHERE ($1::text IS NULL OR e.source = $1)
-                   AND ($2::text IS NULL AND $3::text IS NULL OR EXISTS (
-                        SELECT 1 FROM deliveries d WHERE d.event = e.id
-                          AND ($2 IS NULL OR d.state = $2) AND ($3 IS NULL OR d.handler = $3)))
-                 ORDER BY e.id DESC LIMIT $4)
-             SELECT p.id, p.source, p.event_id, p.event_type, p.received_at, d.handler, d.state
-             FROM page p LEFT JOIN deliveries d ON d.event = p.id
-             ORDER BY p.id DESC",
-                )
-                .await?,
-            &[
-                &filter.source,
-                &filter.state.map(|s| s.as_str()),
-                &filter.handler,
-                &(filter.limit as i64),
-            ],
-        )
+        .query(&client.prepare_cached(&sql).await?, &params)
         .await?;
     // Rows come grouped by event: a new id starts the next summary.
-    let mut events: Vec<(i64, EventSummary)> = Vec::new();
+    let mut events: Vec<EventSummary> = Vec::new();
     for r in rows {
         let id: i64 = r.get(0);
-        if events.last().is_none_or(|(last, _)| *last != id) {
-            let summary = EventSummary {
+        if events.last().is_none_or(|last| last.cursor != id) {
+            events.push(EventSummary {
                 source: r.get(1),
                 event_id: r.get(2),
                 event_type: r.get(3),
                 received_at: r.get(4),
                 states: BTreeMap::new(),
-            };
-            events.push((id, summary));
+                cursor: id,
+            });
         }
         let handler: Option<String> = r.get(5);
-        if let (Some(handler), Some((_, summary))) = (handler, events.last_mut()) {
+        if let (Some(handler), Some(summary)) = (handler, events.last_mut()) {
             summary.states.insert(handler, r.get(6));
         }
     }
-    Ok(events.into_iter().map(|(_, summary)| summary).collect())
+    Ok(events)
+}
+
+/// The ids of the events `filter` selects, newest first, as a statement built from the
+/// conditions it gives (a condition left out is not in the SQL, so the plan is made for what
+/// filters), and its parameters. A state filter walks the `deliveries_state_event` index from
+/// the newest event down, so a rare state (dead) is found without visiting every event.
+fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
+    let mut values: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
+    let mut conditions: Vec<String> = Vec::new();
+    let bind = |values: &mut Vec<Box<dyn ToSql + Sync + Send>>,
+                value: Box<dyn ToSql + Sync + Send>| {
+        values.push(value);
+        format!("${}", values.len())
+    };
+    let by_state = filter.state.is_some();
+    let id = if by_state { "d.event" } else { "e.id" };
+    if let Some(state) = filter.state {
+        let p = bind(&mut values, Box::new(state.as_str()));
+        conditions.push(format!("d.state = {p}"));
+    }
+    let text_columns = [
+        ("e.source", &filter.source),
+        ("e.event_type", &filter.event_type),
+        ("e.event_id", &filter.event_id),
+    ];
+    for (column, value) in text_columns {
+        if let Some(value) = value {
+            let p = bind(&mut values, Box::new(value.clone()));
+            conditions.push(format!("{column} = {p}"));
+        }
+    }
+    if let Some(since) = filter.since_ms {
+        let p = bind(&mut values, Box::new(since));
+        conditions.push(format!("e.received_at >= {p}"));
+    }
+    if let Some(until) = filter.until_ms {
+        let p = bind(&mut values, Box::new(until));
+        conditions.push(format!("e.received_at <= {p}"));
+    }
+    if let Some(before) = filter.before {
+        let p = bind(&mut values, Box::new(before));
+        conditions.push(format!("{id} < {p}"));
+    }
+    if let Some(handler) = &filter.handler {
+        let p = bind(&mut values, Box::new(handler.clone()));
+        conditions.push(if by_state {
+            format!("d.handler = {p}")
+        } else {
+            format!("EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id AND d.handler = {p})")
+        });
+    }
+    let from = if by_state {
+        "SELECT DISTINCT d.event FROM deliveries d JOIN events e ON e.id = d.event"
+    } else {
+        "SELECT e.id FROM events e"
+    };
+    let mut sql = from.to_owned();
+    if !conditions.is_empty() {
+        sql += " WHERE ";
+        sql += &conditions.join(" AND ");
+    }
+    sql += &format!(" ORDER BY {id} DESC");
+    (sql, values)
 }
 
 /// One event with every delivery and its full attempt history.
@@ -98,7 +155,7 @@ pub(super) async fn event_detail(
             &client
                 .prepare_cached(
                     "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
-                    pruned_at
+                    pruned_at, headers, body
              FROM events WHERE source = $1 AND event_id = $2",
                 )
                 .await?,
@@ -117,6 +174,8 @@ pub(super) async fn event_detail(
         sequence: event.get(5),
         received_at: event.get(6),
         pruned_at: event.get(7),
+        headers: headers_from_json(event.get(8)),
+        body: Bytes::from(event.get::<_, Vec<u8>>(9)),
         deliveries: Vec::new(),
     };
     let deliveries = client
@@ -185,4 +244,67 @@ pub(super) async fn state_counts(
         )
         .await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}
+
+/// Dead deliveries grouped by handler and their last attempt's error kind, largest group first.
+pub(super) async fn dead_letter_groups(
+    client: &Client,
+) -> Result<Vec<DeadLetterGroup>, InboxError> {
+    let rows = client
+        .query(
+            &client
+                .prepare_cached(
+                    "SELECT handler, kind, COUNT(*), MIN(updated_at), MAX(updated_at),
+                            MAX(last_error)
+                     FROM (SELECT d.handler, d.updated_at, d.last_error,
+                                  (SELECT a.error_kind FROM attempts a WHERE a.delivery = d.id
+                                   ORDER BY a.id DESC LIMIT 1) AS kind
+                           FROM deliveries d WHERE d.state = $1) g
+                     GROUP BY handler, kind
+                     ORDER BY COUNT(*) DESC, handler, kind",
+                )
+                .await?,
+            &[&DeliveryState::Dead.as_str()],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| DeadLetterGroup {
+            handler: r.get(0),
+            error_kind: r.get(1),
+            count: r.get(2),
+            first_ms: r.get(3),
+            last_ms: r.get(4),
+            example_error: r.get(5),
+        })
+        .collect())
+}
+
+/// Unresolved quarantined requests, newest first, without headers or bodies.
+pub(super) async fn held_requests(
+    client: &Client,
+    limit: usize,
+    before_id: Option<i64>,
+) -> Result<Vec<HeldRequest>, InboxError> {
+    let rows = client
+        .query(
+            &client
+                .prepare_cached(
+                    "SELECT id, source, received_at, reason FROM quarantine
+                     WHERE resolved_at IS NULL AND id < $1
+                     ORDER BY id DESC LIMIT $2",
+                )
+                .await?,
+            &[&before_id.unwrap_or(i64::MAX), &(limit as i64)],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| HeldRequest {
+            id: r.get(0),
+            source: r.get(1),
+            received_at: r.get(2),
+            reason: r.get(3),
+        })
+        .collect())
 }

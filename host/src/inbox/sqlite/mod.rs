@@ -40,8 +40,8 @@ use rusqlite::Connection;
 
 pub use self::writer::WriterOptions;
 use super::{
-    Accepted, ClaimRequest, Commits, EventDetail, EventFilter, EventSummary, Finish, Finished,
-    InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, Commits, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
+    Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
     retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
@@ -269,6 +269,19 @@ impl Store for SqliteStore {
         states: Vec<DeliveryState>,
     ) -> Result<Vec<(String, i64)>, InboxError> {
         self.read(move |conn| views::state_counts(conn, &states))
+            .await
+    }
+
+    async fn dead_letter_groups(&self) -> Result<Vec<DeadLetterGroup>, InboxError> {
+        self.read(views::dead_letter_groups).await
+    }
+
+    async fn held_requests(
+        &self,
+        limit: usize,
+        before_id: Option<i64>,
+    ) -> Result<Vec<HeldRequest>, InboxError> {
+        self.read(move |conn| views::held_requests(conn, limit, before_id))
             .await
     }
 

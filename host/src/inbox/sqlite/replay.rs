@@ -56,6 +56,8 @@ pub(super) fn matching_deliveries(
                AND (?4 IS NULL OR e.event_id IN (SELECT value FROM json_each(?4)))
                AND (?5 IS NULL OR e.received_at >= ?5)
                AND (?6 IS NULL OR e.received_at <= ?6)
+               AND (?8 IS NULL OR (SELECT a.error_kind FROM attempts a WHERE a.delivery = d.id
+                                   ORDER BY a.id DESC LIMIT 1) = ?8)
              ORDER BY d.id LIMIT ?7",
         )?
         .query_map(
@@ -66,7 +68,8 @@ pub(super) fn matching_deliveries(
                 ids_json,
                 filter.since_ms,
                 filter.until_ms,
-                filter.limit as i64
+                filter.limit as i64,
+                filter.error_kind,
             ],
             |r| r.get(0),
         )?

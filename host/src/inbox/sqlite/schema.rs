@@ -119,6 +119,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_unpruned ON events (received_at, id) WHERE pruned_at IS NULL;
     CREATE INDEX events_pruned ON events (pruned_at) WHERE pruned_at IS NOT NULL;
     ",
+    // 6: the event list's filters and cursor stay index range scans on millions of events: by
+    // source or type newest first, by provider event id, and the events having a delivery in
+    // a state (a rare one, dead, included) newest first.
+    "
+    CREATE INDEX events_source_id ON events (source, id);
+    CREATE INDEX events_type_id ON events (event_type, id);
+    CREATE INDEX events_event_id ON events (event_id);
+    CREATE INDEX deliveries_state_event ON deliveries (state, event);
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

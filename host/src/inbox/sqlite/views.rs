@@ -1,60 +1,123 @@
-//! Read models in SQL: event listings, one event's detail, deliveries per state.
+//! Read models in SQL: event listings, one event's detail, deliveries per state, dead-letter
+//! groups, held requests.
 //!
 //! Invariant: every query here only reads, on a pooled read connection.
 
 use std::collections::BTreeMap;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use bytes::Bytes;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
+use super::sql::headers_from_json;
 use crate::{
-    inbox::{AttemptRecord, DeliveryDetail, EventDetail, EventFilter, EventSummary, InboxError},
+    inbox::{
+        AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
+        HeldRequest, InboxError,
+    },
     model::DeliveryState,
 };
 
-/// Events, newest first, with each handler's delivery state (one query: the page of events
-/// joined with their deliveries).
+/// Events matching `filter`, newest first, with each handler's delivery state: the page's ids
+/// first ([`page_ids`]), then the page joined with its deliveries, in one statement.
 pub(super) fn list_events(
     conn: &Connection,
     filter: &EventFilter,
 ) -> Result<Vec<EventSummary>, InboxError> {
-    let mut stmt = conn.prepare_cached(
-        "WITH page AS (
-             SELECT e.id, e.source, e.event_id, e.event_type, e.received_at FROM events e
-             WHERE (?1 IS NULL OR e.source = ?1)
-               AND (?2 IS NULL AND ?3 IS NULL OR EXISTS (
-                    SELECT 1 FROM deliveries d WHERE d.event = e.id
-                      AND (?2 IS NULL OR d.state = ?2) AND (?3 IS NULL OR d.handler = ?3)))
-             ORDER BY e.id DESC LIMIT ?4)
-         SELECT p.id, p.source, p.event_id, p.event_type, p.received_at, d.handler, d.state
-         FROM page p LEFT JOIN deliveries d ON d.event = p.id
-         ORDER BY p.id DESC",
-    )?;
-    let mut rows = stmt.query(params![
-        filter.source,
-        filter.state.map(|s| s.as_str()),
-        filter.handler,
-        filter.limit as i64
-    ])?;
+    let (page, mut values) = page_ids(filter);
+    values.push(Value::Integer(filter.limit as i64));
+    let sql = format!(
+        "WITH page(id) AS ({page} LIMIT ?{})
+         SELECT e.id, e.source, e.event_id, e.event_type, e.received_at, d.handler, d.state
+         FROM page p JOIN events e ON e.id = p.id LEFT JOIN deliveries d ON d.event = e.id
+         ORDER BY e.id DESC",
+        values.len()
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut rows = stmt.query(params_from_iter(values))?;
     // Rows come grouped by event: a new id starts the next summary.
-    let mut events: Vec<(i64, EventSummary)> = Vec::new();
+    let mut events: Vec<EventSummary> = Vec::new();
     while let Some(r) = rows.next()? {
         let id: i64 = r.get(0)?;
-        if events.last().is_none_or(|(last, _)| *last != id) {
-            let summary = EventSummary {
+        if events.last().is_none_or(|last| last.cursor != id) {
+            events.push(EventSummary {
                 source: r.get(1)?,
                 event_id: r.get(2)?,
                 event_type: r.get(3)?,
                 received_at: r.get(4)?,
                 states: BTreeMap::new(),
-            };
-            events.push((id, summary));
+                cursor: id,
+            });
         }
         let handler: Option<String> = r.get(5)?;
-        if let (Some(handler), Some((_, summary))) = (handler, events.last_mut()) {
+        if let (Some(handler), Some(summary)) = (handler, events.last_mut()) {
             summary.states.insert(handler, r.get(6)?);
         }
     }
-    Ok(events.into_iter().map(|(_, summary)| summary).collect())
+    Ok(events)
+}
+
+/// The ids of the events `filter` selects, newest first, as a statement built from the
+/// conditions it gives (a condition left out is not in the SQL, so the planner sees only
+/// what filters and picks its index for that), and its parameters. A state filter walks the
+/// `deliveries_state_event` index from the newest event down, so a rare state (dead) is found
+/// without visiting every event; otherwise the events are walked by id (or by the index of
+/// the column they are filtered on).
+fn page_ids(filter: &EventFilter) -> (String, Vec<Value>) {
+    let mut values: Vec<Value> = Vec::new();
+    let mut conditions: Vec<String> = Vec::new();
+    let bind = |values: &mut Vec<Value>, value: Value| {
+        values.push(value);
+        format!("?{}", values.len())
+    };
+    let by_state = filter.state.is_some();
+    let id = if by_state { "d.event" } else { "e.id" };
+    if let Some(state) = filter.state {
+        let p = bind(&mut values, Value::Text(state.as_str().to_owned()));
+        conditions.push(format!("d.state = {p}"));
+    }
+    let text_columns = [
+        ("e.source", &filter.source),
+        ("e.event_type", &filter.event_type),
+        ("e.event_id", &filter.event_id),
+    ];
+    for (column, value) in text_columns {
+        if let Some(value) = value {
+            let p = bind(&mut values, Value::Text(value.clone()));
+            conditions.push(format!("{column} = {p}"));
+        }
+    }
+    if let Some(since) = filter.since_ms {
+        let p = bind(&mut values, Value::Integer(since));
+        conditions.push(format!("e.received_at >= {p}"));
+    }
+    if let Some(until) = filter.until_ms {
+        let p = bind(&mut values, Value::Integer(until));
+        conditions.push(format!("e.received_at <= {p}"));
+    }
+    if let Some(before) = filter.before {
+        let p = bind(&mut values, Value::Integer(before));
+        conditions.push(format!("{id} < {p}"));
+    }
+    if let Some(handler) = &filter.handler {
+        let p = bind(&mut values, Value::Text(handler.clone()));
+        conditions.push(if by_state {
+            format!("d.handler = {p}")
+        } else {
+            format!("EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id AND d.handler = {p})")
+        });
+    }
+    let from = if by_state {
+        "SELECT DISTINCT d.event FROM deliveries d JOIN events e ON e.id = d.event"
+    } else {
+        "SELECT e.id FROM events e"
+    };
+    let mut sql = from.to_owned();
+    if !conditions.is_empty() {
+        sql += " WHERE ";
+        sql += &conditions.join(" AND ");
+    }
+    sql += &format!(" ORDER BY {id} DESC");
+    (sql, values)
 }
 
 /// One event with every delivery and its full attempt history.
@@ -66,7 +129,7 @@ pub(super) fn event_detail(
     let event = conn
         .query_row(
             "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
-                    pruned_at
+                    pruned_at, headers, body
              FROM events WHERE source = ?1 AND event_id = ?2",
             params![source, event_id],
             |r| {
@@ -80,6 +143,8 @@ pub(super) fn event_detail(
                         sequence: r.get(5)?,
                         received_at: r.get(6)?,
                         pruned_at: r.get(7)?,
+                        headers: headers_from_json(&r.get::<_, String>(8)?),
+                        body: Bytes::from(r.get::<_, Vec<u8>>(9)?),
                         deliveries: Vec::new(),
                     },
                 ))
@@ -147,4 +212,53 @@ pub(super) fn state_counts(
             Ok((state.as_str().to_owned(), n))
         })
         .collect()
+}
+
+/// Dead deliveries grouped by handler and their last attempt's error kind (found through the
+/// `deliveries_due` index, then one `attempts_delivery` probe each), largest group first.
+pub(super) fn dead_letter_groups(conn: &Connection) -> Result<Vec<DeadLetterGroup>, InboxError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT handler, kind, COUNT(*), MIN(updated_at), MAX(updated_at), MAX(last_error)
+             FROM (SELECT d.handler, d.updated_at, d.last_error,
+                          (SELECT a.error_kind FROM attempts a WHERE a.delivery = d.id
+                           ORDER BY a.id DESC LIMIT 1) AS kind
+                   FROM deliveries d WHERE d.state = ?1)
+             GROUP BY handler, kind
+             ORDER BY COUNT(*) DESC, handler, kind",
+        )?
+        .query_map([DeliveryState::Dead.as_str()], |r| {
+            Ok(DeadLetterGroup {
+                handler: r.get(0)?,
+                error_kind: r.get(1)?,
+                count: r.get(2)?,
+                first_ms: r.get(3)?,
+                last_ms: r.get(4)?,
+                example_error: r.get(5)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?)
+}
+
+/// Unresolved quarantined requests, newest first, without headers or bodies.
+pub(super) fn held_requests(
+    conn: &Connection,
+    limit: usize,
+    before_id: Option<i64>,
+) -> Result<Vec<HeldRequest>, InboxError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, source, received_at, reason FROM quarantine
+             WHERE resolved_at IS NULL AND id < ?1
+             ORDER BY id DESC LIMIT ?2",
+        )?
+        .query_map(params![before_id.unwrap_or(i64::MAX), limit as i64], |r| {
+            Ok(HeldRequest {
+                id: r.get(0)?,
+                source: r.get(1)?,
+                received_at: r.get(2)?,
+                reason: r.get(3)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?)
 }

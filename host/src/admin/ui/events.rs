@@ -1,0 +1,390 @@
+//! The events pages: the filtered, cursor-paginated list, and one event's detail (envelope,
+//! headers, body, every delivery with its attempt timeline, and replay).
+//!
+//! Invariants:
+//! - The list asks the inbox exactly as `GET /admin/events` does (one [`EventFilter`]), a page
+//!   of [`PAGE`] at a time, never a count of everything.
+//! - A body is shown up to [`MAX_BODY_SHOWN`] bytes; headers that carry credentials
+//!   (`authorization`, cookies) are shown as `[redacted]`; everything is escaped.
+
+use std::sync::Arc;
+
+use axum::{
+    Extension,
+    extract::{Path, Query, State},
+    response::{IntoResponse, Response},
+};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::{
+    Ui, UiError, format, given,
+    layout::{self, Nav},
+    session::SignedIn,
+};
+use crate::{
+    admin::handlers::{next_page, parse_state},
+    cli::client::{percent_encode, query},
+    error::ApiError,
+    inbox::{DeliveryDetail, EventFilter, EventSummary},
+    model::DeliveryState,
+};
+
+/// Events per page.
+const PAGE: usize = 50;
+/// Body bytes shown on the detail page; the rest is cut (the page says so).
+const MAX_BODY_SHOWN: usize = 64 * 1024;
+/// Headers whose values are credentials, shown redacted.
+const REDACTED_HEADERS: [&str; 4] = [
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "x-api-key",
+];
+
+/// The list's query string: the filter form's fields (empty fields do not filter).
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ListQuery {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    handler: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    event_type: String,
+    /// An exact event id.
+    #[serde(default)]
+    q: String,
+    /// `datetime-local` values, UTC.
+    #[serde(default)]
+    since: String,
+    #[serde(default)]
+    until: String,
+    before: Option<i64>,
+}
+
+impl ListQuery {
+    fn filter(&self) -> Result<EventFilter, ApiError> {
+        let time = |name: &str, text: &str| {
+            given(text)
+                .map(|t| {
+                    format::parse_datetime_local(&t).ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "{name} {t:?} is not a time like 2026-01-31T23:59"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        Ok(EventFilter {
+            source: given(&self.source),
+            state: parse_state(given(&self.state).as_deref())?,
+            handler: given(&self.handler),
+            event_type: given(&self.event_type),
+            event_id: given(&self.q),
+            since_ms: time("since", &self.since)?,
+            until_ms: time("until", &self.until)?,
+            before: self.before,
+            limit: PAGE,
+        })
+    }
+
+    /// This query's link with `before` set to `cursor` (`None`: the first page).
+    fn page_link(&self, cursor: Option<i64>) -> String {
+        let pairs = [
+            ("source", given(&self.source)),
+            ("handler", given(&self.handler)),
+            ("state", given(&self.state)),
+            ("event_type", given(&self.event_type)),
+            ("q", given(&self.q)),
+            ("since", given(&self.since)),
+            ("until", given(&self.until)),
+            ("before", cursor.map(|c| c.to_string())),
+        ];
+        format!("/events{}", query(&pairs))
+    }
+}
+
+/// The detail page's path of an event.
+pub(super) fn event_path(source: &str, event_id: &str) -> String {
+    format!(
+        "/events/{}/{}",
+        percent_encode(source),
+        percent_encode(event_id)
+    )
+}
+
+/// `GET /events`.
+pub(super) async fn list(
+    State(ui): State<Arc<Ui>>,
+    Extension(signed_in): Extension<SignedIn>,
+    Query(params): Query<ListQuery>,
+) -> Result<Response, UiError> {
+    let filter = params.filter()?;
+    let first_page = filter.before.is_none();
+    let events = ui.shared.inbox.list_events(filter).await?;
+    let next = next_page(&events, PAGE);
+    let config = &ui.shared.config;
+    let sources: Vec<String> = config.sources.keys().map(|s| s.to_string()).collect();
+    let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
+    let mut handlers: Vec<&str> = config
+        .sources
+        .values()
+        .flat_map(|s| s.handlers.iter().map(|h| h.as_str()))
+        .collect();
+    handlers.sort_unstable();
+    handlers.dedup();
+    let select = |name: &str, label: &str, options: &[&str], chosen: &str| {
+        html! {
+            label { (label)
+                select name=(name) {
+                    option value="" { "any" }
+                    @for option in options {
+                        option value=(option) selected[*option == chosen] { (option) }
+                    }
+                }
+            }
+        }
+    };
+    let states = DeliveryState::ALL.map(DeliveryState::as_str);
+    let body = html! {
+        form.filters method="get" action="/events" role="search" aria-label="Filter events" {
+            label { "Event id"
+                input type="search" name="q" value=(params.q) placeholder="exact id";
+            }
+            (select("source", "Source", &sources, &params.source))
+            (select("handler", "Handler", &handlers, &params.handler))
+            (select("state", "Delivery state", &states, &params.state))
+            label { "Event type"
+                input type="text" name="event_type" value=(params.event_type);
+            }
+            label { "Received from (UTC)"
+                input type="datetime-local" name="since" value=(params.since);
+            }
+            label { "Received until (UTC)"
+                input type="datetime-local" name="until" value=(params.until);
+            }
+            div.actions {
+                button.primary type="submit" { "Filter" }
+                a.button href="/events" { "Clear" }
+            }
+        }
+        @if events.is_empty() {
+            p.notice { "No event matches." }
+        } @else {
+            div.scroll {
+                table.rows {
+                    caption.muted { "Newest first" @if !first_page { " (older page)" } }
+                    thead { tr {
+                        th scope="col" { "Received (UTC)" }
+                        th scope="col" { "Source" }
+                        th scope="col" { "Event id" }
+                        th scope="col" { "Type" }
+                        th scope="col" { "Deliveries" }
+                    } }
+                    tbody {
+                        @for event in &events { (row(event)) }
+                    }
+                }
+            }
+        }
+        nav.pager aria-label="Pages" {
+            @if !first_page { a href=(params.page_link(None)) { "← Newest" } }
+            @if let Some(cursor) = next { a href=(params.page_link(Some(cursor))) rel="next" { "Older →" } }
+        }
+    };
+    Ok(layout::page("Events", Nav::Events, &signed_in, body).into_response())
+}
+
+fn row(event: &EventSummary) -> Markup {
+    html! {
+        tr {
+            td data-label="Received" { (layout::time(event.received_at)) }
+            td data-label="Source" { (event.source) }
+            td.wrap data-label="Event id" { a href=(event_path(&event.source, &event.event_id)) { (event.event_id) } }
+            td.wrap data-label="Type" { (event.event_type) }
+            td data-label="Deliveries" { div.states {
+                @for (handler, state) in &event.states {
+                    span { (handler) ": " (layout::badge(state)) }
+                }
+            } }
+        }
+    }
+}
+
+/// `GET /events/{source}/{event_id}`.
+pub(super) async fn detail(
+    State(ui): State<Arc<Ui>>,
+    Extension(signed_in): Extension<SignedIn>,
+    Path((source, event_id)): Path<(String, String)>,
+) -> Result<Response, UiError> {
+    let Some(event) = ui
+        .shared
+        .inbox
+        .event_detail(source.clone(), event_id.clone())
+        .await?
+    else {
+        return Err(
+            ApiError::NotFound(format!("no event {event_id:?} from source {source:?}")).into(),
+        );
+    };
+    let here = event_path(&event.source, &event.event_id);
+    let (body_text, cut) = shown_body(&event.body);
+    let body = html! {
+        section aria-labelledby="envelope" {
+            h2 #envelope { "Envelope" }
+            dl.envelope {
+                dt { "Source" } dd { (event.source) }
+                dt { "Event id" } dd.mono { (event.event_id) }
+                dt { "Type" } dd { (event.event_type) }
+                dt { "Ordering key" } dd { (event.ordering_key.as_deref().unwrap_or("—")) }
+                dt { "Sequence" } dd { (event.sequence.map_or("—".to_owned(), |s| s.to_string())) }
+                dt { "Received" } dd { (layout::time(event.received_at)) }
+            }
+        }
+        section aria-labelledby="deliveries" {
+            h2 #deliveries { "Deliveries" }
+            @if event.deliveries.is_empty() { p.muted { "This source has no handlers." } }
+            @for delivery in &event.deliveries {
+                (delivery_section(&signed_in, &event.source, &event.event_id, &here, delivery))
+            }
+        }
+        section aria-labelledby="headers" {
+            h2 #headers { "Headers" }
+            div.scroll { table {
+                thead { tr { th scope="col" { "Name" } th scope="col" { "Value" } } }
+                tbody {
+                    @for (name, value) in &event.headers {
+                        tr {
+                            td.mono { (name) }
+                            td.mono.wrap {
+                                @if REDACTED_HEADERS.contains(&name.as_str()) { "[redacted]" }
+                                @else { (value) }
+                            }
+                        }
+                    }
+                }
+            } }
+        }
+        section aria-labelledby="body-title" {
+            h2 #body-title { "Body "
+                span.muted { "(" (event.body.len()) " bytes)" }
+                " " button type="button" data-copy="body" hidden { "Copy" }
+            }
+            @if cut { p.notice { "Only the first " (MAX_BODY_SHOWN / 1024) " KiB are shown." } }
+            pre.body #body tabindex="0" aria-label="Request body" { (body_text) }
+        }
+    };
+    let title = format!("Event {}", event.event_id);
+    Ok(layout::page(&title, Nav::Events, &signed_in, body).into_response())
+}
+
+/// The body as shown: pretty JSON when it is JSON (a `clientState` value, Microsoft Graph's
+/// shared secret, redacted), else the bytes as text; cut at [`MAX_BODY_SHOWN`].
+fn shown_body(body: &[u8]) -> (String, bool) {
+    let text = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(mut json) => {
+            redact_client_state(&mut json);
+            serde_json::to_string_pretty(&json).unwrap_or_default()
+        }
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    if text.len() <= MAX_BODY_SHOWN {
+        return (text, false);
+    }
+    let mut end = MAX_BODY_SHOWN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_owned(), true)
+}
+
+fn redact_client_state(json: &mut serde_json::Value) {
+    match json {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if key.eq_ignore_ascii_case("clientstate") && value.is_string() {
+                    *value = "[redacted]".into();
+                } else {
+                    redact_client_state(value);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_client_state),
+        _ => {}
+    }
+}
+
+fn delivery_section(
+    signed_in: &SignedIn,
+    source: &str,
+    event_id: &str,
+    here: &str,
+    delivery: &DeliveryDetail,
+) -> Markup {
+    let finished = DeliveryState::parse(&delivery.state).is_some_and(|s| !s.is_open());
+    let output_id = format!("output-{}", delivery.handler);
+    html! {
+        article.delivery aria-label={ "Delivery to " (delivery.handler) } {
+            header {
+                h3 { (delivery.handler) }
+                (layout::badge(&delivery.state))
+                span.muted { (delivery.attempts) " attempt" @if delivery.attempts != 1 { "s" } }
+                @if let Some(next) = delivery.next_attempt_at {
+                    span.muted { "next attempt " (layout::time(next)) }
+                }
+                @if finished {
+                    form.inline method="post" action="/replay" {
+                        (layout::csrf_field(signed_in))
+                        input type="hidden" name="source" value=(source);
+                        input type="hidden" name="event_id" value=(event_id);
+                        input type="hidden" name="handler" value=(delivery.handler);
+                        input type="hidden" name="state" value=(delivery.state);
+                        input type="hidden" name="back" value=(here);
+                        button type="submit" { "Replay…" }
+                    }
+                }
+            }
+            @if let Some(error) = &delivery.last_error {
+                p { strong { "Last error: " } span.mono { (error) } }
+            }
+            @if let Some(output) = &delivery.output {
+                p { strong { "Output " } button type="button" data-copy=(output_id) hidden { "Copy" } }
+                pre.body id=(output_id) { (shown_body(output.as_bytes()).0) }
+            }
+            @if !delivery.history.is_empty() {
+                div.scroll { table {
+                    caption.muted { "Attempts" }
+                    thead { tr {
+                        th scope="col" class="num" { "#" }
+                        th scope="col" { "Started (UTC)" }
+                        th scope="col" class="num" { "Duration" }
+                        th scope="col" { "Outcome" }
+                        th scope="col" { "Error" }
+                        th scope="col" { "Plugin sha256" }
+                    } }
+                    tbody {
+                        @for attempt in &delivery.history {
+                            tr {
+                                td.num { (attempt.attempt) }
+                                td { (layout::time(attempt.started_at)) }
+                                td.num { (format::duration(attempt.finished_at - attempt.started_at)) }
+                                td { (layout::badge(&attempt.outcome)) }
+                                td.wrap {
+                                    @if let Some(kind) = &attempt.error_kind { code { (kind) } " " }
+                                    @if let Some(error) = &attempt.error { span.mono { (error) } }
+                                }
+                                td.sha {
+                                    @if let Some(sha) = &attempt.plugin_sha256 {
+                                        abbr title=(sha) { (format::short_sha(sha)) }
+                                    } @else { "—" }
+                                }
+                            }
+                        }
+                    }
+                } }
+            }
+        }
+    }
+}

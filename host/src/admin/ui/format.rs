@@ -1,0 +1,108 @@
+//! How the dashboard writes and reads times and shortens long values: unix milliseconds as
+//! UTC calendar times (and back, from a form's `datetime-local` field), durations, sha256s.
+//!
+//! Invariant: pure functions of their arguments; every time on a page is UTC and says so.
+//! (The civil-date arithmetic is Howard Hinnant's `days_from_civil`/`civil_from_days`: a dozen
+//! lines here instead of a date crate for two conversions.)
+
+/// `2026-12-02 02:30:05` (UTC) for unix ms `ms`.
+pub(super) fn utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Unix ms of a `datetime-local` value read as UTC (`YYYY-MM-DDTHH:MM`, optionally `:SS`).
+pub(super) fn parse_datetime_local(text: &str) -> Option<i64> {
+    let (date, time) = text.trim().split_once(['T', ' '])?;
+    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (y, m, d) = (date.next()??, date.next()??, date.next()??);
+    let mut time = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hh, mm) = (time.next()??, time.next()??);
+    let ss = time.next().unwrap_or(Some(0))?;
+    let valid = (1..=12).contains(&m)
+        && (1..=31).contains(&d)
+        && (0..24).contains(&hh)
+        && (0..60).contains(&mm)
+        && (0..61).contains(&ss);
+    valid.then(|| (days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60 + ss) * 1000)
+}
+
+/// `850 ms`, `12.3 s`, `4 min 2 s`, `3 h 5 min`.
+pub(super) fn duration(ms: i64) -> String {
+    match ms {
+        ..1_000 => format!("{ms} ms"),
+        ..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        ..3_600_000 => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000),
+        _ => format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
+/// The first 12 hex digits of a sha256 (the page shows the whole in a tooltip).
+pub(super) fn short_sha(sha: &str) -> &str {
+    sha.get(..12).unwrap_or(sha)
+}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_and_read_back() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_764_642_605_123), "2025-12-02 02:30:05");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+        assert_eq!(
+            parse_datetime_local("2025-12-02T02:30"),
+            Some(1_764_642_600_000)
+        );
+        assert_eq!(
+            parse_datetime_local("2000-02-29T00:00:00"),
+            Some(951_782_400_000)
+        );
+        for bad in [
+            "",
+            "2025-13-01T00:00",
+            "2025-12-02",
+            "2025-12-02T24:00",
+            "x-y-zTa:b",
+        ] {
+            assert_eq!(parse_datetime_local(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(850), "850 ms");
+        assert_eq!(duration(12_345), "12.3 s");
+        assert_eq!(duration(242_000), "4 min 2 s");
+        assert_eq!(duration(11_100_000), "3 h 5 min");
+    }
+}

@@ -1,0 +1,334 @@
+//! The operator's dashboard on the admin listener: server-rendered HTML pages over the same
+//! inbox reads, replay service and registry calls the JSON API uses, behind a sign-in with
+//! the admin token.
+//!
+//! Invariants:
+//! - Every route checks the `Host` as `/admin/*` does (against DNS rebinding), and the admin
+//!   listener's Origin check refuses cross-site requests before any of them.
+//! - Every page but the sign-in form and the static assets needs a live session
+//!   ([`session`]); every request that changes state (a POST) also carries the session's CSRF
+//!   token, checked here before its handler runs.
+//! - Every response carries a strict `Content-Security-Policy` (scripts and styles only from
+//!   this listener, no inline script, no framing), `X-Frame-Options: DENY`,
+//!   `Referrer-Policy: same-origin` and `X-Content-Type-Options: nosniff`; pages are
+//!   `Cache-Control: no-store`. (`same-origin`, not `no-referrer`: under `no-referrer` a
+//!   browser sends `Origin: null` with the dashboard's own form posts, which the Origin check
+//!   rightly refuses; `same-origin` still sends nothing, not even the origin, to another site.)
+//! - Pages hold no business logic and no SQL: they parse a form or query into the owning
+//!   room's terms and render its answer; every value is escaped by `maud`.
+//! - Every asset is compiled into the binary ([`assets`]): nothing is fetched from elsewhere.
+
+mod assets;
+mod dead_letters;
+mod events;
+mod format;
+mod layout;
+mod overview;
+mod plugins;
+mod quarantine;
+mod replay;
+mod session;
+
+use std::{net::SocketAddr, sync::Arc, time::Instant};
+
+use axum::{
+    Router,
+    body::{Body, to_bytes},
+    extract::{ConnectInfo, Form, FromRequest, Request, State},
+    http::{HeaderValue, Method, StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use maud::html;
+use serde::Deserialize;
+
+use super::guard::Guard;
+use crate::{Shared, error::ApiError};
+use session::{FAILURE_DELAY, Sessions, SignedIn};
+
+/// What the dashboard's routes share.
+pub(super) struct Ui {
+    shared: Arc<Shared>,
+    sessions: Sessions,
+}
+
+type UiState = State<Arc<Ui>>;
+
+/// Largest form a dashboard POST may send (they carry a few short fields).
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// The policy every answer carries: only this listener's own script and style, no inline
+/// script or style, forms posting only here, no framing, no base rewriting.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+                   connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The dashboard's routes, for the admin listener's router to merge.
+pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Shared>> {
+    let ui = Arc::new(Ui {
+        shared,
+        sessions: Sessions::default(),
+    });
+    let signed_in = Router::new()
+        .route("/", get(overview::page))
+        .route("/overview/live", get(overview::live))
+        .route("/events", get(events::list))
+        .route("/events/{source}/{event_id}", get(events::detail))
+        .route("/dead-letters", get(dead_letters::page))
+        .route("/quarantine", get(quarantine::page))
+        .route("/quarantine/{id}/replay", post(quarantine::replay))
+        .route("/plugins", get(plugins::page))
+        .route("/plugins/{name}/rollback", post(plugins::rollback))
+        .route("/replay", post(replay::replay))
+        .route("/sign-out", post(sign_out))
+        .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
+    Router::new()
+        .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route("/assets/{file}", get(assets::serve))
+        .merge(signed_in)
+        .route_layer(middleware::from_fn_with_state(guard, super::require_host))
+        .layer(middleware::from_fn(security_headers))
+        .with_state(ui)
+}
+
+async fn security_headers(request: Request, next: Next) -> Response {
+    let asset = request.uri().path().starts_with("/assets/");
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if !asset {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
+}
+
+/// The CSRF field every dashboard form carries.
+#[derive(Deserialize)]
+struct CsrfField {
+    #[serde(default)]
+    csrf: String,
+}
+
+/// Lets a request through only with a live session (a page without one goes to the sign-in
+/// form), and a POST only with the session's CSRF token in its form. The handler finds the
+/// [`SignedIn`] session in the request's extensions.
+async fn require_session(State(ui): UiState, request: Request, next: Next) -> Response {
+    let Some(signed_in) = ui.sessions.find(request.headers(), Instant::now()) else {
+        if request.method() == Method::GET {
+            return Redirect::to("/sign-in").into_response();
+        }
+        return error_page(
+            StatusCode::FORBIDDEN,
+            "Your session has ended: sign in again.",
+        );
+    };
+    let mut request = if request.method() == Method::GET || request.method() == Method::HEAD {
+        request
+    } else {
+        let (parts, body) = request.into_parts();
+        let Ok(bytes) = to_bytes(body, MAX_FORM_BYTES).await else {
+            return error_page(StatusCode::PAYLOAD_TOO_LARGE, "The form is too large.");
+        };
+        let form = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
+        let presented = Form::<CsrfField>::from_request(form, &())
+            .await
+            .map(|Form(f)| f.csrf)
+            .unwrap_or_default();
+        if !ui.sessions.csrf_matches(&signed_in, &presented) {
+            tracing::warn!(path = %parts.uri.path(), "dashboard request refused: bad CSRF token");
+            return error_page(
+                StatusCode::FORBIDDEN,
+                "This form has expired or did not come from this dashboard: reload the page and try again.",
+            );
+        }
+        Request::from_parts(parts, Body::from(bytes))
+    };
+    request.extensions_mut().insert(signed_in);
+    next.run(request).await
+}
+
+/// The dashboard's own error answer: an [`ApiError`] rendered as a page. A 4xx says why (the
+/// caller's own mistake); anything else says nothing internal (the [`ApiError`] logs it).
+pub(super) struct UiError(pub ApiError);
+
+impl From<ApiError> for UiError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+impl From<crate::inbox::InboxError> for UiError {
+    fn from(e: crate::inbox::InboxError) -> Self {
+        Self(e.into())
+    }
+}
+
+impl From<crate::ingest::replay::ReplayError> for UiError {
+    fn from(e: crate::ingest::replay::ReplayError) -> Self {
+        Self(super::handlers::replay_error(e))
+    }
+}
+
+impl IntoResponse for UiError {
+    fn into_response(self) -> Response {
+        let message = self.0.to_string();
+        let status = self.0.into_response().status();
+        if status.is_client_error() {
+            error_page(status, &message)
+        } else if status == StatusCode::SERVICE_UNAVAILABLE {
+            error_page(status, "The database is busy: try again in a moment.")
+        } else {
+            error_page(
+                status,
+                "Something went wrong on the server; its log says what.",
+            )
+        }
+    }
+}
+
+/// A bare page saying `message`, answered with `status`.
+pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
+    let body = html! {
+        p.notice.error role="alert" { (message) }
+        p { a href="/" { "Back to the overview" } }
+    };
+    (status, layout::bare("Error", body)).into_response()
+}
+
+async fn sign_in_page(State(ui): UiState, request: Request) -> Response {
+    if ui
+        .sessions
+        .find(request.headers(), Instant::now())
+        .is_some()
+    {
+        return Redirect::to("/").into_response();
+    }
+    layout::bare("Sign in", layout::sign_in_form(None)).into_response()
+}
+
+#[derive(Deserialize)]
+struct SignInForm {
+    #[serde(default)]
+    token: String,
+}
+
+/// `POST /sign-in`: the admin token from the form, checked as the bearer token is.
+async fn sign_in(State(ui): UiState, request: Request) -> Response {
+    let address = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let now = Instant::now();
+    if let Some(wait) = address.and_then(|a| ui.sessions.locked_out(a, now)) {
+        let message = format!(
+            "Too many failed sign-ins from this address: try again in {} s.",
+            wait.as_secs() + 1
+        );
+        let mut response = error_page(StatusCode::TOO_MANY_REQUESTS, &message);
+        if let Ok(value) = HeaderValue::from_str(&(wait.as_secs() + 1).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
+    let headers = request.headers().clone();
+    let token = Form::<SignInForm>::from_request(request, &())
+        .await
+        .map(|Form(f)| f.token)
+        .unwrap_or_default();
+    let right = ui
+        .shared
+        .config
+        .server
+        .admin_token
+        .as_ref()
+        .is_some_and(|t| t.matches(token.as_bytes()));
+    drop(token);
+    if !right {
+        tracing::warn!(
+            address = %address.map_or("unknown".to_owned(), |a| a.to_string()),
+            "dashboard sign-in refused: wrong admin token"
+        );
+        if let Some(address) = address {
+            ui.sessions.failed(address, now);
+        }
+        tokio::time::sleep(FAILURE_DELAY).await;
+        let form = layout::sign_in_form(Some("That is not the admin token."));
+        return (StatusCode::UNAUTHORIZED, layout::bare("Sign in", form)).into_response();
+    }
+    if let Some(address) = address {
+        ui.sessions.succeeded(address);
+    }
+    let id = ui.sessions.create(now);
+    let mut response = Redirect::to("/").into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, session::set_cookie(Some(&id), &headers));
+    response
+}
+
+/// `POST /sign-out`: the session is removed and its cookie cleared.
+async fn sign_out(
+    State(ui): UiState,
+    axum::Extension(signed_in): axum::Extension<SignedIn>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    ui.sessions.remove(&signed_in);
+    let mut response = Redirect::to("/sign-in").into_response();
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, session::set_cookie(None, &headers));
+    response
+}
+
+/// A form field's value, trimmed; `None` when empty (an empty field does not filter).
+pub(super) fn given(text: &str) -> Option<String> {
+    let text = text.trim();
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
+/// Where a form may send the browser back to: a path on this listener, never another site.
+pub(super) fn local_path(back: Option<&str>, fallback: &str) -> String {
+    match back {
+        Some(path)
+            if path.starts_with('/')
+                && !path.starts_with("//")
+                && !path.contains('\\')
+                && !path.chars().any(char::is_control) =>
+        {
+            path.to_owned()
+        }
+        _ => fallback.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_local_path_is_a_place_to_go_back_to() {
+        assert_eq!(local_path(Some("/events?x=1"), "/"), "/events?x=1");
+        for bad in [
+            "//evil.example/",
+            "https://evil.example/",
+            "/\\evil",
+            "x",
+            "/a\nb",
+        ] {
+            assert_eq!(local_path(Some(bad), "/"), "/", "{bad}");
+        }
+        assert_eq!(local_path(None, "/q"), "/q");
+    }
+}

@@ -1,0 +1,96 @@
+//! The plugins page: for each configured instance its file's live version (sha256, WIT
+//! version, roles, when loaded, the load error), the previous versions with a rollback, the
+//! instances sharing the file, and what each live node runs.
+//!
+//! Invariant: the page shows exactly what `GET /admin/plugins` answers
+//! ([`crate::admin::handlers::plugin_infos`]) and rolls back exactly as
+//! `POST /admin/plugins/{name}/rollback` does.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use axum::{
+    Extension,
+    extract::{Path, State},
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::html;
+
+use super::{
+    Ui, UiError, format,
+    layout::{self, Nav},
+    session::SignedIn,
+};
+use crate::{
+    admin::handlers::{plugin_infos, rollback_plugin},
+    cli::client::percent_encode,
+};
+
+/// `GET /plugins`.
+pub(super) async fn page(
+    State(ui): State<Arc<Ui>>,
+    Extension(signed_in): Extension<SignedIn>,
+) -> Result<Response, UiError> {
+    let plugins = plugin_infos(&ui.shared).await?;
+    let mut by_file: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for plugin in &plugins {
+        by_file.entry(&plugin.wasm).or_default().push(&plugin.name);
+    }
+    let body = html! {
+        @for plugin in &plugins {
+            @let sharing: Vec<&str> = by_file.get(plugin.wasm.as_str()).into_iter().flatten()
+                .copied().filter(|n| *n != plugin.name).collect();
+            section.delivery aria-labelledby={ "plugin-" (plugin.name) } {
+                header {
+                    h2 id={ "plugin-" (plugin.name) } { (plugin.name) }
+                    @if plugin.error.is_some() { (layout::badge("dead")) } @else { (layout::badge("ok")) }
+                }
+                dl.envelope {
+                    dt { "File" } dd.mono { (plugin.wasm) }
+                    dt { "Live sha256" } dd.sha { (plugin.sha256.as_deref().unwrap_or("— (not loaded)")) }
+                    dt { "Interface" } dd { @if let Some(v) = &plugin.wit_version { "hookd:plugin@" (v) } @else { "—" } }
+                    dt { "Roles" } dd { @if plugin.exports.is_empty() { "—" } @else { (plugin.exports.join(", ")) } }
+                    dt { "Loaded at" } dd { @if let Some(at) = plugin.loaded_at { (layout::time(at)) } @else { "—" } }
+                    @if let Some(error) = &plugin.error {
+                        dt { "Error" } dd.mono { (error) }
+                    }
+                    dt { "Shares its file with" } dd {
+                        @if sharing.is_empty() { "no other instance" } @else { (sharing.join(", ")) }
+                    }
+                    @if plugin.nodes.len() > 1 {
+                        dt { "Nodes" } dd { ul {
+                            @for (node, sha) in &plugin.nodes {
+                                li { span.mono { (node) } ": " span.sha { (sha.as_deref().map_or("not loaded", format::short_sha)) } }
+                            }
+                        } }
+                    }
+                }
+                h3 { "Previous versions" }
+                @if plugin.previous.is_empty() {
+                    p.muted { "None: this is the first version loaded since start." }
+                } @else {
+                    ol {
+                        @for sha in &plugin.previous { li.sha { (sha) } }
+                    }
+                    form method="post" action={ "/plugins/" (percent_encode(&plugin.name)) "/rollback" }
+                        data-confirm={ "Roll " (plugin.name) " back to " (format::short_sha(&plugin.previous[0])) "?" } {
+                        (layout::csrf_field(&signed_in))
+                        button.danger type="submit" {
+                            "Roll back to " span.sha { (format::short_sha(&plugin.previous[0])) }
+                        }
+                    }
+                }
+            }
+        }
+    };
+    Ok(layout::page("Plugins", Nav::Plugins, &signed_in, body).into_response())
+}
+
+/// `POST /plugins/{name}/rollback`.
+pub(super) async fn rollback(
+    State(ui): State<Arc<Ui>>,
+    Path(name): Path<String>,
+) -> Result<Response, UiError> {
+    let answer = rollback_plugin(&ui.shared, name)?;
+    tracing::info!(plugin = %answer.name, sha256 = %answer.sha256, "rolled back from the dashboard");
+    Ok(Redirect::to("/plugins").into_response())
+}

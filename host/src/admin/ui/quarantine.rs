@@ -1,0 +1,93 @@
+//! The quarantine page: each held request (verified, but its parser could not make an event
+//! of it) with its reason, and a replay of one request (parsed again with today's parser).
+//!
+//! Invariant: the list reads no body ([`crate::inbox::Inbox::held_requests`]); a replay is
+//! [`crate::ingest::replay::run_held`], the rules of every quarantine replay.
+
+use std::sync::Arc;
+
+use axum::{
+    Extension,
+    extract::{Path, Query, State},
+    response::{IntoResponse, Redirect, Response},
+};
+use maud::html;
+use serde::Deserialize;
+
+use super::{
+    Ui, UiError,
+    layout::{self, Nav},
+    session::SignedIn,
+};
+use crate::ingest::replay;
+
+/// Requests per page.
+const PAGE: usize = 100;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PageQuery {
+    before: Option<i64>,
+}
+
+/// `GET /quarantine`.
+pub(super) async fn page(
+    State(ui): State<Arc<Ui>>,
+    Extension(signed_in): Extension<SignedIn>,
+    Query(params): Query<PageQuery>,
+) -> Result<Response, UiError> {
+    let held = ui.shared.inbox.held_requests(PAGE, params.before).await?;
+    let next = (held.len() == PAGE)
+        .then(|| held.last().map(|h| h.id))
+        .flatten();
+    let body = html! {
+        p.muted { (ui.shared.inbox.quarantine_held()) " held in all." }
+        @if held.is_empty() {
+            p.notice.ok { "Nothing is held." }
+        } @else {
+            div.scroll { table.rows {
+                thead { tr {
+                    th scope="col" class="num" { "Id" }
+                    th scope="col" { "Source" }
+                    th scope="col" { "Received (UTC)" }
+                    th scope="col" { "Reason" }
+                    th scope="col" { span.muted { "Actions" } }
+                } }
+                tbody {
+                    @for request in &held {
+                        tr {
+                            td.num data-label="Id" { (request.id) }
+                            td data-label="Source" { (request.source) }
+                            td data-label="Received" { (layout::time(request.received_at)) }
+                            td.wrap.mono data-label="Reason" { (request.reason) }
+                            td data-label="Actions" {
+                                form.inline method="post" action={ "/quarantine/" (request.id) "/replay" } {
+                                    (layout::csrf_field(&signed_in))
+                                    button type="submit" aria-label={ "Replay request " (request.id) } { "Replay" }
+                                }
+                            }
+                        }
+                    }
+                }
+            } }
+        }
+        nav.pager aria-label="Pages" {
+            @if params.before.is_some() { a href="/quarantine" { "← Newest" } }
+            @if let Some(id) = next { a href={ "/quarantine?before=" (id) } rel="next" { "Older →" } }
+        }
+    };
+    Ok(layout::page("Quarantine", Nav::Quarantine, &signed_in, body).into_response())
+}
+
+/// `POST /quarantine/{id}/replay`.
+pub(super) async fn replay(
+    State(ui): State<Arc<Ui>>,
+    Path(id): Path<i64>,
+) -> Result<Response, UiError> {
+    let report = replay::run_held(&ui.shared, id).await?;
+    tracing::info!(
+        quarantine_id = id,
+        replayed = report.replayed,
+        "quarantined request replayed from the dashboard"
+    );
+    Ok(Redirect::to("/quarantine").into_response())
+}
