@@ -23,6 +23,7 @@ mod logs;
 mod metrics;
 mod ordering;
 mod outbound;
+mod panics;
 mod plugins;
 mod postgres;
 mod retention;
