@@ -38,15 +38,14 @@ async fn a_panic_is_recorded_with_its_message_and_location_first_and_retried() {
         "[plugins.panicker]\nmax_attempts = 3\nbackoff_base_ms = 10\nbackoff_max_ms = 20",
     );
     let host = ProcessHost::start(dir.path(), &config).await;
-    let (status, reply) = post_sw(
-        host.ingest,
-        "s",
-        "boom",
-        json!({ "index": 7 }).to_string().as_bytes(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, http::StatusCode::ACCEPTED, "{reply}");
+    let post = async |id: &str, index: u64| {
+        let body = json!({ "index": index }).to_string();
+        let (status, reply) = post_sw(host.ingest, "s", id, body.as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(status, http::StatusCode::ACCEPTED, "{id}: {reply}");
+    };
+    post("boom", 7).await;
 
     let delivery = host.wait_state("s", "boom", "panicker", "dead", WAIT).await;
     let expected = format!(
@@ -91,15 +90,7 @@ async fn a_panic_is_recorded_with_its_message_and_location_first_and_retried() {
     host.wait_log(&expected, WAIT).await;
 
     // An event that does not panic is handled; its stderr output goes nowhere.
-    let (status, _) = post_sw(
-        host.ingest,
-        "s",
-        "fine",
-        json!({ "index": 1 }).to_string().as_bytes(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, http::StatusCode::ACCEPTED);
+    post("fine", 1).await;
     let delivery = host.wait_state("s", "fine", "panicker", "done", WAIT).await;
     assert_eq!(delivery["output"], "20", "{delivery:#}");
     assert!(
