@@ -26,6 +26,7 @@ mod metrics;
 mod openapi;
 mod ordering;
 mod outbound;
+mod panics;
 mod plugins;
 mod postgres;
 mod retention;

@@ -8,8 +8,13 @@
 //!   another copy of that path; calls take and return the latest WIT's shapes.
 //! - A call is bounded twice: by the epoch deadline (fires inside guest code) and by a wall
 //!   clock on top ([`bounded`], fires while the guest is blocked in a host call).
-//! - The WASI context grants nothing; outbound HTTP is refused unless the call carries an
-//!   [`Outbound`] grant, which only [`Runtime::handle`] passes on.
+//! - The WASI context grants nothing but a bounded in-memory stderr ([`GuestStderr`]); outbound
+//!   HTTP is refused unless the call carries an [`Outbound`] grant, which only
+//!   [`Runtime::handle`] passes on.
+//! - A trap after the guest reported a panic on stderr is a [`CallError::Trap`] whose message
+//!   starts with the panic's location and message (escaped, capped), then the trap, with the
+//!   backtrace trimmed to the guest's own frames ([`panic_trap_message`]); any other trap's
+//!   message is as wasmtime words it.
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration, time::Instant};
 
@@ -27,6 +32,7 @@ use super::{
     host::{self, HostState},
     limiter,
     outbound_hooks::OutboundHooks,
+    stderr::GuestStderr,
 };
 use crate::{
     ids::{EventId, PluginName},
@@ -307,12 +313,16 @@ impl Runtime {
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter::HOST_HANDLES);
         let deadline = Instant::now() + ctx.limits.timeout;
+        let stderr = GuestStderr::default();
         let host = HostState {
-            // Nothing granted; random bytes per call are capped far below the default 64 MiB
-            // so one import call cannot make the host allocate that much.
+            // Nothing granted but a bounded in-memory stderr (read only to explain a trap);
+            // random bytes per call are capped far below the default 64 MiB so one import
+            // call cannot make the host allocate that much.
             wasi: WasiCtxBuilder::new()
+                .stderr(stderr.clone())
                 .max_random_size(MAX_RANDOM_BYTES)
                 .build(),
+            stderr,
             table,
             limits,
             config: ctx.config.clone(),
@@ -365,7 +375,8 @@ impl Runtime {
         if let Some(grant) = grant {
             store.data_mut().outbound.grant(grant);
         }
-        let result = bounded(ctx.limits.timeout, pre.call(&mut store, input)).await;
+        let stderr = store.data().stderr.clone();
+        let result = bounded(ctx.limits.timeout, &stderr, pre.call(&mut store, input)).await;
         let changes = store.data_mut().take_state_changes();
         let limit = ctx.limits.output_bytes;
         let output = result.and_then(|output| match R::output_bytes(&output) {
@@ -447,9 +458,11 @@ impl Runtime {
 }
 
 /// Runs a guest call with a wall-clock bound on top of the epoch deadline (which cannot fire
-/// while the guest is blocked in a host call), mapping traps to [`CallError`].
+/// while the guest is blocked in a host call), mapping traps to [`CallError`]; `stderr` is the
+/// call's, read to explain a trap.
 pub(super) async fn bounded<T>(
     limit: Duration,
+    stderr: &GuestStderr,
     call: impl Future<Output = wasmtime::Result<T>>,
 ) -> Result<T, CallError> {
     match tokio::time::timeout(limit + TICK * 5, call).await {
@@ -462,6 +475,8 @@ pub(super) async fn bounded<T>(
                 Err(CallError::Trap(exceeded.to_string()))
             } else if let Some(refused) = e.downcast_ref::<StateRefused>() {
                 Err(CallError::StateRefused(refused.clone()))
+            } else if let Some(panic) = stderr.panic() {
+                Err(CallError::Trap(panic_trap_message(&panic, &e)))
             } else {
                 Err(CallError::Trap(trap_message(&e)))
             }
@@ -484,8 +499,108 @@ fn trap_message(e: &wasmtime::Error) -> String {
             message = format!("{kind}: {message}");
         }
     }
-    message.truncate(2048);
-    message
+    crate::text::cap(message, 2048)
+}
+
+/// How many of the guest's own frames a panic's error keeps.
+const PANIC_FRAMES: usize = 6;
+
+/// A trap after a panic: the panic's report (already escaped and capped) first, then the trap
+/// (`unreachable (the guest panicked or aborted): wasm trap: ...`), then the backtrace's frames
+/// without the panic machinery (std, core, alloc), innermost first, each with its location
+/// when the plugin was built with line tables.
+fn panic_trap_message(panic: &str, e: &wasmtime::Error) -> String {
+    let mut message = format!("{panic} | ");
+    match e.downcast_ref::<Trap>() {
+        Some(Trap::UnreachableCodeReached) => {
+            message.push_str("unreachable (the guest panicked or aborted): ");
+        }
+        Some(Trap::StackOverflow) => message.push_str("stack overflow: "),
+        Some(Trap::MemoryOutOfBounds) => message.push_str("memory out of bounds: "),
+        _ => {}
+    }
+    message.push_str(&e.root_cause().to_string());
+    if let Some(backtrace) = e.downcast_ref::<wasmtime::WasmBacktrace>() {
+        let frames = guest_frames(&backtrace.to_string());
+        if !frames.is_empty() {
+            message.push_str(" | at ");
+            message.push_str(&frames.join(" <- "));
+        }
+    }
+    crate::text::cap(message, 2048)
+}
+
+/// The frames of a wasm backtrace as wasmtime prints it (`  N: 0xOFFSET - NAME`, then
+/// `at FILE:LINE:COL` and inlined `- NAME` lines), as `NAME (FILE:LINE:COL)`, without the
+/// panic machinery and runtime glue, at most [`PANIC_FRAMES`].
+fn guest_frames(backtrace: &str) -> Vec<String> {
+    let mut frames: Vec<(String, Option<String>)> = Vec::new();
+    for line in backtrace.lines() {
+        let line = line.trim();
+        if let Some(at) = line.strip_prefix("at ") {
+            if let Some(last) = frames.last_mut()
+                && last.1.is_none()
+            {
+                last.1 = Some(at.to_owned());
+            }
+        } else if let Some(name) = line.strip_prefix("- ") {
+            frames.push((without_crate_hashes(name), None));
+        } else if let Some((index, rest)) = line.split_once(": ")
+            && index.chars().all(|c| c.is_ascii_digit())
+        {
+            let name = rest.split_once(" - ").map_or(rest, |(_, name)| name);
+            let name = name.split_once('!').map_or(name, |(_, name)| name);
+            frames.push((without_crate_hashes(name), None));
+        }
+    }
+    frames
+        .into_iter()
+        .filter(|(name, _)| !is_machinery(name))
+        .take(PANIC_FRAMES)
+        .map(|(name, at)| match at {
+            Some(at) => format!("{name} ({at})"),
+            None => name,
+        })
+        .collect()
+}
+
+/// `name` without the crate disambiguators of v0 mangling (`std[d123b7a1a2ed1472]::` is
+/// `std::`).
+fn without_crate_hashes(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        match after.find(']') {
+            Some(close) if close > 0 && after[..close].chars().all(|c| c.is_ascii_hexdigit()) => {
+                out.push_str(&rest[..open]);
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Frames every panic passes through: the panic runtime and the standard library.
+fn is_machinery(name: &str) -> bool {
+    let name = name.trim_start_matches('<');
+    [
+        "core::",
+        "std::",
+        "alloc::",
+        "__rustc::",
+        "__rust",
+        "rust_panic",
+        "rust_begin_unwind",
+        "abort",
+    ]
+    .iter()
+    .any(|prefix| name.starts_with(prefix))
 }
 
 /// A parser's `respond`, checked: a response hookd could not send as given is the parser's

@@ -228,6 +228,8 @@ impl StateTxn {
 /// The data of every `Store`: one per call.
 pub struct HostState {
     pub wasi: WasiCtx,
+    /// The call's stderr, shared with `wasi` (see `super::stderr`).
+    pub stderr: super::stderr::GuestStderr,
     pub table: ResourceTable,
     pub limits: super::limiter::Limiter,
     pub config: Arc<BTreeMap<String, String>>,

@@ -14,14 +14,15 @@
 //! - Compiled native code is loaded only from the host-private artifact cache (`cache`),
 //!   never from `plugins_dir`. Plugin files are compiled in a bounded, killable child process
 //!   (`compiler`); the host only deserializes what it produced.
-//! - The WASI context grants nothing: no files, no environment, no sockets, no stdio.
+//! - The WASI context grants nothing: no files, no environment, no sockets, no stdio but a
+//!   bounded in-memory stderr, read only to explain a trap (`stderr`).
 //!   Outbound HTTP (`wasi:http`) is linked but refused unless the call was given an
 //!   [`Outbound`] grant, which only handler calls can be (see `outbound_hooks`, which applies
 //!   [`crate::outbound`]'s policy).
 //!
 //! Layout: `engine` (engine, pooling, epoch ticker), `plugin` (load and check a file), `call`
 //! (one sandboxed call per role), `host` (the imports), `outbound_hooks` (`wasi:http`),
-//! `budget` and `limiter` (resource caps), `cache` and `compiler` (native code).
+//! `stderr` (a call's stderr, for panics), `budget` and `limiter` (resource caps), `cache` and `compiler` (native code).
 
 mod bindings;
 mod budget;
@@ -33,6 +34,7 @@ mod host;
 mod limiter;
 mod outbound_hooks;
 mod plugin;
+mod stderr;
 
 use wasmtime::{Engine, component::Linker};
 

@@ -263,8 +263,10 @@ impl Runtime {
     ) -> Result<(), LoadError> {
         let Some(pre) = pre else { return Ok(()) };
         let mut store = self.store(ctx, None);
+        let stderr = store.data().stderr.clone();
         let instance = bounded(
             ctx.limits.timeout,
+            &stderr,
             pre.linked().instantiate_async(&mut store),
         )
         .await

@@ -1,0 +1,207 @@
+//! A call's stderr: kept in memory, bounded, read only to explain a trap.
+//!
+//! Rust's std panic hook (and the JS and Python runtimes' uncaught-error reporting) writes to
+//! stderr before the guest traps, so the host gives each call an in-memory stderr and, when the
+//! call traps after a panic, puts the panic's location and message first in the trap's error.
+//!
+//! Invariants:
+//! - The guest can never make it hold more than [`STDERR_BYTES`] (twice that while it compacts)
+//!   and a write never fails: what does not fit pushes the oldest bytes out (a panic is the last
+//!   thing a guest writes), so a chatty plugin behaves exactly as with a discarding stderr.
+//! - No file, no fd: nothing leaves the call except through [`GuestStderr::panic`], whose text is
+//!   capped and escaped ([`crate::text`]) before anyone stores or logs it.
+//! - Output of a call that did not trap is dropped with the store.
+
+use std::{
+    pin::Pin,
+    sync::{Arc, Mutex, PoisonError},
+    task::{Context, Poll},
+};
+
+use bytes::Bytes;
+use wasmtime_wasi::{
+    cli::{IsTerminal, StdoutStream},
+    p2::{OutputStream, Pollable, StreamResult},
+};
+
+use crate::text;
+
+/// Bytes of a call's stderr kept: the last ones written.
+pub const STDERR_BYTES: usize = 16 * 1024;
+
+/// Most bytes of a panic's location and message (escaped) put in a trap's error.
+pub const PANIC_BYTES: usize = 2048;
+
+/// Bytes one write may hand over at a time (what `check-write` grants).
+const WRITE_PERMIT: usize = 4096;
+
+/// The tail of a call's stderr. Clones share it: the WASI context holds one, the call another.
+#[derive(Clone, Default)]
+pub struct GuestStderr(Arc<Mutex<Vec<u8>>>);
+
+impl GuestStderr {
+    fn push(&self, bytes: &[u8]) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let bytes = &bytes[bytes.len().saturating_sub(STDERR_BYTES)..];
+        kept.extend_from_slice(bytes);
+        if kept.len() > 2 * STDERR_BYTES {
+            let drop = kept.len() - STDERR_BYTES;
+            kept.drain(..drop);
+        }
+    }
+
+    /// The last [`STDERR_BYTES`] written.
+    fn tail(&self) -> Vec<u8> {
+        let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        kept[kept.len().saturating_sub(STDERR_BYTES)..].to_vec()
+    }
+
+    /// The last panic the guest reported, as `panicked at FILE:LINE:COL: MESSAGE`, escaped and
+    /// capped at [`PANIC_BYTES`]; `None` if it reported none.
+    pub fn panic(&self) -> Option<String> {
+        panic_report(&String::from_utf8_lossy(&self.tail()))
+    }
+}
+
+/// Parses Rust's std panic report, `thread '<name>' panicked at FILE:LINE:COL:\nMESSAGE\n` (an
+/// optional `note: run with RUST_BACKTRACE=1 ...` line after it), the last one in `stderr`.
+fn panic_report(stderr: &str) -> Option<String> {
+    const MARK: &str = "panicked at ";
+    let start = stderr.rfind(MARK)? + MARK.len();
+    let rest = &stderr[start..];
+    let (location, message) = match rest.split_once('\n') {
+        Some((location, message)) => (location.trim_end().trim_end_matches(':'), message),
+        None => (rest.trim_end(), ""),
+    };
+    let message = message
+        .split_once("\nnote: run with `RUST_BACKTRACE")
+        .map_or(message, |(message, _)| message)
+        .trim_end();
+    let message = message
+        .strip_prefix("note: run with `RUST_BACKTRACE")
+        .map_or(message, |_| "");
+    let report = if message.is_empty() {
+        format!("panicked at {location}")
+    } else {
+        format!("panicked at {location}: {message}")
+    };
+    let (mut escaped, whole) = text::escape_within(&report, PANIC_BYTES);
+    if !whole {
+        escaped.push('…');
+    }
+    Some(escaped)
+}
+
+impl IsTerminal for GuestStderr {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for GuestStderr {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl OutputStream for GuestStderr {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.push(&bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        Ok(())
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        Ok(WRITE_PERMIT)
+    }
+}
+
+#[async_trait::async_trait]
+impl Pollable for GuestStderr {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for GuestStderr {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_std_panic_report_becomes_one_line_location_first() {
+        let stderr = "some chatter\nthread '<unnamed>' panicked at src/lib.rs:81:28:\n\
+                      index out of bounds: the len is 3 but the index is 7\n\
+                      note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            panic_report(stderr).unwrap(),
+            "panicked at src/lib.rs:81:28: index out of bounds: the len is 3 but the index is 7"
+        );
+    }
+
+    #[test]
+    fn a_multi_line_message_is_escaped_and_a_huge_one_capped() {
+        let stderr = "thread 'main' panicked at src/a.rs:1:2:\nline one\n\u{1b}[31mline two\n";
+        assert_eq!(
+            panic_report(stderr).unwrap(),
+            "panicked at src/a.rs:1:2: line one\\n\\u{1b}[31mline two"
+        );
+        let huge = format!(
+            "thread 'main' panicked at src/a.rs:1:2:\n{}\n",
+            "x".repeat(10_000)
+        );
+        let report = panic_report(&huge).unwrap();
+        assert!(
+            report.starts_with("panicked at src/a.rs:1:2: xxx"),
+            "{report}"
+        );
+        assert!(
+            report.len() <= PANIC_BYTES + '…'.len_utf8(),
+            "{}",
+            report.len()
+        );
+        assert_eq!(panic_report("no panic here\n"), None);
+    }
+
+    /// However much the guest writes, the buffer stays bounded, no write fails, and the last
+    /// panic is still found.
+    #[test]
+    fn the_buffer_keeps_the_tail_and_never_refuses_a_write() {
+        let mut stderr = GuestStderr::default();
+        for _ in 0..1000 {
+            stderr.write(Bytes::from(vec![b'a'; 1000])).unwrap();
+            assert!(stderr.0.lock().unwrap().len() <= 2 * STDERR_BYTES);
+        }
+        stderr
+            .write(Bytes::from_static(
+                b"thread '<unnamed>' panicked at src/lib.rs:3:4:\nboom\n",
+            ))
+            .unwrap();
+        assert_eq!(stderr.check_write().unwrap(), WRITE_PERMIT);
+        assert_eq!(stderr.panic().unwrap(), "panicked at src/lib.rs:3:4: boom");
+        assert_eq!(stderr.tail().len(), STDERR_BYTES);
+    }
+}
