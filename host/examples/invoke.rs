@@ -169,6 +169,7 @@ async fn call_handler(
         tls: host::outbound::tls::default_client(),
         credentials: Default::default(),
         idempotency_key: format!("bench:evt-{i}:counter"),
+        meter: host::telemetry::OutboundMeter::detached(),
     };
     let (verdict, _changes) = runtime.handle(plugin, &ctx, state, input, outbound).await;
     match verdict {
