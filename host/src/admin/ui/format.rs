@@ -36,11 +36,14 @@ pub(super) fn parse_datetime_local(text: &str) -> Option<i64> {
 
 /// `850 ms`, `12.3 s`, `4 min 2 s`, `3 h 5 min`.
 pub(super) fn duration(ms: i64) -> String {
-    match ms {
-        ..1_000 => format!("{ms} ms"),
-        ..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
-        ..3_600_000 => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000),
-        _ => format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    if ms < 1_000 {
+        format!("{ms} ms")
+    } else if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000)
+    } else {
+        format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000)
     }
 }
 
