@@ -60,10 +60,11 @@ frozen_wit() { # <file or directory> <sha256 recorded at its release>
 }
 frozen_wit wit/v0.1.0/plugin.wit 91409fb588e61e5af7182d93e7e2822e4eae6e32da7e2c97772f120af5c951d0
 frozen_wit wit/v0.2.0 1a18d0f8b83ac4d1ae2be2d81b7f7ffc0690e3f3658158076b9e45f3f300f79f
+frozen_wit wit/v0.3.0 017b92d537ba8b870394b103a90351139a50abc34919b43dcc9182a2a9d15f29
 # The SDK carries its own copy of the latest WIT (so the crate is self-contained): the same files.
-if ! diff -r wit/v0.2.0 plugin-sdk/wit >/dev/null; then
-  echo "walls: plugin-sdk/wit differs from wit/v0.2.0 (the SDK's copy of the latest WIT):"
-  diff -r wit/v0.2.0 plugin-sdk/wit | head -20 | sed 's/^/  /'
+if ! diff -r wit/v0.3.0 plugin-sdk/wit >/dev/null; then
+  echo "walls: plugin-sdk/wit differs from wit/v0.3.0 (the SDK's copy of the latest WIT):"
+  diff -r wit/v0.3.0 plugin-sdk/wit | head -20 | sed 's/^/  /'
   failed=1
 fi
 

@@ -159,6 +159,7 @@ async fn call_handler(
         event_type: "bench.created".into(),
         ordering_key: None,
         sequence: None,
+        stale: false,
         attempt: 1,
         received_at_ms: 0,
         headers: vec![("content-type".into(), "application/json".into())],

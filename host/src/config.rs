@@ -199,6 +199,7 @@ struct PluginFile {
     state_max_mib: Option<u64>,
     max_concurrency: Option<usize>,
     delivery: Option<DeliveryMode>,
+    on_stale: Option<OnStale>,
     #[serde(default)]
     allow_hosts: Vec<String>,
     /// PEM file of extra CAs its `https` requests trust (relative to the config's directory).
@@ -239,6 +240,19 @@ pub enum DeliveryMode {
     AtLeastOnce,
     /// Never re-run it: dead-letter it as `abandoned` for a human to replay.
     AtMostOnce,
+}
+
+/// What a handler gets of an event older (by `sequence`) than one of its ordering key it has
+/// already handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnStale {
+    /// Nothing: the delivery is marked `stale` and never run (the default). Right when the
+    /// newest state wins, e.g. syncing an object's latest version.
+    Skip,
+    /// The event, with `stale` set (WIT 0.3.0 and later; older plugins get it without the
+    /// flag). Right for additive events, e.g. payments to be counted however late.
+    Deliver,
 }
 
 /// The validated configuration.
@@ -331,6 +345,8 @@ pub struct PluginConfig {
     /// Plugin state a handler attempt may write, and the plugin may hold in total.
     pub state_limits: StateLimits,
     pub delivery: DeliveryMode,
+    /// What its handler gets of a stale event (`on_stale`).
+    pub on_stale: OnStale,
     /// Where its handler may send HTTP requests (`host:port` entries); empty = no network.
     pub allow_hosts: AllowList,
     /// The TLS client its `https` requests use: default roots plus its `ca_file`.
@@ -451,6 +467,7 @@ impl PluginConfig {
             },
             state_limits,
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
+            on_stale: file.on_stale.unwrap_or(OnStale::Skip),
             allow_hosts,
             tls,
             credentials: Credentials::new(credentials)

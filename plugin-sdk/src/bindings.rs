@@ -10,10 +10,10 @@
 //! library itself only describes *imports* to `wit-component`; a world's exports are
 //! described by a custom section that its export macro emits in the plugin crate. So a
 //! plugin that registers only a parser becomes a component that exports only
-//! `hookd:plugin/parser@0.2.0`, and the host tells roles apart by exports.
+//! `hookd:plugin/parser@0.3.0`, and the host tells roles apart by exports.
 //!
 //! The WIT is the crate's own copy (`plugin-sdk/wit/`, identical to the repository's
-//! `wit/v0.2.0/`, which CI checks), so the crate builds on its own wherever it is copied.
+//! `wit/v0.3.0/`, which CI checks), so the crate builds on its own wherever it is copied.
 //! `handler-plugin` declares the `wasi:http/outgoing-handler` import; `generate_all` binds it
 //! here too, unused: [`crate::http`] calls it through the `wasip2` crate, and both name the
 //! same import (`wasi:http@0.2.12`).
@@ -44,9 +44,9 @@ pub mod parser_world {
         path: "wit",
         world: "parser-plugin",
         with: {
-            "hookd:plugin/types@0.2.0": crate::__private::handler_world::hookd::plugin::types,
-            "hookd:plugin/log@0.2.0": crate::__private::handler_world::hookd::plugin::log,
-            "hookd:plugin/config@0.2.0": crate::__private::handler_world::hookd::plugin::config,
+            "hookd:plugin/types@0.3.0": crate::__private::handler_world::hookd::plugin::types,
+            "hookd:plugin/log@0.3.0": crate::__private::handler_world::hookd::plugin::log,
+            "hookd:plugin/config@0.3.0": crate::__private::handler_world::hookd::plugin::config,
         },
         pub_export_macro: true,
         export_macro_name: "export_parser_world",
@@ -57,7 +57,7 @@ pub mod parser_world {
 pub(crate) use handler_world::hookd::plugin::{log, types as wit};
 // Outside wasm the SDK does not call these imports (see `crate::outside_hookd`).
 #[cfg(target_arch = "wasm32")]
-pub(crate) use handler_world::hookd::plugin::{config, state};
+pub(crate) use handler_world::hookd::plugin::{config, network, state};
 
 /// Implements the generated `parser` export for a [`Parser`](crate::Parser).
 pub struct ParserExport<P>(PhantomData<P>);
@@ -112,6 +112,7 @@ impl From<wit::Event> for crate::Event {
             received_at_ms: ev.received_at_ms,
             headers: headers(ev.headers),
             body: ev.body,
+            stale: ev.stale,
         }
     }
 }

@@ -23,8 +23,20 @@ pub struct Envelope {
     /// Events with the same key are handled one at a time, in `sequence` order; typically the
     /// id of the object the event is about.
     pub ordering_key: Option<String>,
-    /// Position within the ordering key (e.g. the provider's creation time); an event older
-    /// than one already handled for its key is marked stale and never handled.
+    /// Position within the ordering key (e.g. the provider's creation time).
+    ///
+    /// An event older than one a handler already handled for its key is *stale*. What the
+    /// handler gets of it is its own setting, `on_stale` in its `[plugins.<name>]`:
+    ///
+    /// - `"skip"` (the default): nothing; the delivery is marked `stale`. Right when the newest
+    ///   state wins, such as syncing an object's latest version: an older snapshot would
+    ///   overwrite a newer one.
+    /// - `"deliver"`: the event, with [`Event::stale`](crate::Event::stale) set. Right for
+    ///   additive events, such as payments to be summed: skipping a late one would silently
+    ///   lose it (and a dead-lettered payment replayed after a newer one would be skipped too).
+    ///
+    /// An operator can deliver one stale event regardless with a forced replay
+    /// (`hookd replay --force`).
     pub sequence: Option<u64>,
 }
 

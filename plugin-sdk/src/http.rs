@@ -67,11 +67,13 @@
 //!   set by the host over any value given here: the same on every retry of a delivery, so a
 //!   service that honours the header performs the effect once. Bytes outside printable ASCII,
 //!   and `%`, are percent-encoded.
-//! - **Refusals** reach the plugin as a `wasi:http` error code (`HTTP-request-denied`,
-//!   `destination-IP-prohibited`, `connection-limit-reached`; [`HttpError::Denied`] here) and
-//!   are logged by the host once per attempt, when it ends: the plugin, the
-//!   event, how many requests were refused and the first one's reason with its `host:port` —
-//!   never the path or query, which may carry secrets.
+//! - **Refusals** reach the plugin as [`HttpError::Denied`] carrying the host's reason
+//!   (`localhost:9100 is not in allow_hosts`; `example.test:80 resolves to 127.0.0.1:80,
+//!   which is loopback (127.0.0.0/8); list 127.0.0.1:80 itself in allow_hosts to reach it`).
+//!   The host also adds the first refusal's reason to a failed attempt's stored error (unless
+//!   the error already says it) and logs the refusals once per attempt, when it ends: the
+//!   plugin, the event, how many requests were refused and the first one's reason with its
+//!   `host:port` — never the path or query, which may carry secrets.
 //! - **Retries.** With `?`, transport failures, timeouts, an unreadable body and the statuses
 //!   5xx, 408 and 429 (honouring `Retry-After`) retry the attempt; a refused host, an
 //!   unsupported or invalid request, another non-2xx status and an oversized response are
@@ -590,15 +592,14 @@ mod wasi {
 
     fn from_code(code: ErrorCode, authority: &str) -> HttpError {
         match code {
-            ErrorCode::HttpRequestDenied | ErrorCode::DestinationIpProhibited => {
-                HttpError::Denied(format!(
-                    "hookd refused the request to {authority}: it is not in this plugin's \
-                     allow_hosts or resolves to a refused address (the hookd log says which)"
-                ))
+            ErrorCode::HttpRequestDenied
+            | ErrorCode::DestinationIpProhibited
+            | ErrorCode::ConnectionLimitReached => {
+                // The error code carries no text; the host says why when asked.
+                let why = crate::__private::network::last_refusal()
+                    .unwrap_or_else(|| "no reason given".into());
+                HttpError::Denied(format!("hookd refused the request to {authority}: {why}"))
             }
-            ErrorCode::ConnectionLimitReached => HttpError::Denied(
-                "hookd refused the request: this call reached its cap on requests".into(),
-            ),
             ErrorCode::DnsTimeout
             | ErrorCode::ConnectionTimeout
             | ErrorCode::ConnectionReadTimeout

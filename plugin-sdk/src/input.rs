@@ -109,6 +109,11 @@ pub struct Event {
     pub headers: Vec<Header>,
     /// The original raw request body.
     pub body: Vec<u8>,
+    /// A newer [`sequence`](Event::sequence) of this ordering key was already handled by this
+    /// handler: it gets the event only because its `on_stale` is `"deliver"` or an operator
+    /// forced a replay (see [`Envelope::sequence`](crate::Envelope::sequence)). A handler
+    /// keeping "last state wins" data should ignore it; one adding things up counts it.
+    pub stale: bool,
 }
 
 impl Event {
@@ -130,6 +135,7 @@ impl Event {
             received_at_ms: 0,
             headers: Vec::new(),
             body: body.into(),
+            stale: false,
         }
     }
 

@@ -65,10 +65,12 @@
 //!
 //! # WIT version
 //!
-//! This SDK builds components against `hookd:plugin@0.2.0` (its own copy, in `wit/`), which
-//! every hookd that knows 0.2.0 loads (an older one refuses it, naming the version). A component built with an older SDK (`hookd:plugin@0.1.0`)
-//! keeps loading and behaving as before; a parser needs 0.2.0 for [`Request::method`],
-//! [`Request::query`] and [`ParseError::respond`].
+//! This SDK builds components against `hookd:plugin@0.3.0` (its own copy, in `wit/`), which
+//! every hookd that knows 0.3.0 loads (an older one refuses it, naming the version).
+//! Components built with an older SDK (`hookd:plugin@0.1.0`, `@0.2.0`) keep loading and
+//! behaving as before. A parser needs 0.2.0 for [`Request::method`], [`Request::query`] and
+//! [`ParseError::respond`]; a handler needs 0.3.0 for [`Event::stale`] and for the host's
+//! reason in an [`http::HttpError::Denied`].
 //!
 //! Invariant: no generated type appears in this crate's public API; the WIT contract can
 //! evolve behind these types.

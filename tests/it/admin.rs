@@ -424,6 +424,7 @@ async fn one_replay_call_touches_at_most_max_replay_deliveries() {
             capacity: [("gone".to_string(), seeded)].into(),
             lease_ms: Default::default(),
             fairness: Default::default(),
+            deliver_stale: Default::default(),
         })
         .await
         .unwrap();

@@ -81,3 +81,83 @@ async fn the_longest_retry_delay_is_not_a_retry_storm() {
         "retry scheduled at {next}, before {finished}"
     );
 }
+
+/// Stale events are each handler's choice. Three handlers of one source see `old` (sequence 10)
+/// arrive after `new` (20) of its key was handled: `sync` (the default, `skip`) never runs it;
+/// `tally` (`on_stale = "deliver"`) counts it, told it is stale; `legacy`, a handler built
+/// against WIT 0.2.0 with `deliver`, counts it without the flag (it has none). A replay of the
+/// skipped one goes stale again; a forced replay delivers it, marked stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_stale_deliver_hands_a_late_event_over_and_a_forced_replay_delivers_a_skipped_one() {
+    let config = sw_source("k", &["sync", "tally", "legacy"], KEYED_BY_BODY)
+        + r#"
+        [plugins.sync]
+        wasm = "counter"
+        [plugins.tally]
+        wasm = "counter"
+        on_stale = "deliver"
+        [plugins.legacy]
+        wasm = "counter-0.2.0"
+        on_stale = "deliver"
+        "#;
+    let legacy = crate::wit_versions::fixture("v0.2.0", "counter");
+    let plugins = [
+        ("counter", plugins::COUNTER),
+        ("counter-0.2.0", legacy.as_str()),
+        ("generic", plugins::GENERIC),
+    ];
+    let host = TestHost::start(&config, &plugins).await;
+    send(&host, "m1", json!({"id": "new", "key": "acct", "seq": 20})).await;
+    for handler in ["sync", "tally", "legacy"] {
+        host.wait_state("k", "new", handler, "done", WAIT).await;
+    }
+    send(&host, "m2", json!({"id": "old", "key": "acct", "seq": 10})).await;
+    let finished = |d: &Value| d["state"] != "pending" && d["state"] != "running";
+    let output =
+        |d: &Value| -> Value { serde_json::from_str(d["output"].as_str().unwrap()).unwrap() };
+
+    let tally = host
+        .wait_delivery("k", "old", "tally", WAIT, finished)
+        .await;
+    assert_eq!(tally["state"], "done", "{tally:#}");
+    assert_eq!(
+        output(&tally),
+        json!({"count": 2, "stale": true}),
+        "{tally:#}"
+    );
+    let legacy = host
+        .wait_delivery("k", "old", "legacy", WAIT, finished)
+        .await;
+    assert_eq!(legacy["state"], "done", "{legacy:#}");
+    assert_eq!(output(&legacy), json!({"count": 2}), "{legacy:#}");
+    let sync = host.wait_delivery("k", "old", "sync", WAIT, finished).await;
+    assert_eq!(
+        (&sync["state"], &sync["attempts"]),
+        (&json!("stale"), &json!(0)),
+        "{sync:#}"
+    );
+
+    // A plain replay is decided again by the ordering rule: stale, never run.
+    let only_sync = json!({"handler": "sync", "state": "stale", "event_ids": ["old"]});
+    let (_, answer) = host.admin_post("/admin/replay", only_sync.clone()).await;
+    assert_eq!(answer["replayed"], 1, "{answer:#}");
+    let sync = host.wait_delivery("k", "old", "sync", WAIT, finished).await;
+    assert_eq!(
+        (&sync["state"], &sync["attempts"]),
+        (&json!("stale"), &json!(0)),
+        "{sync:#}"
+    );
+
+    // A forced one delivers it, marked stale.
+    let mut forced = only_sync;
+    forced["force"] = true.into();
+    let (_, answer) = host.admin_post("/admin/replay", forced).await;
+    assert_eq!(answer["replayed"], 1, "{answer:#}");
+    let sync = host.wait_state("k", "old", "sync", "done", WAIT).await;
+    assert_eq!(
+        output(&sync),
+        json!({"count": 2, "stale": true}),
+        "{sync:#}"
+    );
+    host.stop().await;
+}

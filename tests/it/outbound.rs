@@ -415,6 +415,23 @@ async fn netprobe_reaches_only_its_listed_host() {
         let got = report["urls"][url].as_str().unwrap_or("(missing)");
         assert!(got.starts_with(want), "{url}: got {got:?}, want {want:?}");
     }
+    // The plugin is told why, not just that, a request was refused.
+    let why = |url: String| report["urls"][&url].as_str().unwrap_or("").to_owned();
+    assert_eq!(
+        why(format!("http://localhost:{m}/ok")),
+        format!(
+            "denied: hookd refused the request to localhost:{m}: localhost:{m} is not in \
+             allow_hosts"
+        )
+    );
+    assert_eq!(
+        why(format!("http://localhost:{n}/")),
+        format!(
+            "denied: hookd refused the request to localhost:{n}: localhost:{n} resolves to \
+             127.0.0.1:{n}, which is loopback (127.0.0.0/8); list 127.0.0.1:{n} itself in \
+             allow_hosts to reach it"
+        )
+    );
     let files = &report["files"];
     for path in ["/etc/passwd", "."] {
         let got = files[path].as_str().unwrap();
@@ -440,4 +457,25 @@ async fn netprobe_reaches_only_its_listed_host() {
             call.path
         );
     }
+
+    // A refusal the plugin fails on is explained in the attempt's stored error too.
+    let body = json!({ "urls": [format!("http://localhost:{m}/ok")], "fail": true });
+    let (status, reply) = host
+        .post_signed(
+            "p",
+            &Scheme::StandardWebhooks,
+            SW_SECRET,
+            "probe-2",
+            body.to_string().as_bytes(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let dead = host
+        .wait_state("p", "probe-2", "netprobe", "dead", WAIT)
+        .await;
+    let error = dead["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("localhost:{m} is not in allow_hosts")),
+        "{dead:#}"
+    );
 }

@@ -1,7 +1,7 @@
-//! WIT versions: a component built against `hookd:plugin@0.1.0` (checked in, never rebuilt)
-//! loads and behaves as before on this host; a `hookd:plugin@0.2.0` parser answers a
-//! provider's challenge itself with `respond`, nothing stored; `/admin/plugins` names each
-//! plugin's version.
+//! WIT versions: components built against `hookd:plugin@0.1.0` and `@0.2.0` (checked in,
+//! never rebuilt) load and behave as before on this host; a 0.2.0 parser answers a provider's
+//! challenge itself with `respond`, nothing stored; `/admin/plugins` names each plugin's
+//! version. (A 0.2.0 handler given stale events: `ordering.rs`.)
 
 use std::{path::Path, time::Duration};
 
@@ -16,13 +16,20 @@ use crate::{
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A checked-in 0.1.0 component (see `tests/fixtures/v0.1.0/README.md`).
-fn fixture(name: &str) -> String {
+/// A checked-in component of an older WIT `version` (`v0.1.0`, `v0.2.0`; see the README
+/// beside each).
+pub(crate) fn fixture(version: &str, name: &str) -> String {
     Path::new(plugins::WORKSPACE_ROOT)
-        .join("tests/fixtures/v0.1.0")
+        .join("tests/fixtures")
+        .join(version)
         .join(format!("{name}.wasm"))
         .display()
         .to_string()
+}
+
+/// The checked-in 0.2.0 `responder`.
+fn responder() -> String {
+    fixture("v0.2.0", "responder")
 }
 
 /// A `none` source `custom` parsed by the 0.2.0 `responder`, whose answers are capped at 1 KiB.
@@ -77,7 +84,7 @@ async fn a_handler_built_against_wit_0_1_0_runs_and_keeps_its_state() {
         "#,
         support::SW_SECRET
     );
-    let host = TestHost::start(&config, &[("counter", &fixture("counter"))]).await;
+    let host = TestHost::start(&config, &[("counter", &fixture("v0.1.0", "counter"))]).await;
     for n in 1..=3 {
         let id = format!("evt_{n}");
         host.accept_event("s", &id, &json!({"n": n})).await;
@@ -100,7 +107,7 @@ async fn a_parser_built_against_wit_0_1_0_still_parses() {
         scheme = "none"
         parser = "github"
     "#;
-    let host = TestHost::start(config, &[("github", &fixture("github"))]).await;
+    let host = TestHost::start(config, &[("github", &fixture("v0.1.0", "github"))]).await;
     let headers = [
         (
             HeaderName::from_static("x-github-delivery"),
@@ -124,10 +131,11 @@ async fn a_parser_built_against_wit_0_1_0_still_parses() {
 }
 
 /// A 0.2.0 parser's `respond` reaches the provider as-is (status, headers, body), and the
-/// parser was given the request's method and query.
+/// parser was given the request's method and query. (The tests below run today's build of the
+/// same parser.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wit_0_2_0_parser_answers_a_custom_challenge_with_respond() {
-    let host = TestHost::start(RESPONDER, &[("responder", plugins::RESPONDER)]).await;
+    let host = TestHost::start(RESPONDER, &[("responder", &responder())]).await;
     let challenge = json!({"type": "challenge", "challenge": "c-123"});
     let (status, headers, body) = post_custom(&host, "probe=1&x=%20", &challenge).await;
     assert_eq!(status, StatusCode::OK);
@@ -184,17 +192,22 @@ async fn a_parser_answer_over_the_output_cap_is_not_sent() {
 /// `/admin/plugins` names the WIT version each plugin was built against.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_plugins_shows_each_plugin_s_wit_version() {
-    let config = format!("{RESPONDER}\n[sources.s]\nscheme = \"none\"\nhandlers = [\"counter\"]\n");
+    let config = format!(
+        "{RESPONDER}\n[sources.s]\nscheme = \"none\"\nhandlers = [\"counter\"]\n\
+         [sources.t]\nscheme = \"none\"\nhandlers = [\"flaky\"]\n"
+    );
     let host = TestHost::start(
         &config,
         &[
-            ("counter", &fixture("counter")),
-            ("responder", plugins::RESPONDER),
+            ("counter", &fixture("v0.1.0", "counter")),
+            ("responder", &responder()),
+            ("flaky", plugins::FLAKY),
         ],
     )
     .await;
     assert_eq!(plugin(&host, "counter").await["wit_version"], "0.1.0");
     assert_eq!(plugin(&host, "responder").await["wit_version"], "0.2.0");
+    assert_eq!(plugin(&host, "flaky").await["wit_version"], "0.3.0");
     host.stop().await;
 }
 
@@ -216,7 +229,8 @@ async fn a_component_of_an_unknown_wit_version_is_refused_naming_the_known_ones(
     let entry = plugin(&host, "future").await;
     let error = entry["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains("hookd:plugin/handler@0.9.0") && error.contains("it loads 0.1.0, 0.2.0"),
+        error.contains("hookd:plugin/handler@0.9.0")
+            && error.contains("it loads 0.1.0, 0.2.0, 0.3.0"),
         "{entry:#}"
     );
     assert_eq!(entry["wit_version"], Value::Null, "{entry:#}");

@@ -240,6 +240,10 @@ pub struct ReplayRequest {
     pub error_kind: Option<String>,
     #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
+    /// Replay only: deliver each replayed delivery even if a newer sequence of its ordering key
+    /// is done by then (the handler gets it with `stale` set) instead of marking it `stale`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub force: bool,
 }
 
 fn is_false(value: &bool) -> bool {

@@ -210,6 +210,7 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
         error_kind: body.error_kind,
         limit: MAX_REPLAY,
         dry_run: body.dry_run,
+        force: body.force,
     })
 }
 

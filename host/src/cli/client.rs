@@ -203,6 +203,10 @@ pub struct ReplayArgs {
     admin: AdminArgs,
     #[command(flatten)]
     filter: ReplayFilter,
+    /// Deliver each replayed delivery even if a newer sequence of its ordering key is done by
+    /// then: the handler gets it with `event.stale` set, instead of it being marked `stale`.
+    #[arg(long)]
+    force: bool,
 }
 
 /// `hookd discard`: which dead deliveries (and held quarantined requests) to close for good.
@@ -255,6 +259,7 @@ impl From<ReplayFilter> for api::ReplayRequest {
             until: f.until,
             error_kind: None,
             dry_run: f.dry_run,
+            force: false,
         }
     }
 }
@@ -307,8 +312,16 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
 
 /// `hookd replay`: `POST /admin/replay` with the filter as JSON.
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let body = api::ReplayRequest::from(args.filter);
+    let body = replay_request(args.filter, args.force);
     admin_call::<api::ReplayAnswer>(&args.admin, Method::POST, "/admin/replay", Some(&body)).await
+}
+
+/// The `POST /admin/replay` body: the filter, and whether to deliver stale deliveries anyway.
+fn replay_request(filter: ReplayFilter, force: bool) -> api::ReplayRequest {
+    api::ReplayRequest {
+        force,
+        ..filter.into()
+    }
 }
 
 /// `hookd discard`: `POST /admin/discard` with the filter as JSON.
@@ -531,6 +544,12 @@ mod tests {
                 "source": "stripe", "handler": "classifier", "state": "stale",
                 "event_ids": ["evt_1", "evt_2"], "since": 10, "until": 20, "dry_run": true,
             })
+        );
+
+        let forced = Replay::try_parse_from(["replay", "--state", "stale", "--force"]).unwrap();
+        assert_eq!(
+            serde_json::to_value(replay_request(forced.args.filter, forced.args.force)).unwrap(),
+            json!({"state": "stale", "force": true})
         );
 
         let some = Replay::try_parse_from(["replay", "--event-id", "evt_1"]).unwrap();

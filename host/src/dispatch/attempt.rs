@@ -66,6 +66,7 @@ impl Dispatcher {
             event_type: claim.event_type.clone(),
             ordering_key: claim.ordering_key.clone(),
             sequence: claim.sequence,
+            stale: claim.stale,
             attempt: claim.attempt,
             received_at_ms: claim.received_at_ms,
             headers: claim.headers.clone(),

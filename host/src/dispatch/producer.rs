@@ -8,7 +8,7 @@
 //!   [`IDLE_POLL`]: deliveries due but blocked never turn it into a busy loop.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
@@ -17,6 +17,7 @@ use tokio::{runtime::Handle, sync::Notify};
 
 use super::{Dispatcher, LEASE_MARGIN, fair::Fairness};
 use crate::{
+    config::OnStale,
     ids::PluginName,
     inbox::{ClaimRequest, Claimed, InboxError},
     text,
@@ -146,6 +147,7 @@ impl Dispatcher {
                 capacity,
                 lease_ms: self.lease_ms(),
                 fairness,
+                deliver_stale: self.deliver_stale(),
             })
             .await?;
         self.in_flight.take(&claimed);
@@ -163,6 +165,16 @@ impl Dispatcher {
                     (p.timeout + LEASE_MARGIN).as_millis() as i64,
                 )
             })
+            .collect()
+    }
+
+    /// The handlers with `on_stale = "deliver"`.
+    pub(super) fn deliver_stale(&self) -> HashSet<String> {
+        self.config
+            .plugins
+            .iter()
+            .filter(|(_, p)| p.on_stale == OnStale::Deliver)
+            .map(|(name, _)| name.to_string())
             .collect()
     }
 

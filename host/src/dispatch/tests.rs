@@ -107,6 +107,7 @@ impl Fixture {
                 capacity: HashMap::from([("h".to_string(), 1)]),
                 lease_ms: self.dispatcher.lease_ms(),
                 fairness: Fairness::default(),
+                deliver_stale: self.dispatcher.deliver_stale(),
             })
             .await
             .unwrap()

@@ -3,7 +3,9 @@
 //! Invariants:
 //! - Per `(source, ordering_key, handler)` only the earliest open delivery (by sequence, then
 //!   arrival) may be leased, and only while none of its key runs: a key runs one at a time, in
-//!   order. A candidate older than a delivery already done for its key becomes `stale`.
+//!   order. A candidate older than a delivery already done for its key becomes `stale`, unless
+//!   its handler delivers stale events (`on_stale = "deliver"`) or a forced replay asked for
+//!   it: then it is leased with [`Claimed::stale`] set.
 //! - The attempt is counted when it is leased; the lease token is the delivery's `attempts`, so
 //!   a result whose lease was taken back is discarded (with its state writes).
 //! - An attempt and its delivery's next state are one store transition.
@@ -36,6 +38,9 @@ pub struct Claimed {
     pub event_type: String,
     pub ordering_key: Option<String>,
     pub sequence: Option<u64>,
+    /// A newer sequence of its key was already done when it was leased (it is delivered only
+    /// to a handler with `on_stale = "deliver"`, or after a forced replay).
+    pub stale: bool,
     pub received_at_ms: i64,
     pub headers: Vec<Header>,
     pub body: Bytes,
@@ -54,6 +59,9 @@ pub struct ClaimRequest {
     /// How the free workers are shared among the handlers ([`allot`](crate::dispatch::fair::allot)); the default (no
     /// standing, no headroom) takes the handlers round-robin, oldest first.
     pub fairness: Fairness,
+    /// Handlers given stale deliveries (`on_stale = "deliver"`) instead of having them marked
+    /// `stale`.
+    pub deliver_stale: HashSet<String>,
 }
 
 /// How long a lease lasts when the claim names no length for its handler.
@@ -188,6 +196,18 @@ impl<C> HeadScan<C> {
 /// Why a candidate older than a delivery done for its key is marked `stale`.
 pub(super) fn stale_reason(sequence: i64, done: i64, key: &str) -> String {
     format!("stale: sequence {sequence} is older than {done}, already done for key {key:?}")
+}
+
+/// What a claim does with a head of its key, by the ordering rule
+/// ([`superseded_by`](crate::dispatch::policy::superseded_by)) and the handler's choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Staleness {
+    /// No newer sequence of its key is done: leased as usual.
+    Fresh,
+    /// Superseded, and its handler skips stale events: marked `stale`, never run.
+    Skipped,
+    /// Superseded, and delivered all the same ([`Claimed::stale`]).
+    Deliver,
 }
 
 /// One finished attempt, to be recorded with its delivery's next state in one transaction.

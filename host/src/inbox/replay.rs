@@ -21,6 +21,9 @@ pub struct ReplayFilter {
     pub error_kind: Option<String>,
     pub limit: usize,
     pub dry_run: bool,
+    /// Deliver the replayed deliveries even if a newer sequence of their key is done by then
+    /// (the handler gets them with `stale` set) instead of marking them `stale` again.
+    pub force: bool,
 }
 
 impl ReplayFilter {

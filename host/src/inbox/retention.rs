@@ -65,8 +65,13 @@ impl Pruned {
 
 impl ReplayFilter {
     /// The state whose deliveries a discard closes: only `dead` (the work that needs a human);
-    /// anything else is [`InboxError::InvalidFilter`].
+    /// anything else, or `force`, is [`InboxError::InvalidFilter`].
     pub(super) fn discardable_state(&self) -> Result<DeliveryState, InboxError> {
+        if self.force {
+            return Err(InboxError::InvalidFilter(
+                "force applies to replay; a discard delivers nothing".into(),
+            ));
+        }
         match self.state.unwrap_or(DeliveryState::Dead) {
             DeliveryState::Dead => Ok(DeliveryState::Dead),
             state => Err(InboxError::InvalidFilter(format!(

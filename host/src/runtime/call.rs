@@ -26,7 +26,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 
 use super::{
     LimitExceeded, Plugin, Runtime, StateLimit, StateRefused, StateStore,
-    bindings::{HandlerPre, ParserPre, WitVersion, types, v0_1, v0_2},
+    bindings::{HandlerPre, ParserPre, WitVersion, types, v0_1, v0_2, v0_3},
     budget,
     engine::TICK,
     host::{self, HostState},
@@ -139,6 +139,8 @@ pub struct EventInput {
     pub event_type: String,
     pub ordering_key: Option<String>,
     pub sequence: Option<u64>,
+    /// A newer sequence of its key was already done when it was leased.
+    pub stale: bool,
     pub attempt: u32,
     pub received_at_ms: i64,
     pub headers: Vec<Header>,
@@ -198,6 +200,7 @@ impl Role for ParserPre {
         Ok(match version {
             WitVersion::V0_1 => Self::V0_1(v0_1::parser_world::ParserPluginPre::new(pre)?),
             WitVersion::V0_2 => Self::V0_2(v0_2::parser_world::ParserPluginPre::new(pre)?),
+            WitVersion::V0_3 => Self::V0_3(v0_3::parser_world::ParserPluginPre::new(pre)?),
         })
     }
 
@@ -205,6 +208,7 @@ impl Role for ParserPre {
         match self {
             Self::V0_1(pre) => pre.instance_pre(),
             Self::V0_2(pre) => pre.instance_pre(),
+            Self::V0_3(pre) => pre.instance_pre(),
         }
     }
 
@@ -216,6 +220,7 @@ impl Role for ParserPre {
         match self {
             Self::V0_1(_) => v0_1::parser_world::ParserPlugin::new(store, instance).map(drop),
             Self::V0_2(_) => v0_2::parser_world::ParserPlugin::new(store, instance).map(drop),
+            Self::V0_3(_) => v0_3::parser_world::ParserPlugin::new(store, instance).map(drop),
         }
     }
 
@@ -231,6 +236,7 @@ impl Role for ParserPre {
         match self {
             Self::V0_1(pre) => v0_1::parse(pre, store, input).await,
             Self::V0_2(pre) => v0_2::parse(pre, store, input).await,
+            Self::V0_3(pre) => v0_3::parse(pre, store, input).await,
         }
     }
 
@@ -258,6 +264,7 @@ impl Role for HandlerPre {
         Ok(match version {
             WitVersion::V0_1 => Self::V0_1(v0_1::handler_world::HandlerPluginPre::new(pre)?),
             WitVersion::V0_2 => Self::V0_2(v0_2::handler_world::HandlerPluginPre::new(pre)?),
+            WitVersion::V0_3 => Self::V0_3(v0_3::handler_world::HandlerPluginPre::new(pre)?),
         })
     }
 
@@ -265,6 +272,7 @@ impl Role for HandlerPre {
         match self {
             Self::V0_1(pre) => pre.instance_pre(),
             Self::V0_2(pre) => pre.instance_pre(),
+            Self::V0_3(pre) => pre.instance_pre(),
         }
     }
 
@@ -276,6 +284,7 @@ impl Role for HandlerPre {
         match self {
             Self::V0_1(_) => v0_1::handler_world::HandlerPlugin::new(store, instance).map(drop),
             Self::V0_2(_) => v0_2::handler_world::HandlerPlugin::new(store, instance).map(drop),
+            Self::V0_3(_) => v0_3::handler_world::HandlerPlugin::new(store, instance).map(drop),
         }
     }
 
@@ -291,6 +300,7 @@ impl Role for HandlerPre {
         match self {
             Self::V0_1(pre) => v0_1::handle(pre, store, input).await,
             Self::V0_2(pre) => v0_2::handle(pre, store, input).await,
+            Self::V0_3(pre) => v0_3::handle(pre, store, input).await,
         }
     }
 
@@ -353,9 +363,8 @@ impl Runtime {
     }
 
     /// Runs role `R` of `plugin` once: fresh store (with `state` and the network `grant`, if
-    /// any), instantiate, call, cap the output. Returns the call's value and the state changes
-    /// it buffered. The guest's log lines and the host's refusals run in its `call` span, which
-    /// names the plugin and the role.
+    /// any), instantiate, call, cap the output. The guest's log lines and the host's refusals run in its `call` span, which names the
+    /// plugin and the role.
     #[tracing::instrument(name = "call", skip_all, fields(plugin = %ctx.plugin, role = %R::NAME))]
     async fn call_role<R: Role>(
         &self,
@@ -364,12 +373,13 @@ impl Runtime {
         state: Option<Arc<dyn StateStore>>,
         grant: Option<Outbound>,
         input: &R::Input,
-    ) -> (Result<R::Output, CallError>, StateChanges) {
+    ) -> Called<R::Output> {
         let Some(pre) = R::of(plugin) else {
-            return (
-                Err(CallError::MissingRole(R::NAME)),
-                StateChanges::default(),
-            );
+            return Called {
+                output: Err(CallError::MissingRole(R::NAME)),
+                changes: StateChanges::default(),
+                refused: None,
+            };
         };
         let mut store = self.store(ctx, state);
         if let Some(grant) = grant {
@@ -378,12 +388,17 @@ impl Runtime {
         let stderr = store.data().stderr.clone();
         let result = bounded(ctx.limits.timeout, &stderr, pre.call(&mut store, input)).await;
         let changes = store.data_mut().take_state_changes();
+        let refused = store.data().outbound.first_refusal();
         let limit = ctx.limits.output_bytes;
         let output = result.and_then(|output| match R::output_bytes(&output) {
             size if size > limit => Err(CallError::OutputTooLarge { size, limit }),
             _ => Ok(output),
         });
-        (output, changes)
+        Called {
+            output,
+            changes,
+            refused,
+        }
     }
 
     /// Runs a parser on a verified request.
@@ -401,10 +416,10 @@ impl Runtime {
             body: req.body.to_vec(),
             received_at_ms: req.received_at_ms.max(0) as u64,
         };
-        let (result, _) = self
+        let called = self
             .call_role::<ParserPre>(plugin, ctx, None, None, &request)
             .await;
-        Ok(match result? {
+        Ok(match called.output? {
             Ok(env) if env.event_id.is_empty() => {
                 ParseVerdict::Invalid("the parser returned an empty event id".into())
             }
@@ -441,19 +456,53 @@ impl Runtime {
             received_at_ms: event.received_at_ms.max(0) as u64,
             headers: wit_headers(&event.headers),
             body: event.body,
+            stale: event.stale,
         };
-        let (result, changes) = self
+        let Called {
+            output,
+            changes,
+            refused,
+        } = self
             .call_role::<HandlerPre>(plugin, ctx, Some(state), Some(outbound), &input)
             .await;
-        let verdict = result.map(|r| match r {
-            Ok(output) => HandleVerdict::Ok(output),
-            Err(types::HandleError::Retry(retry)) => HandleVerdict::Retry {
-                reason: retry.reason,
+        let explain = |reason: String| with_refusal(reason, refused.as_ref());
+        let verdict = match output {
+            Ok(Ok(output)) => Ok(HandleVerdict::Ok(output)),
+            Ok(Err(types::HandleError::Retry(retry))) => Ok(HandleVerdict::Retry {
+                reason: explain(retry.reason),
                 after: retry.after_ms.map(Duration::from_millis),
-            },
-            Err(types::HandleError::Permanent(reason)) => HandleVerdict::Permanent(reason),
-        });
+            }),
+            Ok(Err(types::HandleError::Permanent(reason))) => {
+                Ok(HandleVerdict::Permanent(explain(reason)))
+            }
+            Err(CallError::Trap(message)) => Err(CallError::Trap(explain(message))),
+            Err(other) => Err(other),
+        };
         (verdict, changes)
+    }
+}
+
+/// What one call of a role left behind.
+struct Called<T> {
+    /// The call's value (its output capped).
+    output: Result<T, CallError>,
+    /// The state changes it buffered.
+    changes: StateChanges,
+    /// The first outbound refusal's reason, and how many requests the call had refused.
+    refused: Option<(String, u64)>,
+}
+
+/// A failed attempt's error with the reason the host refused one of its outbound requests, so
+/// the stored error says why even when the plugin only passed on a bare `wasi:http` error
+/// code. Nothing is added when the plugin's own text already carries the reason.
+fn with_refusal(error: String, refused: Option<&(String, u64)>) -> String {
+    match refused {
+        Some((first, _)) if error.contains(first.as_str()) => error,
+        Some((first, 1)) => format!("{error} (hookd refused an outbound request: {first})"),
+        Some((first, count)) => {
+            format!("{error} (hookd refused {count} outbound requests; the first: {first})")
+        }
+        None => error,
     }
 }
 
@@ -645,6 +694,26 @@ fn wit_headers(headers: &[Header]) -> Vec<types::Header> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plugin that passes on a bare `wasi:http` error code (or was built before the host
+    /// said why) still leaves the reason in the stored error; one that said it is left alone.
+    #[test]
+    fn a_failed_attempt_s_error_says_why_a_request_was_refused() {
+        let first = "localhost:9100 is not in allow_hosts".to_owned();
+        assert_eq!(
+            with_refusal("request denied".into(), Some(&(first.clone(), 1))),
+            "request denied (hookd refused an outbound request: localhost:9100 is not in \
+             allow_hosts)"
+        );
+        assert_eq!(
+            with_refusal("request denied".into(), Some(&(first.clone(), 3))),
+            "request denied (hookd refused 3 outbound requests; the first: localhost:9100 is \
+             not in allow_hosts)"
+        );
+        let said = format!("hookd refused the request to localhost:9100: {first}");
+        assert_eq!(with_refusal(said.clone(), Some(&(first, 1))), said);
+        assert_eq!(with_refusal("busy".into(), None), "busy");
+    }
 
     fn respond(status: u16, header: (&str, &str)) -> Result<ParseVerdict, CallError> {
         parser_response(types::Response {

@@ -16,7 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::WasiHttpCtx;
 
 // The latest version's imports; older versions' impls delegate here (`super::bindings`).
-use super::bindings::latest::{config, log, state, types};
+use super::bindings::latest::{config, log, network, state, types};
 use super::outbound_hooks::OutboundHooks;
 use crate::{
     ids::PluginName,
@@ -289,6 +289,12 @@ impl log::Host for HostState {
 impl config::Host for HostState {
     fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
         Ok(self.config.get(&key).cloned())
+    }
+}
+
+impl network::Host for HostState {
+    fn last_refusal(&mut self) -> wasmtime::Result<Option<String>> {
+        Ok(self.outbound.last_refusal())
     }
 }
 

@@ -11,8 +11,9 @@
 //!   value never enters guest memory.
 //! - `https` requests go through the plugin's own TLS client ([`Outbound::tls`]); a certificate
 //!   the roots do not vouch for reaches the guest as `TLS-certificate-error`.
-//! - A refusal reaches the guest as a `wasi:http` error code and is logged with the plugin, the
-//!   event and the refused `host:port` (never the path or query) — once per call: a call's
+//! - A refusal reaches the guest as a `wasi:http` error code, its reason through
+//!   `network.last-refusal` (0.3.0) and the attempt's stored error, and is logged with the
+//!   plugin, the event and the refused `host:port` (never the path or query) — once per call: a call's
 //!   refusals are counted and logged as one line when the call ends (the first refusal's
 //!   reason and the count), so a loop of refused requests cannot flood the host log.
 
@@ -121,6 +122,8 @@ struct Refusals {
     count: u64,
     /// The first refusal's reason (names the `host:port`, never the path or query).
     first: Option<String>,
+    /// The most recent refusal's reason, for the guest to ask (`network.last-refusal`).
+    last: Option<String>,
 }
 
 impl Drop for Refusals {
@@ -152,9 +155,11 @@ impl RefusalLog {
     fn deny(&self, denied: &Denied) -> HttpError {
         let mut refusals = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         refusals.count += 1;
+        let reason = denied.to_string();
         if refusals.first.is_none() {
-            refusals.first = Some(denied.to_string());
+            refusals.first = Some(reason.clone());
         }
+        refusals.last = Some(reason);
         denied_error(denied)
     }
 }
@@ -188,12 +193,31 @@ impl OutboundHooks {
                 event,
                 count: 0,
                 first: None,
+                last: None,
             }))),
         }
     }
 
     pub fn grant(&mut self, grant: Outbound) {
         self.grant = Some(grant);
+    }
+
+    /// Why the most recent refused request of this call was refused, if one was.
+    pub fn last_refusal(&self) -> Option<String> {
+        self.lock().last.clone()
+    }
+
+    /// Why the first refused request of this call was refused, if one was, and how many were.
+    pub fn first_refusal(&self) -> Option<(String, u64)> {
+        let refusals = self.lock();
+        refusals.first.clone().map(|first| (first, refusals.count))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Refusals> {
+        self.refusals
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The synchronous checks: grant, scheme, allow-list, credential over plain http, per-call

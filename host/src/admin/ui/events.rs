@@ -344,6 +344,21 @@ fn delivery_section(
                         input type="hidden" name="back" value=(here);
                         button type="submit" { "Replay…" }
                     }
+                    @if delivery.state == "stale" {
+                        form.inline method="post" action="/replay" {
+                            (layout::csrf_field(signed_in))
+                            input type="hidden" name="source" value=(source);
+                            input type="hidden" name="event_id" value=(event_id);
+                            input type="hidden" name="handler" value=(delivery.handler);
+                            input type="hidden" name="state" value=(delivery.state);
+                            input type="hidden" name="force" value="yes";
+                            input type="hidden" name="back" value=(here);
+                            button type="submit"
+                                title="Deliver it to the handler although a newer sequence of its key is done" {
+                                "Deliver anyway…"
+                            }
+                        }
+                    }
                 }
             }
             @if let Some(error) = &delivery.last_error {

@@ -43,6 +43,9 @@ pub(super) struct ReplayForm {
     /// `yes` on the confirmation; anything else is the dry run.
     #[serde(default)]
     confirm: String,
+    /// `yes`: deliver even if a newer sequence of the key is done (a forced replay).
+    #[serde(default)]
+    force: String,
     /// Where to go once replayed (a local path).
     #[serde(default)]
     back: String,
@@ -65,6 +68,7 @@ pub(super) async fn replay(
         error_kind: given(&form.error_kind),
         limit: MAX_REPLAY,
         dry_run: !confirmed,
+        force: form.force == "yes",
     };
     let back = local_path(given(&form.back).as_deref(), "/");
     let report = replay::run(&ui.shared, filter).await?;
@@ -99,6 +103,10 @@ pub(super) async fn replay(
                 @if report.matched == MAX_REPLAY { " (the most one replay takes)" }
                 ". Replaying sets " @if report.matched == 1 { "it" } @else { "them" }
                 " due now with a fresh attempt budget."
+                @if form.force == "yes" {
+                    " Forced: the handler gets " @if report.matched == 1 { "it" } @else { "them" }
+                    " even if a newer sequence of the key is done (with the event marked stale)."
+                }
             }
             form.inline method="post" action="/replay" {
                 (layout::csrf_field(&signed_in))
@@ -109,6 +117,7 @@ pub(super) async fn replay(
                 input type="hidden" name="error_kind" value=(form.error_kind);
                 input type="hidden" name="back" value=(back);
                 input type="hidden" name="confirm" value="yes";
+                input type="hidden" name="force" value=(form.force);
                 button.primary type="submit" { "Replay " (report.matched) }
             }
             " "

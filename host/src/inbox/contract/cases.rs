@@ -14,7 +14,10 @@ use super::{
 use crate::{
     clock::Clock,
     ids::{PluginName, SourceName},
-    inbox::{Accepted, Claimed, EventFilter, Finish, Finished, Inbox, InboxError, ReplayFilter},
+    inbox::{
+        Accepted, ClaimRequest, Claimed, EventFilter, Finish, Finished, Inbox, InboxError,
+        ReplayFilter,
+    },
     model::{AttemptOutcome, DeliveryState, Disposition, StateChanges, StateLimits, StateUsage},
 };
 
@@ -135,6 +138,50 @@ pub(super) async fn an_older_sequence_than_one_done_becomes_stale(db: &dyn Datab
     older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
     assert_eq!(state_of(&inbox, "older").await, "stale");
+}
+
+pub(super) async fn a_handler_delivering_stale_events_is_given_the_older_one_marked(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    older_after_newer_done(&inbox).await;
+    let request = ClaimRequest {
+        deliver_stale: [HANDLER.to_owned()].into(),
+        ..fixtures::claim_request(LEASED_MS + 5, 8, &[(HANDLER, 8)])
+    };
+    let claimed = inbox.claim(request).await.unwrap();
+    assert_eq!(ids(&claimed), ["older"]);
+    assert!(claimed[0].stale);
+    assert_eq!(state_of(&inbox, "older").await, "running");
+}
+
+pub(super) async fn a_fresh_delivery_is_not_marked_stale(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    accept(&inbox, keyed("first", "k", 5)).await;
+    let claimed = claim(&inbox, LEASED_MS).await;
+    assert_eq!(ids(&claimed), ["first"]);
+    assert!(!claimed[0].stale);
+}
+
+pub(super) async fn a_forced_replay_delivers_a_stale_delivery_and_a_plain_one_does_not(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    older_after_newer_done(&inbox).await;
+    claim(&inbox, LEASED_MS + 5).await;
+    let stale = |force| ReplayFilter {
+        state: Some(DeliveryState::Stale),
+        force,
+        ..dead()
+    };
+    assert_eq!(inbox.replay(stale(false)).await.unwrap(), (1, 1));
+    assert!(claim(&inbox, Clock::system().now_ms()).await.is_empty());
+    assert_eq!(state_of(&inbox, "older").await, "stale");
+
+    assert_eq!(inbox.replay(stale(true)).await.unwrap(), (1, 1));
+    let claimed = claim(&inbox, Clock::system().now_ms()).await;
+    assert_eq!(ids(&claimed), ["older"]);
+    assert!(claimed[0].stale);
 }
 
 pub(super) async fn a_stale_delivery_leaves_the_backlog(db: &dyn Database) {

@@ -82,6 +82,7 @@ pub(in crate::inbox) fn claim_request(
             .collect(),
         lease_ms: Default::default(),
         fairness: Default::default(),
+        deliver_stale: Default::default(),
     }
 }
 

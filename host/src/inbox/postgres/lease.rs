@@ -31,7 +31,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Commits, Finish, Finished, InboxError,
-        lease::stale_reason,
+        lease::{Staleness, stale_reason},
         request::headers_from_json,
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
@@ -46,6 +46,8 @@ struct Candidate {
     key: Option<String>,
     sequence: Option<i64>,
     source: String,
+    /// Superseded by a done sequence of its key, and delivered all the same.
+    stale: bool,
 }
 
 /// Leases what `request` may have now: each handler's oldest claimable deliveries, shared out
@@ -61,7 +63,8 @@ pub(super) async fn claim_due(
         let queue = if *want == 0 {
             Vec::new()
         } else {
-            due_heads(tx, handler, request.now_ms, *want, &mut stale).await?
+            let delivers = request.deliver_stale.contains(*handler);
+            due_heads(tx, handler, delivers, request.now_ms, *want, &mut stale).await?
         };
         queues.push(queue);
     }
@@ -252,6 +255,7 @@ async fn candidates(
             key: row.get(2),
             sequence: row.get(3),
             source: row.get(4),
+            stale: false,
         })
         .collect();
     Ok((heads, read))
@@ -260,7 +264,8 @@ async fn candidates(
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first, locked: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
-/// `stale`) and skipped. Deliveries another transaction has locked are passed over.
+/// `stale`) and skipped, unless the handler `delivers` stale events or a forced replay asked
+/// for it. Deliveries another transaction has locked are passed over.
 ///
 /// The earliest due deliveries are looked at first (a window a few times `want`); only when
 /// that window is full of deliveries waiting behind their keys are the keys walked, so a claim
@@ -269,6 +274,7 @@ async fn candidates(
 async fn due_heads(
     tx: &Transaction<'_>,
     handler: &str,
+    delivers: bool,
     now_ms: i64,
     want: usize,
     stale: &mut usize,
@@ -304,14 +310,18 @@ async fn due_heads(
             .map(|row| row.get(0))
             .collect();
         let mut marked = false;
-        for candidate in found.into_iter().filter(|c| locked.contains(&c.id)) {
+        for mut candidate in found.into_iter().filter(|c| locked.contains(&c.id)) {
             if heads.len() == want {
                 break;
             }
-            if is_stale(tx, handler, &candidate, now_ms).await? {
-                *stale += 1;
-                marked = true;
-                continue;
+            match staleness(tx, handler, delivers, &candidate, now_ms).await? {
+                Staleness::Fresh => {}
+                Staleness::Skipped => {
+                    *stale += 1;
+                    marked = true;
+                    continue;
+                }
+                Staleness::Deliver => candidate.stale = true,
             }
             taken.push(candidate.id);
             heads.push(candidate);
@@ -323,16 +333,18 @@ async fn due_heads(
     Ok(heads)
 }
 
-/// Marks `candidate` (locked by this transaction) stale if a later delivery of its key is
-/// already done.
-async fn is_stale(
+/// Whether a later delivery of `candidate`'s key (locked by this transaction) is already
+/// done, and if so whether it is delivered all the same (`delivers`, or its forced replay) or
+/// marked `stale` here.
+async fn staleness(
     tx: &Transaction<'_>,
     handler: &str,
+    delivers: bool,
     candidate: &Candidate,
     now_ms: i64,
-) -> Result<bool, InboxError> {
+) -> Result<Staleness, InboxError> {
     let (Some(key), Some(sequence)) = (&candidate.key, candidate.sequence) else {
-        return Ok(false);
+        return Ok(Staleness::Fresh);
     };
     let newest_done: Option<i64> = tx
         .query_one(
@@ -346,8 +358,20 @@ async fn is_stale(
         .await?
         .get(0);
     let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
-        return Ok(false);
+        return Ok(Staleness::Fresh);
     };
+    let forced = delivers
+        || tx
+            .query_one(
+                &tx.prepare_cached("SELECT deliver_stale FROM deliveries WHERE id = $1")
+                    .await?,
+                &[&candidate.id],
+            )
+            .await?
+            .get::<_, bool>(0);
+    if forced {
+        return Ok(Staleness::Deliver);
+    }
     tx.execute(
         &tx.prepare_cached(
             "UPDATE deliveries SET state = 'stale', updated_at = $2, last_error = $3 WHERE id = $1",
@@ -356,7 +380,7 @@ async fn is_stale(
         &[&candidate.id, &now_ms, &stale_reason(sequence, done, key)],
     )
     .await?;
-    Ok(true)
+    Ok(Staleness::Skipped)
 }
 
 /// Leases `candidate` to a worker: the attempt is counted now. `None` if the database refuses
@@ -426,6 +450,7 @@ fn claimed(
         event_type: row.get(first + 3),
         ordering_key: candidate.key.clone(),
         sequence: candidate.sequence.map(|s| s as u64),
+        stale: candidate.stale,
         received_at_ms: row.get(first + 4),
         headers: headers_from_json(&headers),
         body: Bytes::from(row.get::<_, Vec<u8>>(first + 6)),

@@ -27,11 +27,16 @@ pub(super) async fn replay_matching(
         .execute(
             &tx.prepare_cached(
                 "UPDATE deliveries SET state = 'pending', budget_base = attempts,
-                 next_attempt_at = $2, lease_until = NULL, updated_at = $2
+                 next_attempt_at = $2, lease_until = NULL, updated_at = $2, deliver_stale = $4
              WHERE id = ANY($1) AND state <> ALL($3)",
             )
             .await?,
-            &[&ids, &now_ms, &state_names(&DeliveryState::OPEN)],
+            &[
+                &ids,
+                &now_ms,
+                &state_names(&DeliveryState::OPEN),
+                &filter.force,
+            ],
         )
         .await?;
     Ok((ids.len(), replayed as usize))

@@ -176,6 +176,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_event_id ON events (event_id);
     CREATE INDEX deliveries_state_event ON deliveries (state, event);
     ",
+    // 7: a forced replay delivers a stale delivery, as SQLite's migration 7.
+    "
+    ALTER TABLE deliveries ADD COLUMN deliver_stale BOOLEAN NOT NULL DEFAULT false;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -20,7 +20,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
-        lease::{HeadScan, stale_reason},
+        lease::{HeadScan, Staleness, stale_reason},
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
     },
@@ -96,6 +96,8 @@ struct Candidate {
     key: Option<String>,
     sequence: Option<i64>,
     source: String,
+    /// Superseded by a done sequence of its key, and delivered all the same.
+    stale: bool,
 }
 
 /// Leases what `request` may have now: each handler's oldest claimable deliveries, shared out
@@ -113,7 +115,8 @@ pub(super) fn claim_due(
         let queue = if *want == 0 {
             Vec::new()
         } else {
-            due_heads(conn, handler, request.now_ms, *want, &mut stale)?
+            let delivers = request.deliver_stale.contains(*handler);
+            due_heads(conn, handler, delivers, request.now_ms, *want, &mut stale)?
         };
         queues.push(queue);
     }
@@ -134,10 +137,12 @@ pub(super) fn claim_due(
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
-/// `stale`) and skipped.
+/// `stale`) and skipped, unless the handler `delivers` stale events or a forced replay asked
+/// for it.
 fn due_heads(
     conn: &Connection,
     handler: &str,
+    delivers: bool,
     now_ms: i64,
     want: usize,
     stale: &mut usize,
@@ -174,18 +179,23 @@ fn due_heads(
                     key: r.get(2)?,
                     sequence: r.get(3)?,
                     source: r.get(4)?,
+                    stale: false,
                 })
             })?
             .collect::<Result<_, _>>()?;
         let read = rows.len();
-        for candidate in rows {
+        for mut candidate in rows {
             if !scan.visit(candidate.due_ms, candidate.id) {
                 continue;
             }
-            if is_stale(conn, handler, &candidate, now_ms)? {
-                *stale += 1;
-                scan.marked_stale();
-                continue;
+            match staleness(conn, handler, delivers, &candidate, now_ms)? {
+                Staleness::Fresh => {}
+                Staleness::Skipped => {
+                    *stale += 1;
+                    scan.marked_stale();
+                    continue;
+                }
+                Staleness::Deliver => candidate.stale = true,
             }
             if scan.take(candidate.id, candidate) {
                 break;
@@ -196,15 +206,17 @@ fn due_heads(
     Ok(scan.into_heads())
 }
 
-/// Marks `candidate` stale if a later delivery of its key is already done.
-fn is_stale(
+/// Whether a later delivery of `candidate`'s key is already done, and if so whether it is
+/// delivered all the same (`delivers`, or its forced replay) or marked `stale` here.
+fn staleness(
     conn: &Connection,
     handler: &str,
+    delivers: bool,
     candidate: &Candidate,
     now_ms: i64,
-) -> Result<bool, InboxError> {
+) -> Result<Staleness, InboxError> {
     let (Some(key), Some(sequence)) = (&candidate.key, candidate.sequence) else {
-        return Ok(false);
+        return Ok(Staleness::Fresh);
     };
     let newest_done: Option<i64> = conn
         .prepare_cached(
@@ -213,8 +225,15 @@ fn is_stale(
         )?
         .query_row(params![candidate.source, handler, key], |r| r.get(0))?;
     let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
-        return Ok(false);
+        return Ok(Staleness::Fresh);
     };
+    let forced = || {
+        conn.prepare_cached("SELECT deliver_stale FROM deliveries WHERE id = ?1")?
+            .query_row([candidate.id], |r| r.get::<_, bool>(0))
+    };
+    if delivers || forced()? {
+        return Ok(Staleness::Deliver);
+    }
     conn.prepare_cached(
         "UPDATE deliveries SET state = 'stale', updated_at = ?2, last_error = ?3
          WHERE id = ?1",
@@ -224,7 +243,7 @@ fn is_stale(
         now_ms,
         stale_reason(sequence, done, key)
     ])?;
-    Ok(true)
+    Ok(Staleness::Skipped)
 }
 
 /// Leases `candidate` to a worker: the attempt is counted now.
@@ -269,6 +288,7 @@ fn lease(
                 event_type: r.get(1)?,
                 ordering_key: candidate.key.clone(),
                 sequence: candidate.sequence.map(|s| s as u64),
+                stale: candidate.stale,
                 received_at_ms: r.get(2)?,
                 headers: headers_from_json(&headers),
                 body: Bytes::from(body),

@@ -25,13 +25,13 @@ pub(super) fn replay_matching(
     }
     let mut update = conn.prepare_cached(concat!(
         "UPDATE deliveries SET state = 'pending', budget_base = attempts,
-             next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
+             next_attempt_at = ?2, lease_until = NULL, updated_at = ?2, deliver_stale = ?3
          WHERE id = ?1 AND state NOT IN ",
         open_states!()
     ))?;
     let mut replayed = 0;
     for id in &ids {
-        replayed += update.execute(params![id, now_ms])?;
+        replayed += update.execute(params![id, now_ms, filter.force])?;
     }
     Ok((ids.len(), replayed))
 }

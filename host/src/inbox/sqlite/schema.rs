@@ -128,6 +128,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_event_id ON events (event_id);
     CREATE INDEX deliveries_state_event ON deliveries (state, event);
     ",
+    // 7: a replay with `force` delivers the delivery even when a newer sequence of its key was
+    // handled since (it reaches the handler with `stale` set instead of being marked `stale`).
+    "
+    ALTER TABLE deliveries ADD COLUMN deliver_stale INTEGER NOT NULL DEFAULT 0;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -13,28 +13,73 @@ use wasmtime::component::{HasSelf, Linker};
 
 use super::host::HostState;
 
+/// Implements an older version's `types`, `log`, `config` and `state` imports (the modules of
+/// those names in scope where it is invoked) by delegating to the latest version's one
+/// implementation: their shapes have not changed since 0.1.0.
+macro_rules! delegate_imports_to_latest {
+    () => {
+        impl types::Host for HostState {}
+
+        impl log::Host for HostState {
+            fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
+                let level = match level {
+                    log::Level::Debug => latest::log::Level::Debug,
+                    log::Level::Info => latest::log::Level::Info,
+                    log::Level::Warn => latest::log::Level::Warn,
+                    log::Level::Error => latest::log::Level::Error,
+                };
+                latest::log::Host::log(self, level, message)
+            }
+        }
+
+        impl config::Host for HostState {
+            fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
+                latest::config::Host::get(self, key)
+            }
+        }
+
+        impl state::Host for HostState {
+            fn get(&mut self, key: String) -> wasmtime::Result<Option<Vec<u8>>> {
+                latest::state::Host::get(self, key)
+            }
+
+            fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
+                latest::state::Host::set(self, key, value)
+            }
+
+            fn delete(&mut self, key: String) -> wasmtime::Result<()> {
+                latest::state::Host::delete(self, key)
+            }
+        }
+    };
+}
+use delegate_imports_to_latest;
+
 pub mod v0_1;
 pub mod v0_2;
+pub mod v0_3;
 
 pub use latest::types;
-pub use v0_2 as latest;
+pub use v0_3 as latest;
 
 /// A released `hookd:plugin` WIT version this host loads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WitVersion {
     V0_1,
     V0_2,
+    V0_3,
 }
 
 impl WitVersion {
     /// Every version this host loads, oldest first.
-    pub const ALL: [Self; 2] = [Self::V0_1, Self::V0_2];
+    pub const ALL: [Self; 3] = [Self::V0_1, Self::V0_2, Self::V0_3];
 
     /// The version as written in the WIT package (`0.1.0`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::V0_1 => "0.1.0",
             Self::V0_2 => "0.2.0",
+            Self::V0_3 => "0.3.0",
         }
     }
 
@@ -64,22 +109,36 @@ impl std::fmt::Display for WitVersion {
 pub enum ParserPre {
     V0_1(v0_1::parser_world::ParserPluginPre<HostState>),
     V0_2(v0_2::parser_world::ParserPluginPre<HostState>),
+    V0_3(v0_3::parser_world::ParserPluginPre<HostState>),
 }
 
 /// A component's handler role, linked against its WIT version.
 pub enum HandlerPre {
     V0_1(v0_1::handler_world::HandlerPluginPre<HostState>),
     V0_2(v0_2::handler_world::HandlerPluginPre<HostState>),
+    V0_3(v0_3::handler_world::HandlerPluginPre<HostState>),
 }
 
 /// Adds the `hookd:plugin` imports of every version to `linker` (`wasi:*` is added by the
 /// engine).
 pub fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     v0_1::handler_world::HandlerPlugin::add_to_linker::<_, HasSelf<HostState>>(linker, |s| s)?;
-    // 0.2.0's handler world also imports `wasi:http`, which the engine links on its own, so
-    // its `hookd:plugin` interfaces are added one by one.
+    // From 0.2.0 the handler world also imports `wasi:http`, which the engine links on its own,
+    // so its `hookd:plugin` interfaces are added one by one.
     v0_2::parser_world::ParserPlugin::add_to_linker::<_, HasSelf<HostState>>(linker, |s| s)?;
-    v0_2::handler_world::hookd::plugin::state::add_to_linker::<_, HasSelf<HostState>>(linker, |s| s)
+    v0_2::handler_world::hookd::plugin::state::add_to_linker::<_, HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )?;
+    v0_3::parser_world::ParserPlugin::add_to_linker::<_, HasSelf<HostState>>(linker, |s| s)?;
+    v0_3::handler_world::hookd::plugin::state::add_to_linker::<_, HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )?;
+    v0_3::handler_world::hookd::plugin::network::add_to_linker::<_, HasSelf<HostState>>(
+        linker,
+        |s| s,
+    )
 }
 
 #[cfg(test)]

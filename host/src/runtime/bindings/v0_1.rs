@@ -115,36 +115,4 @@ fn envelope(env: types::Envelope) -> latest::types::Envelope {
     }
 }
 
-impl types::Host for HostState {}
-
-impl log::Host for HostState {
-    fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
-        let level = match level {
-            log::Level::Debug => latest::log::Level::Debug,
-            log::Level::Info => latest::log::Level::Info,
-            log::Level::Warn => latest::log::Level::Warn,
-            log::Level::Error => latest::log::Level::Error,
-        };
-        latest::log::Host::log(self, level, message)
-    }
-}
-
-impl config::Host for HostState {
-    fn get(&mut self, key: String) -> wasmtime::Result<Option<String>> {
-        latest::config::Host::get(self, key)
-    }
-}
-
-impl state::Host for HostState {
-    fn get(&mut self, key: String) -> wasmtime::Result<Option<Vec<u8>>> {
-        latest::state::Host::get(self, key)
-    }
-
-    fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
-        latest::state::Host::set(self, key, value)
-    }
-
-    fn delete(&mut self, key: String) -> wasmtime::Result<()> {
-        latest::state::Host::delete(self, key)
-    }
-}
+super::delegate_imports_to_latest!();

@@ -8,6 +8,9 @@
 //! With config `per_key = "true"`, an event with an ordering key counts under `count/<key>`
 //! instead and returns `{"count": N, "key": "<key>"}`: handled in order, the `N` of each
 //! event is its position among its key's handled events.
+//!
+//! An event delivered although it is stale (`on_stale = "deliver"`, or a forced replay) is
+//! counted like any other, and its output says so: `"stale": true`.
 
 use plugin_sdk::{Event, HandleError, Handler, config, output, state};
 
@@ -33,10 +36,14 @@ impl Handler for Counter {
                 })?,
         } + 1;
         state::set(&name, count.to_string().as_bytes());
-        match key {
-            Some(key) => output::json(&serde_json::json!({ "count": count, "key": key })),
-            None => output::json(&serde_json::json!({ "count": count })),
+        let mut out = serde_json::json!({ "count": count });
+        if let Some(key) = key {
+            out["key"] = key.into();
         }
+        if event.stale {
+            out["stale"] = true.into();
+        }
+        output::json(&out)
     }
 }
 

@@ -3,7 +3,7 @@
 //! Event body: `{"urls": [...], "headers": {name: value}, "post_to": [...], "fail": bool}`.
 //! For each of `urls` it sends a `GET` with `headers` (and its own
 //! `Idempotency-Key: plugin-chosen`, which the host must override) and records `"ok"` (any
-//! response, including a 3xx, which must not be followed), `"denied"` (the host refused it),
+//! response, including a 3xx, which must not be followed), `"denied: <the host's reason>"`,
 //! `"tls: ..."` (the TLS handshake failed, and why) or `"error: ..."`. Each of `post_to` is then sent a
 //! `POST` whose body is everything the plugin could learn (what the `urls` answered and its
 //! environment), the way a hostile plugin would exfiltrate a secret. It also tries to read
@@ -11,7 +11,7 @@
 //! SDK's retry-or-permanent judgement decides the attempt's outcome.
 //!
 //! Output:
-//! `{"urls": {url: "ok" | "denied" | "tls: ..." | "error: ..."},
+//! `{"urls": {url: "ok" | "denied: ..." | "tls: ..." | "error: ..."},
 //!   "answers": {url: "<response body>"},
 //!   "files": {"/etc/passwd": "error: ..." | "read N bytes", ".": "error: ..." | "listed N entries"},
 //!   "env": {"vars": N, "HOME": null | "...", "PATH": null | "..."}}`
@@ -53,7 +53,7 @@ impl Handler for Netprobe {
                     "ok".to_owned()
                 }
                 Err(e) if probe.fail => return Err(e.into()),
-                Err(http::HttpError::Denied(_)) => "denied".to_owned(),
+                Err(http::HttpError::Denied(why)) => format!("denied: {why}"),
                 Err(e @ http::HttpError::Tls(_)) => format!("tls: {e}"),
                 Err(e) => format!("error: {e}"),
             };
