@@ -531,6 +531,15 @@ pub const PARSER_MS_PER_MIB: u64 = 250;
 pub const PARSER_MEMORY_PER_BODY_BYTE: u64 = 6;
 
 impl Config {
+    /// The plugin instances configured with file stem `wasm`, by name: what a new version or a
+    /// rollback of that file changes.
+    pub fn instances_of<'a>(&'a self, wasm: &'a str) -> impl Iterator<Item = &'a PluginName> + 'a {
+        self.plugins
+            .values()
+            .filter(move |plugin| plugin.wasm == wasm)
+            .map(|plugin| &plugin.name)
+    }
+
     /// Reads and validates `path`; relative paths inside are taken relative to its directory.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
@@ -939,6 +948,88 @@ impl ClientAdmin {
         Ok(Self {
             token: server.get("admin_token").map(str::to_owned),
             token_file,
+        })
+    }
+}
+
+/// What `hookd send --config hookd.toml --source NAME` takes from a `hookd.toml`: where the
+/// source is served, its scheme (with the `hmac-sha256` header, prefix and encoding), and the
+/// secret to sign with. Reads `[server]` and that one source only, checked as `hookd serve`
+/// checks them.
+pub struct ClientSource {
+    /// `http://{server.listen}/hooks/{NAME}`, an unspecified listen address as loopback.
+    pub url: String,
+    pub scheme: Scheme,
+    /// The source's first secret (`secrets`, then `secrets_env` read from this process's
+    /// environment); `None` for a scheme that signs nothing here, or whose config holds no
+    /// signing secret (discord keeps only the public key).
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for ClientSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSource")
+            .field("url", &self.url)
+            .field("scheme", &self.scheme.name())
+            .field("secret", &self.secret.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+impl ClientSource {
+    pub fn load(path: &Path, name: &str) -> anyhow::Result<Self> {
+        let invalid = || format!("invalid config file {}", path.display());
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config file {}", path.display()))?;
+        let mut table: toml::Table = toml::from_str(&text)
+            .map_err(|e| redacted_toml_error(&text, &e))
+            .with_context(invalid)?;
+        let listen = match table.get("server").and_then(|s| s.get("listen")) {
+            None => ServerFile::default().listen,
+            Some(value) => value
+                .as_str()
+                .and_then(|text| text.parse::<SocketAddr>().ok())
+                .ok_or_else(|| anyhow::anyhow!("server.listen: not an address like 127.0.0.1:8080"))
+                .with_context(invalid)?,
+        };
+        let mut sources = match table.remove("sources") {
+            Some(toml::Value::Table(sources)) => sources,
+            _ => toml::Table::new(),
+        };
+        let known: Vec<&str> = sources.keys().map(String::as_str).collect();
+        let known = known.join(", ");
+        let file: SourceFile = sources
+            .remove(name)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} has no [sources.{name}] (its sources: {known})",
+                    path.display()
+                )
+            })?
+            .try_into()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("sources.{name}: {}", e.message()))
+            .with_context(invalid)?;
+        let scheme = source_scheme(name, &file).with_context(invalid)?;
+        let secret = match (file.secrets.first(), file.secrets_env.first()) {
+            _ if !scheme.kind().signs() => None,
+            (Some(secret), _) => Some(secret.clone()),
+            (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
+                anyhow::anyhow!(
+                    "sources.{name}.secrets_env: environment variable {var} is not set here"
+                )
+            })?),
+            (None, None) => None,
+        };
+        let host = match listen.ip() {
+            ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+            ip if ip.is_unspecified() => "[::1]".to_owned(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
+        Ok(Self {
+            url: format!("http://{host}:{}/hooks/{name}", listen.port()),
+            scheme,
+            secret,
         })
     }
 }

@@ -16,9 +16,10 @@ use crate::support::{self, AdminApi, TestHost, plugins, sw_source};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// Source `t` → `counter` (succeeds) and `flaky` (told to fail for good: dead at once).
+/// Source `t` → `counter` (succeeds) and `flaky` (told to fail for good: dead at once); `twin`,
+/// named by no source, is a second instance of the `flaky` file.
 fn config() -> String {
-    sw_source("t", &["counter", "flaky"], "")
+    sw_source("t", &["counter", "flaky"], "") + "\n[plugins.twin]\nwasm = \"flaky\"\n"
 }
 
 async fn start() -> TestHost {
@@ -220,7 +221,7 @@ async fn the_plugin_list_has_its_shape() {
         let id = node.as_str().unwrap();
         assert_eq!(nodes, json!({id: plugin["sha256"]}), "{plugin:#}");
     }
-    let plugin = |previous: Value| {
+    let plugin = |previous: Value, shared: Value| {
         json!({
             "error": "null",
             "exports": ["string"],
@@ -228,14 +229,34 @@ async fn the_plugin_list_has_its_shape() {
             "name": "string",
             "previous": previous,
             "sha256": "string",
+            "shared_with": shared,
             "wasm": "string",
             "wit_version": "string",
         })
     };
+    let (previous, shared) = (json!(["string"]), json!(["string"]));
     assert_eq!(
         shape(&list),
-        json!([plugin(json!([])), plugin(json!(["string"]))]),
+        json!([
+            plugin(json!([]), json!([])),
+            plugin(previous.clone(), shared.clone()),
+            plugin(previous, shared),
+        ]),
         "{list:#}"
+    );
+    let shared_with: Vec<(&Value, &Value)> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (&p["name"], &p["shared_with"]))
+        .collect();
+    assert_eq!(
+        shared_with,
+        [
+            (&json!("counter"), &json!([])),
+            (&json!("flaky"), &json!(["twin"])),
+            (&json!("twin"), &json!(["flaky"])),
+        ]
     );
 }
 
@@ -272,5 +293,19 @@ async fn the_rollback_answer_has_its_shape() {
         .admin_post("/admin/plugins/flaky/rollback", json!({}))
         .await;
     assert_eq!(status, StatusCode::OK, "{reply}");
-    assert_eq!(shape(&reply), json!({"name": "string", "sha256": "string"}));
+    assert_eq!(
+        shape(&reply),
+        json!({"name": "string", "sha256": "string", "instances": ["string", "string"]})
+    );
+    // Rolling back a shared file names every instance it changed.
+    assert_eq!(reply["instances"], json!(["flaky", "twin"]), "{reply:#}");
+    let (_, list) = host.admin_get("/admin/plugins").await;
+    let live: Vec<&Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] != "counter")
+        .map(|p| &p["sha256"])
+        .collect();
+    assert_eq!(live, [&reply["sha256"], &reply["sha256"]], "{list:#}");
 }

@@ -303,9 +303,14 @@ pub struct PluginInfo {
     pub sha256: Option<String>,
     /// The file's path.
     pub wasm: String,
-    /// The `hookd:plugin` WIT version the live version was built against (`0.1.0`, `0.2.0`).
+    /// The `hookd:plugin` WIT version the live version was built against (`0.1.0`, `0.2.0`,
+    /// `0.3.0`).
     #[serde(default)]
     pub wit_version: Option<String>,
+    /// The other instances configured with the same file: a new version, or a rollback, of the
+    /// file changes them too.
+    #[serde(default)]
+    pub shared_with: Vec<String>,
     /// Node id → sha256 of the version live on that node (`null`: not loaded there), for every
     /// node alive in the cluster; on SQLite only this node. Differing values are a cluster
     /// caught mid-change (or a node that cannot load the version the others run).
@@ -327,6 +332,7 @@ impl PluginInfo {
                 sha256: None,
                 wasm,
                 wit_version: None,
+                shared_with: Vec::new(),
                 nodes: BTreeMap::new(),
             };
         };
@@ -339,6 +345,7 @@ impl PluginInfo {
             sha256: file.sha256,
             wasm: file.wasm,
             wit_version: file.wit_version.map(|v| v.as_str().to_owned()),
+            shared_with: Vec::new(),
             nodes: BTreeMap::new(),
         }
     }
@@ -387,4 +394,8 @@ impl NodeInfo {
 pub struct RollbackAnswer {
     pub name: String,
     pub sha256: String,
+    /// Every instance the rollback changed: all those configured with `name`'s file (`name`
+    /// included), by name.
+    #[serde(default)]
+    pub instances: Vec<String>,
 }

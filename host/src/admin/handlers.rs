@@ -281,6 +281,12 @@ pub(super) async fn plugin_infos(shared: &Shared) -> Result<Vec<api::PluginInfo>
             // Two instances may share a file: each gets its own copy of the file's status.
             let file = files.get(&plugin.wasm).cloned();
             let mut info = api::PluginInfo::new(plugin.name.to_string(), wasm, file);
+            info.shared_with = shared
+                .config
+                .instances_of(&plugin.wasm)
+                .filter(|other| **other != plugin.name)
+                .map(|other| other.to_string())
+                .collect();
             info.nodes = alive
                 .iter()
                 .map(|node| (node.id.clone(), node.plugins.get(&plugin.wasm).cloned()))
@@ -353,7 +359,8 @@ pub(super) async fn rollback(
     Ok(Json(rollback_plugin(&shared, name)?))
 }
 
-/// Puts plugin instance `name`'s file back to its previous version.
+/// Puts plugin instance `name`'s file back to its previous version, which every instance of
+/// that file runs from then on; the answer (and the log line) names them all.
 pub(super) fn rollback_plugin(
     shared: &Shared,
     name: String,
@@ -364,9 +371,23 @@ pub(super) fn rollback_plugin(
         .get(name.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
     let live = shared.registry.rollback(&plugin.wasm)?;
+    let instances: Vec<String> = shared
+        .config
+        .instances_of(&plugin.wasm)
+        .map(|instance| instance.to_string())
+        .collect();
+    let sha256 = live.plugin.sha256().to_owned();
+    tracing::info!(
+        plugin = %name,
+        file = %plugin.wasm,
+        sha256 = %sha256,
+        instances = %instances.join(", "),
+        "rolled back"
+    );
     Ok(api::RollbackAnswer {
         name,
-        sha256: live.plugin.sha256().to_owned(),
+        sha256,
+        instances,
     })
 }
 

@@ -611,11 +611,12 @@ mod tests {
         let answer = api::RollbackAnswer {
             name: "h".into(),
             sha256: "ab".into(),
+            instances: vec!["h".into()],
         };
-        let value = json!({"sha256": "ab", "name": "h"});
+        let value = json!({"sha256": "ab", "name": "h", "instances": ["h"]});
         assert_eq!(pretty(&answer).unwrap(), pretty(&value).unwrap());
         assert_eq!(
-            pretty(&value).unwrap(),
+            pretty(&json!({"sha256": "ab", "name": "h"})).unwrap(),
             "{\n  \"name\": \"h\",\n  \"sha256\": \"ab\"\n}"
         );
     }

@@ -6,7 +6,7 @@
 //! ([`crate::admin::handlers::plugin_infos`]) and rolls back exactly as
 //! `POST /admin/plugins/{name}/rollback` does.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::sync::Arc;
 
 use axum::{
     Extension,
@@ -31,14 +31,8 @@ pub(super) async fn page(
     Extension(signed_in): Extension<SignedIn>,
 ) -> Result<Response, UiError> {
     let plugins = plugin_infos(&ui.shared).await?;
-    let mut by_file: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for plugin in &plugins {
-        by_file.entry(&plugin.wasm).or_default().push(&plugin.name);
-    }
     let body = html! {
         @for plugin in &plugins {
-            @let sharing: Vec<&str> = by_file.get(plugin.wasm.as_str()).into_iter().flatten()
-                .copied().filter(|n| *n != plugin.name).collect();
             section.delivery aria-labelledby={ "plugin-" (plugin.name) } {
                 header {
                     h2 id={ "plugin-" (plugin.name) } { (plugin.name) }
@@ -54,7 +48,7 @@ pub(super) async fn page(
                         dt { "Error" } dd.mono { (error) }
                     }
                     dt { "Shares its file with" } dd {
-                        @if sharing.is_empty() { "no other instance" } @else { (sharing.join(", ")) }
+                        @if plugin.shared_with.is_empty() { "no other instance" } @else { (plugin.shared_with.join(", ")) }
                     }
                     @if plugin.nodes.len() > 1 {
                         dt { "Nodes" } dd { ul {
@@ -90,7 +84,6 @@ pub(super) async fn rollback(
     State(ui): State<Arc<Ui>>,
     Path(name): Path<String>,
 ) -> Result<Response, UiError> {
-    let answer = rollback_plugin(&ui.shared, name)?;
-    tracing::info!(plugin = %answer.name, sha256 = %answer.sha256, "rolled back from the dashboard");
+    rollback_plugin(&ui.shared, name)?;
     Ok(Redirect::to("/plugins").into_response())
 }

@@ -1,15 +1,19 @@
-//! `hookd send`'s flags, and their checking into a [`Scheme`].
+//! `hookd send`'s flags, and their checking into a [`Target`]: a URL, a [`Scheme`] and a secret,
+//! from the flags or from a `hookd.toml` source ([`ClientSource`]).
 //!
 //! Invariant: the scheme names, which flags a scheme takes, and the encodings all come from
 //! `verify`; this file only spells `verify`'s errors as flags.
 
 use std::path::PathBuf;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
 use clap::Args;
 use http::{HeaderName, HeaderValue};
 
-use crate::verify::{Encoding, HmacParts, HmacSetting, HmacSettingsError, Scheme, SchemeKind};
+use crate::{
+    config::ClientSource,
+    verify::{Encoding, HmacParts, HmacSetting, HmacSettingsError, Scheme, SchemeKind},
+};
 
 /// `hookd send`: what to sign, how, where, and how often.
 #[derive(Debug, Args)]
@@ -20,16 +24,35 @@ response at all (connect failure, timeout); a 401 or 503 is a result, not a fail
 
 Example (a provider that retries too eagerly):
   HOOKD_SEND_SECRET=s3cret hookd send --url http://127.0.0.1:8080/hooks/github \\
-      --scheme github --repeat 3 --concurrency 3 push.json")]
+      --scheme github --repeat 3 --concurrency 3 push.json
+
+The same, with everything taken from the config:
+  hookd send --config hookd.toml --source github --repeat 3 --concurrency 3 push.json")]
 pub struct SendArgs {
+    /// Take the URL, the scheme (with its hmac-sha256 header, prefix and encoding) and the
+    /// secret from this hookd.toml's `[sources.<--source>]` and `server.listen`, instead of
+    /// repeating them as flags (`--url` and `--secret` still override).
+    #[arg(long, value_name = "FILE", requires = "source",
+          conflicts_with_all = ["scheme", "signature_header", "signature_prefix", "signature_encoding"])]
+    pub(super) config: Option<PathBuf>,
+
+    /// With `--config`: the source to send to, as named in the config.
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pub(super) source: Option<String>,
+
     /// The ingest URL, e.g. http://127.0.0.1:8080/hooks/stripe. Plain http only: https is out
     /// of scope.
-    #[arg(long, value_name = "URL")]
-    pub(super) url: String,
+    #[arg(long, value_name = "URL", required_unless_present = "config")]
+    pub(super) url: Option<String>,
 
     /// How to sign: the source's `scheme` from the config.
-    #[arg(long, value_enum, value_name = "SCHEME")]
-    pub(super) scheme: SchemeKind,
+    #[arg(
+        long,
+        value_enum,
+        value_name = "SCHEME",
+        required_unless_present = "config"
+    )]
+    pub(super) scheme: Option<SchemeKind>,
 
     /// The signing secret, as configured for the source (standard-webhooks: `whsec_<base64>`;
     /// discord: the Ed25519 private key seed, 64 hex digits, whose public key the source has).
@@ -109,16 +132,48 @@ pub(super) fn parse_header(text: &str) -> Result<ExtraHeader, String> {
     Ok(ExtraHeader { name, value })
 }
 
+/// Where to send, how to sign and with which secret: from the flags, or from the config file.
+pub(super) struct Target {
+    pub(super) url: String,
+    pub(super) scheme: Scheme,
+    /// `None`: not given (an error for a scheme that signs).
+    pub(super) secret: Option<String>,
+}
+
 impl SendArgs {
+    /// The target: `--config`'s source, with `--url` and `--secret` overriding it; or the
+    /// flags alone.
+    pub(super) fn target(&self) -> anyhow::Result<Target> {
+        if let (Some(config), Some(source)) = (&self.config, &self.source) {
+            let from = ClientSource::load(config, source)?;
+            return Ok(Target {
+                url: self.url.clone().unwrap_or(from.url),
+                scheme: from.scheme,
+                secret: self.secret.clone().or(from.secret),
+            });
+        }
+        Ok(Target {
+            url: self
+                .url
+                .clone()
+                .context("--url is required without --config")?,
+            scheme: self.scheme()?,
+            secret: self.secret.clone(),
+        })
+    }
+
     /// The scheme, with the hmac-sha256 flags checked by `verify` and named here as flags.
-    pub(super) fn scheme(&self) -> anyhow::Result<Scheme> {
+    fn scheme(&self) -> anyhow::Result<Scheme> {
+        let kind = self
+            .scheme
+            .context("--scheme is required without --config")?;
         let parts = HmacParts {
             header: self.signature_header.as_deref(),
             prefix: self.signature_prefix.as_deref(),
             encoding: self.signature_encoding.map(Encoding::name),
         };
         let hmac = SchemeKind::HmacSha256;
-        Scheme::from_parts(self.scheme, parts).map_err(|e| match e {
+        Scheme::from_parts(kind, parts).map_err(|e| match e {
             HmacSettingsError::NotApplicable { setting } => {
                 anyhow!("{} only applies to --scheme {hmac}", flag(setting))
             }

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use tokio::{io::AsyncReadExt as _, sync::Semaphore, task::JoinSet};
 
-use super::args::{ExtraHeader, SendArgs};
+use super::args::{ExtraHeader, SendArgs, Target};
 use super::ids::random_event_id;
 use crate::cli::client::{self, HttpClient};
 use crate::verify::{self, Scheme, Secret};
@@ -59,11 +59,20 @@ impl Plan {
     /// Checks the flags, reads the payload, and signs once up front, so a bad secret or id is
     /// refused once rather than once per request.
     async fn new(args: &SendArgs) -> anyhow::Result<Self> {
-        let scheme = args.scheme()?;
-        let uri = client::parse_url(&args.url).context("--url")?;
-        let secret = match (&args.secret, &scheme) {
+        let Target {
+            url,
+            scheme,
+            secret,
+        } = args.target()?;
+        let uri = client::parse_url(&url).context("--url")?;
+        let secret = match (secret, &scheme) {
             (_, scheme) if !scheme.kind().signs() => Secret::new(String::new()),
-            (Some(secret), _) => Secret::new(secret.clone()),
+            (Some(secret), _) => Secret::new(secret),
+            (None, scheme) if args.config.is_some() => bail!(
+                "--secret (or HOOKD_SEND_SECRET) is required: the config holds no secret to sign \
+                 {} requests with (a discord source keeps only the public key)",
+                scheme.name()
+            ),
             (None, scheme) => bail!(
                 "--secret (or HOOKD_SEND_SECRET) is required for --scheme {}",
                 scheme.name()
@@ -266,17 +275,26 @@ mod tests {
         assert_eq!(merged["x-other"], "1");
     }
 
+    /// What a test receiver saw: each request's `X-GitHub-Delivery` (empty without one) and
+    /// whether it verified.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, bool)>>>;
+
     /// A one-test HTTP server that verifies like a github source and records what it saw.
-    async fn github_receiver() -> (String, Arc<std::sync::Mutex<Vec<(String, bool)>>>) {
+    async fn github_receiver() -> (String, Seen) {
+        let secrets = vec![Secret::new("s3cret".into())];
+        let verifier =
+            verify::Verifier::new(Scheme::Github, secrets, Duration::from_secs(300)).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hooks/github", listener.local_addr().unwrap());
+        (url, receive(listener, verifier))
+    }
+
+    /// Serves `listener`, verifying every request with `verifier`.
+    fn receive(listener: tokio::net::TcpListener, verifier: verify::Verifier) -> Seen {
         use http_body_util::{BodyExt as _, Full};
         use hyper::{Request, Response, body::Incoming, service::service_fn};
         use hyper_util::rt::TokioIo;
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hooks/github", listener.local_addr().unwrap());
-        let secrets = vec![Secret::new("s3cret".into())];
-        let verifier =
-            verify::Verifier::new(Scheme::Github, secrets, Duration::from_secs(300)).unwrap();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let record = seen.clone();
         tokio::spawn(async move {
@@ -288,10 +306,11 @@ mod tests {
                     async move {
                         let (parts, body) = req.into_parts();
                         let body = body.collect().await?.to_bytes();
-                        let id = parts.headers["x-github-delivery"]
-                            .to_str()
-                            .unwrap()
-                            .to_owned();
+                        let id = parts
+                            .headers
+                            .get("x-github-delivery")
+                            .map(|id| id.to_str().unwrap().to_owned())
+                            .unwrap_or_default();
                         let ok = verifier
                             .verify(parts.headers, body, SystemTime::now())
                             .is_ok();
@@ -311,7 +330,75 @@ mod tests {
                 });
             }
         });
-        (url, seen)
+        seen
+    }
+
+    /// `--config` and `--source` take the URL, the scheme with its header, prefix and
+    /// encoding, and the secret from the config: what the source configured there verifies.
+    #[tokio::test]
+    async fn a_source_of_the_config_is_signed_as_the_config_says() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[server]\nlisten = \"{addr}\"\n\
+             [sources.acme]\nscheme = \"hmac-sha256\"\nsecrets = [\"acme-secret\"]\n\
+             signature_header = \"x-acme-signature\"\nsignature_prefix = \"v1=\"\n\
+             signature_encoding = \"base64\"\n\
+             [sources.other]\nscheme = \"none\"\n"
+        );
+        let config_path = dir.path().join("hookd.toml");
+        std::fs::write(&config_path, &text).unwrap();
+        let config = crate::config::Config::parse(&text, dir.path(), &|_| None).unwrap();
+        let verifier = config.sources["acme"].verifier.clone();
+        let seen = receive(listener, verifier);
+        let payload = dir.path().join("event.json");
+        std::fs::write(&payload, br#"{"id":"evt_1"}"#).unwrap();
+        let (config_arg, payload_arg) = (config_path.to_str().unwrap(), payload.to_str().unwrap());
+
+        let argv = vec![
+            "send",
+            "--config",
+            config_arg,
+            "--source",
+            "acme",
+            payload_arg,
+        ];
+        run(parse_argv(argv).unwrap()).await.unwrap();
+        assert_eq!(*seen.lock().unwrap(), [(String::new(), true)]);
+
+        // An explicit --secret still wins (here: a wrong one, refused by the receiver).
+        let argv = vec![
+            "send",
+            "--config",
+            config_arg,
+            "--source",
+            "acme",
+            "--secret",
+            "wrong",
+            payload_arg,
+        ];
+        run(parse_argv(argv).unwrap()).await.unwrap();
+        assert_eq!(seen.lock().unwrap()[1], (String::new(), false));
+
+        let argv = vec![
+            "send",
+            "--config",
+            config_arg,
+            "--source",
+            "nope",
+            payload_arg,
+        ];
+        let err = run(parse_argv(argv).unwrap()).await.unwrap_err();
+        assert!(
+            format!("{err:#}").contains("has no [sources.nope] (its sources: acme, other)"),
+            "{err:#}"
+        );
+        // The scheme comes from the config, never from a flag beside it.
+        let argv = vec![
+            "send", "--config", config_arg, "--source", "acme", "--scheme", "github",
+        ];
+        assert!(parse_argv(argv).is_err());
     }
 
     #[tokio::test]
