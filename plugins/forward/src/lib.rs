@@ -137,10 +137,15 @@ mod tests {
     const URL: &str = "https://orders.internal/webhooks";
 
     fn forward(hookd: &mut Harness) -> Result<Option<String>, HandleError> {
-        let event = Event::new("github", "d-1", "issues.opened", r#"{"action":"opened"}"#)
-            .with_header("Content-Type", "application/json")
-            .with_header("X-GitHub-Event", "issues")
-            .with_header("X-Hub-Signature-256", "sha256=…");
+        let event = Event::new(
+            "github",
+            "d-1",
+            "pull_request.opened",
+            r#"{"action":"opened"}"#,
+        )
+        .with_header("Content-Type", "application/json")
+        .with_header("X-GitHub-Event", "pull_request")
+        .with_header("X-Hub-Signature-256", "sha256=…");
         hookd.handle::<Forward>(event)
     }
 
@@ -158,11 +163,11 @@ mod tests {
         assert_eq!(sent.body, br#"{"action":"opened"}"#);
         for (name, value) in [
             ("content-type", Some("application/json")),
-            ("x-github-event", Some("issues")),
+            ("x-github-event", Some("pull_request")),
             ("x-team", Some("payments")),
             ("x-hookd-source", Some("github")),
             ("x-hookd-event-id", Some("d-1")),
-            ("x-hookd-event-type", Some("issues.opened")),
+            ("x-hookd-event-type", Some("pull_request.opened")),
             ("x-hub-signature-256", None),
         ] {
             assert_eq!(sent.header(name), value, "{name}");
