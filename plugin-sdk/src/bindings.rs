@@ -54,10 +54,11 @@ pub mod parser_world {
     });
 }
 
-pub(crate) use handler_world::hookd::plugin::{log, types as wit};
-// Outside wasm the SDK does not call these imports (see `crate::outside_hookd`).
+pub(crate) use handler_world::hookd::plugin::types as wit;
+// Outside wasm the SDK does not call these imports: a `testing::Harness` stands in for the host
+// (see `crate::testing`).
 #[cfg(target_arch = "wasm32")]
-pub(crate) use handler_world::hookd::plugin::{config, network, state};
+pub(crate) use handler_world::hookd::plugin::{config, log, network, state};
 
 /// Implements the generated `parser` export for a [`Parser`](crate::Parser).
 pub struct ParserExport<P>(PhantomData<P>);

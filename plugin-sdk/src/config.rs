@@ -8,9 +8,13 @@
 
 /// The configured value of `key`, or `None` if it is not set.
 ///
+/// During a [`Harness`](crate::testing::Harness) call (on the host target) it is the
+/// harness's [`with_config`](crate::testing::Harness::with_config) value.
+///
 /// # Panics
 ///
-/// Outside hookd (on a non-wasm target), where there is no configuration to read.
+/// Outside hookd (on a non-wasm target) when no harness call is running, as there is no
+/// configuration to read.
 pub fn get(key: &str) -> Option<String> {
     #[cfg(target_arch = "wasm32")]
     {
@@ -18,6 +22,6 @@ pub fn get(key: &str) -> Option<String> {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        crate::outside_hookd("config::get", key)
+        crate::testing::config(key).unwrap_or_else(|| crate::outside_hookd("config::get", key))
     }
 }

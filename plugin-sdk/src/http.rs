@@ -3,7 +3,7 @@
 //!
 //! ```no_run
 //! use plugin_sdk::{Event, HandleError, Handler, config, http, output};
-//! use serde_json::json;
+//! use plugin_sdk::serde_json::json;
 //!
 //! struct Notify;
 //!
@@ -79,8 +79,10 @@
 //!   unsupported or invalid request, another non-2xx status and an oversized response are
 //!   permanent (see [`HttpError`]'s conversion into [`HandleError`]).
 //!
-//! Outside hookd (unit tests on the host target) there is no host to send through:
-//! [`RequestBuilder::send`] panics, like [`config`](crate::config) and [`state`](crate::state).
+//! Outside hookd (unit tests on the host target) there is no host to send through: during a
+//! [`Harness`](crate::testing::Harness) call, [`RequestBuilder::send`] is answered by the
+//! harness's stubs (and refused, like an unlisted host, for a URL without one); outside one it
+//! panics, like [`config`](crate::config) and [`state`](crate::state).
 
 use std::{
     fmt,
@@ -111,6 +113,36 @@ pub enum Method {
     Delete,
     /// `OPTIONS`
     Options,
+}
+
+impl Method {
+    /// The method's name, upper-case (`POST`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Patch => "PATCH",
+            Method::Delete => "DELETE",
+            Method::Options => "OPTIONS",
+        }
+    }
+
+    /// The method called `name`, in any case; `None` for a method this client does not send.
+    pub fn from_name(name: &str) -> Option<Method> {
+        [
+            Method::Get,
+            Method::Head,
+            Method::Post,
+            Method::Put,
+            Method::Patch,
+            Method::Delete,
+            Method::Options,
+        ]
+        .into_iter()
+        .find(|m| m.as_str().eq_ignore_ascii_case(name))
+    }
 }
 
 /// Starts a `GET` request to `url` (`https://host[:port]/path?query`, or `http://`).
@@ -197,7 +229,8 @@ impl RequestBuilder {
     ///
     /// # Panics
     ///
-    /// Outside hookd (on a non-wasm target), where there is no host to send through.
+    /// Outside hookd (on a non-wasm target) when no [`Harness`](crate::testing::Harness) call
+    /// is running, as there is no host to send through.
     pub fn send(self) -> Result<Response, HttpError> {
         if let Some(error) = self.error {
             return Err(error);
@@ -214,8 +247,10 @@ impl RequestBuilder {
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
-            let _ = (self.headers, self.timeout);
-            crate::outside_hookd("http::send", &url.to_string())
+            // A stub answers at once: there is nothing for the timeout to bound.
+            let _ = self.timeout;
+            crate::testing::send(self.method, &url, &self.headers, self.body)
+                .unwrap_or_else(|| crate::outside_hookd("http::send", &url.to_string()))
         }
     }
 }
@@ -232,6 +267,22 @@ pub struct Response {
 }
 
 impl Response {
+    /// A response with `status` and `body`, without headers (e.g. for a
+    /// [`Harness`](crate::testing::Harness) stub).
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// Adds a header (the name is lower-cased, as received headers are).
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push(crate::input::header(name, value));
+        self
+    }
+
     /// Whether the status is 2xx.
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
@@ -373,17 +424,17 @@ impl From<HttpError> for HandleError {
 
 /// An `http://` or `https://` URL split the way `wasi:http` wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Url {
+pub(crate) struct Url {
     /// `https://`.
     https: bool,
     /// `host[:port]`, as written.
-    authority: String,
+    pub(crate) authority: String,
     /// `/path?query`; `/` when the URL has none. The fragment is dropped.
     path_with_query: String,
 }
 
 impl Url {
-    fn parse(url: &str) -> Result<Url, HttpError> {
+    pub(crate) fn parse(url: &str) -> Result<Url, HttpError> {
         let invalid = |why: &str| HttpError::InvalidRequest(format!("URL {url:?}: {why}"));
         let (scheme, rest) = url
             .split_once("://")

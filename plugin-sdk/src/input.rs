@@ -3,7 +3,7 @@
 //! Both carry the raw body exactly as the provider signed it; decoding it (as text or JSON)
 //! is the plugin's choice, through [`Request::json`] / [`Event::json`].
 
-use serde::de::DeserializeOwned;
+use serde::{Serialize, de::DeserializeOwned};
 
 use crate::BodyError;
 
@@ -51,10 +51,37 @@ impl Request {
         }
     }
 
+    /// Sets the HTTP method (upper-cased, as the host hands it in).
+    pub fn with_method(mut self, method: impl Into<String>) -> Self {
+        self.method = method.into().to_ascii_uppercase();
+        self
+    }
+
     /// Sets the raw query string (without the `?`).
     pub fn with_query(mut self, query: impl Into<String>) -> Self {
         self.query = query.into();
         self
+    }
+
+    /// Sets when hookd received the request, in milliseconds since the Unix epoch.
+    pub fn with_received_at_ms(mut self, received_at_ms: u64) -> Self {
+        self.received_at_ms = received_at_ms;
+        self
+    }
+
+    /// Replaces the body.
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Replaces the body with `value` as JSON.
+    ///
+    /// # Panics
+    ///
+    /// If `value` does not serialise (a test input that cannot be built).
+    pub fn with_json<T: Serialize + ?Sized>(self, value: &T) -> Self {
+        self.with_body(json_body(value))
     }
 
     /// Adds a header (the name is lower-cased, as the host does).
@@ -145,10 +172,51 @@ impl Event {
         self
     }
 
-    /// Sets the attempt number.
+    /// Sets the attempt number (1 is the first attempt).
     pub fn with_attempt(mut self, attempt: u32) -> Self {
         self.attempt = attempt;
         self
+    }
+
+    /// Sets the ordering key, as a parser's [`Envelope::ordering_key`](crate::Envelope::ordering_key) would.
+    pub fn with_ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Sets the sequence within the ordering key, as a parser's
+    /// [`Envelope::sequence`](crate::Envelope::sequence) would.
+    pub fn with_sequence(mut self, sequence: u64) -> Self {
+        self.sequence = Some(sequence);
+        self
+    }
+
+    /// Marks the event stale, as hookd hands it to a handler with `on_stale = "deliver"` (or
+    /// after a forced replay) when a newer sequence of its key was already handled.
+    pub fn with_stale(mut self, stale: bool) -> Self {
+        self.stale = stale;
+        self
+    }
+
+    /// Sets when hookd received the event, in milliseconds since the Unix epoch.
+    pub fn with_received_at_ms(mut self, received_at_ms: u64) -> Self {
+        self.received_at_ms = received_at_ms;
+        self
+    }
+
+    /// Replaces the body.
+    pub fn with_body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Replaces the body with `value` as JSON.
+    ///
+    /// # Panics
+    ///
+    /// If `value` does not serialise (a test input that cannot be built).
+    pub fn with_json<T: Serialize + ?Sized>(self, value: &T) -> Self {
+        self.with_body(json_body(value))
     }
 
     /// The value of the first header called `name`, compared case-insensitively.
@@ -173,6 +241,10 @@ impl Event {
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, BodyError> {
         BodyError::json(&self.body)
     }
+}
+
+fn json_body<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_else(|e| panic!("the JSON body does not serialise: {e}"))
 }
 
 pub(crate) fn header(name: impl Into<String>, value: impl Into<String>) -> Header {
@@ -201,6 +273,32 @@ mod tests {
         assert_eq!(req.header("x-github-event"), Some("issues"));
         assert_eq!(req.header("X-GITHUB-EVENT"), Some("issues"));
         assert_eq!(req.header("x-missing"), None);
+    }
+
+    #[test]
+    fn builders_set_every_field() {
+        let req = Request::new("s", "x")
+            .with_method("patch")
+            .with_query("a=1")
+            .with_received_at_ms(7)
+            .with_json(&serde_json::json!({"k": 1}));
+        assert_eq!(
+            (req.method.as_str(), req.query.as_str(), req.received_at_ms),
+            ("PATCH", "a=1", 7)
+        );
+        assert_eq!(req.body(), br#"{"k":1}"#);
+        let ev = Event::new("s", "e", "t", "x")
+            .with_ordering_key("k")
+            .with_sequence(3)
+            .with_attempt(2)
+            .with_received_at_ms(9)
+            .with_body("y");
+        assert_eq!(
+            (ev.ordering_key.as_deref(), ev.sequence, ev.attempt),
+            (Some("k"), Some(3), 2)
+        );
+        assert_eq!((ev.received_at_ms, ev.body()), (9, &b"y"[..]));
+        assert_eq!(ev.with_json(&[1, 2]).body(), b"[1,2]");
     }
 
     #[test]

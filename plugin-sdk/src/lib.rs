@@ -16,10 +16,10 @@
 //! # Example
 //!
 //! ```
-//! use plugin_sdk::{Event, HandleError, Handler, log, output, state};
-//! use serde::Deserialize;
+//! use plugin_sdk::{Event, HandleError, Handler, log, output, serde, serde_json, state};
 //!
-//! #[derive(Deserialize)]
+//! #[derive(serde::Deserialize)]
+//! #[serde(crate = "plugin_sdk::serde")]
 //! struct Payment { amount: u64 }
 //!
 //! struct Totals;
@@ -37,9 +37,11 @@
 //! plugin_sdk::register!(handler = Totals);
 //! ```
 //!
-//! The plugin crate is a `cdylib` depending on `plugin-sdk` (and `serde`/`serde_json` as it
-//! needs); `cargo build --release --target wasm32-wasip2` produces the component, to be
-//! dropped into hookd's `plugins/` directory.
+//! The plugin crate is a `cdylib` depending on `plugin-sdk` alone: the SDK re-exports
+//! [`serde`] (with its derive macros; point them at it with `#[serde(crate =
+//! "plugin_sdk::serde")]`) and [`serde_json`]. `cargo build --release --target wasm32-wasip2`
+//! produces the component, to be dropped into hookd's `plugins/` directory (`hookd new
+//! handler NAME` makes such a crate, and `hookd dev` builds and serves it).
 //!
 //! # Roles
 //!
@@ -50,9 +52,12 @@
 //!
 //! # Testing
 //!
-//! Keep a plugin's logic in plain functions and unit-test it with `cargo test` on the host
-//! target. [`Request::new`] and [`Event::new`] build inputs; outside hookd, [`log`] writes to
-//! stderr while [`config`], [`state`] and [`http`] panic, as there is no host to ask.
+//! `cargo test` on the host target runs a plugin's own [`Handler::handle`] and
+//! [`Parser::parse`] through a `testing::Harness` (compiled for every non-wasm target), which
+//! stands in for hookd: configuration, state committed only by a successful attempt, captured
+//! log lines and stubbed HTTP. [`Event::new`] and [`Request::new`] and their `with_*` methods
+//! build the inputs. Outside a harness call, [`log`] writes to stderr while [`config`],
+//! [`state`] and [`http`] panic, as there is no host to ask.
 //!
 //! # Layout
 //!
@@ -61,6 +66,7 @@
 //! - `error`: [`ParseError`], [`HandleError`], [`BodyError`].
 //! - [`log`], [`config`], [`state`], [`output`]: the host's services and output helpers.
 //! - [`http`]: outbound HTTP over `wasi:http` (through the `wasip2` crate's bindings).
+//! - `testing` (not on wasm): the `Harness` that stands in for the host in unit tests.
 //! - `bindings.rs` (the hidden module `__private`): the only code that touches wit-bindgen.
 //!
 //! # WIT version
@@ -85,6 +91,15 @@ mod input;
 pub mod log;
 pub mod output;
 pub mod state;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testing;
+
+/// The `serde` this SDK is built with, derive macros included: a plugin needs no dependency
+/// of its own (`#[derive(plugin_sdk::serde::Deserialize)]` with
+/// `#[serde(crate = "plugin_sdk::serde")]`).
+pub use serde;
+/// The `serde_json` this SDK is built with ([`Event::json`] decodes with it).
+pub use serde_json;
 
 pub use envelope::{Envelope, Response};
 pub use error::{BodyError, HandleError, ParseError};
@@ -175,7 +190,8 @@ macro_rules! register {
 #[track_caller]
 fn outside_hookd(what: &str, key: &str) -> ! {
     panic!(
-        "plugin_sdk::{what}({key:?}) needs the hookd host; it is only available in a \
-         wasm32-wasip2 component run by hookd"
+        "plugin_sdk::{what}({key:?}) needs the hookd host: in a wasm32-wasip2 component run \
+         by hookd, or in a unit test during a plugin_sdk::testing::Harness call \
+         (Harness::handle or Harness::parse), which stands in for it"
     )
 }

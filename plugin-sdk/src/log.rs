@@ -3,7 +3,22 @@
 //! The host caps the bytes logged per call (64 KiB by default) and drops lines beyond that,
 //! so log what a person needs to understand a failure, not every step.
 //!
-//! Outside hookd (e.g. in a plugin's unit tests on the host target) lines go to stderr.
+//! Outside hookd (on the host target): during a [`Harness`](crate::testing::Harness) call the
+//! lines are captured for the test ([`Harness::logs`](crate::testing::Harness::logs)); else
+//! they go to stderr.
+
+/// How severe a log line is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// Detail for whoever debugs the plugin.
+    Debug,
+    /// Normal operation.
+    Info,
+    /// Something unexpected that the plugin worked around.
+    Warn,
+    /// A failure.
+    Error,
+}
 
 /// Logs at debug level.
 pub fn debug(message: impl AsRef<str>) {
@@ -25,14 +40,21 @@ pub fn error(message: impl AsRef<str>) {
     write(Level::Error, message.as_ref());
 }
 
-use crate::__private::log::Level;
-
 #[cfg(target_arch = "wasm32")]
 fn write(level: Level, message: &str) {
-    crate::__private::log::log(level, message);
+    use crate::__private::log::{Level as Wit, log};
+    let level = match level {
+        Level::Debug => Wit::Debug,
+        Level::Info => Wit::Info,
+        Level::Warn => Wit::Warn,
+        Level::Error => Wit::Error,
+    };
+    log(level, message);
 }
 
 #[cfg(not(target_arch = "wasm32"))]
 fn write(level: Level, message: &str) {
-    eprintln!("[{level:?}] {message}");
+    if !crate::testing::log(level, message) {
+        eprintln!("[{level:?}] {message}");
+    }
 }

@@ -10,7 +10,7 @@ use crate::HandleError;
 /// ```
 /// # use plugin_sdk::HandleError;
 /// fn handle() -> Result<Option<String>, HandleError> {
-///     plugin_sdk::output::json(&serde_json::json!({ "label": "bug" }))
+///     plugin_sdk::output::json(&plugin_sdk::serde_json::json!({ "label": "bug" }))
 /// }
 /// assert_eq!(handle().unwrap().as_deref(), Some(r#"{"label":"bug"}"#));
 /// ```

@@ -15,6 +15,9 @@
 //!
 //! Only handlers have state: the `parser-plugin` world does not import it, and the ingest path
 //! must stay free of side effects. Do not call these from a [`Parser`](crate::Parser).
+//!
+//! On the host target, a [`Harness`](crate::testing::Harness) call keeps state with these same
+//! rules, so a unit test sees what hookd would commit.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -25,7 +28,8 @@ use crate::HandleError;
 ///
 /// # Panics
 ///
-/// Outside hookd (on a non-wasm target), where there is no state to read.
+/// Outside hookd (on a non-wasm target) when no [`Harness`](crate::testing::Harness) call is
+/// running, as there is no state to read.
 pub fn get(key: &str) -> Option<Vec<u8>> {
     #[cfg(target_arch = "wasm32")]
     {
@@ -33,7 +37,7 @@ pub fn get(key: &str) -> Option<Vec<u8>> {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        crate::outside_hookd("state::get", key)
+        crate::testing::state_get(key).unwrap_or_else(|| crate::outside_hookd("state::get", key))
     }
 }
 
@@ -43,7 +47,8 @@ pub fn get(key: &str) -> Option<Vec<u8>> {
 ///
 /// # Panics
 ///
-/// Outside hookd (on a non-wasm target).
+/// Outside hookd (on a non-wasm target) when no [`Harness`](crate::testing::Harness) call is
+/// running.
 pub fn set(key: &str, value: &[u8]) {
     #[cfg(target_arch = "wasm32")]
     {
@@ -51,8 +56,9 @@ pub fn set(key: &str, value: &[u8]) {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let _ = value;
-        crate::outside_hookd("state::set", key)
+        if !crate::testing::state_write(key, Some(value)) {
+            crate::outside_hookd("state::set", key)
+        }
     }
 }
 
@@ -60,7 +66,8 @@ pub fn set(key: &str, value: &[u8]) {
 ///
 /// # Panics
 ///
-/// Outside hookd (on a non-wasm target).
+/// Outside hookd (on a non-wasm target) when no [`Harness`](crate::testing::Harness) call is
+/// running.
 pub fn delete(key: &str) {
     #[cfg(target_arch = "wasm32")]
     {
@@ -68,7 +75,9 @@ pub fn delete(key: &str) {
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        crate::outside_hookd("state::delete", key)
+        if !crate::testing::state_write(key, None) {
+            crate::outside_hookd("state::delete", key)
+        }
     }
 }
 

@@ -1,12 +1,12 @@
 //! End to end: a signed webhook goes in, is parsed by a Wasm parser, stored once,
 //! handled by a Wasm handler, and its output is visible through the admin API.
 
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::json;
 
-use crate::support::{self, AdminApi, Scheme, TestHost, plugins};
+use crate::support::{self, AdminApi, ProcessHost, Scheme, TestHost, plugins};
 
 const GITHUB_SOURCE: &str = r#"
 [sources.github]
@@ -246,6 +246,90 @@ async fn the_sdk_works_for_a_crate_outside_the_workspace() {
         .wait_state("s", "msg_1", "outside", "done", Duration::from_secs(30))
         .await;
     assert_eq!(delivery["output"], r#"{"outside":true}"#);
+}
+
+/// `hookd new handler` makes a crate outside the workspace whose own unit test passes under
+/// `cargo test`, and which `hookd dev` builds and serves with its generated hookd.toml: a signed
+/// event reaches the handler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scaffolded_handler_passes_its_test_and_handles_an_event_under_hookd_dev() {
+    let root = std::path::Path::new(plugins::WORKSPACE_ROOT);
+    // One target directory for every run: the SDK and its dependencies compile once, then only
+    // the scaffolded crate does (its path changes with each temporary directory).
+    let target = root.join("target/scaffold-test");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("scaffolded");
+    let dir_arg = dir.to_str().unwrap();
+
+    let new = ["new", "handler", "scaffolded", "--path", dir_arg];
+    let created = support::hookd_cli(tmp.path(), &new).await;
+    assert!(created.status.success(), "{created:?}");
+    // Never over what is there.
+    let again = support::hookd_cli(tmp.path(), &new).await;
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && stderr.contains("is not empty"),
+        "{stderr}"
+    );
+
+    let tested = tokio::process::Command::new(env!("CARGO"))
+        .current_dir(&dir)
+        .arg("test")
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTFLAGS")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&tested.stdout);
+    assert!(
+        tested.status.success() && stdout.contains("each_event_type_is_counted_in_state ... ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&tested.stderr)
+    );
+
+    // Its hookd.toml as generated, on free ports and with the tests' admin token.
+    let generated = std::fs::read_to_string(dir.join("hookd.toml")).unwrap();
+    let secret = generated
+        .split_once("secrets = [\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(secret, _)| secret.to_owned())
+        .unwrap_or_else(|| panic!("no secret in\n{generated}"));
+    let config: String = generated
+        .lines()
+        .filter(|l| !l.starts_with("listen") && !l.starts_with("admin_listen"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let target_env = target.to_str().unwrap();
+    let host = ProcessHost::start_dev(&dir, &config, &[("CARGO_TARGET_DIR", target_env)]).await;
+
+    let body = br#"{"type":"order.paid"}"#;
+    let headers = support::sign(
+        &Scheme::StandardWebhooks,
+        &secret,
+        "evt_1",
+        body,
+        SystemTime::now(),
+    );
+    let (status, reply) = host.post("scaffolded", &headers, body).await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let delivery = host
+        .wait_state(
+            "scaffolded",
+            "evt_1",
+            "scaffolded",
+            "done",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_eq!(
+        delivery["output"],
+        r#"{"count":1,"event_type":"order.paid"}"#
+    );
+    host.wait_log(
+        "hello: evt_1 is order.paid number 1",
+        Duration::from_secs(10),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

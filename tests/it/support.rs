@@ -585,7 +585,38 @@ impl ProcessHost {
         Self::start_exact_with_env(dir, &config_text(config), env).await
     }
 
+    /// [`ProcessHost::start`] as `hookd dev --no-watch` in `dir` (a plugin crate): it builds the
+    /// crate with cargo (with `env`, e.g. `CARGO_TARGET_DIR`), then serves. Building can take
+    /// minutes on a cold target directory, so it may take that long to become healthy.
+    pub async fn start_dev(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
+        let args = ["dev", "--no-watch"];
+        let env: Vec<(&str, &str)> = [("CARGO", env!("CARGO"))]
+            .into_iter()
+            .chain(env.iter().copied())
+            .collect();
+        Self::spawn(
+            dir,
+            &config_text(config),
+            &args,
+            &env,
+            Duration::from_secs(600),
+        )
+        .await
+    }
+
     async fn start_exact_with_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
+        Self::spawn(dir, config, &["serve"], env, Duration::from_secs(60)).await
+    }
+
+    /// Writes the config with listen addresses on free ports, runs `hookd <command> --config
+    /// dir/hookd.toml` and waits up to `healthy_within` for `/healthz`.
+    async fn spawn(
+        dir: &Path,
+        config: &str,
+        command: &[&str],
+        env: &[(&str, &str)],
+        healthy_within: Duration,
+    ) -> Self {
         let (ingest, admin) = (free_port(), free_port());
         let listen = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"");
         let text = if config.contains("[server]") {
@@ -600,12 +631,15 @@ impl ProcessHost {
             .open(dir.join("hookd.log"))
             .unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
-            .args(["serve", "--config"])
+            .args(command)
+            .arg("--config")
             .arg(dir.join("hookd.toml"))
             // The token is the config's (or generated): never one from the environment.
             .env_remove("HOOKD_ADMIN_TOKEN")
             // The database is the config's, never one from the environment.
             .env_remove("HOOKD_DATABASE_URL")
+            // `hookd dev` builds wasm as a user would, without the test build's flags.
+            .env_remove("RUSTFLAGS")
             .envs(env.iter().copied())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -617,7 +651,7 @@ impl ProcessHost {
             dir: dir.to_owned(),
             child,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + healthy_within;
         loop {
             let url = format!("http://{admin}/healthz");
             if let Ok((StatusCode::OK, _, _)) = send(Method::GET, &url, &[], Bytes::new()).await {

@@ -1,5 +1,10 @@
-//! `hookd dev`: build the example plugin crates to wasm, place them in `plugins_dir`, serve, and
-//! rebuild when their sources change (the running host then hot-swaps the new build).
+//! `hookd dev`: build plugin crates to wasm, place them in `plugins_dir`, serve, and rebuild
+//! when their sources change (the running host then hot-swaps the new build).
+//!
+//! The crates are those of the cargo workspace that `cargo locate-project --workspace` finds
+//! from the config file's directory (or `--manifest-path`): in hookd's own checkout the example
+//! plugins in `plugins/`; in a standalone plugin crate (`hookd new`, with its own `[workspace]`)
+//! that crate.
 //!
 //! Invariants: it runs the same `cargo build --release --target wasm32-wasip2` a user would and
 //! copies only the built `.wasm` files, each by copy + rename so the host never sees half a
@@ -24,8 +29,13 @@ pub struct DevArgs {
     /// The configuration file (relative paths in it are relative to its directory).
     #[arg(long, short, default_value = "hookd.toml")]
     pub config: PathBuf,
-    /// Plugin crates (workspace packages) to build [default: every crate in the workspace's
-    /// `plugins/` directory].
+    /// The Cargo.toml of the plugin crate or workspace to build [default: the workspace cargo
+    /// finds from the config file's directory].
+    #[arg(long, value_name = "PATH")]
+    pub manifest_path: Option<PathBuf>,
+    /// Plugin crates (workspace packages) to build [default: the workspace's root package when
+    /// it is a `cdylib` (a standalone plugin crate), else every crate in its `plugins/`
+    /// directory].
     #[arg(long = "plugin", short = 'p')]
     pub plugins: Vec<String>,
     /// Serve without building first (and without watching the sources).
@@ -42,70 +52,229 @@ const QUIET: Duration = Duration::from_millis(300);
 pub fn run(args: DevArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     if !args.no_build {
-        let root = workspace_root(&args.config)?;
+        let workspace = Workspace::locate(&args.config, args.manifest_path.as_deref())?;
         let dest = config.server.plugins_dir.clone();
         let packages = if args.plugins.is_empty() {
-            let examples = root.join("plugins");
-            super::plugin_dirs::crates_in(&examples)
-                .with_context(|| format!("listing the plugin crates in {}", examples.display()))?
+            workspace.default_plugins()?
         } else {
             args.plugins
         };
-        build_plugins(&root, &packages, &dest)?;
+        let sources = workspace.source_dirs(&packages)?;
+        workspace.build_plugins(&packages, &dest)?;
         if !args.no_watch {
-            let sources = source_dirs(&root, &packages)?;
             let watcher = watch_sources(&sources)?;
             std::thread::Builder::new()
                 .name("dev-rebuild".into())
-                .spawn(move || rebuild_loop(watcher, &sources, &root, &packages, &dest))
+                .spawn(move || rebuild_loop(watcher, &sources, &workspace, &packages, &dest))
                 .context("starting the rebuild watcher")?;
         }
     }
     super::serve(args.config)
 }
 
-/// The directories whose changes call for a rebuild: each plugin crate's, plus the SDK and the
-/// WIT contract when the workspace has them.
-fn source_dirs(root: &Path, packages: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .current_dir(root)
-        .args(["metadata", "--no-deps", "--format-version", "1"])
-        .output()
-        .context("running cargo metadata")?;
-    if !output.status.success() {
-        bail!(
-            "cargo metadata failed in {}: {}",
-            root.display(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    let metadata: serde_json::Value =
-        serde_json::from_slice(&output.stdout).context("reading cargo metadata")?;
-    let mut dirs = BTreeSet::new();
-    for package in packages {
-        let manifest = metadata["packages"]
+/// The cargo workspace the plugin crates are built in, as `cargo metadata` describes it.
+#[derive(Debug)]
+struct Workspace {
+    /// The workspace's `Cargo.toml`.
+    manifest: PathBuf,
+    /// Its directory.
+    root: PathBuf,
+    /// Where cargo puts its builds (`CARGO_TARGET_DIR` and cargo's config included).
+    target_dir: PathBuf,
+    members: Vec<Member>,
+}
+
+/// One package of the workspace.
+#[derive(Debug)]
+struct Member {
+    name: String,
+    dir: PathBuf,
+    cdylib: bool,
+    /// The directories of its path dependencies (such as `plugin-sdk`).
+    path_deps: Vec<PathBuf>,
+}
+
+impl Workspace {
+    /// The workspace of `manifest_path` if given, else the one cargo finds from the directory of
+    /// `config`.
+    fn locate(config: &Path, manifest_path: Option<&Path>) -> anyhow::Result<Workspace> {
+        let mut locate = cargo();
+        locate.args(["locate-project", "--workspace", "--message-format", "plain"]);
+        let from = match manifest_path {
+            Some(manifest) => {
+                locate.arg("--manifest-path").arg(manifest);
+                format!("--manifest-path {}", manifest.display())
+            }
+            None => {
+                let config = config
+                    .canonicalize()
+                    .with_context(|| format!("resolving {}", config.display()))?;
+                let dir = config.parent().unwrap_or(Path::new("/")).to_owned();
+                locate.current_dir(&dir);
+                format!("{} (the directory of the config file)", dir.display())
+            }
+        };
+        let located = run_cargo(&mut locate).with_context(|| {
+            format!(
+                "no cargo workspace found from {from}: `hookd dev` builds plugin crates; run it \
+                 in a plugin crate (`hookd new handler NAME` makes one) or pass --manifest-path"
+            )
+        })?;
+        let manifest = PathBuf::from(String::from_utf8_lossy(&located).trim());
+        let metadata = run_cargo(
+            cargo()
+                .args([
+                    "metadata",
+                    "--no-deps",
+                    "--format-version",
+                    "1",
+                    "--manifest-path",
+                ])
+                .arg(&manifest),
+        )?;
+        let metadata: serde_json::Value = serde_json::from_slice(&metadata)
+            .with_context(|| format!("reading cargo metadata of {}", manifest.display()))?;
+        let path = |key: &str| {
+            metadata[key]
+                .as_str()
+                .map(PathBuf::from)
+                .with_context(|| format!("cargo metadata of {} has no {key}", manifest.display()))
+        };
+        let (root, target_dir) = (path("workspace_root")?, path("target_directory")?);
+        let members = metadata["packages"]
             .as_array()
             .into_iter()
             .flatten()
-            .find(|p| p["name"] == package.as_str())
-            .and_then(|p| p["manifest_path"].as_str())
-            .with_context(|| {
-                format!(
-                    "{package} is not a package of the workspace {}",
-                    root.display()
-                )
-            })?;
-        let dir = Path::new(manifest).parent().unwrap_or(root);
-        dirs.insert(dir.to_owned());
+            .filter_map(|p| {
+                let dir = Path::new(p["manifest_path"].as_str()?).parent()?.to_owned();
+                let cdylib = p["targets"].as_array().into_iter().flatten().any(|t| {
+                    t["crate_types"]
+                        .as_array()
+                        .is_some_and(|types| types.iter().any(|c| c == "cdylib"))
+                });
+                let path_deps = p["dependencies"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|d| d["path"].as_str().map(PathBuf::from))
+                    .collect();
+                Some(Member {
+                    name: p["name"].as_str()?.to_owned(),
+                    dir,
+                    cdylib,
+                    path_deps,
+                })
+            })
+            .collect();
+        Ok(Workspace {
+            manifest,
+            root,
+            target_dir,
+            members,
+        })
     }
-    for shared in ["plugin-sdk", "wit"] {
-        let dir = root.join(shared);
-        if dir.is_dir() {
-            dirs.insert(dir);
+
+    /// The crates to build when none are named: the root package if it is a `cdylib` (a
+    /// standalone plugin crate), else every crate in the workspace's `plugins/` directory.
+    fn default_plugins(&self) -> anyhow::Result<Vec<String>> {
+        if let Some(root) = self.members.iter().find(|m| m.dir == self.root && m.cdylib) {
+            return Ok(vec![root.name.clone()]);
         }
+        let examples = self.root.join("plugins");
+        super::plugin_dirs::crates_in(&examples).with_context(|| {
+            format!(
+                "{} is not a plugin crate (no cdylib package at its root), so `hookd dev` \
+                 builds the crates in {}, which cannot be listed; pass --manifest-path or -p",
+                self.manifest.display(),
+                examples.display()
+            )
+        })
     }
-    Ok(dirs.into_iter().collect())
+
+    /// The directories whose changes call for a rebuild: each plugin crate's and those of its
+    /// path dependencies (the SDK, when it is one).
+    fn source_dirs(&self, packages: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+        let mut dirs = BTreeSet::new();
+        for package in packages {
+            let member = self
+                .members
+                .iter()
+                .find(|m| &m.name == package)
+                .with_context(|| {
+                    format!(
+                        "{package} is not a package of the workspace {}",
+                        self.manifest.display()
+                    )
+                })?;
+            dirs.insert(member.dir.clone());
+            dirs.extend(member.path_deps.iter().cloned());
+        }
+        Ok(dirs.into_iter().collect())
+    }
+
+    /// Builds `packages` for wasm32-wasip2 (release) and copies each `<name>.wasm` into `dest`.
+    fn build_plugins(&self, packages: &[String], dest: &Path) -> anyhow::Result<()> {
+        let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+        super::wasm_target::ensure(Path::new(&rustc), &self.root).map_err(anyhow::Error::msg)?;
+        let mut command = cargo();
+        command
+            .current_dir(&self.root)
+            .args(["build", "--release", "--target", super::wasm_target::TARGET])
+            .arg("--manifest-path")
+            .arg(&self.manifest);
+        for package in packages {
+            command.args(["-p", package]);
+        }
+        tracing::info!(?packages, workspace = %self.manifest.display(), "building plugins");
+        let status = command.status().context("running cargo")?;
+        if !status.success() {
+            bail!(
+                "building the plugin crates of {} failed ({status})",
+                self.manifest.display()
+            );
+        }
+        let built = self
+            .target_dir
+            .join(super::wasm_target::TARGET)
+            .join("release");
+        std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
+        for package in packages {
+            let file = format!("{}.wasm", package.replace('-', "_"));
+            let from = built.join(&file);
+            // Copy then rename, so the watcher never sees a half-written plugin; an unchanged
+            // build is left alone (nothing to reload).
+            let to = dest.join(format!("{package}.wasm"));
+            let bytes =
+                std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+            if std::fs::read(&to).ok() == Some(bytes) {
+                continue;
+            }
+            let tmp = dest.join(format!(".{package}.wasm.tmp"));
+            std::fs::copy(&from, &tmp)
+                .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+            std::fs::rename(&tmp, &to).with_context(|| format!("placing {}", to.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// `cargo`: the one running this hookd (`CARGO`) or the one on the `PATH`.
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs a cargo command that prints to stdout; its stdout, or an error with its stderr.
+fn run_cargo(command: &mut Command) -> anyhow::Result<Vec<u8>> {
+    let output = command.output().context("running cargo")?;
+    if !output.status.success() {
+        bail!(
+            "{:?} failed ({}): {}",
+            command,
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output.stdout)
 }
 
 type SourceEvents = mpsc::Receiver<notify::Result<notify::Event>>;
@@ -147,7 +316,7 @@ fn is_source(path: &Path, dirs: &[PathBuf]) -> bool {
 fn rebuild_loop(
     (_watcher, events): (notify::RecommendedWatcher, SourceEvents),
     dirs: &[PathBuf],
-    root: &Path,
+    workspace: &Workspace,
     packages: &[String],
     dest: &Path,
 ) {
@@ -171,68 +340,10 @@ fn rebuild_loop(
             }
         }
         tracing::info!("plugin sources changed; rebuilding");
-        if let Err(e) = build_plugins(root, packages, dest) {
+        if let Err(e) = workspace.build_plugins(packages, dest) {
             tracing::error!("rebuild failed; the running plugins stay: {e:#}");
         }
     }
-}
-
-/// The cargo workspace the config file lives in (where the plugin crates are).
-fn workspace_root(config: &Path) -> anyhow::Result<PathBuf> {
-    let start = config
-        .canonicalize()
-        .with_context(|| format!("resolving {}", config.display()))?;
-    for dir in start.ancestors().skip(1) {
-        let manifest = dir.join("Cargo.toml");
-        if std::fs::read_to_string(&manifest).is_ok_and(|text| text.contains("[workspace]")) {
-            return Ok(dir.to_owned());
-        }
-    }
-    bail!(
-        "no cargo workspace found above {}: `hookd dev` builds plugin crates from one",
-        start.display()
-    )
-}
-
-/// Builds `packages` for wasm32-wasip2 (release) and copies each `<name>.wasm` into `dest`.
-pub fn build_plugins(root: &Path, packages: &[String], dest: &Path) -> anyhow::Result<()> {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    super::wasm_target::ensure(Path::new(&rustc), root).map_err(anyhow::Error::msg)?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
-    command
-        .current_dir(root)
-        .args(["build", "--release", "--target", super::wasm_target::TARGET]);
-    for package in packages {
-        command.args(["-p", package]);
-    }
-    tracing::info!(?packages, "building plugins");
-    let status = command.status().context("running cargo")?;
-    if !status.success() {
-        bail!("building the plugin crates failed ({status})");
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let built = target.join(super::wasm_target::TARGET).join("release");
-    std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
-    for package in packages {
-        let file = format!("{}.wasm", package.replace('-', "_"));
-        let from = built.join(&file);
-        // Copy then rename, so the watcher never sees a half-written plugin; an unchanged build
-        // is left alone (nothing to reload).
-        let to = dest.join(format!("{package}.wasm"));
-        if std::fs::read(&to).ok()
-            == Some(std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?)
-        {
-            continue;
-        }
-        let tmp = dest.join(format!(".{package}.wasm.tmp"));
-        std::fs::copy(&from, &tmp)
-            .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
-        std::fs::rename(&tmp, &to).with_context(|| format!("placing {}", to.display()))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

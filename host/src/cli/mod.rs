@@ -1,5 +1,5 @@
-//! The command line: `hookd serve | dev | send | events | replay | discard | plugins | backup |
-//! restore` (names are a contract).
+//! The command line: `hookd serve | dev | new | send | events | replay | discard | plugins |
+//! backup | restore` (names are a contract).
 //!
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
 //! holds product logic of its own.
@@ -7,6 +7,7 @@
 mod backup;
 pub(crate) mod client;
 mod dev;
+mod new;
 mod plugin_dirs;
 mod send;
 mod wasm_target;
@@ -48,6 +49,8 @@ pub enum Command {
     },
     /// Build the plugin crates to wasm, place them in plugins_dir, and serve (for development).
     Dev(dev::DevArgs),
+    /// Create a plugin crate (a handler or a parser) ready for `cargo test` and `hookd dev`.
+    New(new::NewArgs),
     /// Sign and send a payload exactly as a provider would.
     Send(send::SendArgs),
     /// List events, or show one with its deliveries and history (admin API).
@@ -104,6 +107,7 @@ pub fn main(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve { config } => serve(config),
         Command::Dev(args) => dev::run(args),
+        Command::New(args) => new::run(args),
         Command::Send(args) => runtime().and_then(|rt| rt.block_on(send::run(args))),
         Command::Events(args) => runtime().and_then(|rt| rt.block_on(client::events(args))),
         Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),

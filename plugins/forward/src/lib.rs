@@ -130,7 +130,91 @@ impl Target {
 
 #[cfg(test)]
 mod tests {
+    use plugin_sdk::testing::Harness;
+
     use super::*;
+
+    const URL: &str = "https://orders.internal/webhooks";
+
+    fn forward(hookd: &mut Harness) -> Result<Option<String>, HandleError> {
+        let event = Event::new(
+            "github",
+            "d-1",
+            "pull_request.opened",
+            r#"{"action":"opened"}"#,
+        )
+        .with_header("Content-Type", "application/json")
+        .with_header("X-GitHub-Event", "pull_request")
+        .with_header("X-Hub-Signature-256", "sha256=…");
+        hookd.handle::<Forward>(event)
+    }
+
+    #[test]
+    fn a_2xx_is_done_and_the_service_gets_the_body_and_the_chosen_headers() {
+        let mut hookd = Harness::new()
+            .with_config("url", URL)
+            .with_config("pass_headers", "x-github-event")
+            .with_config("headers", r#"{"x-team": "payments"}"#)
+            .respond_to("POST", URL, 202);
+        assert_eq!(forward(&mut hookd), Ok(Some(r#"{"status":202}"#.into())));
+        let [sent] = hookd.requests() else {
+            panic!("{:?}", hookd.requests())
+        };
+        assert_eq!(sent.body, br#"{"action":"opened"}"#);
+        for (name, value) in [
+            ("content-type", Some("application/json")),
+            ("x-github-event", Some("pull_request")),
+            ("x-team", Some("payments")),
+            ("x-hookd-source", Some("github")),
+            ("x-hookd-event-id", Some("d-1")),
+            ("x-hookd-event-type", Some("pull_request.opened")),
+            ("x-hub-signature-256", None),
+        ] {
+            assert_eq!(sent.header(name), value, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_unavailable_service_is_a_retry_honouring_retry_after() {
+        let mut hookd = Harness::new()
+            .with_config("url", URL)
+            .respond_to("POST", URL, 503);
+        assert!(
+            matches!(
+                forward(&mut hookd),
+                Err(HandleError::Retry { after: None, .. })
+            ),
+            "503"
+        );
+        let mut hookd = hookd.respond_with(
+            "POST",
+            URL,
+            http::Response::new(503, "").with_header("retry-after", "30"),
+        );
+        match forward(&mut hookd) {
+            Err(HandleError::Retry {
+                after: Some(after), ..
+            }) => assert_eq!(after.as_secs(), 30),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_4xx_or_a_url_outside_allow_hosts_is_permanent() {
+        let mut hookd = Harness::new()
+            .with_config("url", URL)
+            .respond_to("POST", URL, 404);
+        assert!(matches!(
+            forward(&mut hookd),
+            Err(HandleError::Permanent(_))
+        ));
+        // No stub stands for a host hookd would refuse.
+        let mut hookd = Harness::new().with_config("url", "https://elsewhere.internal/");
+        match forward(&mut hookd) {
+            Err(HandleError::Permanent(reason)) => assert!(reason.contains("denied"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
 
     fn target(pairs: &[(&str, &str)]) -> Result<Target, HandleError> {
         Target::from_config(|key| {

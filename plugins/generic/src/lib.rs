@@ -34,3 +34,42 @@ impl Parser for Generic {
 }
 
 plugin_sdk::register!(parser = Generic);
+
+#[cfg(test)]
+mod tests {
+    use plugin_sdk::testing::Harness;
+
+    use super::*;
+
+    #[test]
+    fn parse_reads_its_settings_from_the_plugin_config() {
+        let mut hookd = Harness::new()
+            .with_config("id_header", "x-acme-delivery")
+            .with_config("type_pointer", "/event")
+            .with_config("key_pointer", "/order/id")
+            .with_config("sequence_pointer", "/order/version");
+        let req = Request::new("acme", "")
+            .with_header("X-Acme-Delivery", "d-1")
+            .with_json(&plugin_sdk::serde_json::json!({
+                "event": "order.paid",
+                "order": {"id": 42, "version": "7"}
+            }));
+        assert_eq!(
+            hookd.parse::<Generic>(req),
+            Ok(Envelope::new("d-1", "order.paid")
+                .ordering_key("42")
+                .sequence(7))
+        );
+    }
+
+    #[test]
+    fn an_unconfigured_parser_names_the_setting_to_add() {
+        let mut hookd = Harness::new();
+        match hookd.parse::<Generic>(Request::new("acme", "{}")) {
+            Err(ParseError::Invalid(reason)) => {
+                assert!(reason.contains("`id_header`"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -48,3 +48,67 @@ impl Handler for Counter {
 }
 
 plugin_sdk::register!(handler = Counter);
+
+#[cfg(test)]
+mod tests {
+    use plugin_sdk::testing::Harness;
+
+    use super::*;
+
+    fn event(id: &str) -> Event {
+        Event::new("s", id, "t", "{}")
+    }
+
+    #[test]
+    fn each_success_counts_once_in_committed_state() {
+        let mut hookd = Harness::new();
+        for n in 1..=3 {
+            let output = hookd.handle::<Counter>(event(&format!("e{n}"))).unwrap();
+            assert_eq!(output, Some(format!(r#"{{"count":{n}}}"#)));
+        }
+        assert_eq!(hookd.state("count"), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn per_key_counts_under_the_ordering_key_only_when_configured() {
+        let keyed = |id: &str, key: &str| event(id).with_ordering_key(key).with_sequence(1);
+        let mut hookd = Harness::new();
+        hookd.handle::<Counter>(keyed("e1", "a")).unwrap();
+        assert_eq!(hookd.state_keys().collect::<Vec<_>>(), ["count"]);
+
+        let mut hookd = Harness::new()
+            .with_config("per_key", "true")
+            .with_state("count/a", "41");
+        let output = hookd.handle::<Counter>(keyed("e2", "a")).unwrap();
+        assert_eq!(output.as_deref(), Some(r#"{"count":42,"key":"a"}"#));
+        hookd.handle::<Counter>(keyed("e3", "b")).unwrap();
+        // An event without a key still counts under `count`.
+        hookd.handle::<Counter>(event("e4")).unwrap();
+        assert_eq!(hookd.state("count/a"), Some(&b"42"[..]));
+        assert_eq!(hookd.state("count/b"), Some(&b"1"[..]));
+        assert_eq!(hookd.state("count"), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn a_stale_event_counts_and_says_so() {
+        let mut hookd = Harness::new().with_state("count", "7");
+        let late = event("e1")
+            .with_ordering_key("a")
+            .with_sequence(1)
+            .with_stale(true);
+        let output = hookd.handle::<Counter>(late).unwrap();
+        assert_eq!(output.as_deref(), Some(r#"{"count":8,"stale":true}"#));
+    }
+
+    #[test]
+    fn a_count_that_is_not_a_number_is_permanent_and_changes_nothing() {
+        let mut hookd = Harness::new().with_state("count", "many");
+        assert_eq!(
+            hookd.handle::<Counter>(event("e1")),
+            Err(HandleError::permanent(
+                "state `count` is not a decimal number"
+            ))
+        );
+        assert_eq!(hookd.state("count"), Some(&b"many"[..]));
+    }
+}

@@ -1,0 +1,711 @@
+//! Unit tests of a plugin's own [`Handler::handle`] and [`Parser::parse`] with `cargo test` on
+//! the host target: a [`Harness`] stands in for hookd.
+//!
+//! ```
+//! use plugin_sdk::testing::Harness;
+//! use plugin_sdk::{Event, HandleError, Handler, output, state};
+//!
+//! struct Counter;
+//!
+//! impl Handler for Counter {
+//!     fn handle(_event: Event) -> Result<Option<String>, HandleError> {
+//!         let count = state::get_json::<u64>("count")?.unwrap_or(0) + 1;
+//!         state::set_json("count", &count)?;
+//!         output::json(&count)
+//!     }
+//! }
+//!
+//! let mut hookd = Harness::new().with_state_json("count", &41);
+//! let output = hookd.handle::<Counter>(Event::new("s", "evt_1", "ping", "{}"));
+//! assert_eq!(output, Ok(Some("42".to_owned())));
+//! assert_eq!(hookd.state_json::<u64>("count"), Some(42));
+//! ```
+//!
+//! During [`Harness::handle`] and [`Harness::parse`], the SDK's host services are the
+//! harness's, with the rules hookd applies:
+//!
+//! - [`state`](crate::state): reads see the committed state plus this call's own writes;
+//!   writes are buffered and committed only when the handler returns `Ok`. An `Err` or a panic
+//!   leaves no trace, as a failed or trapped attempt does in hookd. A parser has no state
+//!   (hookd's parser world does not import it), so a state call from one panics.
+//! - [`config`](crate::config): the values given with [`Harness::with_config`].
+//! - [`log`](crate::log): lines are kept, in order, in [`Harness::logs`].
+//! - [`http`](crate::http): a request is answered by the stub registered for its method and
+//!   URL ([`Harness::respond_to`], [`Harness::respond_with`], [`Harness::fail_with`]); a URL
+//!   without one is refused with [`HttpError::Denied`], as hookd refuses a host that is not in
+//!   the plugin's `allow_hosts` (with `?` in a handler: a permanent failure), and so is every
+//!   request after the 64th of one call, and any request from a parser (parsers never get
+//!   network). Every request sent, refused or not, is in [`Harness::requests`], with the
+//!   headers the plugin set (hookd adds `Idempotency-Key` and configured credentials after
+//!   the request leaves the plugin; a stub never sees those).
+//!
+//! Not modelled: the per-call caps (output, log bytes, state written per attempt, state held
+//! in total), time limits, and the re-run of an attempt whose read keys another delivery
+//! changed meanwhile. hookd enforces those on the built component.
+//!
+//! A panic in the plugin reaches the test as a panic (hookd would record a `trap`), after the
+//! harness discarded the call's state writes; catch it with
+//! `std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hookd.handle::<H>(event)))` to
+//! look at the harness afterwards.
+//!
+//! # Parallel tests
+//!
+//! A harness serves the calls made on the thread that runs [`Harness::handle`] or
+//! [`Harness::parse`], for as long as that call lasts (a thread-local slot, so tests running in
+//! parallel, each on its own thread, never see each other's state). Outside such a call, the
+//! services behave as without hookd: [`log`](crate::log) writes to stderr, the others panic
+//! with a message pointing here.
+//!
+//! # Why no cargo feature
+//!
+//! This module is compiled on every non-wasm target and on none of the wasm ones. A plugin's
+//! unit tests run on the host target, and its component is built for `wasm32-wasip2`, so
+//! nothing of the harness ever reaches a component, and a plugin crate needs no
+//! `[dev-dependencies]` entry or feature to test itself. The SDK's host services need the
+//! slot anyway to tell a test from "no host here".
+
+use std::{cell::RefCell, collections::BTreeMap, mem};
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{
+    Envelope, Event, HandleError, Handler, Header, ParseError, Parser, Request,
+    http::{self, HttpError, Method, Url},
+    log::Level,
+};
+
+/// The most requests one call may send; hookd refuses the next ones the same way.
+const MAX_REQUESTS_PER_CALL: usize = 64;
+
+/// A stand-in for hookd: configuration, committed state, HTTP stubs, and what the plugin
+/// logged and sent. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct Harness {
+    world: World,
+}
+
+/// Everything a harness holds between calls.
+#[derive(Debug, Default)]
+struct World {
+    config: BTreeMap<String, String>,
+    state: BTreeMap<String, Vec<u8>>,
+    /// Later stubs win over earlier ones for the same method and URL.
+    stubs: Vec<Stub>,
+    logs: Vec<LogLine>,
+    requests: Vec<SentRequest>,
+}
+
+#[derive(Debug)]
+struct Stub {
+    method: Method,
+    /// Normalised as [`Url`] prints it, so `http://x` and `http://x/` are one URL.
+    url: String,
+    answer: Result<http::Response, HttpError>,
+}
+
+/// One line a plugin logged through [`log`](crate::log).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogLine {
+    /// Its level.
+    pub level: Level,
+    /// Its text.
+    pub message: String,
+}
+
+/// One request a plugin sent through [`http`](crate::http), as the plugin built it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SentRequest {
+    /// The method.
+    pub method: Method,
+    /// The URL, normalised (`http://host/` for `http://host`; no fragment).
+    pub url: String,
+    /// The headers the plugin set, names lower-cased, in the order set.
+    pub headers: Vec<Header>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl SentRequest {
+    /// The value of the first header called `name`, compared case-insensitively.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
+    }
+
+    /// The body decoded as JSON into `T`.
+    ///
+    /// # Panics
+    ///
+    /// If the body is not that JSON, naming the request.
+    pub fn json<T: DeserializeOwned>(&self) -> T {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "the body of {} {} is not the JSON expected: {e}",
+                self.method.as_str(),
+                self.url
+            )
+        })
+    }
+}
+
+impl Harness {
+    /// A harness with no configuration, no state and no stubs.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the config value `key` (what `config = { key = "value" }` in the plugin's
+    /// `hookd.toml` table gives).
+    pub fn with_config(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.world.config.insert(key.into(), value.into());
+        self
+    }
+
+    /// Commits `value` under state `key`, as an earlier successful attempt would have.
+    pub fn with_state(mut self, key: impl Into<String>, value: impl Into<Vec<u8>>) -> Self {
+        self.world.state.insert(key.into(), value.into());
+        self
+    }
+
+    /// Commits `value` as JSON under state `key` (what [`state::set_json`](crate::state::set_json)
+    /// writes).
+    ///
+    /// # Panics
+    ///
+    /// If `value` does not serialise, naming the key.
+    pub fn with_state_json<T: Serialize + ?Sized>(self, key: &str, value: &T) -> Self {
+        let bytes = serde_json::to_vec(value)
+            .unwrap_or_else(|e| panic!("state key `{key}`: the value does not serialise: {e}"));
+        self.with_state(key, bytes)
+    }
+
+    /// Answers every `method` request to `url` with `status` and an empty body.
+    ///
+    /// # Panics
+    ///
+    /// If `method` is not one [`http::Method`] names or `url` is not an `http(s)://` URL.
+    pub fn respond_to(self, method: &str, url: &str, status: u16) -> Self {
+        self.respond_with(method, url, http::Response::new(status, Vec::new()))
+    }
+
+    /// Answers every `method` request to `url` with `response`.
+    ///
+    /// # Panics
+    ///
+    /// As [`respond_to`](Self::respond_to).
+    pub fn respond_with(self, method: &str, url: &str, response: http::Response) -> Self {
+        self.stub(method, url, Ok(response))
+    }
+
+    /// Fails every `method` request to `url` with `error` (e.g. [`HttpError::Timeout`]).
+    ///
+    /// # Panics
+    ///
+    /// As [`respond_to`](Self::respond_to).
+    pub fn fail_with(self, method: &str, url: &str, error: HttpError) -> Self {
+        self.stub(method, url, Err(error))
+    }
+
+    fn stub(mut self, method: &str, url: &str, answer: Result<http::Response, HttpError>) -> Self {
+        let method = Method::from_name(method)
+            .unwrap_or_else(|| panic!("Harness stub: {method:?} is not an HTTP method it sends"));
+        let url = Url::parse(url)
+            .unwrap_or_else(|e| panic!("Harness stub: {e}"))
+            .to_string();
+        self.world.stubs.push(Stub {
+            method,
+            url,
+            answer,
+        });
+        self
+    }
+
+    /// Runs `H::handle(event)` as one attempt: its state writes are committed if it returns
+    /// `Ok`, discarded if it returns `Err` or panics (the panic then continues into the test).
+    ///
+    /// # Panics
+    ///
+    /// If `H` panics, or calls a harness itself.
+    pub fn handle<H: Handler>(&mut self, event: Event) -> Result<Option<String>, HandleError> {
+        let call = Call::enter(self, Role::Handler);
+        let result = H::handle(event);
+        call.exit(result.is_ok());
+        result
+    }
+
+    /// Runs `P::parse(req)` as hookd's ingest would.
+    ///
+    /// # Panics
+    ///
+    /// If `P` panics, touches [`state`](crate::state), or calls a harness itself.
+    pub fn parse<P: Parser>(&mut self, req: Request) -> Result<Envelope, ParseError> {
+        let call = Call::enter(self, Role::Parser);
+        let result = P::parse(req);
+        call.exit(false);
+        result
+    }
+
+    /// The committed value of state `key`.
+    pub fn state(&self, key: &str) -> Option<&[u8]> {
+        self.world.state.get(key).map(Vec::as_slice)
+    }
+
+    /// The committed value of state `key` decoded from JSON.
+    ///
+    /// # Panics
+    ///
+    /// If the value is not that JSON, naming the key.
+    pub fn state_json<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        self.state(key).map(|bytes| {
+            serde_json::from_slice(bytes).unwrap_or_else(|e| {
+                panic!("state key `{key}` does not hold the JSON expected: {e}")
+            })
+        })
+    }
+
+    /// Every committed state key, sorted.
+    pub fn state_keys(&self) -> impl Iterator<Item = &str> {
+        self.world.state.keys().map(String::as_str)
+    }
+
+    /// Every line logged so far, over all calls (a failed call's lines too, as in hookd).
+    pub fn logs(&self) -> &[LogLine] {
+        &self.world.logs
+    }
+
+    /// Every request sent so far, over all calls, in order (refused ones too).
+    pub fn requests(&self) -> &[SentRequest] {
+        &self.world.requests
+    }
+}
+
+/// What the running call may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Parser,
+    Handler,
+}
+
+/// The harness of the call running on this thread, moved here for the call's duration.
+#[derive(Debug)]
+struct Active {
+    world: World,
+    role: Role,
+    /// This attempt's writes (`None`: deleted), visible to its reads, committed by `exit`.
+    writes: BTreeMap<String, Option<Vec<u8>>>,
+    sent: usize,
+}
+
+thread_local! {
+    static ACTIVE: RefCell<Option<Active>> = const { RefCell::new(None) };
+}
+
+/// One call in progress: the harness's world is in [`ACTIVE`] until this is dropped, which
+/// puts it back (committing the writes only if [`Call::exit`] said so, so an unwinding panic
+/// discards them).
+struct Call<'a> {
+    harness: &'a mut Harness,
+    commit: bool,
+}
+
+impl<'a> Call<'a> {
+    fn enter(harness: &'a mut Harness, role: Role) -> Self {
+        ACTIVE.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            assert!(
+                slot.is_none(),
+                "a Harness call is already running on this thread: a plugin cannot call \
+                 Harness::handle or Harness::parse"
+            );
+            *slot = Some(Active {
+                world: mem::take(&mut harness.world),
+                role,
+                writes: BTreeMap::new(),
+                sent: 0,
+            });
+        });
+        Call {
+            harness,
+            commit: false,
+        }
+    }
+
+    fn exit(mut self, commit: bool) {
+        self.commit = commit;
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let Some(mut active) = ACTIVE.with(|slot| slot.borrow_mut().take()) else {
+            return;
+        };
+        if self.commit {
+            for (key, value) in mem::take(&mut active.writes) {
+                match value {
+                    Some(value) => active.world.state.insert(key, value),
+                    None => active.world.state.remove(&key),
+                };
+            }
+        }
+        self.harness.world = active.world;
+    }
+}
+
+/// Runs `f` on the active call; `None` when no harness call is running on this thread.
+fn with_active<R>(f: impl FnOnce(&mut Active) -> R) -> Option<R> {
+    ACTIVE.with(|slot| slot.borrow_mut().as_mut().map(f))
+}
+
+/// Panics if the running call is a parser's: parsers have no state.
+#[track_caller]
+fn handler_only(role: Role, what: &str, key: &str) {
+    assert!(
+        role == Role::Handler,
+        "plugin_sdk::{what}({key:?}) in a parser: only handlers have state (hookd's parser \
+         world does not import it, so such a component does not load)"
+    );
+}
+
+/// `config::get` during a call: `Some(value)`; `None` when no harness call is running.
+pub(crate) fn config(key: &str) -> Option<Option<String>> {
+    with_active(|active| active.world.config.get(key).cloned())
+}
+
+/// `state::get` during a call: this call's write, else the committed value; `None` when no
+/// harness call is running.
+pub(crate) fn state_get(key: &str) -> Option<Option<Vec<u8>>> {
+    let (role, value) = with_active(|active| {
+        let value = match active.writes.get(key) {
+            Some(written) => written.clone(),
+            None => active.world.state.get(key).cloned(),
+        };
+        (active.role, value)
+    })?;
+    handler_only(role, "state::get", key);
+    Some(value)
+}
+
+/// `state::set` (`Some`) or `state::delete` (`None`) during a call, buffered; `false` when no
+/// harness call is running.
+pub(crate) fn state_write(key: &str, value: Option<&[u8]>) -> bool {
+    let Some(role) = with_active(|active| active.role) else {
+        return false;
+    };
+    let what = if value.is_some() {
+        "state::set"
+    } else {
+        "state::delete"
+    };
+    handler_only(role, what, key);
+    with_active(|active| {
+        active
+            .writes
+            .insert(key.to_owned(), value.map(<[u8]>::to_vec))
+    });
+    true
+}
+
+/// A log line during a call, kept; `false` when no harness call is running.
+pub(crate) fn log(level: Level, message: &str) -> bool {
+    with_active(|active| {
+        active.world.logs.push(LogLine {
+            level,
+            message: message.to_owned(),
+        })
+    })
+    .is_some()
+}
+
+/// `http::RequestBuilder::send` during a call: the stub's answer or hookd's refusal; `None`
+/// when no harness call is running.
+pub(crate) fn send(
+    method: Method,
+    url: &Url,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+) -> Option<Result<http::Response, HttpError>> {
+    with_active(|active| {
+        let printed = url.to_string();
+        active.world.requests.push(SentRequest {
+            method,
+            url: printed.clone(),
+            headers: headers
+                .iter()
+                .map(|(name, value)| crate::input::header(name.as_str(), value.as_str()))
+                .collect(),
+            body,
+        });
+        active.sent += 1;
+        if active.role == Role::Parser {
+            return Err(HttpError::Denied(format!(
+                "hookd refused the request to {}: parsers never get network",
+                url.authority
+            )));
+        }
+        if active.sent > MAX_REQUESTS_PER_CALL {
+            return Err(HttpError::Denied(
+                "hookd refused the request: this call reached its cap on requests".into(),
+            ));
+        }
+        let stub = active
+            .world
+            .stubs
+            .iter()
+            .rev()
+            .find(|s| s.method == method && s.url == printed);
+        match stub {
+            Some(stub) => stub.answer.clone(),
+            None => Err(HttpError::Denied(format!(
+                "hookd refused the request to {}: the test harness has no stub for {} {printed} \
+                 (as hookd refuses a host not in the plugin's allow_hosts; add one with \
+                 Harness::respond_to)",
+                url.authority,
+                method.as_str()
+            ))),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    use super::*;
+    use crate::{config, log, output, state};
+
+    /// Adds the body's `n` to `total`; fails as the event type says, after writing.
+    struct Adder;
+
+    impl Handler for Adder {
+        fn handle(event: Event) -> Result<Option<String>, HandleError> {
+            let n: u64 = event.json::<serde_json::Value>()?["n"]
+                .as_u64()
+                .unwrap_or(0);
+            let total = state::get_json::<u64>("total")?.unwrap_or(0) + n;
+            state::set_json("total", &total)?;
+            state::delete("scratch");
+            // Reads see this attempt's own writes.
+            assert_eq!(state::get_json::<u64>("total")?, Some(total));
+            assert_eq!(state::get("scratch"), None);
+            log::info(format!("{} total {total}", event.event_id));
+            match event.event_type.as_str() {
+                "fail" => Err(HandleError::retry("asked to fail")),
+                "panic" => panic!("asked to panic"),
+                _ => output::json(&total),
+            }
+        }
+    }
+
+    fn event(event_type: &str, n: u64) -> Event {
+        Event::new("s", format!("e{n}"), event_type, format!(r#"{{"n":{n}}}"#))
+    }
+
+    #[test]
+    fn writes_commit_only_when_the_handler_succeeds() {
+        let mut hookd = Harness::new()
+            .with_state_json("total", &10)
+            .with_state("scratch", "x");
+        assert_eq!(
+            hookd.handle::<Adder>(event("add", 5)),
+            Ok(Some("15".into()))
+        );
+        assert_eq!(hookd.state_json::<u64>("total"), Some(15));
+        assert_eq!(hookd.state("scratch"), None, "the delete committed");
+
+        assert_eq!(
+            hookd.handle::<Adder>(event("fail", 7)),
+            Err(HandleError::retry("asked to fail"))
+        );
+        assert_eq!(hookd.state_json::<u64>("total"), Some(15));
+
+        let panicked = catch_unwind(AssertUnwindSafe(|| {
+            hookd.handle::<Adder>(event("panic", 9))
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(hookd.state_json::<u64>("total"), Some(15));
+        assert_eq!(hookd.state_keys().collect::<Vec<_>>(), ["total"]);
+
+        // Every call logged, the failed ones too; the harness still serves after a panic.
+        let lines: Vec<_> = hookd.logs().iter().map(|l| l.message.as_str()).collect();
+        assert_eq!(lines, ["e5 total 15", "e7 total 22", "e9 total 24"]);
+        assert_eq!(hookd.logs()[0].level, log::Level::Info);
+        assert_eq!(
+            hookd.handle::<Adder>(event("add", 1)),
+            Ok(Some("16".into()))
+        );
+    }
+
+    /// Reads config `greeting` and logs it; a parser that touches state when asked to.
+    struct Greeter;
+
+    impl Parser for Greeter {
+        fn parse(req: Request) -> Result<Envelope, ParseError> {
+            let greeting = config::get("greeting").ok_or(ParseError::invalid("no greeting"))?;
+            log::debug(&greeting);
+            if req.header("x-touch-state").is_some() {
+                state::get("k");
+            }
+            Ok(Envelope::new(greeting, req.method))
+        }
+    }
+
+    #[test]
+    fn parsers_read_config_and_log_but_have_no_state() {
+        let mut hookd = Harness::new();
+        let req = || Request::new("s", "{}").with_method("put");
+        assert_eq!(
+            hookd.parse::<Greeter>(req()),
+            Err(ParseError::invalid("no greeting"))
+        );
+        let mut hookd = Harness::new().with_config("greeting", "hi");
+        assert_eq!(
+            hookd.parse::<Greeter>(req()),
+            Ok(Envelope::new("hi", "PUT"))
+        );
+        assert_eq!(
+            hookd.logs(),
+            [LogLine {
+                level: log::Level::Debug,
+                message: "hi".into()
+            }]
+        );
+        let touched = catch_unwind(AssertUnwindSafe(|| {
+            hookd.parse::<Greeter>(req().with_header("x-touch-state", "1"))
+        }));
+        let message = touched.unwrap_err();
+        let message = message.downcast_ref::<String>().unwrap();
+        assert!(message.contains("only handlers have state"), "{message}");
+    }
+
+    /// Posts the event id to config `url` and reports the status.
+    struct Poster;
+
+    impl Handler for Poster {
+        fn handle(event: Event) -> Result<Option<String>, HandleError> {
+            let url = config::get("url").ok_or(HandleError::permanent("no url"))?;
+            let response = http::post(&url)
+                .bearer_auth("t0k")
+                .json(&serde_json::json!({ "id": event.event_id }))
+                .send()?
+                .error_for_status()?;
+            output::json(&response.status)
+        }
+    }
+
+    #[test]
+    fn requests_get_their_stub_and_unlisted_urls_are_refused() {
+        let url = "http://svc.test:9000/in";
+        let mut hookd = Harness::new()
+            .with_config("url", url)
+            .respond_to("post", url, 503);
+        assert!(matches!(
+            hookd.handle::<Poster>(event("t", 1)),
+            Err(HandleError::Retry { after: None, .. })
+        ));
+        let mut hookd = hookd.respond_with(
+            "POST",
+            url,
+            http::Response::new(429, "slow down").with_header("Retry-After", "30"),
+        );
+        match hookd.handle::<Poster>(event("t", 2)) {
+            Err(HandleError::Retry {
+                after: Some(after),
+                reason,
+            }) => {
+                assert_eq!(after.as_secs(), 30);
+                assert!(reason.contains("slow down"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut hookd = hookd.respond_to("POST", url, 201);
+        assert_eq!(
+            hookd.handle::<Poster>(event("t", 3)),
+            Ok(Some("201".into()))
+        );
+
+        let sent = &hookd.requests()[2];
+        assert_eq!((sent.method, sent.url.as_str()), (Method::Post, url));
+        assert_eq!(sent.header("Authorization"), Some("Bearer t0k"));
+        assert_eq!(sent.header("content-type"), Some("application/json"));
+        assert_eq!(sent.json::<serde_json::Value>()["id"], "e3");
+
+        // Another path, or another method, is another URL: refused, a permanent failure.
+        let mut hookd = hookd.with_config("url", "http://svc.test:9000/other");
+        match hookd.handle::<Poster>(event("t", 4)) {
+            Err(HandleError::Permanent(reason)) => assert!(
+                reason.contains("denied") && reason.contains("no stub for POST"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(hookd.requests().len(), 4);
+        let mut hookd = Harness::new().with_config("url", url).fail_with(
+            "POST",
+            url,
+            HttpError::Timeout("slow".into()),
+        );
+        assert!(matches!(
+            hookd.handle::<Poster>(event("t", 5)),
+            Err(HandleError::Retry { .. })
+        ));
+    }
+
+    /// Sends one request more than a call may.
+    struct Flooder;
+
+    impl Handler for Flooder {
+        fn handle(_event: Event) -> Result<Option<String>, HandleError> {
+            for _ in 0..MAX_REQUESTS_PER_CALL {
+                http::get("https://api.test/").send()?;
+            }
+            http::get("https://api.test/").send()?;
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_call_is_capped_at_the_hosts_request_limit() {
+        let mut hookd = Harness::new().respond_to("GET", "https://api.test", 200);
+        match hookd.handle::<Flooder>(event("t", 1)) {
+            Err(HandleError::Permanent(reason)) => {
+                assert!(reason.contains("cap on requests"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_a_harness_call_the_services_say_where_to_look() {
+        let got = catch_unwind(|| config::get("k")).unwrap_err();
+        let message = got.downcast_ref::<String>().unwrap();
+        assert!(
+            message.contains("plugin_sdk::testing::Harness"),
+            "{message}"
+        );
+        // A harness serves only while its call runs.
+        let mut hookd = Harness::new().with_config("url", "http://x/");
+        let _ = hookd.handle::<Poster>(event("t", 1));
+        assert!(catch_unwind(|| state::get("total")).is_err());
+    }
+
+    #[test]
+    fn harnesses_on_parallel_threads_keep_their_own_state() {
+        let threads: Vec<_> = (0..4u64)
+            .map(|i| {
+                std::thread::spawn(move || {
+                    let mut hookd = Harness::new();
+                    for n in 0..50 {
+                        hookd.handle::<Adder>(event("add", i + n)).unwrap();
+                    }
+                    hookd.state_json::<u64>("total").unwrap()
+                })
+            })
+            .collect();
+        let totals: Vec<u64> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(totals, [1225, 1275, 1325, 1375]);
+    }
+}
