@@ -7,7 +7,8 @@
 # database in target/bench/dashboard/, fills it with EVENTS synthetic events
 # (bench/dashboard_db.py says what they are), serves it again, signs in once, and asks each page
 # RUNS times (default 7), printing the median and the slowest of curl's total time (loopback, so
-# that is the server's time plus a few tens of microseconds). Needs python3 and curl.
+# that is the server's time plus a few tens of microseconds); then the same for a /metrics
+# scrape. Needs python3 and curl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events="${1:-1000000}"
@@ -88,11 +89,11 @@ pages=(
     "/quarantine"
     "/plugins"
 )
-printf '%-48s %10s %10s\n' page "median ms" "max ms"
-for page in "${pages[@]}"; do
-    times=()
+# The median and the slowest of RUNS fetches of one admin-listener path; curl options first.
+time_page() {
+    local page=${*: -1} times=() t code
     for _ in $(seq "$runs"); do
-        t=$(curl -s -o /dev/null -b "$jar" -w '%{http_code} %{time_total}' "http://$admin$page")
+        t=$(curl -s -o /dev/null "${@:1:$#-1}" -w '%{http_code} %{time_total}' "http://$admin$page")
         code=${t% *}
         [ "$code" = 200 ] || { echo "$page answered $code" >&2; exit 1; }
         times+=("${t#* }")
@@ -100,4 +101,11 @@ for page in "${pages[@]}"; do
     printf '%s\n' "${times[@]}" | sort -n | awk -v page="$page" '
         { t[NR] = $1 * 1000 }
         END { printf "%-48s %10.1f %10.1f\n", page, t[int((NR + 1) / 2)], t[NR] }'
+}
+
+printf '%-48s %10s %10s\n' page "median ms" "max ms"
+for page in "${pages[@]}"; do
+    time_page -b "$jar" "$page"
 done
+# A Prometheus scrape of the same host: the token as a bearer, as a scrape config sends it.
+time_page -H "Authorization: Bearer bench-token" /metrics

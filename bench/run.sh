@@ -11,7 +11,7 @@
 #             accepts/s (as ingest) and handled events/s (stateless flaky, as dispatch); starts
 #             a local PostgreSQL with .ci/postgres.sh unless HOOKD_BENCH_POSTGRES_URL is set
 #   retention database size on disk and ingest p99 under a steady load (bench/steady.lua), with
-#             retention off, on (done_after 30s) and on with ids forgotten (dedupe_for 30s),
+#             retention off, on (done_after 30s) and on with ids forgotten (dedupe_for 30s), side by side,
 #             RETENTION_DURATION (default 600s) per host, sampled every RETENTION_WINDOW (10s)
 #
 # Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
