@@ -176,6 +176,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_event_id ON events (event_id);
     CREATE INDEX deliveries_state_event ON deliveries (state, event);
     ",
+    // 7: when each state key was last written, as SQLite's migration 7; and the keys of each
+    // plugin in byte order (what SQLite's primary key is), so the admin API's key list is one
+    // index range whatever the database's collation.
+    "
+    ALTER TABLE plugin_state ADD COLUMN updated_at BIGINT;
+    CREATE INDEX plugin_state_keys ON plugin_state (plugin, key COLLATE \"C\");
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

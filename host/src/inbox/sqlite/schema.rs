@@ -128,6 +128,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     CREATE INDEX events_event_id ON events (event_id);
     CREATE INDEX deliveries_state_event ON deliveries (state, event);
     ",
+    // 7: when each state key was last written (by an attempt's commit or an operator's edit),
+    // for the admin API's key list; keys written before this migration have none.
+    "ALTER TABLE plugin_state ADD COLUMN updated_at INTEGER;",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
