@@ -48,6 +48,12 @@ pub enum ApiError {
     /// previous version).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A write that must name the version it replaces did not (`If-Match` missing).
+    #[error("precondition required: {0}")]
+    PreconditionRequired(String),
+    /// The version a write named is no longer the current one: nothing was written.
+    #[error("precondition failed: {0}")]
+    PreconditionFailed(String),
     /// Logged, answered as a bare 500.
     #[error("internal error: {0:#}")]
     Internal(#[from] anyhow::Error),
@@ -96,6 +102,8 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::BadRequest(_) => "bad_request",
             Self::Conflict(_) => "conflict",
+            Self::PreconditionRequired(_) => "precondition_required",
+            Self::PreconditionFailed(_) => "precondition_failed",
             Self::Internal(_) => "internal",
         }
     }
@@ -128,6 +136,14 @@ impl IntoResponse for ApiError {
             ),
             Self::Conflict(detail) => (
                 StatusCode::CONFLICT,
+                json!({"error": error, "detail": cap_detail(detail)}),
+            ),
+            Self::PreconditionRequired(detail) => (
+                StatusCode::PRECONDITION_REQUIRED,
+                json!({"error": error, "detail": cap_detail(detail)}),
+            ),
+            Self::PreconditionFailed(detail) => (
+                StatusCode::PRECONDITION_FAILED,
                 json!({"error": error, "detail": cap_detail(detail)}),
             ),
             Self::Internal(e) => {
