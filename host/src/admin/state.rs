@@ -401,7 +401,7 @@ mod tests {
             (encoding, value.get()),
             (api::StateEncoding::Base64, "\"bm90IGpzb24=\"")
         );
-        let (encoding, value) = encode(&[0xff, 0]);
+        let (encoding, _) = encode(&[0xff, 0]);
         assert_eq!(encoding, api::StateEncoding::Base64);
         for bytes in [
             &b"{\"a\": 1.50}"[..],
