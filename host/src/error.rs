@@ -48,6 +48,13 @@ pub enum ApiError {
     /// previous version).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// A write that must name the version it replaces did not (`If-Match` missing).
+    #[error("precondition required: {0}")]
+    PreconditionRequired(String),
+    /// The version a write named is no longer the current one: nothing was written (409, as a
+    /// concurrent change; the body's `error` tells it from the other conflicts).
+    #[error("version conflict: {0}")]
+    VersionConflict(String),
     /// Logged, answered as a bare 500.
     #[error("internal error: {0:#}")]
     Internal(#[from] anyhow::Error),
@@ -96,6 +103,8 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::BadRequest(_) => "bad_request",
             Self::Conflict(_) => "conflict",
+            Self::PreconditionRequired(_) => "precondition_required",
+            Self::VersionConflict(_) => "version_conflict",
             Self::Internal(_) => "internal",
         }
     }
@@ -127,6 +136,14 @@ impl IntoResponse for ApiError {
                 json!({"error": error, "detail": cap_detail(detail)}),
             ),
             Self::Conflict(detail) => (
+                StatusCode::CONFLICT,
+                json!({"error": error, "detail": cap_detail(detail)}),
+            ),
+            Self::PreconditionRequired(detail) => (
+                StatusCode::PRECONDITION_REQUIRED,
+                json!({"error": error, "detail": cap_detail(detail)}),
+            ),
+            Self::VersionConflict(detail) => (
                 StatusCode::CONFLICT,
                 json!({"error": error, "detail": cap_detail(detail)}),
             ),

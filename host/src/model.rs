@@ -151,6 +151,14 @@ pub struct StateChanges {
     pub limits: StateLimits,
 }
 
+/// The longest state key, in bytes: the runtime refuses a longer one from a plugin, and the admin
+/// API from an operator.
+pub const MAX_STATE_KEY_BYTES: usize = 1024;
+
+/// The largest state value, in bytes (bounded so one write cannot bloat the database), for a
+/// plugin's `state.set` and an operator's edit alike.
+pub const MAX_STATE_VALUE_BYTES: usize = 1024 * 1024;
+
 /// How much plugin state one plugin instance may write: per attempt (bounding host memory and
 /// the size of one commit) and in total (bounding the database). Sizes count key + value bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -186,6 +186,29 @@ try {
   }
   await screenshot("event-replayed");
 
+  step = "open the plugin's state and edit a key";
+  await page.getByRole("link", { name: "Plugins" }).click();
+  await page.getByRole("link", { name: `Keys of ${plugin}` }).click();
+  await page.getByRole("link", { name: "count", exact: true }).click();
+  const shownVersion = await page.locator("input[name=version]").first().inputValue();
+  await page.getByLabel("Value", { exact: true }).fill("5");
+  await screenshot("state-key");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.waitForURL(`${base}/plugins/${plugin}/state/count`);
+  const saved = await page.getByLabel("Value", { exact: true }).inputValue();
+  check(saved === "5", `value after saving: ${saved}`);
+  const newVersion = await page.locator("input[name=version]").first().inputValue();
+  check(newVersion !== shownVersion, `version still ${newVersion}`);
+
+  step = "a save at a stale version is refused and says so";
+  const csrf = await page.locator("input[name=csrf]").first().inputValue();
+  const stale = await page.request.post(`${base}/plugins/${plugin}/state/count`, {
+    form: { csrf, version: shownVersion, encoding: "json", value: "99" },
+    maxRedirects: 0,
+  });
+  check(stale.status() === 409, `stale save: status ${stale.status()}`);
+  check((await stale.text()).includes("Your edit was not saved"), "stale save: no message");
+
   step = "a POST without the CSRF token is refused";
   const noCsrf = await page.request.post(base + "/replay", {
     form: { handler: plugin, state: "done", confirm: "yes" },

@@ -2,8 +2,8 @@
 //! Playwright (`tests/browser/dashboard.mjs`) against a real host seeded through real HTTP.
 //!
 //! The script signs in (a wrong token first, refused), finds an event by id and opens it,
-//! replays a dead letter (dry-run count first) and sees it become `done`, rolls a plugin
-//! back, checks that a POST without (or with a wrong) CSRF token is refused and that the
+//! replays a dead letter (dry-run count first) and sees it become `done`, edits the plugin's
+//! state key (and sees a save at a stale version refused), rolls a plugin back, checks that a POST without (or with a wrong) CSRF token is refused and that the
 //! token never appears in a URL, signs out, and saves a screenshot of every page (desktop and
 //! phone) to `target/dashboard-screenshots/`. This test then checks the same outcomes through
 //! the admin API.
@@ -135,6 +135,11 @@ async fn the_dashboard_works_in_a_real_browser() {
 
     // What the browser did, seen from the server.
     host.wait_state("t", "evt-dead", "h", "done", WAIT).await;
+    let (_, count) = host.admin_get("/admin/plugins/h/state/count").await;
+    assert_eq!(
+        count["value"], 5,
+        "the edit saved, the stale one did not: {count}"
+    );
     let after = host.plugin("h").await;
     assert_eq!(sha(&after), Some(flaky_sha), "rolled back: {after}");
     assert!(

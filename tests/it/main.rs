@@ -30,5 +30,6 @@ mod panics;
 mod plugins;
 mod postgres;
 mod retention;
+mod state;
 mod tls;
 mod wit_versions;

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::{
     admin_api::{start_with_a_previous_version, start_with_an_event},
-    support::{ADMIN_TOKEN, TestHost, admin_call},
+    support::{ADMIN_TOKEN, TestHost, admin_call, admin_call_with},
 };
 
 /// The document, fetched with the token.
@@ -149,4 +149,86 @@ async fn a_rollback_answer_validates_against_the_document() {
     );
     let (status, _) = call(&host, &doc, Method::POST, rollback, None).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_routes_answers_validate_against_the_document() {
+    // `counter` has counted `e1`: its state holds `count`.
+    let host = start_with_an_event().await;
+    let doc = document(&host).await;
+    let keys = "/admin/plugins/{name}/state";
+    let key = "/admin/plugins/{name}/state/{key}";
+    let count = "/admin/plugins/counter/state/count";
+    let state_call = async |method: Method,
+                            path: &str,
+                            template: &str,
+                            headers: &[(http::HeaderName, &str)],
+                            body| {
+        let (status, answer_headers, answer) = admin_call_with(
+            host.admin,
+            method.clone(),
+            path,
+            Some(ADMIN_TOKEN),
+            headers,
+            body,
+        )
+        .await
+        .unwrap();
+        check(
+            &doc,
+            &method.as_str().to_lowercase(),
+            template,
+            status,
+            &answer,
+        );
+        (status.as_u16(), answer_headers, answer)
+    };
+    let get = |path, template| state_call(Method::GET, path, template, &[], None);
+    let (status, _, list) = get("/admin/plugins/counter/state?prefix=c&limit=5", keys).await;
+    assert_eq!(status, 200, "{list}");
+    let (status, etag, value) = get(count, key).await;
+    assert_eq!((status, &value["value"]), (200, &json!(1)), "{value}");
+    let etag = etag[http::header::ETAG].to_str().unwrap().to_owned();
+    let statuses = [
+        get("/admin/plugins/nope/state", keys).await.0,
+        get("/admin/plugins/counter/state/missing", key).await.0,
+    ];
+    assert_eq!(statuses, [404, 404]);
+
+    let put = Method::PUT;
+    let seven = || Some(json!({"encoding": "json", "value": 7}));
+    let if_match = [(http::header::IF_MATCH, etag.as_str())];
+    let version = value["version"].as_i64().unwrap();
+    let stale_tag = format!("\"{}\"", version + 1000);
+    let stale = [(http::header::IF_MATCH, stale_tag.as_str())];
+    let statuses = [
+        state_call(put.clone(), count, key, &[], seven()).await.0,
+        state_call(put.clone(), count, key, &stale, seven()).await.0,
+        state_call(
+            put.clone(),
+            count,
+            key,
+            &if_match,
+            Some(json!({"encoding": "base64", "value": 7})),
+        )
+        .await
+        .0,
+        state_call(put.clone(), count, key, &if_match, seven())
+            .await
+            .0,
+        state_call(Method::DELETE, count, key, &[], None).await.0,
+        state_call(Method::DELETE, count, key, &stale, None).await.0,
+    ];
+    assert_eq!(statuses, [428, 409, 400, 200, 428, 409]);
+    let (_, etag, _) = get(count, key).await;
+    let etag = etag[http::header::ETAG].to_str().unwrap().to_owned();
+    let (status, _, deleted) = state_call(
+        Method::DELETE,
+        count,
+        key,
+        &[(http::header::IF_MATCH, &etag)],
+        None,
+    )
+    .await;
+    assert_eq!((status, &deleted["version"]), (200, &json!(0)));
 }

@@ -495,6 +495,19 @@ pub async fn admin_call(
     token: Option<&str>,
     body: Option<Value>,
 ) -> anyhow::Result<(StatusCode, Value)> {
+    let (status, _, body) = admin_call_with(admin, method, path, token, &[], body).await?;
+    Ok((status, body))
+}
+
+/// [`admin_call`] with `extra` headers, answering the response's headers too.
+pub async fn admin_call_with(
+    admin: SocketAddr,
+    method: Method,
+    path: &str,
+    token: Option<&str>,
+    extra: &[(HeaderName, &str)],
+    body: Option<Value>,
+) -> anyhow::Result<(StatusCode, HeaderMap, Value)> {
     let url = format!("http://{admin}{path}");
     let mut headers = vec![(
         http::header::CONTENT_TYPE,
@@ -506,9 +519,12 @@ pub async fn admin_call(
             HeaderValue::from_str(&format!("Bearer {token}")).unwrap(),
         ));
     }
+    for (name, value) in extra {
+        headers.push((name.clone(), HeaderValue::from_str(value)?));
+    }
     let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
-    let (status, _, body) = send(method, &url, &headers, body).await?;
-    Ok((status, json_or_text(&body)))
+    let (status, headers, body) = send(method, &url, &headers, body).await?;
+    Ok((status, headers, json_or_text(&body)))
 }
 
 pub fn json_or_text(body: &[u8]) -> Value {

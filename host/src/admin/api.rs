@@ -12,7 +12,9 @@
 
 use std::collections::BTreeMap;
 
+use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::{inbox, model::DeliveryState, registry::PluginStatus};
@@ -398,4 +400,149 @@ pub struct RollbackAnswer {
     /// included), by name.
     #[serde(default)]
     pub instances: Vec<String>,
+}
+
+/// `GET /admin/plugins/{name}/state` query string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct StateKeysQuery {
+    /// Only keys starting with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+    /// The page after this key: the `next_after` of the previous page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// Keys per page (default 100, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+}
+
+impl StateKeysQuery {
+    /// The query's `(key, value)` pairs, in this order, `None` where it does not filter.
+    pub fn pairs(self) -> [(&'static str, Option<String>); 3] {
+        [
+            ("prefix", self.prefix),
+            ("after", self.after),
+            ("limit", self.limit.map(|n| n.to_string())),
+        ]
+    }
+}
+
+/// `GET /admin/plugins/{name}/state`: a page of a plugin instance's state keys, in byte order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StateKeys {
+    /// The `[plugins.<name>]` instance.
+    pub plugin: String,
+    pub keys: Vec<StateKey>,
+    /// On a full page: the `after` of the next one.
+    pub next_after: Option<String>,
+}
+
+/// One state key as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StateKey {
+    pub key: String,
+    /// Bytes of the value.
+    pub size: u64,
+    /// The version a write must name (`If-Match`).
+    pub version: i64,
+    /// When it was last written, in ms since the Unix epoch (`null`: before hookd recorded it).
+    pub updated_at: Option<i64>,
+}
+
+impl From<inbox::StateEntry> for StateKey {
+    fn from(e: inbox::StateEntry) -> Self {
+        Self {
+            key: e.key,
+            size: e.size,
+            version: e.version,
+            updated_at: e.updated_at_ms,
+        }
+    }
+}
+
+/// How a state value travels: `json` (the value is the stored bytes, which are UTF-8 JSON,
+/// as that JSON) or `base64` (any other bytes, as a base64 string).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StateEncoding {
+    Json,
+    Base64,
+}
+
+impl StateEncoding {
+    /// How `bytes` travel: as their own JSON text if they are UTF-8 JSON (byte for byte), else
+    /// as a base64 string.
+    pub fn encode(bytes: &[u8]) -> (Self, Box<RawValue>) {
+        let json = std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| RawValue::from_string(text.to_owned()).ok());
+        match json {
+            Some(json) => (Self::Json, json),
+            None => {
+                let text =
+                    serde_json::to_string(&BASE64.encode(bytes)).expect("a string serializes");
+                let raw = RawValue::from_string(text).expect("a JSON string is JSON");
+                (Self::Base64, raw)
+            }
+        }
+    }
+
+    /// The bytes `value` carries in this encoding, or why it carries none.
+    pub fn decode(self, value: &RawValue) -> Result<Vec<u8>, String> {
+        match self {
+            Self::Json => Ok(value.get().as_bytes().to_vec()),
+            Self::Base64 => {
+                let text: String = serde_json::from_str(value.get())
+                    .map_err(|_| "a base64 value must be a JSON string".to_owned())?;
+                BASE64
+                    .decode(text.trim())
+                    .map_err(|e| format!("the value is not base64: {e}"))
+            }
+        }
+    }
+}
+
+/// `GET /admin/plugins/{name}/state/{key}` (its `ETag` is the version).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StateValue {
+    pub plugin: String,
+    pub key: String,
+    pub version: i64,
+    /// Bytes of the value.
+    pub size: u64,
+    /// Ms since the Unix epoch (`null`: written before hookd recorded it).
+    pub updated_at: Option<i64>,
+    pub encoding: StateEncoding,
+    /// The stored JSON exactly as stored (`json`), or a base64 string of the bytes (`base64`).
+    #[schema(value_type = serde_json::Value)]
+    pub value: Box<RawValue>,
+}
+
+/// `PUT /admin/plugins/{name}/state/{key}` body: the new value, as [`StateValue`] carries it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatePut {
+    pub encoding: StateEncoding,
+    /// `json`: stored exactly as sent (its JSON text); `base64`: a string of the bytes to store.
+    #[schema(value_type = serde_json::Value)]
+    pub value: Box<RawValue>,
+}
+
+impl StatePut {
+    /// The body that stores exactly `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        let (encoding, value) = StateEncoding::encode(bytes);
+        Self { encoding, value }
+    }
+}
+
+/// `PUT` / `DELETE /admin/plugins/{name}/state/{key}` answer: the key's version now (0 after a
+/// delete: absent), also its `ETag`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct StateWritten {
+    pub plugin: String,
+    pub key: String,
+    pub version: i64,
 }

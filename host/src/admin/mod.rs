@@ -1,6 +1,7 @@
 //! The admin listener: `/healthz`, `/metrics`, the bearer-token `/admin/*` API (events,
-//! replay, discard, plugins, rollback) and the operator's dashboard at `/` ([`ui`]). This file
-//! is the router and its checks; the routes are in [`handlers`], their wire types in [`api`].
+//! replay, discard, plugins, rollback, plugin state) and the operator's dashboard at `/`
+//! ([`ui`]). This file is the router and its checks; the routes are in [`handlers`] and
+//! [`state`] (plugin state), their wire types in [`api`].
 //!
 //! Invariants:
 //! - Every `/admin/*` route checks the `Host` (against DNS rebinding, [`guard`]) and the token
@@ -15,6 +16,7 @@ pub mod guard;
 mod handlers;
 mod metrics;
 pub mod openapi;
+mod state;
 pub mod token;
 mod ui;
 
@@ -22,7 +24,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    extract::{Request, State},
+    extract::{DefaultBodyLimit, Request, State},
     http::header,
     middleware::{self, Next},
     response::Response,
@@ -49,6 +51,14 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/admin/discard", post(discard))
         .route("/admin/plugins", get(plugins))
         .route("/admin/plugins/{name}/rollback", post(rollback))
+        .route("/admin/plugins/{name}/state", get(state::list_keys))
+        .route(
+            "/admin/plugins/{name}/state/{key}",
+            get(state::get_key)
+                .put(state::put_key)
+                .delete(state::delete_key)
+                .layer(DefaultBodyLimit::max(state::MAX_BODY_BYTES)),
+        )
         .route("/admin/nodes", get(nodes))
         .route("/admin/openapi.json", get(openapi::document))
         .route_layer(middleware::from_fn_with_state(

@@ -18,7 +18,7 @@ use utoipa::{
     },
 };
 
-use super::{api, handlers, metrics};
+use super::{api, handlers, metrics, state};
 
 /// The name of the bearer-token security scheme in the document.
 const BEARER: &str = "bearer";
@@ -27,7 +27,7 @@ const BEARER: &str = "bearer";
 #[openapi(
     info(
         title = "hookd admin API",
-        description = "Events, replay, plugins and nodes of a hookd host. Every `/admin/*` route \
+        description = "Events, replay, plugins, plugin state and nodes of a hookd host. Every `/admin/*` route \
                        needs `Authorization: Bearer <admin token>` and a `Host` the listener \
                        accepts; no route answers a cross-origin browser request."
     ),
@@ -41,6 +41,10 @@ const BEARER: &str = "bearer";
         handlers::plugins,
         handlers::rollback,
         handlers::nodes,
+        state::list_keys,
+        state::get_key,
+        state::put_key,
+        state::delete_key,
         document,
     ),
     components(schemas(api::ErrorBody)),
@@ -72,7 +76,13 @@ impl Modify for Refusals {
             );
         for (path, item) in doc.paths.paths.iter_mut() {
             let admin = path.starts_with("/admin/");
-            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+            let methods = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.delete,
+            ];
+            for operation in methods.into_iter().flatten() {
                 let mut refusals = vec![(
                     "403",
                     "A cross-origin request, or (`/admin/*`) a `Host` the listener does not accept",
@@ -119,7 +129,10 @@ mod tests {
     /// `(path, method)` of every `.route("…", method(…).method(…))` in router source `source`.
     fn routes_in(source: &str) -> BTreeSet<(String, String)> {
         let mut routes = BTreeSet::new();
-        for call in source.split(".route(\"").skip(1) {
+        for call in source.split(".route(").skip(1) {
+            let Some(call) = call.trim_start().strip_prefix('"') else {
+                continue;
+            };
             let (path, rest) = call.split_once('"').expect("a route's path literal");
             let methods = rest.split_once("))").map_or(rest, |(methods, _)| methods);
             for method in ["get", "post", "put", "patch", "delete"] {
@@ -147,7 +160,7 @@ mod tests {
     fn every_route_is_documented_and_nothing_else() {
         let routed = routes_in(include_str!("mod.rs"));
         assert!(
-            routed.len() >= 9,
+            routed.len() >= 13,
             "the router's source was not read: {routed:?}"
         );
         assert_eq!(documented(), routed);

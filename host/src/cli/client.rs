@@ -1,5 +1,5 @@
-//! `hookd events | replay | discard | plugins`: thin clients of the admin API (a contract: README "HTTP API"), plus
-//! the small plain-HTTP helper that `hookd send` shares.
+//! `hookd events | replay | discard | plugins | state`: thin clients of the admin API (a
+//! contract: README "HTTP API"), plus the small plain-HTTP helper that `hookd send` shares.
 //!
 //! Invariants: requests and answers are the server's own wire types ([`crate::admin::api`]), so
 //! an answer of the wrong shape is an error, not printed; every request carries a deadline ([`TIMEOUT`], connect to last body byte) and reads
@@ -12,7 +12,7 @@ use std::{fmt::Write as _, time::Duration};
 
 use anyhow::{Context as _, bail};
 use bytes::Bytes;
-use clap::{Args, ValueEnum, builder::PossibleValuesParser};
+use clap::{Args, Subcommand, ValueEnum, builder::PossibleValuesParser};
 use http::{HeaderMap, HeaderValue, Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::{
@@ -344,25 +344,191 @@ pub async fn plugins(args: PluginsArgs) -> anyhow::Result<()> {
     }
 }
 
+/// `hookd state`: a plugin instance's durable state (`/admin/plugins/{name}/state`).
+#[derive(Debug, Args)]
+pub struct StateArgs {
+    #[command(subcommand)]
+    command: StateCommand,
+}
+
+/// What `hookd state` does.
+#[derive(Debug, Subcommand)]
+enum StateCommand {
+    /// List the keys of PLUGIN (size, version, when written), a page at a time: the answer's
+    /// `next_after` is the next page's --after.
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// The plugin instance (its `[plugins.<name>]` name).
+        plugin: String,
+        /// Only keys starting with this.
+        #[arg(long)]
+        prefix: Option<String>,
+        /// The page after this key.
+        #[arg(long, value_name = "KEY")]
+        after: Option<String>,
+        /// At most N keys (the server defaults to 100).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        limit: Option<u32>,
+    },
+    /// Show KEY's value (as JSON when it is JSON, else base64) and its version.
+    Get {
+        #[command(flatten)]
+        admin: AdminArgs,
+        plugin: String,
+        key: String,
+    },
+    /// Store VALUE (or the bytes of --file) under KEY, exactly as given. With --if-match only if
+    /// KEY is still at that version (what `hookd state get` shows); without it only if KEY is
+    /// absent.
+    Set {
+        #[command(flatten)]
+        admin: AdminArgs,
+        plugin: String,
+        key: String,
+        /// The value (JSON text, or any text).
+        #[arg(required_unless_present = "file", conflicts_with = "file")]
+        value: Option<String>,
+        /// Read the value from this file (any bytes).
+        #[arg(long, value_name = "F")]
+        file: Option<std::path::PathBuf>,
+        /// The version the value replaces.
+        #[arg(long, value_name = "V")]
+        if_match: Option<i64>,
+    },
+    /// Delete KEY, only if it is still at version --if-match.
+    Delete {
+        #[command(flatten)]
+        admin: AdminArgs,
+        plugin: String,
+        key: String,
+        /// The version deleted (what `hookd state get` shows).
+        #[arg(long, value_name = "V")]
+        if_match: i64,
+    },
+}
+
+/// The admin path of `plugin`'s state, or of its `key`.
+fn state_path(plugin: &str, key: Option<&str>) -> String {
+    let mut path = format!("/admin/plugins/{}/state", percent_encode(plugin));
+    if let Some(key) = key {
+        path.push('/');
+        path.push_str(&percent_encode(key));
+    }
+    path
+}
+
+/// `If-Match: "<version>"`.
+fn if_match(version: i64) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    let value = HeaderValue::from_str(&format!("\"{version}\"")).expect("digits");
+    headers.insert(header::IF_MATCH, value);
+    headers
+}
+
+/// `hookd state`: `GET /admin/plugins/{name}/state[?...]`, `GET`, `PUT` or `DELETE
+/// /admin/plugins/{name}/state/{key}`.
+pub async fn state(args: StateArgs) -> anyhow::Result<()> {
+    match args.command {
+        StateCommand::List {
+            admin,
+            plugin,
+            prefix,
+            after,
+            limit,
+        } => {
+            let filter = api::StateKeysQuery {
+                prefix,
+                after,
+                limit: limit.map(|n| n as usize),
+            };
+            let path = format!("{}{}", state_path(&plugin, None), query(&filter.pairs()));
+            admin_call::<api::StateKeys>(&admin, Method::GET, &path, NO_BODY).await
+        }
+        StateCommand::Get { admin, plugin, key } => {
+            let path = state_path(&plugin, Some(&key));
+            let value: api::StateValue =
+                admin_request(&admin, Method::GET, &path, HeaderMap::new(), NO_BODY).await?;
+            // Printed as sent: the value's JSON byte for byte.
+            println!("{}", serde_json::to_string_pretty(&value)?);
+            Ok(())
+        }
+        StateCommand::Set {
+            admin,
+            plugin,
+            key,
+            value,
+            file,
+            if_match: version,
+        } => {
+            let bytes = match (value, file) {
+                (Some(value), _) => value.into_bytes(),
+                (None, Some(file)) => std::fs::read(&file)
+                    .with_context(|| format!("reading the value from {}", file.display()))?,
+                (None, None) => bail!("give the value, or --file"),
+            };
+            let headers = match version {
+                Some(version) => if_match(version),
+                None => {
+                    let mut headers = HeaderMap::new();
+                    headers.insert(header::IF_NONE_MATCH, HeaderValue::from_static("*"));
+                    headers
+                }
+            };
+            let path = state_path(&plugin, Some(&key));
+            let body = api::StatePut::of(&bytes);
+            let answer: api::StateWritten =
+                admin_request(&admin, Method::PUT, &path, headers, Some(&body)).await?;
+            println!("{}", pretty(&answer)?);
+            Ok(())
+        }
+        StateCommand::Delete {
+            admin,
+            plugin,
+            key,
+            if_match: version,
+        } => {
+            let path = state_path(&plugin, Some(&key));
+            let answer: api::StateWritten =
+                admin_request(&admin, Method::DELETE, &path, if_match(version), NO_BODY).await?;
+            println!("{}", pretty(&answer)?);
+            Ok(())
+        }
+    }
+}
+
 /// No request body (a `POST` without one is an empty filter or needs none).
 const NO_BODY: Option<&()> = None;
 
-/// One admin API call: reads the answer as `T` and prints it pretty-printed on success; a
-/// non-2xx status, or an answer that is not a `T`, is an error that carries the status and
-/// (the start of) the body.
+/// One admin API call: reads the answer as `T` and prints it pretty-printed on success (see
+/// [`admin_request`]).
 async fn admin_call<T: DeserializeOwned + Serialize>(
     admin: &AdminArgs,
     method: Method,
     path: &str,
     json: Option<&impl Serialize>,
 ) -> anyhow::Result<()> {
+    let answer: T = admin_request(admin, method, path, HeaderMap::new(), json).await?;
+    println!("{}", pretty(&answer)?);
+    Ok(())
+}
+
+/// One admin API call with `headers` (beside the token and content type), its answer read as
+/// `T`; a non-2xx status, or an answer that is not a `T`, is an error that carries the status
+/// and (the start of) the body.
+async fn admin_request<T: DeserializeOwned>(
+    admin: &AdminArgs,
+    method: Method,
+    path: &str,
+    mut headers: HeaderMap,
+    json: Option<&impl Serialize>,
+) -> anyhow::Result<T> {
     let base = admin.admin_url.trim_end_matches('/');
     parse_url(base).context("--admin-url (or HOOKD_ADMIN_URL)")?;
     let url = format!("{base}{path}");
     let uri = parse_url(&url)?;
 
     let (token, from) = admin_token(admin)?;
-    let mut headers = HeaderMap::new();
     headers.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
     if let Some(token) = &token {
         let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
@@ -403,8 +569,7 @@ async fn admin_call<T: DeserializeOwned + Serialize>(
             one_line(&reply.body, ERROR_BODY_CHARS)
         )
     })?;
-    println!("{}", pretty(&answer)?);
-    Ok(())
+    Ok(answer)
 }
 
 /// The admin token to send, and where it came from (for the hint on a 401; never the value):
@@ -587,6 +752,57 @@ mod tests {
         assert!(Plugins::try_parse_from(["plugins", "rollback"]).is_err());
         let err = Plugins::try_parse_from(["plugins", "classifier"]).unwrap_err();
         assert!(err.to_string().contains("classifier"), "{err}");
+    }
+
+    #[derive(Debug, Parser)]
+    struct State {
+        #[command(flatten)]
+        args: StateArgs,
+    }
+
+    #[test]
+    fn state_set_takes_a_value_or_a_file_and_delete_needs_a_version() {
+        let set = State::try_parse_from(["state", "set", "counter", "count", "10"]).unwrap();
+        assert!(matches!(
+            set.args.command,
+            StateCommand::Set { value: Some(v), if_match: None, .. } if v == "10"
+        ));
+        let set = State::try_parse_from([
+            "state",
+            "set",
+            "counter",
+            "count",
+            "--file",
+            "v.bin",
+            "--if-match",
+            "7",
+        ])
+        .unwrap();
+        assert!(matches!(
+            set.args.command,
+            StateCommand::Set {
+                value: None,
+                file: Some(_),
+                if_match: Some(7),
+                ..
+            }
+        ));
+        assert!(State::try_parse_from(["state", "set", "counter", "count"]).is_err());
+        assert!(
+            State::try_parse_from(["state", "set", "counter", "count", "1", "--file", "f"])
+                .is_err()
+        );
+        assert!(State::try_parse_from(["state", "delete", "counter", "count"]).is_err());
+        assert!(State::try_parse_from(["state", "list", "counter", "--limit", "0"]).is_err());
+    }
+
+    #[test]
+    fn state_paths_encode_plugin_and_key_as_one_segment_each() {
+        assert_eq!(
+            state_path("counter", Some("count/a b")),
+            "/admin/plugins/counter/state/count%2Fa%20b"
+        );
+        assert_eq!(state_path("c", None), "/admin/plugins/c/state");
     }
 
     #[test]

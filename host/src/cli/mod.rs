@@ -1,4 +1,4 @@
-//! The command line: `hookd serve | dev | new | send | events | replay | discard | plugins |
+//! The command line: `hookd serve | dev | new | send | events | replay | discard | plugins | state |
 //! backup | restore` (names are a contract).
 //!
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
@@ -62,6 +62,8 @@ pub enum Command {
     Discard(client::DiscardArgs),
     /// Show the plugins, or roll one back (admin API).
     Plugins(client::PluginsArgs),
+    /// List, show, set or delete a plugin instance's durable state (admin API).
+    State(client::StateArgs),
     /// Copy a (running) hookd's SQLite database, consistently, to a new file.
     Backup(backup::BackupArgs),
     /// Replace a stopped hookd's SQLite database with a copy made by `hookd backup`.
@@ -113,6 +115,7 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Replay(args) => runtime().and_then(|rt| rt.block_on(client::replay(args))),
         Command::Discard(args) => runtime().and_then(|rt| rt.block_on(client::discard(args))),
         Command::Plugins(args) => runtime().and_then(|rt| rt.block_on(client::plugins(args))),
+        Command::State(args) => runtime().and_then(|rt| rt.block_on(client::state(args))),
         Command::Backup(args) => backup::backup(args),
         Command::Restore(args) => backup::restore(args),
         Command::CompilePlugin { .. } => unreachable!("handled above"),

@@ -68,6 +68,7 @@ pub use self::{
     request::RawRequest,
     retention::{PruneCursor, Pruned},
     sqlite::WriterOptions,
+    state::{Edited, StateEdit, StateEntry, StateKeyFilter, StateValue},
     views::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
         HeldRequest,

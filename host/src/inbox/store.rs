@@ -19,7 +19,9 @@
 use super::{
     Accepted, ClaimRequest, Claimed, Commits, DeadLetterGroup, EventDetail, EventFilter,
     EventSummary, Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest,
-    ReplayFilter, retention::PruneBatch,
+    ReplayFilter,
+    retention::PruneBatch,
+    state::{Edited, StateEdit, StateEntry, StateKeyFilter, StateValue},
 };
 use crate::{
     ids::{PluginName, SourceName},
@@ -199,6 +201,27 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// What `plugin` holds in committed state.
     fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError>;
+
+    /// A page of `plugin`'s state keys in byte order: those starting with `filter.prefix`,
+    /// after `filter.after`, at most `filter.limit`; one range of the `(plugin, key)` order.
+    async fn state_keys(
+        &self,
+        plugin: String,
+        filter: StateKeyFilter,
+    ) -> Result<Vec<StateEntry>, InboxError>;
+
+    /// `plugin`'s committed value of `key`, if it has one.
+    async fn state_value(
+        &self,
+        plugin: String,
+        key: String,
+    ) -> Result<Option<StateValue>, InboxError>;
+
+    /// Commits an operator's edit at `now_ms` if its key is still at the version it expects,
+    /// as one state commit: the version comes from the clock attempts' commits use, under the
+    /// same ordering with them (a commit that checks the key's version either sees the edit or
+    /// is seen by it).
+    async fn edit_state(&self, edit: StateEdit, now_ms: i64) -> Result<Edited, InboxError>;
 
     /// Events matching `filter`, newest first (by [`EventSummary::cursor`], descending), with
     /// each handler's delivery state; a page costs index range scans, not a scan of every

@@ -20,7 +20,10 @@ use super::bindings::latest::{config, log, network, state, types};
 use super::outbound_hooks::OutboundHooks;
 use crate::{
     ids::PluginName,
-    model::{StateChanges, StateLimits, StateUsage},
+    model::{
+        MAX_STATE_KEY_BYTES as MAX_KEY_BYTES, MAX_STATE_VALUE_BYTES as MAX_VALUE_BYTES,
+        StateChanges, StateLimits, StateUsage,
+    },
 };
 
 /// Committed plugin state, as the runtime sees it (implemented by the inbox).
@@ -297,10 +300,6 @@ impl network::Host for HostState {
         Ok(self.outbound.last_refusal())
     }
 }
-
-/// Keys and values are bounded so a plugin cannot bloat the database through one call.
-const MAX_KEY_BYTES: usize = 1024;
-const MAX_VALUE_BYTES: usize = 1024 * 1024;
 
 impl HostState {
     fn txn(&mut self, key: &str) -> wasmtime::Result<&mut StateTxn> {

@@ -28,13 +28,14 @@ mod plugins;
 mod quarantine;
 mod replay;
 mod session;
+mod state;
 
 use std::{net::SocketAddr, sync::Arc, time::Instant};
 
 use axum::{
     Router,
     body::{Body, to_bytes},
-    extract::{ConnectInfo, Form, FromRequest, Request, State},
+    extract::{ConnectInfo, DefaultBodyLimit, Form, FromRequest, Request, State},
     http::{HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Redirect, Response},
@@ -55,8 +56,20 @@ pub(super) struct Ui {
 
 type UiState = State<Arc<Ui>>;
 
-/// Largest form a dashboard POST may send (they carry a few short fields).
+/// Largest form a dashboard POST may send (they carry a few short fields)...
 const MAX_FORM_BYTES: usize = 16 * 1024;
+/// ...but a state value's edit, which carries up to the largest value (percent-encoded).
+const MAX_STATE_FORM_BYTES: usize = 3 * crate::model::MAX_STATE_VALUE_BYTES + MAX_FORM_BYTES;
+
+/// The largest form a POST to `path` may send.
+fn form_limit(path: &str) -> usize {
+    let state_edit = path.starts_with("/plugins/") && path.contains("/state/");
+    if state_edit {
+        MAX_STATE_FORM_BYTES
+    } else {
+        MAX_FORM_BYTES
+    }
+}
 
 /// The policy every answer carries: only this listener's own script and style, no inline
 /// script or style, forms posting only here, no framing, no base rewriting.
@@ -79,6 +92,14 @@ pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Share
         .route("/quarantine/{id}/replay", post(quarantine::replay))
         .route("/plugins", get(plugins::page))
         .route("/plugins/{name}/rollback", post(plugins::rollback))
+        .route("/plugins/{name}/state", get(state::list))
+        .route(
+            "/plugins/{name}/state/{key}",
+            get(state::key)
+                .post(state::save)
+                .layer(DefaultBodyLimit::max(MAX_STATE_FORM_BYTES)),
+        )
+        .route("/plugins/{name}/state/{key}/delete", post(state::delete))
         .route("/replay", post(replay::replay))
         .route("/sign-out", post(sign_out))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
@@ -138,7 +159,7 @@ async fn require_session(State(ui): UiState, request: Request, next: Next) -> Re
         request
     } else {
         let (parts, body) = request.into_parts();
-        let Ok(bytes) = to_bytes(body, MAX_FORM_BYTES).await else {
+        let Ok(bytes) = to_bytes(body, form_limit(parts.uri.path())).await else {
             return error_page(StatusCode::PAYLOAD_TOO_LARGE, "The form is too large.");
         };
         let form = Request::from_parts(parts.clone(), Body::from(bytes.clone()));
@@ -316,6 +337,13 @@ pub(super) fn local_path(back: Option<&str>, fallback: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_state_edit_may_post_a_large_form() {
+        assert_eq!(form_limit("/plugins/c/state/count"), MAX_STATE_FORM_BYTES);
+        assert_eq!(form_limit("/plugins/c/rollback"), MAX_FORM_BYTES);
+        assert_eq!(form_limit("/replay"), MAX_FORM_BYTES);
+    }
 
     #[test]
     fn only_a_local_path_is_a_place_to_go_back_to() {

@@ -1,6 +1,7 @@
 //! The plugins page: for each configured instance its file's live version (sha256, WIT
 //! version, roles, when loaded, the load error), the previous versions with a rollback, the
-//! instances sharing the file, and what each live node runs.
+//! instances sharing the file, what each live node runs, and (for a handler) a link to its
+//! state.
 //!
 //! Invariant: the page shows exactly what `GET /admin/plugins` answers
 //! ([`crate::admin::handlers::plugin_infos`]) and rolls back exactly as
@@ -49,6 +50,11 @@ pub(super) async fn page(
                     }
                     dt { "Shares its file with" } dd {
                         @if plugin.shared_with.is_empty() { "no other instance" } @else { (plugin.shared_with.join(", ")) }
+                    }
+                    @if plugin.exports.iter().any(|role| role == "handler") {
+                        dt { "State" } dd {
+                            a href={ "/plugins/" (percent_encode(&plugin.name)) "/state" } { "Keys of " (plugin.name) }
+                        }
                     }
                     @if plugin.nodes.len() > 1 {
                         dt { "Nodes" } dd { ul {

@@ -3,7 +3,6 @@
 //! attempt budgets, reclaim, dedupe, replay, quarantine bookkeeping and the admin reads. One
 //! property per case; `contract::suite!` makes each a test per backend.
 
-pub(super) use super::retention::*;
 use super::{
     Database,
     fixtures::{
@@ -11,6 +10,7 @@ use super::{
         lease, state_of,
     },
 };
+pub(super) use super::{retention::*, state::*};
 use crate::{
     clock::Clock,
     ids::{PluginName, SourceName},

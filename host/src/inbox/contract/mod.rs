@@ -14,6 +14,7 @@ mod cases;
 pub(super) mod fixtures;
 mod ordering;
 mod retention;
+mod state;
 
 use super::Inbox;
 use crate::clock::Clock;
@@ -111,6 +112,10 @@ macro_rules! suite {
             dead_letters_are_grouped_by_handler_and_error_kind,
             a_replay_by_error_kind_takes_only_that_group,
             held_requests_are_listed_newest_first_with_their_reason,
+            state_keys_are_listed_by_prefix_a_page_at_a_time,
+            an_edit_commits_only_at_the_version_it_expects,
+            an_edit_makes_an_attempt_that_read_the_key_run_again,
+            an_edit_over_the_plugins_total_writes_nothing,
             $($single,)*
             ]
         );

@@ -517,7 +517,9 @@ pub(super) async fn finish_attempt(
             .map(String::as_str)
             .collect();
         state::lock_keys(tx, f.plugin.as_str(), keys).await?;
-        if let Some(Changed { key, seen, now }) = state::first_changed(tx, f).await? {
+        if let Some(Changed { key, seen, now }) =
+            state::first_changed(tx, f.plugin.as_str(), &f.state.versions).await?
+        {
             insert_attempt(tx, &f.conflicted(&key, seen, now)).await?;
             // Not counted against max_attempts: the attempt number is given back.
             tx.execute(
@@ -533,7 +535,9 @@ pub(super) async fn finish_attempt(
             return Ok(Finished::Conflict);
         }
         if !f.state.writes.is_empty() {
-            usage_delta = Some(state::apply_state(tx, f).await?);
+            let (delta, _) =
+                state::apply_state(tx, f.plugin.as_str(), &f.state, f.finished_at_ms).await?;
+            usage_delta = Some(delta);
         }
     }
     let (state, output, next_at) = f.next_state();
@@ -556,7 +560,8 @@ pub(super) async fn finish_attempt(
     .await?;
     insert_attempt(tx, f).await?;
     if let Some(delta) = usage_delta
-        && let Err(message) = state::add_usage(tx, f, delta).await?
+        && let Err(message) =
+            state::add_usage(tx, f.plugin.as_str(), &f.state.limits, delta).await?
     {
         return Ok(Finished::OverQuota(message));
     }

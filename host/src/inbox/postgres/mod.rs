@@ -73,8 +73,9 @@ use tokio_postgres::{Config, NoTls};
 
 use self::error::Target;
 use super::{
-    Accepted, ClaimRequest, Commits, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
-    Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, Commits, DeadLetterGroup, Edited, EventDetail, EventFilter,
+    EventSummary, Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest,
+    ReplayFilter, StateEdit, StateEntry, StateKeyFilter, StateValue,
     error::StorageError,
     retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
@@ -401,6 +402,26 @@ impl Store for PostgresStore {
 
     fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError> {
         self.block_on(async { state::usage(&self.client().await?, plugin).await })
+    }
+
+    async fn state_keys(
+        &self,
+        plugin: String,
+        filter: StateKeyFilter,
+    ) -> Result<Vec<StateEntry>, InboxError> {
+        state::list(&self.client().await?, &plugin, &filter).await
+    }
+
+    async fn state_value(
+        &self,
+        plugin: String,
+        key: String,
+    ) -> Result<Option<StateValue>, InboxError> {
+        state::value(&self.client().await?, &plugin, &key).await
+    }
+
+    async fn edit_state(&self, edit: StateEdit, now_ms: i64) -> Result<Edited, InboxError> {
+        state::edit(&self.connections, &self.commits, &edit, now_ms).await
     }
 
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {

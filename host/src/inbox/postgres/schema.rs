@@ -180,6 +180,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE deliveries ADD COLUMN deliver_stale BOOLEAN NOT NULL DEFAULT false;
     ",
+    // 8: when each state key was last written, as SQLite's migration 8; and the keys of each
+    // plugin in byte order (what SQLite's primary key is), so the admin API's key list is one
+    // index range whatever the database's collation.
+    "
+    ALTER TABLE plugin_state ADD COLUMN updated_at BIGINT;
+    CREATE INDEX plugin_state_keys ON plugin_state (plugin, key COLLATE \"C\");
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -1,5 +1,5 @@
-//! Plugin state in SQL: the reads, the version check of an attempt's reads, and applying its
-//! writes within the plugin's total.
+//! Plugin state in SQL: the reads, the version check of an attempt's reads, applying its
+//! writes within the plugin's total, and an operator's list, read and edit.
 //!
 //! Invariants:
 //! - Versions come from one sequence (`plugin_state_versions`), which only grows, so a deleted
@@ -11,17 +11,22 @@
 //! - The plugin's usage row is updated by a delta as the commit's last statement, so it is held
 //!   locked only for the commit itself, and its total is checked against what every node
 //!   committed.
+//! - An operator's edit is an attempt's commit of one key: the same key lock, version check,
+//!   versions and usage delta, so it conflicts with an attempt exactly as another attempt does.
+//! - Keys are listed in byte order (`COLLATE "C"`, whatever the database's collation), through
+//!   the index of that order (`plugin_state_keys`).
 
-use std::collections::HashMap;
+use std::{collections::BTreeMap, collections::HashMap, time::Instant};
 
 use deadpool_postgres::{Client, Transaction};
 
+use super::Connections;
 use crate::{
     inbox::{
-        Finish, InboxError,
+        Commits, Edited, InboxError, StateEdit, StateEntry, StateKeyFilter, StateValue,
         state::{Changed, usage_after, write_delta},
     },
-    model::StateUsage,
+    model::{StateChanges, StateLimits, StateUsage},
 };
 
 /// Committed value and version of a state key (version 0 = never written).
@@ -126,14 +131,16 @@ async fn stored(
         .collect())
 }
 
-/// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
+/// The first key of `versions` (key → version seen, 0 = absent) whose committed version in
+/// `plugin` is no longer the one seen.
 pub(super) async fn first_changed(
     tx: &Transaction<'_>,
-    f: &Finish,
+    plugin: &str,
+    versions: &BTreeMap<String, i64>,
 ) -> Result<Option<Changed>, InboxError> {
-    let keys = f.state.versions.keys().map(String::as_str).collect();
-    let stored = stored(tx, f.plugin.as_str(), keys).await?;
-    Ok(f.state.versions.iter().find_map(|(key, seen)| {
+    let keys = versions.keys().map(String::as_str).collect();
+    let stored = stored(tx, plugin, keys).await?;
+    Ok(versions.iter().find_map(|(key, seen)| {
         let now = stored.get(key).map_or(0, |(version, _)| *version);
         (now != *seen).then(|| Changed {
             key: key.clone(),
@@ -143,23 +150,25 @@ pub(super) async fn first_changed(
     }))
 }
 
-/// Applies an attempt's state writes (its keys locked by [`lock_keys`]) and returns how they
-/// change the plugin's `(keys, bytes)`, for [`add_usage`] to count.
+/// Applies the state writes of `changes` to `plugin` at `at_ms` (their keys locked by
+/// [`lock_keys`]) and returns how they change the plugin's `(keys, bytes)`, for [`add_usage`]
+/// to count, and the highest version they were stamped with (0: nothing set).
 pub(super) async fn apply_state(
     tx: &Transaction<'_>,
-    f: &Finish,
-) -> Result<(i64, i64), InboxError> {
-    let plugin = f.plugin.as_str();
-    let keys = f.state.writes.keys().map(String::as_str).collect();
+    plugin: &str,
+    changes: &StateChanges,
+    at_ms: i64,
+) -> Result<((i64, i64), i64), InboxError> {
+    let keys = changes.writes.keys().map(String::as_str).collect();
     let stored = stored(tx, plugin, keys).await?;
     let mut delta = (0i64, 0i64);
-    for (key, value) in &f.state.writes {
+    for (key, value) in &changes.writes {
         let before = stored.get(key).map(|(_, len)| *len);
         let (keys, bytes) = write_delta(key, before, value.as_deref());
         delta = (delta.0 + keys, delta.1 + bytes);
     }
     let (mut set_keys, mut set_values, mut deleted) = (Vec::new(), Vec::new(), Vec::new());
-    for (key, value) in &f.state.writes {
+    for (key, value) in &changes.writes {
         match value {
             Some(value) => {
                 set_keys.push(key.as_str());
@@ -168,19 +177,26 @@ pub(super) async fn apply_state(
             None => deleted.push(key.as_str()),
         }
     }
+    let mut version = 0;
     if !set_keys.is_empty() {
-        tx.execute(
-            &tx.prepare_cached(
-                "INSERT INTO plugin_state (plugin, key, value, version)
-             SELECT $1, key, value, nextval('plugin_state_versions')
-             FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
-             ON CONFLICT (plugin, key)
-                 DO UPDATE SET value = excluded.value, version = excluded.version",
+        version = tx
+            .query_one(
+                &tx.prepare_cached(
+                    "WITH set AS (
+                         INSERT INTO plugin_state (plugin, key, value, version, updated_at)
+                         SELECT $1, key, value, nextval('plugin_state_versions'), $4
+                         FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
+                         ON CONFLICT (plugin, key)
+                             DO UPDATE SET value = excluded.value, version = excluded.version,
+                                           updated_at = excluded.updated_at
+                         RETURNING version)
+                     SELECT MAX(version) FROM set",
+                )
+                .await?,
+                &[&plugin, &set_keys, &set_values, &at_ms],
             )
-            .await?,
-            &[&plugin, &set_keys, &set_values],
-        )
-        .await?;
+            .await?
+            .get(0);
     }
     if !deleted.is_empty() {
         tx.execute(
@@ -190,7 +206,7 @@ pub(super) async fn apply_state(
         )
         .await?;
     }
-    Ok(delta)
+    Ok((delta, version))
 }
 
 /// Adds `delta` to the plugin's usage (the commit's last statement: the row stays locked only
@@ -198,10 +214,10 @@ pub(super) async fn apply_state(
 /// rolls the whole transaction back.
 pub(super) async fn add_usage(
     tx: &Transaction<'_>,
-    f: &Finish,
+    plugin: &str,
+    limits: &StateLimits,
     (delta_keys, delta_bytes): (i64, i64),
 ) -> Result<Result<(), String>, InboxError> {
-    let plugin = f.plugin.as_str();
     let row = tx
         .query_one(
             &tx.prepare_cached(
@@ -220,5 +236,99 @@ pub(super) async fn add_usage(
         keys: (keys - delta_keys).max(0) as u64,
         bytes: (bytes - delta_bytes).max(0) as u64,
     };
-    Ok(usage_after(plugin, before, (delta_keys, delta_bytes), &f.state.limits).map(|_| ()))
+    Ok(usage_after(plugin, before, (delta_keys, delta_bytes), limits).map(|_| ()))
+}
+
+/// A page of `plugin`'s keys (see [`StateKeyFilter`]), in byte order: one range of the
+/// `plugin_state_keys` index.
+pub(super) async fn list(
+    client: &Client,
+    plugin: &str,
+    filter: &StateKeyFilter,
+) -> Result<Vec<StateEntry>, InboxError> {
+    let (start, inclusive) = filter.start();
+    let end = filter.end();
+    let limit = filter.limit as i64;
+    let sql = format!(
+        "SELECT key, octet_length(value)::bigint, version, updated_at FROM plugin_state
+         WHERE plugin = $1 AND key COLLATE \"C\" {} $2{}
+         ORDER BY key COLLATE \"C\" LIMIT $3",
+        if inclusive { ">=" } else { ">" },
+        if end.is_some() {
+            " AND key COLLATE \"C\" < $4"
+        } else {
+            ""
+        },
+    );
+    let statement = client.prepare_cached(&sql).await?;
+    let rows = match &end {
+        Some(end) => {
+            client
+                .query(&statement, &[&plugin, &start, &limit, end])
+                .await?
+        }
+        None => client.query(&statement, &[&plugin, &start, &limit]).await?,
+    };
+    Ok(rows
+        .iter()
+        .map(|r| StateEntry {
+            key: r.get(0),
+            size: r.get::<_, i64>(1) as u64,
+            version: r.get(2),
+            updated_at_ms: r.get(3),
+        })
+        .collect())
+}
+
+/// `plugin`'s committed value of `key`, if it has one.
+pub(super) async fn value(
+    client: &Client,
+    plugin: &str,
+    key: &str,
+) -> Result<Option<StateValue>, InboxError> {
+    let row = client
+        .query_opt(
+            &client
+                .prepare_cached(
+                    "SELECT value, version, updated_at FROM plugin_state
+                     WHERE plugin = $1 AND key = $2",
+                )
+                .await?,
+            &[&plugin, &key],
+        )
+        .await?;
+    Ok(row.map(|r| StateValue {
+        value: r.get(0),
+        version: r.get(1),
+        updated_at_ms: r.get(2),
+    }))
+}
+
+/// An operator's edit in a transaction of its own, checked and applied as an attempt's state
+/// commit is (its key locked, its version checked, then written and counted); nothing of a
+/// refused one stays.
+pub(super) async fn edit(
+    pool: &Connections,
+    commits: &Commits,
+    edit: &StateEdit,
+    at_ms: i64,
+) -> Result<Edited, InboxError> {
+    let started = Instant::now();
+    let plugin = edit.plugin.as_str();
+    let changes = edit.changes();
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    lock_keys(&tx, plugin, vec![edit.key.as_str()]).await?;
+    if let Some(Changed { now, .. }) = first_changed(&tx, plugin, &changes.versions).await? {
+        tx.rollback().await?;
+        return Ok(Edited::Changed { now });
+    }
+    let (delta, version) = apply_state(&tx, plugin, &changes, at_ms).await?;
+    if let Err(message) = add_usage(&tx, plugin, &changes.limits, delta).await? {
+        tx.rollback().await?;
+        return Ok(Edited::OverQuota(message));
+    }
+    tx.commit().await?;
+    commits.committed(1, started);
+    Ok(Edited::Written { version })
 }

@@ -311,7 +311,9 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
         return Ok(Finished::LeaseLost);
     }
     if matches!(f.disposition, Disposition::Done { .. }) && !f.state.is_empty() {
-        if let Some(Changed { key, seen, now }) = first_changed(conn, f)? {
+        if let Some(Changed { key, seen, now }) =
+            first_changed(conn, f.plugin.as_str(), &f.state.versions)?
+        {
             let conflict = f.conflicted(&key, seen, now);
             insert_attempt(conn, f.delivery_id, &conflict)?;
             // Not counted against max_attempts: the attempt number is given back.
@@ -324,7 +326,7 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
             return Ok(Finished::Conflict);
         }
         if !f.state.writes.is_empty()
-            && let Err(message) = apply_state(conn, f)?
+            && let Err(message) = apply_state(conn, f.plugin.as_str(), &f.state, f.finished_at_ms)?
         {
             return Ok(Finished::OverQuota(message));
         }

@@ -40,8 +40,9 @@ use rusqlite::Connection;
 
 pub use self::writer::WriterOptions;
 use super::{
-    Accepted, ClaimRequest, Commits, DeadLetterGroup, EventDetail, EventFilter, EventSummary,
-    Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest, ReplayFilter,
+    Accepted, ClaimRequest, Commits, DeadLetterGroup, Edited, EventDetail, EventFilter,
+    EventSummary, Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest,
+    ReplayFilter, StateEdit, StateEntry, StateKeyFilter, StateValue,
     retention::PruneBatch,
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
@@ -248,6 +249,30 @@ impl Store for SqliteStore {
 
     fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError> {
         self.read_blocking(|conn| state::usage(conn, plugin))
+    }
+
+    async fn state_keys(
+        &self,
+        plugin: String,
+        filter: StateKeyFilter,
+    ) -> Result<Vec<StateEntry>, InboxError> {
+        self.read(move |conn| state::list(conn, &plugin, &filter))
+            .await
+    }
+
+    async fn state_value(
+        &self,
+        plugin: String,
+        key: String,
+    ) -> Result<Option<StateValue>, InboxError> {
+        self.read(move |conn| state::value(conn, &plugin, &key))
+            .await
+    }
+
+    async fn edit_state(&self, edit: StateEdit, now_ms: i64) -> Result<Edited, InboxError> {
+        let weight = edit.key.len() + edit.value.as_ref().map_or(0, Vec::len);
+        self.write_weighted(weight, move |conn| state::edit(conn, &edit, now_ms))
+            .await
     }
 
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {

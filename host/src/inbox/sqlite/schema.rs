@@ -133,6 +133,9 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     ALTER TABLE deliveries ADD COLUMN deliver_stale INTEGER NOT NULL DEFAULT 0;
     ",
+    // 8: when each state key was last written (by an attempt's commit or an operator's edit),
+    // for the admin API's key list; keys written before this migration have none.
+    "ALTER TABLE plugin_state ADD COLUMN updated_at INTEGER;",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

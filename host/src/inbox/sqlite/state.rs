@@ -1,17 +1,21 @@
-//! Plugin state in SQL: the reads, the version check of an attempt's reads, and applying its
-//! writes within the plugin's total.
+//! Plugin state in SQL: the reads, the version check of an attempt's reads, applying its
+//! writes within the plugin's total, and an operator's list, read and edit.
 //!
 //! Invariants:
 //! - Versions come from `plugin_state_usage.clock`, which only grows, so a deleted key's row
 //!   can go: a key re-created later never repeats a version a reader saw.
 //! - Usage is updated in the savepoint that applies the writes, so it never drifts from the
 //!   rows.
+//! - An operator's edit is checked and applied by the same functions as an attempt's commit,
+//!   as one job of the one writer, so no commit can fall between its check and its write.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, params, types::Value};
 
 use crate::{
     inbox::{
-        Finish, InboxError,
+        Edited, InboxError, StateEdit, StateEntry, StateKeyFilter, StateValue,
         state::{Changed, usage_after, write_delta},
     },
     model::{StateChanges, StateUsage},
@@ -63,13 +67,18 @@ pub(super) fn state_bytes(changes: &StateChanges) -> usize {
         .sum()
 }
 
-/// The first key `f` read whose committed version is no longer the one it saw (0 = absent).
-pub(super) fn first_changed(conn: &Connection, f: &Finish) -> Result<Option<Changed>, InboxError> {
+/// The first key of `versions` (key → version seen, 0 = absent) whose committed version in
+/// `plugin` is no longer the one seen.
+pub(super) fn first_changed(
+    conn: &Connection,
+    plugin: &str,
+    versions: &BTreeMap<String, i64>,
+) -> Result<Option<Changed>, InboxError> {
     let mut current =
         conn.prepare_cached("SELECT version FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-    for (key, seen) in &f.state.versions {
+    for (key, seen) in versions {
         let now: i64 = current
-            .query_row(params![f.plugin.as_str(), key], |r| r.get(0))
+            .query_row(params![plugin, key], |r| r.get(0))
             .optional()?
             .unwrap_or(0);
         if now != *seen {
@@ -100,15 +109,20 @@ fn state_usage(conn: &Connection, plugin: &str) -> Result<(StateUsage, i64), Inb
         .unwrap_or_default())
 }
 
-/// Applies an attempt's state writes if it stays within the plugin's total: `Err(message)`
-/// (nothing written) if it would not. Versions come from the plugin's clock, which only grows,
-/// so a deleted key's row can go: a key re-created later never repeats a version a reader saw.
-pub(super) fn apply_state(conn: &Connection, f: &Finish) -> Result<Result<(), String>, InboxError> {
-    let plugin = f.plugin.as_str();
+/// Applies the state writes of `changes` to `plugin` at `at_ms` if they stay within the
+/// plugin's total, returning the version they were stamped with; `Err(message)` (nothing
+/// written) if they would not. Versions come from the plugin's clock, which only grows, so a
+/// deleted key's row can go: a key re-created later never repeats a version a reader saw.
+pub(super) fn apply_state(
+    conn: &Connection,
+    plugin: &str,
+    changes: &StateChanges,
+    at_ms: i64,
+) -> Result<Result<i64, String>, InboxError> {
     let mut size = conn
         .prepare_cached("SELECT length(value) FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
     let mut delta = (0i64, 0i64);
-    for (key, value) in &f.state.writes {
+    for (key, value) in &changes.writes {
         let before: Option<usize> = size
             .query_row(params![plugin, key], |r| r.get(0))
             .optional()?
@@ -117,20 +131,23 @@ pub(super) fn apply_state(conn: &Connection, f: &Finish) -> Result<Result<(), St
         delta = (delta.0 + keys, delta.1 + bytes);
     }
     let (usage, clock) = state_usage(conn, plugin)?;
-    let (keys, bytes) = match usage_after(plugin, usage, delta, &f.state.limits) {
+    let (keys, bytes) = match usage_after(plugin, usage, delta, &changes.limits) {
         Ok(after) => after,
         Err(message) => return Ok(Err(message)),
     };
     let version = clock + 1;
     let mut set = conn.prepare_cached(
-        "INSERT INTO plugin_state (plugin, key, value, version) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (plugin, key) DO UPDATE SET value = excluded.value, version = excluded.version",
+        "INSERT INTO plugin_state (plugin, key, value, version, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (plugin, key) DO UPDATE
+             SET value = excluded.value, version = excluded.version,
+                 updated_at = excluded.updated_at",
     )?;
     let mut delete =
         conn.prepare_cached("DELETE FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
-    for (key, value) in &f.state.writes {
+    for (key, value) in &changes.writes {
         match value {
-            Some(value) => set.execute(params![plugin, key, value, version])?,
+            Some(value) => set.execute(params![plugin, key, value, version, at_ms])?,
             None => delete.execute(params![plugin, key])?,
         };
     }
@@ -140,7 +157,75 @@ pub(super) fn apply_state(conn: &Connection, f: &Finish) -> Result<Result<(), St
              SET keys = excluded.keys, bytes = excluded.bytes, clock = excluded.clock",
     )?
     .execute(params![plugin, keys, bytes, version])?;
-    Ok(Ok(()))
+    Ok(Ok(version))
+}
+
+/// A page of `plugin`'s keys (see [`StateKeyFilter`]): one range of the primary key, whose
+/// `BINARY` collation orders keys as bytes.
+pub(super) fn list(
+    conn: &Connection,
+    plugin: &str,
+    filter: &StateKeyFilter,
+) -> Result<Vec<StateEntry>, InboxError> {
+    let (start, inclusive) = filter.start();
+    let end = filter.end();
+    let sql = format!(
+        "SELECT key, length(value), version, updated_at FROM plugin_state
+         WHERE plugin = ?1 AND key {} ?2{} ORDER BY key LIMIT ?3",
+        if inclusive { ">=" } else { ">" },
+        if end.is_some() { " AND key < ?4" } else { "" },
+    );
+    let mut args = vec![
+        Value::from(plugin.to_owned()),
+        Value::from(start.to_owned()),
+        Value::from(filter.limit as i64),
+    ];
+    args.extend(end.map(Value::from));
+    let mut statement = conn.prepare_cached(&sql)?;
+    let rows = statement.query_map(rusqlite::params_from_iter(args), |r| {
+        Ok(StateEntry {
+            key: r.get(0)?,
+            size: r.get(1)?,
+            version: r.get(2)?,
+            updated_at_ms: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// `plugin`'s committed value of `key`, if it has one.
+pub(super) fn value(
+    conn: &Connection,
+    plugin: &str,
+    key: &str,
+) -> Result<Option<StateValue>, InboxError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT value, version, updated_at FROM plugin_state WHERE plugin = ?1 AND key = ?2",
+        )?
+        .query_row(params![plugin, key], |r| {
+            Ok(StateValue {
+                value: r.get(0)?,
+                version: r.get(1)?,
+                updated_at_ms: r.get(2)?,
+            })
+        })
+        .optional()?)
+}
+
+/// An operator's edit, checked and applied as an attempt's state commit is.
+pub(super) fn edit(conn: &Connection, edit: &StateEdit, at_ms: i64) -> Result<Edited, InboxError> {
+    let plugin = edit.plugin.as_str();
+    let changes = edit.changes();
+    if let Some(Changed { now, .. }) = first_changed(conn, plugin, &changes.versions)? {
+        return Ok(Edited::Changed { now });
+    }
+    Ok(match apply_state(conn, plugin, &changes, at_ms)? {
+        Ok(version) => Edited::Written {
+            version: if edit.value.is_some() { version } else { 0 },
+        },
+        Err(message) => Edited::OverQuota(message),
+    })
 }
 
 #[cfg(test)]
