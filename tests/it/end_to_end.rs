@@ -202,55 +202,10 @@ async fn a_component_that_does_not_match_the_wit_is_refused_with_a_clear_error()
     );
 }
 
-/// A plugin crate outside this workspace, depending on the SDK by path, builds and runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sdk_works_for_a_crate_outside_the_workspace() {
-    let root = std::path::Path::new(plugins::WORKSPACE_ROOT);
-    let fixture = root.join("tests/fixtures/outside-plugin");
-    let target = root.join("target/wasm-outside");
-    let output = tokio::process::Command::new(env!("CARGO"))
-        .current_dir(&fixture)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            "wasm32-wasip2",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let wasm = target.join("wasm32-wasip2/release/outside_plugin.wasm");
-
-    let config = support::sw_source("s", &["outside"], "");
-    let host = TestHost::start(&config, &[("outside", wasm.to_str().unwrap())]).await;
-    let (status, reply) = host
-        .post_signed(
-            "s",
-            &Scheme::StandardWebhooks,
-            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-            "msg_1",
-            br#"{"type":"x"}"#,
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    let delivery = host
-        .wait_state("s", "msg_1", "outside", "done", Duration::from_secs(30))
-        .await;
-    assert_eq!(delivery["output"], r#"{"outside":true}"#);
-}
-
-/// `hookd new handler` makes a crate outside the workspace whose own unit test passes under
-/// `cargo test`, and which `hookd dev` builds and serves with its generated hookd.toml: a signed
-/// event reaches the handler.
+/// `hookd new handler` makes a crate outside the workspace (the SDK by path) whose own unit test
+/// passes under `cargo test`, and which `hookd dev` builds and serves from its own directory with
+/// its generated hookd.toml: a signed event reaches the handler, and a saved edit is rebuilt and
+/// hot-swapped into the running host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scaffolded_handler_passes_its_test_and_handles_an_event_under_hookd_dev() {
     let root = std::path::Path::new(plugins::WORKSPACE_ROOT);
@@ -327,6 +282,56 @@ async fn a_scaffolded_handler_passes_its_test_and_handles_an_event_under_hookd_d
     );
     host.wait_log(
         "hello: evt_1 is order.paid number 1",
+        Duration::from_secs(10),
+    )
+    .await;
+    let first = delivery["history"][0]["plugin_sha256"].clone();
+
+    // Save an edit, as the author would: `hookd dev` rebuilds the crate and the running host
+    // hot-swaps it; the next event runs the new build.
+    let lib = dir.join("src/lib.rs");
+    let source = std::fs::read_to_string(&lib).unwrap();
+    let edited = source.replace("{} is {} number {count}", "{} is {} event number {count}");
+    assert_ne!(edited, source, "the scaffold changed; update this test");
+    std::fs::write(&lib, edited).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    loop {
+        let (_, plugins) = host.admin_get("/admin/plugins").await;
+        let live = &plugins[0]["sha256"];
+        if !live.is_null() && *live != first {
+            assert!(plugins[0]["error"].is_null(), "{plugins:#}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the edit was not rebuilt and swapped in: {plugins:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let headers = support::sign(
+        &Scheme::StandardWebhooks,
+        &secret,
+        "evt_2",
+        body,
+        SystemTime::now(),
+    );
+    let (status, reply) = host.post("scaffolded", &headers, body).await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let delivery = host
+        .wait_state(
+            "scaffolded",
+            "evt_2",
+            "scaffolded",
+            "done",
+            Duration::from_secs(30),
+        )
+        .await;
+    assert_ne!(
+        delivery["history"][0]["plugin_sha256"], first,
+        "{delivery:#}"
+    );
+    host.wait_log(
+        "hello: evt_2 is order.paid event number 2",
         Duration::from_secs(10),
     )
     .await;

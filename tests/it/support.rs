@@ -601,11 +601,11 @@ impl ProcessHost {
         Self::start_exact_with_env(dir, &config_text(config), env).await
     }
 
-    /// [`ProcessHost::start`] as `hookd dev --no-watch` in `dir` (a plugin crate): it builds the
-    /// crate with cargo (with `env`, e.g. `CARGO_TARGET_DIR`), then serves. Building can take
+    /// [`ProcessHost::start`] as `hookd dev` in `dir` (a plugin crate): it builds the
+    /// crate with cargo (with `env`, e.g. `CARGO_TARGET_DIR`), serves, and rebuilds on every save. Building can take
     /// minutes on a cold target directory, so it may take that long to become healthy.
     pub async fn start_dev(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
-        let args = ["dev", "--no-watch"];
+        let args = ["dev"];
         let env: Vec<(&str, &str)> = [("CARGO", env!("CARGO"))]
             .into_iter()
             .chain(env.iter().copied())

@@ -351,7 +351,14 @@ async fn https_to_a_refused_address_is_denied_before_connecting() {
         format!("max_attempts = 1\nca_file = \"ca.pem\"\nallow_hosts = [\"localhost:{port}\"]");
     let host = probe_host(&plugin, Some(&pki), &[]).await;
     let url = format!("https://localhost:{port}/ok");
-    assert_eq!(probe_one(&host, &url).await, "denied");
+    assert_eq!(
+        probe_one(&host, &url).await,
+        format!(
+            "denied: hookd refused the request to localhost:{port}: localhost:{port} resolves \
+             to 127.0.0.1:{port}, which is loopback (127.0.0.0/8); list 127.0.0.1:{port} itself \
+             in allow_hosts to reach it"
+        )
+    );
     assert_eq!(server.connections.load(Ordering::SeqCst), 0);
 }
 
@@ -486,6 +493,12 @@ async fn a_credential_is_never_sent_over_plain_http() {
     );
     let host = probe_host(&plugin, None, &[("TEST_API_KEY", API_KEY)]).await;
     let url = format!("http://localhost:{port}/v1");
-    assert_eq!(probe_one(&host, &url).await, "denied");
+    assert_eq!(
+        probe_one(&host, &url).await,
+        format!(
+            "denied: hookd refused the request to localhost:{port}: localhost:{port} has a \
+             host-injected credential, which is sent only over https"
+        )
+    );
     assert_eq!(server.connections.load(Ordering::SeqCst), 0);
 }

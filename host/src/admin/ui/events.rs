@@ -316,6 +316,34 @@ fn redact_client_state(json: &mut serde_json::Value) {
     }
 }
 
+/// The button that replays one delivery (`[source, event id, handler, state, back]`) after
+/// the dry run's confirmation; `force`: "Deliver anyway", for a stale one.
+fn replay_button(
+    signed_in: &SignedIn,
+    [source, event_id, handler, state, back]: [&str; 5],
+    force: bool,
+) -> Markup {
+    html! {
+        form.inline method="post" action="/replay" {
+            (layout::csrf_field(signed_in))
+            input type="hidden" name="source" value=(source);
+            input type="hidden" name="event_id" value=(event_id);
+            input type="hidden" name="handler" value=(handler);
+            input type="hidden" name="state" value=(state);
+            input type="hidden" name="back" value=(back);
+            @if force {
+                input type="hidden" name="force" value="yes";
+                button type="submit"
+                    title="Deliver it to the handler although a newer sequence of its key is done" {
+                    "Deliver anyway…"
+                }
+            } @else {
+                button type="submit" { "Replay…" }
+            }
+        }
+    }
+}
+
 fn delivery_section(
     signed_in: &SignedIn,
     source: &str,
@@ -335,29 +363,9 @@ fn delivery_section(
                     span.muted { "next attempt " (layout::time(next)) }
                 }
                 @if finished {
-                    form.inline method="post" action="/replay" {
-                        (layout::csrf_field(signed_in))
-                        input type="hidden" name="source" value=(source);
-                        input type="hidden" name="event_id" value=(event_id);
-                        input type="hidden" name="handler" value=(delivery.handler);
-                        input type="hidden" name="state" value=(delivery.state);
-                        input type="hidden" name="back" value=(here);
-                        button type="submit" { "Replay…" }
-                    }
+                    (replay_button(signed_in, [source, event_id, &delivery.handler, &delivery.state, here], false))
                     @if delivery.state == "stale" {
-                        form.inline method="post" action="/replay" {
-                            (layout::csrf_field(signed_in))
-                            input type="hidden" name="source" value=(source);
-                            input type="hidden" name="event_id" value=(event_id);
-                            input type="hidden" name="handler" value=(delivery.handler);
-                            input type="hidden" name="state" value=(delivery.state);
-                            input type="hidden" name="force" value="yes";
-                            input type="hidden" name="back" value=(here);
-                            button type="submit"
-                                title="Deliver it to the handler although a newer sequence of its key is done" {
-                                "Deliver anyway…"
-                            }
-                        }
+                        (replay_button(signed_in, [source, event_id, &delivery.handler, &delivery.state, here], true))
                     }
                 }
             }

@@ -55,6 +55,43 @@ macro_rules! delegate_imports_to_latest {
 }
 use delegate_imports_to_latest;
 
+/// The `parser_world` and `handler_world` binding modules of a version from 0.2.0 on, whose
+/// handler world also imports `wasi:http` (bound to wasmtime-wasi(-http)'s own types, so it is
+/// the one the engine links, never a second binding of it). `types`, `log` and `config` are
+/// the parser world's.
+macro_rules! bind_worlds {
+    ($path:literal) => {
+        /// Bindings for components exporting the parser role.
+        pub mod parser_world {
+            wasmtime::component::bindgen!({
+                path: $path,
+                world: "parser-plugin",
+                imports: { default: trappable },
+                exports: { default: async },
+            });
+        }
+
+        /// Bindings for components exporting the handler role.
+        pub mod handler_world {
+            wasmtime::component::bindgen!({
+                path: $path,
+                world: "handler-plugin",
+                imports: { default: trappable },
+                exports: { default: async },
+                with: {
+                    "hookd:plugin/types": super::parser_world::hookd::plugin::types,
+                    "hookd:plugin/log": super::parser_world::hookd::plugin::log,
+                    "hookd:plugin/config": super::parser_world::hookd::plugin::config,
+                    "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+                    "wasi:io": wasmtime_wasi::p2::bindings::io,
+                    "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+                },
+            });
+        }
+    };
+}
+use bind_worlds;
+
 pub mod v0_1;
 pub mod v0_2;
 pub mod v0_3;

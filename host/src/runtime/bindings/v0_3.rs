@@ -8,34 +8,7 @@ use wasmtime::Store;
 
 use super::super::host::HostState;
 
-/// Bindings for components exporting the parser role.
-pub mod parser_world {
-    wasmtime::component::bindgen!({
-        path: "../wit/v0.3.0",
-        world: "parser-plugin",
-        imports: { default: trappable },
-        exports: { default: async },
-    });
-}
-
-/// Bindings for components exporting the handler role; `types`, `log` and `config` are the
-/// parser world's.
-pub mod handler_world {
-    wasmtime::component::bindgen!({
-        path: "../wit/v0.3.0",
-        world: "handler-plugin",
-        imports: { default: trappable },
-        exports: { default: async },
-        with: {
-            "hookd:plugin/types": super::parser_world::hookd::plugin::types,
-            "hookd:plugin/log": super::parser_world::hookd::plugin::log,
-            "hookd:plugin/config": super::parser_world::hookd::plugin::config,
-            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-        },
-    });
-}
+super::bind_worlds!("../wit/v0.3.0");
 
 pub use handler_world::hookd::plugin::{network, state};
 pub use parser_world::hookd::plugin::{config, log, types};
