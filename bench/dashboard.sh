@@ -8,7 +8,8 @@
 # (bench/dashboard_db.py says what they are), serves it again, signs in once, and asks each page
 # RUNS times (default 7), printing the median and the slowest of curl's total time (loopback, so
 # that is the server's time plus a few tens of microseconds); then the same for a /metrics
-# scrape. Needs python3 and curl.
+# scrape. Needs python3 and curl. FILL_ONLY=1 stops after filling; FILLED=1 reuses the filled
+# database (to fill while the machine is busy and time the pages once it is quiet).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events="${1:-1000000}"
@@ -19,6 +20,7 @@ if [ -z "${HOOKD:-}" ]; then
     cargo build --release -p host >&2
     HOOKD=target/release/hookd
 fi
+if [ -z "${FILLED:-}" ]; then
 rm -rf "$dir"
 mkdir -p "$dir/plugins"
 cat >"$dir/hookd.toml" <<TOML
@@ -64,6 +66,8 @@ serve
 stop
 echo "filling $dir/hookd.db with $events events" >&2
 python3 bench/dashboard_db.py "$dir/hookd.db" "$events" >&2
+fi
+[ -n "${FILL_ONLY:-}" ] && exit 0
 serve
 trap stop EXIT
 

@@ -158,7 +158,7 @@ class Host:
         if not os.environ.get("BENCH_KEEP"):
             # Hundreds of MB per scenario; keep hookd.toml and hookd.log for a look afterwards.
             for leftover in self.dir.glob("hookd.db*"):
-                leftover.unlink()
+                leftover.unlink(missing_ok=True)
 
 
 def wait_quiet(max_wait: float = None, threshold: float = 0.15) -> None:
