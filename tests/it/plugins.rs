@@ -573,7 +573,7 @@ async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
         rewritten != corrupt && rewritten.len() > 100_000,
         "the corrupt entry was not replaced by a fresh compile"
     );
-    assert_ne!(inode(&entry), first);
+    // (Not by inode: the fresh file may reuse the number the refused one freed.)
     send(&host, "after_restart").await;
     let d = host
         .wait_state("s", "after_restart", "h", "done", WAIT)
