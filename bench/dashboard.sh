@@ -49,6 +49,7 @@ handlers = ["classifier"]
 
 [plugins.classifier]
 TOML
+fi
 
 serve() {
     "$HOOKD" serve --config "$dir/hookd.toml" >>"$dir/hookd.log" 2>&1 &
@@ -62,6 +63,7 @@ serve() {
 }
 stop() { kill -INT "$pid"; wait "$pid" || true; }
 
+if [ -z "${FILLED:-}" ]; then
 serve
 stop
 echo "filling $dir/hookd.db with $events events" >&2
