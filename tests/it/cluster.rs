@@ -31,10 +31,10 @@ const KEYS: usize = 50;
 /// A node of the cluster: `workers` workers on `database`, source `s` (keyed by body) feeding
 /// `counter`, which counts per ordering key.
 fn node_config(database: &str, workers: usize) -> String {
-    // The parser's time is raised from its 50 ms default: three debug-built nodes and the
-    // database share two cores here, and a parse that runs out of time is quarantined.
+    // `KEYED_BY_BODY` raises the parser's time from its 50 ms default: three debug-built nodes
+    // and the database share two cores here, and a parse that runs out of time is quarantined.
     let extra = format!(
-        "{KEYED_BY_BODY}\nparser_timeout_ms = 5000\n\n[plugins.counter]\ntimeout_ms = 10000\nconfig = {{ per_key = \"true\" }}\n"
+        "{KEYED_BY_BODY}\n\n[plugins.counter]\ntimeout_ms = 10000\nconfig = {{ per_key = \"true\" }}\n"
     );
     format!(
         "[server]\nworkers = {workers}\ndatabase = \"{database}\"\n{}",

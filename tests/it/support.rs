@@ -88,7 +88,7 @@ pub const KEYED_BY_BODY: &str = r#"parser = "generic"
 [plugins.generic]
 # A generous parse budget: these tests are about ordering, not the 50 ms default, and a loaded
 # CI machine must not quarantine their events.
-parser_timeout_ms = 2000
+parser_timeout_ms = 5000
 config = { id_pointer = "/id", key_pointer = "/key", sequence_pointer = "/seq" }"#;
 
 impl TestHost {
