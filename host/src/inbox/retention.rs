@@ -13,8 +13,11 @@
 //!   pruned; a resolved quarantined request is deleted once resolved for `done_after`.
 //! - A pruned event's deliveries are never replayed (there is no body to run them on): replay
 //!   passes them over, and a prune and a replay of one event are serialised by the store.
-//! - One call is one short transaction, touching at most `batch_size` rows of each kind.
+//! - One call is one short transaction, touching at most `batch_size` rows of each kind; on a
+//!   single-writer store it also stops once it has held the writer for [`BATCH_BUDGET`].
 //! - Times come from the façade's clock.
+
+use std::time::Duration;
 
 use super::{Inbox, InboxError, ReplayFilter};
 use crate::{config::Retention, model::DeliveryState};
@@ -22,6 +25,11 @@ use crate::{config::Retention, model::DeliveryState};
 /// Where a pruning round stands: the last `(received_at, id)` its walk over the events not yet
 /// pruned has passed (`None`: from the start).
 pub type PruneCursor = Option<(i64, i64)>;
+
+/// How long one batch may hold a single-writer store. Ingest's commits wait behind it, so it
+/// bounds what pruning adds to an acknowledgement's latency; the pruner pauses at least as long
+/// between batches (`retention::run`), so pruning takes at most about half the writer's time.
+pub(crate) const BATCH_BUDGET: Duration = Duration::from_millis(4);
 
 /// One batch of pruning, as the store runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +43,10 @@ pub(crate) struct PruneBatch {
     pub forget_before: Option<i64>,
     /// Rows of each kind at most.
     pub limit: usize,
+    /// How long the batch may hold the store's writer: a store with one writer (SQLite, where
+    /// ingest's commits queue behind the batch) stops early once it has used this, and says
+    /// where it stopped; a store whose transactions do not queue behind each other may ignore it.
+    pub budget: Duration,
     /// Where the walk over the events not yet pruned resumes.
     pub after: PruneCursor,
 }
@@ -51,15 +63,18 @@ pub struct Pruned {
     /// Where the next batch resumes its walk; `None` once the walk reached the cut-off (the
     /// next round starts again from the beginning).
     pub next: PruneCursor,
+    /// The batch used up its time budget before it was through with the forgetting: more
+    /// may be due at once.
+    pub cut_short: bool,
     /// Another node was pruning (a store several nodes share): this batch did nothing.
     pub busy: bool,
 }
 
 impl Pruned {
-    /// Whether a batch touched as many rows of some kind as it may, or its walk did not reach
-    /// the cut-off: there is more to do at once.
+    /// Whether a batch touched as many rows of some kind as it may, stopped early, or its walk
+    /// did not reach the cut-off: there is more to do at once.
     pub fn more(&self, limit: usize) -> bool {
-        self.next.is_some() || self.forgotten >= limit || self.quarantine >= limit
+        self.next.is_some() || self.cut_short || self.forgotten >= limit || self.quarantine >= limit
     }
 }
 
@@ -92,12 +107,13 @@ impl Inbox {
             return Ok(Pruned::default());
         };
         let now_ms = self.now_ms();
-        let ago = |d: std::time::Duration| now_ms.saturating_sub(ms(d));
+        let ago = |d: Duration| now_ms.saturating_sub(ms(d));
         let batch = PruneBatch {
             now_ms,
             finished_before: ago(done_after),
             forget_before: rules.dedupe_for.map(ago),
             limit: rules.batch_size,
+            budget: BATCH_BUDGET,
             after,
         };
         self.store().prune(batch).await
@@ -128,6 +144,6 @@ impl Inbox {
 }
 
 /// `d` in milliseconds, saturating.
-fn ms(d: std::time::Duration) -> i64 {
+fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

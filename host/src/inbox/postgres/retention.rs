@@ -63,6 +63,7 @@ pub(super) async fn prune(tx: &Transaction<'_>, batch: &PruneBatch) -> Result<Pr
         forgotten,
         quarantine,
         next,
+        cut_short: false,
         busy: false,
     })
 }

@@ -2,27 +2,34 @@
 //! resolved quarantine; close dead deliveries and held quarantined requests.
 //!
 //! Invariants:
-//! - A batch is one writer job (one savepoint of a group commit) and touches at most `limit`
-//!   rows of each kind, each found through an index (`events_unpruned`, `events_pruned`,
-//!   `quarantine_held`, the deliveries' `(event, handler)` key), never by a table scan.
+//! - A batch is one writer job (one savepoint of a group commit), stops once it has run for its
+//!   `budget` (saying where), and touches at most `limit` rows of each kind, each found through
+//!   an index (`events_unpruned`, `events_pruned`, `quarantine_held`, the deliveries'
+//!   `(event, handler)` key), never by a table scan.
+//! - A pruned event's row is written back compact, not shrunk in place, so the pages its payload
+//!   took are reused (see `prune_event`).
 //! - An event is pruned only if none of its deliveries is outside `DeliveryState::FINISHED` and
 //!   none finished after the cut-off; the writer being the only connection that writes, no
 //!   replay or claim can come between that check and the prune.
+
+use std::time::Instant;
 
 use rusqlite::{Connection, params};
 
 use super::{quarantine, replay::matching_deliveries, sql::finished_states};
 use crate::inbox::{
-    InboxError, Pruned, ReplayFilter,
+    InboxError, PruneCursor, Pruned, ReplayFilter,
     retention::{DISCARDED_RESOLUTION, PruneBatch},
 };
 
 /// Runs one batch of retention (see `Store::prune`).
 pub(super) fn prune(conn: &Connection, batch: &PruneBatch) -> Result<Pruned, InboxError> {
-    let (events, next) = prune_payloads(conn, batch)?;
-    let forgotten = match batch.forget_before {
-        Some(before) => forget(conn, before, batch.limit)?,
-        None => 0,
+    let deadline = Instant::now() + batch.budget;
+    let (events, next) = prune_payloads(conn, batch, deadline)?;
+    let (forgotten, cut_short) = match batch.forget_before {
+        Some(before) if Instant::now() < deadline => forget(conn, before, batch.limit, deadline)?,
+        Some(_) => (0, true),
+        None => (0, false),
     };
     let quarantine = conn
         .prepare_cached(
@@ -37,16 +44,19 @@ pub(super) fn prune(conn: &Connection, batch: &PruneBatch) -> Result<Pruned, Inb
         forgotten,
         quarantine,
         next,
+        cut_short,
         busy: false,
     })
 }
 
-/// Walks up to `limit` events not yet pruned from `batch.after` and prunes the finished ones;
-/// returns how many it pruned and where the walk stopped (`None`: it reached the cut-off).
+/// Walks up to `limit` events not yet pruned from `batch.after` and prunes the finished ones,
+/// stopping early at `deadline`; returns how many it pruned and where the walk stopped (`None`:
+/// it reached the cut-off).
 fn prune_payloads(
     conn: &Connection,
     batch: &PruneBatch,
-) -> Result<(usize, Option<(i64, i64)>), InboxError> {
+    deadline: Instant,
+) -> Result<(usize, PruneCursor), InboxError> {
     let (after_at, after_id) = batch.after.unwrap_or((i64::MIN, i64::MIN));
     let walked: Vec<(i64, i64)> = conn
         .prepare_cached(
@@ -71,11 +81,14 @@ fn prune_payloads(
         " OR updated_at >= ?2))"
     ))?;
     let mut pruned = 0;
-    for &(_, id) in &walked {
+    for (i, &(at, id)) in walked.iter().enumerate() {
         let busy: bool = unfinished.query_row(params![id, batch.finished_before], |r| r.get(0))?;
         if !busy {
             prune_event(conn, id, batch.now_ms)?;
             pruned += 1;
+        }
+        if i + 1 < walked.len() && Instant::now() >= deadline {
+            return Ok((pruned, Some((at, id))));
         }
     }
     let next = (walked.len() >= batch.limit)
@@ -84,7 +97,30 @@ fn prune_payloads(
     Ok((pruned, next))
 }
 
+/// The columns of `events`, in the order [`prune_event`] writes a compact row back. A column a
+/// migration adds must be added here too (a unit test compares this with the table).
+const EVENT_COLUMNS: [&str; 10] = [
+    "id",
+    "source",
+    "event_id",
+    "event_type",
+    "ordering_key",
+    "sequence",
+    "received_at",
+    "headers",
+    "body",
+    "pruned_at",
+];
+
 /// Drops event `id`'s payload, its deliveries' outputs and errors, and their attempts.
+///
+/// The event's row is deleted and written back compact under the same id rather than shrunk in
+/// place: SQLite rebalances a b-tree page only when a row leaves it, so a row shrunk in place
+/// leaves its page nearly empty for good (new events go to the table's right edge), while a
+/// deleted one lets emptied pages go to the freelist, where new events reuse them. That is
+/// what keeps the file from growing in steady state. Between the delete and the insert the
+/// event's deliveries point at no row, so foreign keys are checked at commit for the rest of
+/// this transaction (`defer_foreign_keys`, which the commit resets), by when the row is back.
 fn prune_event(conn: &Connection, id: i64, now_ms: i64) -> Result<(), InboxError> {
     conn.prepare_cached(
         "DELETE FROM attempts WHERE delivery IN (SELECT id FROM deliveries WHERE event = ?1)",
@@ -92,15 +128,51 @@ fn prune_event(conn: &Connection, id: i64, now_ms: i64) -> Result<(), InboxError
     .execute([id])?;
     conn.prepare_cached("UPDATE deliveries SET output = NULL, last_error = NULL WHERE event = ?1")?
         .execute([id])?;
-    conn.prepare_cached(
-        "UPDATE events SET headers = '[]', body = X'', pruned_at = ?2 WHERE id = ?1",
-    )?
-    .execute(params![id, now_ms])?;
+    type Kept = (String, String, String, Option<String>, Option<i64>, i64);
+    let kept: Kept = conn
+        .prepare_cached(
+            "SELECT source, event_id, event_type, ordering_key, sequence, received_at
+             FROM events WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?;
+    conn.pragma_update(None, "defer_foreign_keys", true)?;
+    conn.prepare_cached("DELETE FROM events WHERE id = ?1")?
+        .execute([id])?;
+    let (source, event_id, event_type, ordering_key, sequence, received_at) = kept;
+    conn.prepare_cached(&format!(
+        "INSERT INTO events ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '[]', X'', ?8)",
+        EVENT_COLUMNS.join(", ")
+    ))?
+    .execute(params![
+        id,
+        source,
+        event_id,
+        event_type,
+        ordering_key,
+        sequence,
+        received_at,
+        now_ms
+    ])?;
     Ok(())
 }
 
-/// Deletes up to `limit` events pruned before `before`, with their delivery rows.
-fn forget(conn: &Connection, before: i64, limit: usize) -> Result<usize, InboxError> {
+/// Deletes up to `limit` events pruned before `before`, with their delivery rows, stopping
+/// early at `deadline`; returns how many it deleted and whether it stopped early.
+fn forget(
+    conn: &Connection,
+    before: i64,
+    limit: usize,
+    deadline: Instant,
+) -> Result<(usize, bool), InboxError> {
     let ids: Vec<i64> = conn
         .prepare_cached(
             "SELECT id FROM events WHERE pruned_at IS NOT NULL AND pruned_at < ?1
@@ -110,11 +182,14 @@ fn forget(conn: &Connection, before: i64, limit: usize) -> Result<usize, InboxEr
         .collect::<Result<_, _>>()?;
     let mut deliveries = conn.prepare_cached("DELETE FROM deliveries WHERE event = ?1")?;
     let mut events = conn.prepare_cached("DELETE FROM events WHERE id = ?1")?;
-    for id in &ids {
+    for (i, id) in ids.iter().enumerate() {
         deliveries.execute([id])?;
         events.execute([id])?;
+        if i + 1 < ids.len() && Instant::now() >= deadline {
+            return Ok((i + 1, true));
+        }
     }
-    Ok(ids.len())
+    Ok((ids.len(), false))
 }
 
 /// Sets the dead deliveries `filter` matches to `discarded` at `now_ms` (none on a dry run).
@@ -157,4 +232,149 @@ pub(super) fn discard_quarantine(
         discarded += resolve.execute(params![id, now_ms, DISCARDED_RESOLUTION])?;
     }
     Ok((ids.len(), discarded))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rusqlite::{Connection, params};
+
+    use super::{super::schema, EVENT_COLUMNS, prune};
+    use crate::inbox::{PruneCursor, Pruned, retention::PruneBatch};
+
+    fn db() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+        schema::migrate(&conn).unwrap();
+        conn
+    }
+
+    /// `n` events received at `at`, each with a 2 KB body and one `done` delivery.
+    fn finished_events(conn: &Connection, first: usize, n: usize, at: i64) {
+        let body = vec![7u8; 2048];
+        for i in first..first + n {
+            conn.execute(
+                "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
+                 VALUES ('s', ?1, 't', ?2, '[[\"x\",\"y\"]]', ?3)",
+                params![format!("e{i}"), at, body],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO deliveries (event, source, handler, state, next_attempt_at,
+                                         updated_at, output)
+                 VALUES (?1, 's', 'h', 'done', ?2, ?2, '{\"ok\":true}')",
+                params![conn.last_insert_rowid(), at],
+            )
+            .unwrap();
+        }
+    }
+
+    fn pages(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    fn batch(now_ms: i64, budget: Duration, after: PruneCursor) -> PruneBatch {
+        PruneBatch {
+            now_ms,
+            finished_before: now_ms,
+            forget_before: Some(now_ms + 1),
+            limit: 500,
+            budget,
+            after,
+        }
+    }
+
+    /// One batch in a transaction of its own, as the writer runs it.
+    fn run(conn: &Connection, batch: &PruneBatch) -> Pruned {
+        conn.execute_batch("BEGIN").unwrap();
+        let pruned = prune(conn, batch).unwrap();
+        conn.execute_batch("COMMIT").unwrap();
+        pruned
+    }
+
+    fn prune_all(conn: &Connection, now_ms: i64) -> usize {
+        let mut pruned = 0;
+        let mut after = None;
+        loop {
+            let done = run(
+                conn,
+                &PruneBatch {
+                    forget_before: None,
+                    ..batch(now_ms, Duration::from_secs(60), after)
+                },
+            );
+            pruned += done.events;
+            after = done.next;
+            if after.is_none() {
+                return pruned;
+            }
+        }
+    }
+
+    #[test]
+    fn the_compact_row_names_every_column_of_events() {
+        let conn = db();
+        let columns: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('events') ORDER BY cid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let mut known: Vec<&str> = EVENT_COLUMNS.to_vec();
+        let mut columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+        known.sort_unstable();
+        columns.sort_unstable();
+        assert_eq!(columns, known, "prune_event must write back every column");
+    }
+
+    #[test]
+    fn pruned_payloads_free_their_pages_for_new_events() {
+        let conn = db();
+        finished_events(&conn, 0, 2_000, 1_000);
+        let full = pages(&conn);
+        assert_eq!(prune_all(&conn, 2_000), 2_000);
+        let kept: (String, String, i64, i64) = conn
+            .query_row(
+                "SELECT event_id, headers, length(body), pruned_at FROM events WHERE id = 7",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, ("e6".to_string(), "[]".to_string(), 0, 2_000));
+        // As many new events again: they fill the pages the pruned payloads gave back, so the
+        // database grows by a fraction of what the first ones took (shrunk in place, the
+        // payloads' pages would stay in the events table and the database would double).
+        finished_events(&conn, 2_000, 2_000, 3_000);
+        let grown = pages(&conn) - full;
+        assert!(
+            grown * 4 < full,
+            "{full} pages for the first events, then {grown} more for as many again"
+        );
+        let orphans: i64 = conn
+            .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(orphans, 0);
+    }
+
+    #[test]
+    fn a_batch_stops_once_it_has_used_its_budget_and_says_where() {
+        let conn = db();
+        finished_events(&conn, 0, 10, 1_000);
+        // No time at all: each batch still makes progress, one event, and says it has more.
+        let first = run(&conn, &batch(2_000, Duration::ZERO, None));
+        assert_eq!((first.events, first.forgotten), (1, 0));
+        assert_eq!(first.next, Some((1_000, 1)));
+        assert!(first.cut_short && first.more(500));
+        let second = run(&conn, &batch(2_000, Duration::ZERO, first.next));
+        assert_eq!((second.events, second.next), (1, Some((1_000, 2))));
+        // With time, one batch finishes the walk, then forgets what was pruned.
+        let rest = run(&conn, &batch(2_000, Duration::from_secs(60), second.next));
+        assert_eq!((rest.events, rest.forgotten, rest.next), (8, 10, None));
+        assert!(!rest.more(500));
+    }
 }
