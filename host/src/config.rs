@@ -5,7 +5,7 @@
 //! Unknown keys are refused with the key's name; secrets are read here and never printed.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
@@ -189,6 +189,7 @@ struct PluginFile {
     backoff_max_ms: Option<u64>,
     timeout_ms: Option<u64>,
     memory_mib: Option<u64>,
+    max_file_mib: Option<u64>,
     parser_timeout_ms: Option<u64>,
     parser_memory_mib: Option<u64>,
     output_kib: Option<u64>,
@@ -329,6 +330,9 @@ pub struct PluginConfig {
     /// Handler budget per attempt (wall clock).
     pub timeout: Duration,
     pub memory_bytes: u64,
+    /// Largest plugin file it loads (`max_file_mib`; a file several instances share gets the
+    /// largest of theirs).
+    pub max_file_bytes: u64,
     /// Parser budget per request: it runs before the provider gets its answer.
     pub parser_timeout: Duration,
     pub parser_memory_bytes: u64,
@@ -389,6 +393,15 @@ impl PluginConfig {
             if !(1..=1024).contains(&mib) {
                 bail!("plugins.{name}.{key} must be between 1 and 1024 (got {mib})");
             }
+        }
+        let max_file_mib = file
+            .max_file_mib
+            .unwrap_or(crate::registry::MAX_PLUGIN_BYTES / MIB);
+        if !(1..=crate::registry::LARGEST_PLUGIN_BYTES / MIB).contains(&max_file_mib) {
+            bail!(
+                "plugins.{name}.max_file_mib must be between 1 and {} (got {max_file_mib})",
+                crate::registry::LARGEST_PLUGIN_BYTES / MIB
+            );
         }
         const KIB: u64 = 1024;
         let output_kib = file.output_kib.unwrap_or(64);
@@ -455,6 +468,7 @@ impl PluginConfig {
             backoff_max: Duration::from_millis(file.backoff_max_ms.unwrap_or(3_600_000)),
             timeout: Duration::from_millis(file.timeout_ms.unwrap_or(30_000).max(1)),
             memory_bytes: memory_mib * MIB,
+            max_file_bytes: max_file_mib * MIB,
             parser_timeout: Duration::from_millis(file.parser_timeout_ms.unwrap_or(50).max(1)),
             parser_memory_bytes: parser_memory_mib * MIB,
             parser_limits_scale: file.parser_timeout_ms.is_none()
@@ -538,6 +552,17 @@ impl Config {
             .values()
             .filter(move |plugin| plugin.wasm == wasm)
             .map(|plugin| &plugin.name)
+    }
+
+    /// Each plugin file's size cap, by stem: the largest `max_file_mib` of the instances that
+    /// load it.
+    pub fn file_caps(&self) -> HashMap<String, u64> {
+        let mut caps = HashMap::new();
+        for plugin in self.plugins.values() {
+            let cap = caps.entry(plugin.wasm.clone()).or_insert(0);
+            *cap = plugin.max_file_bytes.max(*cap);
+        }
+        caps
     }
 
     /// Reads and validates `path`; relative paths inside are taken relative to its directory.

@@ -27,8 +27,12 @@ use crate::{
     telemetry::{LoadResult, Telemetry},
 };
 
-/// Largest plugin file accepted: far above any real component (the examples are 3-4 MB).
+/// Largest plugin file accepted unless its plugins say otherwise (`max_file_mib`): far above
+/// any Rust component (the examples are 3-4 MB); a JavaScript or Python one, which carries its
+/// interpreter, needs a larger cap.
 pub const MAX_PLUGIN_BYTES: u64 = 20 * 1024 * 1024;
+/// The largest cap `max_file_mib` may set (256 MiB), and so the most a compile ever reads.
+pub const LARGEST_PLUGIN_BYTES: u64 = 256 * 1024 * 1024;
 /// Versions kept for rollback besides the live one.
 const KEEP_PREVIOUS: usize = 5;
 
@@ -88,11 +92,12 @@ pub enum FileError {
     NotRegular(&'static str),
     #[error("cannot be read: {0}")]
     Unreadable(#[source] std::io::Error),
-    #[error("is {0} bytes, over the {MAX_PLUGIN_BYTES}-byte cap")]
-    TooLarge(u64),
-    /// Larger when read than its metadata said.
-    #[error("grew over the {MAX_PLUGIN_BYTES}-byte cap")]
-    Grew,
+    /// Its length and the cap.
+    #[error("is {0} bytes, over the {1}-byte cap (raise the plugin's max_file_mib)")]
+    TooLarge(u64, u64),
+    /// Larger when read than its metadata said; the cap.
+    #[error("grew over the {0}-byte cap")]
+    Grew(u64),
     /// The `usize` is the file's length.
     #[error(
         "refused: not a valid WebAssembly component: its {0} bytes do not start with the \\0asm \
@@ -135,6 +140,8 @@ pub struct PluginStatus {
 pub struct Registry {
     runtime: Arc<Runtime>,
     dir: PathBuf,
+    /// Each file's size cap, by stem ([`MAX_PLUGIN_BYTES`] for a stem not in it).
+    file_caps: HashMap<String, u64>,
     cache: Option<ArtifactCache>,
     compiler: Compiler,
     live: ArcSwap<HashMap<String, Arc<LoadedPlugin>>>,
@@ -144,10 +151,12 @@ pub struct Registry {
 
 impl Registry {
     /// A registry of the files in `dir`, compiled by `compiler`; `cache` (if any) keeps their
-    /// compiled code.
+    /// compiled code; `file_caps` says how large a file may be, by stem (the largest
+    /// `max_file_mib` of the plugins loading it; [`MAX_PLUGIN_BYTES`] for others).
     pub fn new(
         runtime: Arc<Runtime>,
         dir: PathBuf,
+        file_caps: HashMap<String, u64>,
         cache: Option<ArtifactCache>,
         compiler: Compiler,
         telemetry: Arc<Telemetry>,
@@ -155,6 +164,7 @@ impl Registry {
         Self {
             runtime,
             dir,
+            file_caps,
             cache,
             compiler,
             live: ArcSwap::from_pointee(HashMap::new()),
@@ -314,7 +324,12 @@ impl Registry {
     async fn build(&self, stem: &str, path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
         let file = path.display().to_string();
         let read_path = path.to_owned();
-        let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&read_path))
+        let cap = self
+            .file_caps
+            .get(stem)
+            .copied()
+            .unwrap_or(MAX_PLUGIN_BYTES);
+        let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&read_path, cap))
             .await
             .map_err(|source| LoadError::ReadTask {
                 stem: stem.to_owned(),
@@ -375,9 +390,9 @@ impl Registry {
     }
 }
 
-/// Reads a plugin file: not through a symlink, only a regular file, at most
-/// [`MAX_PLUGIN_BYTES`]. Errors say what is wrong (to follow the file's name), never its bytes.
-fn read_plugin_file(path: &Path) -> Result<Vec<u8>, FileError> {
+/// Reads a plugin file: not through a symlink, only a regular file, at most `cap` bytes.
+/// Errors say what is wrong (to follow the file's name), never its bytes.
+fn read_plugin_file(path: &Path, cap: u64) -> Result<Vec<u8>, FileError> {
     use std::{
         io::Read as _,
         os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _},
@@ -418,15 +433,15 @@ fn read_plugin_file(path: &Path) -> Result<Vec<u8>, FileError> {
     if !meta.is_file() {
         return Err(FileError::NotRegular(kind(&meta)));
     }
-    if meta.len() > MAX_PLUGIN_BYTES {
-        return Err(FileError::TooLarge(meta.len()));
+    if meta.len() > cap {
+        return Err(FileError::TooLarge(meta.len(), cap));
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(MAX_PLUGIN_BYTES + 1)
+    file.take(cap + 1)
         .read_to_end(&mut bytes)
         .map_err(FileError::Unreadable)?;
-    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
-        return Err(FileError::Grew);
+    if bytes.len() as u64 > cap {
+        return Err(FileError::Grew(cap));
     }
     Ok(bytes)
 }
@@ -456,12 +471,25 @@ mod tests {
         let error = LoadError::File {
             stem: "h".into(),
             file: "/p/h.wasm".into(),
-            source: FileError::Grew,
+            source: FileError::Grew(MAX_PLUGIN_BYTES),
         };
         assert_eq!(
             error.to_string(),
             format!("plugin h: /p/h.wasm grew over the {MAX_PLUGIN_BYTES}-byte cap")
         );
+    }
+
+    #[test]
+    fn a_file_over_its_cap_is_refused_naming_the_key_and_one_under_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.wasm");
+        std::fs::write(&path, [0u8; 100]).unwrap();
+        let error = read_plugin_file(&path, 99).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "is 100 bytes, over the 99-byte cap (raise the plugin's max_file_mib)"
+        );
+        assert_eq!(read_plugin_file(&path, 100).unwrap().len(), 100);
     }
 
     #[test]
@@ -472,7 +500,7 @@ mod tests {
         let link = dir.path().join("h.wasm");
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(matches!(
-            read_plugin_file(&link),
+            read_plugin_file(&link, MAX_PLUGIN_BYTES),
             Err(FileError::NotRegular("a symbolic link"))
         ));
     }

@@ -636,3 +636,38 @@ async fn a_compile_over_its_memory_cap_is_refused_naming_the_key() {
     let (status, _) = host.admin_get("/healthz").await;
     assert_eq!(status, StatusCode::OK);
 }
+
+/// A plugin file over its cap is refused naming the key to raise (`max_file_mib`, default
+/// 20 MiB); the same bytes under a plugin whose `max_file_mib` allows them are read and compiled
+/// (they export nothing, so they are refused for that instead).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_over_its_plugins_max_file_mib_is_refused_and_a_larger_cap_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("good", plugins::FLAKY)]);
+    let bytes = data_component(21 << 20, 7);
+    for stem in ["capped", "roomy"] {
+        std::fs::write(dir.path().join(format!("plugins/{stem}.wasm")), &bytes).unwrap();
+    }
+    let config = config(
+        "",
+        &["good"],
+        "[plugins.capped]\n[plugins.roomy]\nmax_file_mib = 32\n",
+    );
+    let host = TestHost::start_in(dir, &config).await;
+    let capped = host
+        .wait_plugin("capped", "refusal", WAIT, |p| p["error"].is_string())
+        .await;
+    let error = capped["error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "is {} bytes, over the 20971520-byte cap (raise the plugin's max_file_mib)",
+            bytes.len()
+        )),
+        "{error}"
+    );
+    let roomy = host
+        .wait_plugin("roomy", "refusal", WAIT, |p| p["error"].is_string())
+        .await;
+    let error = roomy["error"].as_str().unwrap();
+    assert!(error.contains("exports neither"), "{error}");
+}

@@ -54,6 +54,7 @@ impl Fixture {
         let registry = Arc::new(Registry::new(
             runtime.clone(),
             dir.path().join("plugins"),
+            config.file_caps(),
             None,
             compiler,
             Telemetry::new(clock.clone()),

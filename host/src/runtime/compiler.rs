@@ -223,7 +223,7 @@ pub fn child_main(memory_bytes: u64, parent: u32) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut wasm = Vec::new();
-    let cap = crate::registry::MAX_PLUGIN_BYTES + 1;
+    let cap = crate::registry::LARGEST_PLUGIN_BYTES + 1;
     if let Err(e) = std::io::stdin().lock().take(cap).read_to_end(&mut wasm) {
         eprintln!("reading the wasm from stdin: {e}");
         return ExitCode::FAILURE;
