@@ -203,6 +203,8 @@ struct PluginFile {
     on_stale: Option<OnStale>,
     #[serde(default)]
     allow_hosts: Vec<String>,
+    /// `hookd dev` only: the command (argv) that builds this plugin's file.
+    build: Option<Vec<String>>,
     /// PEM file of extra CAs its `https` requests trust (relative to the config's directory).
     ca_file: Option<PathBuf>,
     /// `"host:port" = { header, env, prefix }`: headers the host adds to requests to that
@@ -351,6 +353,11 @@ pub struct PluginConfig {
     pub delivery: DeliveryMode,
     /// What its handler gets of a stale event (`on_stale`).
     pub on_stale: OnStale,
+    /// `hookd dev` only (`serve` ignores it): the command, as argv, run in the config file's
+    /// directory to build this plugin's file; `{out}` in an argument is replaced by the path
+    /// to write the component to (also in env `HOOKD_BUILD_OUT`). For plugins cargo does not
+    /// build: JavaScript, Python.
+    pub build: Option<Vec<String>>,
     /// Where its handler may send HTTP requests (`host:port` entries); empty = no network.
     pub allow_hosts: AllowList,
     /// The TLS client its `https` requests use: default roots plus its `ca_file`.
@@ -482,6 +489,12 @@ impl PluginConfig {
             state_limits,
             delivery: file.delivery.unwrap_or(DeliveryMode::AtLeastOnce),
             on_stale: file.on_stale.unwrap_or(OnStale::Skip),
+            build: match file.build {
+                Some(argv) if argv.first().is_none_or(|program| program.is_empty()) => {
+                    bail!("plugins.{name}.build must name a program to run (an argv list)")
+                }
+                build => build,
+            },
             allow_hosts,
             tls,
             credentials: Credentials::new(credentials)

@@ -6,6 +6,10 @@
 //! plugins in `plugins/`; in a standalone plugin crate (`hookd new`, with its own `[workspace]`)
 //! that crate.
 //!
+//! Plugins with a `build` command in the config (JavaScript, Python) are built by running it
+//! (`super::build_command`); then cargo builds only the crates `-p` or `--manifest-path` name,
+//! or the root crate of a standalone plugin crate.
+//!
 //! Invariants: it runs the same `cargo build --release --target wasm32-wasip2` a user would and
 //! copies only the built `.wasm` files, each by copy + rename so the host never sees half a
 //! file; serving is exactly `hookd serve`; a failed rebuild is reported and changes nothing
@@ -22,6 +26,7 @@ use std::{
 use anyhow::{Context, bail};
 use clap::Args;
 
+use super::build_command;
 use crate::config::Config;
 
 #[derive(Debug, Args)]
@@ -52,24 +57,104 @@ const QUIET: Duration = Duration::from_millis(300);
 pub fn run(args: DevArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     if !args.no_build {
-        let workspace = Workspace::locate(&args.config, args.manifest_path.as_deref())?;
         let dest = config.server.plugins_dir.clone();
-        let packages = if args.plugins.is_empty() {
-            workspace.default_plugins()?
+        let commands = build_command::declared(&config)?;
+        let config_dir = args
+            .config
+            .canonicalize()
+            .with_context(|| format!("resolving {}", args.config.display()))?
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .to_owned();
+        let cargo = if commands.is_empty() {
+            Some(Workspace::locate(&args.config, args.manifest_path.as_deref())?)
+        } else if args.manifest_path.is_some() || !args.plugins.is_empty() {
+            Some(Workspace::locate(&args.config, args.manifest_path.as_deref())?)
         } else {
-            args.plugins
+            // Only a standalone plugin crate's own root crate besides the command builds.
+            Workspace::locate(&args.config, None)
+                .ok()
+                .filter(|w| w.members.iter().any(|m| m.dir == w.root && m.cdylib))
         };
-        let sources = workspace.source_dirs(&packages)?;
-        workspace.build_plugins(&packages, &dest)?;
+        let cargo = match cargo {
+            Some(workspace) => {
+                let packages = if args.plugins.is_empty() {
+                    workspace.default_plugins()?
+                } else {
+                    args.plugins
+                };
+                let sources = workspace.source_dirs(&packages)?;
+                workspace.build_plugins(&packages, &dest)?;
+                Some((workspace, packages, sources))
+            }
+            None => None,
+        };
+        build_command::build_all(&commands, &config_dir, &dest)?;
         if !args.no_watch {
-            let watcher = watch_sources(&sources)?;
+            let skip = vec![
+                dest.clone(),
+                config.server.cache_dir.clone(),
+                config_dir.join("target"),
+            ];
+            let mut dirs: Vec<PathBuf> = cargo
+                .as_ref()
+                .map(|(_, _, sources)| sources.clone())
+                .unwrap_or_default();
+            if !commands.is_empty() {
+                dirs.push(config_dir.clone());
+            }
+            let watcher = watch_sources(&dirs)?;
+            let builds = Builds {
+                cargo,
+                commands,
+                config_dir,
+                skip,
+                dest,
+            };
             std::thread::Builder::new()
                 .name("dev-rebuild".into())
-                .spawn(move || rebuild_loop(watcher, &sources, &workspace, &packages, &dest))
+                .spawn(move || rebuild_loop(watcher, &builds))
                 .context("starting the rebuild watcher")?;
         }
     }
     super::serve(args.config)
+}
+
+/// What `hookd dev` rebuilds when its sources change.
+struct Builds {
+    /// The cargo workspace, its plugin packages and their source directories.
+    cargo: Option<(Workspace, Vec<String>, Vec<PathBuf>)>,
+    commands: Vec<build_command::CommandBuild>,
+    /// Where the commands run, and whose changes rerun them.
+    config_dir: PathBuf,
+    /// What hookd writes under `config_dir` (never a reason to rebuild).
+    skip: Vec<PathBuf>,
+    dest: PathBuf,
+}
+
+impl Builds {
+    /// Rebuilds what the changed `paths` call for (`None`: everything, as the watcher may
+    /// have missed changes).
+    fn rebuild(&self, paths: Option<&[PathBuf]>) {
+        let touched = |is: &dyn Fn(&Path) -> bool| paths.is_none_or(|p| p.iter().any(|p| is(p)));
+        if let Some((workspace, packages, sources)) = &self.cargo
+            && touched(&|p| is_source(p, sources))
+        {
+            tracing::info!("plugin sources changed; rebuilding the crates");
+            if let Err(e) = workspace.build_plugins(packages, &self.dest) {
+                tracing::error!("rebuild failed; the running plugins stay: {e:#}");
+            }
+        }
+        if !self.commands.is_empty()
+            && touched(&|p| build_command::is_source(p, &self.config_dir, &self.skip))
+        {
+            tracing::info!("plugin sources changed; running the build commands");
+            if let Err(e) = build_command::build_all(&self.commands, &self.config_dir, &self.dest)
+            {
+                tracing::error!("rebuild failed; the running plugins stay: {e:#}");
+            }
+        }
+    }
 }
 
 /// The cargo workspace the plugin crates are built in, as `cargo metadata` describes it.
@@ -315,34 +400,32 @@ fn is_source(path: &Path, dirs: &[PathBuf]) -> bool {
 /// Rebuilds after each burst of source changes, until the watcher goes away.
 fn rebuild_loop(
     (_watcher, events): (notify::RecommendedWatcher, SourceEvents),
-    dirs: &[PathBuf],
-    workspace: &Workspace,
-    packages: &[String],
-    dest: &Path,
+    builds: &Builds,
 ) {
-    let relevant = |event: &notify::Result<notify::Event>| match event {
-        Ok(event) => {
-            !matches!(event.kind, notify::EventKind::Access(_))
-                && event.paths.iter().any(|p| is_source(p, dirs))
-        }
-        Err(_) => true,
+    // The paths an event names (none for an access, or for a watcher error: then every
+    // build runs, as something may have been missed).
+    let changed = |event: notify::Result<notify::Event>| match event {
+        Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => Some(Vec::new()),
+        Ok(event) => Some(event.paths),
+        Err(_) => None,
     };
     while let Ok(event) = events.recv() {
-        if !relevant(&event) {
-            continue;
-        }
-        // Wait for the burst to end.
+        let mut paths = match changed(event) {
+            Some(paths) if paths.is_empty() => continue,
+            other => other,
+        };
+        // Wait for the burst to end, gathering what it touched.
         loop {
             match events.recv_timeout(QUIET) {
-                Ok(_) => continue,
+                Ok(event) => match (&mut paths, changed(event)) {
+                    (Some(paths), Some(more)) => paths.extend(more),
+                    (paths, _) => *paths = None,
+                },
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
         }
-        tracing::info!("plugin sources changed; rebuilding");
-        if let Err(e) = workspace.build_plugins(packages, dest) {
-            tracing::error!("rebuild failed; the running plugins stay: {e:#}");
-        }
+        builds.rebuild(paths.as_deref());
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod backup;
 pub(crate) mod client;
+mod build_command;
 mod dev;
 mod new;
 mod plugin_dirs;
