@@ -30,6 +30,11 @@ test("posts to the channel and counts per channel, committed on success", () => 
   assert.ok(!sent.headers.some(([name]) => name.toLowerCase() === "authorization"));
 });
 
+test("a plain-text 2xx is a success", () => {
+  const hookd = new Harness().withConfig("url", url).withConfig("channel", "#general").respondWith("POST", url, new Response(200, "ok"));
+  assert.deepEqual(hookd.handle(handler, event({})), { ok: true, output: '{"channel":"#general","count":1}' });
+});
+
 test("a refused post is permanent and a 503 a retry; neither counts", () => {
   const hookd = new Harness()
     .withConfig("url", url)

@@ -4,7 +4,8 @@
 //
 // - `format = "slack"` (default): Slack's `chat.postMessage` (`{"channel", "text"}`), and any
 //   service that accepts the same JSON (Mattermost, Rocket.Chat, ...). Slack answers 200 even
-//   when it refuses a message, with `{"ok": false, "error": "..."}`: that is read too.
+//   when it refuses a message, with `{"ok": false, "error": "..."}`: that is read too (any
+//   other 2xx answer, JSON or not, is a success).
 // - `format = "discord"`: a Discord webhook (`{"content"}`; the channel is the webhook's own).
 //
 // The URL comes from the config; the token never enters the plugin: hookd adds it to every
@@ -47,7 +48,8 @@ export const handler = defineHandler((event) => {
   const response = http.post(url).json(payload).timeout(10_000).send().errorForStatus();
 
   if (format === "slack") {
-    const answer = response.body.length > 0 ? response.json<{ ok?: boolean; error?: string }>() : {};
+    // Slack answers JSON; compatible services may answer a plain `ok`, which is a success too.
+    const answer = slackAnswer(response.body);
     if (answer.ok === false) {
       const why = `the chat service refused the message: ${answer.error ?? "no reason given"}`;
       // Slack's own rate limit arrives as a 200 with `ratelimited`: worth waiting for.
@@ -58,6 +60,15 @@ export const handler = defineHandler((event) => {
   log.info(`posted ${event.eventId} to ${channel} (message ${count} there)`);
   return output.json({ channel, count });
 });
+
+function slackAnswer(body: Uint8Array): { ok?: boolean; error?: string } {
+  try {
+    const parsed = JSON.parse(new TextDecoder().decode(body));
+    return parsed !== null && typeof parsed === "object" ? parsed : {};
+  } catch {
+    return {};
+  }
+}
 
 function readBody(event: Event): Body {
   if (event.body.length === 0) return {};
