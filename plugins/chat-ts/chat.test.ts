@@ -8,7 +8,7 @@ import { handler } from "./src/chat.ts";
 
 const url = "https://slack.com/api/chat.postMessage";
 const event = (body: unknown, id = "evt_1") =>
-  new Event({ source: "github", eventId: id, eventType: "issues.opened", body: JSON.stringify(body) });
+  new Event({ source: "github", eventId: id, eventType: "release.published", body: JSON.stringify(body) });
 
 test("posts to the channel and counts per channel, committed on success", () => {
   const hookd = new Harness()
@@ -25,7 +25,7 @@ test("posts to the channel and counts per channel, committed on success", () => 
   });
   assert.deepEqual(hookd.handle(handler, event({}, "evt_3")), { ok: true, output: '{"channel":"#general","count":2}' });
   const sent = hookd.requests()[0];
-  assert.deepEqual(sent.json(), { channel: "#general", text: "issues.opened from github (evt_1), #1 here: App crashes" });
+  assert.deepEqual(sent.json(), { channel: "#general", text: "release.published from github (evt_1), #1 here: App crashes" });
   // No token in the plugin: hookd adds the credential header after the request leaves it.
   assert.ok(!sent.headers.some(([name]) => name.toLowerCase() === "authorization"));
 });

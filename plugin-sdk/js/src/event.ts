@@ -1,4 +1,4 @@
-/** The event a handler gets, with helpers to read its body and headers. */
+/** The event a handler gets, with methods to read its body and headers. */
 import type { Event as WitEvent, Header } from "hookd:plugin/types@0.3.0";
 
 import { BodyError } from "./error.js";

@@ -1,5 +1,5 @@
 /**
- * Helpers to build a handler's output: the optional string the host stores on the delivery
+ * Building a handler's output: the optional string the host stores on the delivery
  * and shows in the admin API (capped, 64 KiB by default: `output_kib`).
  */
 import { HandleError } from "./error.js";
