@@ -1,0 +1,141 @@
+/**
+ * Outbound HTTP from a handler: a small blocking client over the standard
+ * `wasi:http/outgoing-handler` interface, the TypeScript twin of the Rust SDK's
+ * `plugin_sdk::http`.
+ *
+ * ```ts
+ * const response = http.post(config.require("notify_url"))
+ *   .json({ event: event.eventId })
+ *   .send()              // transport failures retry; a refused host is permanent
+ *   .errorForStatus();   // 5xx, 408 and 429 retry (honouring Retry-After); other non-2xx are permanent
+ * ```
+ *
+ * An {@link HttpError} thrown out of a handler becomes the Rust SDK's verdict for it (see
+ * {@link HttpError.toHandleError}), so most handlers need no `try`.
+ *
+ * The host enforces the outbound policy on every request (only `allow_hosts`, no internal
+ * addresses, verified TLS, injected credentials, `Idempotency-Key`, 64 requests per attempt,
+ * 8 MiB responses, no redirects followed): README "Outbound HTTP" and the Rust SDK's
+ * `plugin_sdk::http` documentation are normative.
+ */
+import { host } from "./host.js";
+import { HttpError, type Method, Response, type Url, methodFromName, parseUrl } from "./http-core.js";
+
+export {
+  HttpError,
+  MAX_RESPONSE_BYTES,
+  Response,
+  parseRetryAfter,
+  type Header,
+  type HttpErrorKind,
+  type Method,
+} from "./http-core.js";
+
+const encoder = new TextEncoder();
+
+/** Starts a `GET` request to `url` (`https://host[:port]/path?query`, or `http://`). */
+export function get(url: string): RequestBuilder {
+  return request("GET", url);
+}
+
+/**
+ * Starts a `POST` request to `url`. With a `body` (a string, bytes, or any other value sent as
+ * JSON) and `headers`, it is ready to `.send()`.
+ */
+export function post(url: string, body?: unknown, headers?: Record<string, string>): RequestBuilder {
+  let builder = request("POST", url);
+  for (const [name, value] of Object.entries(headers ?? {})) builder = builder.header(name, value);
+  if (body === undefined) return builder;
+  if (typeof body === "string" || body instanceof Uint8Array) return builder.body(body);
+  return builder.json(body);
+}
+
+/** Starts a request with any {@link Method} (in any case). */
+export function request(method: Method | string, url: string): RequestBuilder {
+  return new RequestBuilder(method, url);
+}
+
+/** A request being built; {@link RequestBuilder.send} sends it and waits for the response. */
+export class RequestBuilder {
+  private readonly method: Method | undefined;
+  private readonly methodName: string;
+  private readonly url: Url | HttpError;
+  private readonly headers: Array<[string, string]> = [];
+  private payload: Uint8Array = new Uint8Array();
+  private timeoutMs: number | undefined;
+  /** The first problem met while building (e.g. a body that does not serialise). */
+  private error: HttpError | undefined;
+
+  constructor(method: Method | string, url: string) {
+    this.methodName = String(method);
+    this.method = methodFromName(this.methodName);
+    try {
+      this.url = parseUrl(url);
+    } catch (e) {
+      this.url = e as HttpError;
+    }
+  }
+
+  /** Adds a header (a header the host manages, such as `Host` or `Idempotency-Key`, is replaced or refused). */
+  header(name: string, value: string): this {
+    this.headers.push([String(name), String(value)]);
+    return this;
+  }
+
+  /** Adds `Authorization: Bearer <token>`. */
+  bearerAuth(token: string): this {
+    return this.header("authorization", `Bearer ${token}`);
+  }
+
+  /** Sets the body, as is (a string as UTF-8). */
+  body(body: Uint8Array | string): this {
+    this.payload = typeof body === "string" ? encoder.encode(body) : body;
+    return this;
+  }
+
+  /** Sets the body to `value` as JSON, with `Content-Type: application/json`. */
+  json(value: unknown): this {
+    let text: string | undefined;
+    try {
+      text = JSON.stringify(value);
+    } catch (e) {
+      this.error ??= new HttpError("invalid-request", `the JSON body does not serialise: ${e instanceof Error ? e.message : e}`);
+      return this;
+    }
+    if (text === undefined) {
+      this.error ??= new HttpError("invalid-request", `the JSON body does not serialise: ${typeof value}`);
+      return this;
+    }
+    this.payload = encoder.encode(text);
+    return this.header("content-type", "application/json");
+  }
+
+  /** Bounds connecting, waiting for the response head, and each wait between body chunks. */
+  timeout(ms: number): this {
+    this.timeoutMs = ms;
+    return this;
+  }
+
+  /**
+   * Sends the request and reads the whole response (up to `MAX_RESPONSE_BYTES`). Any status
+   * is a `Response`, including 3xx, 4xx and 5xx: see {@link Response.errorForStatus}.
+   * Throws an {@link HttpError}.
+   */
+  send(): Response {
+    if (this.error) throw this.error;
+    if (this.url instanceof HttpError) throw this.url;
+    if (this.method === undefined) {
+      throw new HttpError("unsupported", `the method ${JSON.stringify(this.methodName)}`);
+    }
+    if ((this.method === "GET" || this.method === "HEAD") && this.payload.length > 0) {
+      throw new HttpError("invalid-request", "a GET or HEAD request has no body");
+    }
+    return host().send({
+      method: this.method,
+      url: this.url,
+      headers: this.headers,
+      body: this.payload,
+      timeoutMs: this.timeoutMs,
+    });
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * Durable key-value state, private to the plugin instance.
+ *
+ * Reads see committed state plus this attempt's own writes. Writes are buffered and committed
+ * atomically with the delivery's success: an attempt that fails, traps or times out leaves no
+ * trace, so a read-modify-write here is safe to retry. If another delivery changed a key this
+ * attempt read, the host re-runs the attempt, so concurrent updates are not lost.
+ *
+ * Writes are bounded by the instance's settings (`attempt_state_keys`, `attempt_state_kib`,
+ * `state_max_keys`, `state_max_mib`); `set` and `delete` return nothing, so the host refuses a
+ * write over a limit by stopping the attempt at that call, and none of its writes are kept.
+ */
+import { HandleError } from "./error.js";
+import { host } from "./host.js";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder("utf-8", { fatal: true });
+
+/** The bytes stored under `key`, if any. */
+export function get(key: string): Uint8Array | undefined {
+  return host().stateGet(key);
+}
+
+/** Stores `value` under `key` (a string is stored as its UTF-8 bytes). */
+export function set(key: string, value: Uint8Array | string): void {
+  host().stateSet(key, typeof value === "string" ? encoder.encode(value) : value);
+}
+
+/** Removes `key`. */
+function remove(key: string): void {
+  host().stateDelete(key);
+}
+export { remove as delete };
+
+/** The value under `key` as UTF-8 text; bytes that are not UTF-8 are a permanent error. */
+export function getText(key: string): string | undefined {
+  const bytes = get(key);
+  if (bytes === undefined) return undefined;
+  try {
+    return decoder.decode(bytes);
+  } catch (e) {
+    throw HandleError.permanent(`state key \`${key}\` is not valid UTF-8: ${message(e)}`);
+  }
+}
+
+/**
+ * The JSON value stored under `key`, if any. A value that does not parse is a permanent
+ * error: retrying would read the same bytes.
+ */
+export function getJson<T = unknown>(key: string): T | undefined {
+  const bytes = get(key);
+  if (bytes === undefined) return undefined;
+  try {
+    return JSON.parse(decoder.decode(bytes)) as T;
+  } catch (e) {
+    throw HandleError.permanent(`state key \`${key}\` does not hold valid JSON: ${message(e)}`);
+  }
+}
+
+/** Stores `value` as JSON under `key`. */
+export function setJson(key: string, value: unknown): void {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (e) {
+    throw HandleError.permanent(`cannot encode state key \`${key}\` as JSON: ${message(e)}`);
+  }
+  if (text === undefined) {
+    throw HandleError.permanent(`cannot encode state key \`${key}\` as JSON: ${typeof value}`);
+  }
+  set(key, text);
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}

@@ -1,0 +1,202 @@
+/**
+ * Unit tests of a handler on Node, without hookd: a {@link Harness} stands in for the host
+ * while a call runs, with hookd's rules (the Rust SDK's `plugin_sdk::testing::Harness`).
+ *
+ * ```ts
+ * const hookd = new Harness().withConfig("url", url).withStateJson("sent", 41).respondTo("POST", url, 503);
+ * const result = hookd.handle(handler, new Event({ source: "s", eventId: "e1", eventType: "t", body: "{}" }));
+ * assert.equal(result.ok, false);                   // a 503 is a retry...
+ * assert.equal(hookd.stateJson("sent"), 41);        // ...that leaves no trace
+ * ```
+ *
+ * - State: reads see committed state plus the call's own writes; the writes are committed only
+ *   when the handler succeeds. `withState`/`withStateJson` commit a starting value.
+ * - HTTP: `respondTo`/`respondWith`/`failWith` answer every request to that method and URL
+ *   (the latest stub wins); any other URL is refused like a host missing from `allow_hosts`,
+ *   and so is the 65th request of a call.
+ * - It does not model hookd's caps, time limits or re-runs; the built component meets those
+ *   in hookd.
+ *
+ * Tests import the SDK from their bundle (see `scripts/test.mjs`), where the WIT imports are
+ * stubs that refuse to run outside a harness call.
+ */
+import { HandleError } from "./error.js";
+import { Event, type EventInit } from "./event.js";
+import { type HandlerExport, TRAP, lastPanic, toHandleError } from "./handler.js";
+import { type Host, type OutgoingRequest, swapHost } from "./host.js";
+import { HttpError, type Method, Response, urlToString } from "./http-core.js";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** What one call returned: `ok` with the output, or the handler's error. */
+export type Outcome = { ok: true; output: string | undefined } | { ok: false; error: HandleError };
+
+/** A request the handler sent (the plugin's own headers: hookd adds its own after). */
+export interface SentRequest {
+  method: Method;
+  url: string;
+  headers: Array<[string, string]>;
+  body: Uint8Array;
+  text(): string;
+  json<T = unknown>(): T;
+}
+
+type Stub = Response | HttpError;
+
+export class Harness {
+  private readonly config = new Map<string, string>();
+  private readonly committed = new Map<string, Uint8Array>();
+  private readonly stubs = new Map<string, Stub>();
+  private readonly sent: SentRequest[] = [];
+  private readonly lines: Array<{ level: string; message: string }> = [];
+
+  withConfig(key: string, value: string): this {
+    this.config.set(key, value);
+    return this;
+  }
+
+  withState(key: string, value: Uint8Array | string): this {
+    this.committed.set(key, typeof value === "string" ? encoder.encode(value) : value);
+    return this;
+  }
+
+  withStateJson(key: string, value: unknown): this {
+    return this.withState(key, JSON.stringify(value));
+  }
+
+  respondTo(method: string, url: string, status: number): this {
+    return this.respondWith(method, url, new Response(status));
+  }
+
+  respondWith(method: string, url: string, response: Response): this {
+    this.stubs.set(`${method.toUpperCase()} ${url}`, response);
+    return this;
+  }
+
+  failWith(method: string, url: string, error: HttpError): this {
+    this.stubs.set(`${method.toUpperCase()} ${url}`, error);
+    return this;
+  }
+
+  /** Committed state under `key`. */
+  state(key: string): Uint8Array | undefined {
+    return this.committed.get(key);
+  }
+
+  stateJson<T = unknown>(key: string): T | undefined {
+    const v = this.committed.get(key);
+    return v === undefined ? undefined : (JSON.parse(decoder.decode(v)) as T);
+  }
+
+  stateKeys(): string[] {
+    return [...this.committed.keys()].sort();
+  }
+
+  logs(): Array<{ level: string; message: string }> {
+    return [...this.lines];
+  }
+
+  requests(): SentRequest[] {
+    return [...this.sent];
+  }
+
+  /** Runs one attempt of a synchronous handler. */
+  handle(handler: HandlerExport, event: Event | EventInit): Outcome {
+    const call = this.begin();
+    try {
+      const result = handler.handle(event instanceof Event ? event : new Event(event));
+      if (result instanceof Promise) {
+        throw new TypeError("the handler is async: use handleAsync");
+      }
+      return call.finish({ ok: true, output: result });
+    } catch (e) {
+      return call.finish(outcomeOf(e));
+    } finally {
+      call.end();
+    }
+  }
+
+  /** Runs one attempt of a handler that may return a promise. */
+  async handleAsync(handler: HandlerExport, event: Event | EventInit): Promise<Outcome> {
+    const call = this.begin();
+    try {
+      const output = await handler.handle(event instanceof Event ? event : new Event(event));
+      return call.finish({ ok: true, output });
+    } catch (e) {
+      return call.finish(outcomeOf(e));
+    } finally {
+      call.end();
+    }
+  }
+
+  private begin() {
+    const writes = new Map<string, Uint8Array | undefined>();
+    let requests = 0;
+    const harness = this;
+    const host: Host = {
+      log: (level, message) => harness.lines.push({ level, message }),
+      configGet: (key) => harness.config.get(key),
+      stateGet: (key) => (writes.has(key) ? writes.get(key) : harness.committed.get(key)),
+      stateSet: (key, value) => void writes.set(key, value.slice()),
+      stateDelete: (key) => void writes.set(key, undefined),
+      send(request: OutgoingRequest): Response {
+        const url = urlToString(request.url);
+        harness.sent.push({
+          method: request.method,
+          url,
+          headers: request.headers,
+          body: request.body,
+          text: () => decoder.decode(request.body),
+          json: () => JSON.parse(decoder.decode(request.body)),
+        });
+        requests += 1;
+        const target = withPort(request.url.authority, request.url.https);
+        if (requests > 64) {
+          throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: more than 64 requests in one call`);
+        }
+        const stub = harness.stubs.get(`${request.method} ${url}`);
+        if (stub === undefined) {
+          throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: ${target} is not in allow_hosts`);
+        }
+        if (stub instanceof HttpError) throw stub;
+        return stub;
+      },
+    };
+    const previous = swapHost(host);
+    return {
+      finish(outcome: Outcome): Outcome {
+        if (outcome.ok) {
+          for (const [key, value] of writes) {
+            if (value === undefined) harness.committed.delete(key);
+            else harness.committed.set(key, value);
+          }
+        }
+        return outcome;
+      },
+      end() {
+        swapHost(previous);
+      },
+    };
+  }
+}
+
+function withPort(authority: string, https: boolean): string {
+  return /:\d+$/.test(authority) ? authority : `${authority}:${https ? 443 : 80}`;
+}
+
+/** A thrown WIT error back to a `HandleError`; a trap (a bug in the handler) is rethrown as one. */
+function outcomeOf(e: unknown): Outcome {
+  if (e === TRAP) throw new Error(`the handler trapped: ${lastPanic}`);
+  const verdict = toHandleError(e);
+  if (verdict) return { ok: false, error: verdict };
+  const wit = e as { tag?: string; val?: unknown };
+  if (wit?.tag === "permanent") return { ok: false, error: HandleError.permanent(String(wit.val)) };
+  if (wit?.tag === "retry") {
+    const v = wit.val as { reason: string; afterMs?: bigint };
+    return { ok: false, error: HandleError.retry(v.reason, v.afterMs === undefined ? undefined : Number(v.afterMs)) };
+  }
+  throw e;
+}
+
+export { Event, HandleError, HttpError, Response };
