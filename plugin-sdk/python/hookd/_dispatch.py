@@ -1,6 +1,7 @@
 """Calling a handler author's code and turning what it did into hookd's terms; shared by the
 component's export (`_export`) and `testing.Harness`, so a unit test sees what hookd would."""
 
+import re
 import sys
 import traceback
 
@@ -66,14 +67,22 @@ def run(handler, event):
 def crash_report(exc):
     """An uncaught exception as the report hookd reads from a trapped call's stderr (the form
     of a Rust panic's, which it parses: `panicked at FILE:LINE:\\nMESSAGE`): where it was raised
-    (the innermost frame) and the exception, then the frames that led there, innermost last."""
+    (the innermost frame) and the exception, then the frames that led there, innermost first."""
     frames = traceback.extract_tb(exc.__traceback__)
     # Leave out the SDK's own frames (the dispatch), keep the author's.
     frames = [f for f in frames if not _is_sdk(f.filename)] or frames
-    where = "%s:%d" % (frames[-1].filename, frames[-1].lineno) if frames else "<unknown>"
+    where = "%s:%d" % (_short(frames[-1].filename), frames[-1].lineno) if frames else "<unknown>"
     what = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-    chain = " <- ".join("%s (%s:%d)" % (f.name, f.filename, f.lineno) for f in reversed(frames))
+    chain = " <- ".join(
+        "%s (%s:%d)" % (f.name, _short(f.filename), f.lineno) for f in reversed(frames)
+    )
     return "thread 'python' panicked at %s:\n%s | at %s\n" % (where, what, chain)
+
+
+def _short(filename):
+    # Inside a component, componentize-py names a module's file by the index of its search
+    # path directory (`/1/score.py`): the path inside that directory is the useful part.
+    return re.sub(r"\A/[0-9]+/", "", filename)
 
 
 def _is_sdk(filename):
