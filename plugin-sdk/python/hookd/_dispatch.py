@@ -64,7 +64,7 @@ def run(handler, event):
         raise e.to_handle_error() from e
 
 
-def crash_report(exc):
+def crash_report(exc, in_component=False):
     """An uncaught exception as the report hookd reads from a trapped call's stderr (the form
     of a Rust panic's, which it parses: `panicked at FILE:LINE:\\nMESSAGE`): where it was raised
     (the innermost frame) and the exception, then the frames that led there, innermost first."""
@@ -73,6 +73,11 @@ def crash_report(exc):
     frames = [f for f in frames if not _is_sdk(f.filename)] or frames
     where = "%s:%d" % (_short(frames[-1].filename), frames[-1].lineno) if frames else "<unknown>"
     what = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if in_component and isinstance(exc, ImportError):
+        what += (
+            " (a component imports at run time only what was imported while it was built: "
+            "import the module at the top of yours)"
+        )
     chain = " <- ".join(
         "%s (%s:%d)" % (f.name, _short(f.filename), f.lineno) for f in reversed(frames)
     )
@@ -89,10 +94,10 @@ def _is_sdk(filename):
     return "/hookd/_dispatch.py" in filename or "/hookd/_export.py" in filename
 
 
-def report_crash(exc):
+def report_crash(exc, in_component=False):
     """Writes `crash_report(exc)` to stderr."""
     try:
-        sys.stderr.write(crash_report(exc))
+        sys.stderr.write(crash_report(exc, in_component))
         sys.stderr.flush()
     except Exception:
         pass

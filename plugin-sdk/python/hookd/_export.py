@@ -52,7 +52,7 @@ def handler_export(module):
             except BaseException as e:  # noqa: BLE001 - every other failure is a trap
                 # As a Rust panic: the report goes to stderr, which hookd reads when the call
                 # traps, and the call traps (outcome `trap`, retried with backoff).
-                _dispatch.report_crash(e)
+                _dispatch.report_crash(e, in_component=True)
                 os.abort()
 
     return Handler

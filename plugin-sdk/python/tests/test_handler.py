@@ -146,6 +146,14 @@ class CrashReportTest(unittest.TestCase):
         self.assertTrue(rest.startswith("KeyError: 'missing' | at inner ("), report)
 
 
+    def test_an_import_at_run_time_gets_a_hint_in_a_component(self):
+        try:
+            import hookd_no_such_module  # noqa: F401
+        except ImportError as e:
+            self.assertIn("import the module at the top", crash_report(e, in_component=True))
+            self.assertNotIn("import the module at the top", crash_report(e))
+
+
 class ErrorsTest(unittest.TestCase):
     def test_retry_and_permanent(self):
         self.assertEqual(str(Retry("x")), "retry: x")
