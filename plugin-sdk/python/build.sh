@@ -6,8 +6,8 @@
 #
 # APP_DIR holds the handler's module MODULE (MODULE.py, or a package MODULE/), which defines a
 # class `Handler` with `handle(self, ev)` or a function `handle(ev)`; its other imports are
-# looked up there too. Every .py file under APP_DIR goes into the component, so keep it to the
-# handler's code. componentize-py comes from $COMPONENTIZE_PY, else the PATH, else this
+# looked up there too. The component holds what the module imports at build time (tests beside
+# it stay out). componentize-py comes from $COMPONENTIZE_PY, else the PATH, else this
 # checkout's target/py-venv (see plugin-sdk/python/README.md to install it).
 set -euo pipefail
 
