@@ -16,23 +16,37 @@ what to do, so a test can drive every path of the handler contract through one c
 | anything else     |           | permanent error `unknown op <op>`                                  |
 
 JSON outputs are compact, as the Rust SDK's `output::json` writes them. Its Rust and
-JavaScript twins implement the same table.
+JavaScript twins implement the same table, and read arguments the same way: a missing or
+mistyped number is 0, a missing or mistyped string is empty (so a body without a string `do`
+is `unknown op `).
 """
-
-import json
 
 from hookd import Permanent, Retry, http, log, state
 
 
+def number(args, key):
+    """`args[key]` if it is a whole number >= 0, else 0."""
+    value = args.get(key)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**64:
+        return value
+    return 0
+
+
+def text(args, key):
+    """`args[key]` if it is a string, else ""."""
+    value = args.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def count(ev, args):
-    key = args["key"]
+    key = text(args, "key")
     n = state.get_json(key, 0) + 1
     state.set_json(key, n)
     return {"count": n}
 
 
 def fail(ev, args):
-    if ev.attempt < args["until"]:
+    if ev.attempt < number(args, "until"):
         raise Retry("attempt %d fails" % ev.attempt, after_ms=1)
     return {"attempt": ev.attempt}
 
@@ -42,14 +56,12 @@ def permanent(ev, args):
 
 
 def write_then_fail(ev, args):
-    state.set_json(args["key"], "written")
+    state.set_json(text(args, "key"), "written")
     raise Retry("wrote then failed")
 
 
 def fetch(ev, args):
-    response = http.post(
-        args["url"], ev.body, {"content-type": "application/json"}
-    ).error_for_status()
+    response = http.post(text(args, "url"), ev.body).error_for_status()
     return {"status": response.status}
 
 
@@ -65,13 +77,13 @@ def grow(ev, args):
 
 
 def output(ev, args):
-    return "x" * args["bytes"]
+    return "x" * number(args, "bytes")
 
 
 def log_lines(ev, args):
     line = "l" * 1024
     logged = 0
-    while logged < args["bytes"]:
+    while logged < number(args, "bytes"):
         log.info(line)
         logged += len(line)
     return "logged"
@@ -100,9 +112,7 @@ class Handler:
         args = ev.json()  # not JSON: a permanent error
         if not isinstance(args, dict):
             args = {}
-        op = args.get("do", "")
-        if not isinstance(op, str):
-            op = json.dumps(op)  # a `do` that is not a string is named by its JSON
+        op = text(args, "do")
         run = OPS.get(op)
         if run is None:
             raise Permanent("unknown op %s" % op)

@@ -38,9 +38,23 @@ class ScenarioTest(unittest.TestCase):
         with self.assertRaises(Permanent) as caught:
             Harness().handle(scenario, ev({"do": "dance"}))
         self.assertEqual(caught.exception, Permanent("unknown op dance"))
+        for body in ({}, {"do": 5}, [1]):
+            with self.assertRaises(Permanent) as caught:
+                Harness().handle(scenario, ev(body))
+            self.assertEqual(caught.exception, Permanent("unknown op "))
+
+    def test_missing_arguments_read_as_zero_or_empty(self):
+        hookd = Harness()
+        self.assertEqual(hookd.handle(scenario, ev({"do": "output"})), "")
+        self.assertEqual(hookd.handle(scenario, ev({"do": "output", "bytes": -1})), "")
+        self.assertEqual(hookd.handle(scenario, ev({"do": "log", "bytes": "9"})), "logged")
+        self.assertEqual(hookd.logs(), [])
+        self.assertEqual(hookd.handle(scenario, ev({"do": "fail"})), '{"attempt":1}')
+        self.assertEqual(hookd.handle(scenario, ev({"do": "count"})), '{"count":1}')
+        self.assertEqual(hookd.state_keys(), [""])
         with self.assertRaises(Permanent) as caught:
-            Harness().handle(scenario, ev({}))
-        self.assertEqual(caught.exception, Permanent("unknown op "))
+            hookd.handle(scenario, ev({"do": "fetch"}))
+        self.assertTrue(caught.exception.reason.startswith("invalid request: URL"), caught.exception)
 
     def test_write_then_fail_leaves_no_trace(self):
         hookd = Harness()
@@ -55,7 +69,7 @@ class ScenarioTest(unittest.TestCase):
         hookd = Harness().respond_to("POST", url, 201)
         self.assertEqual(hookd.handle(scenario, ev(body)), '{"status":201}')
         sent = hookd.requests()[0]
-        self.assertEqual((sent.body, sent.header("content-type")), (body.encode(), "application/json"))
+        self.assertEqual((sent.body, sent.header("content-type")), (body.encode(), None))
         hookd.respond_with("POST", url, http.Response(503).with_header("retry-after", "2"))
         with self.assertRaises(Retry) as caught:
             hookd.handle(scenario, ev(body))
