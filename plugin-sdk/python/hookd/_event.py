@@ -1,0 +1,123 @@
+"""What hookd hands a handler: one `Event`."""
+
+import json
+
+from ._errors import Permanent
+
+
+class Header:
+    """One HTTP header as received (names lower-case; a header sent twice appears twice)."""
+
+    __slots__ = ("name", "value")
+
+    def __init__(self, name, value):
+        self.name = name
+        self.value = value
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Header)
+            and other.name == self.name
+            and other.value == self.value
+        )
+
+    def __repr__(self):
+        return "Header(%r, %r)" % (self.name, self.value)
+
+
+def _find_header(headers, name):
+    name = name.lower()
+    for h in headers:
+        if h.name.lower() == name:
+            return h.value
+    return None
+
+
+class Event:
+    """One deduplicated, durably stored event, handed to a handler once per attempt.
+
+    - `source`: the source it arrived on (the `{source}` of `POST /hooks/{source}`);
+    - `event_id`, `event_type`: from the source's parser (or scheme);
+    - `ordering_key`, `sequence`: from the parser, or None;
+    - `attempt`: which attempt this is for this handler, from 1, across retries and replays;
+    - `received_at_ms`: when hookd received it, in milliseconds since the Unix epoch;
+    - `headers`: the request's headers (`Header`s, names lower-cased), `header(name)` reads one;
+    - `body`: the raw request body (bytes); `text()` and `json()` decode it;
+    - `stale`: a newer `sequence` of this ordering key was already handled (see the README's
+      "Stale events": only with `on_stale = "deliver"` or a forced replay).
+
+    A test builds one with `Event("orders", "evt_1", "order.paid", body=b'{"id": 7}')`;
+    `body` may also be a str (UTF-8) or, for convenience, a dict or list (JSON).
+    """
+
+    __slots__ = (
+        "source",
+        "event_id",
+        "event_type",
+        "ordering_key",
+        "sequence",
+        "attempt",
+        "received_at_ms",
+        "headers",
+        "body",
+        "stale",
+    )
+
+    def __init__(
+        self,
+        source,
+        event_id,
+        event_type,
+        body=b"",
+        *,
+        headers=(),
+        ordering_key=None,
+        sequence=None,
+        attempt=1,
+        received_at_ms=0,
+        stale=False,
+    ):
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif isinstance(body, (dict, list)):
+            body = json.dumps(body).encode("utf-8")
+        self.source = source
+        self.event_id = event_id
+        self.event_type = event_type
+        self.ordering_key = ordering_key
+        self.sequence = sequence
+        self.attempt = attempt
+        self.received_at_ms = received_at_ms
+        self.headers = [
+            h if isinstance(h, Header) else Header(h[0].lower(), h[1]) for h in headers
+        ]
+        self.body = bytes(body)
+        self.stale = stale
+
+    def header(self, name):
+        """The first value of header `name` (any case), or None."""
+        return _find_header(self.headers, name)
+
+    def text(self):
+        """The body as UTF-8 text; not UTF-8 is a `Permanent` error (a retry reads the same
+        bytes)."""
+        try:
+            return self.body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise Permanent("body is not valid UTF-8: %s" % e) from None
+
+    def json(self):
+        """The body parsed as JSON; not JSON is a `Permanent` error."""
+        try:
+            return json.loads(self.body)
+        except ValueError as e:
+            raise Permanent("body is not valid JSON: %s" % e) from None
+
+    def __repr__(self):
+        return "Event(%r, %r, %r, attempt=%r, %d body bytes)" % (
+            self.source,
+            self.event_id,
+            self.event_type,
+            self.attempt,
+            len(self.body),
+        )

@@ -1,0 +1,207 @@
+"""`Harness`: runs a handler in a unit test on CPython, standing in for hookd.
+
+    import unittest
+    from hookd import Event, Retry
+    from hookd.testing import Harness
+
+    import notify  # the handler module under test
+
+    class NotifyTest(unittest.TestCase):
+        def test_a_503_is_a_retry_that_leaves_no_trace(self):
+            url = "https://hooks.example.com/in"
+            hookd = (Harness()
+                     .with_config("notify_url", url)
+                     .with_state_json("sent", 41)
+                     .respond_to("POST", url, 503))
+            event = Event("orders", "evt_1", "order.paid", {"id": 7}, attempt=2)
+            with self.assertRaises(Retry):
+                hookd.handle(notify, event)
+            self.assertEqual(hookd.state_json("sent"), 41)
+
+It keeps hookd's rules:
+
+- State: reads see committed state plus the call's own writes; the writes are committed only
+  when `handle` returns (a `Retry`, a `Permanent` or any other exception leaves no trace).
+  `with_state`/`with_state_json` commit a starting value; `state`, `state_json`, `state_keys`
+  read what is committed.
+- Config: `with_config(key, value)`, as `config = { … }` in the plugin's table.
+- Logs: every line as `(level, message)` in `logs()`, failed calls' lines too.
+- HTTP: `respond_to(method, url, status)`, `respond_with(method, url, http.Response(…))` and
+  `fail_with(method, url, http.Timeout("…"))` answer every request to that method and URL (the
+  latest stub wins); any other URL is refused with `http.Denied`, as hookd refuses a host
+  missing from `allow_hosts`, and so is the 65th request of a call. `requests()` lists what was
+  sent (`method`, `url`, `headers`, `body`; hookd's `Idempotency-Key` and credentials are added
+  after the plugin, so not there).
+
+`handle(handler, event)` takes the handler's module, its `Handler` class or a function of one
+event, and returns the output hookd would store, or raises the `Retry`/`Permanent` hookd would
+record (an uncaught `http.HttpError` becomes one, as in hookd); any other exception propagates
+(in hookd: a trap). It does not model hookd's per-call caps, time and memory limits or the re-run
+of an attempt whose keys another delivery changed: the built component meets those in hookd.
+"""
+
+import json
+
+from . import _dispatch, _host
+from .http import Denied, HttpError, Response, _Url
+
+#: Requests one call may send before hookd refuses the rest.
+MAX_REQUESTS = 64
+
+
+class SentRequest:
+    """One request a handler sent during a `Harness` call."""
+
+    __slots__ = ("method", "url", "headers", "body")
+
+    def __init__(self, method, url, headers, body):
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+
+    def header(self, name):
+        name = name.lower()
+        for n, v in self.headers:
+            if n.lower() == name:
+                return v
+        return None
+
+    def text(self):
+        return self.body.decode("utf-8")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return "SentRequest(%r, %r, %d body bytes)" % (self.method, self.url, len(self.body))
+
+
+class Harness:
+    """Stands in for hookd while a handler runs in a unit test (see the module docs)."""
+
+    def __init__(self):
+        self._config = {}
+        self._committed = {}
+        self._pending = None
+        self._logs = []
+        self._stubs = {}
+        self._requests = []
+        self._sent_this_call = 0
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def with_config(self, key, value):
+        """Sets config `key` (a str), as `config = { key = "value" }` does."""
+        self._config[key] = str(value)
+        return self
+
+    def with_state(self, key, value):
+        """Commits `value` (bytes or str) under state `key`."""
+        self._committed[key] = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return self
+
+    def with_state_json(self, key, value):
+        """Commits `value` as JSON under state `key`."""
+        self._committed[key] = json.dumps(value, separators=(",", ":")).encode("utf-8")
+        return self
+
+    def respond_to(self, method, url, status):
+        """Answers every `method` request to `url` with `status` and an empty body."""
+        return self.respond_with(method, url, Response(status))
+
+    def respond_with(self, method, url, response):
+        """Answers every `method` request to `url` with `response` (an `http.Response`)."""
+        self._stubs[(method.upper(), str(_Url(url)))] = response
+        return self
+
+    def fail_with(self, method, url, error):
+        """Fails every `method` request to `url` with `error` (an `http.HttpError`)."""
+        if not isinstance(error, HttpError):
+            raise TypeError("fail_with takes an http.HttpError, such as http.Timeout('…')")
+        self._stubs[(method.upper(), str(_Url(url)))] = error
+        return self
+
+    # -- running ------------------------------------------------------------------------------
+
+    def handle(self, handler, event):
+        """Runs `handler` (a module, a `Handler` class or a function) on `event`, as hookd runs
+        one attempt; see the module docs."""
+        if _host.harness is not None:
+            raise RuntimeError("a Harness call is already running (calls do not nest)")
+        fn = _dispatch.handler_of(handler)
+        self._pending = {}
+        self._sent_this_call = 0
+        _host.harness = self
+        try:
+            output = _dispatch.run(fn, event)
+        except BaseException:
+            self._pending = None
+            raise
+        finally:
+            _host.harness = None
+        for key, value in self._pending.items():
+            if value is None:
+                self._committed.pop(key, None)
+            else:
+                self._committed[key] = value
+        self._pending = None
+        return output
+
+    # -- what happened ------------------------------------------------------------------------
+
+    def state(self, key):
+        """The committed bytes under `key`, or None."""
+        return self._committed.get(key)
+
+    def state_json(self, key):
+        """The committed value under `key`, decoded from JSON, or None."""
+        value = self._committed.get(key)
+        return None if value is None else json.loads(value)
+
+    def state_keys(self):
+        """The committed keys, sorted."""
+        return sorted(self._committed)
+
+    def logs(self):
+        """Every line logged, as `(level, message)`, levels `debug`/`info`/`warn`/`error`."""
+        return list(self._logs)
+
+    def requests(self):
+        """Every request sent (`SentRequest`s), in order."""
+        return list(self._requests)
+
+    # -- what the SDK calls during `handle` ---------------------------------------------------
+
+    def _log(self, level, message):
+        self._logs.append((level, message))
+
+    def _config_get(self, key):
+        return self._config.get(key)
+
+    def _state_get(self, key):
+        if key in self._pending:
+            return self._pending[key]
+        return self._committed.get(key)
+
+    def _state_write(self, key, value):
+        self._pending[key] = value
+
+    def _send(self, method, url, headers, body):
+        self._sent_this_call += 1
+        if self._sent_this_call > MAX_REQUESTS:
+            raise Denied(
+                "hookd refused the request to %s: more than %d requests in one attempt"
+                % (url.authority, MAX_REQUESTS)
+            )
+        text = str(url)
+        self._requests.append(SentRequest(method, text, list(headers), body))
+        stub = self._stubs.get((method, text))
+        if stub is None:
+            raise Denied(
+                "hookd refused the request to %s: %s is not in allow_hosts (no stub for %s %s)"
+                % (url.authority, url.authority, method, text)
+            )
+        if isinstance(stub, HttpError):
+            raise stub
+        return Response(stub.status, stub.body, stub.headers)

@@ -1,0 +1,150 @@
+import calendar
+import unittest
+
+from hookd import Event, Permanent, Retry, http
+from hookd.http import _Url, parse_retry_after
+from hookd.testing import Harness
+
+
+class UrlTest(unittest.TestCase):
+    def test_urls_split_into_authority_and_path(self):
+        for url, authority, path in [
+            ("http://127.0.0.1:9000/v1/chat?x=1#top", "127.0.0.1:9000", "/v1/chat?x=1"),
+            ("HTTP://example.com", "example.com", "/"),
+            ("http://example.com?q", "example.com", "/?q"),
+            ("http://[::1]:80/", "[::1]:80", "/"),
+        ]:
+            got = _Url(url)
+            self.assertEqual((got.authority, got.path_with_query), (authority, path), url)
+        https = _Url("https://example.com:8443/v1?x")
+        self.assertTrue(https.https)
+        self.assertEqual(str(https), "https://example.com:8443/v1?x")
+        self.assertFalse(_Url("http://example.com/").https)
+        for bad in ["example.com/x", "ftp://x/", "http:///x", "http://u:p@x/", "http://a b/"]:
+            with self.assertRaises(http.InvalidRequest, msg=bad):
+                _Url(bad)
+
+    def test_building_errors_surface_before_sending(self):
+        with self.assertRaises(http.InvalidRequest):
+            http.request("GET", "http://x/", b"no")
+        with self.assertRaises(http.InvalidRequest):
+            http.post("ftp://x/")
+        with self.assertRaises(http.InvalidRequest):
+            http.request("BREW", "http://x/")
+        with self.assertRaises(http.InvalidRequest):
+            http.post("http://x/", json={1, 2})
+        with self.assertRaises(http.InvalidRequest):
+            http.post("http://x/", b"body", json={})
+
+
+class StatusTest(unittest.TestCase):
+    def response(self, status, retry_after=None):
+        r = http.Response(status, "x" * 2000)
+        if retry_after is not None:
+            r.with_header("Retry-After", retry_after)
+        return r
+
+    def test_status_errors_keep_retry_after_and_a_short_body(self):
+        ok = self.response(204)
+        self.assertIs(ok.error_for_status(), ok)
+        with self.assertRaises(http.Status) as caught:
+            self.response(429, "7").error_for_status()
+        err = caught.exception
+        self.assertEqual((err.status, err.retry_after_ms), (429, 7000))
+        self.assertLess(len(err.body), 600)
+        self.assertEqual(err.to_handle_error(), Retry("status 429: " + err.body, 7000))
+
+    def test_a_long_body_is_cut_on_a_character_boundary(self):
+        r = http.Response(500, "é" * 400)
+        with self.assertRaises(http.Status) as caught:
+            r.error_for_status()
+        body = caught.exception.body
+        self.assertTrue(body.endswith("…"))
+        self.assertLessEqual(len(body[:-1].encode("utf-8")), 512)
+
+    def test_retry_after_is_seconds_or_an_http_date(self):
+        now = calendar.timegm((2015, 10, 21, 7, 28, 0, 0, 0, 0))
+        parse = lambda v: parse_retry_after(v, now)  # noqa: E731
+        self.assertEqual(parse(" 120 "), 120_000)
+        # The three date forms RFC 9110 makes a recipient accept.
+        self.assertEqual(parse("Wed, 21 Oct 2015 07:29:30 GMT"), 90_000)
+        self.assertEqual(parse("Wednesday, 21-Oct-15 07:28:05 GMT"), 5_000)
+        self.assertEqual(parse("Wed Oct 21 07:28:10 2015"), 10_000)
+        self.assertEqual(parse("Wed, 21 Oct 2015 07:00:00 GMT"), 0)
+        self.assertIsNone(parse("soon"))
+        self.assertIsNone(parse("-5"))
+        self.assertIsNone(parse("Wed, 21 Foo 2015 07:29:30 GMT"))
+
+    def test_handler_errors_retry_only_what_may_change(self):
+        def retry(err):
+            return isinstance(err.to_handle_error(), Retry)
+
+        self.assertTrue(retry(http.Timeout("t")))
+        self.assertTrue(retry(http.Transport("t")))
+        self.assertTrue(retry(http.Body("b")))
+        self.assertTrue(retry(http.Status(503)))
+        self.assertTrue(retry(http.Status(408)))
+        self.assertTrue(retry(http.Status(429)))
+        self.assertFalse(retry(http.Status(404)))
+        self.assertFalse(retry(http.Status(302)))
+        self.assertFalse(retry(http.Denied("d")))
+        self.assertFalse(retry(http.Unsupported("u")))
+        self.assertFalse(retry(http.Tls("certificate")))
+        self.assertFalse(retry(http.TooLarge("big")))
+        self.assertFalse(retry(http.InvalidRequest("bad")))
+
+    def test_errors_read_as_the_rust_sdk_writes_them(self):
+        self.assertEqual(str(http.Denied("hookd refused it")), "denied: hookd refused it")
+        self.assertEqual(str(http.Timeout("x:1: ConnectionTimeout")), "timed out: x:1: ConnectionTimeout")
+        self.assertEqual(str(http.Status(503, None, "down")), "status 503: down")
+        self.assertEqual(
+            http.Denied("d").to_handle_error(), Permanent("denied: d")
+        )
+
+
+def notify(ev):
+    http.post("https://hooks.example.com/in", json={"event": ev.event_id}).error_for_status()
+    return "sent"
+
+
+class HarnessHttpTest(unittest.TestCase):
+    def test_an_uncaught_http_error_fails_the_attempt_as_the_rust_sdk_maps_it(self):
+        url = "https://hooks.example.com/in"
+        ev = Event("orders", "evt_1", "order.paid", {"id": 7})
+        hookd = Harness().respond_with("POST", url, http.Response(503).with_header("retry-after", "3"))
+        with self.assertRaises(Retry) as caught:
+            hookd.handle(notify, ev)
+        self.assertEqual(caught.exception.after_ms, 3000)
+        hookd.respond_to("POST", url, 404)
+        with self.assertRaises(Permanent):
+            hookd.handle(notify, ev)
+        hookd.fail_with("POST", url, http.Timeout("hooks.example.com: HttpResponseTimeout"))
+        with self.assertRaises(Retry):
+            hookd.handle(notify, ev)
+        hookd.respond_to("POST", url, 200)
+        self.assertEqual(hookd.handle(notify, ev), "sent")
+        sent = hookd.requests()
+        self.assertEqual(len(sent), 4)
+        self.assertEqual(sent[-1].json(), {"event": "evt_1"})
+        self.assertEqual(sent[-1].header("Content-Type"), "application/json")
+
+    def test_a_url_without_a_stub_is_refused_like_an_unlisted_host(self):
+        with self.assertRaises(Permanent) as caught:
+            Harness().handle(notify, Event("s", "e", "t"))
+        self.assertTrue(caught.exception.reason.startswith("denied: hookd refused the request to hooks.example.com"))
+
+    def test_the_65th_request_of_a_call_is_refused(self):
+        url = "http://127.0.0.1:9000/x"
+
+        def flood(ev):
+            for _ in range(65):
+                http.get(url)
+
+        hookd = Harness().respond_to("GET", url, 200)
+        with self.assertRaises(Permanent):
+            hookd.handle(flood, Event("s", "e", "t"))
+        self.assertEqual(len(hookd.requests()), 64)
+
+
+if __name__ == "__main__":
+    unittest.main()
