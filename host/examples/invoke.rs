@@ -12,6 +12,12 @@
 //! With PARSER_WASM (e.g. `github.wasm`), also times `Runtime::parse` on a ~1.5 KB GitHub body:
 //! the Wasm part of every ingest request. The state reads hit SQLite; the writes are returned,
 //! not committed (committing is the dispatcher's transaction, measured end to end by bench/).
+//!
+//! `invoke --languages NAME=WASM... [--calls N]` compares handlers written in different
+//! languages doing the same work (the `scenario` test plugin and its JavaScript and Python twins,
+//! asked `{"do":"stale"}`: parse the body, answer a small JSON): for each, the time to compile
+//! the component (what a cold start pays; the artifact cache saves it on a warm one) and the
+//! instantiate + call latency.
 
 use std::{
     sync::Arc,
@@ -30,6 +36,9 @@ use host::{
 };
 
 fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("--languages") {
+        return languages(std::env::args().skip(2).collect());
+    }
     let mut args = std::env::args().skip(1);
     let handler_wasm = args
         .next()
@@ -54,7 +63,7 @@ fn main() -> anyhow::Result<()> {
     single.block_on(async {
         for i in 0..calls + calls / 10 {
             let started = Instant::now();
-            call_handler(&runtime, &handler, state.clone(), i).await?;
+            call_handler(&runtime, &handler, state.clone(), i, COUNTER_BODY).await?;
             if i >= calls / 10 {
                 samples.push(started.elapsed());
             }
@@ -79,7 +88,8 @@ fn main() -> anyhow::Result<()> {
                 let (runtime, handler, state) = (runtime.clone(), handler.clone(), state.clone());
                 tokio::spawn(async move {
                     for i in 0..per_task {
-                        call_handler(&runtime, &handler, state.clone(), t * per_task + i).await?;
+                        let i = t * per_task + i;
+                        call_handler(&runtime, &handler, state.clone(), i, COUNTER_BODY).await?;
                     }
                     anyhow::Ok(())
                 })
@@ -125,6 +135,59 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What the counter is asked (anything: it counts).
+const COUNTER_BODY: &[u8] = br#"{"action":"created"}"#;
+
+/// `--languages NAME=WASM... [--calls N]`: compile, load and call each handler.
+fn languages(args: Vec<String>) -> anyhow::Result<()> {
+    let mut calls = 2_000;
+    let mut handlers = Vec::new();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        if arg == "--calls" {
+            calls = args.next().unwrap_or_default().parse()?;
+        } else {
+            let (name, wasm) = arg
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("expected NAME=WASM, got {arg:?}"))?;
+            handlers.push((name.to_owned(), wasm.to_owned()));
+        }
+    }
+    let dir = tempfile::tempdir()?;
+    let inbox = Inbox::open(&dir.path().join("bench.db"), Durability::Full)?;
+    let state: Arc<dyn StateStore> = Arc::new(inbox.clone());
+    let runtime = Runtime::new()?;
+    let single = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for (name, wasm) in handlers {
+        let bytes = std::fs::read(&wasm).map_err(|e| anyhow::anyhow!("reading {wasm}: {e}"))?;
+        let started = Instant::now();
+        let plugin = load(&runtime, &wasm)?;
+        let compiled = started.elapsed();
+        single.block_on(async { anyhow::Ok(runtime.typecheck(&plugin).await?) })?;
+        let mut samples = Vec::with_capacity(calls);
+        single.block_on(async {
+            for i in 0..calls + calls / 10 {
+                let started = Instant::now();
+                call_handler(&runtime, &plugin, state.clone(), i, br#"{"do":"stale"}"#).await?;
+                if i >= calls / 10 {
+                    samples.push(started.elapsed());
+                }
+            }
+            anyhow::Ok(())
+        })?;
+        println!(
+            "{name}: {:.1} MB component, compiled in {:.2} s",
+            bytes.len() as f64 / 1e6,
+            compiled.as_secs_f64(),
+        );
+        report(&format!("{name} instantiate+call"), &mut samples);
+    }
+    inbox.close();
+    Ok(())
+}
+
 fn load(runtime: &Runtime, path: &str) -> anyhow::Result<Plugin> {
     let bytes = std::fs::read(path).map_err(|e| anyhow::anyhow!("reading {path}: {e}"))?;
     runtime
@@ -146,6 +209,7 @@ async fn call_handler(
     plugin: &Plugin,
     state: Arc<dyn StateStore>,
     i: usize,
+    body: &[u8],
 ) -> anyhow::Result<()> {
     let ctx = CallContext {
         plugin: PluginName::from("counter"),
@@ -163,7 +227,7 @@ async fn call_handler(
         attempt: 1,
         received_at_ms: 0,
         headers: vec![("content-type".into(), "application/json".into())],
-        body: br#"{"action":"created"}"#.to_vec(),
+        body: body.to_vec(),
     };
     let outbound = Outbound {
         allow: AllowList::default(),

@@ -21,6 +21,7 @@ mod harden_ingest;
 mod harden_runtime;
 mod harden_state;
 mod ingest;
+mod languages;
 mod logs;
 mod metrics;
 mod openapi;

@@ -623,6 +623,12 @@ impl ProcessHost {
         .await
     }
 
+    /// [`ProcessHost::start`], waiting up to `healthy_within` for `/healthz` (the first load of
+    /// a large plugin, compiled before the host answers, can take a debug build minutes).
+    pub async fn start_within(dir: &Path, config: &str, healthy_within: Duration) -> Self {
+        Self::spawn(dir, &config_text(config), &["serve"], &[], healthy_within).await
+    }
+
     async fn start_exact_with_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
         Self::spawn(dir, config, &["serve"], env, Duration::from_secs(60)).await
     }

@@ -179,8 +179,8 @@ mod tests {
 
     #[test]
     fn an_empty_command_is_refused_naming_the_key() {
-        let error = Config::parse("[plugins.a]\nbuild = []\n", Path::new("/srv"), &|_| None)
-            .unwrap_err();
+        let error =
+            Config::parse("[plugins.a]\nbuild = []\n", Path::new("/srv"), &|_| None).unwrap_err();
         assert!(
             format!("{error:#}").contains("plugins.a.build must name a program"),
             "{error:#}"
@@ -194,7 +194,13 @@ mod tests {
         let build = |script: &str| CommandBuild {
             stem: "h".into(),
             plugin: "h".into(),
-            argv: vec!["sh".into(), "-c".into(), script.into(), "sh".into(), "{out}".into()],
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                script.into(),
+                "sh".into(),
+                "{out}".into(),
+            ],
         };
         build_all(&[build("printf first > \"$1\"")], dir.path(), &dest).unwrap();
         assert_eq!(std::fs::read(dest.join("h.wasm")).unwrap(), b"first");
@@ -213,7 +219,10 @@ mod tests {
     #[test]
     fn sources_are_what_the_author_edits() {
         let dir = Path::new("/p");
-        let skip = [PathBuf::from("/p/plugins"), PathBuf::from("/p/.hookd-cache")];
+        let skip = [
+            PathBuf::from("/p/plugins"),
+            PathBuf::from("/p/.hookd-cache"),
+        ];
         for (path, expected) in [
             ("/p/src/handler.ts", true),
             ("/p/handler.py", true),

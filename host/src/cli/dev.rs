@@ -66,10 +66,13 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
             .parent()
             .unwrap_or(Path::new("/"))
             .to_owned();
-        let cargo = if commands.is_empty() {
-            Some(Workspace::locate(&args.config, args.manifest_path.as_deref())?)
-        } else if args.manifest_path.is_some() || !args.plugins.is_empty() {
-            Some(Workspace::locate(&args.config, args.manifest_path.as_deref())?)
+        let cargo_named =
+            commands.is_empty() || args.manifest_path.is_some() || !args.plugins.is_empty();
+        let cargo = if cargo_named {
+            Some(Workspace::locate(
+                &args.config,
+                args.manifest_path.as_deref(),
+            )?)
         } else {
             // Only a standalone plugin crate's own root crate besides the command builds.
             Workspace::locate(&args.config, None)
@@ -149,8 +152,7 @@ impl Builds {
             && touched(&|p| build_command::is_source(p, &self.config_dir, &self.skip))
         {
             tracing::info!("plugin sources changed; running the build commands");
-            if let Err(e) = build_command::build_all(&self.commands, &self.config_dir, &self.dest)
-            {
+            if let Err(e) = build_command::build_all(&self.commands, &self.config_dir, &self.dest) {
                 tracing::error!("rebuild failed; the running plugins stay: {e:#}");
             }
         }
@@ -398,10 +400,7 @@ fn is_source(path: &Path, dirs: &[PathBuf]) -> bool {
 }
 
 /// Rebuilds after each burst of source changes, until the watcher goes away.
-fn rebuild_loop(
-    (_watcher, events): (notify::RecommendedWatcher, SourceEvents),
-    builds: &Builds,
-) {
+fn rebuild_loop((_watcher, events): (notify::RecommendedWatcher, SourceEvents), builds: &Builds) {
     // The paths an event names (none for an access, or for a watcher error: then every
     // build runs, as something may have been missed).
     let changed = |event: notify::Result<notify::Event>| match event {

@@ -5,8 +5,8 @@
 //! holds product logic of its own.
 
 mod backup;
-pub(crate) mod client;
 mod build_command;
+pub(crate) mod client;
 mod dev;
 mod new;
 mod plugin_dirs;

@@ -1,11 +1,18 @@
-//! `hookd new handler|parser NAME`: a ready plugin crate outside any workspace — `Cargo.toml`
-//! (a `cdylib` on `plugin-sdk`, a size-tuned release profile, its own `[workspace]`), a
-//! `src/lib.rs` with a working handler or parser and a unit test on `plugin_sdk::testing`, a
-//! `hookd.toml` that serves it with `hookd dev`, and a `.gitignore`.
+//! `hookd new handler|parser NAME [--lang rust|ts|python]`: a ready plugin project.
 //!
-//! Where `plugin-sdk` comes from, first match wins: `--sdk-path DIR`; `--sdk-git URL`; else the
-//! `plugin-sdk/` of the source checkout this hookd was built from, if it still exists. With a
-//! path, the checkout's `Cargo.lock` (beside that `plugin-sdk/`) is copied too, so the SDK's
+//! In Rust (the default): a crate outside any workspace — `Cargo.toml` (a `cdylib` on
+//! `plugin-sdk`, a size-tuned release profile, its own `[workspace]`), a `src/lib.rs` with a
+//! working handler or parser and a unit test on `plugin_sdk::testing`, a `hookd.toml` that
+//! serves it with `hookd dev`, and a `.gitignore`. In TypeScript: `src/handler.ts`, its unit test
+//! on the JS SDK's `Harness`, `package.json` (`npm run build`, `npm test`), `tsconfig.json`; in
+//! Python: `handler.py` and its unittest on the Python SDK's `Harness`. Their `hookd.toml` gives
+//! the plugin a `build` command, which `hookd dev` runs (handlers only: a parser's budget is too
+//! tight for an interpreter).
+//!
+//! Where `plugin-sdk` comes from, first match wins: `--sdk-path DIR`; `--sdk-git URL` (Rust
+//! only); else the `plugin-sdk/` of the source checkout this hookd was built from, if it still
+//! exists (the JS and Python SDKs are its `js/` and `python/`). With a path, the checkout's
+//! `Cargo.lock` (beside that `plugin-sdk/`) is copied into a Rust crate too, so the SDK's
 //! dependencies build at the versions hookd was tested with.
 //!
 //! Invariant: it writes only into a directory that is missing or empty, and writes nothing
@@ -20,6 +27,8 @@ use anyhow::{Context, bail};
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
 use rand::RngCore as _;
+
+mod interpreted;
 
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -39,6 +48,21 @@ pub struct NewArgs {
     /// Depend on the plugin-sdk crate in this directory (by path).
     #[arg(long, value_name = "DIR")]
     sdk_path: Option<PathBuf>,
+    /// The language to write the plugin in.
+    #[arg(long, value_enum, default_value = "rust")]
+    lang: Lang,
+}
+
+/// The plugin's language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Lang {
+    Rust,
+    /// TypeScript (or JavaScript), built with the JS SDK (`plugin-sdk/js`).
+    #[value(alias = "typescript", alias = "js")]
+    Ts,
+    /// Python, built with componentize-py and the Python SDK (`plugin-sdk/python`).
+    #[value(alias = "py")]
+    Python,
 }
 
 /// The plugin's role.
@@ -58,6 +82,9 @@ enum Sdk {
 }
 
 pub fn run(args: NewArgs) -> anyhow::Result<()> {
+    if args.lang != Lang::Rust {
+        return interpreted::run(&args);
+    }
     check_name(&args.name)?;
     let dir = args
         .path

@@ -49,6 +49,9 @@ pub(super) fn prune(conn: &Connection, batch: &PruneBatch) -> Result<Pruned, Inb
     })
 }
 
+/// Events the walk reads per step: a batch its budget stops has read little ahead.
+const WALK_STEP: usize = 32;
+
 /// Walks up to `limit` events not yet pruned from `batch.after` and prunes the finished ones,
 /// stopping early at `deadline`; returns how many it pruned and where the walk stopped (`None`:
 /// it reached the cut-off).
@@ -57,44 +60,47 @@ fn prune_payloads(
     batch: &PruneBatch,
     deadline: Instant,
 ) -> Result<(usize, PruneCursor), InboxError> {
-    let (after_at, after_id) = batch.after.unwrap_or((i64::MIN, i64::MIN));
-    let walked: Vec<(i64, i64)> = conn
-        .prepare_cached(
-            "SELECT received_at, id FROM events
-             WHERE pruned_at IS NULL AND received_at < ?1 AND (received_at, id) > (?2, ?3)
-             ORDER BY received_at, id LIMIT ?4",
-        )?
-        .query_map(
-            params![
-                batch.finished_before,
-                after_at,
-                after_id,
-                batch.limit as i64
-            ],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?
-        .collect::<Result<_, _>>()?;
+    let mut walk = conn.prepare_cached(
+        "SELECT received_at, id FROM events
+         WHERE pruned_at IS NULL AND received_at < ?1 AND (received_at, id) > (?2, ?3)
+         ORDER BY received_at, id LIMIT ?4",
+    )?;
     let mut unfinished = conn.prepare_cached(concat!(
         "SELECT EXISTS (SELECT 1 FROM deliveries WHERE event = ?1
                           AND (state NOT IN ",
         finished_states!(),
         " OR updated_at >= ?2))"
     ))?;
-    let mut pruned = 0;
-    for (i, &(at, id)) in walked.iter().enumerate() {
-        let busy: bool = unfinished.query_row(params![id, batch.finished_before], |r| r.get(0))?;
-        if !busy {
-            prune_event(conn, id, batch.now_ms)?;
-            pruned += 1;
+    let mut cursor = batch.after.unwrap_or((i64::MIN, i64::MIN));
+    let (mut walked, mut pruned) = (0, 0);
+    loop {
+        let step = WALK_STEP.min(batch.limit - walked);
+        let events: Vec<(i64, i64)> = walk
+            .query_map(
+                params![batch.finished_before, cursor.0, cursor.1, step as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
+            .collect::<Result<_, _>>()?;
+        for &(at, id) in &events {
+            let busy: bool =
+                unfinished.query_row(params![id, batch.finished_before], |r| r.get(0))?;
+            if !busy {
+                prune_event(conn, id, batch.now_ms)?;
+                pruned += 1;
+            }
+            walked += 1;
+            cursor = (at, id);
+            if Instant::now() >= deadline {
+                return Ok((pruned, Some(cursor)));
+            }
         }
-        if i + 1 < walked.len() && Instant::now() >= deadline {
-            return Ok((pruned, Some((at, id))));
+        if events.len() < step {
+            return Ok((pruned, None)); // reached the cut-off
+        }
+        if walked >= batch.limit {
+            return Ok((pruned, Some(cursor)));
         }
     }
-    let next = (walked.len() >= batch.limit)
-        .then(|| walked.last().copied())
-        .flatten();
-    Ok((pruned, next))
 }
 
 /// The columns of `events`, in the order [`prune_event`] writes a compact row back. A column a

@@ -1,0 +1,392 @@
+//! The same guarantees whatever language a handler is written in. The `scenario` plugin does
+//! what each event's body asks (see `tests/plugins/scenario/src/lib.rs`); its Rust, JavaScript
+//! (`tests/plugins-js/scenario`) and Python (`tests/plugins-py/scenario`) twins run against a
+//! real `hookd serve`, one test per language, through the same checks: the handler never sees
+//! a duplicate, retry and permanent failures, state atomic with `done` and no lost update, the
+//! `Idempotency-Key` on outbound calls, a host not listed refused, an infinite loop timed out,
+//! unbounded memory growth trapped, output and log caps.
+//!
+//! The JavaScript and Python components are built here, once per source change (cached in
+//! `target/lang-plugins/` by a hash of their sources and SDK), with the toolchains `.ci/run`
+//! installs (`npm ci --prefix plugin-sdk/js`; componentize-py in `target/py-venv`). Without
+//! them those two tests say so and pass, unless `HOOKD_TEST_LANGUAGES_REQUIRED=1` (set by
+//! `.ci/run`) makes them fail.
+
+use std::{
+    collections::BTreeSet,
+    hash::{Hash as _, Hasher as _},
+    path::{Path, PathBuf},
+    process::Command,
+    sync::Mutex,
+    time::Duration,
+};
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::{
+    outbound::{Mock, Reply, header},
+    support::{AdminApi, ProcessHost, install_plugins, plugins, post_sw, sw_source},
+};
+
+const WAIT: Duration = Duration::from_secs(300);
+
+/// One language's build of the scenario plugin.
+struct Language {
+    name: &'static str,
+    /// Its `[plugins.h]` keys beyond the shared ones (an interpreter needs a larger file cap
+    /// and more memory).
+    limits: &'static str,
+}
+
+const JAVASCRIPT: Language = Language {
+    name: "javascript",
+    limits: "max_file_mib = 64\nmemory_mib = 256\n",
+};
+const PYTHON: Language = Language {
+    name: "python",
+    limits: "max_file_mib = 128\nmemory_mib = 256\n",
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_handler_keeps_every_guarantee() {
+    keeps_every_guarantee(
+        Path::new(plugins::SCENARIO),
+        &Language {
+            name: "rust",
+            limits: "",
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_javascript_handler_keeps_every_guarantee() {
+    if let Some(wasm) = built(&JAVASCRIPT) {
+        keeps_every_guarantee(&wasm, &JAVASCRIPT).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_handler_keeps_every_guarantee() {
+    if let Some(wasm) = built(&PYTHON) {
+        keeps_every_guarantee(&wasm, &PYTHON).await;
+    }
+}
+
+/// Runs every check against one host whose handler `h` is `wasm`.
+async fn keeps_every_guarantee(wasm: &Path, language: &Language) {
+    let mock = Mock::start(|_, _| Reply::new(StatusCode::OK, "ok")).await;
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("h", wasm.to_str().unwrap())]);
+    let extra = format!(
+        "[plugins.h]\nmax_attempts = 3\nbackoff_base_ms = 10\nbackoff_max_ms = 50\n\
+         timeout_ms = 3000\noutput_kib = 64\nlog_kib = 64\n\
+         allow_hosts = [\"127.0.0.1:{port}\"]\n{limits}",
+        port = mock.port(),
+        limits = language.limits,
+    );
+    // An interpreter's component takes a debug build tens of seconds to compile on a loaded
+    // machine: a generous compile timeout, and a cache shared by runs (keyed by the file's
+    // sha256, so a changed build is compiled again).
+    let server = format!(
+        "[server]\ncompile_timeout_ms = 600000\ncache_dir = {:?}\n",
+        workspace().join("target/lang-plugins/cache")
+    );
+    let config = server + &sw_source("s", &["h"], &extra);
+    let host = ProcessHost::start_within(dir.path(), &config, WAIT).await;
+    host.wait_plugin("h", "loading", WAIT, |p| {
+        p["sha256"].is_string() && p["error"].is_null()
+    })
+    .await;
+    let lang = language.name;
+    let post = async |id: &str, body: Value| {
+        let (status, reply) = post_sw(host.ingest, "s", id, body.to_string().as_bytes())
+            .await
+            .unwrap();
+        assert!(status.is_success(), "{lang} {id}: {status} {reply}");
+        reply
+    };
+
+    // A duplicate is acknowledged and never handled: the count is 1.
+    post("dup", json!({"do": "count", "key": "dup"})).await;
+    let again = post("dup", json!({"do": "count", "key": "dup"})).await;
+    assert_eq!(again["duplicate"], true, "{lang}: {again}");
+    // Concurrent attempts on one key: every count from 1 to N once, no lost update.
+    const N: usize = 12;
+    let posts: Vec<_> = (0..N)
+        .map(|i| {
+            let body = json!({"do": "count", "key": "c"});
+            tokio::spawn(post_owned(host.ingest, format!("c{i}"), body))
+        })
+        .collect();
+    for post in posts {
+        post.await.unwrap();
+    }
+    post("fail", json!({"do": "fail", "until": 3})).await;
+    post("permanent", json!({"do": "permanent"})).await;
+    post("write", json!({"do": "write-then-fail", "key": "w"})).await;
+    let url = format!("http://127.0.0.1:{}/hook", mock.port());
+    post("fetch", json!({"do": "fetch", "url": url})).await;
+    post(
+        "denied",
+        json!({"do": "fetch", "url": "http://127.0.0.1:9/x"}),
+    )
+    .await;
+    post("spin", json!({"do": "spin"})).await;
+    post("grow", json!({"do": "grow"})).await;
+    post("output", json!({"do": "output", "bytes": 70_000})).await;
+    post("log", json!({"do": "log", "bytes": 200_000})).await;
+    post("stale", json!({"do": "stale"})).await;
+    post("unknown", json!({"do": "dance"})).await;
+
+    let done = async |id: &str| host.wait_state("s", id, "h", "done", WAIT).await;
+    let dead = async |id: &str| host.wait_state("s", id, "h", "dead", WAIT).await;
+
+    let d = done("dup").await;
+    assert_eq!(output(&d), json!({"count": 1}), "{lang}");
+    assert_eq!(d["attempts"], 1, "{lang}: {d:#}");
+
+    let mut counts = BTreeSet::new();
+    for i in 0..N {
+        counts.insert(
+            output(&done(&format!("c{i}")).await)["count"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert_eq!(counts, (1..=N as u64).collect(), "{lang}: every count once");
+    assert_eq!(state(&host, "c").await, Some(json!(N)), "{lang}");
+    assert_eq!(state(&host, "dup").await, Some(json!(1)), "{lang}");
+
+    let d = done("fail").await;
+    assert_eq!(outcomes(&d), ["retry", "retry", "ok"], "{lang}: {d:#}");
+    assert_eq!(output(&d), json!({"attempt": 3}), "{lang}");
+    assert_eq!(errors(&d)[0], "attempt 1 fails", "{lang}");
+
+    let d = dead("permanent").await;
+    assert_eq!(outcomes(&d), ["permanent"], "{lang}: {d:#}");
+    assert_eq!(errors(&d)[0], "asked to fail for good", "{lang}");
+
+    // Every attempt wrote, every attempt failed: nothing of it was kept.
+    let d = dead("write").await;
+    assert_eq!(outcomes(&d), ["retry", "retry", "retry"], "{lang}: {d:#}");
+    assert_eq!(state(&host, "w").await, None, "{lang}");
+
+    let d = done("fetch").await;
+    assert_eq!(output(&d), json!({"status": 200}), "{lang}");
+    let calls = mock.seen();
+    assert_eq!(calls.len(), 1, "{lang}: {calls:?}");
+    assert_eq!(
+        header(&calls[0], "idempotency-key"),
+        ["s:fetch:h"],
+        "{lang}"
+    );
+    assert_eq!(
+        serde_json::from_slice::<Value>(&calls[0].body).unwrap(),
+        json!({"do": "fetch", "url": url}),
+        "{lang}: the event's body, byte for byte"
+    );
+
+    let d = dead("denied").await;
+    assert_eq!(outcomes(&d), ["permanent"], "{lang}: {d:#}");
+    assert!(
+        errors(&d)[0].contains("127.0.0.1:9 is not in allow_hosts"),
+        "{lang}: {d:#}"
+    );
+
+    let d = dead("spin").await;
+    assert_eq!(
+        outcomes(&d),
+        ["timeout", "timeout", "timeout"],
+        "{lang}: {d:#}"
+    );
+
+    let d = dead("grow").await;
+    assert_eq!(outcomes(&d)[0], "trap", "{lang}: {d:#}");
+    assert!(
+        errors(&d)[0].contains("memory limit exceeded"),
+        "{lang}: {d:#}"
+    );
+
+    let d = dead("output").await;
+    assert!(
+        errors(&d)[0].contains("70000 bytes exceeds the 65536-byte cap"),
+        "{lang}: {d:#}"
+    );
+
+    let d = done("log").await;
+    assert_eq!(d["output"], "logged", "{lang}: {d:#}");
+    host.wait_log("[log output truncated: per-call log cap reached]", WAIT)
+        .await;
+
+    let d = done("stale").await;
+    assert_eq!(output(&d), json!({"stale": false}), "{lang}");
+
+    let d = dead("unknown").await;
+    assert_eq!(errors(&d)[0], "unknown op dance", "{lang}");
+}
+
+async fn post_owned(ingest: std::net::SocketAddr, id: String, body: Value) {
+    let (status, reply) = post_sw(ingest, "s", &id, body.to_string().as_bytes())
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{id}: {status} {reply}");
+}
+
+/// A delivery's output, parsed as JSON.
+fn output(delivery: &Value) -> Value {
+    let text = delivery["output"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no output: {delivery:#}"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("output {text:?}: {e}"))
+}
+
+fn outcomes(delivery: &Value) -> Vec<&str> {
+    crate::support::outcomes(delivery)
+}
+
+/// Each attempt's error, oldest first (empty for a success).
+fn errors(delivery: &Value) -> Vec<&str> {
+    delivery["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["error"].as_str().unwrap_or(""))
+        .collect()
+}
+
+/// The JSON value of state key `key` of instance `h`, or None if it is not set.
+async fn state(host: &ProcessHost, key: &str) -> Option<Value> {
+    let (status, body) = host
+        .admin_get(&format!("/admin/plugins/h/state/{key}"))
+        .await;
+    match status {
+        StatusCode::NOT_FOUND => None,
+        StatusCode::OK => Some(body["value"].clone()),
+        other => panic!("state {key}: {other} {body}"),
+    }
+}
+
+/// The repository's root.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+/// The scenario component of `language`, built from its sources unless a build of exactly
+/// these sources is cached; None (after saying why) when its toolchain is not installed and
+/// `HOOKD_TEST_LANGUAGES_REQUIRED` is not set.
+fn built(language: &Language) -> Option<PathBuf> {
+    // One build at a time: both toolchains are heavy, and the cache is shared.
+    static BUILDING: Mutex<()> = Mutex::new(());
+    let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    let root = workspace();
+    let (sources, missing, command): (Vec<PathBuf>, Option<String>, Vec<String>) = match language
+        .name
+    {
+        "javascript" => {
+            let sdk = root.join("plugin-sdk/js");
+            let missing = (!sdk.join("node_modules").is_dir())
+                .then(|| "plugin-sdk/js/node_modules (run `npm ci --prefix plugin-sdk/js`)".into());
+            (
+                vec![
+                    root.join("tests/plugins-js/scenario"),
+                    sdk.join("src"),
+                    sdk.join("build.mjs"),
+                    sdk.join("package-lock.json"),
+                    root.join("wit/v0.3.0"),
+                ],
+                missing,
+                vec![
+                    "node".into(),
+                    sdk.join("build.mjs").display().to_string(),
+                    root.join("tests/plugins-js/scenario/scenario.ts")
+                        .display()
+                        .to_string(),
+                ],
+            )
+        }
+        _ => {
+            let sdk = root.join("plugin-sdk/python");
+            let tool = root.join("target/py-venv/bin/componentize-py");
+            let missing = (!tool.is_file()).then(|| {
+                "target/py-venv/bin/componentize-py (run `python3 -m venv target/py-venv && \
+                     target/py-venv/bin/pip install -r plugin-sdk/python/requirements.txt`)"
+                    .into()
+            });
+            (
+                vec![
+                    root.join("tests/plugins-py/scenario"),
+                    sdk.join("hookd"),
+                    sdk.join("build.sh"),
+                    sdk.join("requirements.txt"),
+                    root.join("plugin-sdk/wit"),
+                ],
+                missing,
+                vec![
+                    "bash".into(),
+                    sdk.join("build.sh").display().to_string(),
+                    root.join("tests/plugins-py/scenario").display().to_string(),
+                    "scenario".into(),
+                ],
+            )
+        }
+    };
+    if let Some(missing) = missing {
+        assert!(
+            std::env::var_os("HOOKD_TEST_LANGUAGES_REQUIRED").is_none(),
+            "the {} toolchain is required here but {missing} is missing",
+            language.name
+        );
+        eprintln!(
+            "skipped: the {} handler test needs {missing}",
+            language.name
+        );
+        return None;
+    }
+    let mut hasher = std::hash::DefaultHasher::new();
+    for path in &sources {
+        hash_tree(path, &mut hasher);
+    }
+    let cache = root.join("target/lang-plugins").join(language.name);
+    let out = cache.join(format!("scenario-{:016x}.wasm", hasher.finish()));
+    if out.is_file() {
+        return Some(out);
+    }
+    std::fs::create_dir_all(&cache).unwrap();
+    let tmp = cache.join(".scenario.wasm.tmp");
+    let status = Command::new(&command[0])
+        .args(&command[1..])
+        .arg(&tmp)
+        .current_dir(&root)
+        .status()
+        .unwrap_or_else(|e| panic!("running {command:?}: {e}"));
+    assert!(status.success(), "{command:?} {tmp:?} failed: {status}");
+    std::fs::rename(&tmp, &out).unwrap();
+    Some(out)
+}
+
+/// Feeds every file under `path` (names and contents, in order) into `hasher`, skipping
+/// build output and installed packages.
+fn hash_tree(path: &Path, hasher: &mut impl std::hash::Hasher) {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if ["node_modules", "target", "__pycache__", "dist"].contains(&name) || name.starts_with('.') {
+        return;
+    }
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for entry in entries {
+            hash_tree(&entry, hasher);
+        }
+    } else if let Ok(bytes) = std::fs::read(path) {
+        path.hash(hasher);
+        bytes.hash(hasher);
+    }
+}
