@@ -1,4 +1,5 @@
-//! Accept in SQL: the event row, its delivery rows, and the quarantine resolution.
+//! Accept in SQL: the event row, its payload row (headers and body, in `payloads`), its delivery
+//! rows, and the quarantine resolution.
 //!
 //! Invariant: all of it runs in the one savepoint of its writer job; the insert is
 //! `ON CONFLICT (source, event_id) DO NOTHING`, so the table constraint decides a duplicate.
@@ -22,7 +23,7 @@ pub(super) fn store_event(conn: &Connection, new: &NewEvent) -> Result<Accepted,
         .prepare_cached(
             "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
                                  received_at, headers, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, '[]', X'')
              ON CONFLICT (source, event_id) DO NOTHING",
         )?
         .execute(params![
@@ -32,11 +33,15 @@ pub(super) fn store_event(conn: &Connection, new: &NewEvent) -> Result<Accepted,
             envelope.ordering_key,
             envelope.sequence.map(|s| s as i64),
             request.received_at_ms,
-            headers_json(&request.headers),
-            &request.body[..],
         ])?;
     let accepted = if inserted == 1 {
         let event = conn.last_insert_rowid();
+        conn.prepare_cached("INSERT INTO payloads (event, headers, body) VALUES (?1, ?2, ?3)")?
+            .execute(params![
+                event,
+                headers_json(&request.headers),
+                &request.body[..]
+            ])?;
         let mut insert = conn.prepare_cached(
             "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
                                      state, next_attempt_at, updated_at)

@@ -272,7 +272,9 @@ fn lease(
         )?;
     let claim = conn
         .prepare_cached(
-            "SELECT event_id, event_type, received_at, headers, body FROM events WHERE id = ?1",
+            "SELECT e.event_id, e.event_type, e.received_at, COALESCE(p.headers, e.headers),
+                    COALESCE(p.body, e.body)
+             FROM events e LEFT JOIN payloads p ON p.event = e.id WHERE e.id = ?1",
         )?
         .query_row([event], |r| {
             let headers: String = r.get(3)?;

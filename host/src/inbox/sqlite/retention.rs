@@ -6,8 +6,8 @@
 //!   `budget` (saying where), and touches at most `limit` rows of each kind, each found through
 //!   an index (`events_unpruned`, `events_pruned`, `quarantine_held`, the deliveries'
 //!   `(event, handler)` key), never by a table scan.
-//! - A pruned event's row is written back compact, not shrunk in place, so the pages its payload
-//!   took are reused (see `prune_event`).
+//! - A payload is deleted as a row of `payloads`, so the pages it took are reused (see
+//!   `prune_event`).
 //! - An event is pruned only if none of its deliveries is outside `DeliveryState::FINISHED` and
 //!   none finished after the cut-off; the writer being the only connection that writes, no
 //!   replay or claim can come between that check and the prune.
@@ -103,30 +103,12 @@ fn prune_payloads(
     }
 }
 
-/// The columns of `events`, in the order [`prune_event`] writes a compact row back. A column a
-/// migration adds must be added here too (a unit test compares this with the table).
-const EVENT_COLUMNS: [&str; 10] = [
-    "id",
-    "source",
-    "event_id",
-    "event_type",
-    "ordering_key",
-    "sequence",
-    "received_at",
-    "headers",
-    "body",
-    "pruned_at",
-];
-
 /// Drops event `id`'s payload, its deliveries' outputs and errors, and their attempts.
 ///
-/// The event's row is deleted and written back compact under the same id rather than shrunk in
-/// place: SQLite rebalances a b-tree page only when a row leaves it, so a row shrunk in place
-/// leaves its page nearly empty for good (new events go to the table's right edge), while a
-/// deleted one lets emptied pages go to the freelist, where new events reuse them. That is
-/// what keeps the file from growing in steady state. Between the delete and the insert the
-/// event's deliveries point at no row, so foreign keys are checked at commit for the rest of
-/// this transaction (`defer_foreign_keys`, which the commit resets), by when the row is back.
+/// The payload's `payloads` row is deleted whole: its pages go to the freelist, where new
+/// events reuse them, and no index of `events` is touched (the row is updated in place, only
+/// `pruned_at` changes, which moves it between the two partial indexes). An event stored
+/// before `payloads` existed has its payload in `events` and is shrunk in place.
 fn prune_event(conn: &Connection, id: i64, now_ms: i64) -> Result<(), InboxError> {
     conn.prepare_cached(
         "DELETE FROM attempts WHERE delivery IN (SELECT id FROM deliveries WHERE event = ?1)",
@@ -134,40 +116,12 @@ fn prune_event(conn: &Connection, id: i64, now_ms: i64) -> Result<(), InboxError
     .execute([id])?;
     conn.prepare_cached("UPDATE deliveries SET output = NULL, last_error = NULL WHERE event = ?1")?
         .execute([id])?;
-    type Kept = (String, String, String, Option<String>, Option<i64>, i64);
-    let kept: Kept = conn
-        .prepare_cached(
-            "SELECT source, event_id, event_type, ordering_key, sequence, received_at
-             FROM events WHERE id = ?1",
-        )?
-        .query_row([id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
-        })?;
-    conn.pragma_update(None, "defer_foreign_keys", true)?;
-    conn.prepare_cached("DELETE FROM events WHERE id = ?1")?
+    conn.prepare_cached("DELETE FROM payloads WHERE event = ?1")?
         .execute([id])?;
-    let (source, event_id, event_type, ordering_key, sequence, received_at) = kept;
-    conn.prepare_cached(&format!(
-        "INSERT INTO events ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '[]', X'', ?8)",
-        EVENT_COLUMNS.join(", ")
-    ))?
-    .execute(params![
-        id,
-        source,
-        event_id,
-        event_type,
-        ordering_key,
-        sequence,
-        received_at,
-        now_ms
-    ])?;
+    conn.prepare_cached(
+        "UPDATE events SET headers = '[]', body = X'', pruned_at = ?2 WHERE id = ?1",
+    )?
+    .execute(params![id, now_ms])?;
     Ok(())
 }
 
@@ -246,7 +200,7 @@ mod tests {
 
     use rusqlite::{Connection, params};
 
-    use super::{super::schema, EVENT_COLUMNS, prune};
+    use super::{super::schema, prune};
     use crate::inbox::{PruneCursor, Pruned, retention::PruneBatch};
 
     fn db() -> Connection {
@@ -256,21 +210,28 @@ mod tests {
         conn
     }
 
-    /// `n` events received at `at`, each with a 2 KB body and one `done` delivery.
+    /// `n` events received at `at` (as accept stores them), each with a 2 KB body and one
+    /// `done` delivery.
     fn finished_events(conn: &Connection, first: usize, n: usize, at: i64) {
         let body = vec![7u8; 2048];
         for i in first..first + n {
             conn.execute(
                 "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
-                 VALUES ('s', ?1, 't', ?2, '[[\"x\",\"y\"]]', ?3)",
-                params![format!("e{i}"), at, body],
+                 VALUES ('s', ?1, 't', ?2, '[]', X'')",
+                params![format!("e{i}"), at],
+            )
+            .unwrap();
+            let event = conn.last_insert_rowid();
+            conn.execute(
+                "INSERT INTO payloads (event, headers, body) VALUES (?1, '[[\"x\",\"y\"]]', ?2)",
+                params![event, body],
             )
             .unwrap();
             conn.execute(
                 "INSERT INTO deliveries (event, source, handler, state, next_attempt_at,
                                          updated_at, output)
                  VALUES (?1, 's', 'h', 'done', ?2, ?2, '{\"ok\":true}')",
-                params![conn.last_insert_rowid(), at],
+                params![event, at],
             )
             .unwrap();
         }
@@ -320,39 +281,23 @@ mod tests {
     }
 
     #[test]
-    fn the_compact_row_names_every_column_of_events() {
-        let conn = db();
-        let columns: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info('events') ORDER BY cid")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let mut known: Vec<&str> = EVENT_COLUMNS.to_vec();
-        let mut columns: Vec<&str> = columns.iter().map(String::as_str).collect();
-        known.sort_unstable();
-        columns.sort_unstable();
-        assert_eq!(columns, known, "prune_event must write back every column");
-    }
-
-    #[test]
     fn pruned_payloads_free_their_pages_for_new_events() {
         let conn = db();
         finished_events(&conn, 0, 2_000, 1_000);
         let full = pages(&conn);
         assert_eq!(prune_all(&conn, 2_000), 2_000);
-        let kept: (String, String, i64, i64) = conn
+        let kept: (String, i64, i64) = conn
             .query_row(
-                "SELECT event_id, headers, length(body), pruned_at FROM events WHERE id = 7",
+                "SELECT event_id, pruned_at, (SELECT COUNT(*) FROM payloads) FROM events
+                 WHERE id = 7",
                 [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .unwrap();
-        assert_eq!(kept, ("e6".to_string(), "[]".to_string(), 0, 2_000));
+        assert_eq!(kept, ("e6".to_string(), 2_000, 0));
         // As many new events again: they fill the pages the pruned payloads gave back, so the
-        // database grows by a fraction of what the first ones took (shrunk in place, the
-        // payloads' pages would stay in the events table and the database would double).
+        // database grows by a fraction of what the first ones took (shrunk in place in
+        // `events`, the payloads' pages would stay and the database would double).
         finished_events(&conn, 2_000, 2_000, 3_000);
         let grown = pages(&conn) - full;
         assert!(

@@ -136,6 +136,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 8: when each state key was last written (by an attempt's commit or an operator's edit),
     // for the admin API's key list; keys written before this migration have none.
     "ALTER TABLE plugin_state ADD COLUMN updated_at INTEGER;",
+    // 9: an event's headers and body live in a table of their own. Pruning deletes the row
+    // whole, so its pages go to the freelist and new events reuse them, and it touches no index
+    // of `events` (a row of `events` shrunk in place left its page nearly empty for good: the
+    // file grew as fast with pruning as without). Events stored before this keep theirs in
+    // `events` (and have no `payloads` row); readers take whichever holds it.
+    "
+    CREATE TABLE payloads (
+        event   INTEGER PRIMARY KEY REFERENCES events (id),
+        headers TEXT    NOT NULL,
+        body    BLOB    NOT NULL
+    );
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

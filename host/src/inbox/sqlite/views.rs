@@ -128,9 +128,11 @@ pub(super) fn event_detail(
 ) -> Result<Option<EventDetail>, InboxError> {
     let event = conn
         .query_row(
-            "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
-                    pruned_at, headers, body
-             FROM events WHERE source = ?1 AND event_id = ?2",
+            "SELECT e.id, e.source, e.event_id, e.event_type, e.ordering_key, e.sequence,
+                    e.received_at, e.pruned_at, COALESCE(p.headers, e.headers),
+                    COALESCE(p.body, e.body)
+             FROM events e LEFT JOIN payloads p ON p.event = e.id
+             WHERE e.source = ?1 AND e.event_id = ?2",
             params![source, event_id],
             |r| {
                 Ok((
