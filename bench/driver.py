@@ -28,6 +28,7 @@ stopped with SIGTERM at the end of its scenario. Nothing here sends traffic off 
 """
 
 import argparse
+import base64
 import hashlib
 import hmac
 import json
@@ -67,13 +68,15 @@ class Host:
     """A `hookd serve` process in its own directory, optionally under strace."""
 
     def __init__(self, name: str, server: str, sources: str, plugins: dict, strace: bool = False,
-                 database: str = "hookd.db"):
+                 database: str = "hookd.db", fresh: bool = True):
         self.dir = WORK / name
-        shutil.rmtree(self.dir, ignore_errors=True)
-        (self.dir / "plugins").mkdir(parents=True)
+        if fresh:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        (self.dir / "plugins").mkdir(parents=True, exist_ok=True)
         for stem, wasm in plugins.items():
             if wasm is not None:
-                shutil.copy(WASM / f"{wasm}.wasm", self.dir / "plugins" / f"{stem}.wasm")
+                source = wasm if isinstance(wasm, Path) else WASM / f"{wasm}.wasm"
+                shutil.copy(source, self.dir / "plugins" / f"{stem}.wasm")
         self.port, self.admin_port = free_port(), free_port()
         config = (
             f'[server]\nlisten = "127.0.0.1:{self.port}"\n'
@@ -94,7 +97,7 @@ class Host:
         env = dict(os.environ, HOOKD_LOG=os.environ.get("HOOKD_LOG", "warn"))
         env.pop("HOOKD_DATABASE_URL", None)
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env)
-        deadline = time.time() + 30
+        deadline = time.time() + 120
         while True:
             try:
                 self.get("/healthz")
@@ -109,7 +112,9 @@ class Host:
         return f"http://127.0.0.1:{self.port}"
 
     def get(self, path: str) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=10) as r:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.admin_port}{path}",
+                                         headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+        with urllib.request.urlopen(request, timeout=10) as r:
             return r.read().decode()
 
     def metrics(self) -> dict:
@@ -709,9 +714,130 @@ def retention(args) -> None:
         f"CORPUS RUN (repeated for {total} s, one per hookd, the {len(hosts)} side by side)")
 
 
+SW_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+LANGUAGES = ("rust", "javascript", "python")
+
+
+def sw_post(host: Host, source: str, event_id: str, body: dict) -> None:
+    """Posts `body` as event `event_id`, signed as Standard Webhooks does, expecting a 2xx."""
+    data = json.dumps(body, separators=(",", ":")).encode()
+    ts = str(int(time.time()))
+    key = base64.b64decode(SW_SECRET.removeprefix("whsec_"))
+    mac = hmac.new(key, f"{event_id}.{ts}.".encode() + data, hashlib.sha256).digest()
+    request = urllib.request.Request(f"{host.url}/hooks/{source}", data=data, headers={
+        "content-type": "application/json", "webhook-id": event_id,
+        "webhook-timestamp": ts, "webhook-signature": "v1," + base64.b64encode(mac).decode(),
+    })
+    with urllib.request.urlopen(request, timeout=60) as r:
+        r.read()
+
+
+def language_sources(handlers, port: int) -> str:
+    """A standard-webhooks source per handler; each handler may reach 127.0.0.1:`port`."""
+    text = ""
+    for h in handlers:
+        text += (f'\n[sources.{h}]\nscheme = "standard-webhooks"\nsecrets = ["{SW_SECRET}"]\n'
+                 f'handlers = ["{h}"]\n[plugins.{h}]\nmax_file_mib = 64\ntimeout_ms = 60000\n'
+                 f'allow_hosts = ["127.0.0.1:{port}"]\n')
+    return text
+
+
+def wait_loaded(host: Host, names, timeout: float = 300) -> float:
+    """Seconds until every plugin in `names` is live (loaded, no error)."""
+    started = time.time()
+    while True:
+        plugins = {p["name"]: p for p in json.loads(host.get("/admin/plugins"))}
+        if all(plugins.get(n, {}).get("sha256") and not plugins[n].get("error") for n in names):
+            return time.time() - started
+        if time.time() - started > timeout:
+            raise SystemExit(f"plugins did not load: {plugins}")
+        time.sleep(0.02)
+
+
+class SlowServer:
+    """An HTTP server on 127.0.0.1 answering every request after `hold` seconds."""
+
+    def __init__(self, hold: float):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                time.sleep(hold)
+                self.send_response(200)
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+def languages(args) -> None:
+    """The scenario plugin in Rust, JavaScript and Python (bench/run.sh builds them into
+    target/bench/languages/): start-up with and without the compile cache, and resident memory
+    per in-flight handler."""
+    built = WORK / "languages"
+    wasm = {lang: built / f"{lang}.wasm" for lang in LANGUAGES}
+    slow = SlowServer(hold=args.hold_ms / 1000)
+    sources = language_sources(LANGUAGES, slow.port)
+    # 1. Start-up: every plugin compiled (an empty cache), then a restart on the same directory.
+    wait_quiet()
+    started = time.time()
+    with Host("languages-start", "", sources, wasm) as host:
+        wait_loaded(host, LANGUAGES)
+        cold = time.time() - started
+    started = time.time()
+    with Host("languages-start", "", sources, {}, fresh=False) as host:
+        wait_loaded(host, LANGUAGES)
+        warm = time.time() - started
+    log(f"languages start-up   one plugin of each language: {cold:.2f} s with an empty compile "
+        f"cache, {warm:.2f} s restarted with it (process start to every plugin live)")
+    # 2. Memory: K handlers of one language waiting at once on a slow HTTP call.
+    k = args.lang_in_flight
+    for lang in LANGUAGES:
+        with Host(f"languages-{lang}", "", language_sources([lang], slow.port),
+                  {lang: wasm[lang]}) as host:
+            wait_loaded(host, [lang])
+            wait_quiet()
+            for i in range(k):  # warm-up round: one-time costs are not the handlers'
+                sw_post(host, lang, f"warm-{i}", {"do": "stale"})
+            wait_for(host, k, timeout=120)
+            time.sleep(1)
+            base = host.rss_kib()
+            for i in range(k):
+                sw_post(host, lang, f"hold-{i}", {"do": "fetch",
+                                                  "url": f"http://127.0.0.1:{slow.port}/x"})
+            peak, seen = base, 0
+            deadline = time.time() + args.hold_ms / 1000 * 0.8
+            while time.time() < deadline:
+                running = host.metrics().get("running", 0)
+                seen = max(seen, running)
+                if running >= k:
+                    time.sleep(0.2)
+                    peak = max(peak, host.rss_kib())
+                    break
+                time.sleep(0.05)
+            if seen < k:
+                raise SystemExit(f"{lang}: only {seen} of {k} handlers were running at once")
+            wait_for(host, 2 * k, timeout=120)
+            log(f"languages memory     {lang:10} {k} handlers waiting at once: RSS "
+                f"{base / 1024:.1f} MiB -> {peak / 1024:.1f} MiB = "
+                f"{(peak - base) / k / 1024:.2f} MiB per in-flight handler")
+    slow.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("scenario", choices=["ingest", "dispatch", "cluster", "retention", "all"])
+    parser.add_argument("scenario",
+                        choices=["ingest", "dispatch", "cluster", "retention", "languages", "all"])
     parser.add_argument("--duration", default=os.environ.get("DURATION", "30s"))
     parser.add_argument("--warmup", default=os.environ.get("WARMUP", "5s"))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("THREADS", "2")))
@@ -729,6 +855,9 @@ def main() -> None:
                         default=int(os.environ.get("RETENTION_CONNECTIONS", "8")))
     parser.add_argument("--retention-delay-ms", type=int,
                         default=int(os.environ.get("RETENTION_DELAY_MS", "10")))
+    parser.add_argument("--lang-in-flight", type=int,
+                        default=int(os.environ.get("LANG_IN_FLIGHT", "32")))
+    parser.add_argument("--hold-ms", type=int, default=int(os.environ.get("HOLD_MS", "6000")))
     args = parser.parse_args()
     if args.scenario in ("ingest", "all"):
         ingest(args)
@@ -738,6 +867,8 @@ def main() -> None:
         cluster(args)
     if args.scenario in ("retention", "all"):
         retention(args)
+    if args.scenario in ("languages", "all"):
+        languages(args)
 
 
 if __name__ == "__main__":

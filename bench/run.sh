@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|all]   (default: all)
+# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|all]
+# (default: all)
 #
 #   ingest    durable accepts/s + ack latency (wrk, 64 connections, github signature + Wasm
 #             parser, ~1.5 KB bodies, 10% duplicates, durability = "full"), group commit vs one
@@ -13,6 +14,11 @@
 #   retention database size on disk and ingest p99 under a steady load (bench/steady.lua), with
 #             retention off, on (done_after 30s) and on with ids forgotten (dedupe_for 30s), side by side,
 #             RETENTION_DURATION (default 600s) per host, sampled every RETENTION_WINDOW (10s)
+#   languages the scenario handler in Rust, JavaScript and Python (built here; needs Node 20 and
+#             python3, installs the JS toolchain and componentize-py like .ci/run): size, compile
+#             time and instantiate + call (examples/invoke --languages), start-up with an empty
+#             and a warm compile cache, resident memory per in-flight handler (LANG_IN_FLIGHT=32
+#             handlers held HOLD_MS=6000 on a slow HTTP call)
 #
 # Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
 # (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
@@ -24,9 +30,9 @@ set -euo pipefail
 
 scenario="${1:-all}"
 case "$scenario" in
-ingest | dispatch | invoke | cluster | retention | all) ;;
+ingest | dispatch | invoke | cluster | retention | languages | all) ;;
 *)
-    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|all]" >&2
+    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|all]" >&2
     exit 2
     ;;
 esac
@@ -45,8 +51,22 @@ echo "== building (release): hookd, wasm plugins, examples/invoke" >&2
 # The tests package builds the same `hookd` binary and, through tests/build.rs, every plugin
 # (release wasm32-wasip2, in target/wasm-plugins).
 cargo build --release -p tests >&2
-if [[ "$scenario" == invoke || "$scenario" == all ]]; then
+if [[ "$scenario" == invoke || "$scenario" == languages || "$scenario" == all ]]; then
     cargo build --release -p host --example invoke >&2
+fi
+if [[ "$scenario" == languages || "$scenario" == all ]]; then
+    echo "== building the scenario handler in JavaScript and Python" >&2
+    [[ -d plugin-sdk/js/node_modules ]] || npm ci --prefix plugin-sdk/js --no-audit --no-fund >&2
+    if [[ ! -x target/py-venv/bin/componentize-py ]]; then
+        python3 -m venv target/py-venv
+        target/py-venv/bin/pip install --quiet --require-hashes \
+            -r plugin-sdk/python/requirements.txt >&2
+    fi
+    lang_dir=target/bench/languages
+    mkdir -p "$lang_dir"
+    cp target/wasm-plugins/wasm32-wasip2/release/scenario.wasm "$lang_dir/rust.wasm"
+    node plugin-sdk/js/build.mjs tests/plugins-js/scenario/scenario.ts "$lang_dir/javascript.wasm" >&2
+    bash plugin-sdk/python/build.sh tests/plugins-py/scenario scenario "$lang_dir/python.wasm" >&2
 fi
 
 echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
@@ -69,5 +89,11 @@ if [[ "$scenario" == cluster || "$scenario" == all ]]; then
 fi
 if [[ "$scenario" == retention || "$scenario" == all ]]; then
     python3 bench/driver.py retention
+fi
+if [[ "$scenario" == languages || "$scenario" == all ]]; then
+    target/release/examples/invoke --languages --calls "${LANG_CALLS:-2000}" \
+        rust="$lang_dir/rust.wasm" javascript="$lang_dir/javascript.wasm" \
+        python="$lang_dir/python.wasm"
+    python3 bench/driver.py languages
 fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -4,7 +4,9 @@
 //! real `hookd serve`, one test per language, through the same checks: the handler never sees
 //! a duplicate, retry and permanent failures, state atomic with `done` and no lost update, the
 //! `Idempotency-Key` on outbound calls, a host not listed refused, an infinite loop timed out,
-//! unbounded memory growth trapped, output and log caps.
+//! unbounded memory growth trapped, output and log caps. And what an author does: `hookd new
+//! handler --lang ts|python`, the scaffold's unit test, `hookd dev` building and serving it,
+//! an edit rebuilt and hot-swapped.
 //!
 //! The JavaScript and Python components are built here, once per source change (cached in
 //! `target/lang-plugins/` by a hash of their sources and SDK), with the toolchains `.ci/run`
@@ -72,6 +74,124 @@ async fn a_python_handler_keeps_every_guarantee() {
     if let Some(wasm) = built(&PYTHON) {
         keeps_every_guarantee(&wasm, &PYTHON).await;
     }
+}
+
+/// `hookd new handler --lang ts`, its unit test, `hookd dev` serving it, an edit hot-swapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scaffolded_typescript_handler_is_tested_served_and_hot_swapped_by_hookd_dev() {
+    if toolchain_ready(&JAVASCRIPT) {
+        scaffolded(&JAVASCRIPT).await;
+    }
+}
+
+/// `hookd new handler --lang python`, its unit test, `hookd dev` serving it, an edit
+/// hot-swapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scaffolded_python_handler_is_tested_served_and_hot_swapped_by_hookd_dev() {
+    if toolchain_ready(&PYTHON) {
+        scaffolded(&PYTHON).await;
+    }
+}
+
+/// What an author does with a new handler in `language`, from the scaffold to a hot swap.
+async fn scaffolded(language: &Language) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("scaffolded");
+    let (lang, source, unit_test, edit): (_, _, Vec<&str>, _) = match language.name {
+        "javascript" => (
+            "ts",
+            "src/handler.ts",
+            vec!["npm", "test"],
+            ("number ${count}", "event number ${count}"),
+        ),
+        _ => (
+            "python",
+            "handler.py",
+            vec!["python3", "-m", "unittest"],
+            ("number {count}", "event number {count}"),
+        ),
+    };
+    let new = [
+        "new",
+        "handler",
+        "scaffolded",
+        "--lang",
+        lang,
+        "--path",
+        dir.to_str().unwrap(),
+    ];
+    let created = crate::support::hookd_cli(tmp.path(), &new).await;
+    assert!(created.status.success(), "{created:?}");
+
+    let tested = Command::new(unit_test[0])
+        .args(&unit_test[1..])
+        .current_dir(&dir)
+        .env("PYTHONPATH", workspace().join("plugin-sdk/python"))
+        .output()
+        .unwrap();
+    assert!(
+        tested.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&tested.stdout),
+        String::from_utf8_lossy(&tested.stderr)
+    );
+
+    // Its hookd.toml as generated, on free ports, with the tests' admin token and a compile
+    // timeout a loaded machine's debug build cannot miss.
+    let generated = std::fs::read_to_string(dir.join("hookd.toml")).unwrap();
+    let secret = generated
+        .split_once("secrets = [\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(secret, _)| secret.to_owned())
+        .unwrap_or_else(|| panic!("no secret in\n{generated}"));
+    let config: String = generated
+        .lines()
+        .filter(|l| !l.starts_with("listen") && !l.starts_with("admin_listen"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace("[server]\n", "[server]\ncompile_timeout_ms = 600000\n");
+    let host = ProcessHost::start_dev(&dir, &config, &[]).await;
+
+    let post = async |id: &str| {
+        let body = br#"{"type":"order.paid"}"#;
+        let headers = crate::support::sign(
+            &crate::support::Scheme::StandardWebhooks,
+            &secret,
+            id,
+            body,
+            std::time::SystemTime::now(),
+        );
+        let (status, reply) = host.post("scaffolded", &headers, body).await.unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+        host.wait_state("scaffolded", id, "scaffolded", "done", WAIT)
+            .await
+    };
+    let first = post("evt_1").await;
+    assert_eq!(first["output"], r#"{"count":1,"event_type":"order.paid"}"#);
+    host.wait_log("hello: evt_1 is order.paid number 1", WAIT)
+        .await;
+    let first_sha = first["history"][0]["plugin_sha256"].clone();
+    // Nothing but an edit rebuilds (hookd's own files in the directory do not): the file that
+    // served the first event is still live.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = host.log();
+    assert!(!log.contains("plugin sources changed"), "{log}");
+    assert_eq!(host.plugin("scaffolded").await["sha256"], first_sha);
+
+    // Save an edit: `hookd dev` runs the build command again and the host hot-swaps the file.
+    let path = dir.join(source);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(edit.0, edit.1);
+    assert_ne!(edited, text, "the scaffold changed; update this test");
+    std::fs::write(&path, edited).unwrap();
+    host.wait_plugin("scaffolded", "the rebuilt file going live", WAIT, |p| {
+        !p["sha256"].is_null() && p["sha256"] != first_sha && p["error"].is_null()
+    })
+    .await;
+    let second = post("evt_2").await;
+    assert_ne!(second["history"][0]["plugin_sha256"], first_sha);
+    host.wait_log("hello: evt_2 is order.paid event number 2", WAIT)
+        .await;
 }
 
 /// Runs every check against one host whose handler `h` is `wasm`.
@@ -276,21 +396,47 @@ fn workspace() -> PathBuf {
         .to_owned()
 }
 
+/// Whether `language`'s toolchain is installed; if not, says what is missing and returns false,
+/// or fails the test under `HOOKD_TEST_LANGUAGES_REQUIRED`.
+fn toolchain_ready(language: &Language) -> bool {
+    let root = workspace();
+    let missing = match language.name {
+        "javascript" => (!root.join("plugin-sdk/js/node_modules").is_dir())
+            .then_some("plugin-sdk/js/node_modules (run `npm ci --prefix plugin-sdk/js`)"),
+        _ => (!root.join("target/py-venv/bin/componentize-py").is_file()).then_some(
+            "target/py-venv/bin/componentize-py (run `python3 -m venv target/py-venv && \
+             target/py-venv/bin/pip install --require-hashes -r \
+             plugin-sdk/python/requirements.txt`)",
+        ),
+    };
+    let Some(missing) = missing else {
+        return true;
+    };
+    assert!(
+        std::env::var_os("HOOKD_TEST_LANGUAGES_REQUIRED").is_none(),
+        "the {} toolchain is required here but {missing} is missing",
+        language.name
+    );
+    eprintln!(
+        "skipped: the {} handler test needs {missing}",
+        language.name
+    );
+    false
+}
+
 /// The scenario component of `language`, built from its sources unless a build of exactly
-/// these sources is cached; None (after saying why) when its toolchain is not installed and
-/// `HOOKD_TEST_LANGUAGES_REQUIRED` is not set.
+/// these sources is cached; None when its toolchain is not installed (see [`toolchain_ready`]).
 fn built(language: &Language) -> Option<PathBuf> {
     // One build at a time: both toolchains are heavy, and the cache is shared.
     static BUILDING: Mutex<()> = Mutex::new(());
     let _one = BUILDING.lock().unwrap_or_else(|e| e.into_inner());
+    if !toolchain_ready(language) {
+        return None;
+    }
     let root = workspace();
-    let (sources, missing, command): (Vec<PathBuf>, Option<String>, Vec<String>) = match language
-        .name
-    {
+    let (sources, command): (Vec<PathBuf>, Vec<String>) = match language.name {
         "javascript" => {
             let sdk = root.join("plugin-sdk/js");
-            let missing = (!sdk.join("node_modules").is_dir())
-                .then(|| "plugin-sdk/js/node_modules (run `npm ci --prefix plugin-sdk/js`)".into());
             (
                 vec![
                     root.join("tests/plugins-js/scenario"),
@@ -299,7 +445,6 @@ fn built(language: &Language) -> Option<PathBuf> {
                     sdk.join("package-lock.json"),
                     root.join("wit/v0.3.0"),
                 ],
-                missing,
                 vec![
                     "node".into(),
                     sdk.join("build.mjs").display().to_string(),
@@ -311,12 +456,6 @@ fn built(language: &Language) -> Option<PathBuf> {
         }
         _ => {
             let sdk = root.join("plugin-sdk/python");
-            let tool = root.join("target/py-venv/bin/componentize-py");
-            let missing = (!tool.is_file()).then(|| {
-                "target/py-venv/bin/componentize-py (run `python3 -m venv target/py-venv && \
-                     target/py-venv/bin/pip install -r plugin-sdk/python/requirements.txt`)"
-                    .into()
-            });
             (
                 vec![
                     root.join("tests/plugins-py/scenario"),
@@ -325,7 +464,6 @@ fn built(language: &Language) -> Option<PathBuf> {
                     sdk.join("requirements.txt"),
                     root.join("plugin-sdk/wit"),
                 ],
-                missing,
                 vec![
                     "bash".into(),
                     sdk.join("build.sh").display().to_string(),
@@ -335,18 +473,6 @@ fn built(language: &Language) -> Option<PathBuf> {
             )
         }
     };
-    if let Some(missing) = missing {
-        assert!(
-            std::env::var_os("HOOKD_TEST_LANGUAGES_REQUIRED").is_none(),
-            "the {} toolchain is required here but {missing} is missing",
-            language.name
-        );
-        eprintln!(
-            "skipped: the {} handler test needs {missing}",
-            language.name
-        );
-        return None;
-    }
     let mut hasher = std::hash::DefaultHasher::new();
     for path in &sources {
         hash_tree(path, &mut hasher);

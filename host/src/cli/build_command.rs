@@ -110,11 +110,16 @@ fn build_one(build: &CommandBuild, dir: &Path, dest: &Path) -> anyhow::Result<()
 
 /// Whether a change to `path` calls for the command builds to run again: any file under `dir`
 /// (the config's directory) outside installed packages, build output, hidden entries and what
-/// hookd itself writes there (`skip`: its plugins directory, cache and database files).
+/// hookd itself writes there (`skip`: its plugins directory and cache, absolute; the database's
+/// files, `*.db`, `*.db-wal`, `*.db.admin-token` and the like; logs, `*.log`) and editors' swap
+/// and backup files.
 pub fn is_source(path: &Path, dir: &Path, skip: &[PathBuf]) -> bool {
     let Ok(inside) = path.strip_prefix(dir) else {
         return false;
     };
+    if inside.as_os_str().is_empty() {
+        return false; // the directory itself (its times change as files come and go)
+    }
     if skip.iter().any(|s| path.starts_with(s)) {
         return false;
     }
@@ -124,7 +129,12 @@ pub fn is_source(path: &Path, dir: &Path, skip: &[PathBuf]) -> bool {
         c.starts_with('.') || ["node_modules", "target", "dist", "__pycache__"].contains(&&*c)
     }) && !name.ends_with(".db")
         && !name.contains(".db-")
+        && !name.contains(".db.")
         && !name.ends_with(".wasm")
+        && !name.ends_with(".wasm.build")
+        && !name.ends_with(".log")
+        && !name.ends_with(".swp")
+        && !name.ends_with('~')
 }
 
 #[cfg(test)]
@@ -233,8 +243,13 @@ mod tests {
             ("/p/plugins/.h.wasm.build", false),
             ("/p/hookd.db", false),
             ("/p/hookd.db-wal", false),
+            ("/p/hookd.db.admin-token", false),
+            ("/p/elsewhere/.h.wasm.build", false),
             ("/p/.git/index", false),
             ("/elsewhere/handler.ts", false),
+            ("/p", false),
+            ("/p/hookd.log", false),
+            ("/p/handler.py~", false),
         ] {
             assert_eq!(is_source(Path::new(path), dir, &skip), expected, "{path}");
         }

@@ -94,9 +94,10 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         };
         build_command::build_all(&commands, &config_dir, &dest)?;
         if !args.no_watch {
+            // What hookd itself writes (relative paths in the config are the config's).
             let skip = vec![
-                dest.clone(),
-                config.server.cache_dir.clone(),
+                config_dir.join(&dest),
+                config_dir.join(&config.server.cache_dir),
                 config_dir.join("target"),
             ];
             let mut dirs: Vec<PathBuf> = cargo
@@ -148,10 +149,15 @@ impl Builds {
                 tracing::error!("rebuild failed; the running plugins stay: {e:#}");
             }
         }
-        if !self.commands.is_empty()
-            && touched(&|p| build_command::is_source(p, &self.config_dir, &self.skip))
-        {
-            tracing::info!("plugin sources changed; running the build commands");
+        let changed = |p: &Path| build_command::is_source(p, &self.config_dir, &self.skip);
+        if !self.commands.is_empty() && touched(&changed) {
+            let path = paths.and_then(|p| p.iter().find(|p| changed(p)));
+            tracing::info!(
+                changed = %path.map_or("(unknown: the watcher lost events)".into(), |p| p
+                    .display()
+                    .to_string()),
+                "plugin sources changed; running the build commands"
+            );
             if let Err(e) = build_command::build_all(&self.commands, &self.config_dir, &self.dest) {
                 tracing::error!("rebuild failed; the running plugins stay: {e:#}");
             }
