@@ -244,16 +244,7 @@ async fn a_scaffolded_handler_passes_its_test_and_handles_an_event_under_hookd_d
 
     // Its hookd.toml as generated, on free ports and with the tests' admin token.
     let generated = std::fs::read_to_string(dir.join("hookd.toml")).unwrap();
-    let secret = generated
-        .split_once("secrets = [\"")
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(secret, _)| secret.to_owned())
-        .unwrap_or_else(|| panic!("no secret in\n{generated}"));
-    let config: String = generated
-        .lines()
-        .filter(|l| !l.starts_with("listen") && !l.starts_with("admin_listen"))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let (secret, config) = support::scaffold_config(&generated);
     let target_env = target.to_str().unwrap();
     let host = ProcessHost::start_dev(&dir, &config, &[("CARGO_TARGET_DIR", target_env)]).await;
 

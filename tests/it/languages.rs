@@ -139,17 +139,8 @@ async fn scaffolded(language: &Language) {
     // Its hookd.toml as generated, on free ports, with the tests' admin token and a compile
     // timeout a loaded machine's debug build cannot miss.
     let generated = std::fs::read_to_string(dir.join("hookd.toml")).unwrap();
-    let secret = generated
-        .split_once("secrets = [\"")
-        .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(secret, _)| secret.to_owned())
-        .unwrap_or_else(|| panic!("no secret in\n{generated}"));
-    let config: String = generated
-        .lines()
-        .filter(|l| !l.starts_with("listen") && !l.starts_with("admin_listen"))
-        .map(|l| format!("{l}\n"))
-        .collect::<String>()
-        .replace("[server]\n", "[server]\ncompile_timeout_ms = 600000\n");
+    let (secret, config) = crate::support::scaffold_config(&generated);
+    let config = config.replace("[server]\n", "[server]\ncompile_timeout_ms = 600000\n");
     let host = ProcessHost::start_dev(&dir, &config, &[]).await;
 
     let post = async |id: &str| {

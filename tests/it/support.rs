@@ -567,6 +567,22 @@ pub async fn hookd_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
     .unwrap()
 }
 
+/// The `hookd.toml` a scaffold (`hookd new`) generated, ready for a test host: its source's
+/// signing secret, and the text without the listen addresses (the test host picks free ports).
+pub fn scaffold_config(generated: &str) -> (String, String) {
+    let secret = generated
+        .split_once("secrets = [\"")
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(secret, _)| secret.to_owned())
+        .unwrap_or_else(|| panic!("no secret in\n{generated}"));
+    let config = generated
+        .lines()
+        .filter(|l| !l.starts_with("listen") && !l.starts_with("admin_listen"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    (secret, config)
+}
+
 /// hookd as a separate process (`hookd serve`): it can be killed with SIGKILL and restarted on
 /// the same directory and database, and its memory and log read from outside.
 pub struct ProcessHost {

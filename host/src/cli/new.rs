@@ -126,19 +126,34 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         Sdk::Path(path) => format!("path {}", path.display()),
         Sdk::Git(url) => format!("git {url}"),
     };
+    print_next_steps(
+        &format!(
+            "created the {role} crate `{}` in {} (plugin-sdk from {from})",
+            args.name,
+            dir.display()
+        ),
+        &dir,
+        "cargo test",
+        &args.name,
+        &secret,
+    );
+    Ok(())
+}
+
+/// What to do next with a new plugin in `dir`: `headline`, then its unit test (`test`),
+/// `hookd dev`, and a signed event for its source `name`.
+fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str, secret: &str) {
     println!(
-        "created the {role} crate `{name}` in {dir} (plugin-sdk from {from})\n\n\
+        "{headline}\n\n\
          cd {dir}\n\
-         cargo test        # its unit test, on this machine\n\
+         {test}        # its unit test, on this machine\n\
          hookd dev         # build it to wasm, serve hookd.toml, rebuild on every change\n\
          # then, in another terminal, an event for it:\n\
          echo '{{\"id\":\"evt_1\",\"type\":\"order.paid\",\"subject\":\"order_7\"}}' > event.json\n\
          hookd send --url http://127.0.0.1:8080/hooks/{name} --scheme standard-webhooks \
          --secret {secret} event.json",
-        name = args.name,
         dir = dir.display(),
     );
-    Ok(())
 }
 
 /// Refuses a name cargo would refuse for a package, or one that would shadow the SDK.

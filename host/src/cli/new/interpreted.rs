@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde_json::json;
 
-use super::{Lang, NewArgs, Role, built_from, check_empty, check_name, sdk_dir, secret};
+use super::{
+    Lang, NewArgs, Role, built_from, check_empty, check_name, print_next_steps, sdk_dir, secret,
+};
 
 /// A JavaScript component carries its engine (about 13 MB): the file cap it gets.
 const TS_FILE_MIB: u64 = 32;
@@ -77,23 +79,22 @@ pub(super) fn run(args: &NewArgs) -> anyhow::Result<()> {
             format!("PYTHONPATH={} python3 -m unittest", sdk.display()),
         ),
     };
-    println!(
-        "created the handler `{name}` in {dir} ({lang}, SDK {sdk})\n\n\
-         {install}   # once: the build toolchain\n\
-         cd {dir}\n\
-         {test}        # its unit test, on this machine\n\
-         hookd dev         # build it to wasm, serve hookd.toml, rebuild on every change\n\
-         # then, in another terminal, an event for it:\n\
-         echo '{{\"id\":\"evt_1\",\"type\":\"order.paid\",\"subject\":\"order_7\"}}' > event.json\n\
-         hookd send --url http://127.0.0.1:8080/hooks/{name} --scheme standard-webhooks \
-         --secret {secret} event.json",
-        name = args.name,
-        dir = dir.display(),
-        lang = match args.lang {
-            Lang::Ts => "TypeScript",
-            _ => "Python",
-        },
-        sdk = sdk.display(),
+    let lang = match args.lang {
+        Lang::Ts => "TypeScript",
+        _ => "Python",
+    };
+    println!("{install}   # once: the build toolchain");
+    print_next_steps(
+        &format!(
+            "created the handler `{}` in {} ({lang}, SDK {})",
+            args.name,
+            dir.display(),
+            sdk.display()
+        ),
+        &dir,
+        &test,
+        &args.name,
+        &secret,
     );
     Ok(())
 }
