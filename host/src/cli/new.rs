@@ -306,20 +306,7 @@ fn toml_string(text: &str) -> String {
 const GITIGNORE: &str = "/target\n/plugins\n/hookd.db*\n/.hookd-cache\n";
 
 fn hookd_toml(role: Role, name: &str, secret: &str) -> String {
-    let mut text = format!(
-        "# Serves this plugin on http://127.0.0.1:8080/hooks/{name} (admin on 127.0.0.1:8081, its\n\
-         # token generated into hookd.db.admin-token). `hookd dev` builds the crate into plugins/.\n\
-         [server]\n\
-         listen = \"127.0.0.1:8080\"\n\
-         admin_listen = \"127.0.0.1:8081\"\n\
-         database = \"hookd.db\"\n\
-         plugins_dir = \"plugins\"\n\n\
-         [sources.{name}]\n\
-         scheme = \"standard-webhooks\"\n\
-         # A development secret, generated for this crate. In production put the provider's in the\n\
-         # environment instead: secrets_env = [\"MY_PROVIDER_SECRET\"].\n\
-         secrets = [\"{secret}\"]\n"
-    );
+    let mut text = server_and_source(name, secret, "builds the crate into plugins/");
     match role {
         Role::Handler => {
             writeln!(text, "handlers = [\"{name}\"]\n").unwrap();
@@ -331,6 +318,25 @@ fn hookd_toml(role: Role, name: &str, secret: &str) -> String {
         }
     }
     text
+}
+
+/// The start of every scaffold's `hookd.toml`: the `[server]` table and the source `name`,
+/// signed with `secret`; `built` says what `hookd dev` does to build the plugin.
+fn server_and_source(name: &str, secret: &str, built: &str) -> String {
+    format!(
+        "# Serves this plugin on http://127.0.0.1:8080/hooks/{name} (admin on 127.0.0.1:8081, its\n\
+         # token generated into hookd.db.admin-token). `hookd dev` {built}.\n\
+         [server]\n\
+         listen = \"127.0.0.1:8080\"\n\
+         admin_listen = \"127.0.0.1:8081\"\n\
+         database = \"hookd.db\"\n\
+         plugins_dir = \"plugins\"\n\n\
+         [sources.{name}]\n\
+         scheme = \"standard-webhooks\"\n\
+         # A development secret, generated for this plugin. In production put the provider's in\n\
+         # the environment instead: secrets_env = [\"MY_PROVIDER_SECRET\"].\n\
+         secrets = [\"{secret}\"]\n"
+    )
 }
 
 /// `order-events` → `OrderEvents`.

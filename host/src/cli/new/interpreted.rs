@@ -9,6 +9,7 @@ use serde_json::json;
 
 use super::{
     Lang, NewArgs, Role, built_from, check_empty, check_name, print_next_steps, sdk_dir, secret,
+    server_and_source,
 };
 
 /// A JavaScript component carries its engine (about 13 MB): the file cap it gets.
@@ -134,21 +135,12 @@ fn hookd_toml(lang: Lang, name: &str, sdk: &Path, secret: &str) -> String {
             "a Python component carries CPython (~19 MB)",
         ),
     };
-    format!(
-        "# Serves this handler on http://127.0.0.1:8080/hooks/{name} (admin on 127.0.0.1:8081, its\n\
-         # token generated into hookd.db.admin-token). `hookd dev` runs the plugin's `build` into\n\
-         # plugins/ and again whenever a file here changes.\n\
-         [server]\n\
-         listen = \"127.0.0.1:8080\"\n\
-         admin_listen = \"127.0.0.1:8081\"\n\
-         database = \"hookd.db\"\n\
-         plugins_dir = \"plugins\"\n\n\
-         [sources.{name}]\n\
-         scheme = \"standard-webhooks\"\n\
-         # A development secret, generated for this project. In production put the provider's in\n\
-         # the environment instead: secrets_env = [\"MY_PROVIDER_SECRET\"].\n\
-         secrets = [\"{secret}\"]\n\
-         handlers = [\"{name}\"]\n\n\
+    server_and_source(
+        name,
+        secret,
+        "runs the plugin's `build` into plugins/, and again whenever a file here changes",
+    ) + &format!(
+        "handlers = [\"{name}\"]\n\n\
          [plugins.{name}]\n\
          build = {build}\n\
          max_file_mib = {file_mib}   # {what}\n\
