@@ -75,9 +75,10 @@ fn main() -> anyhow::Result<()> {
         &mut samples,
     );
 
-    // Concurrent: calls/s on a two-thread pool with 64 calls in flight.
+    // Concurrent: calls/s on a pool of one thread per core (hookd's default `wasm_threads`)
+    // with 64 calls in flight.
     let pool = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(host::config::cores())
         .enable_all()
         .build()?;
     let per_task = calls.div_ceil(64);

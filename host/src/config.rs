@@ -83,8 +83,10 @@ struct ServerFile {
     group_commit: bool,
     /// Deliveries not yet finished; beyond this ingest answers 503 instead of growing without end.
     max_backlog: u64,
-    /// Handler invocations running at once across all plugins.
-    workers: usize,
+    /// Handler invocations running at once across all plugins; default: 32 per core.
+    workers: Option<usize>,
+    /// Threads running handlers; default: one per core.
+    wasm_threads: Option<usize>,
     /// Slow-loris guard: a client must finish its request head within this time.
     header_timeout_ms: u64,
     /// A client must finish sending its body within this time.
@@ -121,7 +123,8 @@ impl Default for ServerFile {
             durability: Durability::Full,
             group_commit: true,
             max_backlog: 1_000_000,
-            workers: 64,
+            workers: None,
+            wasm_threads: None,
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             max_connections: 4096,
@@ -297,7 +300,11 @@ pub struct ServerConfig {
     pub durability: Durability,
     pub group_commit: bool,
     pub max_backlog: u64,
+    /// Handler attempts running at once (`server.workers`; default [`WORKERS_PER_CORE`] per
+    /// core).
     pub workers: usize,
+    /// Threads of the Wasm pool (`server.wasm_threads`; default one per core).
+    pub wasm_threads: usize,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
@@ -557,6 +564,18 @@ pub const PARSER_MS_PER_MIB: u64 = 250;
 /// copy in the guest plus a decoded JSON tree of it.
 pub const PARSER_MEMORY_PER_BODY_BYTE: u64 = 6;
 
+/// `server.workers` per core when it is not set: an attempt spends most of its time waiting
+/// (on its outbound HTTP calls, on its commit), so many run per core that executes Wasm.
+pub const WORKERS_PER_CORE: usize = 32;
+/// Upper bound of `server.wasm_threads`.
+const MAX_WASM_THREADS: usize = 1024;
+
+/// The cores this process may run on (its CPU affinity and cgroup quota, as the standard
+/// library reads them); 1 when that cannot be told.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Config {
     /// The plugin instances configured with file stem `wasm`, by name: what a new version or a
     /// rollback of that file changes.
@@ -629,8 +648,16 @@ impl Config {
             .iter()
             .map(|name| check_admin_host(name))
             .collect::<anyhow::Result<Vec<_>>>()?;
-        if s.workers == 0 || s.max_connections == 0 {
+        let cores = cores();
+        let workers = s.workers.unwrap_or(WORKERS_PER_CORE * cores);
+        let wasm_threads = s.wasm_threads.unwrap_or(cores);
+        if workers == 0 || s.max_connections == 0 {
             bail!("server.workers and server.max_connections must be at least 1");
+        }
+        if !(1..=MAX_WASM_THREADS).contains(&wasm_threads) {
+            bail!(
+                "server.wasm_threads must be between 1 and {MAX_WASM_THREADS} (got {wasm_threads})"
+            );
         }
         if s.max_connections_per_ip == 0 {
             bail!("server.max_connections_per_ip must be at least 1");
@@ -699,7 +726,8 @@ impl Config {
             durability: s.durability,
             group_commit: s.group_commit,
             max_backlog: s.max_backlog,
-            workers: s.workers,
+            workers,
+            wasm_threads,
             header_timeout: Duration::from_millis(s.header_timeout_ms.max(1)),
             body_timeout: Duration::from_millis(s.body_timeout_ms.max(1)),
             max_connections: s.max_connections,
@@ -1827,6 +1855,26 @@ mod tests {
             (limits.timeout, limits.memory_bytes, limits.log_bytes),
             (Duration::from_millis(5), 3 << 20, 2048)
         );
+    }
+
+    #[test]
+    fn workers_and_wasm_threads_default_from_the_cores() {
+        let cores = cores();
+        let server = parse("").unwrap().server;
+        assert_eq!(
+            (server.workers, server.wasm_threads),
+            (WORKERS_PER_CORE * cores, cores)
+        );
+        let set = parse("[server]\nworkers = 7\nwasm_threads = 3").unwrap().server;
+        assert_eq!((set.workers, set.wasm_threads), (7, 3));
+        for (text, key) in [
+            ("[server]\nwasm_threads = 0", "server.wasm_threads"),
+            ("[server]\nwasm_threads = 5000", "server.wasm_threads"),
+            ("[server]\nworkers = 0", "server.workers"),
+        ] {
+            let err = format!("{:#}", parse(text).unwrap_err());
+            assert!(err.contains(key), "{text}: {err}");
+        }
     }
 
     #[test]

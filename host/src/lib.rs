@@ -235,7 +235,7 @@ pub async fn run_with(
     // Wasm runs on its own threads so a CPU-bound guest cannot starve the HTTP edge.
     let pool = WasmPool(Some(
         tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(config.server.wasm_threads)
             .thread_name("wasm")
             .enable_all()
             .build()
@@ -289,7 +289,8 @@ pub async fn run_with(
     ));
     tracing::info!(
         listen = %ingest_addr, admin = %admin_addr,
-        database = %server.database, node = %node.id, "hookd is running"
+        database = %server.database, node = %node.id, workers = server.workers,
+        wasm_threads = server.wasm_threads, "hookd is running"
     );
 
     shutdown.await;

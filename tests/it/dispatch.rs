@@ -197,9 +197,10 @@ async fn per_key_order_holds_while_retrying_and_stale_events_are_never_handled()
 }
 
 /// Deliveries that are due but cannot run (their plugin is missing) must not turn the
-/// dispatcher into a busy loop of empty claims: the host stays idle while they wait.
+/// dispatcher into a busy loop of empty claims, and an idle host makes no commits: the host
+/// stays idle while they wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiting_deliveries_do_not_spin_the_dispatcher() {
+async fn waiting_deliveries_do_not_spin_the_dispatcher_and_idle_commits_nothing() {
     let host = TestHost::start(
         &config(&["counter", "absent"], ""),
         &[("counter", plugins::COUNTER)],
@@ -208,20 +209,27 @@ async fn waiting_deliveries_do_not_spin_the_dispatcher() {
     send(&host, "s", "msg_wait", json!({})).await;
     host.wait_state("s", "msg_wait", "counter", "done", WAIT)
         .await;
-    let (_, before) = host.admin_get("/metrics").await;
-    let before = support::commits(&before);
-    // The window is 2 s of the dispatcher looping: it closes once two reclaim passes (one a
-    // second) have committed, so a stuck dispatcher cannot pass for an idle one.
+    let (_, metrics) = host.admin_get("/metrics").await;
+    let (commits, before) = (support::commits(&metrics), support::rounds(&metrics));
+    // The window is 2 s of the dispatcher looping: it closes only after four rounds, so a
+    // stuck dispatcher cannot pass for an idle one.
     let window = Instant::now();
-    let mut after = support::wait_commits(async |p: &str| host.admin_get(p).await, before, 2).await;
+    let admin = async |p: &str| host.admin_get(p).await;
+    let mut after = support::wait_rounds(admin, before, 4).await;
     while window.elapsed() < Duration::from_secs(2) {
-        after = support::wait_commits(async |p: &str| host.admin_get(p).await, after, 1).await;
+        after = support::wait_rounds(admin, after, 1).await;
     }
     let spent = after - before;
-    // An idle host claims at most a few times a second (IDLE_POLL) and reclaims once a second.
+    // An idle host looks for work at most a few times a second (IDLE_POLL).
     assert!(
         spent <= 20,
-        "{spent} commits in 2 s while nothing could run"
+        "{spent} dispatcher rounds in 2 s while nothing could run"
+    );
+    let (_, metrics) = host.admin_get("/metrics").await;
+    assert_eq!(
+        support::commits(&metrics) - commits,
+        0,
+        "an idle host committed (claims and reclaim passes that changed nothing)"
     );
     let delivery = host
         .wait_state("s", "msg_wait", "absent", "pending", WAIT)

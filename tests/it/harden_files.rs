@@ -513,11 +513,11 @@ async fn a_compile_past_its_timeout_is_really_stopped() {
         started.elapsed()
     );
     // Stopped means gone: no compiler process, and no CPU spent over the next seconds, while
-    // hookd is seen running (three reclaim passes, one a second).
+    // hookd is seen running (four rounds of its dispatcher, about two seconds).
     let before = cpu_ticks(host.pid());
     let admin = async |path: &str| host.admin_get(path).await;
     let (_, metrics) = admin("/metrics").await;
-    support::wait_commits(admin, support::commits(&metrics), 3).await;
+    support::wait_rounds(admin, support::rounds(&metrics), 4).await;
     let used = cpu_ticks(host.pid()) - before;
     let tree = process_tree(host.pid());
     assert_eq!(tree.len(), 1, "processes left under hookd: {tree:?}");

@@ -64,9 +64,9 @@ async fn the_longest_retry_delay_is_not_a_retry_storm() {
     let first = host.wait_state("k", "e", "flaky", "retrying", WAIT).await;
     // Rounds of the dispatcher (claims and reclaim passes) in which a retry due now would run.
     let (_, metrics) = host.admin_get("/metrics").await;
-    support::wait_commits(
+    support::wait_rounds(
         async |p: &str| host.admin_get(p).await,
-        support::commits(&metrics),
+        support::rounds(&metrics),
         6,
     )
     .await;

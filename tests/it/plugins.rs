@@ -490,13 +490,13 @@ async fn a_deleted_file_unloads_the_plugin_and_its_deliveries_wait() {
     assert_eq!(status["previous"], json!([v1]));
 
     send(&host, "waiting").await;
-    // A negative check needs a window: for three reclaim passes (many dispatch rounds, over a
-    // second) nothing claims it.
+    // A negative check needs a window: for four rounds of the dispatcher (about two seconds)
+    // nothing claims it.
     let (_, metrics) = host.admin_get("/metrics").await;
-    support::wait_commits(
+    support::wait_rounds(
         async |p: &str| host.admin_get(p).await,
-        support::commits(&metrics),
-        3,
+        support::rounds(&metrics),
+        4,
     )
     .await;
     let d = host

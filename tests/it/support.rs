@@ -806,11 +806,21 @@ pub fn status_kib(pid: u32, field: &str) -> u64 {
 
 /// `hookd_inbox_commits_total` in a `/metrics` answer.
 pub fn commits(metrics: &Value) -> u64 {
+    series(metrics, "hookd_inbox_commits_total")
+}
+
+/// `hookd_dispatch_rounds_total` in a `/metrics` answer.
+pub fn rounds(metrics: &Value) -> u64 {
+    series(metrics, "hookd_dispatch_rounds_total")
+}
+
+/// The value of the unlabelled series `name` in a `/metrics` answer.
+fn series(metrics: &Value, name: &str) -> u64 {
     let text = metrics.as_str().expect("/metrics is text");
     let line = text
         .lines()
-        .find(|l| l.starts_with("hookd_inbox_commits_total "))
-        .expect("/metrics counts commits");
+        .find(|l| l.split_whitespace().next() == Some(name))
+        .unwrap_or_else(|| panic!("no {name} in /metrics"));
     line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
@@ -841,12 +851,12 @@ pub async fn metrics_with(
     }
 }
 
-/// Waits until the inbox has committed `n` times more than `since` (a [`commits`] count) and
-/// returns the new count. With nothing else writing, each commit is the dispatcher going round
-/// its loop: its reclaim pass commits once a second, and so does each claim while a loaded
-/// plugin has room. A negative check ("nothing claimed it", "no CPU was used") waits for this,
-/// so its window is proof that the host was running, not a fixed time hoped to be enough.
-pub async fn wait_commits(
+/// Waits until the dispatcher has gone round its loop `n` times more than `since` (a
+/// [`rounds`] count) and returns the new count. An idle dispatcher goes round about twice a
+/// second (and claims, so a due delivery whose plugin is loaded would run). A negative check
+/// ("nothing claimed it", "no CPU was used") waits for this, so its window is proof that the
+/// host was running, not a fixed time hoped to be enough.
+pub async fn wait_rounds(
     admin_get: impl AsyncFn(&str) -> (StatusCode, Value),
     since: u64,
     n: u64,
@@ -855,13 +865,13 @@ pub async fn wait_commits(
     loop {
         let (status, metrics) = admin_get("/metrics").await;
         assert_eq!(status, StatusCode::OK, "{metrics}");
-        let now = commits(&metrics);
+        let now = rounds(&metrics);
         if now >= since + n {
             return now;
         }
         assert!(
             Instant::now() < deadline,
-            "the inbox committed {} times, not {n}, since {since}",
+            "the dispatcher went round {} times, not {n}, since {since}",
             now - since
         );
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -68,6 +68,7 @@ impl Dispatcher {
         tokio::pin!(shutdown);
         let mut last_reclaim = tokio::time::Instant::now();
         loop {
+            self.telemetry.dispatch_round();
             if last_reclaim.elapsed() >= RECLAIM_EVERY {
                 last_reclaim = tokio::time::Instant::now();
                 if let Err(e) = self.reclaim_expired().await {

@@ -105,7 +105,7 @@ impl Reloader {
     /// a handful of milliseconds per plugin. A missing or broken file is reported, and the host
     /// still starts (its deliveries wait).
     pub async fn load_all(&mut self) {
-        let parallel = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let parallel = crate::config::cores();
         let permits = Arc::new(tokio::sync::Semaphore::new(parallel));
         let mut loads = JoinSet::new();
         for stem in &self.stems {

@@ -129,6 +129,12 @@ pub const SERIES: &[(&str, Kind, &str)] = &[
         "Write transactions committed by the inbox.",
     ),
     (
+        DISPATCH_ROUNDS,
+        Kind::Counter,
+        "Rounds of the dispatcher's loop, each looking for due deliveries (about two a second \
+         on an idle host, which commits nothing: the sign its dispatcher is alive).",
+    ),
+    (
         INBOX_COMMIT_DURATION,
         Kind::Histogram,
         "Inbox write transaction time from its start to its commit.",
@@ -190,6 +196,7 @@ pub const SERIES: &[(&str, Kind, &str)] = &[
 const INGEST_REQUESTS: &str = "hookd_ingest_requests_total";
 const INGEST_DURATION: &str = "hookd_ingest_duration_seconds";
 const INBOX_COMMITS: &str = "hookd_inbox_commits_total";
+const DISPATCH_ROUNDS: &str = "hookd_dispatch_rounds_total";
 const INBOX_COMMIT_DURATION: &str = "hookd_inbox_commit_duration_seconds";
 const INBOX_COMMIT_BATCH: &str = "hookd_inbox_commit_batch_size";
 const DELIVERIES: &str = "hookd_deliveries";
@@ -302,6 +309,7 @@ pub struct Telemetry {
     sources: RwLock<HashMap<String, Arc<SourceMeters>>>,
     plugins: RwLock<HashMap<String, Arc<PluginMeters>>>,
     commits: Counter,
+    rounds: Counter,
     backlog: Gauge,
     deliveries: [Gauge; DeliveryState::ALL.len()],
     quarantined: Gauge,
@@ -343,6 +351,7 @@ impl Telemetry {
         Arc::new(Self {
             handle: recorder.handle(),
             commits: counter(&recorder, INBOX_COMMITS, &[]),
+            rounds: counter(&recorder, DISPATCH_ROUNDS, &[]),
             backlog: gauge(&recorder, BACKLOG, &[]),
             deliveries,
             quarantined: gauge(&recorder, QUARANTINED, &[]),
@@ -394,6 +403,11 @@ impl Telemetry {
         }
         self.recent
             .attempt(self.clock.now_ms(), plugin, outcome.as_str());
+    }
+
+    /// Counts a round of the dispatcher's loop.
+    pub fn dispatch_round(&self) {
+        self.rounds.increment(1);
     }
 
     /// Counts a load of plugin file `file` (its stem).

@@ -7,6 +7,10 @@
 //! - Each queued job runs inside its own savepoint: one failing job never undoes another.
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded.
+//! - A batch that changed no row (an idle dispatcher's claim that found nothing, a reclaim pass
+//!   with no expired lease) writes nothing: SQLite's `COMMIT` of a transaction without a dirty
+//!   page neither appends to the WAL nor syncs, and it is not counted as a commit. An idle host
+//!   makes no commits.
 
 use std::sync::{Arc, mpsc};
 
@@ -228,11 +232,14 @@ fn writer_loop(
             }
         }
         let started = std::time::Instant::now();
+        let mut wrote = false;
         let commit = match exec_cached(&conn, "BEGIN IMMEDIATE") {
             Ok(()) => {
+                let changes = conn.total_changes();
                 for job in &mut batch {
                     job.run(&conn);
                 }
+                wrote = conn.total_changes() != changes;
                 let commit = exec_cached(&conn, "COMMIT").map_err(Arc::new);
                 if commit.is_err() {
                     let _ = conn.execute_batch("ROLLBACK");
@@ -246,12 +253,55 @@ fn writer_loop(
         };
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
-        } else {
+        } else if wrote {
             commits.committed(batch.len(), started);
         }
         for job in batch.drain(..) {
             job.answer(commit.clone());
         }
+    }
+}
+
+/// Helpers for tests of the SQLite room that need the writer held.
+#[cfg(test)]
+pub(super) mod testing {
+    use rusqlite::Connection;
+    use tokio::sync::oneshot;
+
+    use super::SqliteStore;
+    use crate::inbox::InboxError;
+
+    /// Queues a write that blocks the writer, inside its transaction, until released; returns
+    /// once the writer is inside it, so whatever is queued next waits for the next batch.
+    pub(in crate::inbox::sqlite) fn hold(
+        inbox: &SqliteStore,
+    ) -> (
+        std::sync::mpsc::Sender<()>,
+        oneshot::Receiver<Result<(), InboxError>>,
+    ) {
+        let (entered, inside) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let answer = inbox
+            .enqueue(0, move |conn| {
+                mark(conn)?;
+                entered.send(()).unwrap();
+                released.recv().unwrap();
+                Ok(())
+            })
+            .unwrap();
+        inside.recv().unwrap();
+        (release, answer)
+    }
+
+    /// Writes a quarantine row (reason `~mark`, which the writer tests leave out), so the job's
+    /// batch is a commit.
+    pub(in crate::inbox::sqlite) fn mark(conn: &Connection) -> Result<(), InboxError> {
+        conn.execute(
+            "INSERT INTO quarantine (source, received_at, headers, body, reason)
+             VALUES ('s', 0, '[]', x'', '~mark')",
+            [],
+        )?;
+        Ok(())
     }
 }
 
@@ -261,7 +311,7 @@ mod tests {
 
     use rusqlite::params;
 
-    use super::*;
+    use super::{testing::*, *};
     use crate::inbox::store::Store as _;
 
     type Answer<T> = oneshot::Receiver<Result<T, InboxError>>;
@@ -292,27 +342,11 @@ mod tests {
             .unwrap()
     }
 
-    /// Queues a write that blocks the writer, inside its transaction, until released; returns
-    /// once the writer is inside it, so whatever is queued next waits for the next batch.
-    fn hold(inbox: &SqliteStore) -> (sync_mpsc::Sender<()>, Answer<()>) {
-        let (entered, inside) = sync_mpsc::channel();
-        let (release, released) = sync_mpsc::channel::<()>();
-        let answer = inbox
-            .enqueue(0, move |_| {
-                entered.send(()).unwrap();
-                released.recv().unwrap();
-                Ok(())
-            })
-            .unwrap();
-        inside.recv().unwrap();
-        (release, answer)
-    }
-
     /// Reasons stored, as a separate connection sees them (only committed rows).
     fn committed(dir: &tempfile::TempDir) -> Vec<String> {
         let conn = Connection::open(dir.path().join("hookd.db")).unwrap();
         let mut stmt = conn
-            .prepare("SELECT reason FROM quarantine ORDER BY id")
+            .prepare("SELECT reason FROM quarantine WHERE reason != '~mark' ORDER BY id")
             .unwrap();
         stmt.query_map([], |r| r.get(0))
             .unwrap()
@@ -342,13 +376,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_batch_that_changes_nothing_writes_nothing_and_is_no_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let wal = dir.path().join("hookd.db-wal");
+        let wal_len = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+        insert(&inbox, "first", false).await.unwrap().unwrap();
+        let (count, len) = (inbox.commits().count(), wal_len());
+        // What an idle dispatcher's claim and reclaim pass do: look, and update no row.
+        for _ in 0..10 {
+            inbox
+                .write(|conn| {
+                    conn.execute("UPDATE quarantine SET reason = 'x' WHERE id < 0", [])?;
+                    Ok(())
+                })
+                .await
+                .unwrap();
+        }
+        assert_eq!(inbox.commits().count(), count, "no row changed: no commit");
+        assert_eq!(wal_len(), len, "nothing was appended to the WAL");
+        insert(&inbox, "second", false).await.unwrap().unwrap();
+        assert_eq!(inbox.commits().count(), count + 1);
+        assert!(wal_len() > len);
+        assert_eq!(committed(&dir), ["first", "second"]);
+    }
+
+    #[tokio::test]
     async fn heavy_writes_are_spread_over_batches_and_light_ones_go_ahead() {
         let dir = tempfile::tempdir().unwrap();
         let inbox = open(&dir, true);
         let (release, held) = hold(&inbox);
         let commits_seen = |inbox: &SqliteStore| {
             let inbox = inbox.clone();
-            move |_: &Connection| Ok(inbox.commits().count())
+            move |conn: &Connection| {
+                mark(conn)?;
+                Ok(inbox.commits().count())
+            }
         };
         // Three jobs of 5 MiB each: no two fit in one batch's 8 MiB.
         let heavy: Vec<_> = (0..3)
