@@ -6,10 +6,12 @@
 //!   plugin's total is recorded again as a failure, without its state writes.
 //! - Every log line inside runs in the attempt's span (handler, source, event id, attempt), so
 //!   none repeats those fields.
+//! - An attempt of a hot plugin (`hot`) holds the plugin's turn from before its call until its
+//!   record is queued for commit, and no longer.
 
-use std::{sync::Arc, time::Instant};
+use std::{pin::pin, sync::Arc, task::Poll, time::Instant};
 
-use super::{Dispatcher, PluginState, policy::Classified};
+use super::{Dispatcher, PluginState, hot::Hot, policy::Classified};
 use crate::{
     config::PluginConfig,
     inbox::{Claimed, Finish, Finished, InboxError},
@@ -88,6 +90,10 @@ impl Dispatcher {
             inbox: self.inbox.clone(),
             limits: plugin.state_limits,
         });
+        let turn = self
+            .hot
+            .turn(&claim.handler, Hot::wait_for(plugin.timeout))
+            .await;
         let (result, changes) = self
             .runtime
             .handle(&loaded.plugin, &ctx, state, input, outbound)
@@ -106,7 +112,15 @@ impl Dispatcher {
             ..self.record(&claim, &plugin, sha256, classified, now)
         };
         let mut counted = (finish.outcome, finish.disposition.clone());
-        let mut result = self.inbox.finish(finish).await?;
+        let mut finishing = pin!(self.inbox.finish(finish));
+        // Its first poll queues the record (and makes its state writes visible to reads): the
+        // turn goes on from there, not from the commit.
+        let queued = std::future::poll_fn(|cx| Poll::Ready(finishing.as_mut().poll(cx))).await;
+        drop(turn);
+        let mut result = match queued {
+            Poll::Ready(result) => result?,
+            Poll::Pending => finishing.await?,
+        };
         if let Finished::OverQuota(message) = result {
             // Concurrent attempts each fit the plugin's total but together do not: this one
             // did not commit; record it as failed, without its writes (the lease is still ours).
@@ -122,7 +136,10 @@ impl Dispatcher {
         self.count(&claim, counted, &result, started);
         match result {
             Finished::Recorded | Finished::OverQuota(_) => {}
-            Finished::Conflict => tracing::debug!("state conflict; re-running"),
+            Finished::Conflict => {
+                self.hot.conflicted(&claim.handler);
+                tracing::debug!("state conflict; re-running");
+            }
             Finished::LeaseLost => {
                 tracing::warn!("attempt finished after its lease was taken back; result discarded")
             }

@@ -1,7 +1,8 @@
 //! Dispatch: leases due deliveries, runs each attempt in a fresh handler instance, and records
 //! the outcome with the delivery's next state in one transaction. `producer` runs the loop that
 //! leases within the workers' capacity; `attempt` runs one attempt into the record the inbox
-//! finishes; [`policy`] classifies its result and decides the retry; [`fair`] shares workers.
+//! finishes; [`policy`] classifies its result and decides the retry; [`fair`] shares workers;
+//! `hot` makes the attempts of a plugin that conflicts on a hot state key take turns.
 //!
 //! Invariants:
 //! - The attempt is counted when it is leased (in `inbox::claim`), so a plugin that takes the
@@ -18,6 +19,7 @@
 
 mod attempt;
 pub mod fair;
+mod hot;
 pub mod policy;
 mod producer;
 #[cfg(test)]
@@ -26,6 +28,7 @@ mod tests;
 use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use self::{
+    hot::Hot,
     policy::{Attempted, RetryPolicy},
     producer::InFlight,
 };
@@ -79,6 +82,8 @@ pub struct Dispatcher {
     handlers: HashSet<String>,
     /// Where attempts, retries, dead letters and outbound requests are counted.
     telemetry: Arc<Telemetry>,
+    /// The turns of plugins whose attempts conflicted recently.
+    hot: Hot,
 }
 
 impl Dispatcher {
@@ -97,6 +102,7 @@ impl Dispatcher {
             .map(|handler| handler.to_string())
             .collect();
         Arc::new(Self {
+            hot: Hot::new(inbox.reads_queued_state()),
             config,
             inbox,
             registry,

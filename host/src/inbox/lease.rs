@@ -299,6 +299,11 @@ impl Finish {
         }
     }
 
+    /// Whether this attempt commits state writes (it succeeded and wrote some).
+    pub(super) fn writes_state(&self) -> bool {
+        matches!(self.disposition, Disposition::Done { .. }) && !self.state.writes.is_empty()
+    }
+
     /// Whether the delivery leaves the open states (done or dead, not retried).
     pub(super) fn closes(&self) -> bool {
         !matches!(self.disposition, Disposition::RetryAt { .. })

@@ -219,6 +219,12 @@ impl Inbox {
         self.store().capabilities().single_node
     }
 
+    /// Whether state reads see writes whose commit is queued (SQLite's single writer): then
+    /// attempts on a hot key may run one after another without waiting for each commit.
+    pub fn reads_queued_state(&self) -> bool {
+        self.store().capabilities().reads_queued_state
+    }
+
     /// The coordination store of a database several nodes share (`None` for SQLite).
     pub fn cluster(&self) -> Option<Arc<dyn ClusterStore>> {
         self.inner.shared.as_ref().map(|s| s.cluster.clone())

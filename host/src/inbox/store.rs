@@ -75,6 +75,10 @@ pub(crate) struct Capabilities {
     /// No other process can use the database while this one has it open, so every lease in it
     /// is this process's, or a previous process's: [`Store::reclaim_all`] is sound.
     pub single_node: bool,
+    /// A state read sees the writes of attempts whose commit is queued but not done yet (and
+    /// their versions, so a commit that reads one is checked against it): attempts on one key
+    /// can follow each other without waiting for each commit.
+    pub reads_queued_state: bool,
 }
 
 /// The operations of one storage backend. Times are given by the caller (the façade's clock),
@@ -184,8 +188,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// due at `now_ms`: how far dispatch lags (`hookd_oldest_due_seconds`).
     async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError>;
 
-    /// Committed value and version of a state key (version 0 = never written). Blocking: the
-    /// runtime's `state.get` host call is synchronous.
+    /// Committed value and version of a state key (version 0 = never written), or, on a store
+    /// that [`reads_queued_state`](Capabilities::reads_queued_state), those of its newest
+    /// write whose commit is queued. Blocking: the runtime's `state.get` host call is
+    /// synchronous.
     fn state_get_blocking(
         &self,
         plugin: &str,

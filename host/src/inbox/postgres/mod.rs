@@ -261,7 +261,10 @@ fn state_names(states: &[DeliveryState]) -> Vec<&'static str> {
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { single_node: false }
+        Capabilities {
+            single_node: false,
+            reads_queued_state: false,
+        }
     }
 
     async fn counts(&self) -> Result<Counts, InboxError> {

@@ -81,7 +81,7 @@ pub(super) fn take_back(
         let disposition = decide(handler, *used);
         let finish = Finish::abandoned(*id, handler, *attempt, *leased_at, now_ms, disposition);
         closed += usize::from(finish.closes());
-        finish_attempt(conn, &finish)?;
+        finish_attempt(conn, &finish, 0)?; // abandoned: no state to stamp
     }
     Ok(Reclaimed {
         taken_back: rows.len(),
@@ -303,8 +303,13 @@ fn lease(
 #[path = "claim_tests.rs"]
 mod claim_tests;
 
-/// Records attempt `f` and moves its delivery on, if `f`'s lease is still the running one.
-pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, InboxError> {
+/// Records attempt `f` and moves its delivery on, if `f`'s lease is still the running one;
+/// its state writes, if it commits any, are stamped `stamp` (see `state::apply_state`).
+pub(super) fn finish_attempt(
+    conn: &Connection,
+    f: &Finish,
+    stamp: i64,
+) -> Result<Finished, InboxError> {
     let leased: Option<u32> = conn
         .prepare_cached("SELECT attempts FROM deliveries WHERE id = ?1 AND state = 'running'")?
         .query_row([f.delivery_id], |r| r.get(0))
@@ -328,7 +333,8 @@ pub(super) fn finish_attempt(conn: &Connection, f: &Finish) -> Result<Finished, 
             return Ok(Finished::Conflict);
         }
         if !f.state.writes.is_empty()
-            && let Err(message) = apply_state(conn, f.plugin.as_str(), &f.state, f.finished_at_ms)?
+            && let Err(message) =
+                apply_state(conn, f.plugin.as_str(), &f.state, f.finished_at_ms, stamp)?
         {
             return Ok(Finished::OverQuota(message));
         }

@@ -22,6 +22,7 @@ mod connection;
 mod error;
 mod lease;
 mod quarantine;
+mod queued;
 mod replay;
 mod retention;
 mod schema;
@@ -71,6 +72,8 @@ struct Inner {
     lock: Mutex<Option<std::fs::File>>,
     /// Notices of work: in process, as no other process uses the database.
     work: tokio::sync::Notify,
+    /// State writes queued but not committed yet, as reads see them, and the version clocks.
+    queued: queued::QueuedState,
 }
 
 impl SqliteStore {
@@ -84,6 +87,7 @@ impl SqliteStore {
         // queued behind it: 500 pages (~2 MiB) instead of SQLite's 1000 halves that stall.
         conn.execute_batch("PRAGMA wal_autocheckpoint = 500")?;
         schema::migrate(&conn)?;
+        let queued = queued::QueuedState::load(&conn)?;
         let (tx, rx) = mpsc::channel();
         let commits = Arc::new(Commits::default());
         let handle = writer::spawn(conn, rx, Arc::clone(&commits), options)?;
@@ -96,6 +100,7 @@ impl SqliteStore {
                 commits,
                 lock: Mutex::new(lock),
                 work: tokio::sync::Notify::new(),
+                queued,
             }),
         })
     }
@@ -119,7 +124,10 @@ fn count(conn: &Connection) -> Result<Counts, InboxError> {
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { single_node: true }
+        Capabilities {
+            single_node: true,
+            reads_queued_state: true,
+        }
     }
 
     async fn counts(&self) -> Result<Counts, InboxError> {
@@ -177,8 +185,30 @@ impl Store for SqliteStore {
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
         // Weighted by its state bytes, so one group commit carries a bounded amount of them.
         let weight = state::state_bytes(&finish.state);
-        self.write_weighted(weight, move |conn| lease::finish_attempt(conn, &finish))
-            .await
+        if !finish.writes_state() {
+            return self
+                .write_weighted(weight, move |conn| lease::finish_attempt(conn, &finish, 0))
+                .await;
+        }
+        // Stamped and queued in one step, so versions enter the writer's queue in order; its
+        // writes are visible to reads from now until the commit is answered (`queued.rs`).
+        let plugin = finish.plugin.to_string();
+        let keys: Vec<String> = finish.state.writes.keys().cloned().collect();
+        let (answer, version) = {
+            let mut stamping = self.inner.queued.stamping();
+            let version = stamping.next_version(&plugin);
+            stamping.queued(&plugin, &finish.state, version);
+            let answer = self.enqueue(weight, move |conn| {
+                lease::finish_attempt(conn, &finish, version)
+            });
+            (answer, version)
+        };
+        let result = match answer {
+            Ok(answer) => answer.await.map_err(|_| InboxError::WriterGone)?,
+            Err(e) => Err(e),
+        };
+        self.inner.queued.answered(&plugin, &keys, version);
+        result
     }
 
     async fn reclaim_expired(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError> {
@@ -236,7 +266,10 @@ impl Store for SqliteStore {
         plugin: &str,
         key: &str,
     ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
-        self.read_blocking(|conn| state::get(conn, plugin, key))
+        match self.inner.queued.get(plugin, key) {
+            Some(queued) => Ok(queued),
+            None => self.read_blocking(|conn| state::get(conn, plugin, key)),
+        }
     }
 
     fn state_stat_blocking(
@@ -244,7 +277,10 @@ impl Store for SqliteStore {
         plugin: &str,
         key: &str,
     ) -> Result<(Option<u64>, i64), InboxError> {
-        self.read_blocking(|conn| state::stat(conn, plugin, key))
+        match self.inner.queued.stat(plugin, key) {
+            Some(queued) => Ok(queued),
+            None => self.read_blocking(|conn| state::stat(conn, plugin, key)),
+        }
     }
 
     fn state_usage_blocking(&self, plugin: &str) -> Result<StateUsage, InboxError> {
@@ -271,8 +307,12 @@ impl Store for SqliteStore {
 
     async fn edit_state(&self, edit: StateEdit, now_ms: i64) -> Result<Edited, InboxError> {
         let weight = edit.key.len() + edit.value.as_ref().map_or(0, Vec::len);
-        self.write_weighted(weight, move |conn| state::edit(conn, &edit, now_ms))
-            .await
+        let answer = {
+            let mut stamping = self.inner.queued.stamping();
+            let version = stamping.next_version(edit.plugin.as_str());
+            self.enqueue(weight, move |conn| state::edit(conn, &edit, now_ms, version))?
+        };
+        answer.await.map_err(|_| InboxError::WriterGone)?
     }
 
     async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {

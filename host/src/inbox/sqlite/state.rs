@@ -113,11 +113,16 @@ fn state_usage(conn: &Connection, plugin: &str) -> Result<(StateUsage, i64), Inb
 /// plugin's total, returning the version they were stamped with; `Err(message)` (nothing
 /// written) if they would not. Versions come from the plugin's clock, which only grows, so a
 /// deleted key's row can go: a key re-created later never repeats a version a reader saw.
+///
+/// `stamp` is the version handed out when the commit was queued (`queued.rs`); should the
+/// clock have passed it (a heavier job queued earlier was deferred behind this one), the next
+/// version of the clock is used instead, and whoever read the queued write conflicts.
 pub(super) fn apply_state(
     conn: &Connection,
     plugin: &str,
     changes: &StateChanges,
     at_ms: i64,
+    stamp: i64,
 ) -> Result<Result<i64, String>, InboxError> {
     let mut size = conn
         .prepare_cached("SELECT length(value) FROM plugin_state WHERE plugin = ?1 AND key = ?2")?;
@@ -135,7 +140,7 @@ pub(super) fn apply_state(
         Ok(after) => after,
         Err(message) => return Ok(Err(message)),
     };
-    let version = clock + 1;
+    let version = stamp.max(clock + 1);
     let mut set = conn.prepare_cached(
         "INSERT INTO plugin_state (plugin, key, value, version, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5)
@@ -154,7 +159,8 @@ pub(super) fn apply_state(
     conn.prepare_cached(
         "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock) VALUES (?1, ?2, ?3, ?4)
          ON CONFLICT (plugin) DO UPDATE
-             SET keys = excluded.keys, bytes = excluded.bytes, clock = excluded.clock",
+             SET keys = excluded.keys, bytes = excluded.bytes,
+                 clock = MAX(clock, excluded.clock)",
     )?
     .execute(params![plugin, keys, bytes, version])?;
     Ok(Ok(version))
@@ -213,14 +219,19 @@ pub(super) fn value(
         .optional()?)
 }
 
-/// An operator's edit, checked and applied as an attempt's state commit is.
-pub(super) fn edit(conn: &Connection, edit: &StateEdit, at_ms: i64) -> Result<Edited, InboxError> {
+/// An operator's edit, checked and applied as an attempt's state commit is (stamped `stamp`).
+pub(super) fn edit(
+    conn: &Connection,
+    edit: &StateEdit,
+    at_ms: i64,
+    stamp: i64,
+) -> Result<Edited, InboxError> {
     let plugin = edit.plugin.as_str();
     let changes = edit.changes();
     if let Some(Changed { now, .. }) = first_changed(conn, plugin, &changes.versions)? {
         return Ok(Edited::Changed { now });
     }
-    Ok(match apply_state(conn, plugin, &changes, at_ms)? {
+    Ok(match apply_state(conn, plugin, &changes, at_ms, stamp)? {
         Ok(version) => Edited::Written {
             version: if edit.value.is_some() { version } else { 0 },
         },

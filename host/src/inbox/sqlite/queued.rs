@@ -1,0 +1,240 @@
+//! Plugin state writes queued for the writer but not committed yet, as reads see them: the
+//! next attempt on a hot key runs as soon as the previous one has finished executing, instead
+//! of after its commit's fsync.
+//!
+//! How it stays correct:
+//! - Every state commit of this database (an attempt's, an operator's edit) takes its version
+//!   here, in the order its job enters the writer's queue (one lock covers both), so the
+//!   version a queued write will be stamped with is known before it commits. The clocks start
+//!   from the database's at open; only this process writes it (the lock file).
+//! - A read of a key with a queued write sees that write and its version (a queued delete:
+//!   absent, version 0). The attempt's commit then checks that version like any other: the
+//!   writer runs jobs in queue order, so the write it read is applied first; if that write is
+//!   not applied after all (its own check failed, its lease was lost, it went over quota, the
+//!   batch's commit failed), the key is not at that version, and the reader conflicts and runs
+//!   again. Nothing read from a write that did not commit is ever committed.
+//! - A queued write leaves this view once its commit is answered (committed or not): the
+//!   database has it then, or it never will.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use rusqlite::Connection;
+
+use super::InboxError;
+use crate::model::StateChanges;
+
+/// The queued writes and version clocks of one database.
+#[derive(Default)]
+pub(super) struct QueuedState {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Plugin → the last version handed out.
+    clocks: HashMap<String, i64>,
+    /// (plugin, key) → the newest queued write of the key.
+    writes: HashMap<(String, String), Queued>,
+}
+
+/// A queued write: its value (`None`: a delete) and the version it will be stamped with.
+#[derive(Clone)]
+struct Queued {
+    value: Option<Arc<Vec<u8>>>,
+    version: i64,
+}
+
+/// The lock under which a state commit takes its version and is queued: held until its job is
+/// in the writer's queue, so versions enter the queue in order.
+pub(super) struct Stamping<'a>(MutexGuard<'a, Inner>);
+
+impl QueuedState {
+    /// Starts the clocks at the database's (`plugin_state_usage.clock`).
+    pub(super) fn load(conn: &Connection) -> Result<Self, InboxError> {
+        let mut statement = conn.prepare("SELECT plugin, clock FROM plugin_state_usage")?;
+        let clocks = statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            inner: Mutex::new(Inner {
+                clocks,
+                writes: HashMap::new(),
+            }),
+        })
+    }
+
+    /// The queued write of `key`, if any: `(value, version)` as a read reports it (a delete is
+    /// absent at version 0).
+    pub(super) fn get(&self, plugin: &str, key: &str) -> Option<(Option<Vec<u8>>, i64)> {
+        let inner = self.lock();
+        let queued = inner.writes.get(&(plugin.to_owned(), key.to_owned()))?;
+        Some(match &queued.value {
+            Some(value) => (Some(value.to_vec()), queued.version),
+            None => (None, 0),
+        })
+    }
+
+    /// The size (key + value bytes; None = absent) and version of `key`'s queued write, if any.
+    pub(super) fn stat(&self, plugin: &str, key: &str) -> Option<(Option<u64>, i64)> {
+        let inner = self.lock();
+        let queued = inner.writes.get(&(plugin.to_owned(), key.to_owned()))?;
+        Some(match &queued.value {
+            Some(value) => (Some((key.len() + value.len()) as u64), queued.version),
+            None => (None, 0),
+        })
+    }
+
+    /// Takes the lock under which a state commit is stamped and queued.
+    pub(super) fn stamping(&self) -> Stamping<'_> {
+        Stamping(self.lock())
+    }
+
+    /// Drops `plugin`'s queued writes stamped `version` (its commit was answered), unless a
+    /// later write of the same key replaced them.
+    pub(super) fn answered(&self, plugin: &str, keys: &[String], version: i64) {
+        let mut inner = self.lock();
+        for key in keys {
+            let at = (plugin.to_owned(), key.clone());
+            if inner.writes.get(&at).is_some_and(|q| q.version == version) {
+                inner.writes.remove(&at);
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().expect("poisoned")
+    }
+}
+
+impl Stamping<'_> {
+    /// The version `plugin`'s next state commit is stamped with.
+    pub(super) fn next_version(&mut self, plugin: &str) -> i64 {
+        let clock = self.0.clocks.entry(plugin.to_owned()).or_default();
+        *clock += 1;
+        *clock
+    }
+
+    /// Makes `changes`' writes, stamped `version`, visible to reads until
+    /// [`QueuedState::answered`].
+    pub(super) fn queued(&mut self, plugin: &str, changes: &StateChanges, version: i64) {
+        for (key, value) in &changes.writes {
+            let queued = Queued {
+                value: value.clone().map(Arc::new),
+                version,
+            };
+            self.0
+                .writes
+                .insert((plugin.to_owned(), key.clone()), queued);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{pin::pin, sync::Arc, task::Poll};
+
+    use super::super::{SqliteStore, TempDatabase, WriterOptions, writer::testing::hold};
+    use crate::{
+        clock::Clock,
+        config::Durability,
+        inbox::{
+            Finished, Inbox,
+            contract::fixtures::{HANDLER, done, lease, state_writes},
+        },
+        model::StateLimits,
+    };
+
+    /// An inbox on a fresh database, and its store (to hold the writer).
+    fn open(db: &TempDatabase) -> (Inbox, SqliteStore) {
+        let store = SqliteStore::open(&db.path(), WriterOptions::new(Durability::Normal)).unwrap();
+        let counts = store.counts_blocking();
+        let inbox = Inbox::on_store(Arc::new(store.clone()), counts, Clock::system(), None);
+        (inbox.unwrap(), store)
+    }
+
+    /// Polls `future` once: a finish is queued by then.
+    async fn queue<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        let mut future = future;
+        std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
+    }
+
+    #[tokio::test]
+    async fn a_read_sees_a_queued_write_and_a_commit_that_read_it_follows_it() {
+        let db = TempDatabase::new();
+        let (inbox, store) = open(&db);
+        let limits = StateLimits::DEFAULT;
+        let (a, b) = (lease(&inbox, "a").await, lease(&inbox, "b").await);
+        let (release, held) = hold(&store);
+        let first = done(&a, state_writes(&inbox, &[("k", Some(3))], limits));
+        let mut first = pin!(inbox.finish(first));
+        assert!(queue(first.as_mut()).await.is_pending(), "the writer is held");
+        // Not committed, and yet what the next attempt reads: the queued write and the version
+        // it is stamped with.
+        assert_eq!(
+            inbox.state_get_blocking(HANDLER, "k").unwrap(),
+            (Some(vec![7; 3]), 1)
+        );
+        assert_eq!(inbox.state_stat_blocking(HANDLER, "k").unwrap(), (Some(4), 1));
+        let second = done(&b, state_writes(&inbox, &[("k", Some(5))], limits));
+        assert_eq!(second.state.versions["k"], 1);
+        let mut second = pin!(inbox.finish(second));
+        assert!(queue(second.as_mut()).await.is_pending());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert_eq!(first.await.unwrap(), Finished::Recorded);
+        assert_eq!(second.await.unwrap(), Finished::Recorded);
+        assert_eq!(
+            inbox.state_get_blocking(HANDLER, "k").unwrap(),
+            (Some(vec![7; 5]), 2)
+        );
+        assert!(store.inner.queued.lock().writes.is_empty(), "answered: gone");
+    }
+
+    #[tokio::test]
+    async fn a_commit_that_read_a_write_which_did_not_commit_conflicts() {
+        let db = TempDatabase::new();
+        let (inbox, store) = open(&db);
+        let limits = StateLimits::DEFAULT;
+        let (a, b) = (lease(&inbox, "a").await, lease(&inbox, "b").await);
+        let (release, held) = hold(&store);
+        // The first attempt read `x` at a version it no longer has: its commit will fail.
+        let mut writes = state_writes(&inbox, &[("k", Some(3))], limits);
+        writes.versions.insert("x".into(), 99);
+        let mut first = pin!(inbox.finish(done(&a, writes)));
+        assert!(queue(first.as_mut()).await.is_pending());
+        let second = done(&b, state_writes(&inbox, &[("k", Some(5))], limits));
+        assert_eq!(second.state.versions["k"], 1, "read the queued write");
+        let mut second = pin!(inbox.finish(second));
+        assert!(queue(second.as_mut()).await.is_pending());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert_eq!(first.await.unwrap(), Finished::Conflict);
+        assert_eq!(
+            second.await.unwrap(),
+            Finished::Conflict,
+            "what it read never committed"
+        );
+        assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap(), (None, 0));
+    }
+
+    #[tokio::test]
+    async fn versions_go_on_from_the_database_after_a_reopen() {
+        let db = TempDatabase::new();
+        {
+            let (inbox, _store) = open(&db);
+            let a = lease(&inbox, "a").await;
+            let writes = state_writes(&inbox, &[("k", Some(1))], StateLimits::DEFAULT);
+            assert_eq!(inbox.finish(done(&a, writes)).await.unwrap(), Finished::Recorded);
+            inbox.close();
+        }
+        let (inbox, _store) = open(&db);
+        let b = lease(&inbox, "b").await;
+        let writes = state_writes(&inbox, &[("k", Some(2))], StateLimits::DEFAULT);
+        assert_eq!(writes.versions["k"], 1);
+        assert_eq!(inbox.finish(done(&b, writes)).await.unwrap(), Finished::Recorded);
+        assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap().1, 2);
+    }
+}
