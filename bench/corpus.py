@@ -5,14 +5,21 @@ One line per body: `<X-Hub-Signature-256 value>\t<JSON body>`. GitHub signs only
 the wrk script (bench/ingest.lua) pairs each body with a fresh `X-GitHub-Delivery` id per
 request (and re-sends an earlier id with its body for the duplicates).
 
-Usage: corpus.py OUT [--count N] [--size BYTES] [--secret S]
+With `--standard-webhooks RUN`, one line per *message* instead, for bench/sw.lua:
+`<webhook-id>\t<webhook-timestamp>\t<webhook-signature>\t<JSON body>`, ids RUN-0, RUN-1, ...
+(a Standard Webhooks signature covers the id and the timestamp, so every message is signed
+here; `--secret` is then a `whsec_<base64>` key and the bodies carry a top-level `type`).
+
+Usage: corpus.py OUT [--count N] [--size BYTES] [--secret S] [--standard-webhooks RUN]
 """
 
 import argparse
+import base64
 import hashlib
 import hmac
 import json
 import random
+import time
 
 WORDS = (
     "app crashes on start error when saving settings the build fails with a panic in the "
@@ -66,13 +73,34 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--size", type=int, default=1500)
     parser.add_argument("--secret", default="bench-github-secret")
+    parser.add_argument("--standard-webhooks", metavar="RUN")
     args = parser.parse_args()
     rng = random.Random(42)
+    if args.standard_webhooks:
+        write_standard_webhooks(args, rng)
+        return
     with open(args.out, "w", encoding="utf-8") as out:
         for n in range(args.count):
             body = issue_body(rng, n, args.size)
             digest = hmac.new(args.secret.encode(), body, hashlib.sha256).hexdigest()
             out.write(f"sha256={digest}\t{body.decode()}\n")
+
+
+def write_standard_webhooks(args, rng: random.Random) -> None:
+    key = base64.b64decode(args.secret.removeprefix("whsec_"))
+    timestamp = str(int(time.time()))
+    # A few hundred distinct bodies, each message signed with its own id.
+    bodies = []
+    for n in range(min(args.count, 500)):
+        payload = json.loads(issue_body(rng, n, args.size))
+        bodies.append(json.dumps({"type": "issue." + payload["action"], **payload},
+                                 separators=(",", ":")))
+    with open(args.out, "w", encoding="utf-8") as out:
+        for n in range(args.count):
+            msg_id, body = f"{args.standard_webhooks}-{n}", bodies[n % len(bodies)]
+            signed = f"{msg_id}.{timestamp}.{body}".encode()
+            signature = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+            out.write(f"{msg_id}\t{timestamp}\tv1,{signature}\t{body}\n")
 
 
 if __name__ == "__main__":

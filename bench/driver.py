@@ -16,6 +16,11 @@ Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
             samples the database's size on disk and the ingest latency, so the size over time
             and the p99 with pruning running are side by side. RETENTION_DURATION per host
             (default 600s).
+  peer      hookd beside a native receiver (PEER_BIN: axum + rusqlite, Standard Webhooks check,
+            INSERT OR IGNORE, group commit, synchronous=FULL) in one run: rounds of PEER_REQUESTS
+            signed messages per wrk thread (10% re-sent, 64 connections), the order rotating;
+            hookd without parser or handler, and hookd with the `github` parser and one
+            delivery row per event; ratios per round, then bytes stored per event.
   cluster   the storage backends side by side in one run: durable accepts/s (as `ingest`) and
             handled events/s (stateless `flaky`, as `dispatch`) on SQLite, on PostgreSQL with
             one node, and with three nodes sharing the database (the load spread over them);
@@ -125,6 +130,19 @@ class Host:
                 values[m.group(2) or m.group(1)] = int(m.group(3))
         return values
 
+    def states(self) -> dict:
+        """Deliveries by state, read from the database itself (a WAL reader: it never blocks
+        hookd's writer). /metrics samples the finished states only every 10 s, too coarse to
+        time a run by."""
+        uri = f"file:{self.dir / 'hookd.db'}?mode=ro"
+        db = sqlite3.connect(uri, uri=True, timeout=10)
+        try:
+            # One count per state, each a range of the (state, ...) index.
+            return {state: db.execute("SELECT COUNT(*) FROM deliveries WHERE state = ?",
+                                      (state,)).fetchone()[0] for state in STATES}
+        finally:
+            db.close()
+
     def rss_kib(self) -> int:
         """Resident set of hookd itself (the strace wrapper is never used for memory)."""
         with open(f"/proc/{self.hookd_pid()}/status") as f:
@@ -197,10 +215,10 @@ def proc_jiffies(pid: int) -> int:
 
 
 def wrk(url: str, script: str, args: list, threads: int, connections: int, duration: str,
-        host: "Host | None" = None, quota: int = 0) -> dict:
+        host: "Host | None" = None, quota: int = 0, stop_file: "Path | None" = None) -> dict:
     """Runs wrk; with `host`, also reports the CPU hookd, wrk and everything else used meanwhile
     (in cores), so a figure taken while other work shared the machine is visible as such."""
-    done_file = None
+    done_file = stop_file
     if quota:
         done_file = WORK / f"wrk-done-{os.getpid()}-{time.time_ns()}"
         args = list(args) + [quota, done_file]
@@ -343,11 +361,12 @@ handlers = ["{handler}"]
 
 
 def wait_for(host: Host, done_target: int, timeout: float, poll: float = 0.05):
-    """Polls /metrics until `done_target` deliveries are done; returns (first_done_t, all_done_t)."""
+    """Polls the database until `done_target` deliveries are done; returns (first_done_t,
+    all_done_t, deliveries by state)."""
     first = None
     deadline = time.time() + timeout
     while True:
-        m = host.metrics()
+        m = host.states()
         now = time.time()
         if first is None and m.get("done", 0) > 0:
             first = now
@@ -371,13 +390,14 @@ def post(host: Host, events: int, body: dict, run_id: str, connections: int = 64
     result = wrk(host.url, "ingest.lua", [corpus, run_id, 0], 1, connections, "300s",
                  quota=events)
     time.sleep(0.5)  # requests cut off in flight finish (or not) on the server side
-    m = host.metrics()
+    m = host.states()
     return result, sum(m.get(state, 0) for state in STATES)
 
 
 def dispatch(args) -> None:
     n = args.events
     # 1. End to end: post N events while the workers handle them; time until all are done.
+    rates = {}
     for handler, wasm, body in (
         ("counter", "counter", {"action": "created", "note": "bench"}),
         ("flaky", "flaky", {"action": "created", "note": "bench"}),
@@ -389,6 +409,7 @@ def dispatch(args) -> None:
             posted, total = post(host, n, body, f"e2e-{handler}")
             _, all_done, m = wait_for(host, total, timeout=600)
             seconds = all_done - start
+            rates[handler] = total / seconds
             log(
                 f"dispatch end-to-end  handler={handler:8} {total} events accept->done in "
                 f"{seconds:.2f} s = {total / seconds:8.0f} handled/s  (posting alone took "
@@ -398,7 +419,10 @@ def dispatch(args) -> None:
                 host.stop()
                 attempts = host.count("SELECT COUNT(*) FROM attempts")
                 conflicts = host.count("SELECT COUNT(*) FROM attempts WHERE outcome = 'conflict'")
-                log(f"        counter attempts: {attempts} ({conflicts} state conflicts re-run)")
+                log(f"        counter attempts: {attempts} ({conflicts} state conflicts re-run, "
+                    f"{conflicts / max(attempts - conflicts, 1):.3f} per success)")
+    log(f"dispatch end-to-end  counter (one hot state key) / flaky (stateless) = "
+        f"{rates['counter'] / rates['flaky']:.2f} x")
 
     # 2. Drain: N events stored while the handler's file is absent, then the file appears.
     for handler, wasm in (("counter", "counter"), ("flaky", "flaky")):
@@ -407,7 +431,7 @@ def dispatch(args) -> None:
             wait_quiet()
             _, total = post(host, n, {"action": "created"}, f"drain-{handler}")
             shutil.copy(WASM / f"{wasm}.wasm", host.dir / "plugins" / f"{handler}.wasm")
-            first, last, _ = wait_for(host, total, timeout=600, poll=0.02)
+            first, last, _ = wait_for(host, total, timeout=600, poll=0.05)
             log(
                 f"dispatch drain       handler={handler:8} {total} stored deliveries done in "
                 f"{last - first:.2f} s = {total / (last - first):8.0f} handled/s"
@@ -431,7 +455,7 @@ def dispatch(args) -> None:
         deadline = started + args.sleep_ms / 1000 * 0.8
         peak, seen = base, 0
         while time.time() < deadline:
-            m = host.metrics()
+            m = host.states()
             seen = max(seen, m.get("running", 0))
             if m.get("running", 0) >= waiting:
                 peak = max(peak, host.rss_kib())
@@ -616,6 +640,137 @@ def cluster(args) -> None:
         log(f"cluster ratio {label:10} {what:10} = {rate / base[what]:.2f} x postgres-1")
     log("        command: wrk -t1 -cC -dD --latency -s bench/ingest.lua URL -- CORPUS RUN "
         "(one per node, C = 64 / nodes)")
+
+
+# --- peer: hookd beside a native receiver -----------------------------------------------------
+
+PEER_SECRET = "whsec_" + base64.b64encode(b"bench-standard-webhooks-key-0001").decode()
+PEER_SOURCE = f"""
+[sources.sw]
+scheme = "standard-webhooks"
+secrets = ["{PEER_SECRET}"]
+handlers = []
+"""
+# The GitHub-parsed variant stores one delivery row per event, for a handler whose file is not
+# there, so nothing is dispatched: what is measured is ingest with its delivery row.
+PEER_GITHUB_SOURCE = INGEST_SOURCES.replace("handlers = []", 'handlers = ["later"]')
+
+
+class Peer:
+    """The native reference receiver (PEER_BIN) in inbox mode, durable like hookd
+    (`--sync full --group-commit on`), in its own directory."""
+
+    def __init__(self, binary: Path):
+        self.dir = WORK / "peer-native"
+        shutil.rmtree(self.dir, ignore_errors=True)
+        self.dir.mkdir(parents=True)
+        self.port = free_port()
+        self.log = open(self.dir / "peer.log", "w")
+        self.proc = subprocess.Popen(
+            [str(binary), "--listen", f"127.0.0.1:{self.port}", "--db", str(self.dir / "inbox.db"),
+             "--mode", "inbox", "--sync", "full", "--group-commit", "on"],
+            stdout=self.log, stderr=self.log, env=dict(os.environ, BENCH_SECRET=PEER_SECRET))
+        deadline = time.time() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"the peer did not start; see {self.dir / 'peer.log'}")
+                time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def hookd_pid(self) -> int:  # the process wrk() charges CPU to
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def db_bytes(directory: Path, stem: str) -> int:
+    return sum(f.stat().st_size for f in directory.glob(f"{stem}*"))
+
+
+def peer(args) -> None:
+    """hookd and the native receiver side by side: rounds of QUOTA signed Standard Webhooks
+    messages each (10% re-sent), 64 connections, each receiver with a database of its own; the
+    order rotates every round. Then bytes stored per event."""
+    binary = Path(os.environ.get("PEER_BIN", ""))
+    if not binary.is_file():
+        raise SystemExit("PEER_BIN must name the native peer's binary (bench/run.sh peer builds "
+                         "it from PEER_DIR)")
+    quota, rounds = args.peer_requests, args.peer_rounds
+    github_corpus = ingest_corpus()
+    native = Peer(binary)
+    plain = Host("peer-hookd", 'durability = "full"', PEER_SOURCE, {})
+    github = Host("peer-hookd-github", 'durability = "full"', PEER_GITHUB_SOURCE,
+                  {"github": "github"})
+    receivers = {"native": native, "hookd": plain, "hookd+github": github}
+    results = {name: [] for name in receivers}
+    done_file = WORK / "peer-done"
+    try:
+        for r in range(rounds):
+            corpus = WORK / "peer-corpus.tsv"
+            subprocess.run(
+                [sys.executable, str(BENCH / "corpus.py"), str(corpus), "--count",
+                 str(quota * args.threads + 64), "--size", "1500", "--secret", PEER_SECRET,
+                 "--standard-webhooks", f"r{r}-{int(time.time())}"], check=True)
+            order = list(receivers)[r % 3:] + list(receivers)[:r % 3]
+            for name in order:
+                target = receivers[name]
+                wait_quiet()
+                if name == "hookd+github":
+                    res = wrk(target.url, "ingest.lua", [github_corpus, f"r{r}-{time.time_ns()}",
+                                                        10], args.threads, args.connections,
+                              "600s", target, quota=quota)
+                else:
+                    done_file.unlink(missing_ok=True)
+                    res = wrk(target.url, "sw.lua", [corpus, "sw", args.threads, 10, quota,
+                                                    done_file],
+                              args.threads, args.connections, "600s", target, quota=0,
+                              stop_file=done_file)
+                results[name].append(res)
+                log(f"peer round {r + 1} {name:13} {res['accepted_per_s']:8.0f} accepted/s  "
+                    f"p50 {res['p50_ms']:.2f} ms  p99 {res['p99_ms']:.2f} ms  "
+                    f"({int(res['accepted'])} x 202, {int(res['duplicates'])} duplicate, "
+                    f"{int(res['other'])} other)  {res['cpu']}")
+    finally:
+        for target in receivers.values():
+            target.stop()
+    base = results["native"]
+    for name, runs in results.items():
+        ratios = sorted(run["accepted_per_s"] / b["accepted_per_s"] for run, b in zip(runs, base))
+        rates = sorted(run["accepted_per_s"] for run in runs)
+        p99s = sorted(run["p99_ms"] for run in runs)
+        log(f"peer {name:13} median {rates[len(rates) // 2]:8.0f} accepted/s, median p99 "
+            f"{p99s[len(p99s) // 2]:.2f} ms; vs native in the same round: "
+            + " / ".join(f"{x:.2f}" for x in ratios) + f" (median {ratios[len(ratios) // 2]:.2f} x)")
+    with sqlite3.connect(native.dir / "inbox.db") as db:
+        native_events = db.execute("SELECT COUNT(*) FROM inbox").fetchone()[0]
+    sizes = {
+        "native": (db_bytes(native.dir, "inbox.db"), native_events),
+        "hookd": (db_bytes(plain.dir, "hookd.db"), plain.count("SELECT COUNT(*) FROM events")),
+        "hookd+github": (db_bytes(github.dir, "hookd.db"),
+                         github.count("SELECT COUNT(*) FROM events")),
+    }
+    for name, (size, events) in sizes.items():
+        log(f"peer {name:13} {events} events stored in {size / 1048576:.1f} MiB: "
+            f"{size / max(events, 1):.0f} bytes per event")
+    for host in (plain, github):
+        host.__exit__(None, None, None)
+    log(f"        command: wrk -t{args.threads} -c{args.connections} --latency -s bench/sw.lua URL "
+        f"-- CORPUS sw {args.threads} 10 {quota} DONE_FILE (hookd+github: bench/ingest.lua)")
 
 
 # --- retention -------------------------------------------------------------------------------
@@ -818,7 +973,7 @@ def languages(args) -> None:
             peak, seen = base, 0
             deadline = time.time() + args.hold_ms / 1000 * 0.8
             while time.time() < deadline:
-                running = host.metrics().get("running", 0)
+                running = host.states().get("running", 0)
                 seen = max(seen, running)
                 if running >= k:
                     time.sleep(0.2)
@@ -837,7 +992,8 @@ def languages(args) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario",
-                        choices=["ingest", "dispatch", "cluster", "retention", "languages", "all"])
+                        choices=["ingest", "dispatch", "cluster", "retention", "languages", "peer",
+                                 "all"])
     parser.add_argument("--duration", default=os.environ.get("DURATION", "30s"))
     parser.add_argument("--warmup", default=os.environ.get("WARMUP", "5s"))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("THREADS", "2")))
@@ -858,6 +1014,9 @@ def main() -> None:
     parser.add_argument("--lang-in-flight", type=int,
                         default=int(os.environ.get("LANG_IN_FLIGHT", "32")))
     parser.add_argument("--hold-ms", type=int, default=int(os.environ.get("HOLD_MS", "6000")))
+    parser.add_argument("--peer-requests", type=int,
+                        default=int(os.environ.get("PEER_REQUESTS", "35000")))
+    parser.add_argument("--peer-rounds", type=int, default=int(os.environ.get("PEER_ROUNDS", "3")))
     args = parser.parse_args()
     if args.scenario in ("ingest", "all"):
         ingest(args)
@@ -869,6 +1028,8 @@ def main() -> None:
         retention(args)
     if args.scenario in ("languages", "all"):
         languages(args)
+    if args.scenario == "peer":
+        peer(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|all]
+# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|peer|all]
 # (default: all)
 #
 #   ingest    durable accepts/s + ack latency (wrk, 64 connections, github signature + Wasm
@@ -19,6 +19,11 @@
 #             time and instantiate + call (examples/invoke --languages), start-up with an empty
 #             and a warm compile cache, resident memory per in-flight handler (LANG_IN_FLIGHT=32
 #             handlers held HOLD_MS=6000 on a slow HTTP call)
+#   peer      hookd beside a native reference receiver (axum + rusqlite, Standard Webhooks,
+#             group commit, synchronous=FULL), side by side in one run: durable accepts/s and
+#             p99 without parser or handler and with the `github` parser and a delivery row, and
+#             bytes stored per event. PEER_DIR names the receiver's Cargo project (built into
+#             target/peer); PEER_REQUESTS (35000 per wrk thread) per round, PEER_ROUNDS (3)
 #
 # Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
 # (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
@@ -30,9 +35,9 @@ set -euo pipefail
 
 scenario="${1:-all}"
 case "$scenario" in
-ingest | dispatch | invoke | cluster | retention | languages | all) ;;
+ingest | dispatch | invoke | cluster | retention | languages | peer | all) ;;
 *)
-    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|all]" >&2
+    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|peer|all]" >&2
     exit 2
     ;;
 esac
@@ -69,6 +74,16 @@ if [[ "$scenario" == languages || "$scenario" == all ]]; then
     bash plugin-sdk/python/build.sh tests/plugins-py/scenario scenario "$lang_dir/python.wasm" >&2
 fi
 
+if [[ "$scenario" == peer || ("$scenario" == all && -n "${PEER_DIR:-}") ]]; then
+    if [[ -z "${PEER_DIR:-}" || ! -f "$PEER_DIR/Cargo.toml" ]]; then
+        echo "bench/run.sh peer: set PEER_DIR to the native receiver's Cargo project" >&2
+        exit 2
+    fi
+    echo "== building the native receiver from $PEER_DIR" >&2
+    cargo build --release --manifest-path "$PEER_DIR/Cargo.toml" --target-dir target/peer >&2
+    export PEER_BIN="$root/target/peer/release/native-peer"
+fi
+
 echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)," \
     "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -95,5 +110,8 @@ if [[ "$scenario" == languages || "$scenario" == all ]]; then
         rust="$lang_dir/rust.wasm" javascript="$lang_dir/javascript.wasm" \
         python="$lang_dir/python.wasm"
     python3 bench/driver.py languages
+fi
+if [[ -n "${PEER_BIN:-}" ]]; then
+    python3 bench/driver.py peer
 fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"
