@@ -1865,7 +1865,9 @@ mod tests {
             (server.workers, server.wasm_threads),
             (WORKERS_PER_CORE * cores, cores)
         );
-        let set = parse("[server]\nworkers = 7\nwasm_threads = 3").unwrap().server;
+        let set = parse("[server]\nworkers = 7\nwasm_threads = 3")
+            .unwrap()
+            .server;
         assert_eq!((set.workers, set.wasm_threads), (7, 3));
         for (text, key) in [
             ("[server]\nwasm_threads = 0", "server.wasm_threads"),

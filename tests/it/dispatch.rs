@@ -63,7 +63,9 @@ async fn concurrent_duplicates_reach_the_counter_exactly_once_each() {
         .unwrap()
         .lines()
         .find(|l| l.starts_with(r#"hookd_attempts_total{plugin="counter",outcome="conflict"}"#))
-        .map_or(0.0, |l| l.split_whitespace().last().unwrap().parse().unwrap());
+        .map_or(0.0, |l| {
+            l.split_whitespace().last().unwrap().parse().unwrap()
+        });
     assert!(
         conflicts <= 100.0,
         "{conflicts} conflict re-runs for 200 events: the hot key's attempts did not take turns"

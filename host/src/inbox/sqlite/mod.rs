@@ -310,7 +310,9 @@ impl Store for SqliteStore {
         let answer = {
             let mut stamping = self.inner.queued.stamping();
             let version = stamping.next_version(edit.plugin.as_str());
-            self.enqueue(weight, move |conn| state::edit(conn, &edit, now_ms, version))?
+            self.enqueue(weight, move |conn| {
+                state::edit(conn, &edit, now_ms, version)
+            })?
         };
         answer.await.map_err(|_| InboxError::WriterGone)?
     }

@@ -170,14 +170,20 @@ mod tests {
         let (release, held) = hold(&store);
         let first = done(&a, state_writes(&inbox, &[("k", Some(3))], limits));
         let mut first = pin!(inbox.finish(first));
-        assert!(queue(first.as_mut()).await.is_pending(), "the writer is held");
+        assert!(
+            queue(first.as_mut()).await.is_pending(),
+            "the writer is held"
+        );
         // Not committed, and yet what the next attempt reads: the queued write and the version
         // it is stamped with.
         assert_eq!(
             inbox.state_get_blocking(HANDLER, "k").unwrap(),
             (Some(vec![7; 3]), 1)
         );
-        assert_eq!(inbox.state_stat_blocking(HANDLER, "k").unwrap(), (Some(4), 1));
+        assert_eq!(
+            inbox.state_stat_blocking(HANDLER, "k").unwrap(),
+            (Some(4), 1)
+        );
         let second = done(&b, state_writes(&inbox, &[("k", Some(5))], limits));
         assert_eq!(second.state.versions["k"], 1);
         let mut second = pin!(inbox.finish(second));
@@ -190,7 +196,10 @@ mod tests {
             inbox.state_get_blocking(HANDLER, "k").unwrap(),
             (Some(vec![7; 5]), 2)
         );
-        assert!(store.inner.queued.lock().writes.is_empty(), "answered: gone");
+        assert!(
+            store.inner.queued.lock().writes.is_empty(),
+            "answered: gone"
+        );
     }
 
     #[tokio::test]
@@ -227,14 +236,20 @@ mod tests {
             let (inbox, _store) = open(&db);
             let a = lease(&inbox, "a").await;
             let writes = state_writes(&inbox, &[("k", Some(1))], StateLimits::DEFAULT);
-            assert_eq!(inbox.finish(done(&a, writes)).await.unwrap(), Finished::Recorded);
+            assert_eq!(
+                inbox.finish(done(&a, writes)).await.unwrap(),
+                Finished::Recorded
+            );
             inbox.close();
         }
         let (inbox, _store) = open(&db);
         let b = lease(&inbox, "b").await;
         let writes = state_writes(&inbox, &[("k", Some(2))], StateLimits::DEFAULT);
         assert_eq!(writes.versions["k"], 1);
-        assert_eq!(inbox.finish(done(&b, writes)).await.unwrap(), Finished::Recorded);
+        assert_eq!(
+            inbox.finish(done(&b, writes)).await.unwrap(),
+            Finished::Recorded
+        );
         assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap().1, 2);
     }
 }
