@@ -69,6 +69,20 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
+def wait_started(proc: subprocess.Popen, probe, seconds: float, failure: str) -> None:
+    """Waits until `probe()` stops raising OSError; gives up with `failure` once `proc` exited
+    or `seconds` passed."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            probe()
+            return
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                raise SystemExit(failure)
+            time.sleep(0.05)
+
+
 class Host:
     """A `hookd serve` process in its own directory, optionally under strace."""
 
@@ -102,15 +116,8 @@ class Host:
         env = dict(os.environ, HOOKD_LOG=os.environ.get("HOOKD_LOG", "warn"))
         env.pop("HOOKD_DATABASE_URL", None)
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=self.log, env=env)
-        deadline = time.time() + 120
-        while True:
-            try:
-                self.get("/healthz")
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"hookd did not start; see {self.dir / 'hookd.log'}")
-                time.sleep(0.05)
+        wait_started(self.proc, lambda: self.get("/healthz"), 120,
+                     f"hookd did not start; see {self.dir / 'hookd.log'}")
 
     @property
     def url(self) -> str:
@@ -670,15 +677,9 @@ class Peer:
             [str(binary), "--listen", f"127.0.0.1:{self.port}", "--db", str(self.dir / "inbox.db"),
              "--mode", "inbox", "--sync", "full", "--group-commit", "on"],
             stdout=self.log, stderr=self.log, env=dict(os.environ, BENCH_SECRET=PEER_SECRET))
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"the peer did not start; see {self.dir / 'peer.log'}")
-                time.sleep(0.05)
+        wait_started(self.proc,
+                     lambda: socket.create_connection(("127.0.0.1", self.port), timeout=1).close(),
+                     30, f"the peer did not start; see {self.dir / 'peer.log'}")
 
     @property
     def url(self) -> str:
