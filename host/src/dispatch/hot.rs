@@ -27,6 +27,7 @@ use tokio::{
     time::Instant,
 };
 
+use super::LEASE_MARGIN;
 use crate::ids::PluginName;
 
 /// How long a plugin stays hot after its last conflict.
@@ -92,10 +93,11 @@ impl Hot {
             .map(|held| Turn { _held: held })
     }
 
-    /// The longest an attempt waits for its turn: half its time limit, so the wait and the
-    /// attempt together stay within the lease.
+    /// The longest an attempt waits for its turn: half its time limit, and at most half the
+    /// lease's margin beyond that limit, so the wait and the attempt together stay within the
+    /// lease (`timeout + LEASE_MARGIN`).
     pub(super) fn wait_for(timeout: Duration) -> Duration {
-        timeout / 2
+        (timeout / 2).min(LEASE_MARGIN / 2)
     }
 
     fn plugin(&self, plugin: &PluginName) -> Arc<Plugin> {
@@ -129,6 +131,18 @@ mod tests {
         assert!(!hot.is_hot(&PluginName::new("other")));
         tokio::time::advance(HOT_FOR).await;
         assert!(hot.turn(&p, wait).await.is_none(), "cooled down");
+    }
+
+    #[test]
+    fn the_wait_for_a_turn_and_the_attempt_fit_in_the_lease() {
+        for timeout in [1, 50, 1_000, 30_000, 600_000].map(Duration::from_millis) {
+            let wait = Hot::wait_for(timeout);
+            assert!(
+                wait + timeout < timeout + LEASE_MARGIN,
+                "{timeout:?}: {wait:?}"
+            );
+            assert!(wait <= timeout / 2);
+        }
     }
 
     #[tokio::test]
