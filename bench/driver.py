@@ -69,6 +69,16 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
+def terminate(proc: subprocess.Popen, pid: int, seconds: float) -> None:
+    """Sends SIGTERM to `pid` and waits up to `seconds` for `proc` to exit; kills it after."""
+    os.kill(pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_started(proc: subprocess.Popen, probe, seconds: float, failure: str) -> None:
     """Waits until `probe()` stops raising OSError; gives up with `failure` once `proc` exited
     or `seconds` passed."""
@@ -168,12 +178,7 @@ class Host:
     def stop(self) -> None:
         if self.proc.poll() is None:
             # Under strace, stop hookd itself: strace then writes its summary and exits.
-            os.kill(self.hookd_pid(), signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, self.hookd_pid(), 60)
         self.log.close()
 
     def count(self, sql: str) -> int:
@@ -690,12 +695,7 @@ class Peer:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            terminate(self.proc, self.proc.pid, 30)
         self.log.close()
 
 
