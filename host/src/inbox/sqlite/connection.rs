@@ -112,7 +112,12 @@ pub(super) fn create_private(path: &Path) -> Result<(), InboxError> {
 }
 
 /// A connection with the pragmas every connection needs (WAL, the durability's `synchronous`,
-/// a busy timeout, foreign keys) and a statement cache.
+/// a busy timeout, foreign keys, temporary storage in memory) and a statement cache.
+///
+/// `temp_store = MEMORY`: every writer job runs in a savepoint, and a savepoint keeps the
+/// original of each page it changes in a sub-journal, by default a temporary file; in memory
+/// it costs no `pwrite` per page (about a tenth of the writer's time under ingest). It is
+/// bounded by what one job changes, and holds nothing a crash needs: the WAL does.
 pub(super) fn open_connection(
     path: &Path,
     durability: Durability,
@@ -131,7 +136,8 @@ pub(super) fn open_connection(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = {synchronous};
          PRAGMA busy_timeout = 10000;
-         PRAGMA foreign_keys = ON;"
+         PRAGMA foreign_keys = ON;
+         PRAGMA temp_store = MEMORY;"
     ))?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    sql::{headers_from_json, open_states, waiting_states},
+    sql::{each_waiting_state, headers_from_json, open_states, waiting_states},
     state::{apply_state, first_changed},
 };
 use crate::{
@@ -134,6 +134,57 @@ pub(super) fn claim_due(
     })
 }
 
+/// One waiting state's due deliveries of handler `?1` that head their key, due at `?2`, after
+/// `(?4, ?5)` in `(due, id)` order. [`due_heads`] merges the waiting states' arms (`UNION ALL
+/// … ORDER BY`), so each arm is a range of `deliveries_handler_due` read in order: a claim
+/// reads this handler's rows only, and only as far as it takes, never sorting its whole
+/// backlog or scanning another handler's.
+///
+/// A delivery heads its key when none of the key's open deliveries runs or comes before it
+/// (by sequence, then arrival): three probes of `deliveries_key_state`, each a seek, however
+/// long the key's history or queue.
+macro_rules! due_heads_in {
+    ($state:literal) => {
+        concat!(
+            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+             FROM deliveries d INDEXED BY deliveries_handler_due
+             WHERE d.handler = ?1 AND d.state = '",
+            $state,
+            "'
+               AND d.next_attempt_at <= ?2
+               AND (d.next_attempt_at, d.id) > (?4, ?5)
+               AND (d.ordering_key IS NULL OR (
+                    NOT EXISTS (SELECT 1 FROM deliveries p
+                        WHERE p.source = d.source AND p.handler = d.handler
+                          AND p.ordering_key = d.ordering_key AND p.state = 'running')
+                    AND NOT EXISTS (SELECT 1 FROM deliveries p
+                        WHERE p.source = d.source AND p.handler = d.handler
+                          AND p.ordering_key = d.ordering_key AND p.state IN ",
+            waiting_states!(),
+            "
+                          AND COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0))
+                    AND NOT EXISTS (SELECT 1 FROM deliveries p
+                        WHERE p.source = d.source AND p.handler = d.handler
+                          AND p.ordering_key = d.ordering_key AND p.state IN ",
+            waiting_states!(),
+            "
+                          AND COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
+                          AND p.id < d.id)))"
+        )
+    };
+}
+
+/// A page of [`due_heads`]: handler `?1`'s heads due at `?2`, after `(?4, ?5)`, at most `?3`.
+pub(super) const DUE_HEADS: &str =
+    concat!(each_waiting_state!(due_heads_in), " ORDER BY 2, 1 LIMIT ?3");
+
+/// The newest `done` sequence of key `?3` (source `?1`, handler `?2`): `MAX(sequence)`, read
+/// from the top of the key's `done` entries in `deliveries_key_state` rather than over all.
+pub(super) const NEWEST_DONE: &str = "SELECT sequence FROM deliveries
+     WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'
+       AND sequence IS NOT NULL
+     ORDER BY COALESCE(sequence, 0) DESC LIMIT 1";
+
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
@@ -150,28 +201,7 @@ fn due_heads(
     let mut scan = HeadScan::new(want);
     while let Some((after, page)) = scan.next_page() {
         let rows: Vec<Candidate> = conn
-            .prepare_cached(concat!(
-                "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
-                 FROM deliveries d
-                 WHERE d.handler = ?1 AND d.state IN ",
-                waiting_states!(),
-                "
-                   AND d.next_attempt_at <= ?2
-                   AND (d.next_attempt_at, d.id) > (?4, ?5)
-                   AND (d.ordering_key IS NULL OR NOT EXISTS (
-                        SELECT 1 FROM deliveries p
-                        WHERE p.source = d.source AND p.handler = d.handler
-                          AND p.ordering_key = d.ordering_key
-                          AND p.state IN ",
-                open_states!(),
-                "
-                          AND (p.state = 'running'
-                               OR COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0)
-                               OR (COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
-                                   AND p.id < d.id))))
-                 ORDER BY d.next_attempt_at, d.id
-                 LIMIT ?3"
-            ))?
+            .prepare_cached(DUE_HEADS)?
             .query_map(params![handler, now_ms, page, after.0, after.1], |r| {
                 Ok(Candidate {
                     id: r.get(0)?,
@@ -219,11 +249,9 @@ fn staleness(
         return Ok(Staleness::Fresh);
     };
     let newest_done: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MAX(sequence) FROM deliveries
-             WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'",
-        )?
-        .query_row(params![candidate.source, handler, key], |r| r.get(0))?;
+        .prepare_cached(NEWEST_DONE)?
+        .query_row(params![candidate.source, handler, key], |r| r.get(0))
+        .optional()?;
     let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
         return Ok(Staleness::Fresh);
     };

@@ -148,6 +148,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
         body    BLOB    NOT NULL
     );
     ",
+    // 10: a claim's checks on an ordering key are seeks, whatever the key's history: whether
+    // one of its open deliveries runs or comes first (by state, then sequence), and its newest
+    // `done` sequence. `deliveries_key` made each check walk every delivery the key ever had.
+    "
+    CREATE INDEX deliveries_key_state
+        ON deliveries (source, handler, ordering_key, state, COALESCE(sequence, 0))
+        WHERE ordering_key IS NOT NULL;
+    DROP INDEX deliveries_key;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -24,6 +24,16 @@ macro_rules! waiting_states {
 }
 pub(super) use waiting_states;
 
+/// `$arm!(state)` for each state of `DeliveryState::WAITING`, joined by `UNION ALL`: a query
+/// that reads each waiting state as a range of an index, in that index's order, and merges
+/// them (with the statement's own `ORDER BY`) instead of sorting the whole set.
+macro_rules! each_waiting_state {
+    ($arm:ident) => {
+        concat!($arm!("pending"), " UNION ALL ", $arm!("retrying"))
+    };
+}
+pub(super) use each_waiting_state;
+
 /// `DeliveryState::FINISHED` as an SQL list (see [`open_states!`]).
 macro_rules! finished_states {
     () => {
@@ -49,6 +59,17 @@ mod tests {
     #[test]
     fn the_sql_waiting_set_is_delivery_state_waiting() {
         assert_eq!(waiting_states!(), sql_list(&DeliveryState::WAITING));
+    }
+
+    #[test]
+    fn the_union_of_waiting_arms_is_delivery_state_waiting() {
+        macro_rules! quoted {
+            ($state:literal) => {
+                concat!("'", $state, "'")
+            };
+        }
+        let arms = each_waiting_state!(quoted).replace(" UNION ALL ", ", ");
+        assert_eq!(format!("({arms})"), sql_list(&DeliveryState::WAITING));
     }
 
     #[test]
