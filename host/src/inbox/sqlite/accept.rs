@@ -6,12 +6,17 @@
 
 use rusqlite::{Connection, params};
 
-use super::{quarantine, sql::headers_json};
+use super::quarantine;
 use crate::inbox::{Accepted, InboxError, store::NewEvent};
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
-/// quarantined request it came from either way.
-pub(super) fn store_event(conn: &Connection, new: &NewEvent) -> Result<Accepted, InboxError> {
+/// quarantined request it came from either way. `headers` is the request's headers as stored
+/// ([`headers_json`](super::sql::headers_json)), made before the job reaches the writer.
+pub(super) fn store_event(
+    conn: &Connection,
+    new: &NewEvent,
+    headers: &str,
+) -> Result<Accepted, InboxError> {
     let NewEvent {
         source,
         envelope,
@@ -37,11 +42,7 @@ pub(super) fn store_event(conn: &Connection, new: &NewEvent) -> Result<Accepted,
     let accepted = if inserted == 1 {
         let event = conn.last_insert_rowid();
         conn.prepare_cached("INSERT INTO payloads (event, headers, body) VALUES (?1, ?2, ?3)")?
-            .execute(params![
-                event,
-                headers_json(&request.headers),
-                &request.body[..]
-            ])?;
+            .execute(params![event, headers, &request.body[..]])?;
         let mut insert = conn.prepare_cached(
             "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
                                      state, next_attempt_at, updated_at)

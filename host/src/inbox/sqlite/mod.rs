@@ -39,6 +39,7 @@ use std::{
 
 use rusqlite::Connection;
 
+use self::sql::headers_json;
 pub use self::writer::WriterOptions;
 use super::{
     Accepted, ClaimRequest, Commits, DeadLetterGroup, Edited, EventDetail, EventFilter,
@@ -135,7 +136,9 @@ impl Store for SqliteStore {
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
-        self.write(move |conn| accept::store_event(conn, &event))
+        // Serialised here, on the caller's task, not on the single writer's thread.
+        let headers = headers_json(&event.request.headers);
+        self.write(move |conn| accept::store_event(conn, &event, &headers))
             .await
     }
 

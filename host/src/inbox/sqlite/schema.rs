@@ -151,11 +151,15 @@ pub(super) const MIGRATIONS: &[&str] = &[
     // 10: a claim's checks on an ordering key are seeks, whatever the key's history: whether
     // one of its open deliveries runs or comes first (by state, then sequence), and its newest
     // `done` sequence. `deliveries_key` made each check walk every delivery the key ever had.
+    // And `events_event_id` goes: a filter by provider event id looks it up in the
+    // `(source, event_id)` index once per stored source instead, and every accept writes one
+    // random index page fewer.
     "
     CREATE INDEX deliveries_key_state
         ON deliveries (source, handler, ordering_key, state, COALESCE(sequence, 0))
         WHERE ordering_key IS NOT NULL;
     DROP INDEX deliveries_key;
+    DROP INDEX events_event_id;
     ",
 ];
 

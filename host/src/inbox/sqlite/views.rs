@@ -56,6 +56,15 @@ pub(super) fn list_events(
     Ok(events)
 }
 
+/// Every source with an event stored, each found by one seek of `events_source_id` (a skip
+/// scan): a handful, whatever the number of events.
+const SOURCES_STORED: &str = "WITH RECURSIVE stored(source) AS (
+         SELECT MIN(source) FROM events
+         UNION ALL
+         SELECT (SELECT MIN(source) FROM events WHERE source > stored.source)
+         FROM stored WHERE stored.source IS NOT NULL)
+     SELECT source FROM stored WHERE source IS NOT NULL";
+
 /// The ids of the events `filter` selects, newest first, as a statement built from the
 /// conditions it gives (a condition left out is not in the SQL, so the planner sees only
 /// what filters and picks its index for that), and its parameters. A state filter walks the
@@ -85,6 +94,11 @@ fn page_ids(filter: &EventFilter) -> (String, Vec<Value>) {
             let p = bind(&mut values, Value::Text(value.clone()));
             conditions.push(format!("{column} = {p}"));
         }
+    }
+    if filter.event_id.is_some() && filter.source.is_none() {
+        // The event id is looked up in `(source, event_id)`, the dedupe index, once per source
+        // stored: one index fewer for every accept to write.
+        conditions.push(format!("e.source IN ({SOURCES_STORED})"));
     }
     if let Some(since) = filter.since_ms {
         let p = bind(&mut values, Value::Integer(since));
@@ -263,4 +277,55 @@ pub(super) fn held_requests(
             })
         })?
         .collect::<Result<_, _>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::{Connection, params};
+
+    use super::{super::schema, list_events, page_ids};
+    use crate::inbox::EventFilter;
+
+    fn filter(event_id: &str) -> EventFilter {
+        EventFilter {
+            event_id: Some(event_id.into()),
+            limit: 50,
+            ..EventFilter::default()
+        }
+    }
+
+    /// A filter by provider event id alone is one seek of the dedupe index per stored source
+    /// (there is no index on the event id by itself), and finds the event in every source.
+    #[test]
+    fn an_event_id_is_found_by_seeks_of_the_dedupe_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        schema::migrate(&conn).unwrap();
+        for (n, source) in ["a", "b", "c"].iter().cycle().take(300).enumerate() {
+            conn.execute(
+                "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
+                 VALUES (?1, ?2, 't', ?3, '[]', x'')",
+                params![source, format!("e{}", n % 100), n as i64],
+            )
+            .unwrap();
+        }
+        conn.execute_batch("ANALYZE").unwrap();
+        let (sql, values) = page_ids(&filter("e7"));
+        let mut explain = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let plan: Vec<String> = explain
+            .query_map(rusqlite::params_from_iter(values), |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(
+            plan.contains("sqlite_autoindex_events_1 (source=? AND event_id=?)"),
+            "{plan}"
+        );
+        assert!(!plan.contains("SCAN e"), "{plan}");
+        let found = list_events(&conn, &filter("e7")).unwrap();
+        let mut sources: Vec<_> = found.iter().map(|e| e.source.as_str()).collect();
+        sources.sort();
+        assert_eq!(sources, ["a", "b", "c"]);
+        assert!(list_events(&conn, &filter("nope")).unwrap().is_empty());
+    }
 }
