@@ -22,7 +22,7 @@ use std::sync::{Arc, mpsc};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::{SqliteStore, error::from_shared};
+use super::{SqliteStore, checkpoint::Checkpointer, error::from_shared};
 use crate::{
     config::{Durability, ServerConfig},
     inbox::{Commits, InboxError},
@@ -210,16 +210,22 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<
 pub(super) type Queue = mpsc::Sender<Box<dyn Job>>;
 
 /// Starts the writer thread on `conn`, taking jobs from `jobs` until every [`Queue`] is dropped.
+/// Its checkpoints run on a thread of their own ([`Checkpointer`]), which the writer stops and
+/// joins when it ends.
 pub(super) fn spawn(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
     commits: Arc<Commits>,
     options: WriterOptions,
+    checkpointer: Checkpointer,
 ) -> Result<std::thread::JoinHandle<()>, InboxError> {
     let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
     std::thread::Builder::new()
         .name("inbox-writer".into())
-        .spawn(move || writer_loop(conn, jobs, &commits, max_batch))
+        .spawn(move || {
+            writer_loop(conn, jobs, &commits, max_batch, &checkpointer);
+            checkpointer.stop();
+        })
         .map_err(InboxError::WriterSpawn)
 }
 
@@ -228,6 +234,7 @@ fn writer_loop(
     jobs: mpsc::Receiver<Box<dyn Job>>,
     commits: &Commits,
     max_batch: usize,
+    checkpointer: &Checkpointer,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
     let mut deferred: std::collections::VecDeque<Box<dyn Job>> = Default::default();
@@ -281,6 +288,7 @@ fn writer_loop(
             tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
         } else if wrote {
             commits.committed(batch.len(), started);
+            checkpointer.committed();
         }
         for job in batch.drain(..) {
             job.answer(commit.clone());
