@@ -4,7 +4,10 @@
 
 use rusqlite::{Connection, params};
 
-use super::{super::schema, DUE_HEADS, NEWEST_DONE, claim_due};
+use super::{
+    super::{schema, sql::query_plan},
+    DUE_HEADS, NEWEST_DONE, claim_due,
+};
 use crate::{
     dispatch::fair::Fairness,
     inbox::{ClaimRequest, contract::fixtures, store::ClaimOutcome},
@@ -179,20 +182,6 @@ fn deliveries_not_yet_due_wait() {
     );
 }
 
-/// SQLite's plan for `sql` (`EXPLAIN QUERY PLAN`), one step per line.
-fn plan(conn: &Connection, sql: &str) -> String {
-    let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-    let unbound = vec![rusqlite::types::Null; statement.parameter_count()];
-    let steps: Vec<String> = statement
-        .query_map(rusqlite::params_from_iter(unbound), |r| {
-            r.get::<_, String>(3)
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    steps.join("\n")
-}
-
 /// A claim's cost does not grow with the backlog: on a database holding other handlers'
 /// deliveries and long key histories (the planner left to itself read every waiting delivery
 /// of every handler through `deliveries_due` and sorted them, on each claim), the due-heads
@@ -207,7 +196,7 @@ fn a_claim_reads_index_ranges_never_the_whole_backlog() {
     }
     conn.execute_batch("ANALYZE").unwrap();
     for sql in [DUE_HEADS, NEWEST_DONE] {
-        let plan = plan(&conn, sql);
+        let plan = query_plan(&conn, sql);
         assert!(!plan.contains("SCAN"), "a full scan in:\n{plan}");
         assert!(!plan.contains("TEMP B-TREE"), "a sort in:\n{plan}");
         assert!(
@@ -215,7 +204,7 @@ fn a_claim_reads_index_ranges_never_the_whole_backlog() {
             "the all-handler index in:\n{plan}"
         );
     }
-    let heads = plan(&conn, DUE_HEADS);
+    let heads = query_plan(&conn, DUE_HEADS);
     assert!(heads.contains("MERGE"), "{heads}");
     assert_eq!(
         heads.matches("deliveries_handler_due").count(),
@@ -225,5 +214,5 @@ fn a_claim_reads_index_ranges_never_the_whole_backlog() {
     // Three probes of the key per waiting state: one running, one earlier sequence, one
     // earlier arrival at the same sequence.
     assert_eq!(heads.matches("deliveries_key_state").count(), 6, "{heads}");
-    assert!(plan(&conn, NEWEST_DONE).contains("deliveries_key_state"));
+    assert!(query_plan(&conn, NEWEST_DONE).contains("deliveries_key_state"));
 }

@@ -114,10 +114,10 @@ pub(super) fn create_private(path: &Path) -> Result<(), InboxError> {
 /// A connection with the pragmas every connection needs (WAL, the durability's `synchronous`,
 /// a busy timeout, foreign keys, temporary storage in memory) and a statement cache.
 ///
-/// `temp_store = MEMORY`: every writer job runs in a savepoint, and a savepoint keeps the
-/// original of each page it changes in a sub-journal, by default a temporary file; in memory
-/// it costs no `pwrite` per page (about a tenth of the writer's time under ingest). It is
-/// bounded by what one job changes, and holds nothing a crash needs: the WAL does.
+/// `temp_store = MEMORY`: a savepoint (a writer job's, when its batch is redone after a
+/// failure) keeps the original of each page it changes in a sub-journal, by default a
+/// temporary file; in memory it costs no `pwrite` per page. It is bounded by what one job
+/// changes, and holds nothing a crash needs: the WAL does.
 pub(super) fn open_connection(
     path: &Path,
     durability: Durability,

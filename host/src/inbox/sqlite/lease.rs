@@ -143,6 +143,13 @@ pub(super) fn claim_due(
 /// A delivery heads its key when none of the key's open deliveries runs or comes before it
 /// (by sequence, then arrival): three probes of `deliveries_key_state`, each a seek, however
 /// long the key's history or queue.
+/// `p` is a delivery of `d`'s key: same source, handler and ordering key.
+macro_rules! same_key {
+    () => {
+        "p.source = d.source AND p.handler = d.handler AND p.ordering_key = d.ordering_key"
+    };
+}
+
 macro_rules! due_heads_in {
     ($state:literal) => {
         concat!(
@@ -155,17 +162,20 @@ macro_rules! due_heads_in {
                AND (d.next_attempt_at, d.id) > (?4, ?5)
                AND (d.ordering_key IS NULL OR (
                     NOT EXISTS (SELECT 1 FROM deliveries p
-                        WHERE p.source = d.source AND p.handler = d.handler
-                          AND p.ordering_key = d.ordering_key AND p.state = 'running')
+                        WHERE ",
+            same_key!(),
+            " AND p.state = 'running')
                     AND NOT EXISTS (SELECT 1 FROM deliveries p
-                        WHERE p.source = d.source AND p.handler = d.handler
-                          AND p.ordering_key = d.ordering_key AND p.state IN ",
+                        WHERE ",
+            same_key!(),
+            " AND p.state IN ",
             waiting_states!(),
             "
                           AND COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0))
                     AND NOT EXISTS (SELECT 1 FROM deliveries p
-                        WHERE p.source = d.source AND p.handler = d.handler
-                          AND p.ordering_key = d.ordering_key AND p.state IN ",
+                        WHERE ",
+            same_key!(),
+            " AND p.state IN ",
             waiting_states!(),
             "
                           AND COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)

@@ -42,6 +42,20 @@ macro_rules! finished_states {
 }
 pub(super) use finished_states;
 
+/// SQLite's plan for `sql` (`EXPLAIN QUERY PLAN`, its parameters unbound), one step per line:
+/// what the room's tests hold a statement's index use to.
+#[cfg(test)]
+pub(super) fn query_plan(conn: &rusqlite::Connection, sql: &str) -> String {
+    let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let unbound = vec![rusqlite::types::Null; statement.parameter_count()];
+    let steps: Vec<String> = statement
+        .query_map(rusqlite::params_from_iter(unbound), |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    steps.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use crate::model::DeliveryState;

@@ -283,7 +283,10 @@ pub(super) fn held_requests(
 mod tests {
     use rusqlite::{Connection, params};
 
-    use super::{super::schema, list_events, page_ids};
+    use super::{
+        super::{schema, sql::query_plan},
+        list_events, page_ids,
+    };
     use crate::inbox::EventFilter;
 
     fn filter(event_id: &str) -> EventFilter {
@@ -309,14 +312,8 @@ mod tests {
             .unwrap();
         }
         conn.execute_batch("ANALYZE").unwrap();
-        let (sql, values) = page_ids(&filter("e7"));
-        let mut explain = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let plan: Vec<String> = explain
-            .query_map(rusqlite::params_from_iter(values), |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let plan = plan.join("\n");
+        let (sql, _) = page_ids(&filter("e7"));
+        let plan = query_plan(&conn, &sql);
         assert!(
             plan.contains("sqlite_autoindex_events_1 (source=? AND event_id=?)"),
             "{plan}"
