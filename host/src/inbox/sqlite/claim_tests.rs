@@ -5,10 +5,11 @@
 use rusqlite::{Connection, params};
 
 use super::{
-    super::{schema, sql::query_plan},
+    super::{connection::open_connection, schema, sql::query_plan},
     DUE_HEADS, NEWEST_DONE, claim_due,
 };
 use crate::{
+    config::Durability,
     dispatch::fair::Fairness,
     inbox::{ClaimRequest, contract::fixtures, store::ClaimOutcome},
 };
@@ -215,4 +216,41 @@ fn a_claim_reads_index_ranges_never_the_whole_backlog() {
     // earlier arrival at the same sequence.
     assert_eq!(heads.matches("deliveries_key_state").count(), 6, "{heads}");
     assert!(query_plan(&conn, NEWEST_DONE).contains("deliveries_key_state"));
+}
+
+/// The due-heads statement is compiled once per connection: a claim rebinds the clock, the
+/// page size and the page's start, and none of them makes SQLite compile it again. (SQLite plans
+/// `LIMIT ?` with the value bound, and re-compiled the statement whenever it changed: on the
+/// writer, as much work again as the claim itself.)
+#[test]
+fn a_claim_reuses_its_compiled_statement_whatever_it_binds() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = open_connection(&dir.path().join("hookd.db"), Durability::Full).unwrap();
+    schema::migrate(&conn).unwrap();
+    for n in 0..20 {
+        delivery(&conn, "h", n, Some("k"), Some(n), "pending");
+        delivery(&conn, "h", n, None, None, "retrying");
+    }
+    let mut statement = conn.prepare(DUE_HEADS).unwrap();
+    for (now, page, after) in [
+        (5, 4, (0, 0)),
+        (9, 8, (0, 0)),
+        (19, 64, (3, 3)),
+        (7, 1, (1, 2)),
+    ] {
+        let mut rows = statement
+            .query(params!["h", now, page, after.0, after.1])
+            .unwrap();
+        let mut read = 0;
+        while rows.next().unwrap().is_some() {
+            read += 1;
+        }
+        drop(rows);
+        assert!(read > 0 && read <= page, "{read} rows for a page of {page}");
+        assert_eq!(
+            statement.get_status(rusqlite::StatementStatus::RePrepare),
+            0,
+            "compiled again after binding now = {now}, page = {page}, after = {after:?}"
+        );
+    }
 }
