@@ -299,6 +299,9 @@ async fn due_heads(
             found.extend(more);
             found.sort_by_key(|c| (c.due_ms, c.id));
         }
+        if found.is_empty() {
+            break; // nothing to lock: no round trip for it
+        }
         let ids: Vec<i64> = found.iter().map(|c| c.id).collect();
         let locked: HashSet<i64> = tx
             .query(
