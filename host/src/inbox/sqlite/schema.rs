@@ -173,11 +173,23 @@ pub fn migrate(conn: &Connection) -> Result<(), InboxError> {
             known: latest,
         });
     }
+    if current > 0 && current < latest {
+        // Some upgrades build an index over every row: say why the start waits.
+        tracing::info!(
+            from = current,
+            to = latest,
+            "upgrading the database schema (a large database may take a while)"
+        );
+    }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let started = std::time::Instant::now();
         let tx = conn.unchecked_transaction()?;
         tx.execute_batch(sql)?;
         tx.execute_batch(&format!("PRAGMA user_version = {}", index + 1))?;
         tx.commit()?;
+        if current > 0 {
+            tracing::info!(version = index + 1, took = ?started.elapsed(), "schema version applied");
+        }
     }
     Ok(())
 }
