@@ -5,7 +5,11 @@
 use rusqlite::{Connection, params};
 
 use super::{
-    super::{connection::open_connection, schema, sql::query_plan},
+    super::{
+        connection::{in_memory, open_connection},
+        schema,
+        sql::query_plan,
+    },
     DUE_HEADS, NEWEST_DONE, claim_due,
 };
 use crate::{
@@ -15,9 +19,7 @@ use crate::{
 };
 
 fn db() -> Connection {
-    let conn = Connection::open_in_memory().unwrap();
-    schema::migrate(&conn).unwrap();
-    conn
+    in_memory()
 }
 
 /// One event with one delivery to `handler`, due at `due`, in `state`; returns the delivery id.

@@ -140,12 +140,29 @@ pub(super) fn open_connection(
          PRAGMA foreign_keys = ON;
          PRAGMA temp_store = MEMORY;"
     ))?;
-    // Plans never depend on bound values: without this, a statement whose plan SQLite made
-    // with a parameter's value (`LIMIT ?` does) is compiled again whenever that value changes,
-    // which on the writer cost each claim as much again as the claim itself.
-    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    stable_plans(&conn)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
+}
+
+/// Plans never depend on bound values (SQLite's query planner stability guarantee). Without
+/// it, a statement whose plan SQLite made with a parameter's value (`LIMIT ?` does) is compiled
+/// again whenever that value changes, which on the writer cost each claim as much again as the
+/// claim itself; and the plans the tests hold are the plans that run.
+fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
+        .map(drop)
+}
+
+/// A migrated in-memory database planning as the room's connections do, for the room's
+/// tests of SQL and plans.
+#[cfg(test)]
+pub(super) fn in_memory() -> Connection {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    stable_plans(&conn).unwrap();
+    super::schema::migrate(&conn).unwrap();
+    conn
 }
 
 impl SqliteStore {

@@ -200,14 +200,11 @@ mod tests {
 
     use rusqlite::{Connection, params};
 
-    use super::{super::schema, prune};
+    use super::{super::connection::in_memory, prune};
     use crate::inbox::{PruneCursor, Pruned, retention::PruneBatch};
 
     fn db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
-        schema::migrate(&conn).unwrap();
-        conn
+        in_memory()
     }
 
     /// `n` events received at `at` (as accept stores them), each with a 2 KB body and one

@@ -281,10 +281,10 @@ pub(super) fn held_requests(
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::{Connection, params};
+    use rusqlite::params;
 
     use super::{
-        super::{schema, sql::query_plan},
+        super::{connection::in_memory, sql::query_plan},
         list_events, page_ids,
     };
     use crate::inbox::EventFilter;
@@ -301,8 +301,7 @@ mod tests {
     /// (there is no index on the event id by itself), and finds the event in every source.
     #[test]
     fn an_event_id_is_found_by_seeks_of_the_dedupe_index() {
-        let conn = Connection::open_in_memory().unwrap();
-        schema::migrate(&conn).unwrap();
+        let conn = in_memory();
         for (n, source) in ["a", "b", "c"].iter().cycle().take(300).enumerate() {
             conn.execute(
                 "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
