@@ -701,7 +701,17 @@ pub(super) async fn list_events_filters_by_type_id_source_and_time(db: &dyn Data
         event_id: Some("c".into()),
         ..all()
     };
-    assert_eq!(listed(&inbox, by_id).await, ["c"]);
+    assert_eq!(listed(&inbox, by_id.clone()).await, ["c"]);
+    let by_id_and_state = EventFilter {
+        state: Some(DeliveryState::Pending),
+        ..by_id.clone()
+    };
+    assert_eq!(listed(&inbox, by_id_and_state).await, ["c"]);
+    let by_id_and_other_state = EventFilter {
+        state: Some(DeliveryState::Dead),
+        ..by_id
+    };
+    assert!(listed(&inbox, by_id_and_other_state).await.is_empty());
     let in_range = EventFilter {
         since_ms: Some(2_000),
         until_ms: Some(3_000),

@@ -187,6 +187,18 @@ pub(super) const MIGRATIONS: &[&str] = &[
     ALTER TABLE plugin_state ADD COLUMN updated_at BIGINT;
     CREATE INDEX plugin_state_keys ON plugin_state (plugin, key COLLATE \"C\");
     ",
+    // 9: three indexes that cost every accept or every change of a delivery's state a write,
+    // for no statement that needs them any more: a claim reads `deliveries_waiting` (4), not
+    // `deliveries_handler_due`; a key's checks read `deliveries_open_heads`,
+    // `deliveries_one_running_per_key` and `deliveries_done_sequence`, not `deliveries_key`;
+    // and the event list finds a provider event id through the dedupe index, once per stored
+    // source, not through `events_event_id` (written in random order by every accept). SQLite's
+    // migration 10 dropped its `events_event_id` likewise.
+    "
+    DROP INDEX IF EXISTS deliveries_handler_due;
+    DROP INDEX IF EXISTS deliveries_key;
+    DROP INDEX IF EXISTS events_event_id;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -550,3 +550,49 @@ async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say
         .find(|word| word.starts_with("deliveries_") && *word != "deliveries_pkey");
     assert_eq!(other_index, None, "{plan}");
 }
+
+/// A filter by provider event id alone probes the dedupe index once per stored source (there is
+/// no index on the event id by itself, so accepts write one index fewer), and finds the event in
+/// every source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    let client = testdb::connect(db.url()).await;
+    client
+        .batch_execute(
+            "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
+             SELECT (ARRAY['a', 'b', 'c'])[n % 3 + 1], 'e' || (n / 3), 't', n, '[]', ''
+             FROM generate_series(0, 8999) AS n;
+             ANALYZE events;",
+        )
+        .await
+        .unwrap();
+    let filter = |event_id: &str| crate::inbox::EventFilter {
+        event_id: Some(event_id.into()),
+        limit: 50,
+        ..Default::default()
+    };
+    let (page, values) = super::views::page_ids(&filter("e7"));
+    // Every parameter is the event id.
+    let page = (1..=values.len())
+        .rev()
+        .fold(page, |sql, n| sql.replace(&format!("${n}"), "'e7'"));
+    let plan: Vec<String> = client
+        .query(&format!("EXPLAIN {page}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let plan = plan.join("\n");
+    assert!(plan.contains("events_source_event_id_key"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+    let found = inbox.list_events(filter("e7")).await.unwrap();
+    let mut sources: Vec<_> = found.iter().map(|e| e.source.as_str()).collect();
+    sources.sort();
+    assert_eq!(sources, ["a", "b", "c"]);
+    assert!(inbox.list_events(filter("nope")).await.unwrap().is_empty());
+}

@@ -81,11 +81,21 @@ pub(super) async fn list_events(
     Ok(events)
 }
 
+/// Every source with an event stored, each found by one probe of `events_source_id` from the
+/// last one found (PostgreSQL has no skip scan of its own): a handful, whatever the number of
+/// events.
+const SOURCES_STORED: &str = "WITH RECURSIVE stored(source) AS (
+         SELECT MIN(source) FROM events
+         UNION ALL
+         SELECT (SELECT MIN(source) FROM events WHERE source > stored.source)
+         FROM stored WHERE stored.source IS NOT NULL)
+     SELECT source FROM stored WHERE source IS NOT NULL";
+
 /// The ids of the events `filter` selects, newest first, as a statement built from the
 /// conditions it gives (a condition left out is not in the SQL, so the plan is made for what
 /// filters), and its parameters. A state filter walks the `deliveries_state_event` index from
 /// the newest event down, so a rare state (dead) is found without visiting every event.
-fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
+pub(super) fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Sync + Send>>) {
     let mut values: Vec<Box<dyn ToSql + Sync + Send>> = Vec::new();
     let mut conditions: Vec<String> = Vec::new();
     let bind = |values: &mut Vec<Box<dyn ToSql + Sync + Send>>,
@@ -110,6 +120,21 @@ fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Sync + Send>>)
             conditions.push(format!("{column} = {p}"));
         }
     }
+    // An event id without its source is looked up in `(source, event_id)`, the dedupe index,
+    // once per source stored (no index of its own for every accept to write): the events come
+    // from a lateral probe per source, which `OFFSET 0` keeps the planner from flattening into
+    // a scan of every event.
+    let events = match (&filter.event_id, &filter.source) {
+        (Some(event_id), None) => {
+            let p = bind(&mut values, Box::new(event_id.clone()));
+            format!(
+                "(({SOURCES_STORED}) stored CROSS JOIN LATERAL (
+                     SELECT * FROM events WHERE source = stored.source AND event_id = {p} OFFSET 0
+                 ) e)"
+            )
+        }
+        _ => "events e".to_owned(),
+    };
     if let Some(since) = filter.since_ms {
         let p = bind(&mut values, Box::new(since));
         conditions.push(format!("e.received_at >= {p}"));
@@ -130,12 +155,11 @@ fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Sync + Send>>)
             format!("EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id AND d.handler = {p})")
         });
     }
-    let from = if by_state {
-        "SELECT DISTINCT d.event FROM deliveries d JOIN events e ON e.id = d.event"
+    let mut sql = if by_state {
+        format!("SELECT DISTINCT d.event FROM deliveries d JOIN {events} ON e.id = d.event")
     } else {
-        "SELECT e.id FROM events e"
+        format!("SELECT e.id FROM {events}")
     };
-    let mut sql = from.to_owned();
     if !conditions.is_empty() {
         sql += " WHERE ";
         sql += &conditions.join(" AND ");
