@@ -457,6 +457,26 @@ async fn accept_many(inbox: &Inbox, n: usize) {
     }
 }
 
+/// A fresh database, a store open on it, and a client of its own (`None` without a server).
+async fn store_and_client() -> Option<(TestDatabase, Inbox, tokio_postgres::Client)> {
+    let db = TestDatabase::fresh().await?;
+    let inbox = fixtures::open(&db).await;
+    let client = testdb::connect(db.url()).await;
+    Some((db, inbox, client))
+}
+
+/// PostgreSQL's plan for `sql` (`EXPLAIN`), one node per line.
+async fn plan_of(client: &tokio_postgres::Client, sql: &str) -> String {
+    let lines: Vec<String> = client
+        .query(&format!("EXPLAIN {sql}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    lines.join("\n")
+}
+
 /// What the planner believes and how often `table` was analyzed (by anyone).
 async fn statistics_of(client: &tokio_postgres::Client, table: &str) -> (f32, i64) {
     let row = client
@@ -473,11 +493,9 @@ async fn statistics_of(client: &tokio_postgres::Client, table: &str) -> (f32, i6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_that_outgrew_their_statistics_are_analyzed_and_then_left_alone() {
-    let Some(db) = TestDatabase::fresh().await else {
+    let Some((_db, inbox, client)) = store_and_client().await else {
         return;
     };
-    let inbox = fixtures::open(&db).await;
-    let client = testdb::connect(db.url()).await;
     // Autovacuum would analyze them too, some time within its minute: only the store may here.
     client
         .batch_execute(
@@ -509,12 +527,10 @@ async fn tables_that_outgrew_their_statistics_are_analyzed_and_then_left_alone()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say() {
-    let Some(db) = TestDatabase::fresh().await else {
+    let Some((_db, inbox, client)) = store_and_client().await else {
         return;
     };
-    let inbox = fixtures::open(&db).await;
     accept_many(&inbox, 2_000).await;
-    let client = testdb::connect(db.url()).await;
     // Statistics taken while nothing waited, then 2 000 deliveries waiting: what a busy
     // database looks like between two analyzes.
     client
@@ -530,17 +546,11 @@ async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say
         .batch_execute(&format!("PREPARE lock AS {}", *super::lease::LOCK_SQL))
         .await
         .unwrap();
-    let plan: Vec<String> = client
-        .query(
-            "EXPLAIN EXECUTE lock(ARRAY[1990, 1995, 2000]::bigint[], 9000000000000000, 3)",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_of(
+        &client,
+        "EXECUTE lock(ARRAY[1990, 1995, 2000]::bigint[], 9000000000000000, 3)",
+    )
+    .await;
     // By primary key, as an index scan or a bitmap of it (the planner may pick either), and
     // through no other index.
     assert!(plan.contains("deliveries_pkey"), "{plan}");
@@ -556,11 +566,9 @@ async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say
 /// every source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
-    let Some(db) = TestDatabase::fresh().await else {
+    let Some((_db, inbox, client)) = store_and_client().await else {
         return;
     };
-    let inbox = fixtures::open(&db).await;
-    let client = testdb::connect(db.url()).await;
     client
         .batch_execute(
             "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
@@ -580,14 +588,7 @@ async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
     let page = (1..=values.len())
         .rev()
         .fold(page, |sql, n| sql.replace(&format!("${n}"), "'e7'"));
-    let plan: Vec<String> = client
-        .query(&format!("EXPLAIN {page}"), &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get(0))
-        .collect();
-    let plan = plan.join("\n");
+    let plan = plan_of(&client, &page).await;
     assert!(plan.contains("events_source_event_id_key"), "{plan}");
     assert!(!plan.contains("Seq Scan"), "{plan}");
     let found = inbox.list_events(filter("e7")).await.unwrap();

@@ -81,15 +81,16 @@ pub(super) async fn list_events(
     Ok(events)
 }
 
-/// Every source with an event stored, each found by one probe of `events_source_id` from the
-/// last one found (PostgreSQL has no skip scan of its own): a handful, whatever the number of
-/// events.
+/// Every source with an event stored, each found by one probe of `events_source_id` past the
+/// last one found (a loose index scan, which PostgreSQL does not plan by itself): a handful of
+/// probes, whatever the number of events.
 const SOURCES_STORED: &str = "WITH RECURSIVE stored(source) AS (
-         SELECT MIN(source) FROM events
+         (SELECT source FROM events ORDER BY source LIMIT 1)
          UNION ALL
-         SELECT (SELECT MIN(source) FROM events WHERE source > stored.source)
-         FROM stored WHERE stored.source IS NOT NULL)
-     SELECT source FROM stored WHERE source IS NOT NULL";
+         SELECT next.source FROM stored CROSS JOIN LATERAL (
+             SELECT source FROM events WHERE source > stored.source ORDER BY source LIMIT 1
+         ) next)
+     SELECT source FROM stored";
 
 /// The ids of the events `filter` selects, newest first, as a statement built from the
 /// conditions it gives (a condition left out is not in the SQL, so the plan is made for what
