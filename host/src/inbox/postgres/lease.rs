@@ -25,7 +25,7 @@ use super::{
     Connections,
     batch::{self, Reply, Weigh},
     error::is_unique_violation,
-    state, state_names,
+    state,
 };
 use crate::{
     ids::{EventId, PluginName, SourceName},
@@ -601,9 +601,9 @@ pub(super) async fn finish_one(
 impl Weigh for Finish {}
 
 /// Records a batch of finishes that write no plugin state in one transaction and answers each:
-/// the batch's deliveries are locked in id order, each lease is checked as
-/// [`finish_attempt`] checks it, and the live ones move on and get their attempt rows in two
-/// statements. A batch refused for anything but the server being away or busy is recorded one
+/// one update moves on the deliveries whose lease is still the running one (the check
+/// [`finish_attempt`] makes, as the update's own condition), and one insert gives those their
+/// attempt rows. A batch refused for anything but the server being away or busy is recorded one
 /// finish per transaction instead.
 pub(super) async fn commit_finishes(
     pool: &Connections,
@@ -628,56 +628,55 @@ async fn finish_together(
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
     super::generic_plans(&tx).await?;
-    let ids: Vec<i64> = finishes.iter().map(|f| f.delivery_id).collect();
-    let leased: HashMap<i64, i64> = tx
+    let mut ids = Vec::with_capacity(finishes.len());
+    let mut attempts = Vec::with_capacity(finishes.len());
+    let mut states = Vec::with_capacity(finishes.len());
+    let mut outputs = Vec::with_capacity(finishes.len());
+    let mut errors = Vec::with_capacity(finishes.len());
+    let mut next = Vec::with_capacity(finishes.len());
+    let mut ended = Vec::with_capacity(finishes.len());
+    for f in finishes {
+        let (state, output, next_at) = f.next_state();
+        ids.push(f.delivery_id);
+        attempts.push(i64::from(f.attempt));
+        states.push(state.as_str());
+        outputs.push(output);
+        errors.push(f.last_error());
+        next.push(next_at);
+        ended.push(f.finished_at_ms);
+    }
+    // The lease check is the update's own condition: a row another transaction changes first
+    // (a reclaim on another node) is checked again as that change left it, so a finish whose
+    // lease was taken back updates nothing. The rows are visited in the array's (id) order.
+    let updated: HashSet<i64> = tx
         .query(
-            &tx.prepare_cached(
-                "SELECT id, attempts FROM deliveries
-                 WHERE id = ANY($1) AND state = 'running'
-                 ORDER BY id FOR UPDATE",
-            )
-            .await?,
-            &[&ids],
-        )
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
-    let live: Vec<&Finish> = finishes
-        .iter()
-        .copied()
-        .filter(|f| leased.get(&f.delivery_id) == Some(&i64::from(f.attempt)))
-        .collect();
-    if !live.is_empty() {
-        let mut states = Vec::new();
-        let mut outputs = Vec::new();
-        let mut errors = Vec::new();
-        let mut next = Vec::new();
-        let mut ended = Vec::new();
-        for f in &live {
-            let (state, output, next_at) = f.next_state();
-            states.push(state.as_str());
-            outputs.push(output);
-            errors.push(f.last_error());
-            next.push(next_at);
-            ended.push(f.finished_at_ms);
-        }
-        let live_ids: Vec<i64> = live.iter().map(|f| f.delivery_id).collect();
-        tx.execute(
             &tx.prepare_cached(
                 "UPDATE deliveries d SET state = u.state, output = COALESCE(u.output, d.output),
                      last_error = u.last_error, next_attempt_at = u.next_at, lease_until = NULL,
                      updated_at = u.ended
-                 FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                             $6::bigint[]) AS u (id, state, output, last_error, next_at, ended)
-                 WHERE d.id = u.id",
+                 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                             $6::bigint[], $7::bigint[])
+                      AS u (id, attempt, state, output, last_error, next_at, ended)
+                 WHERE d.id = u.id AND d.state = 'running' AND d.attempts = u.attempt
+                 RETURNING d.id",
             )
             .await?,
-            &[&live_ids, &states, &outputs, &errors, &next, &ended],
+            &[&ids, &attempts, &states, &outputs, &errors, &next, &ended],
         )
-        .await?;
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let live: Vec<&Finish> = finishes
+        .iter()
+        .copied()
+        .filter(|f| updated.contains(&f.delivery_id))
+        .collect();
+    if !live.is_empty() {
+        let live_ids: Vec<i64> = live.iter().map(|f| f.delivery_id).collect();
         let attempts: Vec<i64> = live.iter().map(|f| i64::from(f.attempt)).collect();
         let started: Vec<i64> = live.iter().map(|f| f.started_at_ms).collect();
+        let ended: Vec<i64> = live.iter().map(|f| f.finished_at_ms).collect();
         let outcomes: Vec<&str> = live.iter().map(|f| f.outcome.as_str()).collect();
         let kinds: Vec<Option<&str>> = live.iter().map(|f| f.error_kind.as_deref()).collect();
         let messages: Vec<Option<&str>> = live.iter().map(|f| f.error.as_deref()).collect();
@@ -700,7 +699,7 @@ async fn finish_together(
     Ok(finishes
         .iter()
         .map(|f| {
-            if leased.get(&f.delivery_id) == Some(&i64::from(f.attempt)) {
+            if updated.contains(&f.delivery_id) {
                 Finished::Recorded
             } else {
                 Finished::LeaseLost
@@ -756,21 +755,38 @@ pub(super) async fn take_back(
     })
 }
 
+/// The earliest `next_attempt_at` of a waiting delivery that is `bound` (`<= $1` or `> $1`):
+/// each handler with waiting deliveries is found by one probe of `deliveries_waiting` past the
+/// last one found (a loose index scan), and gives its earliest such time by one more. No index
+/// on `(state, next_attempt_at)` is kept for this: every version of every delivery would write
+/// to it, for a read made a few times a second.
+fn earliest_waiting_sql(bound: &str) -> String {
+    let waiting = sql_states(&DeliveryState::WAITING);
+    format!(
+        "WITH RECURSIVE handlers(handler) AS (
+             (SELECT handler FROM deliveries WHERE state IN {waiting} ORDER BY handler LIMIT 1)
+             UNION ALL
+             SELECT next.handler FROM handlers CROSS JOIN LATERAL (
+                 SELECT handler FROM deliveries
+                 WHERE state IN {waiting} AND handler > handlers.handler
+                 ORDER BY handler LIMIT 1
+             ) next)
+         SELECT MIN(due.at) FROM handlers CROSS JOIN LATERAL (
+             SELECT next_attempt_at AS at FROM deliveries
+             WHERE state IN {waiting} AND handler = handlers.handler AND next_attempt_at {bound} $1
+             ORDER BY next_attempt_at LIMIT 1
+         ) due"
+    )
+}
+
+pub(super) static OLDEST_DUE_SQL: LazyLock<String> = LazyLock::new(|| earliest_waiting_sql("<="));
+static NEXT_DUE_SQL: LazyLock<String> = LazyLock::new(|| earliest_waiting_sql(">"));
+
 /// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
 /// waiting behind its ordering key's head counts: its event is not handled yet either).
 pub(super) async fn oldest_due(client: &Client, now_ms: i64) -> Result<Option<i64>, InboxError> {
-    let row = client
-        .query_one(
-            &client
-                .prepare_cached(
-                    "SELECT MIN(next_attempt_at) FROM deliveries
-             WHERE state = ANY($2) AND next_attempt_at <= $1",
-                )
-                .await?,
-            &[&now_ms, &state_names(&DeliveryState::WAITING)],
-        )
-        .await?;
-    Ok(row.get(0))
+    let statement = client.prepare_cached(&OLDEST_DUE_SQL).await?;
+    Ok(client.query_one(&statement, &[&now_ms]).await?.get(0))
 }
 
 /// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
@@ -778,16 +794,6 @@ pub(super) async fn next_due_after(
     client: &Client,
     after_ms: i64,
 ) -> Result<Option<i64>, InboxError> {
-    let row = client
-        .query_one(
-            &client
-                .prepare_cached(
-                    "SELECT MIN(next_attempt_at) FROM deliveries
-             WHERE state = ANY($2) AND next_attempt_at > $1",
-                )
-                .await?,
-            &[&after_ms, &state_names(&DeliveryState::WAITING)],
-        )
-        .await?;
-    Ok(row.get(0))
+    let statement = client.prepare_cached(&NEXT_DUE_SQL).await?;
+    Ok(client.query_one(&statement, &[&after_ms]).await?.get(0))
 }

@@ -199,6 +199,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
     DROP INDEX IF EXISTS deliveries_key;
     DROP INDEX IF EXISTS events_event_id;
     ",
+    // 10: `deliveries_due` goes too. Every version of a delivery (accepted, running, done)
+    // wrote an entry in it, for two rare reads: the earliest due waiting delivery (the idle
+    // poll's timer, the lag gauge), now one probe of `deliveries_waiting` per handler with
+    // waiting deliveries; and lookups by state (counts, reclaim, replay), which
+    // `deliveries_state_event` serves as well.
+    "
+    DROP INDEX IF EXISTS deliveries_due;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

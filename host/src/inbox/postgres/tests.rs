@@ -597,3 +597,41 @@ async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
     assert_eq!(sources, ["a", "b", "c"]);
     assert!(inbox.list_events(filter("nope")).await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_earliest_waiting_delivery_is_found_by_probes_of_the_waiting_index() {
+    let Some((_db, inbox, client)) = store_and_client().await else {
+        return;
+    };
+    // Many finished deliveries (which must not count, nor be walked), and a few waiting or
+    // running ones of three handlers, at times far before and after now.
+    let future = 4_000_000_000_000_i64;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
+             SELECT 's', 'e' || n, 't', n, '[]', '' FROM generate_series(1, 6000) AS n;
+             INSERT INTO deliveries (event, source, handler, state, next_attempt_at, updated_at)
+             SELECT n, 's', 'h' || (n % 3), 'done', n, n FROM generate_series(1, 5990) AS n;
+             INSERT INTO deliveries (event, source, handler, state, next_attempt_at, updated_at)
+             VALUES (5991, 's', 'h1', 'running', 2000, 0),
+                    (5992, 's', 'h2', 'pending', 5000, 0),
+                    (5993, 's', 'h3', 'retrying', 3000, 0),
+                    (5994, 's', 'h1', 'pending', {future} + 7, 0),
+                    (5995, 's', 'h3', 'retrying', {future} + 3, 0);
+             ANALYZE events; ANALYZE deliveries;"
+        ))
+        .await
+        .unwrap();
+    assert_eq!(inbox.oldest_due().await.unwrap(), Some(3000));
+    let now = crate::model::unix_ms(std::time::SystemTime::now());
+    assert_eq!(inbox.next_due_after(now).await.unwrap(), Some(future + 3));
+    assert_eq!(
+        inbox.next_due_after(future + 3).await.unwrap(),
+        Some(future + 7)
+    );
+    assert_eq!(inbox.next_due_after(future + 7).await.unwrap(), None);
+
+    let plan = plan_of(&client, &super::lease::OLDEST_DUE_SQL.replace("$1", "0")).await;
+    assert!(plan.contains("deliveries_waiting"), "{plan}");
+    assert!(!plan.contains("Seq Scan"), "{plan}");
+}
