@@ -583,13 +583,16 @@ def cluster_run(label, hosts, pg, args, corpus) -> dict:
     return out
 
 
-def cluster_handled(hosts, backend, events: int) -> float:
-    """Handled events/s: `events` posted (split over `hosts`) while they are handled."""
+def cluster_handled(hosts, backend, events: int):
+    """Handled events/s: `events` posted (split over `hosts`) while they are handled; with how
+    many were stored, the CPU each side used, and on PostgreSQL the WAL bytes the server wrote
+    per stored event (a figure the machine's speed does not move)."""
     from concurrent.futures import ThreadPoolExecutor
     wait_quiet()
     share = [events // len(hosts) + (i < events % len(hosts)) for i in range(len(hosts))]
     pids = [h.hookd_pid() for h in hosts]
     hookd0, pg0 = sum(map(proc_jiffies, pids)), postgres_cores()
+    lsn0 = backend[0].psql("SELECT pg_current_wal_lsn()", backend[1]) if backend else None
     start = time.time()
     with ThreadPoolExecutor(len(hosts)) as pool:
         posted = list(pool.map(lambda ihn: post(ihn[1][0], ihn[1][1], {"action": "created"},
@@ -605,6 +608,9 @@ def cluster_handled(hosts, backend, events: int) -> float:
     tick = os.sysconf("SC_CLK_TCK")
     cpu = (f"hookd {(sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed:.2f} cores, "
            f"postgres {(postgres_cores() - pg0) / tick / elapsed:.2f}")
+    if backend:
+        wal = backend[0].psql(f"SELECT pg_current_wal_lsn() - '{lsn0}'::pg_lsn", backend[1])
+        cpu += f"; {int(float(wal)) // max(stored, 1)} WAL bytes per event"
     return stored / elapsed, stored, cpu
 
 
