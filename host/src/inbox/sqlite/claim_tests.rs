@@ -10,7 +10,7 @@ use super::{
         schema,
         sql::query_plan,
     },
-    DUE_HEADS, NEWEST_DONE, claim_due,
+    DUE_HEADS, NEWEST_DONE, NEXT_DUE_AFTER, OLDEST_DUE, claim_due, next_due_after, oldest_due,
 };
 use crate::{
     config::Durability,
@@ -254,5 +254,40 @@ fn a_claim_reuses_its_compiled_statement_whatever_it_binds() {
             0,
             "compiled again after binding now = {now}, page = {page}, after = {after:?}"
         );
+    }
+}
+
+/// The earliest waiting delivery (the dispatcher's timer, the lag gauge) is a seek of
+/// `deliveries_handler_due` per handler and waiting state, whatever else the table holds: no
+/// index over every delivery's state and due time is kept for it, since every change of state
+/// would rewrite its entry there.
+#[test]
+fn the_earliest_waiting_delivery_is_a_seek_per_handler_and_state() {
+    let conn = db();
+    for n in 0..300 {
+        delivery(&conn, ["a", "b", "c"][n % 3], n as i64, None, None, "done");
+    }
+    delivery(&conn, "a", 2_000, None, None, "running");
+    delivery(&conn, "b", 5_000, Some("k"), Some(1), "pending");
+    delivery(&conn, "c", 3_000, None, None, "retrying");
+    delivery(&conn, "a", 9_007, None, None, "pending");
+    delivery(&conn, "c", 9_003, None, None, "retrying");
+    delivery(&conn, "d", 1_000, None, None, "dead");
+    conn.execute_batch("ANALYZE").unwrap();
+    assert_eq!(oldest_due(&conn, 8_000).unwrap(), Some(3_000));
+    assert_eq!(oldest_due(&conn, 2_999).unwrap(), None);
+    assert_eq!(next_due_after(&conn, 8_000).unwrap(), Some(9_003));
+    assert_eq!(next_due_after(&conn, 9_003).unwrap(), Some(9_007));
+    assert_eq!(next_due_after(&conn, 9_007).unwrap(), None);
+    for sql in [OLDEST_DUE, NEXT_DUE_AFTER] {
+        let plan = query_plan(&conn, sql);
+        for step in plan.lines().filter(|step| step.contains("deliveries")) {
+            assert!(
+                step.starts_with("SEARCH") && step.contains("deliveries_handler_due"),
+                "{step} in:\n{plan}"
+            );
+        }
+        // The handlers' walk and the two states' seeks per handler.
+        assert_eq!(plan.matches("deliveries_handler_due").count(), 4, "{plan}");
     }
 }

@@ -396,29 +396,74 @@ pub(super) fn finish_attempt(
     Ok(Finished::Recorded)
 }
 
+/// The earliest `next_attempt_at` of handler `h.handler`'s deliveries in `$state` that is
+/// `$bound ?1`: one seek of `deliveries_handler_due`.
+macro_rules! earliest_of_handler {
+    ($state:literal, $bound:literal) => {
+        concat!(
+            "SELECT (SELECT MIN(next_attempt_at) FROM deliveries INDEXED BY deliveries_handler_due
+                     WHERE handler = h.handler AND state = '",
+            $state,
+            "' AND next_attempt_at ",
+            $bound,
+            " ?1) AS due
+             FROM handlers h WHERE h.handler IS NOT NULL"
+        )
+    };
+}
+macro_rules! earliest_by {
+    ($state:literal) => {
+        earliest_of_handler!($state, "<=")
+    };
+}
+macro_rules! earliest_after {
+    ($state:literal) => {
+        earliest_of_handler!($state, ">")
+    };
+}
+
+/// Every handler with a delivery, each found by one seek of `deliveries_handler_due` past the
+/// last one found (a skip-scan: a handful of seeks, however many deliveries).
+macro_rules! handlers_with_deliveries {
+    () => {
+        "WITH RECURSIVE handlers(handler) AS (
+             SELECT (SELECT MIN(handler) FROM deliveries INDEXED BY deliveries_handler_due)
+             UNION ALL
+             SELECT (SELECT MIN(handler) FROM deliveries INDEXED BY deliveries_handler_due
+                     WHERE handler > handlers.handler)
+             FROM handlers WHERE handlers.handler IS NOT NULL) "
+    };
+}
+
+/// The earliest waiting delivery due by `?1`: per handler and waiting state, one seek. No
+/// index on `(state, next_attempt_at)` is kept for it: every change of every delivery's state
+/// would rewrite its entry there, for a read made a few times a second.
+pub(super) const OLDEST_DUE: &str = concat!(
+    handlers_with_deliveries!(),
+    "SELECT MIN(due) FROM (",
+    each_waiting_state!(earliest_by),
+    ")"
+);
+
+/// The earliest waiting delivery due after `?1`, as [`OLDEST_DUE`].
+pub(super) const NEXT_DUE_AFTER: &str = concat!(
+    handlers_with_deliveries!(),
+    "SELECT MIN(due) FROM (",
+    each_waiting_state!(earliest_after),
+    ")"
+);
+
 /// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
 /// waiting behind its ordering key's head counts: its event is not handled yet either).
 pub(super) fn oldest_due(conn: &Connection, now_ms: i64) -> Result<Option<i64>, InboxError> {
-    Ok(conn.query_row(
-        concat!(
-            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ",
-            waiting_states!(),
-            " AND next_attempt_at <= ?1"
-        ),
-        [now_ms],
-        |row| row.get(0),
-    )?)
+    Ok(conn
+        .prepare_cached(OLDEST_DUE)?
+        .query_row([now_ms], |row| row.get(0))?)
 }
 
 /// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
 pub(super) fn next_due_after(conn: &Connection, after_ms: i64) -> Result<Option<i64>, InboxError> {
-    Ok(conn.query_row(
-        concat!(
-            "SELECT MIN(next_attempt_at) FROM deliveries WHERE state IN ",
-            waiting_states!(),
-            " AND next_attempt_at > ?1"
-        ),
-        [after_ms],
-        |row| row.get(0),
-    )?)
+    Ok(conn
+        .prepare_cached(NEXT_DUE_AFTER)?
+        .query_row([after_ms], |row| row.get(0))?)
 }

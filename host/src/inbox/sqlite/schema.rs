@@ -161,6 +161,11 @@ pub(super) const MIGRATIONS: &[&str] = &[
     DROP INDEX deliveries_key;
     DROP INDEX events_event_id;
     ",
+    // 11: `deliveries_due` goes. Every change of a delivery's state moved its entry there, for
+    // the earliest waiting delivery (the dispatcher's timer, the lag gauge), now a seek of
+    // `deliveries_handler_due` per handler and waiting state; lookups by state (counts,
+    // reclaim, replay, dead letters) read `deliveries_state_event`.
+    "DROP INDEX deliveries_due;",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

@@ -231,7 +231,8 @@ pub(super) fn state_counts(
 }
 
 /// Dead deliveries grouped by handler and their last attempt's error kind (found through the
-/// `deliveries_due` index, then one `attempts_delivery` probe each), largest group first.
+/// `deliveries_state_event` index, then one `attempts_delivery` probe each), largest group
+/// first.
 pub(super) fn dead_letter_groups(conn: &Connection) -> Result<Vec<DeadLetterGroup>, InboxError> {
     Ok(conn
         .prepare_cached(
