@@ -75,11 +75,12 @@ impl Dispatcher {
                     tracing::error!(error = %e, "reclaiming expired leases failed");
                 }
             }
-            let claimed = match self.claim().await {
-                Ok(claimed) => claimed,
+            let (claimed, all_busy) = match self.claim().await {
+                Ok(Some(claimed)) => (claimed, false),
+                Ok(None) => (Vec::new(), true),
                 Err(e) => {
                     tracing::error!(error = %e, "claiming deliveries failed");
-                    Vec::new()
+                    (Vec::new(), false)
                 }
             };
             let idle = claimed.is_empty();
@@ -94,13 +95,19 @@ impl Dispatcher {
             // also bounds how late a newly loaded plugin's waiting deliveries are noticed);
             // a new event, a finished attempt or a replay wakes the loop at once. Deliveries
             // due but blocked (their key's head retries, their plugin is missing) must not make
-            // this a busy loop.
+            // this a busy loop. With every worker busy only a finished attempt frees one, so
+            // when the next delivery falls due does not matter (and is not asked, under load).
             let now = self.clock.now_ms();
-            let wait = match self.inbox.next_due_after(now).await {
-                Ok(Some(due)) => {
+            let next_due = if all_busy {
+                None
+            } else {
+                self.inbox.next_due_after(now).await.ok().flatten()
+            };
+            let wait = match next_due {
+                Some(due) => {
                     Duration::from_millis((due - now).clamp(1, IDLE_POLL.as_millis() as i64) as u64)
                 }
-                _ => IDLE_POLL,
+                None => IDLE_POLL,
             };
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -117,8 +124,9 @@ impl Dispatcher {
     }
 
     /// Leases as many due deliveries as there are free workers, within each plugin's cap and
-    /// fair share, and takes a worker slot for each.
-    async fn claim(&self) -> Result<Vec<Claimed>, InboxError> {
+    /// fair share, and takes a worker slot for each; `None` when no worker is free for any
+    /// loaded plugin (nothing was asked of the inbox).
+    async fn claim(&self) -> Result<Option<Vec<Claimed>>, InboxError> {
         let workers = self.config.server.workers;
         let running = self.in_flight.snapshot();
         let free = workers.saturating_sub(running.values().sum());
@@ -138,7 +146,7 @@ impl Dispatcher {
             }
         }
         if free == 0 || capacity.values().all(|left| *left == 0) {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let claimed = self
             .inbox
@@ -152,7 +160,7 @@ impl Dispatcher {
             })
             .await?;
         self.in_flight.take(&claimed);
-        Ok(claimed)
+        Ok(Some(claimed))
     }
 
     /// Each plugin's lease: its timeout and [`LEASE_MARGIN`].
