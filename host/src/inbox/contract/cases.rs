@@ -338,6 +338,53 @@ pub(super) async fn a_result_after_its_lease_was_reclaimed_is_discarded(db: &dyn
     assert_eq!(inbox.finish(late).await.unwrap(), Finished::LeaseLost);
 }
 
+/// A late result of an earlier lease may share a commit with the running lease's result for
+/// the same delivery: only the running lease's is recorded (one attempt row), the other is told
+/// its lease was lost.
+pub(super) async fn a_late_result_beside_the_running_leases_result_is_not_recorded(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    for i in 0..20 {
+        accept(&inbox, event(&format!("e{i}"))).await;
+    }
+    let claimed = inbox
+        .claim(fixtures::claim_request(LEASED_MS, 20, &[(HANDLER, 20)]))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 20);
+    let finishes: Vec<_> = claimed
+        .iter()
+        .flat_map(|claim| {
+            let current = finished(claim, Disposition::Done { output: None });
+            let mut late = current.clone();
+            late.attempt -= 1; // the token of the lease before this one
+            [(true, current), (false, late)]
+        })
+        .map(|(current, record)| {
+            let inbox = inbox.clone();
+            tokio::spawn(async move { (current, inbox.finish(record).await.unwrap()) })
+        })
+        .collect();
+    for finish in finishes {
+        let (current, finished) = finish.await.unwrap();
+        let expected = if current {
+            Finished::Recorded
+        } else {
+            Finished::LeaseLost
+        };
+        assert_eq!(finished, expected);
+    }
+    for claim in &claimed {
+        let detail = detail(&inbox, claim.event_id.as_str()).await;
+        let delivery = &detail.deliveries[0];
+        assert_eq!(
+            (delivery.state.as_str(), delivery.history.len()),
+            ("done", 1)
+        );
+    }
+}
+
 pub(super) async fn a_second_accept_of_one_event_is_a_duplicate(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let first = accept(&inbox, event("a")).await;

@@ -79,6 +79,7 @@ macro_rules! suite {
             a_live_lease_is_not_reclaimed,
             a_reclaimed_attempt_is_recorded_as_abandoned,
             a_result_after_its_lease_was_reclaimed_is_discarded,
+            a_late_result_beside_the_running_leases_result_is_not_recorded,
             a_second_accept_of_one_event_is_a_duplicate,
             a_duplicate_adds_no_delivery,
             quarantine_is_bounded_by_max_held,

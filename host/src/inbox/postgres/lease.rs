@@ -648,7 +648,9 @@ async fn finish_together(
     // The lease check is the update's own condition: a row another transaction changes first
     // (a reclaim on another node) is checked again as that change left it, so a finish whose
     // lease was taken back updates nothing. The rows are visited in the array's (id) order.
-    let updated: HashSet<i64> = tx
+    // By (delivery, attempt): a late finish of an earlier lease of the same delivery may share
+    // the batch, and only the running lease's finish is recorded.
+    let updated: HashSet<(i64, i64)> = tx
         .query(
             &tx.prepare_cached(
                 "UPDATE deliveries d SET state = u.state, output = COALESCE(u.output, d.output),
@@ -658,20 +660,17 @@ async fn finish_together(
                              $6::bigint[], $7::bigint[])
                       AS u (id, attempt, state, output, last_error, next_at, ended)
                  WHERE d.id = u.id AND d.state = 'running' AND d.attempts = u.attempt
-                 RETURNING d.id",
+                 RETURNING d.id, d.attempts",
             )
             .await?,
             &[&ids, &attempts, &states, &outputs, &errors, &next, &ended],
         )
         .await?
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| (row.get(0), row.get(1)))
         .collect();
-    let live: Vec<&Finish> = finishes
-        .iter()
-        .copied()
-        .filter(|f| updated.contains(&f.delivery_id))
-        .collect();
+    let recorded = |f: &Finish| updated.contains(&(f.delivery_id, i64::from(f.attempt)));
+    let live: Vec<&Finish> = finishes.iter().copied().filter(|f| recorded(f)).collect();
     if !live.is_empty() {
         let live_ids: Vec<i64> = live.iter().map(|f| f.delivery_id).collect();
         let attempts: Vec<i64> = live.iter().map(|f| i64::from(f.attempt)).collect();
@@ -699,7 +698,7 @@ async fn finish_together(
     Ok(finishes
         .iter()
         .map(|f| {
-            if updated.contains(&f.delivery_id) {
+            if recorded(f) {
                 Finished::Recorded
             } else {
                 Finished::LeaseLost
