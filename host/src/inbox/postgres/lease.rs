@@ -647,8 +647,9 @@ async fn finish_together(
     }
     // The lease check is the update's own condition: a row another transaction changes first
     // (a reclaim on another node) is checked again as that change left it, so a finish whose
-    // lease was taken back updates nothing. The rows are visited in the array's (id) order.
-    // By (delivery, attempt): a late finish of an earlier lease of the same delivery may share
+    // lease was taken back updates nothing. The batch comes sorted by id, the order in which a
+    // plan driven by the array meets the rows, as two batches' locks then are. Matched by
+    // (delivery, attempt): a late finish of an earlier lease of the same delivery may share
     // the batch, and only the running lease's finish is recorded.
     let updated: HashSet<(i64, i64)> = tx
         .query(
