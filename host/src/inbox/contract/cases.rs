@@ -345,14 +345,7 @@ pub(super) async fn a_late_result_beside_the_running_leases_result_is_not_record
     db: &dyn Database,
 ) {
     let inbox = fixtures::open(db).await;
-    for i in 0..20 {
-        accept(&inbox, event(&format!("e{i}"))).await;
-    }
-    let claimed = inbox
-        .claim(fixtures::claim_request(LEASED_MS, 20, &[(HANDLER, 20)]))
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 20);
+    let claimed = fixtures::lease_many(&inbox, 20).await;
     let finishes: Vec<_> = claimed
         .iter()
         .flat_map(|claim| {

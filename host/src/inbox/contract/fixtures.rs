@@ -107,6 +107,20 @@ pub(in crate::inbox) async fn lease(inbox: &Inbox, id: &str) -> Claimed {
     claimed.remove(0)
 }
 
+/// Accepts `n` events (`e0`, `e1`, …) for [`HANDLER`] and leases them all in one claim at
+/// [`LEASED_MS`].
+pub(in crate::inbox) async fn lease_many(inbox: &Inbox, n: usize) -> Vec<Claimed> {
+    for i in 0..n {
+        accept(inbox, event(&format!("e{i}"))).await;
+    }
+    let claimed = inbox
+        .claim(claim_request(LEASED_MS, n, &[(HANDLER, n)]))
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), n);
+    claimed
+}
+
 /// The record of attempt `attempt` of delivery `delivery_id`, run by `handler` and finished at
 /// `at_ms` with `disposition` (its outcome follows: ok, retry or permanent), no state writes.
 pub(in crate::inbox) fn record(

@@ -144,14 +144,7 @@ async fn finishes_sharing_a_commit_each_check_their_own_lease() {
         return;
     };
     let inbox = fixtures::open(&db).await;
-    for i in 0..20 {
-        fixtures::accept(&inbox, event(&format!("e{i}"))).await;
-    }
-    let claimed = inbox
-        .claim(fixtures::claim_request(LEASED_MS, 20, &[(HANDLER, 20)]))
-        .await
-        .unwrap();
-    assert_eq!(claimed.len(), 20);
+    let claimed = fixtures::lease_many(&inbox, 20).await;
     // Every fourth result carries a token that is not its lease's (a stale worker's).
     let finishes: Vec<_> = claimed
         .iter()
