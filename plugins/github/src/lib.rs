@@ -12,7 +12,26 @@
 //! type as `application/json`: form-encoded payloads are refused as invalid.
 
 use plugin_sdk::{Envelope, ParseError, Parser, Request};
-use serde_json::Value;
+use serde::Deserialize;
+
+/// The fields of a payload the envelope needs; serde skips the rest without building them.
+#[derive(Deserialize)]
+struct Payload {
+    action: Option<String>,
+    repository: Option<Repository>,
+    issue: Option<Numbered>,
+    pull_request: Option<Numbered>,
+}
+
+#[derive(Deserialize)]
+struct Repository {
+    full_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Numbered {
+    number: Option<u64>,
+}
 
 /// The GitHub parser.
 pub struct GitHub;
@@ -24,13 +43,13 @@ impl Parser for GitHub {
         if event == "ping" {
             return Err(ParseError::ignore("ping"));
         }
-        let body: Value = req.json().map_err(|e| {
+        let body: Payload = req.json().map_err(|e| {
             ParseError::invalid(format!(
                 "{e} (set the webhook's content type to application/json)"
             ))
         })?;
 
-        let event_type = match body.get("action").and_then(Value::as_str) {
+        let event_type = match &body.action {
             Some(action) => format!("{event}.{action}"),
             None => event.to_owned(),
         };
@@ -51,11 +70,11 @@ fn required_header<'a>(req: &'a Request, name: &str) -> Result<&'a str, ParseErr
 }
 
 /// `owner/repo#number` for an issue or pull request, `owner/repo` for other repository events.
-fn ordering_key(body: &Value) -> Option<String> {
-    let repo = body.pointer("/repository/full_name")?.as_str()?;
-    let number = ["/issue/number", "/pull_request/number"]
-        .iter()
-        .find_map(|p| body.pointer(p).and_then(Value::as_u64));
+fn ordering_key(body: &Payload) -> Option<String> {
+    let repo = body.repository.as_ref()?.full_name.as_deref()?;
+    let number = [&body.issue, &body.pull_request]
+        .into_iter()
+        .find_map(|thread| thread.as_ref()?.number);
     Some(match number {
         Some(n) => format!("{repo}#{n}"),
         None => repo.to_owned(),
@@ -105,6 +124,25 @@ mod tests {
     fn events_without_action_keep_the_header_type() {
         let env = GitHub::parse(request("push", r#"{"repository":{"full_name":"o/r"}}"#)).unwrap();
         assert_eq!(env.event_type, "push");
+    }
+
+    #[test]
+    fn null_fields_count_as_absent_and_other_fields_are_skipped() {
+        let body = r#"{"action":null,"issue":null,"pull_request":{"number":9,"head":{"sha":"x"}},
+            "repository":{"full_name":"o/r","owner":{"login":"o"},"topics":["a",1,null]},
+            "sender":{"login":"u","site_admin":false}}"#;
+        let env = GitHub::parse(request("pull_request", body)).unwrap();
+        assert_eq!(env.event_type, "pull_request");
+        assert_eq!(env.ordering_key.as_deref(), Some("o/r#9"));
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        let err = GitHub::parse(request("issues", r#"{"action":7}"#)).unwrap_err();
+        let ParseError::Invalid(msg) = err else {
+            panic!("{err}")
+        };
+        assert!(msg.contains("invalid type: integer `7`"), "{msg}");
     }
 
     #[test]
