@@ -24,6 +24,7 @@ use deadpool_postgres::{Client, Transaction};
 use super::{
     Connections,
     batch::{self, Reply, Weigh},
+    distinct_by_probes,
     error::is_unique_violation,
     state,
 };
@@ -762,16 +763,14 @@ pub(super) async fn take_back(
 /// to it, for a read made a few times a second.
 fn earliest_waiting_sql(bound: &str) -> String {
     let waiting = sql_states(&DeliveryState::WAITING);
+    let handlers = distinct_by_probes(
+        "handlers",
+        "handler",
+        "deliveries",
+        &format!("state IN {waiting}"),
+    );
     format!(
-        "WITH RECURSIVE handlers(handler) AS (
-             (SELECT handler FROM deliveries WHERE state IN {waiting} ORDER BY handler LIMIT 1)
-             UNION ALL
-             SELECT next.handler FROM handlers CROSS JOIN LATERAL (
-                 SELECT handler FROM deliveries
-                 WHERE state IN {waiting} AND handler > handlers.handler
-                 ORDER BY handler LIMIT 1
-             ) next)
-         SELECT MIN(due.at) FROM handlers CROSS JOIN LATERAL (
+        "{handlers}SELECT MIN(due.at) FROM handlers CROSS JOIN LATERAL (
              SELECT next_attempt_at AS at FROM deliveries
              WHERE state IN {waiting} AND handler = handlers.handler AND next_attempt_at {bound} $1
              ORDER BY next_attempt_at LIMIT 1

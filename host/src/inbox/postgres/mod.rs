@@ -258,6 +258,23 @@ fn state_names(states: &[DeliveryState]) -> Vec<&'static str> {
     states.iter().map(|state| state.as_str()).collect()
 }
 
+/// `WITH RECURSIVE {name}({column}) AS (…)`: every distinct `column` of `table`'s rows that
+/// satisfy `filter` (SQL, or `TRUE`), each found by one probe of an index led by `column` past
+/// the last one found. A loose index scan, which PostgreSQL does not plan by itself: as many
+/// probes as values, however many rows.
+fn distinct_by_probes(name: &str, column: &str, table: &str, filter: &str) -> String {
+    format!(
+        "WITH RECURSIVE {name}({column}) AS (
+             (SELECT {column} FROM {table} WHERE {filter} ORDER BY {column} LIMIT 1)
+             UNION ALL
+             SELECT next.{column} FROM {name} CROSS JOIN LATERAL (
+                 SELECT {column} FROM {table}
+                 WHERE {filter} AND {column} > {name}.{column}
+                 ORDER BY {column} LIMIT 1
+             ) next) "
+    )
+}
+
 #[async_trait::async_trait]
 impl Store for PostgresStore {
     fn capabilities(&self) -> Capabilities {

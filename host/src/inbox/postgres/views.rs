@@ -3,13 +3,13 @@
 //!
 //! Invariant: every query here only reads.
 
-use std::collections::BTreeMap;
+use std::{collections::BTreeMap, sync::LazyLock};
 
 use bytes::Bytes;
 use deadpool_postgres::Client;
 use tokio_postgres::types::ToSql;
 
-use super::state_names;
+use super::{distinct_by_probes, state_names};
 use crate::{
     inbox::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
@@ -82,15 +82,10 @@ pub(super) async fn list_events(
 }
 
 /// Every source with an event stored, each found by one probe of `events_source_id` past the
-/// last one found (a loose index scan, which PostgreSQL does not plan by itself): a handful of
-/// probes, whatever the number of events.
-const SOURCES_STORED: &str = "WITH RECURSIVE stored(source) AS (
-         (SELECT source FROM events ORDER BY source LIMIT 1)
-         UNION ALL
-         SELECT next.source FROM stored CROSS JOIN LATERAL (
-             SELECT source FROM events WHERE source > stored.source ORDER BY source LIMIT 1
-         ) next)
-     SELECT source FROM stored";
+/// last one found: a handful of probes, whatever the number of events.
+static SOURCES_STORED: LazyLock<String> = LazyLock::new(|| {
+    distinct_by_probes("stored", "source", "events", "TRUE") + "SELECT source FROM stored"
+});
 
 /// The ids of the events `filter` selects, newest first, as a statement built from the
 /// conditions it gives (a condition left out is not in the SQL, so the plan is made for what
@@ -129,9 +124,10 @@ pub(super) fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Syn
         (Some(event_id), None) => {
             let p = bind(&mut values, Box::new(event_id.clone()));
             format!(
-                "(({SOURCES_STORED}) stored CROSS JOIN LATERAL (
+                "(({sources}) stored CROSS JOIN LATERAL (
                      SELECT * FROM events WHERE source = stored.source AND event_id = {p} OFFSET 0
-                 ) e)"
+                 ) e)",
+                sources = *SOURCES_STORED
             )
         }
         _ => "events e".to_owned(),

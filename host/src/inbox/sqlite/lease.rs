@@ -13,7 +13,7 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    sql::{each_waiting_state, headers_from_json, open_states, waiting_states},
+    sql::{distinct_by_seeks, each_waiting_state, headers_from_json, open_states, waiting_states},
     state::{apply_state, first_changed},
 };
 use crate::{
@@ -422,24 +422,16 @@ macro_rules! earliest_after {
     };
 }
 
-/// Every handler with a delivery, each found by one seek of `deliveries_handler_due` past the
-/// last one found (a skip-scan: a handful of seeks, however many deliveries).
-macro_rules! handlers_with_deliveries {
-    () => {
-        "WITH RECURSIVE handlers(handler) AS (
-             SELECT (SELECT MIN(handler) FROM deliveries INDEXED BY deliveries_handler_due)
-             UNION ALL
-             SELECT (SELECT MIN(handler) FROM deliveries INDEXED BY deliveries_handler_due
-                     WHERE handler > handlers.handler)
-             FROM handlers WHERE handlers.handler IS NOT NULL) "
-    };
-}
-
-/// The earliest waiting delivery due by `?1`: per handler and waiting state, one seek. No
-/// index on `(state, next_attempt_at)` is kept for it: every change of every delivery's state
-/// would rewrite its entry there, for a read made a few times a second.
+/// The earliest waiting delivery due by `?1`: per handler and waiting state, one seek (the
+/// handlers found by a skip scan of `deliveries_handler_due`). No index on `(state,
+/// next_attempt_at)` is kept for it: every change of every delivery's state would rewrite its
+/// entry there, for a read made a few times a second.
 pub(super) const OLDEST_DUE: &str = concat!(
-    handlers_with_deliveries!(),
+    distinct_by_seeks!(
+        "handlers",
+        "handler",
+        "deliveries INDEXED BY deliveries_handler_due"
+    ),
     "SELECT MIN(due) FROM (",
     each_waiting_state!(earliest_by),
     ")"
@@ -447,7 +439,11 @@ pub(super) const OLDEST_DUE: &str = concat!(
 
 /// The earliest waiting delivery due after `?1`, as [`OLDEST_DUE`].
 pub(super) const NEXT_DUE_AFTER: &str = concat!(
-    handlers_with_deliveries!(),
+    distinct_by_seeks!(
+        "handlers",
+        "handler",
+        "deliveries INDEXED BY deliveries_handler_due"
+    ),
     "SELECT MIN(due) FROM (",
     each_waiting_state!(earliest_after),
     ")"

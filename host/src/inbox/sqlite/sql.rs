@@ -1,5 +1,6 @@
-//! The SQL vocabulary the operations share: the delivery-state sets as SQL lists, and how a
-//! request's headers are stored (as [`crate::inbox::request`] writes them).
+//! The SQL vocabulary the operations share: the delivery-state sets as SQL lists, the skip
+//! scan over an index's distinct leading values, and how a request's headers are stored (as
+//! [`crate::inbox::request`] writes them).
 //!
 //! Invariant: a set of delivery states is written in SQL only here, as the text of one macro
 //! per set, and a test holds each macro to its `DeliveryState` constant, so SQL and Rust agree
@@ -41,6 +42,26 @@ macro_rules! finished_states {
     };
 }
 pub(super) use finished_states;
+
+/// `WITH RECURSIVE $name($column) AS (…) `: every distinct `$column` of `$from` (a table,
+/// with its `INDEXED BY` if wanted), each found by one seek of an index led by `$column` past
+/// the last one found. A skip scan: as many seeks as values, however many rows; the last row
+/// is `NULL`, so the statement that follows filters it out. For `concat!` (see
+/// [`open_states!`]).
+#[rustfmt::skip]
+macro_rules! distinct_by_seeks {
+    ($name:literal, $column:literal, $from:literal) => {
+        concat!(
+            "WITH RECURSIVE ", $name, "(", $column, ") AS (",
+            " SELECT (SELECT MIN(", $column, ") FROM ", $from, ")",
+            " UNION ALL",
+            " SELECT (SELECT MIN(", $column, ") FROM ", $from,
+            " WHERE ", $column, " > ", $name, ".", $column, ")",
+            " FROM ", $name, " WHERE ", $name, ".", $column, " IS NOT NULL) "
+        )
+    };
+}
+pub(super) use distinct_by_seeks;
 
 /// SQLite's plan for `sql` (`EXPLAIN QUERY PLAN`, its parameters unbound), one step per line:
 /// what the room's tests hold a statement's index use to.

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter, types::Value};
 
-use super::sql::headers_from_json;
+use super::sql::{distinct_by_seeks, headers_from_json};
 use crate::{
     inbox::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
@@ -58,12 +58,10 @@ pub(super) fn list_events(
 
 /// Every source with an event stored, each found by one seek of `events_source_id` (a skip
 /// scan): a handful, whatever the number of events.
-const SOURCES_STORED: &str = "WITH RECURSIVE stored(source) AS (
-         SELECT MIN(source) FROM events
-         UNION ALL
-         SELECT (SELECT MIN(source) FROM events WHERE source > stored.source)
-         FROM stored WHERE stored.source IS NOT NULL)
-     SELECT source FROM stored WHERE source IS NOT NULL";
+const SOURCES_STORED: &str = concat!(
+    distinct_by_seeks!("stored", "source", "events"),
+    "SELECT source FROM stored WHERE source IS NOT NULL"
+);
 
 /// The ids of the events `filter` selects, newest first, as a statement built from the
 /// conditions it gives (a condition left out is not in the SQL, so the planner sees only
