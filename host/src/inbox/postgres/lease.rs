@@ -6,7 +6,8 @@
 //!   lease one delivery; the head-of-key check reads every open delivery of the key, so a key
 //!   whose head another node is leasing stays blocked; and should two heads of one key still
 //!   be leased at once, the unique index on running keys refuses the second (its claim leaves
-//!   that delivery for later: not claimable now, not an error).
+//!   that delivery for later: not claimable now, not an error). A claim leases its picks in one
+//!   statement, and one by one only when the index refused that statement.
 //! - A finish re-checks its lease (`state = 'running' AND attempts = token`) under the
 //!   delivery's row lock, so a reclaim and a late result never both win; its attempt row and
 //!   the delivery's next state are one transaction.
@@ -73,35 +74,45 @@ pub(super) async fn claim_due(
         .iter()
         .map(|queue| queue.iter().map(|c| c.due_ms).collect())
         .collect();
-    // The deliveries without a key are leased in one statement (nothing can refuse them); a
-    // keyed one on its own, as the database may refuse it.
-    let picks = request.share_out(&handlers, &due);
-    let unkeyed: Vec<(&str, &Candidate)> = picks
-        .iter()
-        .map(|&(lane, nth)| (handlers[lane].0, &queues[lane][nth]))
-        .filter(|(_, candidate)| candidate.key.is_none())
+    // All the picks are leased in one statement; should the database refuse a keyed one
+    // (another delivery of its key was leased at the same moment), each is leased on its own,
+    // so the refusal costs that delivery alone.
+    let picks: Vec<(&str, &Candidate)> = request
+        .share_out(&handlers, &due)
+        .into_iter()
+        .map(|(lane, nth)| (handlers[lane].0, &queues[lane][nth]))
         .collect();
-    let mut together = lease_unkeyed(tx, request, &unkeyed).await?;
-    let mut leased = Vec::new();
-    for (lane, nth) in picks {
-        let candidate = &queues[lane][nth];
-        if candidate.key.is_none() {
-            leased.extend(together.remove(&candidate.id));
-        } else if let Some(claim) = lease(tx, request, handlers[lane].0, candidate).await? {
-            leased.push(claim);
+    let leased = match lease_together(tx, request, &picks).await? {
+        Some(mut together) => picks
+            .iter()
+            .filter_map(|(_, candidate)| together.remove(&candidate.id))
+            .collect(),
+        None => {
+            let mut leased = Vec::new();
+            for (handler, candidate) in &picks {
+                leased.extend(lease(tx, request, handler, candidate).await?);
+            }
+            leased
         }
-    }
+    };
     Ok(ClaimOutcome { leased, stale })
 }
 
-/// Leases `picks` (handler, candidate without a key), all in one statement; by delivery id.
-async fn lease_unkeyed(
+/// Leases `picks` (handler, candidate) in one statement; by delivery id. `None`, with nothing
+/// leased, when the unique index on running keys refused one of them.
+async fn lease_together(
     tx: &Transaction<'_>,
     request: &ClaimRequest,
     picks: &[(&str, &Candidate)],
-) -> Result<HashMap<i64, Claimed>, InboxError> {
+) -> Result<Option<HashMap<i64, Claimed>>, InboxError> {
     if picks.is_empty() {
-        return Ok(HashMap::new());
+        return Ok(Some(HashMap::new()));
+    }
+    // Only a keyed delivery can meet the unique index; its refusal must undo this statement
+    // alone, not the claim's transaction.
+    let keyed = picks.iter().any(|(_, candidate)| candidate.key.is_some());
+    if keyed {
+        tx.batch_execute("SAVEPOINT lease_together").await?;
     }
     let ids: Vec<i64> = picks.iter().map(|(_, c)| c.id).collect();
     let until: Vec<i64> = picks.iter().map(|(h, _)| request.lease_until(h)).collect();
@@ -118,18 +129,33 @@ async fn lease_unkeyed(
             .await?,
             &[&ids, &until, &request.now_ms],
         )
-        .await?;
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) if keyed && is_unique_violation(&e) => {
+            tx.batch_execute(
+                "ROLLBACK TO SAVEPOINT lease_together; RELEASE SAVEPOINT lease_together",
+            )
+            .await?;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if keyed {
+        tx.batch_execute("RELEASE SAVEPOINT lease_together").await?;
+    }
     let picked: HashMap<i64, (&str, &Candidate)> =
         picks.iter().map(|&(h, c)| (c.id, (h, c))).collect();
-    Ok(rows
-        .iter()
-        .map(|row| {
-            let id: i64 = row.get(0);
-            let (handler, candidate) = picked[&id];
-            let claim = claimed(row, 1, request, handler, candidate);
-            (id, claim)
-        })
-        .collect())
+    Ok(Some(
+        rows.iter()
+            .map(|row| {
+                let id: i64 = row.get(0);
+                let (handler, candidate) = picked[&id];
+                let claim = claimed(row, 1, request, handler, candidate);
+                (id, claim)
+            })
+            .collect(),
+    ))
 }
 
 /// Due deliveries a window looks at for each one wanted (plus a few): a window full of

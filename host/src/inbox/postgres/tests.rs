@@ -257,6 +257,68 @@ async fn the_database_refuses_a_second_running_delivery_of_one_key() {
     );
 }
 
+/// A claim leases its picks in one statement. When the unique index on running keys refuses
+/// that statement (another transaction ran a delivery of a picked key at the same moment), the
+/// claim leases its picks one by one: the refused delivery waits, the others are leased.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_the_database_refuses_costs_that_delivery_alone() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    fixtures::accept(&inbox, keyed("head", "k", 1)).await;
+    fixtures::accept(&inbox, keyed("next", "k", 2)).await;
+    fixtures::accept(&inbox, keyed("other", "j", 1)).await;
+    fixtures::accept(&inbox, event("plain")).await;
+    // Another transaction runs `next`, out of turn, and commits only once the claim's lease of
+    // `head` waits on it: the claim read key k with nothing running.
+    let mut other = testdb::connect(db.url()).await;
+    let out_of_turn = other.transaction().await.unwrap();
+    out_of_turn
+        .execute(
+            "UPDATE deliveries SET state = 'running'
+             WHERE event = (SELECT id FROM events WHERE event_id = 'next')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let claim = tokio::spawn({
+        let inbox = inbox.clone();
+        async move { fixtures::claim(&inbox, LEASED_MS).await }
+    });
+    let watcher = testdb::connect(db.url()).await;
+    let waiting = async {
+        loop {
+            let row = watcher
+                .query_one(
+                    "SELECT COUNT(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            if row.get::<_, i64>(0) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the claim's lease of `head` waits on the other transaction");
+    out_of_turn.commit().await.unwrap();
+    let mut leased: Vec<String> = claim
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.event_id.to_string())
+        .collect();
+    leased.sort();
+    assert_eq!(leased, ["other", "plain"]);
+    let head = fixtures::detail(&inbox, "head").await.deliveries[0].clone();
+    assert_eq!((head.state.as_str(), head.attempts), ("pending", 0));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finish_after_another_node_reclaimed_its_lease_is_lost_and_writes_no_state() {
     let Some(db) = TestDatabase::fresh().await else {
