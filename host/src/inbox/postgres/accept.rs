@@ -5,8 +5,10 @@
 //! - All of one accept is in one transaction, and the insert is
 //!   `ON CONFLICT (source, event_id) DO NOTHING`: the unique constraint decides a duplicate,
 //!   also between nodes accepting one event at the same time (the second insert waits for the
-//!   first's commit, then inserts nothing), and within one batch (the first request of an
-//!   event is the one inserted; the rest are `Duplicate`).
+//!   first's commit, then inserts nothing). Within one batch an event is sent once: its
+//!   first request is the one inserted, the rest are `Duplicate`.
+//! - A batch's requests are answered once its `COMMIT` has answered (the statement and the
+//!   `COMMIT` travel together, but the answer waits for both).
 //! - A batch inserts in `(source, event_id)` order, so two nodes' batches wait for each other's
 //!   rows in one order and never deadlock.
 
@@ -147,130 +149,102 @@ pub(super) async fn one(
     Ok(in_transaction!(pool, commits, tx => store_event(&tx, event).await?))
 }
 
-/// Inserts `events` (sorted by `(source, event_id)`) and the deliveries of those new, in one
-/// transaction; what each became, in order.
+/// The statement of [`in_one_transaction`]: the events not stored yet (`ON CONFLICT DO
+/// NOTHING`), in the order given, and one pending delivery per handler of each inserted, in
+/// event then handler order (`$9`: the event's position in the arrays, from 1; `$10`: the
+/// handler); returns the inserted events' ids, sources and event ids.
+const ACCEPT_SQL: &str = "WITH e AS (
+         SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                              $6::bigint[], $7::text[], $8::bytea[]) WITH ORDINALITY
+              AS e (source, event_id, event_type, ordering_key, sequence, received_at,
+                    headers, body, n)
+     ), stored AS (
+         INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+                             received_at, headers, body)
+         SELECT source, event_id, event_type, ordering_key, sequence, received_at, headers, body
+         FROM e ORDER BY n
+         ON CONFLICT (source, event_id) DO NOTHING
+         RETURNING id, source, event_id, ordering_key, sequence, received_at
+     ), delivered AS (
+         INSERT INTO deliveries (event, source, handler, ordering_key, sequence, state,
+                                 next_attempt_at, updated_at)
+         SELECT s.id, s.source, h.handler, s.ordering_key, s.sequence, 'pending',
+                s.received_at, s.received_at
+         FROM stored s
+         JOIN e ON e.source = s.source AND e.event_id = s.event_id
+         JOIN unnest($9::bigint[], $10::text[]) WITH ORDINALITY AS h (event, handler, k)
+           ON h.event = e.n
+         ORDER BY e.n, h.k
+     )
+     SELECT id, source, event_id FROM stored";
+
+/// Inserts `events` (sorted by `(source, event_id)`) and the deliveries of those new, as one
+/// statement in one transaction, in one round trip; what each became, in order. Of requests
+/// for one event in the batch the first is the one inserted, the rest are duplicates.
 async fn in_one_transaction(
     pool: &Connections,
     events: &[&NewEvent],
 ) -> Result<Vec<Accepted>, InboxError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    let inserted = insert_events(&tx, events).await?;
-    insert_deliveries(&tx, events, &inserted).await?;
-    tx.commit().await?;
-    Ok(inserted
-        .iter()
-        .map(|id| {
-            if id.is_some() {
-                Accepted::New
-            } else {
-                Accepted::Duplicate
-            }
-        })
-        .collect())
-}
-
-/// Inserts the events not stored yet; per event, its new row id (`None`: a duplicate, of a
-/// stored event or of an earlier one in `events`).
-async fn insert_events(
-    tx: &Transaction<'_>,
-    events: &[&NewEvent],
-) -> Result<Vec<Option<i64>>, InboxError> {
-    let sources: Vec<&str> = events.iter().map(|e| e.source.as_str()).collect();
-    let ids: Vec<&str> = events
+    fn key(e: &NewEvent) -> (&str, &str) {
+        (e.source.as_str(), e.envelope.event_id.as_str())
+    }
+    // The statement sees each event once (a second row of it would meet the first's
+    // deliveries); sorted, a repeat follows its first.
+    let mut firsts: Vec<&NewEvent> = events.to_vec();
+    firsts.dedup_by(|later, first| key(later) == key(first));
+    let sources: Vec<&str> = firsts.iter().map(|e| e.source.as_str()).collect();
+    let ids: Vec<&str> = firsts
         .iter()
         .map(|e| e.envelope.event_id.as_str())
         .collect();
-    let types: Vec<&str> = events
+    let types: Vec<&str> = firsts
         .iter()
         .map(|e| e.envelope.event_type.as_str())
         .collect();
-    let keys: Vec<Option<&str>> = events
+    let keys: Vec<Option<&str>> = firsts
         .iter()
         .map(|e| e.envelope.ordering_key.as_deref())
         .collect();
-    let sequences: Vec<Option<i64>> = events
+    let sequences: Vec<Option<i64>> = firsts
         .iter()
         .map(|e| e.envelope.sequence.map(|s| s as i64))
         .collect();
-    let received: Vec<i64> = events.iter().map(|e| e.request.received_at_ms).collect();
-    let headers: Vec<String> = events
+    let received: Vec<i64> = firsts.iter().map(|e| e.request.received_at_ms).collect();
+    let headers: Vec<String> = firsts
         .iter()
         .map(|e| headers_json(&e.request.headers))
         .collect();
-    let bodies: Vec<&[u8]> = events.iter().map(|e| &e.request.body[..]).collect();
-    let rows = tx
-        .query(
-            &tx.prepare_cached(
-                "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
-                                     received_at, headers, body)
-                 SELECT source, event_id, event_type, ordering_key, sequence, received_at,
-                        headers, body
-                 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                             $6::bigint[], $7::text[], $8::bytea[]) WITH ORDINALITY
-                      AS e (source, event_id, event_type, ordering_key, sequence, received_at,
-                            headers, body, n)
-                 ORDER BY n
-                 ON CONFLICT (source, event_id) DO NOTHING
-                 RETURNING id, source, event_id",
-            )
-            .await?,
-            &[
-                &sources, &ids, &types, &keys, &sequences, &received, &headers, &bodies,
-            ],
-        )
-        .await?;
+    let bodies: Vec<&[u8]> = firsts.iter().map(|e| &e.request.body[..]).collect();
+    let mut of_event: Vec<i64> = Vec::new();
+    let mut handlers: Vec<&str> = Vec::new();
+    for (n, event) in (1..).zip(&firsts) {
+        for handler in &event.handlers {
+            of_event.push(n);
+            handlers.push(handler.as_str());
+        }
+    }
+    let client = pool.get().await?;
+    let rows = super::in_one_round_trip(
+        &client,
+        "BEGIN",
+        ACCEPT_SQL,
+        &[
+            &sources, &ids, &types, &keys, &sequences, &received, &headers, &bodies, &of_event,
+            &handlers,
+        ],
+    )
+    .await?;
     let mut new: HashMap<(String, String), i64> = rows
         .iter()
         .map(|row| ((row.get(1), row.get(2)), row.get(0)))
         .collect();
-    // The first request of a pair in one batch is the one inserted (rows go in order).
     Ok(events
         .iter()
-        .map(|e| new.remove(&(e.source.to_string(), e.envelope.event_id.to_string())))
-        .collect())
-}
-
-/// Inserts one pending delivery per handler of each event inserted (`inserted[i]` of
-/// `events[i]`), in event order.
-async fn insert_deliveries(
-    tx: &Transaction<'_>,
-    events: &[&NewEvent],
-    inserted: &[Option<i64>],
-) -> Result<(), InboxError> {
-    let mut event_ids = Vec::new();
-    let mut sources = Vec::new();
-    let mut handlers = Vec::new();
-    let mut keys = Vec::new();
-    let mut sequences = Vec::new();
-    let mut due = Vec::new();
-    for (event, id) in events.iter().zip(inserted) {
-        let Some(id) = id else { continue };
-        for handler in &event.handlers {
-            event_ids.push(*id);
-            sources.push(event.source.as_str());
-            handlers.push(handler.as_str());
-            keys.push(event.envelope.ordering_key.as_deref());
-            sequences.push(event.envelope.sequence.map(|s| s as i64));
-            due.push(event.request.received_at_ms);
-        }
-    }
-    if event_ids.is_empty() {
-        return Ok(());
-    }
-    tx.execute(
-        &tx.prepare_cached(
-            "INSERT INTO deliveries (event, source, handler, ordering_key, sequence, state,
-                                     next_attempt_at, updated_at)
-             SELECT event, source, handler, ordering_key, sequence, 'pending', due, due
-             FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                         $6::bigint[]) WITH ORDINALITY
-                  AS d (event, source, handler, ordering_key, sequence, due, n)
-             ORDER BY n",
+        .map(
+            |e| match new.remove(&(e.source.to_string(), e.envelope.event_id.to_string())) {
+                Some(_) => Accepted::New,
+                None => Accepted::Duplicate,
+            },
         )
-        .await?,
-        &[&event_ids, &sources, &handlers, &keys, &sequences, &due],
-    )
-    .await?;
-    Ok(())
+        .collect())
 }

@@ -647,21 +647,64 @@ pub(super) async fn commit_finishes(
     }
 }
 
-/// [`commit_finishes`]' transaction; what became of each finish, in order.
+/// The statement of [`finish_together`]: moves on each delivery whose lease is still the
+/// finish's (`$1` delivery, `$2` attempt) and gives it its attempt row; returns the (delivery,
+/// attempt) pairs recorded.
+///
+/// The lease check is the update's own condition: a row another transaction changes first (a
+/// reclaim on another node) is checked again as that change left it, so a finish whose lease
+/// was taken back updates nothing. The batch comes sorted by id, the order in which a plan
+/// driven by the array meets the rows, as two batches' locks then are. Matched by (delivery,
+/// attempt): a late finish of an earlier lease of the same delivery may share the batch, and
+/// only the running lease's finish is recorded.
+const FINISH_SQL: &str = "WITH u AS (
+         SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
+                              $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
+                              $11::text[], $12::text[])
+              AS u (id, attempt, state, output, last_error, next_at, started, ended, outcome,
+                    error_kind, error, plugin_sha256)
+     ), moved AS (
+         UPDATE deliveries d SET state = u.state, output = COALESCE(u.output, d.output),
+             last_error = u.last_error, next_attempt_at = u.next_at, lease_until = NULL,
+             updated_at = u.ended
+         FROM u
+         WHERE d.id = u.id AND d.state = 'running' AND d.attempts = u.attempt
+         RETURNING d.id, d.attempts
+     ), recorded AS (
+         INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
+                               error, plugin_sha256)
+         SELECT u.id, u.attempt, u.started, u.ended, u.outcome, u.error_kind, u.error,
+                u.plugin_sha256
+         FROM moved JOIN u ON u.id = moved.id AND u.attempt = moved.attempts
+         ORDER BY u.id
+     )
+     SELECT id, attempts FROM moved";
+
+/// [`commit_finishes`]' transaction, one statement sent with its `BEGIN` and `COMMIT`; what
+/// became of each finish, in order.
 async fn finish_together(
     pool: &Connections,
     finishes: &[&Finish],
 ) -> Result<Vec<Finished>, InboxError> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    super::generic_plans(&tx).await?;
-    let mut ids = Vec::with_capacity(finishes.len());
-    let mut attempts = Vec::with_capacity(finishes.len());
-    let mut states = Vec::with_capacity(finishes.len());
-    let mut outputs = Vec::with_capacity(finishes.len());
-    let mut errors = Vec::with_capacity(finishes.len());
-    let mut next = Vec::with_capacity(finishes.len());
-    let mut ended = Vec::with_capacity(finishes.len());
+    let n = finishes.len();
+    let (mut ids, mut attempts, mut states, mut outputs) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut errors, mut next, mut started, mut ended) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let (mut outcomes, mut kinds, mut messages, mut shas) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
     for f in finishes {
         let (state, output, next_at) = f.next_state();
         ids.push(f.delivery_id);
@@ -670,63 +713,31 @@ async fn finish_together(
         outputs.push(output);
         errors.push(f.last_error());
         next.push(next_at);
+        started.push(f.started_at_ms);
         ended.push(f.finished_at_ms);
+        outcomes.push(f.outcome.as_str());
+        kinds.push(f.error_kind.as_deref());
+        messages.push(f.error.as_deref());
+        shas.push(f.plugin_sha256.as_deref());
     }
-    // The lease check is the update's own condition: a row another transaction changes first
-    // (a reclaim on another node) is checked again as that change left it, so a finish whose
-    // lease was taken back updates nothing. The batch comes sorted by id, the order in which a
-    // plan driven by the array meets the rows, as two batches' locks then are. Matched by
-    // (delivery, attempt): a late finish of an earlier lease of the same delivery may share
-    // the batch, and only the running lease's finish is recorded.
-    let updated: HashSet<(i64, i64)> = tx
-        .query(
-            &tx.prepare_cached(
-                "UPDATE deliveries d SET state = u.state, output = COALESCE(u.output, d.output),
-                     last_error = u.last_error, next_attempt_at = u.next_at, lease_until = NULL,
-                     updated_at = u.ended
-                 FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
-                             $6::bigint[], $7::bigint[])
-                      AS u (id, attempt, state, output, last_error, next_at, ended)
-                 WHERE d.id = u.id AND d.state = 'running' AND d.attempts = u.attempt
-                 RETURNING d.id, d.attempts",
-            )
-            .await?,
-            &[&ids, &attempts, &states, &outputs, &errors, &next, &ended],
-        )
-        .await?
-        .iter()
-        .map(|row| (row.get(0), row.get(1)))
-        .collect();
-    let recorded = |f: &Finish| updated.contains(&(f.delivery_id, i64::from(f.attempt)));
-    let live: Vec<&Finish> = finishes.iter().copied().filter(|f| recorded(f)).collect();
-    if !live.is_empty() {
-        let live_ids: Vec<i64> = live.iter().map(|f| f.delivery_id).collect();
-        let attempts: Vec<i64> = live.iter().map(|f| i64::from(f.attempt)).collect();
-        let started: Vec<i64> = live.iter().map(|f| f.started_at_ms).collect();
-        let ended: Vec<i64> = live.iter().map(|f| f.finished_at_ms).collect();
-        let outcomes: Vec<&str> = live.iter().map(|f| f.outcome.as_str()).collect();
-        let kinds: Vec<Option<&str>> = live.iter().map(|f| f.error_kind.as_deref()).collect();
-        let messages: Vec<Option<&str>> = live.iter().map(|f| f.error.as_deref()).collect();
-        let shas: Vec<Option<&str>> = live.iter().map(|f| f.plugin_sha256.as_deref()).collect();
-        tx.execute(
-            &tx.prepare_cached(
-                "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome,
-                                       error_kind, error, plugin_sha256)
-                 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[],
-                                      $5::text[], $6::text[], $7::text[], $8::text[])",
-            )
-            .await?,
-            &[
-                &live_ids, &attempts, &started, &ended, &outcomes, &kinds, &messages, &shas,
-            ],
-        )
-        .await?;
-    }
-    tx.commit().await?;
+    let client = pool.get().await?;
+    let updated: HashSet<(i64, i64)> = super::in_one_round_trip(
+        &client,
+        super::BEGIN_GENERIC,
+        FINISH_SQL,
+        &[
+            &ids, &attempts, &states, &outputs, &errors, &next, &started, &ended, &outcomes,
+            &kinds, &messages, &shas,
+        ],
+    )
+    .await?
+    .iter()
+    .map(|row| (row.get(0), row.get(1)))
+    .collect();
     Ok(finishes
         .iter()
         .map(|f| {
-            if recorded(f) {
+            if updated.contains(&(f.delivery_id, i64::from(f.attempt))) {
                 Finished::Recorded
             } else {
                 Finished::LeaseLost

@@ -3,7 +3,8 @@
 //!
 //! [`PostgresStore`] implements the storage contract ([`Store`]) with each write operation in
 //! one transaction on a pooled connection (concurrent accepts, and finishes that write no
-//! plugin state, share one: `batch.rs`) and each read as statements on one: the SQL of each
+//! plugin state, share one: `batch.rs`; such a batch is one statement, sent with its `BEGIN`
+//! and `COMMIT` in one round trip) and each read as statements on one: the SQL of each
 //! role is a file of the same name (`accept`, `quarantine`, `lease`, `replay`, `retention`,
 //! `state`, `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
 //! inbox's (and names a database without its password).
@@ -69,7 +70,7 @@ use std::{
 };
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::{Config, NoTls, types::ToSql};
 
 use self::error::Target;
 use super::{
@@ -250,6 +251,32 @@ pub(super) async fn generic_plans(
     tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
         .await?;
     Ok(())
+}
+
+/// `BEGIN` and what sets up a transaction of the claim's or the finish's path ([`generic_plans`]
+/// for one whose statements are sent before it answered).
+pub(super) const BEGIN_GENERIC: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
+
+/// Runs `statement` as a transaction of its own: `begin` (`BEGIN` and any `SET LOCAL`), the
+/// statement and `COMMIT` are sent together and answered together, one round trip where
+/// awaiting each would take three. Its rows are returned once the `COMMIT` answered, so
+/// nothing is reported done before it is durable; if the statement fails, PostgreSQL turns
+/// the `COMMIT` into a rollback and the statement's error is returned.
+pub(super) async fn in_one_round_trip(
+    client: &deadpool_postgres::Client,
+    begin: &str,
+    statement: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>, InboxError> {
+    // Prepared (from the connection's cache, usually) before anything is sent: each of the
+    // three futures below sends its request when first polled, in this order.
+    let statement = client.prepare_cached(statement).await?;
+    let (_, rows, _) = tokio::try_join!(
+        client.batch_execute(begin),
+        client.query(&statement, params),
+        client.batch_execute("COMMIT"),
+    )?;
+    Ok(rows)
 }
 
 /// The names of `states`, as a `text[]` parameter (`state = ANY($n)`), so the sets of states
