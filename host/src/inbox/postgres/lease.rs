@@ -60,13 +60,24 @@ pub(super) async fn claim_due(
 ) -> Result<ClaimOutcome, InboxError> {
     let handlers = request.wants();
     let mut stale = 0;
+    let mut first = first_windows(tx, &handlers, request.now_ms).await?;
     let mut queues = Vec::with_capacity(handlers.len());
-    for (handler, _, want) in &handlers {
+    for ((handler, _, want), window) in handlers.iter().zip(first.iter_mut()) {
         let queue = if *want == 0 {
             Vec::new()
         } else {
             let delivers = request.deliver_stale.contains(*handler);
-            due_heads(tx, handler, delivers, request.now_ms, *want, &mut stale).await?
+            let window = std::mem::take(window);
+            due_heads(
+                tx,
+                handler,
+                delivers,
+                request.now_ms,
+                *want,
+                window,
+                &mut stale,
+            )
+            .await?
         };
         queues.push(queue);
     }
@@ -205,6 +216,73 @@ static WINDOW_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// [`WINDOW_SQL`] for several handlers at once, with nothing taken yet: per handler `$1[i]`
+/// its earliest `$3[i]` due deliveries at `$2`, tagged with `i` (from 1), each with whether it
+/// may run now. One statement where a window per handler took a round trip each, whatever
+/// the number of handlers (and of plugins with nothing waiting, such as parsers).
+pub(super) static WINDOWS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT h.n, d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, {head}
+         FROM unnest($1::text[], $3::bigint[]) WITH ORDINALITY AS h (handler, size, n)
+         CROSS JOIN LATERAL (
+             SELECT id, handler, next_attempt_at, ordering_key, sequence, source
+             FROM deliveries
+             WHERE handler = h.handler AND state IN {waiting} AND next_attempt_at <= $2
+             ORDER BY next_attempt_at, id LIMIT h.size) d
+         ORDER BY h.n, d.next_attempt_at, d.id",
+        head = head_sql(),
+        waiting = sql_states(&DeliveryState::WAITING),
+    )
+});
+
+/// A window of one handler's due deliveries: those that may run now, and how many were read.
+#[derive(Default)]
+struct Window {
+    found: Vec<Candidate>,
+    read: usize,
+}
+
+/// The window a claim's first pass looks at (see [`due_heads`]) for each handler that wants
+/// deliveries, read in one statement; by handler, in `handlers`' order (empty where none is
+/// wanted).
+async fn first_windows(
+    tx: &Transaction<'_>,
+    handlers: &[(&str, usize, usize)],
+    now_ms: i64,
+) -> Result<Vec<Window>, InboxError> {
+    let mut windows: Vec<Window> = handlers.iter().map(|_| Window::default()).collect();
+    let (mut names, mut sizes, mut lanes) = (Vec::new(), Vec::new(), Vec::new());
+    for (lane, (handler, _, want)) in handlers.iter().enumerate() {
+        if *want > 0 {
+            names.push(*handler);
+            sizes.push(window_size(*want) as i64);
+            lanes.push(lane);
+        }
+    }
+    if names.is_empty() {
+        return Ok(windows);
+    }
+    let rows = tx
+        .query(
+            &tx.prepare_cached(&WINDOWS_SQL).await?,
+            &[&names, &now_ms, &sizes],
+        )
+        .await?;
+    for row in rows {
+        let window = &mut windows[lanes[(row.get::<_, i64>(0) - 1) as usize]];
+        window.read += 1;
+        if row.get::<_, bool>(6) {
+            window.found.push(candidate(&row, 1));
+        }
+    }
+    Ok(windows)
+}
+
+/// The window a pass looks at to find `need` deliveries that may run.
+fn window_size(need: usize) -> usize {
+    need * WINDOW_PER_WANTED + 16
+}
+
 /// Handler `$1`'s deliveries that may run at `$2`, not in `$4`, the earliest `$3`: those
 /// without a key, and the head of each key with open deliveries, found by walking the keys (one
 /// index probe each) instead of the deliveries waiting behind them.
@@ -274,18 +352,24 @@ async fn candidates(
         .await?;
     let read = rows.len();
     let heads = rows
-        .into_iter()
+        .iter()
         .filter(|row| row.get::<_, bool>(5))
-        .map(|row| Candidate {
-            id: row.get(0),
-            due_ms: row.get(1),
-            key: row.get(2),
-            sequence: row.get(3),
-            source: row.get(4),
-            stale: false,
-        })
+        .map(|row| candidate(row, 0))
         .collect();
     Ok((heads, read))
+}
+
+/// The candidate in a candidate read's row, from column `first` on: id, due time, ordering
+/// key, sequence, source.
+fn candidate(row: &tokio_postgres::Row, first: usize) -> Candidate {
+    Candidate {
+        id: row.get(first),
+        due_ms: row.get(first + 1),
+        key: row.get(first + 2),
+        sequence: row.get(first + 3),
+        source: row.get(first + 4),
+        stale: false,
+    }
 }
 
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first, locked: per
@@ -304,18 +388,23 @@ async fn due_heads(
     delivers: bool,
     now_ms: i64,
     want: usize,
+    first: Window,
     stale: &mut usize,
 ) -> Result<Vec<Candidate>, InboxError> {
     let mut heads: Vec<Candidate> = Vec::new();
     let mut taken: Vec<i64> = Vec::new();
+    let mut first = Some(first);
     for _ in 0..PASSES {
         let need = want - heads.len();
         if need == 0 {
             break;
         }
-        let window = need * WINDOW_PER_WANTED + 16;
-        let (mut found, read) =
-            candidates(tx, &WINDOW_SQL, handler, now_ms, window, &taken).await?;
+        let window = window_size(need);
+        // The first pass's window was read with every handler's ([`first_windows`]).
+        let (mut found, read) = match first.take() {
+            Some(Window { found, read }) => (found, read),
+            None => candidates(tx, &WINDOW_SQL, handler, now_ms, window, &taken).await?,
+        };
         if found.len() < need && read == window {
             let seen: Vec<i64> = taken
                 .iter()

@@ -619,6 +619,49 @@ async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say
 /// A filter by provider event id alone probes the dedupe index once per stored source (there is
 /// no index on the event id by itself, so accepts write one index fewer), and finds the event in
 /// every source.
+/// A claim reads the first window of every handler in one statement: per handler, a range of
+/// the waiting index read in order as far as its window, never a scan of every delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_first_windows_are_one_range_of_the_waiting_index_per_handler() {
+    let Some((_db, inbox, client)) = store_and_client().await else {
+        return;
+    };
+    accept_many(&inbox, 2_000).await;
+    client
+        .batch_execute(&format!(
+            "ANALYZE deliveries;
+             SET plan_cache_mode = force_generic_plan;
+             PREPARE windows AS {}",
+            *super::lease::WINDOWS_SQL
+        ))
+        .await
+        .unwrap();
+    let plan = plan_of(
+        &client,
+        &format!(
+            "EXECUTE windows(ARRAY['{HANDLER}', 'parser'], 9000000000000000, ARRAY[36, 36]::bigint[])"
+        ),
+    )
+    .await;
+    assert!(plan.contains("deliveries_waiting"), "{plan}");
+    assert!(!plan.contains("Seq Scan on deliveries"), "{plan}");
+    let rows = client
+        .query(
+            &format!(
+                "EXECUTE windows(ARRAY['parser', '{HANDLER}'], 9000000000000000, ARRAY[5, 3]::bigint[])"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let lanes: Vec<i64> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(
+        lanes,
+        [2, 2, 2],
+        "three of {HANDLER}'s, none of the parser's"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
     let Some((_db, inbox, client)) = store_and_client().await else {
