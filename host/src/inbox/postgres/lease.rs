@@ -100,8 +100,10 @@ pub(super) async fn claim_due(
             .collect(),
         None => {
             let mut leased = Vec::new();
-            for (handler, candidate) in &picks {
-                leased.extend(lease(tx, request, handler, candidate).await?);
+            for pick in &picks {
+                if let Some(mut one) = lease_together(tx, request, &[*pick]).await? {
+                    leased.extend(one.remove(&pick.1.id));
+                }
             }
             leased
         }
@@ -162,7 +164,7 @@ async fn lease_together(
             .map(|row| {
                 let id: i64 = row.get(0);
                 let (handler, candidate) = picked[&id];
-                let claim = claimed(row, 1, request, handler, candidate);
+                let claim = claimed(row, request, handler, candidate);
                 (id, claim)
             })
             .collect(),
@@ -200,26 +202,10 @@ fn head_sql() -> String {
     )
 }
 
-/// The earliest `$3` due deliveries of handler `$1` at `$2`, not in `$4`, each with whether
-/// it may run now.
-static WINDOW_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, {head}
-         FROM (SELECT id, handler, next_attempt_at, ordering_key, sequence, source
-               FROM deliveries
-               WHERE handler = $1 AND state IN {waiting} AND next_attempt_at <= $2
-                 AND NOT (id = ANY($4))
-               ORDER BY next_attempt_at, id LIMIT $3) d
-         ORDER BY d.next_attempt_at, d.id",
-        head = head_sql(),
-        waiting = sql_states(&DeliveryState::WAITING),
-    )
-});
-
-/// [`WINDOW_SQL`] for several handlers at once, with nothing taken yet: per handler `$1[i]`
-/// its earliest `$3[i]` due deliveries at `$2`, tagged with `i` (from 1), each with whether it
-/// may run now. One statement where a window per handler took a round trip each, whatever
-/// the number of handlers (and of plugins with nothing waiting, such as parsers).
+/// Windows of due deliveries: per handler `$1[i]` its earliest `$3[i]` due deliveries at `$2`
+/// not in `$4`, tagged with `i` (from 1), each with whether it may run now. A claim's first
+/// pass reads every handler's window in this one statement, whatever the number of handlers
+/// (and of plugins with nothing waiting, such as parsers); a later pass, one handler's.
 pub(super) static WINDOWS_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT h.n, d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, {head}
@@ -228,6 +214,7 @@ pub(super) static WINDOWS_SQL: LazyLock<String> = LazyLock::new(|| {
              SELECT id, handler, next_attempt_at, ordering_key, sequence, source
              FROM deliveries
              WHERE handler = h.handler AND state IN {waiting} AND next_attempt_at <= $2
+               AND NOT (id = ANY($4))
              ORDER BY next_attempt_at, id LIMIT h.size) d
          ORDER BY h.n, d.next_attempt_at, d.id",
         head = head_sql(),
@@ -250,12 +237,27 @@ async fn first_windows(
     handlers: &[(&str, usize, usize)],
     now_ms: i64,
 ) -> Result<Vec<Window>, InboxError> {
-    let mut windows: Vec<Window> = handlers.iter().map(|_| Window::default()).collect();
+    let wanted: Vec<(&str, usize)> = handlers
+        .iter()
+        .map(|&(handler, _, want)| (handler, if want > 0 { window_size(want) } else { 0 }))
+        .collect();
+    windows(tx, &wanted, now_ms, &[]).await
+}
+
+/// Per `(handler, size)` of `wanted`, in order, its window of up to `size` deliveries due at
+/// `now_ms` and not in `taken` ([`WINDOWS_SQL`]); no round trip when every size is 0.
+async fn windows(
+    tx: &Transaction<'_>,
+    wanted: &[(&str, usize)],
+    now_ms: i64,
+    taken: &[i64],
+) -> Result<Vec<Window>, InboxError> {
+    let mut windows: Vec<Window> = wanted.iter().map(|_| Window::default()).collect();
     let (mut names, mut sizes, mut lanes) = (Vec::new(), Vec::new(), Vec::new());
-    for (lane, (handler, _, want)) in handlers.iter().enumerate() {
-        if *want > 0 {
-            names.push(*handler);
-            sizes.push(window_size(*want) as i64);
+    for (lane, &(handler, size)) in wanted.iter().enumerate() {
+        if size > 0 {
+            names.push(handler);
+            sizes.push(size as i64);
             lanes.push(lane);
         }
     }
@@ -265,7 +267,7 @@ async fn first_windows(
     let rows = tx
         .query(
             &tx.prepare_cached(&WINDOWS_SQL).await?,
-            &[&names, &now_ms, &sizes],
+            &[&names, &now_ms, &sizes, &taken],
         )
         .await?;
     for row in rows {
@@ -334,29 +336,25 @@ pub(super) static LOCK_SQL: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Runs `sql` (one of the candidate reads) and keeps the rows that may run now; with how many
-/// rows it read.
-async fn candidates(
+/// [`KEY_HEADS_SQL`]'s rows that may run now.
+async fn key_heads(
     tx: &Transaction<'_>,
-    sql: &str,
     handler: &str,
     now_ms: i64,
     limit: usize,
     taken: &[i64],
-) -> Result<(Vec<Candidate>, usize), InboxError> {
+) -> Result<Vec<Candidate>, InboxError> {
     let rows = tx
         .query(
-            &tx.prepare_cached(sql).await?,
+            &tx.prepare_cached(&KEY_HEADS_SQL).await?,
             &[&handler, &now_ms, &(limit as i64), &taken],
         )
         .await?;
-    let read = rows.len();
-    let heads = rows
+    Ok(rows
         .iter()
         .filter(|row| row.get::<_, bool>(5))
         .map(|row| candidate(row, 0))
-        .collect();
-    Ok((heads, read))
+        .collect())
 }
 
 /// The candidate in a candidate read's row, from column `first` on: id, due time, ordering
@@ -403,7 +401,12 @@ async fn due_heads(
         // The first pass's window was read with every handler's ([`first_windows`]).
         let (mut found, read) = match first.take() {
             Some(Window { found, read }) => (found, read),
-            None => candidates(tx, &WINDOW_SQL, handler, now_ms, window, &taken).await?,
+            None => {
+                let Window { found, read } = windows(tx, &[(handler, window)], now_ms, &taken)
+                    .await?
+                    .remove(0);
+                (found, read)
+            }
         };
         if found.len() < need && read == window {
             let seen: Vec<i64> = taken
@@ -411,7 +414,7 @@ async fn due_heads(
                 .chain(found.iter().map(|c| &c.id))
                 .copied()
                 .collect();
-            let (more, _) = candidates(tx, &KEY_HEADS_SQL, handler, now_ms, need, &seen).await?;
+            let more = key_heads(tx, handler, now_ms, need, &seen).await?;
             found.extend(more);
             found.sort_by_key(|c| (c.due_ms, c.id));
         }
@@ -502,77 +505,30 @@ async fn staleness(
     Ok(Staleness::Skipped)
 }
 
-/// Leases `candidate` to a worker: the attempt is counted now. `None` if the database refuses
-/// the lease because another delivery of its key runs (leased by a concurrent claim).
-async fn lease(
-    tx: &Transaction<'_>,
-    request: &ClaimRequest,
-    handler: &str,
-    candidate: &Candidate,
-) -> Result<Option<Claimed>, InboxError> {
-    // Only a keyed delivery can meet the unique index; its refusal must undo this lease alone.
-    let keyed = candidate.key.is_some();
-    if keyed {
-        tx.batch_execute("SAVEPOINT lease").await?;
-    }
-    let leased = tx
-        .query_one(
-            &tx.prepare_cached(
-                "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
-                 lease_until = $2, leased_at = $3, updated_at = $3
-             FROM events e
-             WHERE d.id = $1 AND e.id = d.event
-             RETURNING d.attempts, d.attempts - d.budget_base, e.event_id, e.event_type,
-                       e.received_at, e.headers, e.body",
-            )
-            .await?,
-            &[
-                &candidate.id,
-                &request.lease_until(handler),
-                &request.now_ms,
-            ],
-        )
-        .await;
-    let row = match leased {
-        Ok(row) => row,
-        Err(e) if keyed && is_unique_violation(&e) => {
-            tx.batch_execute("ROLLBACK TO SAVEPOINT lease; RELEASE SAVEPOINT lease")
-                .await?;
-            return Ok(None);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if keyed {
-        tx.batch_execute("RELEASE SAVEPOINT lease").await?;
-    }
-    Ok(Some(claimed(&row, 0, request, handler, candidate)))
-}
-
-/// The lease of `candidate` to `handler`, from a row returning, from column `first` on, the
-/// delivery's attempts, its budget used, and the event's id, type, arrival, headers and body.
+/// The lease of `candidate` to `handler`, from a row returning, after the delivery's id, its
+/// attempts, its budget used, and the event's id, type, arrival, headers and body.
 fn claimed(
     row: &tokio_postgres::Row,
-    first: usize,
     request: &ClaimRequest,
     handler: &str,
     candidate: &Candidate,
 ) -> Claimed {
-    let headers: String = row.get(first + 5);
+    let headers: String = row.get(6);
     Claimed {
         delivery_id: candidate.id,
-        attempt: token(row.get(first)),
-        budget_used: token(row.get(first + 1)),
+        attempt: token(row.get(1)),
+        budget_used: token(row.get(2)),
         leased_at_ms: request.now_ms,
         source: SourceName::new(candidate.source.as_str()),
         handler: PluginName::new(handler),
-        event_id: EventId::new(row.get::<_, String>(first + 2)),
-        event_type: row.get(first + 3),
+        event_id: EventId::new(row.get::<_, String>(3)),
+        event_type: row.get(4),
         ordering_key: candidate.key.clone(),
         sequence: candidate.sequence.map(|s| s as u64),
         stale: candidate.stale,
-        received_at_ms: row.get(first + 4),
+        received_at_ms: row.get(5),
         headers: headers_from_json(&headers),
-        body: Bytes::from(row.get::<_, Vec<u8>>(first + 6)),
+        body: Bytes::from(row.get::<_, Vec<u8>>(7)),
     }
 }
 
@@ -775,40 +731,22 @@ async fn finish_together(
     pool: &Connections,
     finishes: &[&Finish],
 ) -> Result<Vec<Finished>, InboxError> {
-    let n = finishes.len();
-    let (mut ids, mut attempts, mut states, mut outputs) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut errors, mut next, mut started, mut ended) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    let (mut outcomes, mut kinds, mut messages, mut shas) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    for f in finishes {
-        let (state, output, next_at) = f.next_state();
-        ids.push(f.delivery_id);
-        attempts.push(i64::from(f.attempt));
-        states.push(state.as_str());
-        outputs.push(output);
-        errors.push(f.last_error());
-        next.push(next_at);
-        started.push(f.started_at_ms);
-        ended.push(f.finished_at_ms);
-        outcomes.push(f.outcome.as_str());
-        kinds.push(f.error_kind.as_deref());
-        messages.push(f.error.as_deref());
-        shas.push(f.plugin_sha256.as_deref());
+    fn column<'a, T>(finishes: &[&'a Finish], value: impl Fn(&'a Finish) -> T) -> Vec<T> {
+        finishes.iter().map(|f| value(f)).collect()
     }
+    let moves = column(finishes, Finish::next_state);
+    let ids = column(finishes, |f| f.delivery_id);
+    let attempts = column(finishes, |f| i64::from(f.attempt));
+    let states: Vec<&str> = moves.iter().map(|(state, _, _)| state.as_str()).collect();
+    let outputs: Vec<&Option<String>> = moves.iter().map(|(_, output, _)| output).collect();
+    let errors = column(finishes, Finish::last_error);
+    let next: Vec<i64> = moves.iter().map(|(_, _, next_at)| *next_at).collect();
+    let started = column(finishes, |f| f.started_at_ms);
+    let ended = column(finishes, |f| f.finished_at_ms);
+    let outcomes = column(finishes, |f| f.outcome.as_str());
+    let kinds = column(finishes, |f| f.error_kind.as_deref());
+    let messages = column(finishes, |f| f.error.as_deref());
+    let shas = column(finishes, |f| f.plugin_sha256.as_deref());
     let client = pool.get().await?;
     let updated: HashSet<(i64, i64)> = super::in_one_round_trip(
         &client,

@@ -639,7 +639,7 @@ async fn a_claims_first_windows_are_one_range_of_the_waiting_index_per_handler()
     let plan = plan_of(
         &client,
         &format!(
-            "EXECUTE windows(ARRAY['{HANDLER}', 'parser'], 9000000000000000, ARRAY[36, 36]::bigint[])"
+            "EXECUTE windows(ARRAY['{HANDLER}', 'parser'], 9000000000000000, ARRAY[36, 36]::bigint[], ARRAY[]::bigint[])"
         ),
     )
     .await;
@@ -648,7 +648,7 @@ async fn a_claims_first_windows_are_one_range_of_the_waiting_index_per_handler()
     let rows = client
         .query(
             &format!(
-                "EXECUTE windows(ARRAY['parser', '{HANDLER}'], 9000000000000000, ARRAY[5, 3]::bigint[])"
+                "EXECUTE windows(ARRAY['parser', '{HANDLER}'], 9000000000000000, ARRAY[5, 3]::bigint[], ARRAY[]::bigint[])"
             ),
             &[],
         )

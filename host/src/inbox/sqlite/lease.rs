@@ -422,32 +422,31 @@ macro_rules! earliest_after {
     };
 }
 
-/// The earliest waiting delivery due by `?1`: per handler and waiting state, one seek (the
-/// handlers found by a skip scan of `deliveries_handler_due`). No index on `(state,
-/// next_attempt_at)` is kept for it: every change of every delivery's state would rewrite its
-/// entry there, for a read made a few times a second.
-pub(super) const OLDEST_DUE: &str = concat!(
-    distinct_by_seeks!(
-        "handlers",
-        "handler",
-        "deliveries INDEXED BY deliveries_handler_due"
-    ),
-    "SELECT MIN(due) FROM (",
-    each_waiting_state!(earliest_by),
-    ")"
-);
+/// The earliest waiting delivery whose due time `$arm` picks (`earliest_by` or
+/// `earliest_after`): per handler and waiting state, one seek (the handlers found by a skip
+/// scan of `deliveries_handler_due`).
+macro_rules! earliest_waiting {
+    ($arm:ident) => {
+        concat!(
+            distinct_by_seeks!(
+                "handlers",
+                "handler",
+                "deliveries INDEXED BY deliveries_handler_due"
+            ),
+            "SELECT MIN(due) FROM (",
+            each_waiting_state!($arm),
+            ")"
+        )
+    };
+}
+
+/// The earliest waiting delivery due by `?1`. No index on `(state, next_attempt_at)` is kept
+/// for it: every change of every delivery's state would rewrite its entry there, for a read
+/// made a few times a second.
+pub(super) const OLDEST_DUE: &str = earliest_waiting!(earliest_by);
 
 /// The earliest waiting delivery due after `?1`, as [`OLDEST_DUE`].
-pub(super) const NEXT_DUE_AFTER: &str = concat!(
-    distinct_by_seeks!(
-        "handlers",
-        "handler",
-        "deliveries INDEXED BY deliveries_handler_due"
-    ),
-    "SELECT MIN(due) FROM (",
-    each_waiting_state!(earliest_after),
-    ")"
-);
+pub(super) const NEXT_DUE_AFTER: &str = earliest_waiting!(earliest_after);
 
 /// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
 /// waiting behind its ordering key's head counts: its event is not handled yet either).
