@@ -138,6 +138,115 @@ async fn an_event_the_database_refuses_fails_alone() {
     }
 }
 
+/// Makes every transaction that wrote a row of `table` matching `condition` fail at its
+/// `COMMIT`, not at the statement: a deferred constraint trigger, checked only at commit.
+async fn refuse_at_commit(client: &tokio_postgres::Client, table: &str, condition: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+             CREATE CONSTRAINT TRIGGER refuse_at_commit
+                 AFTER INSERT OR UPDATE ON {table} DEFERRABLE INITIALLY DEFERRED
+                 FOR EACH ROW WHEN ({condition}) EXECUTE FUNCTION refuse_at_commit();"
+        ))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_is_answered_by_its_commit_not_by_its_statement() {
+    let Some((db, inbox, client)) = store_and_client().await else {
+        return;
+    };
+    // The batch's statement succeeds for every event; its COMMIT fails for `late`'s sake.
+    // Answered from the statement, all 40 would be `New` and `late` would be lost.
+    refuse_at_commit(&client, "events", "NEW.event_id = 'late'").await;
+    let accepts: Vec<_> = (0..40)
+        .map(|i| {
+            let inbox = inbox.clone();
+            let id = if i == 20 {
+                "late".to_owned()
+            } else {
+                format!("e{i}")
+            };
+            tokio::spawn(async move {
+                let accepted = inbox
+                    .accept(
+                        crate::ids::SourceName::new(fixtures::SOURCE),
+                        event(&id),
+                        fixtures::request(),
+                        vec![crate::ids::PluginName::new(HANDLER)],
+                        None,
+                    )
+                    .await;
+                (id, accepted)
+            })
+        })
+        .collect();
+    for accept in accepts {
+        let (id, accepted) = accept.await.unwrap();
+        if id == "late" {
+            assert!(accepted.is_err(), "{accepted:?}");
+        } else {
+            assert_eq!(accepted.unwrap(), Accepted::New, "{id}");
+        }
+    }
+    let stored: i64 = client
+        .query_one("SELECT count(*) FROM events WHERE event_id = 'late'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 0);
+    drop(db);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_is_answered_by_its_commit_not_by_its_statement() {
+    let Some((db, inbox, client)) = store_and_client().await else {
+        return;
+    };
+    let claimed = fixtures::lease_many(&inbox, 20).await;
+    // Recording `e7` done fails at its transaction's COMMIT, after the statement succeeded.
+    let e7 = claimed
+        .iter()
+        .find(|c| c.event_id.as_str() == "e7")
+        .unwrap();
+    let condition = format!("NEW.state = 'done' AND NEW.id = {}", e7.delivery_id);
+    refuse_at_commit(&client, "deliveries", &condition).await;
+    let finishes: Vec<_> = claimed
+        .iter()
+        .map(|claim| {
+            let record = finished(claim, Disposition::Done { output: None });
+            let (inbox, id) = (inbox.clone(), claim.event_id.to_string());
+            tokio::spawn(async move { (id, inbox.finish(record).await) })
+        })
+        .collect();
+    for finish in finishes {
+        let (id, finished) = finish.await.unwrap();
+        if id == "e7" {
+            assert!(finished.is_err(), "{finished:?}");
+        } else {
+            assert_eq!(finished.unwrap(), Finished::Recorded, "{id}");
+        }
+    }
+    for claim in &claimed {
+        let detail = fixtures::detail(&inbox, claim.event_id.as_str()).await;
+        let delivery = &detail.deliveries[0];
+        let expected = if claim.event_id.as_str() == "e7" {
+            ("running", 0)
+        } else {
+            ("done", 1)
+        };
+        assert_eq!(
+            (delivery.state.as_str(), delivery.history.len()),
+            expected,
+            "{}",
+            claim.event_id
+        );
+    }
+    drop(db);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finishes_sharing_a_commit_each_check_their_own_lease() {
     let Some(db) = TestDatabase::fresh().await else {
