@@ -21,6 +21,7 @@ use std::{
 
 use bytes::Bytes;
 use deadpool_postgres::{Client, Transaction};
+use tokio_postgres::types::ToSql;
 
 use super::{
     Connections,
@@ -60,7 +61,11 @@ pub(super) async fn claim_due(
 ) -> Result<ClaimOutcome, InboxError> {
     let handlers = request.wants();
     let mut stale = 0;
-    let mut first = first_windows(tx, &handlers, request.now_ms).await?;
+    // The transaction's set-up travels with its first statement: one round trip for both.
+    let ((), mut first) = tokio::try_join!(
+        super::generic_plans(tx),
+        first_windows(tx, &handlers, request.now_ms)
+    )?;
     let mut queues = Vec::with_capacity(handlers.len());
     for ((handler, _, want), window) in handlers.iter().zip(first.iter_mut()) {
         let queue = if *want == 0 {
@@ -122,27 +127,30 @@ async fn lease_together(
         return Ok(Some(HashMap::new()));
     }
     // Only a keyed delivery can meet the unique index; its refusal must undo this statement
-    // alone, not the claim's transaction.
+    // alone, not the claim's transaction. The savepoint is sent with the statement (one round
+    // trip), and left to the `COMMIT` to release.
     let keyed = picks.iter().any(|(_, candidate)| candidate.key.is_some());
-    if keyed {
-        tx.batch_execute("SAVEPOINT lease_together").await?;
-    }
     let ids: Vec<i64> = picks.iter().map(|(_, c)| c.id).collect();
     let until: Vec<i64> = picks.iter().map(|(h, _)| request.lease_until(h)).collect();
-    let rows = tx
-        .query(
-            &tx.prepare_cached(
-                "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
-                     lease_until = u.until, leased_at = $3, updated_at = $3
-                 FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
-                 WHERE d.id = u.id AND e.id = d.event
-                 RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,
-                           e.event_type, e.received_at, e.headers, e.body",
-            )
-            .await?,
-            &[&ids, &until, &request.now_ms],
+    let statement = tx
+        .prepare_cached(
+            "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
+                 lease_until = u.until, leased_at = $3, updated_at = $3
+             FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
+             WHERE d.id = u.id AND e.id = d.event
+             RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,
+                       e.event_type, e.received_at, e.headers, e.body",
         )
-        .await;
+        .await?;
+    let params: [&(dyn ToSql + Sync); 3] = [&ids, &until, &request.now_ms];
+    let lease = tx.query(&statement, &params);
+    let rows = if keyed {
+        let (saved, rows) = tokio::join!(tx.batch_execute("SAVEPOINT lease_together"), lease);
+        saved?;
+        rows
+    } else {
+        lease.await
+    };
     let rows = match rows {
         Ok(rows) => rows,
         Err(e) if keyed && is_unique_violation(&e) => {
@@ -154,9 +162,6 @@ async fn lease_together(
         }
         Err(e) => return Err(e.into()),
     };
-    if keyed {
-        tx.batch_execute("RELEASE SAVEPOINT lease_together").await?;
-    }
     let picked: HashMap<i64, (&str, &Candidate)> =
         picks.iter().map(|&(h, c)| (c.id, (h, c))).collect();
     Ok(Some(
@@ -658,8 +663,8 @@ pub(super) async fn finish_one(
     let started = Instant::now();
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    super::generic_plans(&tx).await?;
-    let finished = finish_attempt(&tx, f).await?;
+    // The set-up travels with the finish's first statement: one round trip for both.
+    let ((), finished) = tokio::try_join!(super::generic_plans(&tx), finish_attempt(&tx, f))?;
     if let Finished::OverQuota(_) = finished {
         // Nothing of a refused commit stays (not even the usage row it locked).
         tx.rollback().await?;

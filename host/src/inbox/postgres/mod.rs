@@ -360,10 +360,9 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
-        Ok(in_transaction!(self.connections, self.commits, tx => {
-            generic_plans(&tx).await?;
-            lease::claim_due(&tx, &request).await?
-        }))
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => lease::claim_due(&tx, &request).await?),
+        )
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
