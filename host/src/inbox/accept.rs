@@ -42,7 +42,7 @@ impl Inbox {
         let accepted = self.store().accept(event).await?;
         if accepted == Accepted::New && handler_count > 0 {
             self.add_backlog(handler_count);
-            self.wake_workers();
+            self.wake_here();
         }
         Ok(accepted)
     }

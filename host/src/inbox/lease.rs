@@ -342,7 +342,7 @@ impl Inbox {
         let result = self.store().finish(finish).await?;
         match result {
             Finished::Recorded if closes => self.add_backlog(-1),
-            Finished::Recorded | Finished::Conflict => self.wake_workers(),
+            Finished::Recorded | Finished::Conflict => self.wake_here(),
             Finished::LeaseLost | Finished::OverQuota(_) => {}
         }
         Ok(result)

@@ -139,7 +139,8 @@ struct Inner {
 /// The façade's side of a store several nodes share.
 struct SharedStore {
     cluster: Arc<dyn ClusterStore>,
-    /// Set by a local wake-up; a task turns it into one notification for the other nodes.
+    /// Set by a replay's or a reclaim's wake-up; a task turns it into one notification for the
+    /// other nodes (accepts and finishes notify in their own transactions).
     outgoing: Arc<Notify>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -327,9 +328,17 @@ impl Inbox {
         self.inner.work.notified().await
     }
 
-    fn wake_workers(&self) {
+    /// Wakes this node's dispatcher. Enough after an accept or a finish: a store other nodes
+    /// share tells them itself, in the transaction that made the work ([`Store::accept`],
+    /// [`Store::finish`]).
+    fn wake_here(&self) {
         self.inner.work.notify_waiters();
         self.inner.work.notify_one();
+    }
+
+    /// Wakes this node's dispatcher and tells the other nodes (after a replay or a reclaim).
+    fn wake_workers(&self) {
+        self.wake_here();
         if let Some(shared) = &self.inner.shared {
             shared.outgoing.notify_one();
         }

@@ -94,6 +94,9 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Stores the event and its deliveries unless `(source, event_id)` is stored
     /// ([`Accepted::Duplicate`]: nothing new written), resolving `from_quarantine` either way.
+    /// A backend other processes share tells them of the new deliveries itself, when the
+    /// transaction holding them commits (not with [`Store::notify_work`], a transaction of its
+    /// own).
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError>;
 
     /// Whether `(source, event_id)` is stored.
@@ -135,7 +138,8 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Records a finished attempt and moves its delivery on, in one transition, if its lease
     /// is still held ([`Finished::LeaseLost`] otherwise); its state writes are applied only if
     /// nothing it read changed ([`Finished::Conflict`]) and they fit the plugin's total
-    /// ([`Finished::OverQuota`]).
+    /// ([`Finished::OverQuota`]). A backend other processes share tells them of it itself, when
+    /// the finish commits (the delivery's key may have a next delivery to run now).
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError>;
 
     /// Takes back the leases that expired before `now_ms`, recording each attempt as

@@ -9,6 +9,8 @@
 //!   first request is the one inserted, the rest are `Duplicate`.
 //! - A batch's requests are answered once its `COMMIT` has answered (the statement and the
 //!   `COMMIT` travel together, but the answer waits for both).
+//! - A transaction that inserted a delivery notifies the other nodes as it commits (never
+//!   before, never if it rolls back), in the statement that inserted it.
 //! - A batch inserts in `(source, event_id)` order, so two nodes' batches wait for each other's
 //!   rows in one order and never deadlock.
 
@@ -19,7 +21,7 @@ use deadpool_postgres::{Client, Transaction};
 use super::{
     Connections,
     batch::{Reply, Weigh, answer},
-    quarantine,
+    quarantine, wakeup,
 };
 use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::NewEvent};
 
@@ -68,7 +70,8 @@ pub(super) async fn store_event(
                     "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
                                          state, next_attempt_at, updated_at)
                  SELECT $1, $2, handler, $4, $5, 'pending', $6, $6
-                 FROM unnest($3::text[]) WITH ORDINALITY AS h (handler, n) ORDER BY n",
+                 FROM unnest($3::text[]) WITH ORDINALITY AS h (handler, n) ORDER BY n
+                 RETURNING pg_notify($7, '')",
                 )
                 .await?,
                 &[
@@ -78,6 +81,7 @@ pub(super) async fn store_event(
                     &envelope.ordering_key,
                     &sequence,
                     &request.received_at_ms,
+                    &wakeup::CHANNEL,
                 ],
             )
             .await?;
@@ -152,7 +156,8 @@ pub(super) async fn one(
 /// The statement of [`in_one_transaction`]: the events not stored yet (`ON CONFLICT DO
 /// NOTHING`), in the order given, and one pending delivery per handler of each inserted, in
 /// event then handler order (`$9`: the event's position in the arrays, from 1; `$10`: the
-/// handler); returns the inserted events' ids, sources and event ids.
+/// handler); returns the inserted events' ids, sources and event ids. A transaction that
+/// inserted a delivery notifies `$11` (the other nodes' wake-up) as it commits.
 const ACCEPT_SQL: &str = "WITH e AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
                               $6::bigint[], $7::text[], $8::bytea[]) WITH ORDINALITY
@@ -175,6 +180,7 @@ const ACCEPT_SQL: &str = "WITH e AS (
          JOIN unnest($9::bigint[], $10::text[]) WITH ORDINALITY AS h (event, handler, k)
            ON h.event = e.n
          ORDER BY e.n, h.k
+         RETURNING pg_notify($11, '')
      )
      SELECT id, source, event_id FROM stored";
 
@@ -229,8 +235,17 @@ async fn in_one_transaction(
         "BEGIN",
         ACCEPT_SQL,
         &[
-            &sources, &ids, &types, &keys, &sequences, &received, &headers, &bodies, &of_event,
+            &sources,
+            &ids,
+            &types,
+            &keys,
+            &sequences,
+            &received,
+            &headers,
+            &bodies,
+            &of_event,
             &handlers,
+            &wakeup::CHANNEL,
         ],
     )
     .await?;

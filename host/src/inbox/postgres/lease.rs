@@ -12,6 +12,8 @@
 //!   delivery's row lock, so a reclaim and a late result never both win; its attempt row and
 //!   the delivery's next state are one transaction.
 //! - A reclaim skips the leases another transaction holds (a finish in progress).
+//! - A finish that commits notifies the other nodes as it commits (a key it ran may have its
+//!   next delivery due now).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -28,7 +30,7 @@ use super::{
     batch::{self, Reply, Weigh},
     distinct_by_probes,
     error::is_unique_violation,
-    state,
+    state, wakeup,
 };
 use crate::{
     ids::{EventId, PluginName, SourceName},
@@ -663,8 +665,13 @@ pub(super) async fn finish_one(
     let started = Instant::now();
     let mut client = pool.get().await?;
     let tx = client.transaction().await?;
-    // The set-up travels with the finish's first statement: one round trip for both.
-    let ((), finished) = tokio::try_join!(super::generic_plans(&tx), finish_attempt(&tx, f))?;
+    // The set-up and the other nodes' notice (delivered if the finish commits) travel with the
+    // finish's first statement: one round trip for all three.
+    let ((), (), finished) = tokio::try_join!(
+        super::generic_plans(&tx),
+        async { Ok(tx.batch_execute(wakeup::NOTIFY).await?) },
+        finish_attempt(&tx, f)
+    )?;
     if let Finished::OverQuota(_) = finished {
         // Nothing of a refused commit stays (not even the usage row it locked).
         tx.rollback().await?;
@@ -706,7 +713,8 @@ pub(super) async fn commit_finishes(
 /// was taken back updates nothing. The batch comes sorted by id, the order in which a plan
 /// driven by the array meets the rows, as two batches' locks then are. Matched by (delivery,
 /// attempt): a late finish of an earlier lease of the same delivery may share the batch, and
-/// only the running lease's finish is recorded.
+/// only the running lease's finish is recorded. A transaction that recorded one notifies `$13`
+/// (the other nodes' wake-up) as it commits.
 const FINISH_SQL: &str = "WITH u AS (
          SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
                               $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
@@ -727,6 +735,7 @@ const FINISH_SQL: &str = "WITH u AS (
                 u.plugin_sha256
          FROM moved JOIN u ON u.id = moved.id AND u.attempt = moved.attempts
          ORDER BY u.id
+         RETURNING pg_notify($13, '')
      )
      SELECT id, attempts FROM moved";
 
@@ -758,8 +767,19 @@ async fn finish_together(
         super::BEGIN_GENERIC,
         FINISH_SQL,
         &[
-            &ids, &attempts, &states, &outputs, &errors, &next, &started, &ended, &outcomes,
-            &kinds, &messages, &shas,
+            &ids,
+            &attempts,
+            &states,
+            &outputs,
+            &errors,
+            &next,
+            &started,
+            &ended,
+            &outcomes,
+            &kinds,
+            &messages,
+            &shas,
+            &wakeup::CHANNEL,
         ],
     )
     .await?

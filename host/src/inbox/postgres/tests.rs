@@ -606,6 +606,55 @@ async fn a_notice_of_work_on_one_node_wakes_another() {
         .expect("b hears a's notice");
 }
 
+/// Waits until `inbox` has no wake-up left over (a permit stored while nobody waited).
+async fn no_wake_up_pending(inbox: &Inbox) {
+    while tokio::time::timeout(Duration::from_millis(300), inbox.work_arrived())
+        .await
+        .is_ok()
+    {}
+}
+
+/// Whether `action` on one node wakes `other`'s dispatcher within a few seconds.
+async fn wakes(other: &Inbox, action: impl Future<Output = ()>) -> bool {
+    no_wake_up_pending(other).await;
+    let woken = other.work_arrived();
+    action.await;
+    tokio::time::timeout(Duration::from_secs(10), woken)
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_and_a_finish_on_one_node_wake_the_other() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let [a, b] = nodes(&db).await;
+    // Told by the accept's and the finish's own transactions, as they commit: no notice of
+    // their own is sent for them.
+    let accepted = wakes(&b, async {
+        assert_eq!(fixtures::accept(&a, event("e1")).await, Accepted::New);
+    })
+    .await;
+    assert!(accepted, "an accept on a wakes b");
+    let claim = lease(&a, "e1").await;
+    let finished = wakes(&b, async {
+        let record = finished(&claim, Disposition::Done { output: None });
+        assert_eq!(a.finish(record).await.unwrap(), Finished::Recorded);
+    })
+    .await;
+    assert!(finished, "a finish on a wakes b");
+    // A finish that commits plugin state has a transaction of its own.
+    fixtures::accept(&a, event("e2")).await;
+    let claim = lease(&a, "e2").await;
+    let committed = wakes(&b, async {
+        let record = done(&claim, write_new("k", 1));
+        assert_eq!(a.finish(record).await.unwrap(), Finished::Recorded);
+    })
+    .await;
+    assert!(committed, "a finish writing state on a wakes b");
+}
+
 /// Accepts `n` events without a key on `inbox`, 200 at a time.
 async fn accept_many(inbox: &Inbox, n: usize) {
     for start in (0..n).step_by(200) {

@@ -1,5 +1,8 @@
 //! Wake-ups between nodes: `NOTIFY hookd_work` says work may be due, and every store listens on
-//! a connection of its own (outside the pool), so a node hears the work any node makes.
+//! a connection of its own (outside the pool), so a node hears the work any node makes. The
+//! transactions that make work on the hot path (accepts, finishes) notify in themselves, so the
+//! notice costs no transaction of its own and goes out only if they commit; a replay or a
+//! reclaim sends one after it ([`super::PostgresStore`]'s `notify_work`).
 //!
 //! Invariants:
 //! - A notice is only a hint: a missed one delays work until the next claim or due time, never
@@ -17,6 +20,10 @@ use crate::inbox::InboxError;
 
 /// The channel the nodes notify and listen on.
 pub(super) const CHANNEL: &str = "hookd_work";
+
+/// The notice, as a statement of the transaction that made the work: PostgreSQL delivers it
+/// when that transaction commits, and never if it rolls back.
+pub(super) const NOTIFY: &str = "NOTIFY hookd_work";
 
 /// How long the listener waits before connecting again after losing its connection; each
 /// failed attempt doubles it, up to [`RECONNECT_AT_MOST`] (the claims' polling covers the
@@ -148,4 +155,12 @@ async fn listen_until_lost(
     let ended = messages.await;
     drop(client);
     ended
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_notice_is_on_the_channel_listened_to() {
+        assert_eq!(super::NOTIFY, format!("NOTIFY {}", super::CHANNEL));
+    }
 }
