@@ -106,11 +106,17 @@ async fn an_event_the_database_refuses_fails_alone() {
     let inbox = fixtures::open(&db).await;
     // A NUL cannot be stored in a PostgreSQL text column: that event's insert fails, and it
     // must not take the events batched with it down.
+    accept_forty_where_one_fails(&inbox, "bad\0id").await;
+}
+
+/// Accepts 40 events at once on `inbox` (so batched together): `e0`, `e1`, … but the 21st is
+/// `odd`; `odd` alone must fail, every other be new.
+async fn accept_forty_where_one_fails(inbox: &Inbox, odd: &str) {
     let accepts: Vec<_> = (0..40)
         .map(|i| {
             let inbox = inbox.clone();
             let id = if i == 20 {
-                "bad\0id".to_owned()
+                odd.to_owned()
             } else {
                 format!("e{i}")
             };
@@ -161,36 +167,7 @@ async fn an_accept_is_answered_by_its_commit_not_by_its_statement() {
     // The batch's statement succeeds for every event; its COMMIT fails for `late`'s sake.
     // Answered from the statement, all 40 would be `New` and `late` would be lost.
     refuse_at_commit(&client, "events", "NEW.event_id = 'late'").await;
-    let accepts: Vec<_> = (0..40)
-        .map(|i| {
-            let inbox = inbox.clone();
-            let id = if i == 20 {
-                "late".to_owned()
-            } else {
-                format!("e{i}")
-            };
-            tokio::spawn(async move {
-                let accepted = inbox
-                    .accept(
-                        crate::ids::SourceName::new(fixtures::SOURCE),
-                        event(&id),
-                        fixtures::request(),
-                        vec![crate::ids::PluginName::new(HANDLER)],
-                        None,
-                    )
-                    .await;
-                (id, accepted)
-            })
-        })
-        .collect();
-    for accept in accepts {
-        let (id, accepted) = accept.await.unwrap();
-        if id == "late" {
-            assert!(accepted.is_err(), "{accepted:?}");
-        } else {
-            assert_eq!(accepted.unwrap(), Accepted::New, "{id}");
-        }
-    }
+    accept_forty_where_one_fails(&inbox, "late").await;
     let stored: i64 = client
         .query_one("SELECT count(*) FROM events WHERE event_id = 'late'", &[])
         .await
