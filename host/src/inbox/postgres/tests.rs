@@ -751,9 +751,6 @@ async fn a_claim_locks_its_candidates_by_primary_key_whatever_the_statistics_say
     assert_eq!(other_index, None, "{plan}");
 }
 
-/// A filter by provider event id alone probes the dedupe index once per stored source (there is
-/// no index on the event id by itself, so accepts write one index fewer), and finds the event in
-/// every source.
 /// A claim reads the first window of every handler in one statement: per handler, a range of
 /// the waiting index read in order as far as its window, never a scan of every delivery.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -797,6 +794,9 @@ async fn a_claims_first_windows_are_one_range_of_the_waiting_index_per_handler()
     );
 }
 
+/// A filter by provider event id alone probes the dedupe index once per stored source (there is
+/// no index on the event id by itself, so accepts write one index fewer), and finds the event in
+/// every source.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
     let Some((_db, inbox, client)) = store_and_client().await else {
