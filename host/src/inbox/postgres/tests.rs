@@ -632,6 +632,30 @@ async fn an_accept_and_a_finish_on_one_node_wake_the_other() {
     assert!(committed, "a finish writing state on a wakes b");
 }
 
+/// The one-event path (a batch's fallback, when the shared statement was refused) notifies in
+/// its own transaction too: nothing else tells the other nodes of the event it stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_on_the_one_event_path_wakes_the_other_node() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let a = PostgresStore::connect(db.url(), 2).await.unwrap();
+    let b = fixtures::open(&db).await;
+    let woken = wakes(&b, async {
+        let new = crate::inbox::store::NewEvent {
+            source: crate::ids::SourceName::new(fixtures::SOURCE),
+            envelope: event("e1"),
+            request: fixtures::request(),
+            handlers: vec![crate::ids::PluginName::new(HANDLER)],
+            from_quarantine: None,
+        };
+        let accepted = super::accept::one(&a.connections, &a.commits, &new).await;
+        assert_eq!(accepted.unwrap(), Accepted::New);
+    })
+    .await;
+    assert!(woken, "a one-event accept wakes the other node");
+}
+
 /// Accepts `n` events without a key on `inbox`, 200 at a time.
 async fn accept_many(inbox: &Inbox, n: usize) {
     for start in (0..n).step_by(200) {
