@@ -121,7 +121,7 @@ fn server_away(e: &tokio_postgres::Error) -> bool {
 impl From<tokio_postgres::Error> for InboxError {
     fn from(e: tokio_postgres::Error) -> Self {
         if server_away(&e) {
-            return InboxError::Unavailable(Arc::new(e));
+            return InboxError::Unavailable(Arc::new(Described::from(e)));
         }
         let busy = e.code().is_some_and(|code| {
             [
@@ -133,12 +133,32 @@ impl From<tokio_postgres::Error> for InboxError {
             .contains(code)
         });
         if busy {
-            InboxError::Busy(Arc::new(e))
+            InboxError::Busy(Arc::new(Described::from(e)))
         } else {
-            InboxError::Storage(Arc::new(e))
+            InboxError::Storage(Arc::new(Described::from(e)))
         }
     }
 }
+
+/// A `tokio_postgres::Error` shown with its causes: by itself it says only "db error" and keeps
+/// the server's message (`ERROR: relation "x" does not exist`) as its source, which a log line
+/// of the error's text drops. The causes are in the text, so it has no source of its own.
+#[derive(Debug)]
+struct Described(String);
+
+impl From<tokio_postgres::Error> for Described {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Self(chain(&e))
+    }
+}
+
+impl std::fmt::Display for Described {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Described {}
 
 /// A pool that is closed has stopped taking work ([`InboxError::WriterGone`], as a closed
 /// SQLite writer); one with no connection free in time is busy.

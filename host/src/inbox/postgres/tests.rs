@@ -671,6 +671,26 @@ async fn accept_many(inbox: &Inbox, n: usize) {
     }
 }
 
+/// A failed statement's error says what the server said, not only "db error" (which is all a
+/// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
+/// the error's text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_statement_says_what_the_server_said() {
+    let Some((_db, _inbox, client)) = store_and_client().await else {
+        return;
+    };
+    let e = client
+        .execute("SELECT * FROM no_such_table", &[])
+        .await
+        .unwrap_err();
+    let text = InboxError::from(e).to_string();
+    assert!(
+        text.starts_with("storage error: db error: ERROR: ")
+            && text.contains(r#"relation "no_such_table" does not exist"#),
+        "{text}"
+    );
+}
+
 /// A fresh database, a store open on it, and a client of its own (`None` without a server).
 async fn store_and_client() -> Option<(TestDatabase, Inbox, tokio_postgres::Client)> {
     let db = TestDatabase::fresh().await?;
