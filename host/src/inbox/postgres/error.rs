@@ -4,9 +4,9 @@
 //! [`InboxError::Storage`].
 //!
 //! Invariants:
-//! - A `tokio_postgres::Error` never leaves this room as itself; it crosses only as the opaque
-//!   [`StorageError`](crate::inbox::StorageError) inside an [`InboxError`], or as the text of its
-//!   cause chain.
+//! - A `tokio_postgres::Error` never leaves this room as itself; it crosses only as the text of
+//!   its cause chain (in an [`InboxError`]'s [`StorageError`](crate::inbox::StorageError), or
+//!   as a reason), so whatever shows an inbox error shows what the server said.
 //! - No error names the password: the database is named by [`Target`], which never holds it,
 //!   and a reason that would quote it has it masked.
 
@@ -143,7 +143,8 @@ impl From<tokio_postgres::Error> for InboxError {
 /// A `tokio_postgres::Error` shown with its causes: by itself it says only "db error" and keeps
 /// the server's message (`ERROR: relation "x" does not exist`) as its source, which a log line
 /// of the error's text drops. The causes are in the text, so it has no source of its own.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 struct Described(String);
 
 impl From<tokio_postgres::Error> for Described {
@@ -151,14 +152,6 @@ impl From<tokio_postgres::Error> for Described {
         Self(chain(&e))
     }
 }
-
-impl std::fmt::Display for Described {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Described {}
 
 /// A pool that is closed has stopped taking work ([`InboxError::WriterGone`], as a closed
 /// SQLite writer); one with no connection free in time is busy.
