@@ -17,7 +17,7 @@ use serde::Deserialize;
 
 mod database;
 mod retention;
-pub use database::{DATABASE_URL_ENV, Database, DatabaseError, DatabaseUrl};
+pub use database::{DATABASE_URL_ENV, Database, DatabaseError, DatabaseUrl, Pooler};
 pub use retention::{MAX_BATCH_SIZE, MIN_DONE_AFTER, Retention};
 
 use crate::{
@@ -59,6 +59,8 @@ struct ServerFile {
     admin_hosts: Vec<String>,
     /// A file path (SQLite) or a `postgres://` URL; env `HOOKD_DATABASE_URL` replaces it.
     database: String,
+    /// What stands between hookd and a PostgreSQL database: `none`, `session`, `transaction`.
+    database_pooler: Pooler,
     plugins_dir: PathBuf,
     /// Compiled plugin code, so a restart does not compile every plugin again. Host-private:
     /// never inside `plugins_dir`. Default: `.hookd-cache` beside the SQLite database (beside
@@ -112,6 +114,7 @@ impl Default for ServerFile {
             admin_token: None,
             admin_hosts: Vec::new(),
             database: "hookd.db".into(),
+            database_pooler: Pooler::None,
             plugins_dir: "plugins".into(),
             cache_dir: None,
             cache_max_bytes: 1 << 30,
@@ -283,6 +286,8 @@ pub struct ServerConfig {
     /// Extra `Host` names `/admin/*` answers to (lowercase, no port).
     pub admin_hosts: Vec<String>,
     pub database: Database,
+    /// What stands between hookd and a PostgreSQL `database` (always `None` with SQLite).
+    pub database_pooler: Pooler,
     pub plugins_dir: PathBuf,
     /// The compiled-artifact cache (host-private; checked not to be inside `plugins_dir`).
     pub cache_dir: PathBuf,
@@ -677,7 +682,15 @@ impl Config {
             .map_err(|e| anyhow::anyhow!("server.database (or env {DATABASE_URL_ENV}): {e}"))?;
         if matches!(database, Database::Postgres(_)) && admin_token.is_none() {
             bail!(
-                "server.admin_token (or env HOOKD_ADMIN_TOKEN) is required with a PostgreSQL                  server.database: every node must accept the same token, and there is no                  database file to keep a generated one beside"
+                "server.admin_token (or env HOOKD_ADMIN_TOKEN) is required with a PostgreSQL \
+                 server.database: every node must accept the same token, and there is no \
+                 database file to keep a generated one beside"
+            );
+        }
+        if matches!(database, Database::Sqlite(_)) && s.database_pooler != Pooler::None {
+            bail!(
+                "server.database_pooler applies to a PostgreSQL server.database only (this one \
+                 is the SQLite file {database})"
             );
         }
         let plugins_dir = base_dir.join(s.plugins_dir);
@@ -715,6 +728,7 @@ impl Config {
             admin_token: admin_token.map(Secret::new),
             admin_hosts,
             database,
+            database_pooler: s.database_pooler,
             plugins_dir,
             cache_dir,
             cache_max_bytes: s.cache_max_bytes,
@@ -1749,7 +1763,7 @@ mod tests {
         let err = parse(&format!("[server]\ndatabase = \"{url}\"")).unwrap_err();
         let err = format!("{err:#}");
         assert!(err.contains("server.admin_token"), "{err}");
-        assert!(!err.contains("pw-in-url"), "{err}");
+        assert!(!err.contains("pw-in-url") && !err.contains("  "), "{err}");
         let config = parse(&format!(
             "[server]\ndatabase = \"{url}\"\nadmin_token = \"t\""
         ))
@@ -1759,6 +1773,38 @@ mod tests {
         assert_eq!(
             config.server.cache_dir,
             Path::new("/srv/hookd/.hookd-cache")
+        );
+    }
+
+    #[test]
+    fn the_database_pooler_is_read_and_applies_to_postgresql_only() {
+        let url = "postgres://hookd@pgbouncer.internal:6432/hookd";
+        let server =
+            |pooler: &str| format!("[server]\ndatabase = \"{url}\"\nadmin_token = \"t\"\n{pooler}");
+        for (line, pooler) in [
+            ("", Pooler::None),
+            ("database_pooler = \"none\"", Pooler::None),
+            ("database_pooler = \"session\"", Pooler::Session),
+            ("database_pooler = \"transaction\"", Pooler::Transaction),
+        ] {
+            let config = parse(&server(line)).unwrap();
+            assert_eq!(config.server.database_pooler, pooler, "{line}");
+        }
+        let err = format!(
+            "{:#}",
+            parse(&server("database_pooler = \"statement\"")).unwrap_err()
+        );
+        assert!(
+            err.contains("database_pooler") && err.contains("transaction"),
+            "{err}"
+        );
+        let err = format!(
+            "{:#}",
+            parse("[server]\ndatabase = \"h.db\"\ndatabase_pooler = \"transaction\"").unwrap_err()
+        );
+        assert!(
+            err.contains("server.database_pooler") && err.contains("/srv/hookd/h.db"),
+            "{err}"
         );
     }
 

@@ -1,8 +1,9 @@
 //! PostgreSQL for the black-box tests: a fresh database per test on the server named by
-//! `HOOKD_TEST_POSTGRES_URL` (`.ci/postgres.sh` starts one and prints its URL), and a private
-//! server a test may stop and start.
+//! `HOOKD_TEST_POSTGRES_URL` (`.ci/postgres.sh` starts one and prints its URL), reached directly
+//! or through PgBouncer in transaction mode (`HOOKD_TEST_PGBOUNCER_URL`, `.ci/pgbouncer.sh`), and
+//! a private server a test may stop and start.
 //!
-//! Without `HOOKD_TEST_POSTGRES_URL` a PostgreSQL test says it is skipped and passes, so
+//! Without those variables a PostgreSQL test says it is skipped and passes, so
 //! `cargo test --workspace` works where no server runs; with `HOOKD_TEST_POSTGRES_REQUIRED=1`
 //! (CI) it fails instead. The tests talk to the server with `psql`, as an operator would.
 
@@ -17,13 +18,25 @@ use tempfile::TempDir;
 /// The server's URL (its `postgres` database), or `None` after printing why the test is
 /// skipped; panics when CI requires the server.
 pub fn server_url(test: &str) -> Option<String> {
-    match std::env::var("HOOKD_TEST_POSTGRES_URL") {
+    given("HOOKD_TEST_POSTGRES_URL", test)
+}
+
+/// The URL of PgBouncer (transaction mode) in front of that server, or `None` as for
+/// [`server_url`].
+pub fn pgbouncer_url(test: &str) -> Option<String> {
+    given("HOOKD_TEST_PGBOUNCER_URL", test)
+}
+
+/// The value of `var`, or `None` after printing why the test is skipped; panics when CI
+/// requires it.
+fn given(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var) {
         Ok(url) if !url.is_empty() => Some(url),
         _ if std::env::var("HOOKD_TEST_POSTGRES_REQUIRED").as_deref() == Ok("1") => {
-            panic!("{test}: HOOKD_TEST_POSTGRES_URL is not set but HOOKD_TEST_POSTGRES_REQUIRED=1")
+            panic!("{test}: {var} is not set but HOOKD_TEST_POSTGRES_REQUIRED=1")
         }
         _ => {
-            eprintln!("{test}: skipped: HOOKD_TEST_POSTGRES_URL is not set");
+            eprintln!("{test}: skipped: {var} is not set");
             None
         }
     }
@@ -99,6 +112,13 @@ impl TestDatabase {
             server: server.to_owned(),
             name,
         }
+    }
+}
+
+impl TestDatabase {
+    /// This database, reached through the pooler at `pooler` (a URL to any database of it).
+    pub fn through(&self, pooler: &str) -> String {
+        with_database(pooler, &self.name)
     }
 }
 

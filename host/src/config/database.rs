@@ -24,6 +24,22 @@ pub enum Database {
     Postgres(DatabaseUrl),
 }
 
+/// What stands between hookd and a PostgreSQL database (`server.database_pooler`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooler {
+    /// PostgreSQL itself (the default).
+    #[default]
+    None,
+    /// A pooler that keeps one server connection per client connection (PgBouncer's
+    /// `pool_mode = session`): to hookd, the same as none.
+    Session,
+    /// A pooler that may run each transaction on another server connection (PgBouncer's
+    /// `pool_mode = transaction`): statements are sent unnamed, and nodes find each other's work
+    /// by polling (`LISTEN` does not pass).
+    Transaction,
+}
+
 /// Why a `server.database` value is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DatabaseError {

@@ -82,7 +82,7 @@ use self::{
 };
 use crate::{
     clock::Clock,
-    config::{Durability, ServerConfig},
+    config::{Durability, Pooler, ServerConfig},
 };
 
 /// How to open the inbox: the writer's settings and where "now" comes from.
@@ -91,6 +91,8 @@ pub struct OpenOptions {
     pub writer: WriterOptions,
     /// The clock for the times the inbox stamps itself (a replay's due time, a resolution's).
     pub clock: Clock,
+    /// What stands between hookd and a PostgreSQL database (not used with SQLite).
+    pub pooler: Pooler,
 }
 
 impl OpenOptions {
@@ -99,6 +101,7 @@ impl OpenOptions {
         Self {
             writer: server.into(),
             clock,
+            pooler: server.database_pooler,
         }
     }
 }
@@ -109,6 +112,7 @@ impl From<WriterOptions> for OpenOptions {
         Self {
             writer,
             clock: Clock::system(),
+            pooler: Pooler::None,
         }
     }
 }
@@ -158,7 +162,7 @@ impl Inbox {
 
     /// Opens (creating and migrating if needed) the SQLite database at `path`.
     pub fn open_with(path: &Path, options: impl Into<OpenOptions>) -> Result<Self, InboxError> {
-        let OpenOptions { writer, clock } = options.into();
+        let OpenOptions { writer, clock, .. } = options.into();
         let store = SqliteStore::open(path, writer)?;
         let counts = store.counts_blocking();
         Self::on_store(Arc::new(store), counts, clock, None)
@@ -168,7 +172,9 @@ impl Inbox {
     /// nodes may share. `options.clock` stamps the inbox's times; the writer settings are
     /// SQLite's and not used.
     pub async fn open_postgres(url: &str, options: OpenOptions) -> Result<Self, InboxError> {
-        let store = Arc::new(PostgresStore::connect(url, postgres::DEFAULT_POOL_SIZE).await?);
+        let store = Arc::new(
+            PostgresStore::connect(url, postgres::DEFAULT_POOL_SIZE, options.pooler).await?,
+        );
         let counts = store.counts().await;
         let shared = SharedStore {
             cluster: store.clone(),

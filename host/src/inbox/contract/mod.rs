@@ -1,6 +1,7 @@
 //! The storage contract's test suite, run against every backend: each case is written once,
 //! against the [`Inbox`] façade, and [`suite!`] makes it one test per backend (SQLite, and
-//! PostgreSQL where a server is given: `postgres/testdb.rs`).
+//! PostgreSQL where a server is given, directly and through PgBouncer in transaction mode:
+//! `postgres/testdb.rs`).
 //!
 //! Invariants:
 //! - A case sees the backend only through [`Database`]: a fresh, empty database it opens
@@ -48,9 +49,11 @@ fn on_fresh<D: Database, F: Future<Output = Option<D>>>(
 /// run on the multi-thread runtime (a backend may block in place, as under the handler pool);
 /// the rest on the current-thread one (the paused clock needs it). `single_node` lists the
 /// cases of what only a [`single_node`](super::store::Capabilities) store promises, run for the
-/// backends that make that promise.
+/// backends that make that promise; `notices`, those of a store whose nodes hear each other's
+/// notices of work (not through a pooler in transaction mode, where they find it by polling).
 macro_rules! suite {
-    ($backend:ident = $fresh:path; single_node: [$($single:ident,)*]) => {
+    ($backend:ident = $fresh:path;
+        single_node: [$($single:ident,)*] notices: [$($notice:ident,)*]) => {
         suite!(@cases $backend = $fresh;
             threaded: [
                 a_conflicted_attempt_applies_none_of_its_writes,
@@ -93,7 +96,6 @@ macro_rules! suite {
             held_quarantine_is_recounted_from_the_database_at_open,
             the_next_due_time_is_the_earliest_retry_after_now,
             the_oldest_due_is_the_longest_waiting_due_delivery,
-            a_notice_of_work_wakes_whoever_waits_for_work,
             a_finished_event_keeps_its_payload_until_done_after,
             a_pruned_event_keeps_its_id_and_states_but_not_its_payload,
             a_pruned_event_still_dedupes,
@@ -118,6 +120,7 @@ macro_rules! suite {
             an_edit_makes_an_attempt_that_read_the_key_run_again,
             an_edit_over_the_plugins_total_writes_nothing,
             $($single,)*
+            $($notice,)*
             ]
         );
     };
@@ -148,5 +151,9 @@ macro_rules! suite {
 }
 
 suite!(sqlite = crate::inbox::sqlite::TempDatabase::fresh;
-    single_node: [startup_reclaim_takes_every_lease,]);
-suite!(postgres = crate::inbox::postgres::TestDatabase::fresh; single_node: []);
+    single_node: [startup_reclaim_takes_every_lease,]
+    notices: [a_notice_of_work_wakes_whoever_waits_for_work,]);
+suite!(postgres = crate::inbox::postgres::TestDatabase::fresh;
+    single_node: [] notices: [a_notice_of_work_wakes_whoever_waits_for_work,]);
+suite!(postgres_pooled = crate::inbox::postgres::TestDatabase::behind_pooler;
+    single_node: [] notices: []);

@@ -16,7 +16,7 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use deadpool_postgres::{Client, Transaction};
+use super::statements::{Conn, Run, Tx};
 
 use super::{
     Connections,
@@ -27,10 +27,7 @@ use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
 /// quarantined request it came from either way.
-pub(super) async fn store_event(
-    tx: &Transaction<'_>,
-    new: &NewEvent,
-) -> Result<Accepted, InboxError> {
+pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted, InboxError> {
     let NewEvent {
         source,
         envelope,
@@ -41,14 +38,11 @@ pub(super) async fn store_event(
     let sequence = envelope.sequence.map(|s| s as i64);
     let inserted = tx
         .query_opt(
-            &tx.prepare_cached(
-                "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+            "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
                                  received_at, headers, body)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (source, event_id) DO NOTHING
              RETURNING id",
-            )
-            .await?,
             &[
                 &source.as_str(),
                 &envelope.event_id.as_str(),
@@ -66,14 +60,11 @@ pub(super) async fn store_event(
             let event: i64 = row.get(0);
             let handlers: Vec<&str> = handlers.iter().map(|h| h.as_str()).collect();
             tx.execute(
-                &tx.prepare_cached(
-                    "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
+                "INSERT INTO deliveries (event, source, handler, ordering_key, sequence,
                                          state, next_attempt_at, updated_at)
                  SELECT $1, $2, handler, $4, $5, 'pending', $6, $6
                  FROM unnest($3::text[]) WITH ORDINALITY AS h (handler, n) ORDER BY n
                  RETURNING pg_notify($7, '')",
-                )
-                .await?,
                 &[
                     &event,
                     &source.as_str(),
@@ -98,15 +89,13 @@ pub(super) async fn store_event(
 
 /// Whether `(source, event_id)` is stored.
 pub(super) async fn contains_event(
-    client: &Client,
+    client: &Conn,
     source: &str,
     event_id: &str,
 ) -> Result<bool, InboxError> {
     Ok(client
         .query_opt(
-            &client
-                .prepare_cached("SELECT 1 FROM events WHERE source = $1 AND event_id = $2")
-                .await?,
+            "SELECT 1 FROM events WHERE source = $1 AND event_id = $2",
             &[&source, &event_id],
         )
         .await?
@@ -230,25 +219,25 @@ async fn in_one_transaction(
         }
     }
     let client = pool.get().await?;
-    let rows = super::in_one_round_trip(
-        &client,
-        "BEGIN",
-        ACCEPT_SQL,
-        &[
-            &sources,
-            &ids,
-            &types,
-            &keys,
-            &sequences,
-            &received,
-            &headers,
-            &bodies,
-            &of_event,
-            &handlers,
-            &wakeup::CHANNEL,
-        ],
-    )
-    .await?;
+    let rows = client
+        .in_one_round_trip(
+            "BEGIN",
+            ACCEPT_SQL,
+            &[
+                &sources,
+                &ids,
+                &types,
+                &keys,
+                &sequences,
+                &received,
+                &headers,
+                &bodies,
+                &of_event,
+                &handlers,
+                &wakeup::CHANNEL,
+            ],
+        )
+        .await?;
     let mut new: HashMap<(String, String), i64> = rows
         .iter()
         .map(|row| ((row.get(1), row.get(2)), row.get(0)))

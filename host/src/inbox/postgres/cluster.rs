@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use tokio_postgres::Row;
 
-use super::PostgresStore;
+use super::{PostgresStore, statements::Run};
 use crate::inbox::{
     InboxError,
     cluster::{ClusterStore, NodeBeat, Release},

@@ -21,8 +21,8 @@ use std::{
     time::Instant,
 };
 
+use super::statements::{Conn, Run, Tx};
 use bytes::Bytes;
-use deadpool_postgres::{Client, Transaction};
 use tokio_postgres::types::ToSql;
 
 use super::{
@@ -58,7 +58,7 @@ struct Candidate {
 /// Leases what `request` may have now: each handler's oldest claimable deliveries, shared out
 /// fairly among the free workers; counts the candidates it marked stale on the way.
 pub(super) async fn claim_due(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     request: &ClaimRequest,
 ) -> Result<ClaimOutcome, InboxError> {
     let handlers = request.wants();
@@ -121,7 +121,7 @@ pub(super) async fn claim_due(
 /// Leases `picks` (handler, candidate) in one statement; by delivery id. `None`, with nothing
 /// leased, when the unique index on running keys refused one of them.
 async fn lease_together(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     request: &ClaimRequest,
     picks: &[(&str, &Candidate)],
 ) -> Result<Option<HashMap<i64, Claimed>>, InboxError> {
@@ -134,18 +134,16 @@ async fn lease_together(
     let keyed = picks.iter().any(|(_, candidate)| candidate.key.is_some());
     let ids: Vec<i64> = picks.iter().map(|(_, c)| c.id).collect();
     let until: Vec<i64> = picks.iter().map(|(h, _)| request.lease_until(h)).collect();
-    let statement = tx
-        .prepare_cached(
-            "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
-                 lease_until = u.until, leased_at = $3, updated_at = $3
-             FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
-             WHERE d.id = u.id AND e.id = d.event
-             RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,
-                       e.event_type, e.received_at, e.headers, e.body",
-        )
-        .await?;
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &until, &request.now_ms];
-    let lease = tx.query(&statement, &params);
+    let lease = tx.query(
+        "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
+             lease_until = u.until, leased_at = $3, updated_at = $3
+         FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
+         WHERE d.id = u.id AND e.id = d.event
+         RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,
+                   e.event_type, e.received_at, e.headers, e.body",
+        &params,
+    );
     let rows = if keyed {
         let (saved, rows) = tokio::join!(tx.batch_execute("SAVEPOINT lease_together"), lease);
         saved?;
@@ -240,7 +238,7 @@ struct Window {
 /// deliveries, read in one statement; by handler, in `handlers`' order (empty where none is
 /// wanted).
 async fn first_windows(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     handlers: &[(&str, usize, usize)],
     now_ms: i64,
 ) -> Result<Vec<Window>, InboxError> {
@@ -254,7 +252,7 @@ async fn first_windows(
 /// Per `(handler, size)` of `wanted`, in order, its window of up to `size` deliveries due at
 /// `now_ms` and not in `taken` ([`WINDOWS_SQL`]); no round trip when every size is 0.
 async fn windows(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     wanted: &[(&str, usize)],
     now_ms: i64,
     taken: &[i64],
@@ -272,10 +270,7 @@ async fn windows(
         return Ok(windows);
     }
     let rows = tx
-        .query(
-            &tx.prepare_cached(&WINDOWS_SQL).await?,
-            &[&names, &now_ms, &sizes, &taken],
-        )
+        .query(&WINDOWS_SQL, &[&names, &now_ms, &sizes, &taken])
         .await?;
     for row in rows {
         let window = &mut windows[lanes[(row.get::<_, i64>(0) - 1) as usize]];
@@ -345,7 +340,7 @@ pub(super) static LOCK_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// [`KEY_HEADS_SQL`]'s rows that may run now.
 async fn key_heads(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     handler: &str,
     now_ms: i64,
     limit: usize,
@@ -353,7 +348,7 @@ async fn key_heads(
 ) -> Result<Vec<Candidate>, InboxError> {
     let rows = tx
         .query(
-            &tx.prepare_cached(&KEY_HEADS_SQL).await?,
+            &KEY_HEADS_SQL,
             &[&handler, &now_ms, &(limit as i64), &taken],
         )
         .await?;
@@ -388,7 +383,7 @@ fn candidate(row: &tokio_postgres::Row, first: usize) -> Candidate {
 /// costs about `want` index probes when most due deliveries may run, and one per key when most
 /// wait (never one per waiting delivery).
 async fn due_heads(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     handler: &str,
     delivers: bool,
     now_ms: i64,
@@ -430,10 +425,7 @@ async fn due_heads(
         }
         let ids: Vec<i64> = found.iter().map(|c| c.id).collect();
         let locked: HashSet<i64> = tx
-            .query(
-                &tx.prepare_cached(&LOCK_SQL).await?,
-                &[&ids, &now_ms, &(need as i64)],
-            )
+            .query(&LOCK_SQL, &[&ids, &now_ms, &(need as i64)])
             .await?
             .iter()
             .map(|row| row.get(0))
@@ -466,7 +458,7 @@ async fn due_heads(
 /// done, and if so whether it is delivered all the same (`delivers`, or its forced replay) or
 /// marked `stale` here.
 async fn staleness(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     handler: &str,
     delivers: bool,
     candidate: &Candidate,
@@ -477,11 +469,8 @@ async fn staleness(
     };
     let newest_done: Option<i64> = tx
         .query_one(
-            &tx.prepare_cached(
-                "SELECT MAX(sequence) FROM deliveries
+            "SELECT MAX(sequence) FROM deliveries
              WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'",
-            )
-            .await?,
             &[&candidate.source, &handler, key],
         )
         .await?
@@ -492,8 +481,7 @@ async fn staleness(
     let forced = delivers
         || tx
             .query_one(
-                &tx.prepare_cached("SELECT deliver_stale FROM deliveries WHERE id = $1")
-                    .await?,
+                "SELECT deliver_stale FROM deliveries WHERE id = $1",
                 &[&candidate.id],
             )
             .await?
@@ -502,10 +490,7 @@ async fn staleness(
         return Ok(Staleness::Deliver);
     }
     tx.execute(
-        &tx.prepare_cached(
-            "UPDATE deliveries SET state = 'stale', updated_at = $2, last_error = $3 WHERE id = $1",
-        )
-        .await?,
+        "UPDATE deliveries SET state = 'stale', updated_at = $2, last_error = $3 WHERE id = $1",
         &[&candidate.id, &now_ms, &stale_reason(sequence, done, key)],
     )
     .await?;
@@ -545,14 +530,11 @@ fn token(stored: i64) -> u32 {
 }
 
 /// Appends `f` to the attempt history of its delivery.
-async fn insert_attempt(tx: &Transaction<'_>, f: &Finish) -> Result<(), InboxError> {
+async fn insert_attempt(tx: &Tx<'_>, f: &Finish) -> Result<(), InboxError> {
     tx.execute(
-        &tx.prepare_cached(
-            "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
+        "INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome, error_kind,
                                error, plugin_sha256)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .await?,
         &[
             &f.delivery_id,
             &i64::from(f.attempt),
@@ -570,16 +552,10 @@ async fn insert_attempt(tx: &Transaction<'_>, f: &Finish) -> Result<(), InboxErr
 
 /// Records attempt `f` and moves its delivery on, if `f`'s lease is still the running one.
 /// [`Finished::OverQuota`] has written nothing the caller should keep: it rolls back.
-pub(super) async fn finish_attempt(
-    tx: &Transaction<'_>,
-    f: &Finish,
-) -> Result<Finished, InboxError> {
+pub(super) async fn finish_attempt(tx: &Tx<'_>, f: &Finish) -> Result<Finished, InboxError> {
     let leased: Option<i64> = tx
         .query_opt(
-            &tx.prepare_cached(
-                "SELECT attempts FROM deliveries WHERE id = $1 AND state = 'running' FOR UPDATE",
-            )
-            .await?,
+            "SELECT attempts FROM deliveries WHERE id = $1 AND state = 'running' FOR UPDATE",
             &[&f.delivery_id],
         )
         .await?
@@ -605,12 +581,9 @@ pub(super) async fn finish_attempt(
             insert_attempt(tx, &f.conflicted(&key, seen, now)).await?;
             // Not counted against max_attempts: the attempt number is given back.
             tx.execute(
-                &tx.prepare_cached(
-                    "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
                      next_attempt_at = $2, lease_until = NULL, updated_at = $2
                  WHERE id = $1",
-                )
-                .await?,
                 &[&f.delivery_id, &f.finished_at_ms],
             )
             .await?;
@@ -624,12 +597,9 @@ pub(super) async fn finish_attempt(
     }
     let (state, output, next_at) = f.next_state();
     tx.execute(
-        &tx.prepare_cached(
-            "UPDATE deliveries SET state = $2, output = COALESCE($3, output), last_error = $4,
+        "UPDATE deliveries SET state = $2, output = COALESCE($3, output), last_error = $4,
              next_attempt_at = $5, lease_until = NULL, updated_at = $6
          WHERE id = $1",
-        )
-        .await?,
         &[
             &f.delivery_id,
             &state.as_str(),
@@ -762,30 +732,30 @@ async fn finish_together(
     let messages = column(finishes, |f| f.error.as_deref());
     let shas = column(finishes, |f| f.plugin_sha256.as_deref());
     let client = pool.get().await?;
-    let updated: HashSet<(i64, i64)> = super::in_one_round_trip(
-        &client,
-        super::BEGIN_GENERIC,
-        FINISH_SQL,
-        &[
-            &ids,
-            &attempts,
-            &states,
-            &outputs,
-            &errors,
-            &next,
-            &started,
-            &ended,
-            &outcomes,
-            &kinds,
-            &messages,
-            &shas,
-            &wakeup::CHANNEL,
-        ],
-    )
-    .await?
-    .iter()
-    .map(|row| (row.get(0), row.get(1)))
-    .collect();
+    let updated: HashSet<(i64, i64)> = client
+        .in_one_round_trip(
+            super::BEGIN_GENERIC,
+            FINISH_SQL,
+            &[
+                &ids,
+                &attempts,
+                &states,
+                &outputs,
+                &errors,
+                &next,
+                &started,
+                &ended,
+                &outcomes,
+                &kinds,
+                &messages,
+                &shas,
+                &wakeup::CHANNEL,
+            ],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
     Ok(finishes
         .iter()
         .map(|f| {
@@ -802,19 +772,16 @@ async fn finish_together(
 /// finishing) as abandoned at `now_ms`, moving each delivery where `decide(handler,
 /// budget_used)` says.
 pub(super) async fn take_back(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     now_ms: i64,
     decide: Decide,
 ) -> Result<Reclaimed, InboxError> {
     let rows = tx
         .query(
-            &tx.prepare_cached(
-                "SELECT id, handler, attempts, attempts - budget_base, leased_at
+            "SELECT id, handler, attempts, attempts - budget_base, leased_at
              FROM deliveries WHERE state = 'running' AND lease_until < $1
              ORDER BY id
              FOR UPDATE SKIP LOCKED",
-            )
-            .await?,
             &[&now_ms],
         )
         .await?;
@@ -872,16 +839,14 @@ static NEXT_DUE_SQL: LazyLock<String> = LazyLock::new(|| earliest_waiting_sql(">
 
 /// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
 /// waiting behind its ordering key's head counts: its event is not handled yet either).
-pub(super) async fn oldest_due(client: &Client, now_ms: i64) -> Result<Option<i64>, InboxError> {
-    let statement = client.prepare_cached(&OLDEST_DUE_SQL).await?;
-    Ok(client.query_one(&statement, &[&now_ms]).await?.get(0))
+pub(super) async fn oldest_due(client: &Conn, now_ms: i64) -> Result<Option<i64>, InboxError> {
+    Ok(client.query_one(&OLDEST_DUE_SQL, &[&now_ms]).await?.get(0))
 }
 
 /// The earliest `next_attempt_at` after `after_ms` of a pending or retrying delivery.
 pub(super) async fn next_due_after(
-    client: &Client,
+    client: &Conn,
     after_ms: i64,
 ) -> Result<Option<i64>, InboxError> {
-    let statement = client.prepare_cached(&NEXT_DUE_SQL).await?;
-    Ok(client.query_one(&statement, &[&after_ms]).await?.get(0))
+    Ok(client.query_one(&NEXT_DUE_SQL, &[&after_ms]).await?.get(0))
 }

@@ -7,10 +7,13 @@
 //! and `COMMIT` in one round trip) and each read as statements on one: the SQL of each
 //! role is a file of the same name (`accept`, `quarantine`, `lease`, `replay`, `retention`,
 //! `state`, `views`); `schema.rs` holds the migrations and `error.rs` sorts PostgreSQL's errors into the
-//! inbox's (and names a database without its password).
+//! inbox's (and names a database without its password). Every statement reaches the server
+//! through `statements.rs`, prepared and cached per connection, or sent unnamed behind a
+//! pooler in transaction mode (`server.database_pooler`).
 //!
 //! Nodes wake each other through the database (`wakeup.rs`: `NOTIFY`, and a listening
-//! connection of each store's own).
+//! connection of each store's own; none behind a pooler in transaction mode, where `LISTEN`
+//! cannot pass and the nodes find each other's work by polling).
 //!
 //! The connection to the database is not encrypted (`NoTls`): the database must be reached
 //! over a trusted network or a local socket until TLS to it is configurable.
@@ -34,8 +37,8 @@
 macro_rules! in_transaction {
     ($connections:expr, $commits:expr, $tx:ident => $body:expr) => {{
         let started = std::time::Instant::now();
-        let mut client = $connections.get().await?;
-        let $tx = client.transaction().await?;
+        let mut connection = $connections.get().await?;
+        let $tx = connection.transaction().await?;
         let value = $body;
         $tx.commit().await?;
         $commits.committed(1, started);
@@ -53,6 +56,7 @@ mod replay;
 mod retention;
 mod schema;
 mod state;
+mod statements;
 mod statistics;
 mod views;
 mod wakeup;
@@ -69,10 +73,13 @@ use std::{
     time::Duration,
 };
 
-use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Config, NoTls, types::ToSql};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::{Config, NoTls};
 
-use self::error::Target;
+use self::{
+    error::Target,
+    statements::{Conn, Run, Statements},
+};
 use super::{
     Accepted, ClaimRequest, Commits, DeadLetterGroup, Edited, EventDetail, EventFilter,
     EventSummary, Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest,
@@ -82,6 +89,7 @@ use super::{
     store::{Capabilities, ClaimOutcome, Counts, Decide, NewEvent, Reclaimed, Store},
 };
 use crate::{
+    config::Pooler,
     ids::SourceName,
     model::{DeliveryState, StateUsage},
 };
@@ -119,6 +127,8 @@ pub(super) struct PostgresStore {
 /// The pool of connections to the database, which pauses new connects after one failed.
 pub(super) struct Connections {
     pool: Pool,
+    /// How statements are sent on them.
+    statements: Arc<Statements>,
     /// Until when new connections are not tried, and why the last one failed.
     refused: Mutex<Option<(tokio::time::Instant, StorageError)>>,
 }
@@ -127,7 +137,7 @@ impl Connections {
     /// A pooled connection ([`InboxError::WriterGone`] once closed). Within
     /// [`CONNECT_BACKOFF`] of a failed connect, with no idle connection to hand out, the
     /// failure is the answer again without a new attempt.
-    pub(super) async fn get(&self) -> Result<Object, InboxError> {
+    async fn get(&self) -> Result<Conn, InboxError> {
         let refused = self.refused.lock().expect("poisoned").clone();
         if let Some((until, why)) = refused
             && tokio::time::Instant::now() < until
@@ -136,7 +146,7 @@ impl Connections {
             return Err(InboxError::Unavailable(why));
         }
         match self.pool.get().await {
-            Ok(client) => Ok(client),
+            Ok(client) => Ok(Conn::new(client, Arc::clone(&self.statements))),
             Err(e) => {
                 let e = InboxError::from(e);
                 if let InboxError::Unavailable(why) = &e {
@@ -151,8 +161,13 @@ impl Connections {
 
 impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a key=value string) with up
-    /// to `pool_size` connections, and brings its schema to this hookd's version.
-    pub(super) async fn connect(url: &str, pool_size: usize) -> Result<Self, InboxError> {
+    /// to `pool_size` connections, through `pooler`, and brings its schema to this hookd's
+    /// version.
+    pub(super) async fn connect(
+        url: &str,
+        pool_size: usize,
+        pooler: Pooler,
+    ) -> Result<Self, InboxError> {
         let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
             // The parser's reasons name an option, never its value.
             reason: error::chain(&e),
@@ -173,15 +188,22 @@ impl PostgresStore {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| InboxError::Storage(std::sync::Arc::new(e)))?;
-        let mut client = pool.get().await.map_err(|e| target.pool_error(e))?;
-        schema::migrate(&mut client, &target).await?;
-        drop(client);
+        let statements = Arc::new(Statements::new(pooler));
+        let client = pool.get().await.map_err(|e| target.pool_error(e))?;
+        schema::migrate(&mut Conn::new(client, Arc::clone(&statements)), &target).await?;
         let work = Arc::new(tokio::sync::Notify::new());
-        let listener = wakeup::listen(config, &target, Arc::clone(&work)).await?;
+        let mut tasks = Vec::new();
+        // A pooler in transaction mode hands `LISTEN` a server connection only for that
+        // statement: the other nodes' work is found by polling alone.
+        if pooler != Pooler::Transaction {
+            tasks.push(wakeup::listen(config, &target, Arc::clone(&work)).await?);
+        }
         let connections = Arc::new(Connections {
             pool,
+            statements,
             refused: Mutex::new(None),
         });
+        tasks.push(statistics::start(Arc::clone(&connections)));
         let commits = Arc::new(Commits::default());
         Ok(Self {
             accepts: {
@@ -198,7 +220,7 @@ impl PostgresStore {
                     async move { lease::commit_finishes(&connections, &commits, batch).await }
                 })
             },
-            tasks: Mutex::new(vec![listener, statistics::start(Arc::clone(&connections))]),
+            tasks: Mutex::new(tasks),
             connections,
             target,
             commits,
@@ -207,7 +229,7 @@ impl PostgresStore {
     }
 
     /// A pooled connection (see [`Connections::get`]).
-    async fn client(&self) -> Result<Object, InboxError> {
+    async fn client(&self) -> Result<Conn, InboxError> {
         self.connections.get().await
     }
 
@@ -245,9 +267,7 @@ impl Drop for PostgresStore {
 /// transactions of that path ask for it; the admin views, whose optional filters need plans
 /// for the values given, keep PostgreSQL's choice. `SET LOCAL` ends with the transaction, so
 /// behind a pooler in transaction mode nothing leaks to another client.
-pub(super) async fn generic_plans(
-    tx: &deadpool_postgres::Transaction<'_>,
-) -> Result<(), InboxError> {
+async fn generic_plans(tx: &statements::Tx<'_>) -> Result<(), InboxError> {
     tx.batch_execute("SET LOCAL plan_cache_mode = force_generic_plan")
         .await?;
     Ok(())
@@ -256,28 +276,6 @@ pub(super) async fn generic_plans(
 /// `BEGIN` and what sets up a transaction of the claim's or the finish's path ([`generic_plans`]
 /// for one whose statements are sent before it answered).
 pub(super) const BEGIN_GENERIC: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
-
-/// Runs `statement` as a transaction of its own: `begin` (`BEGIN` and any `SET LOCAL`), the
-/// statement and `COMMIT` are sent together and answered together, one round trip where
-/// awaiting each would take three. Its rows are returned once the `COMMIT` answered, so
-/// nothing is reported done before it is durable; if the statement fails, PostgreSQL turns
-/// the `COMMIT` into a rollback and the statement's error is returned.
-pub(super) async fn in_one_round_trip(
-    client: &deadpool_postgres::Client,
-    begin: &str,
-    statement: &str,
-    params: &[&(dyn ToSql + Sync)],
-) -> Result<Vec<tokio_postgres::Row>, InboxError> {
-    // Prepared (from the connection's cache, usually) before anything is sent: each of the
-    // three futures below sends its request when first polled, in this order.
-    let statement = client.prepare_cached(statement).await?;
-    let (_, rows, _) = tokio::try_join!(
-        client.batch_execute(begin),
-        client.query(&statement, params),
-        client.batch_execute("COMMIT"),
-    )?;
-    Ok(rows)
-}
 
 /// The names of `states`, as a `text[]` parameter (`state = ANY($n)`), so the sets of states
 /// are `DeliveryState`'s constants, not SQL text.

@@ -3,8 +3,8 @@
 //! Invariant: reads of held requests by filter select only ids (the `quarantine_held` index
 //! covers them), so they never read a body.
 
+use super::statements::{Conn, Run, Tx};
 use bytes::Bytes;
-use deadpool_postgres::{Client, Transaction};
 
 use crate::{
     ids::SourceName,
@@ -16,18 +16,15 @@ use crate::{
 
 /// Stores `request` from `source` as quarantined for `reason`; returns its id.
 pub(super) async fn insert(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     source: &SourceName,
     request: &RawRequest,
     reason: &str,
 ) -> Result<i64, InboxError> {
     let row = tx
         .query_one(
-            &tx.prepare_cached(
-                "INSERT INTO quarantine (source, received_at, headers, body, reason)
+            "INSERT INTO quarantine (source, received_at, headers, body, reason)
              VALUES ($1, $2, $3, $4, $5) RETURNING id",
-            )
-            .await?,
             &[
                 &source.as_str(),
                 &request.received_at_ms,
@@ -42,14 +39,13 @@ pub(super) async fn insert(
 
 /// Marks quarantined request `id` resolved at `at_ms`, saying how.
 pub(super) async fn resolve(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     id: i64,
     at_ms: i64,
     resolution: &str,
 ) -> Result<(), InboxError> {
     tx.execute(
-        &tx.prepare_cached("UPDATE quarantine SET resolved_at = $2, resolution = $3 WHERE id = $1")
-            .await?,
+        "UPDATE quarantine SET resolved_at = $2, resolution = $3 WHERE id = $1",
         &[&id, &at_ms, &resolution],
     )
     .await?;
@@ -57,12 +53,10 @@ pub(super) async fn resolve(
 }
 
 /// Quarantined requests not yet resolved.
-pub(super) async fn count_held(client: &Client) -> Result<i64, InboxError> {
+pub(super) async fn count_held(client: &Conn) -> Result<i64, InboxError> {
     let row = client
         .query_one(
-            &client
-                .prepare_cached("SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL")
-                .await?,
+            "SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL",
             &[],
         )
         .await?;
@@ -70,22 +64,15 @@ pub(super) async fn count_held(client: &Client) -> Result<i64, InboxError> {
 }
 
 /// Ids of the unresolved requests matching `filter`'s source and time range, oldest first.
-pub(super) async fn held_ids(
-    client: &Client,
-    filter: &ReplayFilter,
-) -> Result<Vec<i64>, InboxError> {
+pub(super) async fn held_ids(client: &Conn, filter: &ReplayFilter) -> Result<Vec<i64>, InboxError> {
     let rows = client
         .query(
-            &client
-                .prepare_cached(
-                    "SELECT id FROM quarantine
+            "SELECT id FROM quarantine
              WHERE resolved_at IS NULL
                AND ($1::text IS NULL OR source = $1)
                AND ($2::bigint IS NULL OR received_at >= $2)
                AND ($3::bigint IS NULL OR received_at <= $3)
              ORDER BY id LIMIT $4",
-                )
-                .await?,
             &[
                 &filter.source,
                 &filter.since_ms,
@@ -98,15 +85,11 @@ pub(super) async fn held_ids(
 }
 
 /// Quarantined request `id` with its body, if it is still unresolved.
-pub(super) async fn held(client: &Client, id: i64) -> Result<Option<Quarantined>, InboxError> {
+pub(super) async fn held(client: &Conn, id: i64) -> Result<Option<Quarantined>, InboxError> {
     let row = client
         .query_opt(
-            &client
-                .prepare_cached(
-                    "SELECT source, received_at, headers, body FROM quarantine
+            "SELECT source, received_at, headers, body FROM quarantine
              WHERE id = $1 AND resolved_at IS NULL",
-                )
-                .await?,
             &[&id],
         )
         .await?;

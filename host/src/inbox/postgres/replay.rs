@@ -4,7 +4,7 @@
 //! node) between the select and the update is left alone; `budget_base` moves up to
 //! `attempts`, which keeps counting (it is the lease token).
 
-use deadpool_postgres::Transaction;
+use super::statements::{Run, Tx};
 
 use super::state_names;
 use crate::{
@@ -15,7 +15,7 @@ use crate::{
 /// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
 /// run); returns `(matched, replayed)`.
 pub(super) async fn replay_matching(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
@@ -25,12 +25,9 @@ pub(super) async fn replay_matching(
     }
     let replayed = tx
         .execute(
-            &tx.prepare_cached(
-                "UPDATE deliveries SET state = 'pending', budget_base = attempts,
+            "UPDATE deliveries SET state = 'pending', budget_base = attempts,
                  next_attempt_at = $2, lease_until = NULL, updated_at = $2, deliver_stale = $4
              WHERE id = ANY($1) AND state <> ALL($3)",
-            )
-            .await?,
             &[
                 &ids,
                 &now_ms,
@@ -47,14 +44,13 @@ pub(super) async fn replay_matching(
 /// the transaction ends, so a prune (which locks them for update) cannot come in between, and a
 /// prune that committed while this waited for the lock is seen (`pruned_at` is re-checked).
 pub(super) async fn matching_deliveries(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     filter: &ReplayFilter,
     state: DeliveryState,
 ) -> Result<Vec<i64>, InboxError> {
     Ok(tx
         .query(
-            &tx.prepare_cached(
-                "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
+            "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
              WHERE d.state = $1 AND e.pruned_at IS NULL
                AND ($2::text IS NULL OR d.source = $2)
                AND ($3::text IS NULL OR d.handler = $3)
@@ -66,8 +62,6 @@ pub(super) async fn matching_deliveries(
                                          ORDER BY a.id DESC LIMIT 1) = $8)
              ORDER BY d.id LIMIT $7
              FOR SHARE OF e",
-            )
-            .await?,
             &[
                 &state.as_str(),
                 &filter.source,

@@ -14,7 +14,7 @@
 //! - Every row is found through an index (`events_unpruned`, `events_pruned`,
 //!   `quarantine_held`, the deliveries' `(event, handler)` key), at most `limit` of each kind.
 
-use deadpool_postgres::Transaction;
+use super::statements::{Run, Tx};
 
 use super::{replay::matching_deliveries, state_names};
 use crate::{
@@ -30,7 +30,7 @@ use crate::{
 const PRUNE_LOCK: i64 = 0x686f_6f6b_6400_0002;
 
 /// Runs one batch of retention in `tx` (see `Store::prune`).
-pub(super) async fn prune(tx: &Transaction<'_>, batch: &PruneBatch) -> Result<Pruned, InboxError> {
+pub(super) async fn prune(tx: &Tx<'_>, batch: &PruneBatch) -> Result<Pruned, InboxError> {
     let locked: bool = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&PRUNE_LOCK])
         .await?
@@ -48,13 +48,10 @@ pub(super) async fn prune(tx: &Transaction<'_>, batch: &PruneBatch) -> Result<Pr
     };
     let quarantine = tx
         .execute(
-            &tx.prepare_cached(
-                "DELETE FROM quarantine WHERE id IN (
+            "DELETE FROM quarantine WHERE id IN (
                      SELECT id FROM quarantine
                      WHERE resolved_at IS NOT NULL AND resolved_at < $1
                      ORDER BY resolved_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
-            )
-            .await?,
             &[&batch.finished_before, &(batch.limit as i64)],
         )
         .await? as usize;
@@ -71,18 +68,15 @@ pub(super) async fn prune(tx: &Transaction<'_>, batch: &PruneBatch) -> Result<Pr
 /// Walks up to `limit` events not yet pruned from `batch.after` and prunes the finished ones;
 /// returns how many it pruned and where the walk stopped (`None`: it reached the cut-off).
 async fn prune_payloads(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     batch: &PruneBatch,
 ) -> Result<(usize, Option<(i64, i64)>), InboxError> {
     let (after_at, after_id) = batch.after.unwrap_or((i64::MIN, i64::MIN));
     let walked: Vec<(i64, i64)> = tx
         .query(
-            &tx.prepare_cached(
-                "SELECT received_at, id FROM events
+            "SELECT received_at, id FROM events
                  WHERE pruned_at IS NULL AND received_at < $1 AND (received_at, id) > ($2, $3)
                  ORDER BY received_at, id LIMIT $4",
-            )
-            .await?,
             &[
                 &batch.finished_before,
                 &after_at,
@@ -97,14 +91,11 @@ async fn prune_payloads(
     let ids: Vec<i64> = walked.iter().map(|&(_, id)| id).collect();
     let locked: Vec<i64> = tx
         .query(
-            &tx.prepare_cached(
-                "SELECT e.id FROM events e
+            "SELECT e.id FROM events e
                  WHERE e.id = ANY($1) AND e.pruned_at IS NULL
                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
                                      AND (d.state <> ALL($2) OR d.updated_at >= $3))
                  FOR UPDATE OF e SKIP LOCKED",
-            )
-            .await?,
             &[
                 &ids,
                 &state_names(&DeliveryState::FINISHED),
@@ -121,14 +112,11 @@ async fn prune_payloads(
     // does not see) leaves that event alone.
     let finished: Vec<i64> = tx
         .query(
-            &tx.prepare_cached(
-                "UPDATE events e SET headers = '[]', body = '', pruned_at = $4
+            "UPDATE events e SET headers = '[]', body = '', pruned_at = $4
                  WHERE e.id = ANY($1) AND e.pruned_at IS NULL
                    AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event = e.id
                                      AND (d.state <> ALL($2) OR d.updated_at >= $3))
                  RETURNING e.id",
-            )
-            .await?,
             &[
                 &locked,
                 &state_names(&DeliveryState::FINISHED),
@@ -142,19 +130,13 @@ async fn prune_payloads(
         .collect();
     if !finished.is_empty() {
         tx.execute(
-            &tx.prepare_cached(
-                "DELETE FROM attempts WHERE delivery IN (
+            "DELETE FROM attempts WHERE delivery IN (
                      SELECT id FROM deliveries WHERE event = ANY($1))",
-            )
-            .await?,
             &[&finished],
         )
         .await?;
         tx.execute(
-            &tx.prepare_cached(
-                "UPDATE deliveries SET output = NULL, last_error = NULL WHERE event = ANY($1)",
-            )
-            .await?,
+            "UPDATE deliveries SET output = NULL, last_error = NULL WHERE event = ANY($1)",
             &[&finished],
         )
         .await?;
@@ -166,14 +148,11 @@ async fn prune_payloads(
 }
 
 /// Deletes up to `limit` events pruned before `before`, with their delivery rows.
-async fn forget(tx: &Transaction<'_>, before: i64, limit: usize) -> Result<usize, InboxError> {
+async fn forget(tx: &Tx<'_>, before: i64, limit: usize) -> Result<usize, InboxError> {
     let ids: Vec<i64> = tx
         .query(
-            &tx.prepare_cached(
-                "SELECT id FROM events WHERE pruned_at IS NOT NULL AND pruned_at < $1
+            "SELECT id FROM events WHERE pruned_at IS NOT NULL AND pruned_at < $1
                  ORDER BY pruned_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-            )
-            .await?,
             &[&before, &(limit as i64)],
         )
         .await?
@@ -183,24 +162,16 @@ async fn forget(tx: &Transaction<'_>, before: i64, limit: usize) -> Result<usize
     if ids.is_empty() {
         return Ok(0);
     }
-    tx.execute(
-        &tx.prepare_cached("DELETE FROM deliveries WHERE event = ANY($1)")
-            .await?,
-        &[&ids],
-    )
-    .await?;
-    tx.execute(
-        &tx.prepare_cached("DELETE FROM events WHERE id = ANY($1)")
-            .await?,
-        &[&ids],
-    )
-    .await?;
+    tx.execute("DELETE FROM deliveries WHERE event = ANY($1)", &[&ids])
+        .await?;
+    tx.execute("DELETE FROM events WHERE id = ANY($1)", &[&ids])
+        .await?;
     Ok(ids.len())
 }
 
 /// Sets the dead deliveries `filter` matches to `discarded` at `now_ms` (none on a dry run).
 pub(super) async fn discard(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
@@ -210,11 +181,8 @@ pub(super) async fn discard(
     }
     let discarded = tx
         .execute(
-            &tx.prepare_cached(
-                "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = $2
+            "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = $2
                  WHERE id = ANY($1) AND state = 'dead'",
-            )
-            .await?,
             &[&ids, &now_ms],
         )
         .await?;
@@ -223,17 +191,14 @@ pub(super) async fn discard(
 
 /// Resolves the quarantined requests `ids` as discarded at `now_ms`, those still held.
 pub(super) async fn discard_quarantine(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     ids: &[i64],
     now_ms: i64,
 ) -> Result<usize, InboxError> {
     let discarded = tx
         .execute(
-            &tx.prepare_cached(
-                "UPDATE quarantine SET resolved_at = $2, resolution = $3
+            "UPDATE quarantine SET resolved_at = $2, resolution = $3
                  WHERE id = ANY($1) AND resolved_at IS NULL",
-            )
-            .await?,
             &[&ids, &now_ms, &DISCARDED_RESOLUTION],
         )
         .await?;

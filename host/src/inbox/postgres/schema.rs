@@ -11,9 +11,10 @@
 //!   PostgreSQL adds is what several nodes need, such as the index that lets one delivery per
 //!   ordering key run at a time.
 
-use deadpool_postgres::Client;
-
-use super::error::Target;
+use super::{
+    error::Target,
+    statements::{Conn, Run},
+};
 use crate::inbox::InboxError;
 
 /// The advisory lock the migrations run under (any constant, the same in every hookd).
@@ -210,7 +211,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
-pub(super) async fn migrate(client: &mut Client, target: &Target) -> Result<(), InboxError> {
+pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), InboxError> {
     let latest = MIGRATIONS.len() as i64;
     let failed = |e: tokio_postgres::Error| InboxError::Migration {
         database: target.to_string(),

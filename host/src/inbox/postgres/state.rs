@@ -18,7 +18,7 @@
 
 use std::{collections::BTreeMap, collections::HashMap, time::Instant};
 
-use deadpool_postgres::{Client, Transaction};
+use super::statements::{Conn, Run, Tx};
 
 use super::Connections;
 use crate::{
@@ -31,17 +31,13 @@ use crate::{
 
 /// Committed value and version of a state key (version 0 = never written).
 pub(super) async fn get(
-    client: &Client,
+    client: &Conn,
     plugin: &str,
     key: &str,
 ) -> Result<(Option<Vec<u8>>, i64), InboxError> {
     let row = client
         .query_opt(
-            &client
-                .prepare_cached(
-                    "SELECT value, version FROM plugin_state WHERE plugin = $1 AND key = $2",
-                )
-                .await?,
+            "SELECT value, version FROM plugin_state WHERE plugin = $1 AND key = $2",
             &[&plugin, &key],
         )
         .await?;
@@ -50,18 +46,14 @@ pub(super) async fn get(
 
 /// Bytes `key` holds (key + value; None = absent) and its version, without reading the value.
 pub(super) async fn stat(
-    client: &Client,
+    client: &Conn,
     plugin: &str,
     key: &str,
 ) -> Result<(Option<u64>, i64), InboxError> {
     let row = client
         .query_opt(
-            &client
-                .prepare_cached(
-                    "SELECT octet_length(value)::bigint, version FROM plugin_state
+            "SELECT octet_length(value)::bigint, version FROM plugin_state
              WHERE plugin = $1 AND key = $2",
-                )
-                .await?,
             &[&plugin, &key],
         )
         .await?;
@@ -72,12 +64,10 @@ pub(super) async fn stat(
 }
 
 /// What `plugin` holds in committed state (live keys, key + value bytes).
-pub(super) async fn usage(client: &Client, plugin: &str) -> Result<StateUsage, InboxError> {
+pub(super) async fn usage(client: &Conn, plugin: &str) -> Result<StateUsage, InboxError> {
     let row = client
         .query_opt(
-            &client
-                .prepare_cached("SELECT keys, bytes FROM plugin_state_usage WHERE plugin = $1")
-                .await?,
+            "SELECT keys, bytes FROM plugin_state_usage WHERE plugin = $1",
             &[&plugin],
         )
         .await?;
@@ -91,18 +81,15 @@ pub(super) async fn usage(client: &Client, plugin: &str) -> Result<StateUsage, I
 /// order of their lock ids, so concurrent commits of overlapping keys queue instead of
 /// deadlocking.
 pub(super) async fn lock_keys(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     plugin: &str,
     keys: Vec<&str>,
 ) -> Result<(), InboxError> {
     tx.execute(
-        &tx.prepare_cached(
-            "SELECT pg_advisory_xact_lock(id) FROM (
+        "SELECT pg_advisory_xact_lock(id) FROM (
                  SELECT DISTINCT hashtextextended(length($1) || ':' || $1 || key, 0) AS id
                  FROM unnest($2::text[]) AS k (key)) AS ids
              ORDER BY id",
-        )
-        .await?,
         &[&plugin, &keys],
     )
     .await?;
@@ -111,17 +98,14 @@ pub(super) async fn lock_keys(
 
 /// The committed `(version, value length)` of each of `keys` of `plugin` that is stored.
 async fn stored(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     plugin: &str,
     keys: Vec<&str>,
 ) -> Result<HashMap<String, (i64, usize)>, InboxError> {
     let rows = tx
         .query(
-            &tx.prepare_cached(
-                "SELECT key, version, octet_length(value)::bigint FROM plugin_state
+            "SELECT key, version, octet_length(value)::bigint FROM plugin_state
              WHERE plugin = $1 AND key = ANY($2)",
-            )
-            .await?,
             &[&plugin, &keys],
         )
         .await?;
@@ -134,7 +118,7 @@ async fn stored(
 /// The first key of `versions` (key → version seen, 0 = absent) whose committed version in
 /// `plugin` is no longer the one seen.
 pub(super) async fn first_changed(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     plugin: &str,
     versions: &BTreeMap<String, i64>,
 ) -> Result<Option<Changed>, InboxError> {
@@ -154,7 +138,7 @@ pub(super) async fn first_changed(
 /// [`lock_keys`]) and returns how they change the plugin's `(keys, bytes)`, for [`add_usage`]
 /// to count, and the highest version they were stamped with (0: nothing set).
 pub(super) async fn apply_state(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     plugin: &str,
     changes: &StateChanges,
     at_ms: i64,
@@ -181,8 +165,7 @@ pub(super) async fn apply_state(
     if !set_keys.is_empty() {
         version = tx
             .query_one(
-                &tx.prepare_cached(
-                    "WITH set AS (
+                "WITH set AS (
                          INSERT INTO plugin_state (plugin, key, value, version, updated_at)
                          SELECT $1, key, value, nextval('plugin_state_versions'), $4
                          FROM unnest($2::text[], $3::bytea[]) AS w (key, value)
@@ -191,8 +174,6 @@ pub(super) async fn apply_state(
                                            updated_at = excluded.updated_at
                          RETURNING version)
                      SELECT MAX(version) FROM set",
-                )
-                .await?,
                 &[&plugin, &set_keys, &set_values, &at_ms],
             )
             .await?
@@ -200,8 +181,7 @@ pub(super) async fn apply_state(
     }
     if !deleted.is_empty() {
         tx.execute(
-            &tx.prepare_cached("DELETE FROM plugin_state WHERE plugin = $1 AND key = ANY($2)")
-                .await?,
+            "DELETE FROM plugin_state WHERE plugin = $1 AND key = ANY($2)",
             &[&plugin, &deleted],
         )
         .await?;
@@ -213,21 +193,18 @@ pub(super) async fn apply_state(
 /// until the commit), unless that takes it over its total: `Err(message)`, and the caller
 /// rolls the whole transaction back.
 pub(super) async fn add_usage(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     plugin: &str,
     limits: &StateLimits,
     (delta_keys, delta_bytes): (i64, i64),
 ) -> Result<Result<(), String>, InboxError> {
     let row = tx
         .query_one(
-            &tx.prepare_cached(
-                "INSERT INTO plugin_state_usage AS u (plugin, keys, bytes, clock)
+            "INSERT INTO plugin_state_usage AS u (plugin, keys, bytes, clock)
                  VALUES ($1, $2, $3, 0)
                  ON CONFLICT (plugin)
                      DO UPDATE SET keys = u.keys + $2, bytes = u.bytes + $3
                  RETURNING keys, bytes",
-            )
-            .await?,
             &[&plugin, &delta_keys, &delta_bytes],
         )
         .await?;
@@ -242,7 +219,7 @@ pub(super) async fn add_usage(
 /// A page of `plugin`'s keys (see [`StateKeyFilter`]), in byte order: one range of the
 /// `plugin_state_keys` index.
 pub(super) async fn list(
-    client: &Client,
+    client: &Conn,
     plugin: &str,
     filter: &StateKeyFilter,
 ) -> Result<Vec<StateEntry>, InboxError> {
@@ -260,14 +237,9 @@ pub(super) async fn list(
             ""
         },
     );
-    let statement = client.prepare_cached(&sql).await?;
     let rows = match &end {
-        Some(end) => {
-            client
-                .query(&statement, &[&plugin, &start, &limit, end])
-                .await?
-        }
-        None => client.query(&statement, &[&plugin, &start, &limit]).await?,
+        Some(end) => client.query(&sql, &[&plugin, &start, &limit, end]).await?,
+        None => client.query(&sql, &[&plugin, &start, &limit]).await?,
     };
     Ok(rows
         .iter()
@@ -282,18 +254,14 @@ pub(super) async fn list(
 
 /// `plugin`'s committed value of `key`, if it has one.
 pub(super) async fn value(
-    client: &Client,
+    client: &Conn,
     plugin: &str,
     key: &str,
 ) -> Result<Option<StateValue>, InboxError> {
     let row = client
         .query_opt(
-            &client
-                .prepare_cached(
-                    "SELECT value, version, updated_at FROM plugin_state
+            "SELECT value, version, updated_at FROM plugin_state
                      WHERE plugin = $1 AND key = $2",
-                )
-                .await?,
             &[&plugin, &key],
         )
         .await?;

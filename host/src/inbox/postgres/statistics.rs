@@ -19,7 +19,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use deadpool_postgres::Client;
+use super::statements::{Conn, Run};
 
 use super::Connections;
 use crate::inbox::InboxError;
@@ -35,20 +35,16 @@ const AT_LEAST: f64 = 1_000.0;
 const TABLES: [&str; 3] = ["deliveries", "events", "attempts"];
 
 /// Analyzes each table of [`TABLES`] that outgrew its statistics; returns those it analyzed.
-pub(super) async fn refresh(client: &Client) -> Result<Vec<String>, InboxError> {
+pub(super) async fn refresh(client: &Conn) -> Result<Vec<String>, InboxError> {
     // `n_live_tup` is the statistics system's running count (flushed by each backend about once
     // a second); `reltuples` is what the planner believes (-1 before the first analyze).
     let rows = client
         .query(
-            &client
-                .prepare_cached(
-                    "SELECT c.relname::text FROM pg_class c
+            "SELECT c.relname::text FROM pg_class c
                      JOIN pg_stat_user_tables s ON s.relid = c.oid
                      WHERE c.oid = ANY(ARRAY(SELECT to_regclass(t) FROM unnest($1::text[]) t))
                        AND s.n_live_tup::float8 > $2::float8
                        AND s.n_live_tup::float8 > 2 * GREATEST(c.reltuples, 0)",
-                )
-                .await?,
             &[&TABLES.as_slice(), &AT_LEAST],
         )
         .await?;

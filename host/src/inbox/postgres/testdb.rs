@@ -4,18 +4,24 @@
 //! Invariants:
 //! - The server is named by `HOOKD_TEST_POSTGRES_URL` (a role that may create databases); each
 //!   [`TestDatabase`] is a database of its own on it (`hookd_t_<random>`), dropped with it.
-//! - Without that variable a test passes as skipped and says so in one line, unless
-//!   `HOOKD_TEST_POSTGRES_REQUIRED=1` (CI sets both), which makes it fail instead.
+//! - [`TestDatabase::behind_pooler`] reaches that database through PgBouncer in transaction
+//!   mode (`HOOKD_TEST_PGBOUNCER_URL`, `.ci/pgbouncer.sh`), and opens its inboxes with
+//!   `database_pooler = "transaction"`.
+//! - Without those variables a test passes as skipped and says so in one line, unless
+//!   `HOOKD_TEST_POSTGRES_REQUIRED=1` (CI sets them all), which makes it fail instead.
 
 use tokio_postgres::NoTls;
 
 use crate::{
     clock::Clock,
+    config::Pooler,
     inbox::{Inbox, OpenOptions, contract::Database},
 };
 
 /// The server the tests use.
 const URL_VAR: &str = "HOOKD_TEST_POSTGRES_URL";
+/// PgBouncer in transaction mode in front of that server.
+const POOLER_VAR: &str = "HOOKD_TEST_PGBOUNCER_URL";
 /// Set to `1` to fail, not skip, when [`URL_VAR`] is missing.
 const REQUIRED_VAR: &str = "HOOKD_TEST_POSTGRES_REQUIRED";
 
@@ -24,22 +30,17 @@ pub(in crate::inbox) struct TestDatabase {
     /// The server URL as given (its own database is where the test creates and drops others).
     server: String,
     name: String,
-    /// `server` with `name` as its database.
+    /// `server` (or the pooler in front of it) with `name` as its database.
     url: String,
+    /// What stands between the inboxes opened on it and the server.
+    pooler: Pooler,
 }
 
 impl TestDatabase {
     /// A new, empty database on the test server; `None` (the test skips) when no server is
     /// given and none is required.
     pub(in crate::inbox) async fn fresh() -> Option<Self> {
-        let Ok(server) = std::env::var(URL_VAR) else {
-            assert!(
-                std::env::var(REQUIRED_VAR).as_deref() != Ok("1"),
-                "{REQUIRED_VAR}=1, but {URL_VAR} is not set"
-            );
-            println!("skipped: {URL_VAR} is not set");
-            return None;
-        };
+        let server = given(URL_VAR)?;
         let name = format!("hookd_t_{:016x}", rand::random::<u64>());
         let admin = connect(&server).await;
         admin
@@ -47,7 +48,21 @@ impl TestDatabase {
             .await
             .unwrap_or_else(|e| panic!("creating the test database {name}: {e:?}"));
         let url = with_database(&server, &name);
-        Some(Self { server, name, url })
+        Some(Self {
+            server,
+            name,
+            url,
+            pooler: Pooler::None,
+        })
+    }
+
+    /// [`TestDatabase::fresh`], reached through PgBouncer in transaction mode.
+    pub(in crate::inbox) async fn behind_pooler() -> Option<Self> {
+        let pooler = given(POOLER_VAR)?;
+        let mut db = Self::fresh().await?;
+        db.url = with_database(&pooler, &db.name);
+        db.pooler = Pooler::Transaction;
+        Some(db)
     }
 
     /// The URL of this database.
@@ -64,6 +79,20 @@ impl TestDatabase {
         let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
         format!("postgres://{user}:{password}@{host}")
     }
+}
+
+/// The value of `var`; `None` (the test skips, saying so) when it is not set and no server is
+/// required.
+fn given(var: &str) -> Option<String> {
+    let value = std::env::var(var).ok();
+    if value.is_none() {
+        assert!(
+            std::env::var(REQUIRED_VAR).as_deref() != Ok("1"),
+            "{REQUIRED_VAR}=1, but {var} is not set"
+        );
+        println!("skipped: {var} is not set");
+    }
+    value
 }
 
 /// A client of `url`, its connection driven on the current runtime.
@@ -95,6 +124,7 @@ impl Database for TestDatabase {
         let options = OpenOptions {
             writer: crate::inbox::WriterOptions::new(crate::config::Durability::Normal),
             clock,
+            pooler: self.pooler,
         };
         Inbox::open_postgres(&self.url, options)
             .await

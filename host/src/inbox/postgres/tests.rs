@@ -17,7 +17,7 @@ use std::{
 use super::{PostgresStore, TestDatabase, schema::MIGRATIONS, testdb};
 use crate::{
     clock::Clock,
-    config::Durability,
+    config::{Durability, Pooler},
     inbox::{
         Accepted, Finished, Inbox, InboxError, OpenOptions, WriterOptions,
         contract::fixtures::{self, HANDLER, LEASED_MS, done, event, finished, keyed, lease},
@@ -465,8 +465,8 @@ async fn migrations_run_by_two_nodes_at_once_both_succeed() {
         return;
     };
     let (first, second) = tokio::join!(
-        PostgresStore::connect(db.url(), 2),
-        PostgresStore::connect(db.url(), 2)
+        PostgresStore::connect(db.url(), 2, Pooler::None),
+        PostgresStore::connect(db.url(), 2, Pooler::None)
     );
     first.unwrap();
     second.unwrap();
@@ -490,7 +490,7 @@ async fn a_database_of_a_newer_hookd_is_refused() {
         .execute("UPDATE hookd_schema SET version = 999", &[])
         .await
         .unwrap();
-    let refused = PostgresStore::connect(db.url(), 1).await;
+    let refused = PostgresStore::connect(db.url(), 1, Pooler::None).await;
     assert!(
         matches!(refused, Err(InboxError::SchemaTooNew { found: 999, .. })),
         "{:?}",
@@ -517,6 +517,7 @@ fn options() -> OpenOptions {
     OpenOptions {
         writer: WriterOptions::new(Durability::Normal),
         clock: Clock::system(),
+        pooler: Pooler::None,
     }
 }
 
@@ -639,7 +640,9 @@ async fn an_accept_on_the_one_event_path_wakes_the_other_node() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
     };
-    let a = PostgresStore::connect(db.url(), 2).await.unwrap();
+    let a = PostgresStore::connect(db.url(), 2, Pooler::None)
+        .await
+        .unwrap();
     let b = fixtures::open(&db).await;
     let woken = wakes(&b, async {
         let new = crate::inbox::store::NewEvent {

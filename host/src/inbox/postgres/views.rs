@@ -5,8 +5,8 @@
 
 use std::{collections::BTreeMap, sync::LazyLock};
 
+use super::statements::{Conn, Run};
 use bytes::Bytes;
-use deadpool_postgres::Client;
 use tokio_postgres::types::ToSql;
 
 use super::{distinct_by_probes, state_names};
@@ -19,15 +19,11 @@ use crate::{
 };
 
 /// The backlog (deliveries in an open state) and the held quarantine, in one statement.
-pub(super) async fn counts(client: &Client) -> Result<Counts, InboxError> {
+pub(super) async fn counts(client: &Conn) -> Result<Counts, InboxError> {
     let row = client
         .query_one(
-            &client
-                .prepare_cached(
-                    "SELECT (SELECT COUNT(*) FROM deliveries WHERE state = ANY($1)),
+            "SELECT (SELECT COUNT(*) FROM deliveries WHERE state = ANY($1)),
                     (SELECT COUNT(*) FROM quarantine WHERE resolved_at IS NULL)",
-                )
-                .await?,
             &[&state_names(&DeliveryState::OPEN)],
         )
         .await?;
@@ -40,7 +36,7 @@ pub(super) async fn counts(client: &Client) -> Result<Counts, InboxError> {
 /// Events matching `filter`, newest first, with each handler's delivery state: the page's ids
 /// first ([`page_ids`]), then the page joined with its deliveries, in one statement.
 pub(super) async fn list_events(
-    client: &Client,
+    client: &Conn,
     filter: &EventFilter,
 ) -> Result<Vec<EventSummary>, InboxError> {
     let (page, mut values) = page_ids(filter);
@@ -56,9 +52,7 @@ pub(super) async fn list_events(
         .iter()
         .map(|v| v.as_ref() as &(dyn ToSql + Sync))
         .collect();
-    let rows = client
-        .query(&client.prepare_cached(&sql).await?, &params)
-        .await?;
+    let rows = client.query(&sql, &params).await?;
     // Rows come grouped by event: a new id starts the next summary.
     let mut events: Vec<EventSummary> = Vec::new();
     for r in rows {
@@ -167,19 +161,15 @@ pub(super) fn page_ids(filter: &EventFilter) -> (String, Vec<Box<dyn ToSql + Syn
 
 /// One event with every delivery and its full attempt history.
 pub(super) async fn event_detail(
-    client: &Client,
+    client: &Conn,
     source: &str,
     event_id: &str,
 ) -> Result<Option<EventDetail>, InboxError> {
     let Some(event) = client
         .query_opt(
-            &client
-                .prepare_cached(
-                    "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
+            "SELECT id, source, event_id, event_type, ordering_key, sequence, received_at,
                     pruned_at, headers, body
              FROM events WHERE source = $1 AND event_id = $2",
-                )
-                .await?,
             &[&source, &event_id],
         )
         .await?
@@ -201,21 +191,17 @@ pub(super) async fn event_detail(
     };
     let deliveries = client
         .query(
-            &client
-                .prepare_cached(
-                    "SELECT id, handler, state, attempts, output, last_error, next_attempt_at
+            "SELECT id, handler, state, attempts, output, last_error, next_attempt_at
              FROM deliveries WHERE event = $1 ORDER BY id",
-                )
-                .await?,
             &[&id],
         )
         .await?;
     let attempts = client
         .query(
-            &client.prepare_cached("SELECT a.delivery, a.attempt, a.started_at, a.finished_at, a.outcome, a.error_kind,
+            "SELECT a.delivery, a.attempt, a.started_at, a.finished_at, a.outcome, a.error_kind,
                     a.error, a.plugin_sha256
              FROM attempts a JOIN deliveries d ON d.id = a.delivery
-             WHERE d.event = $1 ORDER BY a.id").await?,
+             WHERE d.event = $1 ORDER BY a.id",
             &[&id],
         )
         .await?;
@@ -251,16 +237,12 @@ pub(super) async fn event_detail(
 
 /// Deliveries per state.
 pub(super) async fn state_counts(
-    client: &Client,
+    client: &Conn,
     states: &[DeliveryState],
 ) -> Result<Vec<(String, i64)>, InboxError> {
     let rows = client
         .query(
-            &client
-                .prepare_cached(
-                    "SELECT state, COUNT(*) FROM deliveries WHERE state = ANY($1) GROUP BY state",
-                )
-                .await?,
+            "SELECT state, COUNT(*) FROM deliveries WHERE state = ANY($1) GROUP BY state",
             &[&state_names(states)],
         )
         .await?;
@@ -268,14 +250,10 @@ pub(super) async fn state_counts(
 }
 
 /// Dead deliveries grouped by handler and their last attempt's error kind, largest group first.
-pub(super) async fn dead_letter_groups(
-    client: &Client,
-) -> Result<Vec<DeadLetterGroup>, InboxError> {
+pub(super) async fn dead_letter_groups(client: &Conn) -> Result<Vec<DeadLetterGroup>, InboxError> {
     let rows = client
         .query(
-            &client
-                .prepare_cached(
-                    "SELECT handler, kind, COUNT(*), MIN(updated_at), MAX(updated_at),
+            "SELECT handler, kind, COUNT(*), MIN(updated_at), MAX(updated_at),
                             MAX(last_error)
                      FROM (SELECT d.handler, d.updated_at, d.last_error,
                                   (SELECT a.error_kind FROM attempts a WHERE a.delivery = d.id
@@ -283,8 +261,6 @@ pub(super) async fn dead_letter_groups(
                            FROM deliveries d WHERE d.state = $1) g
                      GROUP BY handler, kind
                      ORDER BY COUNT(*) DESC, handler, kind",
-                )
-                .await?,
             &[&DeliveryState::Dead.as_str()],
         )
         .await?;
@@ -303,19 +279,15 @@ pub(super) async fn dead_letter_groups(
 
 /// Unresolved quarantined requests, newest first, without headers or bodies.
 pub(super) async fn held_requests(
-    client: &Client,
+    client: &Conn,
     limit: usize,
     before_id: Option<i64>,
 ) -> Result<Vec<HeldRequest>, InboxError> {
     let rows = client
         .query(
-            &client
-                .prepare_cached(
-                    "SELECT id, source, received_at, reason FROM quarantine
+            "SELECT id, source, received_at, reason FROM quarantine
                      WHERE resolved_at IS NULL AND id < $1
                      ORDER BY id DESC LIMIT $2",
-                )
-                .await?,
             &[&before_id.unwrap_or(i64::MAX), &(limit as i64)],
         )
         .await?;

@@ -415,6 +415,7 @@ impl super::contract::Database for TempDatabase {
         let options = super::OpenOptions {
             writer: WriterOptions::new(crate::config::Durability::Normal),
             clock,
+            pooler: crate::config::Pooler::None,
         };
         super::Inbox::open_with(&self.path(), options).unwrap()
     }

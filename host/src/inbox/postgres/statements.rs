@@ -1,0 +1,275 @@
+//! How this room's statements reach the server. Every statement is SQL text and its parameters,
+//! run on a [`Conn`] (a pooled connection) or a [`Tx`] (a transaction on one) through [`Run`];
+//! how it travels depends on what stands between hookd and PostgreSQL (`server.database_pooler`,
+//! [`Pooler`]):
+//!
+//! - Directly, or through a pooler in session mode: each statement is prepared once per
+//!   connection and reused (deadpool's statement cache), so it is parsed and planned once.
+//! - Through a pooler in transaction mode (PgBouncer's `pool_mode = transaction`): consecutive
+//!   transactions of one client connection may run on different server connections, so a
+//!   statement prepared in one is unknown in the next. Each statement is sent unnamed with its
+//!   parameter types (`Parse`, `Bind`, `Execute` and `Sync` together: one round trip, as a cached
+//!   statement takes, but parsed and planned by the server each time). The types of each
+//!   statement text are learned once per store, by preparing it inside a transaction and
+//!   closing it there.
+//!
+//! Invariants:
+//! - No other code of the room prepares a statement or sends one with parameters: [`Conn`] and
+//!   [`Tx`] hand out no client, so the compiler holds that wall.
+//! - In transaction mode no named statement outlives its transaction: one is prepared only to
+//!   learn its types, inside a transaction, and dropped (its `Close` sent) before anything else
+//!   is sent on that connection.
+//! - Statement texts are the room's constants or built from them, never from input: the types
+//!   learned (as deadpool's cache) stay as many as the texts.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use deadpool_postgres::{GenericClient as _, Object};
+use tokio_postgres::{
+    Error, GenericClient as _, Row,
+    types::{ToSql, Type},
+};
+
+use crate::config::Pooler;
+
+/// The parameters of a statement, as tokio-postgres takes them.
+pub(super) type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+/// How a store sends its statements, and what it learned of them.
+pub(super) struct Statements {
+    /// Unnamed, with their types given (behind a pooler in transaction mode).
+    unnamed: bool,
+    /// Each statement text's parameter types, once learned (unnamed statements only).
+    types: Mutex<HashMap<Box<str>, Arc<[Type]>>>,
+}
+
+impl Statements {
+    pub(super) fn new(pooler: Pooler) -> Self {
+        Self {
+            unnamed: pooler == Pooler::Transaction,
+            types: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn known(&self, sql: &str) -> Option<Arc<[Type]>> {
+        self.types.lock().expect("poisoned").get(sql).cloned()
+    }
+
+    fn learn(&self, sql: &str, types: Arc<[Type]>) {
+        self.types
+            .lock()
+            .expect("poisoned")
+            .insert(sql.into(), types);
+    }
+}
+
+/// A pooled connection, and how its store sends statements.
+pub(super) struct Conn {
+    client: Object,
+    statements: Arc<Statements>,
+}
+
+/// A transaction on a [`Conn`]; dropped without [`Tx::commit`], it rolls back.
+pub(super) struct Tx<'c> {
+    tx: deadpool_postgres::Transaction<'c>,
+    statements: &'c Statements,
+}
+
+impl Conn {
+    pub(super) fn new(client: Object, statements: Arc<Statements>) -> Self {
+        Self { client, statements }
+    }
+
+    /// Begins a transaction.
+    pub(super) async fn transaction(&mut self) -> Result<Tx<'_>, Error> {
+        Ok(Tx {
+            tx: self.client.transaction().await?,
+            statements: &self.statements,
+        })
+    }
+
+    /// Runs `sql` (statements without parameters, `;`-separated) by the simple protocol.
+    pub(super) async fn batch_execute(&self, sql: &str) -> Result<(), Error> {
+        self.client.batch_execute(sql).await
+    }
+
+    /// Runs `statement` as a transaction of its own: `begin` (`BEGIN` and any `SET LOCAL`), the
+    /// statement and `COMMIT` are sent together and answered together, one round trip where
+    /// awaiting each would take three. Its rows are returned once the `COMMIT` answered, so
+    /// nothing is reported done before it is durable; if the statement fails, PostgreSQL turns
+    /// the `COMMIT` into a rollback and the statement's error is returned.
+    pub(super) async fn in_one_round_trip(
+        &self,
+        begin: &str,
+        statement: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Row>, Error> {
+        // Everything the statement needs is at hand before anything is sent (its prepared
+        // statement from the connection's cache, or its types): each of the three futures
+        // below sends its request when first polled, in this order.
+        let client: &tokio_postgres::Client = &self.client;
+        if self.statements.unnamed {
+            let typed = self.typed(statement, params).await?;
+            let (_, rows, _) = tokio::try_join!(
+                client.batch_execute(begin),
+                client.query_typed(statement, &typed),
+                client.batch_execute("COMMIT"),
+            )?;
+            return Ok(rows);
+        }
+        let statement = self.client.prepare_cached(statement).await?;
+        let (_, rows, _) = tokio::try_join!(
+            client.batch_execute(begin),
+            client.query(&statement, params),
+            client.batch_execute("COMMIT"),
+        )?;
+        Ok(rows)
+    }
+}
+
+impl Tx<'_> {
+    /// Commits the transaction.
+    pub(super) async fn commit(self) -> Result<(), Error> {
+        self.tx.commit().await
+    }
+
+    /// Rolls the transaction back (as dropping it does, but answered).
+    pub(super) async fn rollback(self) -> Result<(), Error> {
+        self.tx.rollback().await
+    }
+
+    /// Runs `sql` (statements without parameters, `;`-separated) by the simple protocol.
+    pub(super) async fn batch_execute(&self, sql: &str) -> Result<(), Error> {
+        self.tx.batch_execute(sql).await
+    }
+}
+
+/// Runs statements (SQL text and parameters) the way their store sends them.
+pub(super) trait Run: Sync {
+    /// The same connection as deadpool sees it (its statement cache).
+    type Cached: deadpool_postgres::GenericClient;
+    /// The same connection as tokio-postgres sees it.
+    type Plain: tokio_postgres::GenericClient;
+    /// Whether statements run inside a transaction.
+    const IN_TRANSACTION: bool;
+
+    fn cached(&self) -> &Self::Cached;
+    fn plain(&self) -> &Self::Plain;
+    fn statements(&self) -> &Statements;
+
+    async fn query(&self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, Error> {
+        if self.statements().unnamed {
+            let typed = self.typed(sql, params).await?;
+            return self.plain().query_typed(sql, &typed).await;
+        }
+        let statement = self.cached().prepare_cached(sql).await?;
+        deadpool_postgres::GenericClient::query(self.cached(), &statement, params).await
+    }
+
+    async fn query_one(&self, sql: &str, params: &Params<'_>) -> Result<Row, Error> {
+        if self.statements().unnamed {
+            let typed = self.typed(sql, params).await?;
+            return self.plain().query_typed_one(sql, &typed).await;
+        }
+        let statement = self.cached().prepare_cached(sql).await?;
+        deadpool_postgres::GenericClient::query_one(self.cached(), &statement, params).await
+    }
+
+    async fn query_opt(&self, sql: &str, params: &Params<'_>) -> Result<Option<Row>, Error> {
+        if self.statements().unnamed {
+            let typed = self.typed(sql, params).await?;
+            return self.plain().query_typed_opt(sql, &typed).await;
+        }
+        let statement = self.cached().prepare_cached(sql).await?;
+        deadpool_postgres::GenericClient::query_opt(self.cached(), &statement, params).await
+    }
+
+    /// Runs `sql`; the number of rows it changed.
+    async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, Error> {
+        if self.statements().unnamed {
+            let typed = self.typed(sql, params).await?;
+            return self.plain().execute_typed(sql, &typed).await;
+        }
+        let statement = self.cached().prepare_cached(sql).await?;
+        deadpool_postgres::GenericClient::execute(self.cached(), &statement, params).await
+    }
+
+    /// `params` paired with `sql`'s parameter types, learned the first time `sql` is seen (a
+    /// parameter past the statement's count gets `unknown`, which tokio-postgres refuses with an
+    /// error naming it).
+    async fn typed<'p>(
+        &self,
+        sql: &str,
+        params: &Params<'p>,
+    ) -> Result<Vec<(&'p (dyn ToSql + Sync), Type)>, Error> {
+        let types = match self.statements().known(sql) {
+            Some(types) => types,
+            None => {
+                let types = self.describe(sql).await?;
+                self.statements().learn(sql, Arc::clone(&types));
+                types
+            }
+        };
+        Ok(params
+            .iter()
+            .enumerate()
+            .map(|(i, param)| (*param, types.get(i).cloned().unwrap_or(Type::UNKNOWN)))
+            .collect())
+    }
+
+    /// `sql`'s parameter types, from the server: the statement is prepared inside a transaction
+    /// (this one, or one of its own) and closed before that transaction goes on, so no pooler
+    /// moves the connection between the two.
+    async fn describe(&self, sql: &str) -> Result<Arc<[Type]>, Error> {
+        let plain = self.plain();
+        if Self::IN_TRANSACTION {
+            // Dropped at once: its `Close` is sent before the transaction's next statement.
+            return Ok(plain.prepare(sql).await?.params().into());
+        }
+        plain.batch_execute("BEGIN").await?;
+        let described = plain.prepare(sql).await.map(|s| s.params().into());
+        let ended = plain.batch_execute("COMMIT").await;
+        let types = described?;
+        ended?;
+        Ok(types)
+    }
+}
+
+impl Run for Conn {
+    type Cached = Object;
+    type Plain = tokio_postgres::Client;
+    const IN_TRANSACTION: bool = false;
+
+    fn cached(&self) -> &Self::Cached {
+        &self.client
+    }
+
+    fn plain(&self) -> &Self::Plain {
+        &self.client
+    }
+
+    fn statements(&self) -> &Statements {
+        &self.statements
+    }
+}
+
+impl<'c> Run for Tx<'c> {
+    type Cached = deadpool_postgres::Transaction<'c>;
+    type Plain = tokio_postgres::Transaction<'c>;
+    const IN_TRANSACTION: bool = true;
+
+    fn cached(&self) -> &Self::Cached {
+        &self.tx
+    }
+
+    fn plain(&self) -> &Self::Plain {
+        &self.tx
+    }
+
+    fn statements(&self) -> &Statements {
+        self.statements
+    }
+}
