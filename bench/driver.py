@@ -26,7 +26,9 @@ Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
             one node, and with three nodes sharing the database (the load spread over them);
             the server's settings and its WAL flushes per acknowledged request. The database
             is HOOKD_BENCH_POSTGRES_URL (bench/run.sh starts a local server: .ci/postgres.sh);
-            each measurement gets a fresh database on it.
+            each measurement gets a fresh database on it. With HOOKD_BENCH_PGBOUNCER_URL
+            (PgBouncer in transaction mode before that server: .ci/pgbouncer.sh), also one node
+            through it with `database_pooler = "transaction"`.
 
 Every host runs in target/bench/<scenario>/ (a real disk: fsyncs cost what they cost) and is
 stopped with SIGTERM at the end of its scenario. Nothing here sends traffic off 127.0.0.1.
@@ -621,17 +623,26 @@ def cluster(args) -> None:
     pg = Postgres(url)
     log(f"cluster postgres settings: {pg.settings()}")
     corpus = ingest_corpus()
+    pooler = os.environ.get("HOOKD_BENCH_PGBOUNCER_URL")
+    runs = [("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)]
+    if pooler:
+        runs.append(("pgbouncer-1", 1))
     rows = []
-    for label, nodes in (("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)):
+    for label, nodes in runs:
         for what in ("ingest", "handled"):
             name = f"hookd_bench_{label.replace('-', '_')}_{what}"
             database = pg.fresh(name) if nodes else "hookd.db"
+            through_pooler = label.startswith("pgbouncer")
+            if through_pooler:
+                database = f"{pooler.rstrip('/').rsplit('/', 1)[0]}/{name}"
             sources = INGEST_SOURCES if what == "ingest" else dispatch_sources("flaky")
             plugins = {"github": "github"} if what == "ingest" else {"github": "github",
                                                                       "flaky": "flaky"}
             # SQLite's durability is its default ("full"); PostgreSQL's is the server's
             # synchronous_commit (printed above).
             server = 'durability = "full"' if not nodes else ""
+            if through_pooler:
+                server = 'database_pooler = "transaction"'
             hosts = []
             try:
                 for i in range(max(nodes, 1)):

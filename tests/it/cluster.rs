@@ -115,6 +115,21 @@ async fn wait_settled(url: &str, timeout: Duration) {
     }
 }
 
+/// Re-parses every request of source `s` held in quarantine (through `node`): on a starved
+/// machine a request whose parser ran out of time is held there, and acknowledged all the
+/// same; re-parsing stores its event (deduped).
+async fn replay_quarantine(node: &ProcessHost) {
+    let (status, reply) = node
+        .admin(
+            http::Method::POST,
+            "/admin/replay",
+            Some(support::ADMIN_TOKEN),
+            Some(json!({"source": "s"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
+}
+
 /// Per ordering key, `counter`'s outputs of the done deliveries in sequence order are exactly
 /// `1..N` (an update lost, applied twice or out of order breaks that), and every key was handled.
 fn assert_counted_in_order(url: &str) {
@@ -217,15 +232,7 @@ async fn three_nodes_lose_nothing_and_never_overlap_while_one_is_killed_twice() 
         .map(|(i, _)| *i)
         .collect();
     if !quarantined.is_empty() {
-        let (status, reply) = hosts[0]
-            .admin(
-                http::Method::POST,
-                "/admin/replay",
-                Some(support::ADMIN_TOKEN),
-                Some(json!({"source": "s"})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{reply}");
+        replay_quarantine(&hosts[0]).await;
     }
     // The late duplicates, after everything was sent once.
     for i in (9..distinct).step_by(18) {
@@ -558,18 +565,8 @@ async fn two_nodes_behind_pgbouncer_in_transaction_mode_handle_every_event_once(
         quarantined |= reply["quarantined"] == true;
     }
     assert!(new.values().all(|n| *n <= 1), "an event new more than once");
-    // As in the run above: a request whose parser ran out of time on a starved machine is
-    // held in quarantine (and acknowledged); re-parsing it stores the event.
     if quarantined {
-        let (status, reply) = hosts[0]
-            .admin(
-                http::Method::POST,
-                "/admin/replay",
-                Some(support::ADMIN_TOKEN),
-                Some(json!({"source": "s"})),
-            )
-            .await;
-        assert_eq!(status, StatusCode::OK, "{reply}");
+        replay_quarantine(&hosts[0]).await;
     }
     let url = &db.url;
     assert_eq!(
