@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # PgBouncer in transaction mode in front of the tests' PostgreSQL server, for the tests of
 # `server.database_pooler = "transaction"`: installs Debian's `pgbouncer` if it is missing, starts
-# an instance of its own on 127.0.0.1:6433 (as the `postgres` user: PgBouncer refuses to run as
-# root) that passes any database name through to the server, and prints the URL of its
-# `postgres` database:
+# an instance of its own for that server on 127.0.0.1, on the server's port + 1001 (as the
+# `postgres` user: PgBouncer refuses to run as root), that passes any database name through to
+# the server, and prints the URL of its `postgres` database:
 #
 #   export HOOKD_TEST_POSTGRES_URL=$(bash .ci/postgres.sh)
 #   export HOOKD_TEST_PGBOUNCER_URL=$(bash .ci/pgbouncer.sh "$HOOKD_TEST_POSTGRES_URL")
@@ -13,7 +13,6 @@
 set -euo pipefail
 
 server=${1:?usage: pgbouncer.sh POSTGRES_URL (from .ci/postgres.sh)}
-port=6433
 # postgres://user:password@host:port/db
 rest=${server#*://}
 credentials=${rest%%@*}
@@ -23,6 +22,7 @@ address=${rest#*@}
 address=${address%%/*}
 server_host=${address%%:*}
 server_port=${address##*:}
+port=$((server_port + 1001))
 
 if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
   echo "installing pgbouncer (Debian)" >&2
@@ -31,7 +31,7 @@ if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
 fi
 pgbouncer=$(command -v pgbouncer || echo /usr/sbin/pgbouncer)
 
-dir=/tmp/hookd-pgbouncer
+dir=/tmp/hookd-pgbouncer-$port
 if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   mkdir -p "$dir"
   cat >"$dir/pgbouncer.ini" <<EOF

@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
 # A PostgreSQL server for the tests that need one: installs Debian's `postgresql` if it is
-# missing, starts its cluster (the server runs as the `postgres` user, also when this runs as
-# root), creates the role the tests connect as, and prints their URL:
+# missing, creates and starts a cluster of the tests' own (`hookdtest`; the server runs as the
+# `postgres` user, also when this runs as root), creates the role the tests connect as, and
+# prints their URL:
 #
 #   export HOOKD_TEST_POSTGRES_URL=$(bash .ci/postgres.sh)
 #
+# The tests' cluster does not fsync (`fsync = off`, `full_page_writes = off`): what it holds is
+# thrown away, and a test cannot observe an fsync (none crashes the machine), while every test
+# creating and dropping a database of its own would otherwise wait on a checkpoint's fsyncs.
+# Commits still wait for their WAL write (`synchronous_commit` stays `on`).
+#
+#   export HOOKD_BENCH_POSTGRES_URL=$(bash .ci/postgres.sh --bench)
+#
+# is Debian's default cluster (`main`) instead, with its default, durable settings: the one the
+# benchmarks measure.
+#
 # Installing needs root (as in CI); on a developer machine with PostgreSQL already running,
-# only the role is created. Safe to run again.
+# only the cluster and role are created. Safe to run again.
 set -euo pipefail
+
+case "${1:-}" in
+  "") cluster=hookdtest ;;
+  --bench) cluster=main ;;
+  *) echo "usage: postgres.sh [--bench]" >&2; exit 2 ;;
+esac
 
 if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   echo "installing postgresql (Debian)" >&2
@@ -15,13 +32,17 @@ if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
 fi
 version=$(ls /usr/lib/postgresql | sort -n | tail -1)
-if ! pg_lsclusters -h | awk '{print $1, $2}' | grep -qx "$version main"; then
-  pg_createcluster "$version" main >&2
+if ! pg_lsclusters -h | awk '{print $1, $2}' | grep -qx "$version $cluster"; then
+  if [[ $cluster == main ]]; then
+    pg_createcluster "$version" main >&2
+  else
+    pg_createcluster "$version" "$cluster" -o fsync=off -o full_page_writes=off >&2
+  fi
 fi
-if ! pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main" {print $4}' | grep -qx online; then
-  pg_ctlcluster "$version" main start >&2
+if ! pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $4}' | grep -qx online; then
+  pg_ctlcluster "$version" "$cluster" start >&2
 fi
-port=$(pg_lsclusters -h | awk -v v="$version" '$1 == v && $2 == "main" {print $3}')
+port=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $3}')
 for _ in $(seq 50); do
   pg_isready -q -h 127.0.0.1 -p "$port" && break
   sleep 0.2

@@ -25,7 +25,7 @@ Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
             handled events/s (stateless `flaky`, as `dispatch`) on SQLite, on PostgreSQL with
             one node, and with three nodes sharing the database (the load spread over them);
             the server's settings and its WAL flushes per acknowledged request. The database
-            is HOOKD_BENCH_POSTGRES_URL (bench/run.sh starts a local server: .ci/postgres.sh);
+            is HOOKD_BENCH_POSTGRES_URL (bench/run.sh starts a local server: .ci/postgres.sh --bench);
             each measurement gets a fresh database on it. With HOOKD_BENCH_PGBOUNCER_URL
             (PgBouncer in transaction mode before that server: .ci/pgbouncer.sh), also one node
             through it with `database_pooler = "transaction"`.

@@ -10,7 +10,8 @@
 #   invoke    instantiate + call overhead of one handler call (host/examples/invoke.rs)
 #   cluster   SQLite, PostgreSQL with one node and with three nodes side by side: durable
 #             accepts/s (as ingest) and handled events/s (stateless flaky, as dispatch); starts
-#             a local PostgreSQL with .ci/postgres.sh unless HOOKD_BENCH_POSTGRES_URL is set,
+#             a local PostgreSQL (.ci/postgres.sh --bench: Debian's default cluster and settings)
+#             unless HOOKD_BENCH_POSTGRES_URL is set,
 #             and PgBouncer in transaction mode before it (.ci/pgbouncer.sh) for a fourth row,
 #             one node through it, unless HOOKD_BENCH_PGBOUNCER_URL is set
 #   retention database size on disk and ingest p99 under a steady load (bench/steady.lua), with
@@ -101,7 +102,7 @@ if [[ "$scenario" == invoke || "$scenario" == all ]]; then
         target/wasm-plugins/wasm32-wasip2/release/github.wasm
 fi
 if [[ "$scenario" == cluster || "$scenario" == all ]]; then
-    export HOOKD_BENCH_POSTGRES_URL="${HOOKD_BENCH_POSTGRES_URL:-$(bash .ci/postgres.sh)}"
+    export HOOKD_BENCH_POSTGRES_URL="${HOOKD_BENCH_POSTGRES_URL:-$(bash .ci/postgres.sh --bench)}"
     export HOOKD_BENCH_PGBOUNCER_URL="${HOOKD_BENCH_PGBOUNCER_URL:-$(bash .ci/pgbouncer.sh "$HOOKD_BENCH_POSTGRES_URL")}"
     python3 bench/driver.py cluster
 fi
