@@ -16,12 +16,12 @@
 
 use std::{collections::HashMap, time::Instant};
 
-use super::statements::{Conn, Run, Tx};
-
 use super::{
     Connections,
     batch::{Reply, Weigh, answer},
-    quarantine, wakeup,
+    quarantine,
+    statements::{Conn, Run, Tx},
+    wakeup,
 };
 use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::NewEvent};
 

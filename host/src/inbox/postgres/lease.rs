@@ -21,7 +21,6 @@ use std::{
     time::Instant,
 };
 
-use super::statements::{Conn, Run, Tx};
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
@@ -30,7 +29,9 @@ use super::{
     batch::{self, Reply, Weigh},
     distinct_by_probes,
     error::is_unique_violation,
-    state, wakeup,
+    state,
+    statements::{Conn, Run, Tx},
+    wakeup,
 };
 use crate::{
     ids::{EventId, PluginName, SourceName},

@@ -3,9 +3,9 @@
 //! Invariant: reads of held requests by filter select only ids (the `quarantine_held` index
 //! covers them), so they never read a body.
 
-use super::statements::{Conn, Run, Tx};
 use bytes::Bytes;
 
+use super::statements::{Conn, Run, Tx};
 use crate::{
     ids::SourceName,
     inbox::{

@@ -4,9 +4,10 @@
 //! node) between the select and the update is left alone; `budget_base` moves up to
 //! `attempts`, which keeps counting (it is the lease token).
 
-use super::statements::{Run, Tx};
-
-use super::state_names;
+use super::{
+    state_names,
+    statements::{Run, Tx},
+};
 use crate::{
     inbox::{InboxError, ReplayFilter},
     model::DeliveryState,

@@ -14,9 +14,11 @@
 //! - Every row is found through an index (`events_unpruned`, `events_pruned`,
 //!   `quarantine_held`, the deliveries' `(event, handler)` key), at most `limit` of each kind.
 
-use super::statements::{Run, Tx};
-
-use super::{replay::matching_deliveries, state_names};
+use super::{
+    replay::matching_deliveries,
+    state_names,
+    statements::{Run, Tx},
+};
 use crate::{
     inbox::{
         InboxError, Pruned, ReplayFilter,

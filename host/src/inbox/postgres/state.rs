@@ -18,9 +18,10 @@
 
 use std::{collections::BTreeMap, collections::HashMap, time::Instant};
 
-use super::statements::{Conn, Run, Tx};
-
-use super::Connections;
+use super::{
+    Connections,
+    statements::{Conn, Run, Tx},
+};
 use crate::{
     inbox::{
         Commits, Edited, InboxError, StateEdit, StateEntry, StateKeyFilter, StateValue,

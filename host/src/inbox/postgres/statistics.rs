@@ -19,9 +19,10 @@
 
 use std::{sync::Arc, time::Duration};
 
-use super::statements::{Conn, Run};
-
-use super::Connections;
+use super::{
+    Connections,
+    statements::{Conn, Run},
+};
 use crate::inbox::InboxError;
 
 /// How often the tables' sizes are compared with their statistics.

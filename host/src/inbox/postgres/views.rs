@@ -5,11 +5,13 @@
 
 use std::{collections::BTreeMap, sync::LazyLock};
 
-use super::statements::{Conn, Run};
 use bytes::Bytes;
 use tokio_postgres::types::ToSql;
 
-use super::{distinct_by_probes, state_names};
+use super::{
+    distinct_by_probes, state_names,
+    statements::{Conn, Run},
+};
 use crate::{
     inbox::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,
