@@ -508,9 +508,22 @@ class Postgres:
                              capture_output=True, text=True)
         return out.stdout.strip()
 
+    def drop(self, name: str) -> None:
+        """Drops the database `name` if it exists. `WITH (FORCE)` ends its sessions, but an
+        autovacuum worker running there after a load (no role of ours, so not ours to end)
+        refuses it: that is retried until the worker has gone."""
+        for attempt in range(30):
+            try:
+                self.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                return
+            except subprocess.CalledProcessError as e:
+                if attempt == 29:
+                    raise SystemExit(f"dropping the database {name}: {e.stderr.strip()}")
+                time.sleep(1)
+
     def fresh(self, name: str) -> str:
         """A new, empty database `name` (dropped first if a run left it); its URL."""
-        self.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        self.drop(name)
         self.psql(f"CREATE DATABASE {name}")
         return f"{self.base}/{name}"
 
@@ -526,15 +539,16 @@ class Postgres:
         return int(self.psql("SELECT wal_sync FROM pg_stat_wal"))
 
 
-def postgres_cores() -> int:
-    """CPU time all `postgres` processes used so far, in clock ticks."""
+def command_ticks(command: str) -> int:
+    """CPU time all processes named `command` (the server's, or PgBouncer's with
+    `"pgbouncer"`) used so far, in clock ticks."""
     total = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue
-        if "(postgres)" in text[:64]:
+        if f"({command})" in text[:64]:
             fields = text[text.rindex(")") + 2:].split()
             total += int(fields[11]) + int(fields[12])
     return total
@@ -561,7 +575,8 @@ def cluster_run(label, hosts, pg, args, corpus) -> dict:
     wait_quiet()
     tick = os.sysconf("SC_CLK_TCK")
     pids = [h.hookd_pid() for h in hosts]
-    hookd0, pg0, syncs0 = sum(map(proc_jiffies, pids)), postgres_cores(), pg.wal_syncs() if pg else 0
+    hookd0, syncs0 = sum(map(proc_jiffies, pids)), pg.wal_syncs() if pg else 0
+    pg0, pooler0 = command_ticks("postgres"), command_ticks("pgbouncer")
     started = time.time()
     with ThreadPoolExecutor(len(hosts)) as pool:
         results = list(pool.map(
@@ -569,7 +584,8 @@ def cluster_run(label, hosts, pg, args, corpus) -> dict:
                             ihc[1][1], args.duration), enumerate(zip(hosts, split))))
     elapsed = time.time() - started
     hookd_cores = (sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed
-    pg_cores = (postgres_cores() - pg0) / tick / elapsed
+    pg_cores = (command_ticks("postgres") - pg0) / tick / elapsed
+    pooler_cores = (command_ticks("pgbouncer") - pooler0) / tick / elapsed
     accepted = sum(r["accepted"] for r in results)
     out = {
         "accepted_per_s": sum(r["accepted_per_s"] for r in results),
@@ -577,7 +593,8 @@ def cluster_run(label, hosts, pg, args, corpus) -> dict:
         "p99_ms": max(r["p99_ms"] for r in results),
         "accepted": accepted,
         "other": sum(r["other"] for r in results),
-        "cpu": f"hookd {hookd_cores:.2f} cores, postgres {pg_cores:.2f}",
+        "cpu": f"hookd {hookd_cores:.2f} cores, postgres {pg_cores:.2f}"
+               + (f", pgbouncer {pooler_cores:.2f}" if pooler_cores >= 0.005 else ""),
         "command": results[0]["command"],
     }
     if pg:
@@ -593,7 +610,8 @@ def cluster_handled(hosts, backend, events: int):
     wait_quiet()
     share = [events // len(hosts) + (i < events % len(hosts)) for i in range(len(hosts))]
     pids = [h.hookd_pid() for h in hosts]
-    hookd0, pg0 = sum(map(proc_jiffies, pids)), postgres_cores()
+    hookd0 = sum(map(proc_jiffies, pids))
+    pg0, pooler0 = command_ticks("postgres"), command_ticks("pgbouncer")
     lsn0 = backend[0].psql("SELECT pg_current_wal_lsn()", backend[1]) if backend else None
     start = time.time()
     with ThreadPoolExecutor(len(hosts)) as pool:
@@ -609,7 +627,10 @@ def cluster_handled(hosts, backend, events: int):
     elapsed = time.time() - start
     tick = os.sysconf("SC_CLK_TCK")
     cpu = (f"hookd {(sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed:.2f} cores, "
-           f"postgres {(postgres_cores() - pg0) / tick / elapsed:.2f}")
+           f"postgres {(command_ticks('postgres') - pg0) / tick / elapsed:.2f}")
+    pooler_cores = (command_ticks("pgbouncer") - pooler0) / tick / elapsed
+    if pooler_cores >= 0.005:
+        cpu += f", pgbouncer {pooler_cores:.2f}"
     if backend:
         wal = backend[0].psql(f"SELECT pg_current_wal_lsn() - '{lsn0}'::pg_lsn", backend[1])
         cpu += f"; {int(float(wal)) // max(stored, 1)} WAL bytes per event"
@@ -667,7 +688,7 @@ def cluster(args) -> None:
                 for host in hosts:
                     host.__exit__(None, None, None)
             if nodes:
-                pg.psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+                pg.drop(name)
     base = {what: rate for label, what, rate in rows if label == "postgres-1"}
     for label, what, rate in rows:
         log(f"cluster ratio {label:10} {what:10} = {rate / base[what]:.2f} x postgres-1")
