@@ -223,10 +223,14 @@ def busy_jiffies() -> int:
     return sum(fields) - fields[3] - fields[4]  # minus idle and iowait
 
 
-def proc_jiffies(pid: int) -> int:
-    stat = open(f"/proc/{pid}/stat").read()
+def stat_ticks(stat: str) -> int:
+    """utime + stime of one /proc/<pid>/stat or /proc/<pid>/task/<tid>/stat text."""
     fields = stat[stat.rindex(")") + 2:].split()
-    return int(fields[11]) + int(fields[12])  # utime + stime
+    return int(fields[11]) + int(fields[12])
+
+
+def proc_jiffies(pid: int) -> int:
+    return stat_ticks(open(f"/proc/{pid}/stat").read())
 
 
 def thread_jiffies(pid: int) -> dict:
@@ -239,8 +243,7 @@ def thread_jiffies(pid: int) -> dict:
         except OSError:
             continue  # a thread that ended meanwhile
         name = text[text.index("(") + 1:text.rindex(")")]
-        fields = text[text.rindex(")") + 2:].split()
-        totals[name] = totals.get(name, 0) + int(fields[11]) + int(fields[12])
+        totals[name] = totals.get(name, 0) + stat_ticks(text)
     return totals
 
 
@@ -571,9 +574,31 @@ def command_ticks(command: str) -> int:
         except OSError:
             continue
         if f"({command})" in text[:64]:
-            fields = text[text.rindex(")") + 2:].split()
-            total += int(fields[11]) + int(fields[12])
+            total += stat_ticks(text)
     return total
+
+
+class CpuMeter:
+    """CPU used by hookd processes (`pids`), the PostgreSQL server and PgBouncer from its making
+    on."""
+
+    def __init__(self, pids: list):
+        self.pids = pids
+        self.start = self.ticks()
+
+    def ticks(self) -> tuple:
+        return (sum(map(proc_jiffies, self.pids)), command_ticks("postgres"),
+                command_ticks("pgbouncer"))
+
+    def cores(self, elapsed: float) -> tuple:
+        """(hookd, postgres, pgbouncer) in cores over `elapsed` seconds."""
+        tick = os.sysconf("SC_CLK_TCK")
+        return tuple((now - then) / tick / elapsed for now, then in zip(self.ticks(), self.start))
+
+    def describe(self, elapsed: float) -> str:
+        hookd, postgres, pooler = self.cores(elapsed)
+        return (f"hookd {hookd:.2f} cores, postgres {postgres:.2f}"
+                + (f", pgbouncer {pooler:.2f}" if pooler >= 0.005 else ""))
 
 
 def count(backend, hosts, sql: str) -> int:
@@ -595,19 +620,14 @@ def cluster_run(label, hosts, pg, args, corpus) -> dict:
         list(pool.map(lambda hc: wrk(hc[0].url, "ingest.lua", [corpus, f"warm-{run_id}-{hc[1]}"],
                                      1, hc[1], args.warmup), zip(hosts, split)))
     wait_quiet()
-    tick = os.sysconf("SC_CLK_TCK")
-    pids = [h.hookd_pid() for h in hosts]
-    hookd0, syncs0 = sum(map(proc_jiffies, pids)), pg.wal_syncs() if pg else 0
-    pg0, pooler0 = command_ticks("postgres"), command_ticks("pgbouncer")
+    syncs0 = pg.wal_syncs() if pg else 0
+    meter = CpuMeter([h.hookd_pid() for h in hosts])
     started = time.time()
     with ThreadPoolExecutor(len(hosts)) as pool:
         results = list(pool.map(
             lambda ihc: wrk(ihc[1][0].url, "ingest.lua", [corpus, f"{run_id}-{ihc[0]}"], 1,
                             ihc[1][1], args.duration), enumerate(zip(hosts, split))))
     elapsed = time.time() - started
-    hookd_cores = (sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed
-    pg_cores = (command_ticks("postgres") - pg0) / tick / elapsed
-    pooler_cores = (command_ticks("pgbouncer") - pooler0) / tick / elapsed
     accepted = sum(r["accepted"] for r in results)
     out = {
         "accepted_per_s": sum(r["accepted_per_s"] for r in results),
@@ -615,8 +635,7 @@ def cluster_run(label, hosts, pg, args, corpus) -> dict:
         "p99_ms": max(r["p99_ms"] for r in results),
         "accepted": accepted,
         "other": sum(r["other"] for r in results),
-        "cpu": f"hookd {hookd_cores:.2f} cores, postgres {pg_cores:.2f}"
-               + (f", pgbouncer {pooler_cores:.2f}" if pooler_cores >= 0.005 else ""),
+        "cpu": meter.describe(elapsed),
         "command": results[0]["command"],
     }
     if pg:
@@ -631,9 +650,7 @@ def cluster_handled(hosts, backend, events: int):
     from concurrent.futures import ThreadPoolExecutor
     wait_quiet()
     share = [events // len(hosts) + (i < events % len(hosts)) for i in range(len(hosts))]
-    pids = [h.hookd_pid() for h in hosts]
-    hookd0 = sum(map(proc_jiffies, pids))
-    pg0, pooler0 = command_ticks("postgres"), command_ticks("pgbouncer")
+    meter = CpuMeter([h.hookd_pid() for h in hosts])
     lsn0 = backend[0].psql("SELECT pg_current_wal_lsn()", backend[1]) if backend else None
     start = time.time()
     with ThreadPoolExecutor(len(hosts)) as pool:
@@ -647,12 +664,7 @@ def cluster_handled(hosts, backend, events: int):
             raise SystemExit(f"timed out waiting for {stored} done deliveries")
         time.sleep(0.1)
     elapsed = time.time() - start
-    tick = os.sysconf("SC_CLK_TCK")
-    cpu = (f"hookd {(sum(map(proc_jiffies, pids)) - hookd0) / tick / elapsed:.2f} cores, "
-           f"postgres {(command_ticks('postgres') - pg0) / tick / elapsed:.2f}")
-    pooler_cores = (command_ticks("pgbouncer") - pooler0) / tick / elapsed
-    if pooler_cores >= 0.005:
-        cpu += f", pgbouncer {pooler_cores:.2f}"
+    cpu = meter.describe(elapsed)
     if backend:
         wal = backend[0].psql(f"SELECT pg_current_wal_lsn() - '{lsn0}'::pg_lsn", backend[1])
         cpu += f"; {int(float(wal)) // max(stored, 1)} WAL bytes per event"
