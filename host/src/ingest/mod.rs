@@ -18,8 +18,8 @@ use std::{
 use axum::{
     Json, Router,
     body::Body,
-    extract::{Path, State},
-    http::{HeaderMap, StatusCode, Uri, header},
+    extract::{Path, Request, State},
+    http::{HeaderMap, StatusCode, Uri, header, request::Parts},
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -81,14 +81,16 @@ type Answered = Result<(&'static str, Response), ApiError>;
 
 /// Every log line of a request runs in its span: the source as requested, and the event id
 /// once the envelope names it. Every answer is counted, by source and outcome, with its time.
+///
+/// The request is taken whole and its parts moved out: axum's `HeaderMap` and `Uri`
+/// extractors would each copy theirs, on every request.
 #[tracing::instrument(name = "receive", skip_all, fields(source = source.as_str(), event))]
 async fn receive(
     State(edge): State<Edge>,
     Path(source): Path<String>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: Request,
 ) -> Response {
+    let (Parts { uri, headers, .. }, body) = request.into_parts();
     let started = Instant::now();
     let received = SystemTime::now();
     let Some(config) = edge.shared.config.sources.get(source.as_str()) else {
