@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{self, AdminApi, KEYED_BY_BODY, TestHost, plugins, sw_source};
+use crate::support::{
+    self, AdminApi, KEYED_BY_BODY, ProcessHost, TestHost, install_plugins, plugins, post_sw,
+    sw_source,
+};
 
 /// A standard-webhooks source `s` (event id = `webhook-id`) with the given handlers, plus a
 /// `generic`-parsed source `k` whose body carries `id`, `key` and `seq` (for ordering).
@@ -265,4 +268,43 @@ async fn waiting_deliveries_do_not_spin_the_dispatcher_and_idle_commits_nothing(
         .wait_state("s", "msg_wait", "absent", "pending", WAIT)
         .await;
     assert_eq!(delivery["attempts"], 0);
+}
+
+/// Voluntary context switches of every thread of process `pid` so far: how often its
+/// threads went to sleep, so how often something woke them.
+fn wakeups(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
+        .filter_map(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// An idle host sleeps. Once its event is handled, the whole process wakes a few times a
+/// second (the dispatcher's look for work, its housekeeping), not on every tick of the Wasm
+/// runtime's epoch while no plugin runs: that clock used to wake it 500 times a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_host_wakes_a_few_times_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("counter", plugins::COUNTER)]);
+    let host = ProcessHost::start(dir.path(), &sw_source("s", &["counter"], "")).await;
+    let (status, reply) = post_sw(host.ingest, "s", "msg_idle", b"{}").await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    host.wait_state("s", "msg_idle", "counter", "done", WAIT)
+        .await;
+
+    let (before, since) = (wakeups(host.pid()), Instant::now());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let woken = wakeups(host.pid()) - before;
+    let per_second = woken as f64 / since.elapsed().as_secs_f64();
+    assert!(
+        per_second < 100.0,
+        "an idle host woke {woken} times in {:?} ({per_second:.0}/s)",
+        since.elapsed()
+    );
 }

@@ -347,6 +347,7 @@ impl Runtime {
                 deadline,
                 self.connector.clone(),
             ),
+            _live: self.live_store(),
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|s| &mut s.limits);

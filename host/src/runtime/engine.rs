@@ -4,12 +4,17 @@
 //! Invariants:
 //! - One configuration, [`engine_config`], serves both the host and the compiler process
 //!   (which differs only in not pooling), so an artifact compiled there loads here.
-//! - The epoch advances every [`TICK`] for as long as the [`Runtime`] lives: it is the
-//!   granularity of call deadlines and of cooperative yielding, and the ticker thread ends when
-//!   the runtime is dropped.
+//! - The epoch advances every [`TICK`] while a store is alive (a call in flight, or a plugin's
+//!   type-check): it is the granularity of call deadlines and of cooperative yielding. With no
+//!   store alive the ticker thread sleeps until the next store is made, so an idle host does
+//!   not wake 500 times a second. The thread ends when the runtime is dropped.
 
 use std::{
-    sync::{Arc, Weak},
+    sync::{
+        Arc, OnceLock, Weak,
+        atomic::{AtomicU64, AtomicUsize, Ordering},
+    },
+    thread::Thread,
     time::Duration,
 };
 
@@ -63,9 +68,24 @@ impl Runtime {
             linker,
             pooling,
             connector: Connector::Plain,
+            ticker: Arc::new(Ticker::default()),
         });
-        spawn_ticker(Arc::downgrade(&runtime));
+        spawn_ticker(&runtime);
         Ok(runtime)
+    }
+
+    /// Marks a store alive until the returned guard drops, waking the ticker if it slept.
+    pub(super) fn live_store(&self) -> LiveStore {
+        if self.ticker.live.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.ticker.wake();
+        }
+        LiveStore(Arc::clone(&self.ticker))
+    }
+
+    /// How many times the epoch has advanced.
+    #[cfg(test)]
+    pub(super) fn ticks(&self) -> u64 {
+        self.ticker.ticks.load(Ordering::Acquire)
     }
 
     /// Whether the pooling allocator is in use (reported by `/healthz`).
@@ -115,16 +135,162 @@ pub(super) fn engine_config(pooling: bool) -> Config {
     config
 }
 
-/// Advances the engine's epoch every [`TICK`] until the runtime is dropped.
-fn spawn_ticker(runtime: Weak<Runtime>) {
-    std::thread::Builder::new()
+/// What the epoch ticker thread and the stores share.
+#[derive(Debug, Default)]
+pub(super) struct Ticker {
+    /// Stores alive: while there is one, the epoch advances.
+    live: AtomicUsize,
+    /// Times the epoch advanced.
+    ticks: AtomicU64,
+    /// The ticker thread, to wake from its sleep.
+    thread: OnceLock<Thread>,
+}
+
+impl Ticker {
+    fn wake(&self) {
+        if let Some(thread) = self.thread.get() {
+            thread.unpark();
+        }
+    }
+}
+
+/// A store's share in keeping the epoch advancing; held by the store's [`HostState`], so it
+/// lasts exactly as long as the store.
+#[derive(Debug)]
+pub(super) struct LiveStore(Arc<Ticker>);
+
+impl Drop for LiveStore {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Runtime {
+    /// Wakes the ticker, so it sees the runtime gone and ends.
+    fn drop(&mut self) {
+        self.ticker.wake();
+    }
+}
+
+/// Advances the engine's epoch every [`TICK`] while a store is alive, sleeps while none is,
+/// and ends when the runtime is dropped.
+///
+/// A store made while the thread decides to sleep wakes it (`unpark` before `park` makes the
+/// `park` return at once), so a live store never waits for a tick that is not coming; a guest
+/// that runs then is interrupted on time as before.
+fn spawn_ticker(owner: &Arc<Runtime>) {
+    let runtime: Weak<Runtime> = Arc::downgrade(owner);
+    let thread = std::thread::Builder::new()
         .name("wasm-epoch".into())
         .spawn(move || {
-            while let Some(runtime) = runtime.upgrade() {
-                runtime.engine.increment_epoch();
-                drop(runtime);
+            loop {
+                let Some(rt) = runtime.upgrade() else { return };
+                let idle = rt.ticker.live.load(Ordering::Acquire) == 0;
+                drop(rt);
+                if idle {
+                    std::thread::park();
+                    continue;
+                }
                 std::thread::sleep(TICK);
+                let Some(rt) = runtime.upgrade() else { return };
+                rt.engine.increment_epoch();
+                rt.ticker.ticks.fetch_add(1, Ordering::AcqRel);
             }
         })
         .expect("spawning the epoch ticker");
+    // Set once, before any store exists: `new` has not returned the runtime yet.
+    let _ = owner.ticker.thread.set(thread.thread().clone());
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        collections::BTreeMap,
+        sync::Arc,
+        time::{Duration, Instant},
+    };
+
+    use super::{Runtime, TICK};
+    use crate::{
+        ids::PluginName,
+        runtime::{CallContext, Limits},
+    };
+
+    /// Waits until the epoch has stopped advancing (no tick for many ticks' time) and returns
+    /// its count; a ticker that never stops fails the test.
+    fn settled(runtime: &Runtime) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ticks = runtime.ticks();
+            std::thread::sleep(TICK * 50);
+            if runtime.ticks() == ticks {
+                return ticks;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the epoch kept advancing with no store alive ({} ticks)",
+                runtime.ticks()
+            );
+        }
+    }
+
+    /// An idle host does not wake every tick: the epoch advances while a store is alive (so a
+    /// guest is interrupted on time; the spinner tests show it end to end) and not before the
+    /// first one nor after the last one is dropped.
+    #[test]
+    fn the_epoch_advances_only_while_a_store_is_alive() {
+        let runtime = Runtime::new().unwrap();
+        std::thread::sleep(TICK * 50);
+        assert_eq!(runtime.ticks(), 0, "the epoch advanced before any store");
+
+        let ctx = CallContext {
+            plugin: PluginName::new("ticks"),
+            config: Arc::new(BTreeMap::new()),
+            event: None,
+            limits: Limits {
+                timeout: Duration::from_secs(1),
+                memory_bytes: 1 << 20,
+                output_bytes: 1024,
+                log_bytes: 1024,
+            },
+        };
+        let first = runtime.store(&ctx, None);
+        let second = runtime.store(&ctx, None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while runtime.ticks() < 3 {
+            assert!(Instant::now() < deadline, "no tick while a store was alive");
+            std::thread::sleep(TICK);
+        }
+        drop(first);
+        let ticks = runtime.ticks();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while runtime.ticks() < ticks + 3 {
+            assert!(
+                Instant::now() < deadline,
+                "the epoch stopped while a store was still alive"
+            );
+            std::thread::sleep(TICK);
+        }
+        drop(second);
+        let stopped = settled(&runtime);
+        std::thread::sleep(TICK * 50);
+        assert_eq!(
+            runtime.ticks(),
+            stopped,
+            "the epoch advanced after the last store"
+        );
+
+        // A store made after the ticker went to sleep wakes it.
+        let again = runtime.store(&ctx, None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while runtime.ticks() == stopped {
+            assert!(
+                Instant::now() < deadline,
+                "a new store did not wake the ticker"
+            );
+            std::thread::sleep(TICK);
+        }
+        drop(again);
+        settled(&runtime);
+    }
 }

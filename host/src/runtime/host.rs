@@ -244,6 +244,8 @@ pub struct HostState {
     pub outbound: OutboundHooks,
     /// Host bytes held for this call's `wasi:http` resources (see `super::budget`).
     pub budget: super::budget::HostBudget,
+    /// Keeps the epoch advancing while this store lives (see `super::engine`).
+    pub(super) _live: super::engine::LiveStore,
 }
 
 impl HostState {

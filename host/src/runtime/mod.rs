@@ -62,4 +62,6 @@ pub struct Runtime {
     pooling: bool,
     /// How handler requests reach the network (built once, shared by every call).
     connector: Connector,
+    /// The epoch ticker's state: it advances the epoch only while a store is alive.
+    ticker: std::sync::Arc<engine::Ticker>,
 }
