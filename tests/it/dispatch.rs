@@ -275,12 +275,8 @@ async fn waiting_deliveries_do_not_spin_the_dispatcher_and_idle_commits_nothing(
 fn wakeups(pid: u32) -> u64 {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
     tasks
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|n| n.trim().parse::<u64>().ok())
+        .filter_map(|task| {
+            support::status_field(&task.ok()?.path().join("status"), "voluntary_ctxt_switches")
         })
         .sum()
 }

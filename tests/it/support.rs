@@ -789,14 +789,21 @@ impl Drop for ProcessHost {
     }
 }
 
-/// A memory field of `/proc/<pid>/status` (`VmRSS`, `VmHWM` = peak resident), in KiB; `None`
-/// once the process is gone.
-pub fn try_status_kib(pid: u32, field: &str) -> Option<u64> {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// A numeric field of a `/proc` status file (`/proc/<pid>/status` or a thread's
+/// `/proc/<pid>/task/<tid>/status`), without its `kB` unit if it has one; `None` once the
+/// process or thread is gone.
+pub fn status_field(status: &Path, field: &str) -> Option<u64> {
+    std::fs::read_to_string(status)
         .ok()?
         .lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A memory field of `/proc/<pid>/status` (`VmRSS`, `VmHWM` = peak resident), in KiB; `None`
+/// once the process is gone.
+pub fn try_status_kib(pid: u32, field: &str) -> Option<u64> {
+    status_field(Path::new(&format!("/proc/{pid}/status")), field)
 }
 
 /// [`try_status_kib`] of a process that must be running.
