@@ -682,6 +682,10 @@ def cluster(args) -> None:
     runs = [("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)]
     if pooler:
         runs.append(("pgbouncer-1", 1))
+    # CLUSTER_ROWS=postgres-1,postgres-3 runs those rows only (the ratios need postgres-1).
+    only = [r for r in os.environ.get("CLUSTER_ROWS", "").split(",") if r]
+    if only:
+        runs = [run for run in runs if run[0] in only]
     rows = []
     for label, nodes in runs:
         for what in ("ingest", "handled"):
@@ -725,7 +729,8 @@ def cluster(args) -> None:
                 pg.drop(name)
     base = {what: rate for label, what, rate in rows if label == "postgres-1"}
     for label, what, rate in rows:
-        log(f"cluster ratio {label:10} {what:10} = {rate / base[what]:.2f} x postgres-1")
+        if what in base:
+            log(f"cluster ratio {label:10} {what:10} = {rate / base[what]:.2f} x postgres-1")
     log("        command: wrk -t1 -cC -dD --latency -s bench/ingest.lua URL -- CORPUS RUN "
         "(one per node, C = 64 / nodes)")
 

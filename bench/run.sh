@@ -32,8 +32,9 @@
 # (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
 # WARMUP=5s THREADS=2 CONNECTIONS=64 FSYNC_REQUESTS=2000 EVENTS=20000 IN_FLIGHT=1000
 # SLEEP_MS=20000 CALLS=20000 QUIET_WAIT=300 (seconds to wait for an idle machine before each
-# measurement) BENCH_KEEP=1 (keep the databases). Everything runs on 127.0.0.1; each host lives in
-# target/bench/<scenario>/.
+# measurement) BENCH_KEEP=1 (keep the databases) CLUSTER_ROWS=postgres-1,postgres-3 (cluster: only
+# these rows of sqlite, postgres-1, postgres-3, pgbouncer-1). Everything runs on 127.0.0.1; each
+# host lives in target/bench/<scenario>/.
 set -euo pipefail
 
 scenario="${1:-all}"

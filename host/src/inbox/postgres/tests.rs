@@ -729,7 +729,7 @@ async fn statistics_of(client: &tokio_postgres::Client, table: &str) -> (f32, i6
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tables_that_outgrew_their_statistics_are_analyzed_and_then_left_alone() {
+async fn tables_that_outgrew_their_statistics_are_analyzed_on_a_small_sample_and_then_left_alone() {
     let Some((_db, inbox, client)) = store_and_client().await else {
         return;
     };
@@ -757,6 +757,27 @@ async fn tables_that_outgrew_their_statistics_are_analyzed_and_then_left_alone()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    // On a small sample: 1 500 distinct event ids, a histogram of at most 11 bounds (the
+    // server's default target would have made it 101), and the server's default untouched.
+    let bounds: i32 = client
+        .query_one(
+            "SELECT array_length(histogram_bounds, 1) FROM pg_stats
+             WHERE tablename = 'events' AND attname = 'event_id'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        bounds <= 11,
+        "the store's analysis drew {bounds} histogram bounds"
+    );
+    let target: String = client
+        .query_one("SHOW default_statistics_target", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(target, "100");
     // At a steady size the statistics stay as they are.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(statistics_of(&client, "deliveries").await.1, analyzed);
