@@ -682,17 +682,21 @@ def cluster(args) -> None:
     url = os.environ.get("HOOKD_BENCH_POSTGRES_URL")
     if not url:
         raise SystemExit("the cluster scenario needs HOOKD_BENCH_POSTGRES_URL (bench/run.sh sets it)")
-    pg = Postgres(url)
-    log(f"cluster postgres settings: {pg.settings()}")
-    corpus = ingest_corpus()
     pooler = os.environ.get("HOOKD_BENCH_PGBOUNCER_URL")
     runs = [("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)]
     if pooler:
         runs.append(("pgbouncer-1", 1))
     # CLUSTER_ROWS=postgres-1,postgres-3 runs those rows only (the ratios need postgres-1).
     only = [r for r in os.environ.get("CLUSTER_ROWS", "").split(",") if r]
+    unknown = sorted(set(only) - {label for label, _ in runs})
+    if unknown:
+        raise SystemExit(f"CLUSTER_ROWS names no row {', '.join(unknown)} (the rows: "
+                         f"{', '.join(label for label, _ in runs)})")
     if only:
         runs = [run for run in runs if run[0] in only]
+    pg = Postgres(url)
+    log(f"cluster postgres settings: {pg.settings()}")
+    corpus = ingest_corpus()
     rows = []
     for label, nodes in runs:
         for what in ("ingest", "handled"):
