@@ -155,9 +155,13 @@ class Host:
         hookd's writer). /metrics samples the finished states only every 10 s, too coarse to
         time a run by."""
         uri = f"file:{self.dir / 'hookd.db'}?mode=ro"
-        db = sqlite3.connect(uri, uri=True, timeout=10)
+        db = sqlite3.connect(uri, uri=True, timeout=10, isolation_level=None)
         try:
-            # One count per state, each a range of the (state, ...) index.
+            # One count per state, each a range of the (state, ...) index, all in one read
+            # transaction: counted one after another outside it, a delivery that moved on
+            # between two counts (pending, then done) was counted twice, and a run waited for
+            # more deliveries than were stored.
+            db.execute("BEGIN")
             return {state: db.execute("SELECT COUNT(*) FROM deliveries WHERE state = ?",
                                       (state,)).fetchone()[0] for state in STATES}
         finally:
