@@ -411,12 +411,13 @@ handlers = ["{handler}"]
 """
 
 
-def wait_for(host: Host, done_target: int, timeout: float, poll: float = 0.05) -> dict:
-    """Polls the database until `done_target` deliveries are done; returns the deliveries by
-    state. When they finished is [`done_span`]'s to say, not the poll's."""
+def wait_for(states, done_target: int, timeout: float, poll: float = 0.05) -> dict:
+    """Polls `states` (deliveries by state, read from the run's database: `Host.states` or a
+    count across a cluster) until `done_target` deliveries are done; returns the last reading.
+    When they finished is [`done_span`]'s to say, not the poll's."""
     deadline = time.time() + timeout
     while True:
-        m = host.states()
+        m = states()
         if m.get("done", 0) >= done_target:
             return m
         if time.time() > deadline:
@@ -467,7 +468,7 @@ def dispatch(args) -> None:
             wait_quiet()
             start = time.time()
             posted, total = post(host, n, body, f"e2e-{handler}")
-            m = wait_for(host, total, timeout=600)
+            m = wait_for(host.states, total, timeout=600)
             seconds = done_span(host.count)[1] - start
             rates[handler] = total / seconds
             log(
@@ -491,7 +492,7 @@ def dispatch(args) -> None:
             wait_quiet()
             _, total = post(host, n, {"action": "created"}, f"drain-{handler}")
             shutil.copy(WASM / f"{wasm}.wasm", host.dir / "plugins" / f"{handler}.wasm")
-            wait_for(host, total, timeout=600)
+            wait_for(host.states, total, timeout=600)
             first, last = done_span(host.count)
             log(
                 f"dispatch drain       handler={handler:8} {total} stored deliveries done in "
@@ -507,7 +508,7 @@ def dispatch(args) -> None:
         # pages, allocator arenas, connection caches) are not charged to the handlers.
         wait_quiet()
         _, warm = post(host, k, {"sleep_ms": 50}, "mem-warm")
-        wait_for(host, warm, timeout=120)
+        wait_for(host.states, warm, timeout=120)
         time.sleep(1)
         base = host.rss_kib()
         started = time.time()
@@ -676,11 +677,8 @@ def cluster_handled(hosts, backend, events: int):
                                                 f"e2e-{ihn[0]}", 64 // len(hosts)),
                                enumerate(zip(hosts, share))))
     stored = count(backend, hosts, "SELECT COUNT(*) FROM deliveries")
-    deadline = time.time() + 600
-    while count(backend, hosts, "SELECT COUNT(*) FROM deliveries WHERE state = 'done'") < stored:
-        if time.time() > deadline:
-            raise SystemExit(f"timed out waiting for {stored} done deliveries")
-        time.sleep(0.1)
+    done = "SELECT COUNT(*) FROM deliveries WHERE state = 'done'"
+    wait_for(lambda: {"done": count(backend, hosts, done)}, stored, timeout=600, poll=0.1)
     elapsed = done_span(lambda sql: count(backend, hosts, sql))[1] - start
     posting = max(result["seconds"] for result, _ in posted)
     cpu = (f"posting took {posting:.2f} s, the last done {elapsed:.2f} s after the first "
@@ -1070,7 +1068,7 @@ def languages(args) -> None:
             wait_quiet()
             for i in range(k):  # warm-up round: one-time costs are not the handlers'
                 sw_post(host, lang, f"warm-{i}", {"do": "stale"})
-            wait_for(host, k, timeout=120)
+            wait_for(host.states, k, timeout=120)
             time.sleep(1)
             base = host.rss_kib()
             for i in range(k):
@@ -1088,7 +1086,7 @@ def languages(args) -> None:
                 time.sleep(0.05)
             if seen < k:
                 raise SystemExit(f"{lang}: only {seen} of {k} handlers were running at once")
-            wait_for(host, 2 * k, timeout=120)
+            wait_for(host.states, 2 * k, timeout=120)
             log(f"languages memory     {lang:10} {k} handlers waiting at once: RSS "
                 f"{base / 1024:.1f} MiB -> {peak / 1024:.1f} MiB = "
                 f"{(peak - base) / k / 1024:.2f} MiB per in-flight handler")
