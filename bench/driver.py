@@ -676,10 +676,14 @@ def cluster_handled(hosts, backend, events: int):
         posted = list(pool.map(lambda ihn: post(ihn[1][0], ihn[1][1], {"action": "created"},
                                                 f"e2e-{ihn[0]}", 64 // len(hosts)),
                                enumerate(zip(hosts, share))))
-    stored = count(backend, hosts, "SELECT COUNT(*) FROM deliveries")
+
+    def query(sql):  # what the nodes stored, whichever backend they share
+        return count(backend, hosts, sql)
+
+    stored = query("SELECT COUNT(*) FROM deliveries")
     done = "SELECT COUNT(*) FROM deliveries WHERE state = 'done'"
-    wait_for(lambda: {"done": count(backend, hosts, done)}, stored, timeout=600, poll=0.1)
-    elapsed = done_span(lambda sql: count(backend, hosts, sql))[1] - start
+    wait_for(lambda: {"done": query(done)}, stored, timeout=600, poll=0.1)
+    elapsed = done_span(query)[1] - start
     posting = max(result["seconds"] for result, _ in posted)
     cpu = (f"posting took {posting:.2f} s, the last done {elapsed:.2f} s after the first "
            f"request; {meter.describe(time.time() - start)}")
