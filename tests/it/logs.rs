@@ -114,3 +114,35 @@ async fn an_ingest_log_line_names_its_source_from_the_receive_span() {
         .unwrap();
     assert_eq!(span(held, "receive")["source"], "q", "{held}");
 }
+
+/// Filtered to warnings (`HOOKD_LOG=warn`), the log keeps its context: a guest's warning still
+/// carries its attempt and call spans, an ingest warning its request's source. (The spans are
+/// `error`-level; at their default, `info`, the filter turned them off with the info lines.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warnings_keep_their_spans_when_the_log_is_filtered_to_warnings() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("HOOKD_LOG_FORMAT", "json"), ("HOOKD_LOG", "warn")];
+    let host = start(dir.path(), &env).await;
+    let (status, reply) = post_sw(host.ingest, "q", "held-1", b"{}").await.unwrap();
+    assert!(status.is_success(), "{status} {reply}");
+    host.wait_log("request quarantined", WAIT).await;
+    let log = log_from_the_guest(&host).await;
+    let lines = json_lines(&log);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"] == "WARN" || l["level"] == "ERROR"),
+        "a line under the warning level in:\n{log}"
+    );
+    let held = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "request quarantined")
+        .unwrap_or_else(|| panic!("no quarantine line in {log}"));
+    assert_eq!(span(held, "receive")["source"], "q", "{held}");
+    let guest = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == GREETING)
+        .unwrap_or_else(|| panic!("no guest line in {log}"));
+    assert_eq!(span(guest, "attempt")["event"], "log-1", "{guest}");
+    assert_eq!(span(guest, "call")["plugin"], "h", "{guest}");
+}

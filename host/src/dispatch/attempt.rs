@@ -27,7 +27,7 @@ const UNAVAILABLE_RETRY_MS: i64 = 1000;
 
 impl Dispatcher {
     /// Runs one attempt and records it.
-    #[tracing::instrument(name = "attempt", skip_all, fields(
+    #[tracing::instrument(name = "attempt", level = "error", skip_all, fields(
         handler = %claim.handler, source = %claim.source, event = claim.event_id.as_str(),
         attempt = claim.attempt,
     ))]

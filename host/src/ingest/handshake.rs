@@ -29,7 +29,9 @@ use crate::{
 };
 
 /// `GET /hooks/{source}`: the provider's `GET` handshake, or 405 for a scheme without one.
-#[tracing::instrument(name = "handshake", skip_all, fields(source = source.as_str()))]
+#[tracing::instrument(
+    name = "handshake", level = "error", skip_all, fields(source = source.as_str())
+)]
 pub(super) async fn get(
     State(super::Edge { shared, .. }): State<super::Edge>,
     Path(source): Path<String>,

@@ -84,7 +84,12 @@ type Answered = Result<(&'static str, Response), ApiError>;
 ///
 /// The request is taken whole and its parts moved out: axum's `HeaderMap` and `Uri`
 /// extractors would each copy theirs, on every request.
-#[tracing::instrument(name = "receive", skip_all, fields(source = source.as_str(), event))]
+///
+/// The span is `error`-level, as every span that gives log lines their context: enabled under
+/// any filter that lets a line through, so a log filtered to warnings still names the source.
+#[tracing::instrument(
+    name = "receive", level = "error", skip_all, fields(source = source.as_str(), event)
+)]
 async fn receive(
     State(edge): State<Edge>,
     Path(source): Path<String>,

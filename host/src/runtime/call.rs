@@ -366,7 +366,9 @@ impl Runtime {
     /// Runs role `R` of `plugin` once: fresh store (with `state` and the network `grant`, if
     /// any), instantiate, call, cap the output. The guest's log lines and the host's refusals run in its `call` span, which names the
     /// plugin and the role.
-    #[tracing::instrument(name = "call", skip_all, fields(plugin = %ctx.plugin, role = %R::NAME))]
+    #[tracing::instrument(
+        name = "call", level = "error", skip_all, fields(plugin = %ctx.plugin, role = %R::NAME)
+    )]
     async fn call_role<R: Role>(
         &self,
         plugin: &Plugin,
