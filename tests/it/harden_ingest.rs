@@ -1,6 +1,7 @@
 //! The ingest edge against anonymous clients, over real TCP on loopback: bodies buffered before
 //! any signature is checked, slow bodies, one address taking every slot, oversized parser
-//! messages, out-of-range sequences and large genuine events.
+//! messages, out-of-range sequences and large genuine events; and the admin listener's bodies,
+//! read under the same rules.
 //!
 //! Invariants checked: body bytes in memory are bounded by `max_inflight_body_bytes` (extra
 //! requests get 503 + Retry-After, the process does not grow with the attack); a source's
@@ -689,5 +690,48 @@ async fn event_ids_with_control_characters_cannot_forge_log_lines() {
     assert!(
         !log.contains("\u{1b}[2J"),
         "a raw escape sequence in the log:\n{log}"
+    );
+}
+
+/// The admin listener reads bodies under the ingest's rules. A token holder's request that
+/// stalls its body is cut off with 408 once idle for `body_idle_timeout_ms` (it held the
+/// connection for as long as the client kept it open), and one declaring a body over the
+/// listener's cap is refused with 413 from its head alone (it was read until past the cap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_bodies_that_stall_or_declare_too_much_are_refused_without_holding_the_connection() {
+    let host = TestHost::start(&github_source("gh", ""), &[]).await;
+    let admin_head = |length: u64| {
+        format!(
+            "POST /admin/replay HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+             Content-Type: application/json\r\nContent-Length: {length}\r\n\
+             Connection: close\r\n\r\n",
+            host.admin,
+            support::ADMIN_TOKEN
+        )
+    };
+    let mut stalled = connect_from(Ipv4Addr::LOCALHOST, host.admin).await.unwrap();
+    stalled
+        .write_all(format!("{}{{", admin_head(100)).as_bytes())
+        .await
+        .unwrap();
+    let answer = read_answer(&mut stalled, Duration::from_secs(60))
+        .await
+        .expect("an answer to the stalled body");
+    assert_eq!(
+        (answer.status, answer.body),
+        (408, json!({"error": "body_timeout"}))
+    );
+
+    let mut declared = connect_from(Ipv4Addr::LOCALHOST, host.admin).await.unwrap();
+    declared
+        .write_all(admin_head(64 * 1024 * 1024).as_bytes())
+        .await
+        .unwrap();
+    let answer = read_answer(&mut declared, Duration::from_secs(60))
+        .await
+        .expect("an answer to the declared length");
+    assert_eq!(
+        (answer.status, answer.body),
+        (413, json!({"error": "payload_too_large"}))
     );
 }

@@ -10,6 +10,9 @@
 //! - No route answers a browser's cross-origin request.
 //! - Replay and discard are bounded per call ([`MAX_REPLAY`]); their rules are
 //!   [`crate::ingest::replay`]'s and [`crate::retention::discard`]'s.
+//! - Every request's body is read under the ingest's rules ([`crate::ingest::body`]: a size
+//!   cap, the listener's in-flight budget, the body timeouts) before any route sees it, so a
+//!   client that stalls its body is cut off with 408 instead of holding the connection.
 
 pub mod api;
 pub mod guard;
@@ -24,7 +27,8 @@ use std::{net::SocketAddr, sync::Arc};
 
 use axum::{
     Router,
-    extract::{DefaultBodyLimit, Request, State},
+    body::Body,
+    extract::{Request, State},
     http::header,
     middleware::{self, Next},
     response::Response,
@@ -33,7 +37,11 @@ use axum::{
 
 pub use handlers::{MAX_REPLAY, Rejection, events_filter, replay_filter};
 
-use crate::{Shared, error::ApiError};
+use crate::{
+    Shared,
+    error::ApiError,
+    ingest::body::{self, BodyBudget, BodyLimits},
+};
 use handlers::{discard, event_detail, healthz, list_events, nodes, plugins, replay, rollback};
 use metrics::metrics;
 
@@ -56,8 +64,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
             "/admin/plugins/{name}/state/{key}",
             get(state::get_key)
                 .put(state::put_key)
-                .delete(state::delete_key)
-                .layer(DefaultBodyLimit::max(state::MAX_BODY_BYTES)),
+                .delete(state::delete_key),
         )
         .route("/admin/nodes", get(nodes))
         .route("/admin/openapi.json", get(openapi::document))
@@ -66,6 +73,10 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
             require_token,
         ))
         .route_layer(middleware::from_fn_with_state(guard, require_host));
+    let bodies = Bodies {
+        limits: BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
+        budget: BodyBudget::new(shared.config.server.max_inflight_body_bytes),
+    };
     // `/healthz` and `/metrics` (counts only, nothing secret) stay open to probes and scrapers
     // under whatever name they use, so they get the Origin check but not the Host check.
     Router::new()
@@ -73,8 +84,40 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/metrics", get(metrics))
         .merge(admin)
         .merge(dashboard)
+        .layer(middleware::from_fn_with_state(bodies, read_body))
         .layer(middleware::from_fn(refuse_cross_origin))
         .with_state(shared)
+}
+
+/// The largest body any route of this listener takes: a plugin state value's `PUT` (the
+/// dashboard's largest form, a state edit, is smaller). Routes that take less check their own
+/// cap on the body read here.
+const MAX_BODY_BYTES: usize = state::MAX_BODY_BYTES;
+const _: () = assert!(MAX_BODY_BYTES >= ui::MAX_STATE_FORM_BYTES);
+
+/// What [`read_body`] reads every request's body under: the listener's own in-flight budget.
+#[derive(Clone)]
+struct Bodies {
+    limits: BodyLimits,
+    budget: Arc<BodyBudget>,
+}
+
+/// Reads the request's whole body (413 over [`MAX_BODY_BYTES`], from its declared length
+/// alone when it has one; 408 when it stalls or trickles; 503 when the listener's budget is
+/// spent), then hands the request on with it.
+async fn read_body(
+    State(bodies): State<Bodies>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let (parts, received) = request.into_parts();
+    let declared = body::declared_length(&parts.headers);
+    // Held until the request is answered: the body's bytes live that long.
+    let (bytes, _reservation) =
+        body::read(received, declared, bodies.limits, &bodies.budget).await?;
+    Ok(next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await)
 }
 
 async fn refuse_cross_origin(request: Request, next: Next) -> Response {

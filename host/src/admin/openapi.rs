@@ -83,17 +83,27 @@ impl Modify for Refusals {
                 &mut item.delete,
             ];
             for operation in methods.into_iter().flatten() {
-                let mut refusals = vec![(
-                    "403",
-                    "A cross-origin request, or (`/admin/*`) a `Host` the listener does not accept",
-                )];
+                let mut refusals = vec![
+                    (
+                        "403",
+                        "A cross-origin request, or (`/admin/*`) a `Host` the listener does not accept",
+                    ),
+                    (
+                        "408",
+                        "The request's body was not received in time (`body_timeout`)",
+                    ),
+                    (
+                        "413",
+                        "A body over the listener's cap (`payload_too_large`), refused from its `Content-Length` alone when it has one",
+                    ),
+                ];
                 if admin {
                     operation.security =
                         Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
                     refusals.extend([
                         ("401", "No bearer token, or the wrong one"),
                         ("500", "An internal failure (logged by the host; nothing of it is sent)"),
-                        ("503", "The database is busy or unavailable; retry after `Retry-After` seconds"),
+                        ("503", "The database is busy or unavailable, or the listener holds as many request bodies as it may; retry after `Retry-After` seconds"),
                     ]);
                 }
                 for (status, description) in refusals {

@@ -1,6 +1,7 @@
-//! Reading a request body under the ingest edge's limits, before anything is verified: the
-//! source's size cap, one budget of body bytes in memory shared by every request, and the
-//! clock (an idle bound, a minimum average rate, a total bound).
+//! Reading a request body under the edge's limits, before anything verifies or parses it (on
+//! the ingest listener and on the admin listener alike): a size cap, one budget of body bytes
+//! in memory shared by every request of the listener, and the clock (an idle bound, a minimum
+//! average rate, a total bound).
 //!
 //! Invariants: no body byte is held without being counted in the [`BodyBudget`] — a declared
 //! `Content-Length` is reserved whole before the first byte is read (a request the budget
@@ -103,6 +104,26 @@ pub struct BodyLimits {
     /// (and no pace either). A declared length must also keep the pace that completes it by
     /// `total`, so a client cannot hold a large reservation cheaply by trickling.
     pub min_rate: u64,
+}
+
+impl BodyLimits {
+    /// The `[server]` timeouts and minimum rate, with a size cap of `max_bytes`.
+    pub fn new(server: &crate::config::ServerConfig, max_bytes: u64) -> Self {
+        Self {
+            max_bytes,
+            total: server.body_timeout,
+            idle: server.body_idle_timeout,
+            min_rate: server.min_body_bytes_per_sec,
+        }
+    }
+}
+
+/// The request's `Content-Length`, if it declares a valid one.
+pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// Reads the whole body under `limits`, counted in `budget`. The reservation must be kept as

@@ -19,7 +19,7 @@ use axum::{
     Json, Router,
     body::Body,
     extract::{Path, Request, State},
-    http::{HeaderMap, StatusCode, Uri, header, request::Parts},
+    http::{HeaderMap, StatusCode, Uri, request::Parts},
     response::{IntoResponse, Response},
     routing::post,
 };
@@ -127,17 +127,8 @@ async fn answer(
     headers: HeaderMap,
     body: Body,
 ) -> Answered {
-    let server = &shared.config.server;
-    let limits = BodyLimits {
-        max_bytes: source.max_body_bytes,
-        total: server.body_timeout,
-        idle: server.body_idle_timeout,
-        min_rate: server.min_body_bytes_per_sec,
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let limits = BodyLimits::new(&shared.config.server, source.max_body_bytes);
+    let declared = body::declared_length(&headers);
     // Held until the request is answered: the body's bytes live that long.
     let (body, _reservation) = body::read(body, declared, limits, budget).await?;
 

@@ -59,7 +59,8 @@ type UiState = State<Arc<Ui>>;
 /// Largest form a dashboard POST may send (they carry a few short fields)...
 const MAX_FORM_BYTES: usize = 16 * 1024;
 /// ...but a state value's edit, which carries up to the largest value (percent-encoded).
-const MAX_STATE_FORM_BYTES: usize = 3 * crate::model::MAX_STATE_VALUE_BYTES + MAX_FORM_BYTES;
+pub(super) const MAX_STATE_FORM_BYTES: usize =
+    3 * crate::model::MAX_STATE_VALUE_BYTES + MAX_FORM_BYTES;
 
 /// The largest form a POST to `path` may send.
 fn form_limit(path: &str) -> usize {
