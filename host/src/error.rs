@@ -6,7 +6,7 @@
 
 use axum::{
     Json,
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderValue, Method, StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
 use serde_json::json;
@@ -42,6 +42,9 @@ pub enum ApiError {
     Unauthorized,
     #[error("not found: {0}")]
     NotFound(String),
+    /// The path is served, but not with this method (405, with the `Allow` header).
+    #[error("method not allowed: {0}")]
+    MethodNotAllowed(String),
     #[error("bad request: {0}")]
     BadRequest(String),
     /// The request is well-formed but the target's state refuses it (a rollback without a
@@ -101,6 +104,7 @@ impl ApiError {
             Self::BodyTimeout => "body_timeout",
             Self::Unauthorized => "unauthorized",
             Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadRequest(_) => "bad_request",
             Self::Conflict(_) => "conflict",
             Self::PreconditionRequired(_) => "precondition_required",
@@ -108,6 +112,17 @@ impl ApiError {
             Self::Internal(_) => "internal",
         }
     }
+}
+
+/// The answer to a path no route serves: both listeners' fallback, so a client that got the
+/// path wrong (`/hooks/github/`, `/admin/event`) is told so in the contract's shape.
+pub async fn no_route(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no route for {method} {}", uri.path()))
+}
+
+/// The answer to a served path asked with a method it does not take (axum adds `Allow`).
+pub async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
 }
 
 impl IntoResponse for ApiError {
@@ -129,7 +144,11 @@ impl IntoResponse for ApiError {
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, json!({"error": error})),
             Self::NotFound(what) => (
                 StatusCode::NOT_FOUND,
-                json!({"error": error, "detail": what}),
+                json!({"error": error, "detail": cap_detail(what)}),
+            ),
+            Self::MethodNotAllowed(what) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                json!({"error": error, "detail": cap_detail(what)}),
             ),
             Self::BadRequest(detail) => (
                 StatusCode::BAD_REQUEST,

@@ -4,7 +4,8 @@
 use crate::input::{Header, header};
 
 /// The identity and ordering of one event: what a [`Parser`](crate::Parser) extracts so the
-/// host can deduplicate and order it.
+/// host can deduplicate and order it. The host stores the id, the type and the key up to
+/// 1 KiB each: a longer one makes the request a 400 `unparsable` naming the field.
 ///
 /// ```
 /// use plugin_sdk::Envelope;

@@ -1040,3 +1040,93 @@ async fn requests_signed_by_the_official_libraries_are_accepted() {
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{source}: {reply}");
     }
 }
+
+/// A path no route serves, or a served path asked with a method it does not take, is answered
+/// in the contract's JSON on both listeners (the bodies were empty): a provider configured with
+/// `/hooks/sw/` is told which route there is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_and_methods_no_route_serves_get_the_contracts_json_on_both_listeners() {
+    let host = TestHost::start(&sw_source("sw", &[], ""), &[]).await;
+    let token = Some(support::ADMIN_TOKEN);
+    let cases = [
+        (host.ingest, http::Method::POST, "/hooks/sw/", None, 404),
+        (host.ingest, http::Method::POST, "/hooks", None, 404),
+        (host.ingest, http::Method::PUT, "/hooks/sw", None, 405),
+        (host.admin, http::Method::GET, "/admin/nope", token, 404),
+        (
+            host.admin,
+            http::Method::DELETE,
+            "/admin/events",
+            token,
+            405,
+        ),
+    ];
+    for (listener, method, path, token, status) in cases {
+        let (got, headers, body) =
+            support::admin_call_with(listener, method.clone(), path, token, &[], None)
+                .await
+                .unwrap();
+        let (error, detail) = if status == 404 {
+            ("not_found", format!("no route for {method} {path}"))
+        } else {
+            (
+                "method_not_allowed",
+                format!("{method} is not allowed on {path}"),
+            )
+        };
+        assert_eq!(
+            (got.as_u16(), body),
+            (status, json!({"error": error, "detail": detail})),
+            "{method} {path}"
+        );
+        if status == 405 {
+            assert!(
+                headers.contains_key(header::ALLOW),
+                "{method} {path}: {headers:?}"
+            );
+        }
+    }
+}
+
+/// An event id, event type or ordering key over 1 KiB is a 400 naming the field, its size and
+/// whether a parser or the request gave it, and nothing is stored; 1 KiB exactly is accepted.
+/// (A 100 KB `type` was stored, and came back in every row of the event list.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envelope_fields_over_a_kib_are_refused_naming_the_field() {
+    let config = format!(
+        "{}\n[sources.keyed]\nscheme = \"none\"\nparser = \"keyed\"\n\n[plugins.keyed]\n\
+         wasm = \"generic\"\nconfig = {{ id_pointer = \"/id\", key_pointer = \"/k\" }}\n",
+        sw_source("sw", &[], "")
+    );
+    let host = TestHost::start(&config, &[("generic", plugins::GENERIC)]).await;
+    let refused = |detail: &str| json!({"error": "unparsable", "detail": detail});
+
+    let long_key = json!({"id": "long-key", "k": "k".repeat(1025)}).to_string();
+    assert_eq!(
+        host.post("keyed", &[], long_key.as_bytes()).await,
+        (
+            StatusCode::BAD_REQUEST,
+            refused(
+                "parser plugin keyed gave an ordering key of 1025 bytes, over the 1024 hookd stores"
+            )
+        )
+    );
+    let kib_key = json!({"id": "kib-key", "k": "k".repeat(1024)}).to_string();
+    let (status, _) = host.post("keyed", &[], kib_key.as_bytes()).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+
+    let long_type = json!({"type": "t".repeat(1025)}).to_string();
+    let (status, reply) = support::post_sw(host.ingest, "sw", "long-type", long_type.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, reply),
+        (
+            StatusCode::BAD_REQUEST,
+            refused("the request gave an event type of 1025 bytes, over the 1024 hookd stores")
+        )
+    );
+    assert!(host.event("keyed", "long-key").await.is_none());
+    assert!(host.event("keyed", "kib-key").await.is_some());
+    assert!(host.event("sw", "long-type").await.is_none());
+}

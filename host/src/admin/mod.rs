@@ -84,6 +84,8 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/metrics", get(metrics))
         .merge(admin)
         .merge(dashboard)
+        .fallback(crate::error::no_route)
+        .method_not_allowed_fallback(crate::error::wrong_method)
         .layer(middleware::from_fn_with_state(bodies, read_body))
         .layer(middleware::from_fn(refuse_cross_origin))
         .with_state(shared)

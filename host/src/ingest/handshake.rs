@@ -43,8 +43,7 @@ pub(super) async fn get(
     let not_allowed = || {
         let scheme = source.verifier.scheme().name();
         let detail = format!("scheme {scheme} has no GET handshake; events are POSTed");
-        let body = json!({"error": "method_not_allowed", "detail": detail});
-        let mut response = (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response();
+        let mut response = ApiError::MethodNotAllowed(detail).into_response();
         response
             .headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));

@@ -45,6 +45,10 @@ use body::{BodyBudget, BodyLimits};
 /// The largest sequence hookd stores (SQLite integers are signed 64-bit).
 pub const MAX_SEQUENCE: u64 = i64::MAX as u64;
 
+/// The longest event id, event type or ordering key hookd stores, in bytes. Providers' are tens
+/// of bytes; without a bound a sender could make every event list row carry a body-sized type.
+pub const MAX_ENVELOPE_FIELD_BYTES: usize = 1024;
+
 /// What the ingest handler shares: the host, and the in-flight body budget of this listener.
 #[derive(Clone)]
 struct Edge {
@@ -57,6 +61,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
     Router::new()
         .route("/hooks/{source}", post(receive).get(handshake::get))
+        .fallback(crate::error::no_route)
+        .method_not_allowed_fallback(crate::error::wrong_method)
         .with_state(Edge { shared, budget })
 }
 
@@ -254,7 +260,7 @@ pub async fn envelope_of(
     request: &RawRequest,
 ) -> EnvelopeOutcome {
     let Some(parser) = &source.parser else {
-        return envelope_from_headers(source, request);
+        return within_limits(envelope_from_headers(source, request), "the request");
     };
     let plugin = shared.config.plugin(parser);
     let Some(loaded) = shared.registry.get(&plugin.wasm) else {
@@ -294,7 +300,10 @@ pub async fn envelope_of(
                 "parser plugin {parser} returned sequence {sequence}, over the largest hookd \
                  stores ({MAX_SEQUENCE}, 2^63 - 1)"
             )),
-            _ => EnvelopeOutcome::Envelope(envelope),
+            _ => within_limits(
+                EnvelopeOutcome::Envelope(envelope),
+                &format!("parser plugin {parser}"),
+            ),
         },
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
         Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
@@ -305,6 +314,32 @@ pub async fn envelope_of(
             e.kind()
         )),
     }
+}
+
+/// `outcome`, unless it is an envelope with a field over [`MAX_ENVELOPE_FIELD_BYTES`]: then a
+/// 400 naming the field, its size and where it came from (`from`).
+fn within_limits(outcome: EnvelopeOutcome, from: &str) -> EnvelopeOutcome {
+    let EnvelopeOutcome::Envelope(envelope) = &outcome else {
+        return outcome;
+    };
+    let fields = [
+        ("event id", envelope.event_id.as_str()),
+        ("event type", envelope.event_type.as_str()),
+        (
+            "ordering key",
+            envelope.ordering_key.as_deref().unwrap_or_default(),
+        ),
+    ];
+    for (field, value) in fields {
+        if value.len() > MAX_ENVELOPE_FIELD_BYTES {
+            return EnvelopeOutcome::Invalid(format!(
+                "{from} gave an {field} of {} bytes, over the {MAX_ENVELOPE_FIELD_BYTES} hookd \
+                 stores",
+                value.len()
+            ));
+        }
+    }
+    outcome
 }
 
 /// A JSON object's top-level string `type`, read without building the document (building a
