@@ -304,7 +304,6 @@ pub(super) async fn get_key(
             (api::ErrorBody = "application/json"), (String = "text/plain"))),
         (status = 404, description = "No such plugin instance", body = api::ErrorBody),
         (status = 409, description = "The key is no longer at the version named (`version_conflict`), or the write would take the plugin over its totals: nothing written", body = api::ErrorBody),
-        (status = 413, description = "A body over the size cap (`payload_too_large`), refused from its `Content-Length` alone when it has one", body = api::ErrorBody),
         (status = 415, description = "A body that is not `application/json`", body = String, content_type = "text/plain"),
         (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
         (status = 428, description = "Neither `If-Match` nor `If-None-Match: *`", body = api::ErrorBody),

@@ -260,7 +260,7 @@ pub async fn envelope_of(
     request: &RawRequest,
 ) -> EnvelopeOutcome {
     let Some(parser) = &source.parser else {
-        return within_limits(envelope_from_headers(source, request), "the request");
+        return within_limits(envelope_from_headers(source, request), None);
     };
     let plugin = shared.config.plugin(parser);
     let Some(loaded) = shared.registry.get(&plugin.wasm) else {
@@ -293,18 +293,9 @@ pub async fn envelope_of(
     ))
     .await;
     match verdict {
-        Ok(ParseVerdict::Envelope(envelope)) => match envelope.sequence {
-            // Stored as a signed 64-bit integer: a larger one would wrap negative and make
-            // every older event of its key look newer.
-            Some(sequence) if sequence > MAX_SEQUENCE => EnvelopeOutcome::Invalid(format!(
-                "parser plugin {parser} returned sequence {sequence}, over the largest hookd \
-                 stores ({MAX_SEQUENCE}, 2^63 - 1)"
-            )),
-            _ => within_limits(
-                EnvelopeOutcome::Envelope(envelope),
-                &format!("parser plugin {parser}"),
-            ),
-        },
+        Ok(ParseVerdict::Envelope(envelope)) => {
+            within_limits(EnvelopeOutcome::Envelope(envelope), Some(parser))
+        }
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
         Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
         Ok(ParseVerdict::Respond(answer)) => EnvelopeOutcome::Respond(answer),
@@ -316,12 +307,22 @@ pub async fn envelope_of(
     }
 }
 
-/// `outcome`, unless it is an envelope with a field over [`MAX_ENVELOPE_FIELD_BYTES`]: then a
-/// 400 naming the field, its size and where it came from (`from`).
-fn within_limits(outcome: EnvelopeOutcome, from: &str) -> EnvelopeOutcome {
+/// `outcome`, unless it is an envelope hookd cannot store as it is: a 400 naming what and who
+/// gave it (`parser`, else the request). A `sequence` over [`MAX_SEQUENCE`] would wrap negative
+/// as SQLite's signed integer and make every older event of its key look newer; an id, type or
+/// key over [`MAX_ENVELOPE_FIELD_BYTES`] is refused with its size.
+fn within_limits(outcome: EnvelopeOutcome, parser: Option<&str>) -> EnvelopeOutcome {
     let EnvelopeOutcome::Envelope(envelope) = &outcome else {
         return outcome;
     };
+    let from = || parser.map_or("the request".to_owned(), |p| format!("parser plugin {p}"));
+    if let Some(sequence) = envelope.sequence.filter(|&s| s > MAX_SEQUENCE) {
+        return EnvelopeOutcome::Invalid(format!(
+            "{} returned sequence {sequence}, over the largest hookd stores ({MAX_SEQUENCE}, \
+             2^63 - 1)",
+            from()
+        ));
+    }
     let fields = [
         ("event id", envelope.event_id.as_str()),
         ("event type", envelope.event_type.as_str()),
@@ -333,8 +334,8 @@ fn within_limits(outcome: EnvelopeOutcome, from: &str) -> EnvelopeOutcome {
     for (field, value) in fields {
         if value.len() > MAX_ENVELOPE_FIELD_BYTES {
             return EnvelopeOutcome::Invalid(format!(
-                "{from} gave an {field} of {} bytes, over the {MAX_ENVELOPE_FIELD_BYTES} hookd \
-                 stores",
+                "{} gave an {field} of {} bytes, over the {MAX_ENVELOPE_FIELD_BYTES} hookd stores",
+                from(),
                 value.len()
             ));
         }
