@@ -5,7 +5,7 @@
 //! Unknown keys are refused with the key's name; secrets are read here and never printed.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     net::SocketAddr,
     path::{Path, PathBuf},
     sync::Arc,
@@ -422,6 +422,16 @@ impl PluginConfig {
                 crate::registry::LARGEST_PLUGIN_BYTES / MIB
             );
         }
+        let timeout_ms = file.timeout_ms.unwrap_or(30_000);
+        let parser_timeout_ms = file.parser_timeout_ms.unwrap_or(50);
+        for (key, ms) in [
+            ("timeout_ms", timeout_ms),
+            ("parser_timeout_ms", parser_timeout_ms),
+        ] {
+            if !(1..=MAX_TIMEOUT_MS).contains(&ms) {
+                bail!("plugins.{name}.{key} must be between 1 and {MAX_TIMEOUT_MS} (got {ms})");
+            }
+        }
         const KIB: u64 = 1024;
         let output_kib = file.output_kib.unwrap_or(64);
         let log_kib = file.log_kib.unwrap_or(64);
@@ -485,10 +495,10 @@ impl PluginConfig {
             max_attempts,
             backoff_base: Duration::from_millis(file.backoff_base_ms.unwrap_or(1_000)),
             backoff_max: Duration::from_millis(file.backoff_max_ms.unwrap_or(3_600_000)),
-            timeout: Duration::from_millis(file.timeout_ms.unwrap_or(30_000).max(1)),
+            timeout: Duration::from_millis(timeout_ms),
             memory_bytes: memory_mib * MIB,
             max_file_bytes: max_file_mib * MIB,
-            parser_timeout: Duration::from_millis(file.parser_timeout_ms.unwrap_or(50).max(1)),
+            parser_timeout: Duration::from_millis(parser_timeout_ms),
             parser_memory_bytes: parser_memory_mib * MIB,
             parser_limits_scale: file.parser_timeout_ms.is_none()
                 && file.parser_memory_mib.is_none(),
@@ -574,6 +584,9 @@ pub const PARSER_MEMORY_PER_BODY_BYTE: u64 = 6;
 pub const WORKERS_PER_CORE: usize = 32;
 /// Upper bound of `server.wasm_threads`.
 const MAX_WASM_THREADS: usize = 1024;
+/// Upper bound of a plugin's `timeout_ms` and `parser_timeout_ms` (a day): an attempt's lease is
+/// its timeout, kept in milliseconds beside the clock.
+const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// The cores this process may run on (its CPU affinity and cgroup quota, as the standard
 /// library reads them); 1 when that cannot be told.
@@ -637,6 +650,11 @@ impl Config {
         }
         if admin_token.as_deref() == Some("") {
             bail!("server.admin_token must not be empty");
+        }
+        if let Some(token) = &admin_token
+            && let Err(why) = check_token_chars(token)
+        {
+            bail!("server.admin_token (or env HOOKD_ADMIN_TOKEN): {why}");
         }
         if let Some(token) = &admin_token
             && !s.admin_listen.ip().is_loopback()
@@ -811,6 +829,31 @@ const PLACEHOLDER_TOKENS: [&str; 8] = [
     "password",
     "secret",
 ];
+
+/// `Err(why)` (never quoting the token) if `token` could never be presented: clients send it in
+/// an `Authorization` header, whose value the admin listener trims, so surrounding whitespace (a
+/// file's trailing newline) or a character a header cannot carry would lock every client out.
+fn check_token_chars(token: &str) -> Result<(), String> {
+    if token.trim() != token {
+        return Err(
+            "the token starts or ends with whitespace (a newline from the file or \
+                    variable it was read from?), which no Authorization header carries"
+                .into(),
+        );
+    }
+    match token.chars().find(|c| !(c.is_ascii_graphic() || *c == ' ')) {
+        Some(c) => Err(format!(
+            "the token contains a {} character, which an Authorization header cannot carry \
+             (use printable ASCII)",
+            if c.is_control() {
+                "control"
+            } else {
+                "non-ASCII"
+            }
+        )),
+        None => Ok(()),
+    }
+}
 
 /// `Err(why)` (never quoting the token) if `token` is too weak to guard an admin API that other
 /// machines can reach: short, a well-known placeholder, or nearly one repeated character.
@@ -1315,11 +1358,17 @@ fn source_config(
         name: SourceName::new(name),
         verifier,
         parser: file.parser.map(|p| plugin("parser", p)).transpose()?,
-        handlers: file
-            .handlers
-            .into_iter()
-            .map(|p| plugin("handlers", p))
-            .collect::<anyhow::Result<_>>()?,
+        handlers: {
+            let mut seen = HashSet::new();
+            if let Some(twice) = file.handlers.iter().find(|h| !seen.insert(*h)) {
+                // Each handler gets one delivery per event: a second entry would ask for two.
+                bail!("sources.{name}.handlers lists {twice:?} twice");
+            }
+            file.handlers
+                .into_iter()
+                .map(|p| plugin("handlers", p))
+                .collect::<anyhow::Result<_>>()?
+        },
         max_body_bytes,
     })
 }
@@ -1516,6 +1565,18 @@ mod tests {
             ("[plugins.p]\noutput_kib = 0", "plugins.p.output_kib"),
             ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
             (
+                "[plugins.p]\ntimeout_ms = 9223372036854775807",
+                "plugins.p.timeout_ms must be between 1 and 86400000",
+            ),
+            (
+                "[plugins.p]\nparser_timeout_ms = 0",
+                "plugins.p.parser_timeout_ms must be between 1",
+            ),
+            (
+                "[sources.a]\nscheme = \"github\"\nsecrets = [\"x\"]\nhandlers = [\"h\", \"g\", \"h\"]",
+                "sources.a.handlers lists \"h\" twice",
+            ),
+            (
                 "[plugins.p]\nmax_concurrency = 0",
                 "plugins.p.max_concurrency must be at least 1",
             ),
@@ -1638,6 +1699,35 @@ mod tests {
         )
         .unwrap();
         assert!(strong.server.admin_token.is_some());
+    }
+
+    /// A token no client could present (the admin listener trims what it is sent, and a header
+    /// cannot carry control characters) is refused at start-up instead of locking everyone out,
+    /// without quoting it.
+    #[test]
+    fn an_admin_token_no_header_can_carry_is_refused_without_quoting_it() {
+        for (token, why) in [
+            ("q7Jx2vN9pL4mR8sT1wZ6\n", "whitespace"),
+            (" q7Jx2vN9pL4mR8sT1wZ6", "whitespace"),
+            ("q7Jx2vN9\u{7}pL4mR8sT1wZ6", "control character"),
+            ("q7Jx2vN9pL4mR8sT1wZé", "non-ASCII character"),
+        ] {
+            let err = Config::parse("[server]\n", Path::new("/srv"), &|name| {
+                (name == "HOOKD_ADMIN_TOKEN").then(|| token.to_string())
+            })
+            .unwrap_err();
+            let err = format!("{err:#}");
+            assert!(
+                err.contains("HOOKD_ADMIN_TOKEN") && err.contains(why),
+                "{token:?}: {err}"
+            );
+            assert!(
+                !err.contains("q7Jx2vN9"),
+                "the error quotes the token: {err}"
+            );
+        }
+        // Spaces inside are carried (and compared) as they are.
+        assert!(parse("[server]\nadmin_token = \"two words here\"").is_ok());
     }
 
     #[test]
