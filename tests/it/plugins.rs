@@ -235,6 +235,30 @@ async fn flood_logs_are_truncated_with_a_marker_and_the_output_cap_is_per_instan
         "hookd.log is {} bytes: the logs were not capped",
         log.len()
     );
+
+    // 200 000 empty lines per attempt: each line costs the budget its own share too, so they
+    // are cut at the same cap (about 500 and 8 lines) instead of writing tens of MB.
+    let (status, reply) = support::post_sw(host.ingest, "s", "flood_2", b"empty-lines")
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    for handler in ["flood", "roomy"] {
+        let d = host.wait_state("s", "flood_2", handler, "done", WAIT).await;
+        assert_eq!(d["output"], "logged", "{d:#}");
+    }
+    let grown = std::fs::read_to_string(dir.path().join("hookd.log")).unwrap();
+    assert_eq!(
+        grown
+            .matches("[log output truncated: per-call log cap reached]")
+            .count(),
+        4,
+        "expected one truncation marker per attempt"
+    );
+    assert!(
+        grown.len() - log.len() < 200 * 1024,
+        "the empty lines added {} bytes to hookd.log: their lines were not counted",
+        grown.len() - log.len()
+    );
     drop(host);
 }
 

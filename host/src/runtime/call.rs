@@ -337,6 +337,8 @@ impl Runtime {
             limits,
             config: ctx.config.clone(),
             log_budget: ctx.limits.log_bytes,
+            log_line_bytes: host::LOG_LINE_BYTES
+                + ctx.event.as_ref().map_or(0, |e| e.as_str().len()),
             log_truncated: false,
             state: state.map(|store| host::StateTxn::new(store, ctx.plugin.clone())),
             http: wasmtime_wasi_http::WasiHttpCtx::new(),

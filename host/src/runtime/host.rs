@@ -237,6 +237,8 @@ pub struct HostState {
     pub limits: super::limiter::Limiter,
     pub config: Arc<BTreeMap<String, String>>,
     pub log_budget: usize,
+    /// What each log line costs the budget beyond its message (see [`LOG_LINE_BYTES`]).
+    pub log_line_bytes: usize,
     pub log_truncated: bool,
     pub state: Option<StateTxn>,
     /// `wasi:http` state; requests go through [`OutboundHooks`], which refuses all without a grant.
@@ -268,14 +270,22 @@ impl WasiView for HostState {
 
 impl types::Host for HostState {}
 
+/// What a guest's log line costs its call's log budget beyond its message: about what the host
+/// writes around it (time, level, the call's spans and their fields), to which the event id's
+/// length is added per call, since a sender chooses it and every line repeats it.
+pub const LOG_LINE_BYTES: usize = 128;
+
 impl log::Host for HostState {
     fn log(&mut self, level: log::Level, message: String) -> wasmtime::Result<()> {
         if self.log_truncated {
             return Ok(());
         }
-        // The budget counts the escaped bytes: what the host log really receives.
-        let (mut message, whole) = crate::text::escape_within(&message, self.log_budget);
-        self.log_budget -= message.len();
+        // The budget counts the escaped bytes and each line's own cost: what the host log
+        // really receives, so a million empty lines cannot write more than a few long ones.
+        let room = self.log_budget.checked_sub(self.log_line_bytes);
+        let (mut message, whole) = crate::text::escape_within(&message, room.unwrap_or(0));
+        let whole = whole && room.is_some();
+        self.log_budget = room.unwrap_or(0) - message.len();
         if !whole {
             self.log_truncated = true;
             message.push_str("… [log output truncated: per-call log cap reached]");
