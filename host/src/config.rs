@@ -28,6 +28,7 @@ use crate::{
         credentials::{Credential, Credentials},
         tls,
     },
+    registry::FileNeeds,
     verify::{
         Credential as SchemeCredential, HmacParts, HmacSetting, HmacSettingsError, Scheme,
         SchemeKind, Secret, Verifier,
@@ -604,15 +605,30 @@ impl Config {
             .map(|plugin| &plugin.name)
     }
 
-    /// Each plugin file's size cap, by stem: the largest `max_file_mib` of the instances that
-    /// load it.
-    pub fn file_caps(&self) -> HashMap<String, u64> {
-        let mut caps = HashMap::new();
+    /// What the configuration asks of each plugin file, by stem: its size cap (the largest
+    /// `max_file_mib` of the instances that load it) and the roles sources use it in.
+    pub fn file_needs(&self) -> HashMap<String, FileNeeds> {
+        let mut needs: HashMap<String, FileNeeds> = HashMap::new();
         for plugin in self.plugins.values() {
-            let cap = caps.entry(plugin.wasm.clone()).or_insert(0);
-            *cap = plugin.max_file_bytes.max(*cap);
+            let need = needs.entry(plugin.wasm.clone()).or_insert(FileNeeds {
+                max_bytes: 0,
+                ..FileNeeds::default()
+            });
+            need.max_bytes = plugin.max_file_bytes.max(need.max_bytes);
         }
-        caps
+        for source in self.sources.values() {
+            let parser = source.parser.iter().map(|p| (p, true));
+            for (instance, as_parser) in parser.chain(source.handlers.iter().map(|h| (h, false))) {
+                let need = needs.entry(self.plugin(instance).wasm.clone()).or_default();
+                let (used, key) = if as_parser {
+                    (&mut need.parser, "parser")
+                } else {
+                    (&mut need.handler, "handlers")
+                };
+                used.get_or_insert_with(|| format!("sources.{}.{key} ({instance})", source.name));
+            }
+        }
+        needs
     }
 
     /// Reads and validates `path`; relative paths inside are taken relative to its directory.

@@ -192,7 +192,7 @@ pub async fn run_with(
     let registry = Arc::new(Registry::new(
         runtime.clone(),
         server.plugins_dir.clone(),
-        config.file_caps(),
+        config.file_needs(),
         cache,
         compiler,
         telemetry.clone(),

@@ -36,6 +36,40 @@ pub const LARGEST_PLUGIN_BYTES: u64 = 256 * 1024 * 1024;
 /// Versions kept for rollback besides the live one.
 const KEEP_PREVIOUS: usize = 5;
 
+/// What the configuration asks of one plugin file (by stem): how large it may be, and the roles
+/// its instances are used in, each with one use to name in an error.
+#[derive(Debug, Clone)]
+pub struct FileNeeds {
+    /// Largest file accepted: the largest `max_file_mib` of the instances loading it.
+    pub max_bytes: u64,
+    /// A source that uses the file as its parser (`sources.NAME.parser`), if any does.
+    pub parser: Option<String>,
+    /// A source that uses the file as a handler (`sources.NAME.handlers`), if any does.
+    pub handler: Option<String>,
+}
+
+impl Default for FileNeeds {
+    fn default() -> Self {
+        Self {
+            max_bytes: MAX_PLUGIN_BYTES,
+            parser: None,
+            handler: None,
+        }
+    }
+}
+
+impl FileNeeds {
+    /// The first role the configuration uses `roles`' file in that it does not export, and where.
+    fn missing(&self, roles: runtime::Roles) -> Option<(&'static str, &str)> {
+        [
+            ("parser", roles.parser, self.parser.as_deref()),
+            ("handler", roles.handler, self.handler.as_deref()),
+        ]
+        .into_iter()
+        .find_map(|(role, exported, used)| used.filter(|_| !exported).map(|used| (role, used)))
+    }
+}
+
 /// One live version of a plugin file.
 #[derive(Debug)]
 pub struct LoadedPlugin {
@@ -81,6 +115,19 @@ pub enum LoadError {
         stem: String,
         file: String,
         source: runtime::LoadError,
+    },
+    /// A valid component, but without a role the configuration uses it in: loading it would
+    /// turn every event (or request) of that use into a failure.
+    #[error(
+        "plugin {stem}: {file} refused: it does not export the {role} role that {used_by} uses \
+         it as (it exports: {exports})"
+    )]
+    MissingRole {
+        stem: String,
+        file: String,
+        role: &'static str,
+        used_by: String,
+        exports: String,
     },
 }
 
@@ -140,8 +187,9 @@ pub struct PluginStatus {
 pub struct Registry {
     runtime: Arc<Runtime>,
     dir: PathBuf,
-    /// Each file's size cap, by stem ([`MAX_PLUGIN_BYTES`] for a stem not in it).
-    file_caps: HashMap<String, u64>,
+    /// What the configuration asks of each file, by stem ([`FileNeeds::default`] for a stem not
+    /// in it).
+    needs: HashMap<String, FileNeeds>,
     cache: Option<ArtifactCache>,
     compiler: Compiler,
     live: ArcSwap<HashMap<String, Arc<LoadedPlugin>>>,
@@ -151,12 +199,11 @@ pub struct Registry {
 
 impl Registry {
     /// A registry of the files in `dir`, compiled by `compiler`; `cache` (if any) keeps their
-    /// compiled code; `file_caps` says how large a file may be, by stem (the largest
-    /// `max_file_mib` of the plugins loading it; [`MAX_PLUGIN_BYTES`] for others).
+    /// compiled code; `needs` says what the configuration asks of each file, by stem.
     pub fn new(
         runtime: Arc<Runtime>,
         dir: PathBuf,
-        file_caps: HashMap<String, u64>,
+        needs: HashMap<String, FileNeeds>,
         cache: Option<ArtifactCache>,
         compiler: Compiler,
         telemetry: Arc<Telemetry>,
@@ -164,7 +211,7 @@ impl Registry {
         Self {
             runtime,
             dir,
-            file_caps,
+            needs,
             cache,
             compiler,
             live: ArcSwap::from_pointee(HashMap::new()),
@@ -260,7 +307,9 @@ impl Registry {
         tracing::warn!(plugin = stem, "plugin unloaded: its file was removed");
     }
 
-    /// Makes the most recent previous version live again.
+    /// Makes the most recent previous version live again. The version it replaces is dropped,
+    /// not listed as a rollback target: `previous` holds only earlier versions, so each rollback
+    /// goes one further back. (The file on disk is untouched; writing it again loads it.)
     pub fn rollback(&self, stem: &str) -> Result<Arc<LoadedPlugin>, RollbackError> {
         let mut status = self.status.lock().expect("poisoned");
         let entry = status
@@ -270,9 +319,7 @@ impl Registry {
             return Err(RollbackError::NoPrevious(stem.to_owned()));
         }
         let back = entry.previous.remove(0);
-        if let Some(current) = entry.current.replace(back.clone()) {
-            entry.previous.insert(0, current);
-        }
+        entry.current = Some(back.clone());
         self.publish(stem, Some(back.clone()));
         tracing::warn!(
             plugin = stem,
@@ -324,11 +371,8 @@ impl Registry {
     async fn build(&self, stem: &str, path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
         let file = path.display().to_string();
         let read_path = path.to_owned();
-        let cap = self
-            .file_caps
-            .get(stem)
-            .copied()
-            .unwrap_or(MAX_PLUGIN_BYTES);
+        let needs = self.needs.get(stem).cloned().unwrap_or_default();
+        let cap = needs.max_bytes;
         let bytes = tokio::task::spawn_blocking(move || read_plugin_file(&read_path, cap))
             .await
             .map_err(|source| LoadError::ReadTask {
@@ -378,6 +422,15 @@ impl Registry {
                 file: file.clone(),
                 source,
             })?;
+        if let Some((role, used_by)) = needs.missing(built.plugin.roles()) {
+            return Err(LoadError::MissingRole {
+                stem: stem.to_owned(),
+                file,
+                role,
+                used_by: used_by.to_owned(),
+                exports: built.plugin.roles().names().join(", "),
+            });
+        }
         // Cached only now that it passed every check: a refused file leaves nothing behind.
         if let (Some(cache), Some(artifact)) = (self.cache.clone(), built.artifact) {
             let _ = tokio::task::spawn_blocking(move || cache.store(&sha256, &artifact)).await;

@@ -349,8 +349,9 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
     assert!(ran.get(&new).copied().unwrap_or(0) >= 10, "{ran:?}");
 }
 
-/// A truncated file and a file of random bytes never evict the working version; the error names
-/// the file and the reason; a good file clears it.
+/// A truncated file, a file of random bytes and a component without the configured role never
+/// evict the working version; the error names the file and the reason; a good file clears it.
+/// A replacement with the same size and modification time is noticed all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
@@ -405,10 +406,58 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     send(&host, "while_noise").await;
     let d = host.wait_state("s", "while_noise", "h", "done", WAIT).await;
     assert_eq!(history(&d)[0].3, v2);
+
+    // A valid component without the role the source uses it in (a parser where a handler is
+    // configured) is refused too: loaded, it would dead-letter every event.
+    replace_atomically(&file, &std::fs::read(plugins::GITHUB).unwrap());
+    let status = host
+        .wait_plugin("h", "the parser-only file's error", WAIT, |p| {
+            p["error"].as_str().is_some_and(|e| e.contains("role"))
+        })
+        .await;
+    let error = status["error"].as_str().unwrap();
+    assert!(
+        error.contains("does not export the handler role that sources.s.handlers (h) uses it as")
+            && error.contains("(it exports: parser)"),
+        "{error}"
+    );
+    assert_eq!(sha(&status).as_deref(), Some(v2.as_str()), "{status:#}");
+    send(&host, "while_parser_only").await;
+    let d = host
+        .wait_state("s", "while_parser_only", "h", "done", WAIT)
+        .await;
+    assert_eq!(history(&d)[0].3, v2);
+
+    // A file renamed into place with the same size and modification time as the one before it
+    // (as reproducible builds make them) is still a change: here one of noise, refused.
+    replace_atomically(&file, &good);
+    host.wait_plugin("h", "v2's bytes again", WAIT, |p| p["error"].is_null())
+        .await;
+    let before = std::fs::metadata(&file).unwrap();
+    let twin = file.with_extension("wasm.twin");
+    let mut same_size = noise.clone();
+    same_size.resize(good.len(), 0);
+    std::fs::write(&twin, &same_size).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&twin)
+        .unwrap()
+        .set_modified(before.modified().unwrap())
+        .unwrap();
+    assert_eq!(std::fs::metadata(&twin).unwrap().len(), before.len());
+    std::fs::rename(&twin, &file).unwrap();
+    let status = host
+        .wait_plugin("h", "the same-size, same-mtime file's error", WAIT, |p| {
+            !p["error"].is_null()
+        })
+        .await;
+    assert_eq!(sha(&status).as_deref(), Some(v2.as_str()), "{status:#}");
 }
 
 /// `POST /admin/plugins/{name}/rollback` makes the previous version live; the file on disk is
-/// still the newer one, and an unknown plugin or one without history is refused.
+/// still the newer one, and an unknown plugin or one without history is refused. Each rollback
+/// goes one version further back: the version rolled back from is not a rollback target, so
+/// pressing it twice never brings the bad version back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_makes_the_previous_sha_live() {
     let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
@@ -423,31 +472,48 @@ async fn rollback_makes_the_previous_sha_live() {
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 
-    replace_atomically(
-        &plugin_file(&host, "h"),
-        &std::fs::read(plugins::CLASSIFIER).unwrap(),
-    );
-    let v2 = sha(&host
-        .wait_plugin("h", "the swap", WAIT, |p| sha(p).is_some_and(|s| s != v1))
-        .await)
-    .unwrap();
-    send(&host, "on_v2").await;
-    let d = host.wait_state("s", "on_v2", "h", "done", WAIT).await;
-    assert_eq!(history(&d)[0].3, v2);
+    let mut versions = vec![v1.clone()];
+    for wasm in [plugins::CLASSIFIER, plugins::COUNTER] {
+        replace_atomically(&plugin_file(&host, "h"), &std::fs::read(wasm).unwrap());
+        let last = versions.last().unwrap().clone();
+        let status = host
+            .wait_plugin("h", "the swap", WAIT, |p| sha(p).is_some_and(|s| s != last))
+            .await;
+        versions.push(sha(&status).unwrap());
+    }
+    let v2 = versions[1].clone();
+    assert_eq!(host.plugin("h").await["previous"], json!([v2, v1]));
 
-    let (status, reply) = host
+    // v3 -> v2 (v3 is dropped from the targets), then v2 -> v1.
+    for (back, left) in [(&v2, json!([v1])), (&v1, json!([]))] {
+        let (status, reply) = host
+            .admin_post("/admin/plugins/h/rollback", json!({}))
+            .await;
+        assert_eq!(
+            (status, reply),
+            (
+                StatusCode::OK,
+                json!({"name": "h", "sha256": back, "instances": ["h"]})
+            )
+        );
+        assert_eq!(host.plugin("h").await["previous"], left);
+        if back == &v2 {
+            send(&host, "on_v2").await;
+            let d = host.wait_state("s", "on_v2", "h", "done", WAIT).await;
+            assert_eq!(history(&d)[0].3, v2);
+        }
+    }
+    let (status, _) = host
         .admin_post("/admin/plugins/h/rollback", json!({}))
         .await;
     assert_eq!(
-        (status, reply),
-        (
-            StatusCode::OK,
-            json!({"name": "h", "sha256": v1, "instances": ["h"]})
-        )
+        status,
+        StatusCode::CONFLICT,
+        "a third rollback had nowhere to go"
     );
     let status = host.plugin("h").await;
     assert_eq!(sha(&status).as_deref(), Some(v1.as_str()));
-    assert_eq!(status["previous"], json!([v2]));
+    assert_eq!(status["previous"], json!([]), "{status:#}");
     send(&host, "on_v1").await;
     let d = host.wait_state("s", "on_v1", "h", "done", WAIT).await;
     assert_eq!(history(&d)[0].3, v1);

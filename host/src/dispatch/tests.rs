@@ -54,7 +54,7 @@ impl Fixture {
         let registry = Arc::new(Registry::new(
             runtime.clone(),
             dir.path().join("plugins"),
-            config.file_caps(),
+            config.file_needs(),
             None,
             compiler,
             Telemetry::new(clock.clone()),

@@ -5,7 +5,7 @@
 //! watcher can be created, a fast polling scan replaces it.
 //!
 //! Invariants: only files a configured plugin instance uses are loaded; a file is loaded only
-//! once its size and modification time have stopped changing for [`SETTLE`] (debounce), so a
+//! once its [`Fingerprint`] has stopped changing for [`SETTLE`] (debounce), so a
 //! `cp` in progress is never compiled — or for [`SETTLE_FINISHED`] once the watcher saw the
 //! writer finish (it closed the file, or the file was renamed into place); a deleted file
 //! unloads its plugin (deliveries wait, they are not dead-lettered); loads run off this loop,
@@ -36,15 +36,24 @@ const RESCAN_EVERY: Duration = Duration::from_secs(1);
 /// How often every file is looked at when there is no watcher.
 const POLL_EVERY: Duration = Duration::from_millis(100);
 
-/// What the watcher knows of one file: its size and modification time (None: no file).
-type Fingerprint = Option<(u64, SystemTime)>;
+/// What the watcher knows of one file (None: no file): its inode and device, size, and
+/// modification and change times. The inode tells a file renamed into place from the one it
+/// replaced and the change time an in-place rewrite, even when a build gave both the same size
+/// and a fixed modification time (reproducible builds do).
+type Fingerprint = Option<(u64, u64, u64, SystemTime, (i64, i64))>;
 
 fn fingerprint(path: &Path) -> Fingerprint {
-    // Not following symlinks: a link (or any other non-directory) in the file's place is a
+    use std::os::unix::fs::MetadataExt as _;
+    // Not following symlinks: a link, a directory or anything else in the file's place is a
     // change the registry then refuses with an error, rather than a silently followed file.
     let meta = std::fs::symlink_metadata(path).ok()?;
-    (!meta.is_dir()).then_some(())?;
-    Some((meta.len(), meta.modified().ok()?))
+    Some((
+        meta.dev(),
+        meta.ino(),
+        meta.len(),
+        meta.modified().ok()?,
+        (meta.ctime(), meta.ctime_nsec()),
+    ))
 }
 
 /// A change waiting to settle.
