@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{ProcessHost, install_plugins, plugins, post_sw, sw_source};
+use crate::support::{AdminApi as _, ProcessHost, install_plugins, plugins, post_sw, sw_source};
 
 const WAIT: Duration = Duration::from_secs(60);
 const GREETING: &str = "guest says hello";
@@ -113,6 +113,53 @@ async fn an_ingest_log_line_names_its_source_from_the_receive_span() {
         .find(|l| l["fields"]["message"] == "request quarantined")
         .unwrap();
     assert_eq!(span(held, "receive")["source"], "q", "{held}");
+}
+
+/// A quarantined request was acknowledged (202), so when a replay finds its parser now refuses
+/// it (here `generic` without its settings, which refuses everything) and resolves it without
+/// an event, the log says so: the source, the quarantine id and the parser's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quarantined_request_its_parser_now_refuses_is_logged_when_a_replay_resolves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(dir.path(), &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let (status, reply) = post_sw(host.ingest, "q", "held-2", b"{}").await.unwrap();
+    assert!(status.is_success(), "{status} {reply}");
+    host.wait_log("request quarantined", WAIT).await;
+
+    install_plugins(dir.path(), &[("absent", plugins::GENERIC)]);
+    host.wait_plugin("absent", "its file loading", WAIT, |p| {
+        p["sha256"].is_string()
+    })
+    .await;
+    let (status, reply) = host
+        .admin(
+            http::Method::POST,
+            "/admin/replay",
+            Some(crate::support::ADMIN_TOKEN),
+            Some(json!({"source": "q"})),
+        )
+        .await;
+    assert_eq!(
+        (status, reply),
+        (http::StatusCode::OK, json!({"matched": 1, "replayed": 1}))
+    );
+    let log = host
+        .wait_log("quarantined request resolved without an event", WAIT)
+        .await;
+    let lines = json_lines(&log);
+    let line = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("quarantined request resolved"))
+        })
+        .unwrap();
+    assert_eq!(line["level"], "WARN", "{line}");
+    assert_eq!(line["fields"]["source"], "q", "{line}");
+    assert!(line["fields"]["quarantine_id"].is_number(), "{line}");
+    let reason = line["fields"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.starts_with("parser now says: "), "{line}");
 }
 
 /// Filtered to warnings (`HOOKD_LOG=warn`), the log keeps its context: a guest's warning still

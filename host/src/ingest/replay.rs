@@ -9,6 +9,7 @@
 
 use crate::{
     Shared,
+    ids::SourceName,
     inbox::{Accepted, InboxError, ReplayFilter},
     ingest::{EnvelopeOutcome, envelope},
     text,
@@ -114,18 +115,14 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
                 replayed += 1;
             }
             EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
-                shared
-                    .inbox
-                    .resolve_quarantine(
-                        item.id,
-                        text::cap(format!("parser now says: {reason}"), text::MAX_REASON_BYTES),
-                    )
-                    .await?;
+                let reason =
+                    text::cap(format!("parser now says: {reason}"), text::MAX_REASON_BYTES);
+                resolved(shared, &source.name, item.id, reason).await?;
                 replayed += 1;
             }
             EnvelopeOutcome::Respond(answer) => {
                 let reason = format!("parser now answers {} (not an event)", answer.status);
-                shared.inbox.resolve_quarantine(item.id, reason).await?;
+                resolved(shared, &source.name, item.id, reason).await?;
                 replayed += 1;
             }
             EnvelopeOutcome::Quarantine(reason) => {
@@ -134,4 +131,19 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
         }
     }
     Ok(replayed)
+}
+
+/// Resolves quarantined request `id` without an event, and says so in the log: the request was
+/// acknowledged once, so leaving quarantine without becoming an event is worth a line.
+async fn resolved(
+    shared: &Shared,
+    source: &SourceName,
+    id: i64,
+    reason: String,
+) -> Result<(), InboxError> {
+    tracing::warn!(
+        source = %source, quarantine_id = id, reason = %text::escape(&reason),
+        "quarantined request resolved without an event: its parser refuses it now"
+    );
+    shared.inbox.resolve_quarantine(id, reason).await
 }
