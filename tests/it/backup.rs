@@ -3,8 +3,9 @@
 //!
 //! Invariants checked: the copy holds every event acknowledged before the backup began and
 //! passes `integrity_check`; ingest keeps answering during the backup; a host started on the
-//! restored copy serves it with its dedupe; the refusals (an existing OUT, a PostgreSQL
-//! config, a restore while a host serves the database) leave everything as it was.
+//! restored copy serves it with its dedupe; the refusals (an existing OUT, a file the served
+//! database keeps beside it as OUT even with `--force`, a PostgreSQL config, a restore while a
+//! host serves the database) leave everything as it was, and say each cause once.
 
 use std::{
     path::Path,
@@ -17,7 +18,7 @@ use std::{
 
 use http::StatusCode;
 
-use crate::support::{ProcessHost, hookd_cli, post_sw, sw_source};
+use crate::support::{ProcessHost, free_port, hookd_cli, post_sw, sw_source};
 
 /// Senders posting at once.
 const SENDERS: usize = 4;
@@ -220,4 +221,132 @@ async fn a_postgres_database_is_pointed_to_pg_dump() {
         assert!(!refused.contains("s3cret-pw"), "{refused}");
     }
     assert!(!dir.path().join("x.db").exists());
+}
+
+/// The inode at `path`.
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+/// A second `hookd serve` in `dir` on the same database (its own listen ports), which must be
+/// refused: its stderr. One that starts anyway is killed and fails the test.
+async fn second_serve_refused(dir: &Path) -> String {
+    let config = std::fs::read_to_string(dir.join("hookd.toml")).unwrap();
+    let config: String = config
+        .lines()
+        .map(|line| match line.split_once(" = ") {
+            Some((key @ ("listen" | "admin_listen"), _)) => {
+                format!("{key} = \"{}\"\n", free_port())
+            }
+            _ => format!("{line}\n"),
+        })
+        .collect();
+    std::fs::write(dir.join("second.toml"), config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        .args(["serve", "--config", "second.toml"])
+        .current_dir(dir)
+        .env_remove("HOOKD_ADMIN_TOKEN")
+        .env_remove("HOOKD_DATABASE_URL")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("a second hookd serve started on the served database");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn a_forced_backup_never_replaces_a_file_of_the_served_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ProcessHost::start(dir.path(), &sw_source("s", &[], "")).await;
+    let (status, _) = post_sw(host.ingest, "s", "a", &body("a")).await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED);
+    std::os::unix::fs::symlink(".", dir.path().join("link")).unwrap();
+    let (wal, lock) = (
+        dir.path().join("hookd.db-wal"),
+        dir.path().join("hookd.db.lock"),
+    );
+    let before = (inode(&wal), inode(&lock));
+
+    for (out, what) in [
+        ("hookd.db.lock", "is the lock file"),
+        ("./hookd.db-wal", "is the write-ahead log"),
+        ("hookd.db-shm", "is the WAL index"),
+        ("hookd.db-journal", "is the rollback journal"),
+        ("link/hookd.db.lock", "is the lock file"),
+        ("hookd.db.admin-token", "is the admin token file"),
+        ("link/hookd.db", "is the database itself"),
+    ] {
+        let args = ["backup", "--config", "hookd.toml", "--force", out];
+        let refused = hookd_refused(dir.path(), &args).await;
+        assert!(
+            refused.starts_with(&format!("hookd: {out} {what}")),
+            "{out}: {refused}"
+        );
+    }
+
+    assert_eq!(
+        (inode(&wal), inode(&lock)),
+        before,
+        "a live file was replaced"
+    );
+    for file in std::fs::read_dir(dir.path()).unwrap() {
+        let name = file.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(
+            !name.ends_with(".partial")
+                && !name.ends_with("-journal")
+                && !name.ends_with("admin-token"),
+            "{name} was left"
+        );
+    }
+    let refused = second_serve_refused(dir.path()).await;
+    assert!(refused.contains("in use by another hookd"), "{refused}");
+    // The host still serves its database, which still holds its event.
+    let (status, reply) = post_sw(host.ingest, "s", "a", &body("a")).await.unwrap();
+    assert_eq!(
+        (status, reply["duplicate"].clone()),
+        (StatusCode::ACCEPTED, true.into())
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_says_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = ProcessHost::start(dir.path(), &sw_source("s", &[], "")).await;
+    hookd_ok(dir.path(), &["backup", "--config", "hookd.toml", "copy.db"]).await;
+
+    let refused = hookd_refused(
+        dir.path(),
+        &["restore", "--config", "hookd.toml", "copy.db"],
+    )
+    .await;
+    assert_eq!(
+        refused,
+        "hookd: locking ./hookd.db: the database ./hookd.db is in use by another hookd process \
+         (lock ./hookd.db.lock); one hookd per database\n"
+    );
+    let args = ["backup", "--config", "hookd.toml", "nodir/x.db"];
+    assert_eq!(
+        hookd_refused(dir.path(), &args).await,
+        "hookd: no directory nodir to write the copy in; create it first\n"
+    );
+    host.kill();
+
+    std::fs::write(dir.path().join("junk.db"), vec![7u8; 8192]).unwrap();
+    let args = ["restore", "--config", "hookd.toml", "junk.db"];
+    assert_eq!(
+        hookd_refused(dir.path(), &args).await,
+        "hookd: reading junk.db: storage error: file is not a database\n"
+    );
 }

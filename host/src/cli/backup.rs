@@ -11,6 +11,7 @@ use anyhow::bail;
 use clap::Args;
 
 use crate::{
+    admin,
     config::{self, Database},
     inbox::backup::{self, BackupError},
 };
@@ -40,7 +41,10 @@ pub struct RestoreArgs {
 
 pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
     let database = sqlite_database(&args.config, "backup")?;
-    let copied = backup::backup(&database, &args.out, args.force).map_err(|e| match e {
+    // The other file hookd keeps beside an SQLite database (the SQLite room knows its own).
+    let token_file = admin::token::token_file(&database);
+    let kept = [(token_file.as_path(), "the admin token file")];
+    let copied = backup::backup(&database, &args.out, args.force, &kept).map_err(|e| match e {
         BackupError::Exists(_) => anyhow::anyhow!("{e} (pass --force to replace it)"),
         e => e.into(),
     })?;

@@ -5,7 +5,9 @@
 //! Invariants:
 //! - A copy is one point in time (one read snapshot of the source), passed
 //!   `PRAGMA integrity_check` and holds a schema this hookd knows, before it gets its final
-//!   name; a file at that name is replaced only when the caller says so.
+//!   name; a file at that name is replaced only when the caller says so, and never when it is
+//!   the database or a file kept beside it (its `-wal`, `-shm`, `-journal`, `.lock`, the admin
+//!   token file), however the path reaches it.
 //! - A backup never takes the database's lock nor writes to the database: the running hookd
 //!   keeps answering meanwhile.
 //! - A restore holds the database's lock throughout (so it refuses while a hookd serves it),
@@ -39,6 +41,9 @@ pub struct Restored {
 }
 
 /// Why a backup or a restore refused or failed; each names the file concerned.
+///
+/// Each message carries the text of its cause, and no variant is another error's `source()`:
+/// the CLI prints an error with its chain (`{:#}`), which would print that cause again.
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
     #[error("no database at {}", .0.display())]
@@ -47,6 +52,25 @@ pub enum BackupError {
     Exists(PathBuf),
     #[error("{} is the database itself", .0.display())]
     SameFile(PathBuf),
+    /// The copy would be written over a file the database's process keeps beside it.
+    #[error(
+        "{} is {what} of the database {}; a copy never replaces it: choose another path",
+        path.display(),
+        database.display()
+    )]
+    Companion {
+        path: PathBuf,
+        what: &'static str,
+        database: PathBuf,
+    },
+    #[error("no directory {} to write the copy in; create it first", .0.display())]
+    NoDirectory(PathBuf),
+    /// A temporary copy's name is taken (it is unique to a process: one that stopped left it).
+    #[error(
+        "{} already exists (left by a backup or restore that stopped?); remove it and run again",
+        .0.display()
+    )]
+    Leftover(PathBuf),
     #[error("{} is not a hookd database (no hookd schema in it)", .0.display())]
     NotHookd(PathBuf),
     #[error(
@@ -61,28 +85,33 @@ pub enum BackupError {
     #[error("{} fails PRAGMA integrity_check: {report}", path.display())]
     Corrupt { path: PathBuf, report: String },
     /// A file-system step failed.
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}: {error}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The database engine failed on `path`, or the database is in use (restore).
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}: {error}", path.display())]
     Inbox {
         action: &'static str,
         path: PathBuf,
-        #[source]
-        source: InboxError,
+        error: InboxError,
     },
 }
 
 /// Copies the SQLite database at `database` (which a hookd may be serving) to `out`, through a
 /// temporary file beside `out` renamed into place once complete and checked. `replace`: an
-/// existing `out` is replaced instead of refused.
-pub fn backup(database: &Path, out: &Path, replace: bool) -> Result<Copied, BackupError> {
-    sqlite::backup::backup(database, out, replace)
+/// existing `out` is replaced instead of refused. `kept`: further files hookd keeps beside the
+/// database (the admin token file), each with what it is; `out` is never one of them, nor the
+/// database or a file SQLite or the lock keep beside it.
+pub fn backup(
+    database: &Path,
+    out: &Path,
+    replace: bool,
+    kept: &[(&Path, &'static str)],
+) -> Result<Copied, BackupError> {
+    sqlite::backup::backup(database, out, replace, kept)
 }
 
 /// Makes the SQLite database at `database` a copy of `copy` (a backup), once `copy` is checked;

@@ -5,12 +5,18 @@
 //! - The source is opened read-only and never locked: a backup takes no `<database>.lock` and
 //!   writes nothing to it. One read transaction spans the whole copy, so every page comes from
 //!   one snapshot (WAL lets the serving hookd commit meanwhile, and the copy never restarts).
-//! - A copy is written to a temporary file beside its destination and gets its name only after
-//!   it holds a schema this hookd knows and passed `PRAGMA integrity_check`; it is left in WAL
-//!   mode with no `-wal` of its own, as `hookd serve` opens it.
+//! - A backup never writes over the database or a file kept beside it (`connection::COMPANIONS`
+//!   and the caller's `kept`), compared by resolved path, whether as its destination, the
+//!   temporary file or a file SQLite keeps beside either.
+//! - A copy is written to a temporary file beside its destination, created by this process (a
+//!   file already there is refused, never reused) and removed with what SQLite left beside it
+//!   unless it got its name; it gets its name only after it holds a schema this hookd knows and
+//!   passed `PRAGMA integrity_check`; it is left in WAL mode with no `-wal` of its own, as
+//!   `hookd serve` opens it.
 //! - A restore moves the replaced database (and its `-wal`) aside, never deletes it.
 
 use std::{
+    os::unix::fs::OpenOptionsExt as _,
     path::{Path, PathBuf},
     time::{Duration, SystemTime},
 };
@@ -20,11 +26,21 @@ use rusqlite::{
     backup::{Backup, StepResult},
 };
 
-use super::{connection, schema};
-use crate::inbox::backup::{BackupError, Copied, Restored};
+use super::{
+    connection::{self, COMPANIONS, JOURNAL, SHM, WAL, beside},
+    schema,
+};
+use crate::inbox::{
+    InboxError,
+    backup::{BackupError, Copied, Restored},
+};
 
 /// Pages copied per step of the backup API (4 MiB at hookd's page size).
 const PAGES_PER_STEP: i32 = 1024;
+
+/// The files SQLite keeps beside a database file it opens (a stale one would be replayed into
+/// the file, or left beside it).
+const SQLITE_FILES: [&str; 3] = [WAL, SHM, JOURNAL];
 
 /// The tables a hookd database has from its first schema version on.
 const HOOKD_TABLES: [&str; 5] = [
@@ -39,38 +55,34 @@ pub(in crate::inbox) fn backup(
     database: &Path,
     out: &Path,
     replace: bool,
+    kept: &[(&Path, &'static str)],
 ) -> Result<Copied, BackupError> {
     if !database.is_file() {
         return Err(BackupError::Missing(database.to_owned()));
     }
-    if same_file(database, out) {
-        return Err(BackupError::SameFile(out.to_owned()));
-    }
-    if !replace && (out.exists() || suffixed(out, "-wal").exists()) {
+    let temp = temporary_beside(out);
+    refuse_live_files(database, kept, &[out, &temp])?;
+    if !replace && (out.exists() || beside(out, WAL).exists()) {
         return Err(BackupError::Exists(out.to_owned()));
     }
-    let temp = temporary_beside(out);
-    let placed = copy(database, &temp).and_then(|copied| {
-        if replace {
-            // A stale `-wal` beside `out` would be replayed into the copy on its first open.
-            remove_if_present(&suffixed(out, "-wal"))?;
-            remove_if_present(&suffixed(out, "-shm"))?;
-            rename(&temp, out)?;
-        } else {
-            // A link fails if `out` appeared meanwhile: nothing is ever overwritten unasked.
-            std::fs::hard_link(&temp, out).map_err(|source| match source.kind() {
-                std::io::ErrorKind::AlreadyExists => BackupError::Exists(out.to_owned()),
-                _ => io("naming the copy", out)(source),
-            })?;
-            remove_if_present(&temp)?;
+    let partial = Partial::create(temp)?;
+    let copied = copy(database, &partial.0)?;
+    if replace {
+        // A stale `-wal` or `-journal` beside `out` would be replayed into the copy on its
+        // first open.
+        for suffix in SQLITE_FILES {
+            remove_if_present(&beside(out, suffix))?;
         }
-        sync_parent(out)?;
-        Ok(copied)
-    });
-    if placed.is_err() {
-        remove_temporary(&temp);
+        rename(&partial.0, out)?;
+    } else {
+        // A link fails if `out` appeared meanwhile: nothing is ever overwritten unasked.
+        std::fs::hard_link(&partial.0, out).map_err(|error| match error.kind() {
+            std::io::ErrorKind::AlreadyExists => BackupError::Exists(out.to_owned()),
+            _ => io("naming the copy", out)(error),
+        })?;
     }
-    placed
+    sync_parent(out)?;
+    Ok(copied)
 }
 
 pub(in crate::inbox) fn restore(
@@ -83,81 +95,124 @@ pub(in crate::inbox) fn restore(
     if same_file(database, copy_path) {
         return Err(BackupError::SameFile(copy_path.to_owned()));
     }
-    let inbox = |action| {
-        move |source| BackupError::Inbox {
-            action,
-            path: database.to_owned(),
-            source,
-        }
-    };
-    connection::create_parent(database).map_err(inbox("creating the directory of"))?;
+    connection::create_parent(database).map_err(inbox("creating the directory of", database))?;
     // Held until the restored database is in place: no hookd starts on a half-restored one.
-    let _lock = connection::lock_database(database).map_err(inbox("locking"))?;
-    let temp = temporary_beside(database);
-    let copied = match copy(copy_path, &temp) {
-        Ok(copied) => copied,
-        Err(e) => {
-            remove_temporary(&temp);
-            return Err(e);
-        }
-    };
+    let _lock = connection::lock_database(database).map_err(inbox("locking", database))?;
+    let partial = Partial::create(temporary_beside(database))?;
+    let copied = copy(copy_path, &partial.0)?;
     let replaced = if database.exists() {
         let aside = aside_name(database);
         rename(database, &aside)?;
         // The replaced database's last commits may still be in its `-wal`: it goes with it.
-        let wal = suffixed(database, "-wal");
+        let wal = beside(database, WAL);
         if wal.exists() {
-            rename(&wal, &suffixed(&aside, "-wal"))?;
+            rename(&wal, &beside(&aside, WAL))?;
         }
-        remove_if_present(&suffixed(database, "-shm"))?;
+        remove_if_present(&beside(database, SHM))?;
         Some(aside)
     } else {
         None
     };
-    rename(&temp, database)?;
+    rename(&partial.0, database)?;
     sync_parent(database)?;
     Ok(Restored { copied, replaced })
 }
 
-/// Copies the database at `from` into a new file `to` (one snapshot), then checks the copy.
-fn copy(from: &Path, to: &Path) -> Result<Copied, BackupError> {
-    let at = |action, path: &Path| {
-        let path = path.to_owned();
-        move |source: rusqlite::Error| BackupError::Inbox {
-            action,
-            path,
-            source: source.into(),
+/// Refuses to write any of `writes` (with the files SQLite keeps beside each) where it would
+/// replace the database, a file kept beside it ([`COMPANIONS`]), or one of `kept`. Paths are
+/// compared resolved: relative to the working directory, their directory's symlinks, `.` and
+/// `..` resolved, and a file that is a symlink also as the file it leads to.
+fn refuse_live_files(
+    database: &Path,
+    kept: &[(&Path, &'static str)],
+    writes: &[&Path],
+) -> Result<(), BackupError> {
+    // Each live file resolved, with what it is (`None`: the database itself).
+    let mut live = Vec::new();
+    for resolved in resolutions(database)? {
+        for (suffix, what) in COMPANIONS {
+            live.push((beside(&resolved, suffix), Some(what)));
         }
+        live.push((resolved, None));
+    }
+    for (file, what) in kept {
+        live.extend(resolutions(file)?.into_iter().map(|f| (f, Some(*what))));
+    }
+    for written in writes {
+        let files = std::iter::once(written.to_path_buf())
+            .chain(SQLITE_FILES.map(|suffix| beside(written, suffix)));
+        for file in files {
+            for resolved in resolutions(&file)? {
+                match live.iter().find(|(live, _)| *live == resolved) {
+                    None => {}
+                    Some((_, None)) => return Err(BackupError::SameFile(file)),
+                    Some((_, Some(what))) => {
+                        return Err(BackupError::Companion {
+                            path: file,
+                            what,
+                            database: database.to_owned(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The files `path` names once resolved: its directory resolved, with its file name; and, if
+/// it exists and leads elsewhere (a symlink), where it leads. A missing directory is refused.
+fn resolutions(path: &Path) -> Result<Vec<PathBuf>, BackupError> {
+    let Some(name) = path.file_name() else {
+        // `/` or `..`: a directory, never a file to write over.
+        return Ok(std::fs::canonicalize(path).into_iter().collect());
     };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let dir = std::fs::canonicalize(dir).map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => {
+            BackupError::NoDirectory(dir.to_owned())
+        }
+        _ => io("resolving", dir)(error),
+    })?;
+    let mut found = vec![dir.join(name)];
+    if let Ok(target) = std::fs::canonicalize(path)
+        && target != found[0]
+    {
+        found.push(target);
+    }
+    Ok(found)
+}
+
+/// Copies the database at `from` into `to`, a new empty file (one snapshot), then checks the
+/// copy.
+fn copy(from: &Path, to: &Path) -> Result<Copied, BackupError> {
     let source = Connection::open_with_flags(
         from,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(at("opening", from))?;
+    .map_err(sql("opening", from))?;
     source
         .busy_timeout(Duration::from_secs(10))
-        .map_err(at("opening", from))?;
+        .map_err(sql("opening", from))?;
     // The snapshot: a read transaction started by the first read, held to the last page.
     source
         .execute_batch("BEGIN DEFERRED")
-        .map_err(at("reading", from))?;
+        .map_err(sql("reading", from))?;
     let schema_version = hookd_schema(&source, from)?;
     let events: i64 = source
         .query_row("SELECT count(*) FROM events", [], |row| row.get(0))
-        .map_err(at("reading", from))?;
+        .map_err(sql("reading", from))?;
 
-    connection::create_private(to).map_err(|source| BackupError::Inbox {
-        action: "creating",
-        path: to.to_owned(),
-        source,
-    })?;
-    let mut target = Connection::open(to).map_err(at("opening", to))?;
+    let mut target = Connection::open(to).map_err(sql("opening", to))?;
     {
-        let backup = Backup::new(&source, &mut target).map_err(at("copying into", to))?;
+        let backup = Backup::new(&source, &mut target).map_err(sql("copying into", to))?;
         loop {
             match backup
                 .step(PAGES_PER_STEP)
-                .map_err(at("copying from", from))?
+                .map_err(sql("copying from", from))?
             {
                 StepResult::Done => break,
                 // Busy or locked (the enum is non-exhaustive): wait a little and step again.
@@ -168,19 +223,19 @@ fn copy(from: &Path, to: &Path) -> Result<Copied, BackupError> {
     }
     source
         .execute_batch("COMMIT")
-        .map_err(at("reading", from))?;
+        .map_err(sql("reading", from))?;
     drop(source);
 
     let mode: String = target
         .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-        .map_err(at("setting WAL mode on", to))?;
+        .map_err(sql("setting WAL mode on", to))?;
     if !mode.eq_ignore_ascii_case("wal") {
         let refused = std::io::Error::other(format!("journal_mode stayed {mode}"));
         return Err(io("setting WAL mode on", to)(refused));
     }
     integrity_check(&target, to)?;
     // Closing the last connection checkpoints the copy's `-wal` into it and deletes it.
-    target.close().map_err(|(_, e)| at("closing", to)(e))?;
+    target.close().map_err(|(_, e)| sql("closing", to)(e))?;
     let file = std::fs::File::open(to).map_err(io("opening", to))?;
     file.sync_all().map_err(io("syncing", to))?;
     let bytes = file.metadata().map_err(io("reading", to))?.len();
@@ -193,11 +248,7 @@ fn copy(from: &Path, to: &Path) -> Result<Copied, BackupError> {
 
 /// The schema version of the hookd database `conn` has open at `path`; refuses anything else.
 fn hookd_schema(conn: &Connection, path: &Path) -> Result<i64, BackupError> {
-    let read = |source: rusqlite::Error| BackupError::Inbox {
-        action: "reading",
-        path: path.to_owned(),
-        source: source.into(),
-    };
+    let read = |error| sql("reading", path)(error);
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(read)?;
@@ -223,11 +274,7 @@ fn hookd_schema(conn: &Connection, path: &Path) -> Result<i64, BackupError> {
 
 /// `PRAGMA integrity_check` of `conn` (open at `path`): `ok`, or the problems it lists.
 fn integrity_check(conn: &Connection, path: &Path) -> Result<(), BackupError> {
-    let read = |source: rusqlite::Error| BackupError::Inbox {
-        action: "checking",
-        path: path.to_owned(),
-        source: source.into(),
-    };
+    let read = |error| sql("checking", path)(error);
     let mut check = conn.prepare("PRAGMA integrity_check").map_err(read)?;
     let lines = check
         .query_map([], |row| row.get::<_, String>(0))
@@ -251,13 +298,6 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// `path` with `suffix` appended to its file name (SQLite's `-wal`, `-shm`).
-fn suffixed(path: &Path, suffix: &str) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(suffix);
-    PathBuf::from(name)
-}
-
 /// A temporary name in `path`'s directory, unique to this process.
 fn temporary_beside(path: &Path) -> PathBuf {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -270,17 +310,39 @@ fn aside_name(database: &Path) -> PathBuf {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis();
-    suffixed(database, &format!(".replaced-{ms}"))
+    beside(database, &format!(".replaced-{ms}"))
 }
 
-/// Removes a temporary copy and whatever SQLite left beside it (best effort: it failed anyway).
-fn remove_temporary(temp: &Path) {
-    for file in [
-        temp.to_owned(),
-        suffixed(temp, "-wal"),
-        suffixed(temp, "-shm"),
-    ] {
-        let _ = std::fs::remove_file(file);
+/// A copy being written under its temporary name: a file this process created (never one that
+/// was there), removed on drop with whatever SQLite left beside it, unless it got its final name
+/// meanwhile.
+struct Partial(PathBuf);
+
+impl Partial {
+    /// Creates `path`, owner-only (SQLite gives the files beside it the same mode).
+    fn create(path: PathBuf) -> Result<Self, BackupError> {
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path);
+        match created {
+            Ok(_) => Ok(Self(path)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                Err(BackupError::Leftover(path))
+            }
+            Err(e) => Err(io("creating", &path)(e)),
+        }
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        // Best effort: gone already once it got its name (or the copy failed anyway).
+        let beside_it = SQLITE_FILES.map(|suffix| beside(&self.0, suffix));
+        for file in std::iter::once(self.0.clone()).chain(beside_it) {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }
 
@@ -292,10 +354,10 @@ fn remove_if_present(path: &Path) -> Result<(), BackupError> {
 }
 
 fn rename(from: &Path, to: &Path) -> Result<(), BackupError> {
-    std::fs::rename(from, to).map_err(|source| BackupError::Io {
+    std::fs::rename(from, to).map_err(|error| BackupError::Io {
         action: "renaming",
         path: format!("{} to {}", from.display(), to.display()).into(),
-        source,
+        error,
     })
 }
 
@@ -312,16 +374,44 @@ fn sync_parent(path: &Path) -> Result<(), BackupError> {
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BackupError {
     let path = path.to_owned();
-    move |source| BackupError::Io {
+    move |error| BackupError::Io {
         action,
         path,
-        source,
+        error,
+    }
+}
+
+/// The engine's error met doing `action` on `path`.
+fn sql(action: &'static str, path: &Path) -> impl FnOnce(rusqlite::Error) -> BackupError + use<> {
+    let inbox = inbox(action, path);
+    move |error| inbox(error.into())
+}
+
+/// An inbox error met doing `action` on `path`; a file-system step's names its own action and
+/// file already, and keeps them (instead of naming the file twice).
+fn inbox(action: &'static str, path: &Path) -> impl FnOnce(InboxError) -> BackupError + use<> {
+    let path = path.to_owned();
+    move |error| match error {
+        InboxError::Io {
+            action,
+            path,
+            source,
+        } => BackupError::Io {
+            action,
+            path,
+            error: source,
+        },
+        error => BackupError::Inbox {
+            action,
+            path,
+            error,
+        },
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{connection::LOCK, *};
     use crate::{
         config::Durability,
         inbox::{
@@ -366,15 +456,12 @@ mod tests {
         let (db, out) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
         let served = inbox_with(&db, &["a", "b", "c"]).await;
 
-        let copied = backup(&db, &out, false).unwrap();
+        let copied = backup(&db, &out, false, &[]).unwrap();
         assert_eq!(copied.events, 3);
         assert_eq!(copied.schema_version, schema::MIGRATIONS.len() as i64);
         // The server kept its lock and still commits.
         fixtures::accept(&served, fixtures::event("d")).await;
-        assert!(
-            !suffixed(&out, "-wal").exists(),
-            "a copy has no -wal of its own"
-        );
+        assert!(!beside(&out, WAL).exists(), "a copy has no -wal of its own");
         assert!(!temporary_beside(&out).exists());
         assert_eq!(journal_mode(&out), "wal");
         assert_eq!(
@@ -389,7 +476,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (db, out) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
         inbox_with(&db, &["a"]).await.close();
-        backup(&db, &out, false).unwrap();
+        backup(&db, &out, false, &[]).unwrap();
         assert_eq!(holds(&out, &["a"]).await, [true]);
     }
 
@@ -399,17 +486,141 @@ mod tests {
         let (db, out) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
         inbox_with(&db, &["a"]).await.close();
         std::fs::write(&out, b"precious").unwrap();
-        let Err(BackupError::Exists(named)) = backup(&db, &out, false) else {
+        let Err(BackupError::Exists(named)) = backup(&db, &out, false, &[]) else {
             panic!("an existing destination must be refused");
         };
         assert_eq!(named, out);
         assert_eq!(std::fs::read(&out).unwrap(), b"precious");
-        let Err(BackupError::SameFile(_)) = backup(&db, &db, true) else {
+        let Err(BackupError::SameFile(_)) = backup(&db, &db, true, &[]) else {
             panic!("the database is never its own backup");
         };
 
-        backup(&db, &out, true).unwrap();
+        backup(&db, &out, true, &[]).unwrap();
         assert_eq!(holds(&out, &["a"]).await, [true]);
+    }
+
+    /// The inode at `path`.
+    fn inode(path: &Path) -> u64 {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(path).unwrap().ino()
+    }
+
+    #[tokio::test]
+    async fn a_backup_never_replaces_the_database_or_a_file_kept_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("hookd.db");
+        let served = inbox_with(&db, &["a"]).await;
+        let token = dir.path().join("hookd.db.admin-token");
+        let kept = [(token.as_path(), "the admin token file")];
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), dir.path().join("link")).unwrap();
+        let (wal, lock) = (beside(&db, WAL), beside(&db, LOCK));
+        let before = (inode(&wal), inode(&lock));
+
+        let companions = [
+            ("hookd.db-wal", "the write-ahead log"),
+            ("hookd.db-shm", "the WAL index"),
+            ("hookd.db-journal", "the rollback journal"),
+            ("hookd.db.lock", "the lock file"),
+            ("link/hookd.db.lock", "the lock file"),
+            ("sub/../hookd.db-wal", "the write-ahead log"),
+            ("link/sub/../hookd.db.admin-token", "the admin token file"),
+        ];
+        for (name, what) in companions {
+            let out = dir.path().join(name);
+            let e = backup(&db, &out, true, &kept).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{} is {what} of the database {}; a copy never replaces it: choose another \
+                     path",
+                    out.display(),
+                    db.display()
+                )
+            );
+        }
+        for itself in ["link/hookd.db", "sub/../hookd.db"] {
+            let out = dir.path().join(itself);
+            let Err(BackupError::SameFile(named)) = backup(&db, &out, true, &kept) else {
+                panic!("{itself} is the database itself");
+            };
+            assert_eq!(named, out);
+        }
+        // A link leading to the lock is refused too.
+        std::os::unix::fs::symlink(&lock, dir.path().join("to-lock")).unwrap();
+        let e = backup(&db, &dir.path().join("to-lock"), true, &kept).unwrap_err();
+        assert!(matches!(e, BackupError::Companion { .. }), "{e}");
+
+        assert_eq!(
+            (inode(&wal), inode(&lock)),
+            before,
+            "a live file was replaced"
+        );
+        assert!(!token.exists());
+        let Err(InboxError::InUse { .. }) = Inbox::open(&db, Durability::Normal) else {
+            panic!("the lock must still keep a second hookd off the database");
+        };
+        fixtures::accept(&served, fixtures::event("b")).await;
+        served.close();
+    }
+
+    #[tokio::test]
+    async fn a_temporary_name_already_taken_is_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, out) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
+        inbox_with(&db, &["a"]).await.close();
+        let temp = temporary_beside(&out);
+        std::fs::write(&temp, b"someone's").unwrap();
+        let Err(BackupError::Leftover(named)) = backup(&db, &out, false, &[]) else {
+            panic!("an existing temporary file must be refused");
+        };
+        assert_eq!(named, temp);
+        assert_eq!(std::fs::read(&temp).unwrap(), b"someone's");
+        assert!(!out.exists());
+    }
+
+    /// `e` as the CLI prints it (`{:#}`, with its chain).
+    fn printed(e: BackupError) -> String {
+        format!("{:#}", anyhow::Error::from(e))
+    }
+
+    #[tokio::test]
+    async fn each_cause_is_printed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, junk) = (dir.path().join("hookd.db"), dir.path().join("junk.db"));
+        let served = inbox_with(&db, &["a"]).await;
+
+        let nodir = dir.path().join("nodir/x.db");
+        assert_eq!(
+            printed(backup(&db, &nodir, false, &[]).unwrap_err()),
+            format!(
+                "no directory {} to write the copy in; create it first",
+                dir.path().join("nodir").display()
+            )
+        );
+        let in_use = printed(restore(&db, &db.with_file_name("none.db")).unwrap_err());
+        assert!(in_use.starts_with("no database at"), "{in_use}");
+        backup(&db, &junk, false, &[]).unwrap();
+        let in_use = printed(restore(&db, &junk).unwrap_err());
+        assert_eq!(
+            in_use,
+            format!(
+                "locking {db}: the database {db} is in use by another hookd process (lock {}); \
+                 one hookd per database",
+                beside(&db, LOCK).display(),
+                db = db.display()
+            )
+        );
+        served.close();
+
+        std::fs::write(&junk, vec![7u8; 8192]).unwrap();
+        assert_eq!(
+            printed(restore(&db, &junk).unwrap_err()),
+            format!(
+                "reading {}: storage error: file is not a database",
+                junk.display()
+            )
+        );
     }
 
     #[tokio::test]
@@ -417,9 +628,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (db, copy) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
         let served = inbox_with(&db, &["a"]).await;
-        backup(&db, &copy, false).unwrap();
+        backup(&db, &copy, false, &[]).unwrap();
         let Err(BackupError::Inbox {
-            source: InboxError::InUse { .. },
+            error: InboxError::InUse { .. },
             ..
         }) = restore(&db, &copy)
         else {
@@ -433,7 +644,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (db, copy) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
         inbox_with(&db, &["old"]).await.close();
-        backup(&db, &copy, false).unwrap();
+        backup(&db, &copy, false, &[]).unwrap();
         let newer = inbox_with(&db, &["new"]).await;
         newer.close();
 
@@ -466,7 +677,7 @@ mod tests {
 
         // hookd's, from a newer hookd.
         std::fs::remove_file(&copy).unwrap();
-        backup(&db, &copy, false).unwrap();
+        backup(&db, &copy, false, &[]).unwrap();
         Connection::open(&copy)
             .unwrap()
             .execute_batch("PRAGMA user_version = 999")

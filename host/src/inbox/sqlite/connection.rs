@@ -1,5 +1,6 @@
-//! The database's files and connections: the owner-only files, the one-process lock, the
-//! pragmas every connection gets, and the pool of read connections.
+//! The database's files and connections: the names of the files beside it, the owner-only
+//! files, the one-process lock, the pragmas every connection gets, and the pool of read
+//! connections.
 //!
 //! Invariants:
 //! - The database and its companion files are owner-only (0600) and its new directories 0700:
@@ -44,7 +45,7 @@ pub(super) fn create_parent(path: &Path) -> Result<(), InboxError> {
 /// dies), so two hookd processes never share one database: the second would reclaim the first's
 /// live leases at start-up and run deliveries twice.
 pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
-    let lock_path = PathBuf::from(format!("{}.lock", path.display()));
+    let lock_path = beside(path, LOCK);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -69,9 +70,37 @@ pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxE
     }
 }
 
-/// The database's companion files: SQLite's WAL and shared-memory index, and hookd's lock.
-fn companions(path: &Path) -> [PathBuf; 3] {
-    ["-wal", "-shm", ".lock"].map(|suffix| PathBuf::from(format!("{}{suffix}", path.display())))
+/// SQLite's write-ahead log beside a database (`<database>-wal`).
+pub(super) const WAL: &str = "-wal";
+/// SQLite's WAL index beside a database (`<database>-shm`).
+pub(super) const SHM: &str = "-shm";
+/// SQLite's rollback journal beside a database (`<database>-journal`; hookd's databases are in
+/// WAL mode, but a copy is written in rollback mode before it is switched).
+pub(super) const JOURNAL: &str = "-journal";
+/// hookd's one-process lock beside a database (`<database>.lock`).
+pub(super) const LOCK: &str = ".lock";
+
+/// The database's companion files, as the suffix added to its path and what each is: the one
+/// list of the files the SQLite room keeps beside a database.
+pub(super) const COMPANIONS: [(&str, &str); 4] = [
+    (WAL, "the write-ahead log"),
+    (SHM, "the WAL index"),
+    (JOURNAL, "the rollback journal"),
+    (LOCK, "the lock file"),
+];
+
+/// `path` with `suffix` appended to its file name (how each of [`COMPANIONS`] is named).
+pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The database's companion files.
+fn companions(path: &Path) -> impl Iterator<Item = PathBuf> + '_ {
+    COMPANIONS
+        .iter()
+        .map(move |(suffix, _)| beside(path, suffix))
 }
 
 /// Creates the database file owner-only (0600) before SQLite opens it: SQLite creates the
@@ -219,7 +248,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new/dir/hookd.db");
         let inbox = Inbox::open(&path, Durability::Full).unwrap();
-        for file in std::iter::once(path.clone()).chain(companions(&path)) {
+        // Every file this open left (a database in WAL mode has no `-journal`).
+        for file in std::iter::once(path.clone()).chain([WAL, SHM, LOCK].map(|s| beside(&path, s)))
+        {
             assert_eq!(mode(&file), 0o600, "{}", file.display());
         }
         assert_eq!(mode(&dir.path().join("new")), 0o700);
