@@ -90,6 +90,9 @@ struct ServerFile {
     workers: Option<usize>,
     /// Threads running handlers; default: one per core.
     wasm_threads: Option<usize>,
+    /// Linear memory all plugin calls in flight may hold together; default: half the memory
+    /// this process may use.
+    plugin_memory_mib: Option<u64>,
     /// Slow-loris guard: a client must finish its request head within this time.
     header_timeout_ms: u64,
     /// A client must finish sending its body within this time.
@@ -129,6 +132,7 @@ impl Default for ServerFile {
             max_backlog: 1_000_000,
             workers: None,
             wasm_threads: None,
+            plugin_memory_mib: None,
             header_timeout_ms: 10_000,
             body_timeout_ms: 30_000,
             max_connections: 4096,
@@ -311,6 +315,9 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Threads of the Wasm pool (`server.wasm_threads`; default one per core).
     pub wasm_threads: usize,
+    /// Linear memory of all plugin calls in flight together (`server.plugin_memory_mib`;
+    /// default half of [`memory_available`]).
+    pub plugin_memory_bytes: u64,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
@@ -589,6 +596,30 @@ const MAX_WASM_THREADS: usize = 1024;
 /// its timeout, kept in milliseconds beside the clock.
 const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// Upper bound of `server.plugin_memory_mib` (16 TiB).
+const MAX_PLUGIN_MEMORY_MIB: u64 = 1 << 24;
+/// `server.plugin_memory_mib` when it is not set and the memory available cannot be told.
+const DEFAULT_PLUGIN_MEMORY_BYTES: u64 = 4 << 30;
+
+/// The memory this process may use: the machine's (`MemTotal` in `/proc/meminfo`), or its
+/// cgroup's limit (`memory.max`, cgroup v2) when that is lower; `None` when neither can be read.
+pub fn memory_available() -> Option<u64> {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)?;
+    let cgroup = std::fs::read_to_string("/sys/fs/cgroup/memory.max")
+        .ok()
+        .and_then(|max| max.trim().parse::<u64>().ok());
+    Some(cgroup.map_or(total, |limit| limit.min(total)))
+}
+
 /// The cores this process may run on (its CPU affinity and cgroup quota, as the standard
 /// library reads them); 1 when that cannot be told.
 pub fn cores() -> usize {
@@ -756,6 +787,13 @@ impl Config {
         if s.compile_timeout_ms == 0 {
             bail!("server.compile_timeout_ms must be at least 1");
         }
+        let plugin_memory_bytes = match s.plugin_memory_mib {
+            Some(mib) if (1..=MAX_PLUGIN_MEMORY_MIB).contains(&mib) => mib << 20,
+            Some(mib) => bail!(
+                "server.plugin_memory_mib must be between 1 and {MAX_PLUGIN_MEMORY_MIB} (got {mib})"
+            ),
+            None => memory_available().map_or(DEFAULT_PLUGIN_MEMORY_BYTES, |bytes| bytes / 2),
+        };
         let server = ServerConfig {
             listen: s.listen,
             admin_listen: s.admin_listen,
@@ -776,6 +814,7 @@ impl Config {
             max_backlog: s.max_backlog,
             workers,
             wasm_threads,
+            plugin_memory_bytes,
             header_timeout: Duration::from_millis(s.header_timeout_ms.max(1)),
             body_timeout: Duration::from_millis(s.body_timeout_ms.max(1)),
             max_connections: s.max_connections,
@@ -1587,6 +1626,10 @@ mod tests {
             (
                 "[plugins.p]\nparser_timeout_ms = 0",
                 "plugins.p.parser_timeout_ms must be between 1",
+            ),
+            (
+                "[server]\nplugin_memory_mib = 0",
+                "server.plugin_memory_mib must be between 1 and 16777216",
             ),
             (
                 "[sources.a]\nscheme = \"github\"\nsecrets = [\"x\"]\nhandlers = [\"h\", \"g\", \"h\"]",

@@ -165,6 +165,7 @@ pub async fn run_with(
     let config = Arc::new(config);
     let server = &config.server;
     let runtime = Runtime::new().context("starting the wasm runtime")?;
+    runtime.limit_plugin_memory(server.plugin_memory_bytes);
     std::fs::create_dir_all(&server.plugins_dir)
         .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
     let cache = match runtime.artifact_cache(&server.cache_dir, server.cache_max_bytes) {

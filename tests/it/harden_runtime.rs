@@ -356,3 +356,70 @@ fn unspecified_addresses_in_allow_hosts_are_a_config_error() {
         );
     }
 }
+
+/// Every call in flight draws its linear memory from one host-wide pool
+/// (`server.plugin_memory_mib`), so the host's memory is not the sum of every call's own limit.
+/// While one attempt holds most of the pool: another attempt's growth fails with an error
+/// naming the key and is retried (done once the first has finished), and a request whose
+/// parser cannot get memory is answered 503 + `Retry-After` (nothing stored or quarantined),
+/// then accepted when sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_share_one_host_wide_memory_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(
+        dir.path(),
+        &[("h", plugins::FLAKY), ("g", plugins::GENERIC)],
+    );
+    let config = format!(
+        "[server]\nplugin_memory_mib = 64\n{}{}",
+        sw_source(
+            "s",
+            &["h"],
+            "[plugins.h]\nmemory_mib = 128\nbackoff_base_ms = 500\nbackoff_max_ms = 2000\n"
+        ),
+        sw_source(
+            "p",
+            &[],
+            "parser = \"g\"\n[plugins.g]\nconfig = { id_pointer = \"/id\" }\n"
+        ),
+    );
+    let host = ProcessHost::start(dir.path(), &config).await;
+
+    let hold = json!({"hold_mib": 60, "sleep_ms": 4000}).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "holder", hold.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    host.wait_state("s", "holder", "h", "running", WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let small = json!({"hold_mib": 8}).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "squeezed", small.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let big = json!({"id": "big-1", "pad": "x".repeat(4 << 20)}).to_string();
+    let (status, headers, body) =
+        crate::support::send_sw(host.ingest, "p", "big-1", big.as_bytes())
+            .await
+            .unwrap();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    assert!(host.event("p", "big-1").await.is_none());
+
+    let squeezed = host.wait_state("s", "squeezed", "h", "done", WAIT).await;
+    let first = &squeezed["history"][0];
+    assert_eq!(first["outcome"], "trap", "{squeezed:#}");
+    assert!(
+        first["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("server.plugin_memory_mib")),
+        "{squeezed:#}"
+    );
+    host.wait_state("s", "holder", "h", "done", WAIT).await;
+    let (status, reply) = crate::support::post_sw(host.ingest, "p", "big-1", big.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    assert_eq!(reply["duplicate"], false, "{reply}");
+}

@@ -32,7 +32,7 @@ use crate::{
     ids::EventId,
     inbox::{Accepted, RawRequest},
     model::{Envelope, unix_ms},
-    runtime::{CallContext, ParseRequest, ParseVerdict, ParserResponse},
+    runtime::{CallContext, CallError, ParseRequest, ParseVerdict, ParserResponse},
     verify::Reply,
 };
 
@@ -76,6 +76,9 @@ pub enum EnvelopeOutcome {
     Ignore(String),
     /// The parser could not run to a verdict: keep the raw request for a later replay.
     Quarantine(String),
+    /// The parser could not run for want of the host's shared plugin memory, which the calls in
+    /// flight held: nothing is stored, and the provider is told to retry (503).
+    Overloaded(String),
     /// Not an event: the parser's own answer (e.g. to a provider's handshake), sent as-is;
     /// nothing is stored.
     Respond(ParserResponse),
@@ -188,6 +191,15 @@ async fn answer(
             Ok(("ignored", (StatusCode::OK, Json(body)).into_response()))
         }
         EnvelopeOutcome::Respond(answer) => Ok(("responded", parser_answer(answer))),
+        EnvelopeOutcome::Overloaded(reason) => {
+            tracing::warn!(
+                reason,
+                "request refused: the host's plugin memory is exhausted"
+            );
+            Err(ApiError::Overloaded {
+                retry_after_secs: 1,
+            })
+        }
         EnvelopeOutcome::Quarantine(reason) => {
             // Bounded like the backlog: a parser broken under a storm of requests must not
             // fill the disk; the provider gets a 503 and retries later.
@@ -299,6 +311,9 @@ pub async fn envelope_of(
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
         Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
         Ok(ParseVerdict::Respond(answer)) => EnvelopeOutcome::Respond(answer),
+        Err(CallError::HostMemory(reason)) => {
+            EnvelopeOutcome::Overloaded(format!("parser plugin {parser} could not run: {reason}"))
+        }
         Err(e) => EnvelopeOutcome::Quarantine(format!(
             "parser plugin {parser} (sha256 {}) failed: {}: {e}",
             loaded.plugin.sha256(),

@@ -125,7 +125,7 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
                 resolved(shared, &source.name, item.id, reason).await?;
                 replayed += 1;
             }
-            EnvelopeOutcome::Quarantine(reason) => {
+            EnvelopeOutcome::Quarantine(reason) | EnvelopeOutcome::Overloaded(reason) => {
                 tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
             }
         }

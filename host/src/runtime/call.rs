@@ -71,6 +71,10 @@ pub enum CallError {
     /// The host refused a state write (the call was stopped there); the message names the limit.
     #[error("{}", .0.message)]
     StateRefused(StateRefused),
+    /// The calls in flight together held the host's plugin memory (`server.plugin_memory_mib`):
+    /// a trap of this call's growth, but not its fault, so it may succeed later.
+    #[error("{0}")]
+    HostMemory(String),
 }
 
 impl CallError {
@@ -78,7 +82,7 @@ impl CallError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Timeout(_) => "timeout",
-            Self::Trap(_) => "trap",
+            Self::Trap(_) | Self::HostMemory(_) => "trap",
             Self::OutputTooLarge { .. } => "output_too_large",
             Self::MissingRole(_) => "missing_role",
             Self::StateRefused(refused) => match refused.limit {
@@ -319,7 +323,7 @@ impl Runtime {
         ctx: &CallContext,
         state: Option<Arc<dyn StateStore>>,
     ) -> Store<HostState> {
-        let limits = limiter::Limiter::new(ctx.limits.memory_bytes);
+        let limits = limiter::Limiter::new(ctx.limits.memory_bytes, self.memory.clone());
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter::HOST_HANDLES);
         let deadline = Instant::now() + ctx.limits.timeout;
@@ -526,7 +530,10 @@ pub(super) async fn bounded<T>(
             if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                 Err(CallError::Timeout(limit))
             } else if let Some(exceeded) = e.downcast_ref::<LimitExceeded>() {
-                Err(CallError::Trap(exceeded.to_string()))
+                Err(match exceeded {
+                    LimitExceeded::HostWide { .. } => CallError::HostMemory(exceeded.to_string()),
+                    _ => CallError::Trap(exceeded.to_string()),
+                })
             } else if let Some(refused) = e.downcast_ref::<StateRefused>() {
                 Err(CallError::StateRefused(refused.clone()))
             } else if let Some(panic) = stderr.panic() {

@@ -69,6 +69,7 @@ impl Runtime {
             pooling,
             connector: Connector::Plain,
             ticker: Arc::new(Ticker::default()),
+            memory: limiter::MemoryPool::new(usize::MAX),
         });
         spawn_ticker(&runtime);
         Ok(runtime)
@@ -86,6 +87,13 @@ impl Runtime {
     #[cfg(test)]
     pub(super) fn ticks(&self) -> u64 {
         self.ticker.ticks.load(Ordering::Acquire)
+    }
+
+    /// Caps the linear memory (and tables) of all calls in flight together at `bytes`
+    /// (`server.plugin_memory_mib`); until set, only each call's own limit applies.
+    pub fn limit_plugin_memory(&self, bytes: u64) {
+        self.memory
+            .set_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
     }
 
     /// Whether the pooling allocator is in use (reported by `/healthz`).

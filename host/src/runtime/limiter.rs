@@ -8,6 +8,14 @@
 //! limit, never a vague `unreachable`); nothing a guest can create without host code in the
 //! loop is unbounded. Host memory the guest makes the host allocate through imports is
 //! bounded separately (see `budget`).
+//! - Every call also draws its linear memory and tables from one [`MemoryPool`] for the whole
+//!   host (`server.plugin_memory_mib`), returned when its store drops: however many calls are in
+//!   flight, and whatever their own limits, together they cannot take the host's memory.
+
+use std::sync::{
+    Arc,
+    atomic::{AtomicUsize, Ordering},
+};
 
 use wasmtime::ResourceLimiter;
 
@@ -43,6 +51,16 @@ pub enum LimitExceeded {
     )]
     Table { desired: usize, limit: usize },
     #[error(
+        "the host's plugin memory is exhausted: the calls in flight hold {in_use} bytes of linear \
+         memory and this one asked for {asked} more, over server.plugin_memory_mib ({limit} \
+         bytes); it may succeed once they finish"
+    )]
+    HostWide {
+        asked: usize,
+        in_use: usize,
+        limit: usize,
+    },
+    #[error(
         "host memory limit exceeded: the plugin's wasi:http resources (header fields, request \
          parts, body buffers) would hold {desired} bytes of host memory in this call, over the \
          per-call limit of {limit} bytes"
@@ -50,9 +68,59 @@ pub enum LimitExceeded {
     HostMemory { desired: usize, limit: usize },
 }
 
-/// The [`ResourceLimiter`] of one call's store: one budget for all its memories and tables.
-#[derive(Debug, Clone)]
+/// Linear memory and tables of every call in flight together, against one host-wide limit.
+#[derive(Debug)]
+pub struct MemoryPool {
+    limit: AtomicUsize,
+    used: AtomicUsize,
+}
+
+impl MemoryPool {
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit: AtomicUsize::new(limit),
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// Sets the limit (`server.plugin_memory_mib`, applied once the configuration is read).
+    pub fn set_limit(&self, limit: usize) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Bytes held by the calls in flight.
+    #[cfg(test)]
+    pub fn in_use(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Takes `bytes` from the pool, or says why not.
+    fn take(&self, bytes: usize) -> Result<(), LimitExceeded> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= limit)
+            })
+            .map(drop)
+            .map_err(|in_use| LimitExceeded::HostWide {
+                asked: bytes,
+                in_use,
+                limit,
+            })
+    }
+
+    fn give_back(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, Ordering::AcqRel);
+    }
+}
+
+/// The [`ResourceLimiter`] of one call's store: one budget for all its memories and tables,
+/// drawn from the host's [`MemoryPool`] as it grows and given back when the store drops.
+#[derive(Debug)]
 pub struct Limiter {
+    pool: Arc<MemoryPool>,
+    /// Bytes taken from the pool so far (memories and tables, as [`Self::total_bytes`] counts).
+    taken: usize,
     memory_bytes: usize,
     /// Bytes of linear memory granted so far, over every memory of the store. Memories never
     /// shrink and the store lives for one call, so this only grows. A growth that the limiter
@@ -63,8 +131,10 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    pub fn new(memory_bytes: u64) -> Self {
+    pub fn new(memory_bytes: u64, pool: Arc<MemoryPool>) -> Self {
         Self {
+            pool,
+            taken: 0,
             memory_bytes: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
             memories_used: 0,
             table_elements_used: 0,
@@ -73,6 +143,28 @@ impl Limiter {
 
     fn total_bytes(&self, memories: usize, table_elements: usize) -> usize {
         memories.saturating_add(table_elements.saturating_mul(TABLE_ELEMENT_BYTES))
+    }
+
+    /// Checks a growth to `total` bytes against the call's budget, then takes what it adds
+    /// from the host's pool.
+    fn grow_to(&mut self, total: usize) -> wasmtime::Result<()> {
+        if total > self.memory_bytes {
+            return Err(LimitExceeded::Memory {
+                desired: total,
+                limit: self.memory_bytes,
+            }
+            .into());
+        }
+        let more = total.saturating_sub(self.taken);
+        self.pool.take(more)?;
+        self.taken += more;
+        Ok(())
+    }
+}
+
+impl Drop for Limiter {
+    fn drop(&mut self) {
+        self.pool.give_back(self.taken);
     }
 }
 
@@ -91,14 +183,7 @@ impl ResourceLimiter for Limiter {
         let memories = self
             .memories_used
             .saturating_add(desired.saturating_sub(current));
-        let total = self.total_bytes(memories, self.table_elements_used);
-        if total > self.memory_bytes {
-            return Err(LimitExceeded::Memory {
-                desired: total,
-                limit: self.memory_bytes,
-            }
-            .into());
-        }
+        self.grow_to(self.total_bytes(memories, self.table_elements_used))?;
         self.memories_used = memories;
         Ok(true)
     }
@@ -126,14 +211,7 @@ impl ResourceLimiter for Limiter {
             }
             .into());
         }
-        let total = self.total_bytes(self.memories_used, elements);
-        if total > self.memory_bytes {
-            return Err(LimitExceeded::Memory {
-                desired: total,
-                limit: self.memory_bytes,
-            }
-            .into());
-        }
+        self.grow_to(self.total_bytes(self.memories_used, elements))?;
         self.table_elements_used = elements;
         Ok(true)
     }
@@ -161,7 +239,7 @@ mod tests {
 
     #[test]
     fn growth_past_the_budget_is_a_typed_error_and_the_guests_own_maximum_is_plain_wasm() {
-        let mut limiter = Limiter::new(64 * 1024 * 1024);
+        let mut limiter = Limiter::new(64 * 1024 * 1024, MemoryPool::new(usize::MAX));
         assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
         assert!(!limiter.memory_growing(0, 2 << 20, Some(1 << 20)).unwrap());
         let err = limiter.memory_growing(0, 65 << 20, None).unwrap_err();
@@ -182,7 +260,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_the_sum_of_every_memory_and_table() {
-        let mut limiter = Limiter::new(64 << 20);
+        let mut limiter = Limiter::new(64 << 20, MemoryPool::new(usize::MAX));
         // Four memories of 15 MiB each fit (60 MiB)...
         for _ in 0..4 {
             assert!(limiter.memory_growing(0, 64 << 10, None).unwrap());
@@ -218,5 +296,35 @@ mod tests {
                 limit: TABLE_ELEMENTS
             })
         );
+    }
+
+    /// The calls in flight share one pool: a growth that fits its own budget but not the pool
+    /// is refused with the host-wide error, and what a store took comes back when it drops.
+    #[test]
+    fn every_call_draws_from_one_host_wide_pool_and_gives_back_on_drop() {
+        let pool = MemoryPool::new(10 << 20);
+        let mut first = Limiter::new(64 << 20, pool.clone());
+        let mut second = Limiter::new(64 << 20, pool.clone());
+        assert!(first.memory_growing(0, 6 << 20, None).unwrap());
+        assert!(second.memory_growing(0, 3 << 20, None).unwrap());
+        assert!(second.table_growing(0, 1000, None).unwrap());
+        let err = second.memory_growing(3 << 20, 5 << 20, None).unwrap_err();
+        assert_eq!(
+            err.downcast_ref::<LimitExceeded>(),
+            Some(&LimitExceeded::HostWide {
+                asked: 2 << 20,
+                in_use: (9 << 20) + 8000,
+                limit: 10 << 20
+            })
+        );
+        assert!(
+            err.to_string().contains("server.plugin_memory_mib"),
+            "{err}"
+        );
+        drop(first);
+        assert_eq!(pool.in_use(), (3 << 20) + 8000);
+        assert!(second.memory_growing(3 << 20, 5 << 20, None).unwrap());
+        drop(second);
+        assert_eq!(pool.in_use(), 0);
     }
 }

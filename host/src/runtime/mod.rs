@@ -64,4 +64,6 @@ pub struct Runtime {
     connector: Connector,
     /// The epoch ticker's state: it advances the epoch only while a store is alive.
     ticker: std::sync::Arc<engine::Ticker>,
+    /// Linear memory of every call in flight, against `server.plugin_memory_mib`.
+    memory: std::sync::Arc<limiter::MemoryPool>,
 }

@@ -14,6 +14,9 @@
 //!   `{"attempt": N, "remembered": M}`, M being what it read (`null` if nothing). Since only a
 //!   successful attempt's writes are committed, M names the last attempt that succeeded.
 //!
+//! - `{"hold_mib": M}`: every attempt first allocates and touches M MiB of linear memory, and
+//!   keeps it for the rest of the attempt (its sleep included).
+//!
 //! A body that is not JSON counts as `{}`.
 
 use std::time::Duration;
@@ -31,6 +34,7 @@ struct Instructions {
     after_ms: Option<u64>,
     sleep_ms: Option<u64>,
     remember: Option<String>,
+    hold_mib: Option<usize>,
 }
 
 /// The flaky handler.
@@ -47,9 +51,11 @@ impl Handler for Flaky {
             }
             None => None,
         };
+        let held = vec![0x5A_u8; wanted.hold_mib.unwrap_or(0) << 20];
         if let Some(ms) = wanted.sleep_ms {
             std::thread::sleep(Duration::from_millis(ms));
         }
+        drop(std::hint::black_box(held));
         if wanted.permanent {
             return Err(HandleError::permanent("asked to fail permanently"));
         }
