@@ -124,10 +124,28 @@ pub fn main(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hookd: {e:#}");
+            eprintln!("hookd: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes on one line (as `{:#}` writes them), each said once: hookd's errors put
+/// their cause in their own message, so a log line carries it whole, and also return it as their
+/// source, which `{:#}` would print a second (or third) time.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn init_tracing(format: LogFormat) {
@@ -177,4 +195,28 @@ async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use anyhow::Context as _;
+
+    use super::one_line;
+    use crate::inbox::InboxError;
+
+    /// A cause already in the message that wraps it is not repeated; one that is not is kept.
+    #[test]
+    fn an_error_line_says_each_cause_once() {
+        let io = || std::io::Error::from(std::io::ErrorKind::NotFound);
+        let storage: Result<(), InboxError> = Err(InboxError::Storage(Arc::new(io())));
+        let e = storage.context("opening the database x.db").unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "opening the database x.db: storage error: entity not found"
+        );
+        let e = anyhow::Error::new(io()).context("reading y.toml");
+        assert_eq!(one_line(&e), "reading y.toml: entity not found");
+    }
 }
