@@ -6,16 +6,20 @@
 //!   the registry, [`crate::ingest::replay`] or [`crate::retention::discard`].
 //! - A malformed query or body is answered by axum's own 4xx; everything else the contract's
 //!   JSON (an [`api`] type, or an [`ApiError`]).
+//! - A filter is never dropped: replay's and discard's filter is their JSON body alone, so a
+//!   query string, or a body not sent as `application/json`, is refused in the contract's JSON
+//!   (400, 415) instead of being ignored, which would widen the call to everything.
 
 use std::{sync::Arc, time::SystemTime};
 
 use axum::{
     Json,
+    body::Body,
     extract::{
         FromRequest, Path, Query, Request, State,
         rejection::{JsonRejection, QueryRejection},
     },
-    http::Uri,
+    http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
 
@@ -23,7 +27,7 @@ use super::api;
 use crate::{
     Shared,
     cli::client::query as query_string,
-    error::ApiError,
+    error::{ApiError, cap_detail},
     inbox::{EventFilter, InboxError, ReplayFilter, cluster::NodeBeat},
     ingest::replay::{self, ReplayError},
     model::{DeliveryState, unix_ms},
@@ -44,6 +48,9 @@ const MAX_EVENTS: usize = 10_000;
 pub enum Rejection {
     Query(QueryRejection),
     Body(JsonRejection),
+    /// A body whose `Content-Type` is not JSON where only JSON is read: 415 in the contract's
+    /// JSON (`unsupported_media_type`), saying what to send.
+    NotJson(String),
     Api(ApiError),
 }
 
@@ -78,6 +85,14 @@ impl IntoResponse for Rejection {
         match self {
             Self::Query(e) => e.into_response(),
             Self::Body(e) => e.into_response(),
+            Self::NotJson(detail) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Json(api::ErrorBody {
+                    detail: Some(cap_detail(&detail).into_owned()),
+                    error: "unsupported_media_type".to_owned(),
+                }),
+            )
+                .into_response(),
             Self::Api(e) => e.into_response(),
         }
     }
@@ -191,15 +206,44 @@ pub(super) async fn event_detail(
         .ok_or_else(|| ApiError::NotFound(format!("no event {event_id:?} from source {source:?}")))
 }
 
-/// `POST /admin/replay`: the request's optional JSON body → what to replay (no
-/// `Content-Type`: no filter). This is the handler's whole input parsing, public so it can be
+/// `POST /admin/replay` and `POST /admin/discard`: the request → what to replay (discard).
+/// The filter is the JSON body alone: a query string is refused (400, naming its parameters),
+/// and so is a non-empty body whose `Content-Type` is not JSON (415), rather than either being
+/// ignored and the call widened to every dead delivery. No body (or an empty one) and a JSON
+/// `null` mean "no filter". This is the handlers' whole input parsing, public so it can be
 /// fuzzed.
 pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> {
-    // No body (no `Content-Type`) and a JSON `null` both mean "no filter".
-    let body = Option::<Json<Option<api::ReplayRequest>>>::from_request(request, &())
+    refuse_query(request.uri())?;
+    let (parts, body) = request.into_parts();
+    // In memory already: the listener read it whole, under its cap, before any route.
+    let bytes = axum::body::to_bytes(body, usize::MAX)
         .await
-        .map_err(Rejection::Body)?;
-    let body = body.and_then(|Json(b)| b).unwrap_or_default();
+        .map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+    let body = if bytes.is_empty() {
+        None
+    } else {
+        let path = parts.uri.path().to_owned();
+        let sent = parts.headers.get(header::CONTENT_TYPE).map_or_else(
+            || "no Content-Type".to_owned(),
+            |v| format!("Content-Type {:?}", String::from_utf8_lossy(v.as_bytes())),
+        );
+        let size = bytes.len();
+        let Json(body) = Json::<Option<api::ReplayRequest>>::from_request(
+            Request::from_parts(parts, Body::from(bytes)),
+            &(),
+        )
+        .await
+        .map_err(|e| match e {
+            JsonRejection::MissingJsonContentType(_) => Rejection::NotJson(format!(
+                "POST {path}: a body of {size} bytes with {sent} is not read as a \
+                 filter: send the filter as JSON with Content-Type: application/json (or no \
+                 body for no filter); nothing was done"
+            )),
+            e => Rejection::Body(e),
+        })?;
+        body
+    };
+    let body = body.unwrap_or_default();
     Ok(ReplayFilter {
         source: body.source,
         handler: body.handler,
@@ -214,15 +258,42 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
     })
 }
 
+/// Refuses any query string on a route whose filter is its JSON body, naming the parameters.
+fn refuse_query(uri: &Uri) -> Result<(), ApiError> {
+    let Some(query) = uri.query().filter(|q| !q.is_empty()) else {
+        return Ok(());
+    };
+    let mut names: Vec<String> = Query::<Vec<(String, String)>>::try_from_uri(uri)
+        .map(|Query(pairs)| pairs.into_iter().map(|(name, _)| name).collect())
+        .unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|name| seen.insert(name.clone()));
+    let given = if names.is_empty() {
+        format!("the query string {query:?}")
+    } else {
+        names
+            .iter()
+            .map(|name| format!("{name:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Err(ApiError::BadRequest(format!(
+        "POST {} takes no query parameters, but was given {given}: its filter goes in the JSON \
+         body, sent with Content-Type: application/json (e.g. {{\"source\": \"github\", \
+         \"dry_run\": true}}); nothing was done",
+        uri.path()
+    )))
+}
+
 #[utoipa::path(post, path = "/admin/replay", tag = "replay",
     request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
-        description = "What to replay; no body (and no Content-Type), or `null`, replays every dead \
-                       delivery"),
+        description = "What to replay, the only place a filter is read (a query string is \
+                       refused); no body (or an empty one), or `null`, replays every dead delivery"),
     responses(
         (status = 200, description = "What was selected and replayed", body = api::ReplayAnswer),
-        (status = 400, description = "An unknown source or state (JSON), or a body that is not JSON (text)", content(
+        (status = 400, description = "A query string, an unknown source or state (JSON), or a body that is not JSON (text); nothing was replayed", content(
             (api::ErrorBody = "application/json"), (String = "text/plain"))),
-        (status = 415, description = "A body that is not `application/json`", body = String, content_type = "text/plain"),
+        (status = 415, description = "A body without `Content-Type: application/json` (`unsupported_media_type`); nothing was replayed", body = api::ErrorBody),
         (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
     ))]
 pub(super) async fn replay(
@@ -236,13 +307,15 @@ pub(super) async fn replay(
 
 #[utoipa::path(post, path = "/admin/discard", tag = "replay",
     request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
-        description = "What to discard (replay's filter; `state` may only be `dead`); no body, or \
-                       `null`, discards every dead delivery and every held quarantined request"),
+        description = "What to discard (replay's filter; `state` may only be `dead`), the only \
+                       place a filter is read (a query string is refused); no body (or an empty \
+                       one), or `null`, discards every dead delivery and every held quarantined \
+                       request"),
     responses(
         (status = 200, description = "What was selected and discarded", body = api::DiscardAnswer),
-        (status = 400, description = "An unknown source, a state other than dead (JSON), or a body that is not JSON (text)", content(
+        (status = 400, description = "A query string, an unknown source, a state other than dead (JSON), or a body that is not JSON (text); nothing was discarded", content(
             (api::ErrorBody = "application/json"), (String = "text/plain"))),
-        (status = 415, description = "A body that is not `application/json`", body = String, content_type = "text/plain"),
+        (status = 415, description = "A body without `Content-Type: application/json` (`unsupported_media_type`); nothing was discarded", body = api::ErrorBody),
         (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
     ))]
 /// `POST /admin/discard`: the body is replay's (`state` only `dead`), at most [`MAX_REPLAY`]
@@ -407,5 +480,129 @@ mod tests {
     fn a_replay_of_an_unknown_source_is_a_bad_request() {
         let response = Rejection::from(ReplayError::UnknownSource("nope".into())).into_response();
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+
+    /// [`replay_filter`] of a `POST` to `uri` with `content_type` and `body`, done on its first
+    /// poll (as the fuzz target needs: no I/O).
+    fn filter_of(
+        uri: &str,
+        content_type: Option<&str>,
+        body: &'static str,
+    ) -> Result<ReplayFilter, Rejection> {
+        use std::{
+            future::Future,
+            task::{Context, Poll, Waker},
+        };
+        let mut request = Request::post(uri);
+        if let Some(content_type) = content_type {
+            request = request.header(header::CONTENT_TYPE, content_type);
+        }
+        let mut parse = std::pin::pin!(replay_filter(request.body(Body::from(body)).unwrap()));
+        match parse.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(result) => result,
+            Poll::Pending => panic!("parsing an in-memory body waited"),
+        }
+    }
+
+    /// The status, `Content-Type` and JSON body `rejection` is answered with.
+    async fn answer(rejection: Rejection) -> (StatusCode, String, serde_json::Value) {
+        let response = rejection.into_response();
+        let status = response.status();
+        let content_type = response.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, content_type, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[test]
+    fn no_body_an_empty_one_or_null_is_no_filter_and_a_json_body_is_the_filter() {
+        for (content_type, body) in [
+            (None, ""),
+            (Some("application/json"), ""),
+            (Some("text/plain"), ""),
+            (Some("application/json"), "null"),
+        ] {
+            let filter = filter_of("/admin/replay", content_type, body).unwrap();
+            assert_eq!(
+                (filter.source, filter.event_ids, filter.dry_run),
+                (None, None, false),
+                "{content_type:?} {body:?}"
+            );
+        }
+        let filter = filter_of(
+            "/admin/discard",
+            Some("application/json; charset=utf-8"),
+            r#"{"source": "gen", "dry_run": true}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (filter.source.as_deref(), filter.dry_run),
+            (Some("gen"), true)
+        );
+    }
+
+    /// A filter where it is not read used to be dropped, and the call replayed (discarded)
+    /// every dead delivery.
+    #[tokio::test]
+    async fn a_query_string_is_refused_naming_its_parameters() {
+        for body in ["", r#"{"dry_run": true}"#] {
+            let refused = filter_of(
+                "/admin/discard?dry_run=true&source=gen&source=x",
+                Some("application/json"),
+                body,
+            )
+            .unwrap_err();
+            let (status, content_type, reply) = answer(refused).await;
+            assert_eq!(
+                (status, content_type.as_str(), &reply["error"]),
+                (
+                    StatusCode::BAD_REQUEST,
+                    "application/json",
+                    &serde_json::json!("bad_request")
+                )
+            );
+            let detail = reply["detail"].as_str().unwrap();
+            assert!(
+                detail.starts_with(
+                    "POST /admin/discard takes no query parameters, but was given \"dry_run\", \
+                     \"source\": its filter goes in the JSON body"
+                ),
+                "{detail}"
+            );
+        }
+        assert!(filter_of("/admin/replay?", None, "").is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_body_not_sent_as_json_is_refused_with_415() {
+        let filter = r#"{"dry_run": true, "event_ids": ["nothing"]}"#;
+        for content_type in [
+            None,
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+        ] {
+            let refused = filter_of("/admin/replay", content_type, filter).unwrap_err();
+            let (status, kind, reply) = answer(refused).await;
+            assert_eq!(
+                (status, kind.as_str(), &reply["error"]),
+                (
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "application/json",
+                    &serde_json::json!("unsupported_media_type")
+                ),
+                "{content_type:?}"
+            );
+            let detail = reply["detail"].as_str().unwrap();
+            assert!(
+                detail.starts_with("POST /admin/replay: a body of 43 bytes with ")
+                    && detail
+                        .contains("send the filter as JSON with Content-Type: application/json"),
+                "{detail}"
+            );
+        }
     }
 }

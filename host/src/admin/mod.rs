@@ -12,7 +12,9 @@
 //!   [`crate::ingest::replay`]'s and [`crate::retention::discard`]'s.
 //! - Every request's body is read under the ingest's rules ([`crate::ingest::body`]: a size
 //!   cap, the listener's in-flight budget, the body timeouts) before any route sees it, so a
-//!   client that stalls its body is cut off with 408 instead of holding the connection.
+//!   client that stalls its body is cut off with 408 instead of holding the connection. That
+//!   cap ([`MAX_BODY_BYTES`]) is also the `/admin/*` extractors' limit, so no smaller default
+//!   (axum's 2 MiB) answers a body the routes take in place of their own checks.
 
 pub mod api;
 pub mod guard;
@@ -28,7 +30,7 @@ use std::{net::SocketAddr, sync::Arc};
 use axum::{
     Router,
     body::Body,
-    extract::{Request, State},
+    extract::{DefaultBodyLimit, Request, State},
     http::header,
     middleware::{self, Next},
     response::Response,
@@ -68,6 +70,8 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         )
         .route("/admin/nodes", get(nodes))
         .route("/admin/openapi.json", get(openapi::document))
+        // The extractors' own cap is the gate's ([`read_body`]), not axum's 2 MiB default.
+        .route_layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             require_token,
