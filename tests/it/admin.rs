@@ -511,8 +511,26 @@ async fn the_events_and_replay_commands_wrap_the_admin_api() {
     assert_eq!(listed, api);
     assert_eq!(event_ids(&listed), ["b1"]);
 
-    let all = printed(&hookd(&with(&["events", "--state", "done", "--limit", "1"])).await);
-    assert_eq!(event_ids(&all), ["b1"]);
+    // A full page says how to get the next one; `--before` gets it.
+    let first = hookd(&with(&["events", "--state", "done", "--limit", "1"])).await;
+    assert_eq!(event_ids(&printed(&first)), ["b1"]);
+    let hint = String::from_utf8_lossy(&first.stderr).into_owned();
+    let before = hint
+        .split("--before ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no --before in {hint:?}"))
+        .to_owned();
+    let next: Vec<&str> = [
+        "events", "--state", "done", "--limit", "1", "--before", &before,
+    ]
+    .into_iter()
+    .chain(admin)
+    .collect();
+    let second = hookd(&next).await;
+    assert_eq!(event_ids(&printed(&second)), ["a1"]);
+    let filtered = printed(&hookd(&with(&["events", "--event-id", "a1", "--since", "1"])).await);
+    assert_eq!(event_ids(&filtered), ["a1"]);
 
     let shown = printed(&hookd(&with(&["events", "t", "b1"])).await);
     assert_eq!(shown, host.event("t", "b1").await.unwrap());

@@ -90,6 +90,7 @@ pub(crate) fn build_request(
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
     pub(crate) body: String,
 }
 
@@ -103,6 +104,7 @@ pub(crate) async fn send(
     let exchange = async {
         let response = client.request(request).await?;
         let status = response.status();
+        let headers = response.headers().clone();
         let body = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
             .collect()
             .await
@@ -110,6 +112,7 @@ pub(crate) async fn send(
             .to_bytes();
         anyhow::Ok(Reply {
             status,
+            headers,
             body: String::from_utf8_lossy(&body).into_owned(),
         })
     };
@@ -176,7 +179,10 @@ pub struct EventsArgs {
     #[arg(
         value_name = "SOURCE",
         requires = "event_id",
-        conflicts_with_all = ["source", "state", "handler", "limit"]
+        conflicts_with_all = [
+            "source", "state", "handler", "limit", "event_type", "only_event_id", "since",
+            "until", "before",
+        ]
     )]
     show_source: Option<String>,
     /// Show one event: the provider's event id, with its deliveries and attempt history.
@@ -194,6 +200,21 @@ pub struct EventsArgs {
     /// List at most N events (the server defaults to 100).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     limit: Option<u32>,
+    /// List only events of this type.
+    #[arg(long, value_name = "TYPE")]
+    event_type: Option<String>,
+    /// List only events with this provider event id (from any source).
+    #[arg(long = "event-id", value_name = "ID")]
+    only_event_id: Option<String>,
+    /// List only events received at or after this time, in ms since the Unix epoch.
+    #[arg(long, value_name = "MS")]
+    since: Option<i64>,
+    /// List only events received at or before this time, in ms since the Unix epoch.
+    #[arg(long, value_name = "MS")]
+    until: Option<i64>,
+    /// The next page: the cursor a full page printed (`more events: … --before N`).
+    #[arg(long, value_name = "CURSOR")]
+    before: Option<i64>,
 }
 
 /// `hookd replay`: which deliveries to run again.
@@ -207,6 +228,10 @@ pub struct ReplayArgs {
     /// then: the handler gets it with `event.stale` set, instead of it being marked `stale`.
     #[arg(long)]
     force: bool,
+    /// Only deliveries whose last attempt failed with this error kind (`trap`, `timeout`,
+    /// `permanent`, `state_limit`, …).
+    #[arg(long, value_name = "KIND")]
+    error_kind: Option<String>,
 }
 
 /// `hookd discard`: which dead deliveries (and held quarantined requests) to close for good.
@@ -302,24 +327,40 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
                 state: args.state,
                 handler: args.handler,
                 limit: args.limit.map(|n| n as usize),
-                ..Default::default()
+                event_type: args.event_type,
+                event_id: args.only_event_id,
+                since: args.since,
+                until: args.until,
+                before: args.before,
             };
             let path = format!("/admin/events{}", query(&filter.pairs()));
-            admin_call::<Vec<api::EventSummary>>(&args.admin, Method::GET, &path, NO_BODY).await
+            let (events, headers): (Vec<api::EventSummary>, _) =
+                admin_exchange(&args.admin, Method::GET, &path, HeaderMap::new(), NO_BODY).await?;
+            println!("{}", pretty(&events)?);
+            if let Some(before) = next_cursor(&headers) {
+                eprintln!("more events: run it again with --before {before} for the next page");
+            }
+            Ok(())
         }
     }
 }
 
 /// `hookd replay`: `POST /admin/replay` with the filter as JSON.
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let body = replay_request(args.filter, args.force);
+    let body = replay_request(args.filter, args.force, args.error_kind);
     admin_call::<api::ReplayAnswer>(&args.admin, Method::POST, "/admin/replay", Some(&body)).await
 }
 
-/// The `POST /admin/replay` body: the filter, and whether to deliver stale deliveries anyway.
-fn replay_request(filter: ReplayFilter, force: bool) -> api::ReplayRequest {
+/// The `POST /admin/replay` body: the filter, whether to deliver stale deliveries anyway, and
+/// the last attempt's error kind to match.
+fn replay_request(
+    filter: ReplayFilter,
+    force: bool,
+    error_kind: Option<String>,
+) -> api::ReplayRequest {
     api::ReplayRequest {
         force,
+        error_kind,
         ..filter.into()
     }
 }
@@ -520,9 +561,20 @@ async fn admin_request<T: DeserializeOwned>(
     admin: &AdminArgs,
     method: Method,
     path: &str,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     json: Option<&impl Serialize>,
 ) -> anyhow::Result<T> {
+    Ok(admin_exchange(admin, method, path, headers, json).await?.0)
+}
+
+/// [`admin_request`], also returning the answer's headers.
+async fn admin_exchange<T: DeserializeOwned>(
+    admin: &AdminArgs,
+    method: Method,
+    path: &str,
+    mut headers: HeaderMap,
+    json: Option<&impl Serialize>,
+) -> anyhow::Result<(T, HeaderMap)> {
     let base = admin.admin_url.trim_end_matches('/');
     parse_url(base).context("--admin-url (or HOOKD_ADMIN_URL)")?;
     let url = format!("{base}{path}");
@@ -569,7 +621,22 @@ async fn admin_request<T: DeserializeOwned>(
             one_line(&reply.body, ERROR_BODY_CHARS)
         )
     })?;
-    Ok(answer)
+    Ok((answer, reply.headers))
+}
+
+/// The `before` cursor of an events page's `Link: <...>; rel="next"`, if it has one.
+fn next_cursor(headers: &HeaderMap) -> Option<i64> {
+    let link = headers.get(header::LINK)?.to_str().ok()?;
+    let target = link.strip_suffix("; rel=\"next\"")?;
+    target
+        .trim_start_matches('<')
+        .trim_end_matches('>')
+        .split_once('?')?
+        .1
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("before="))?
+        .parse()
+        .ok()
 }
 
 /// The admin token to send, and where it came from (for the hint on a 401; never the value):
@@ -711,10 +778,19 @@ mod tests {
             })
         );
 
-        let forced = Replay::try_parse_from(["replay", "--state", "stale", "--force"]).unwrap();
+        let forced = Replay::try_parse_from([
+            "replay",
+            "--state",
+            "stale",
+            "--force",
+            "--error-kind",
+            "trap",
+        ])
+        .unwrap();
+        let args = forced.args;
         assert_eq!(
-            serde_json::to_value(replay_request(forced.args.filter, forced.args.force)).unwrap(),
-            json!({"state": "stale", "force": true})
+            serde_json::to_value(replay_request(args.filter, args.force, args.error_kind)).unwrap(),
+            json!({"state": "stale", "force": true, "error_kind": "trap"})
         );
 
         let some = Replay::try_parse_from(["replay", "--event-id", "evt_1"]).unwrap();
