@@ -353,15 +353,18 @@ async fn the_event_list_filters_and_replay_answers_have_the_contract_shape() {
         );
     }
     for (body, needle) in [
-        (json!({"source": "nope"}), "nope"),
+        (json!({"source": "nope"}), "unknown source \"nope\""),
+        (json!({"handler": "flakey"}), "unknown handler \"flakey\""),
         (json!({"state": "sleeping"}), "sleeping"),
     ] {
-        let (status, reply) = host.admin_post("/admin/replay", body).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
-        assert!(
-            reply["detail"].as_str().unwrap().contains(needle),
-            "{reply}"
-        );
+        for route in ["/admin/replay", "/admin/discard"] {
+            let (status, reply) = host.admin_post(route, body.clone()).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{route} {body}: {reply}");
+            assert!(
+                reply["detail"].as_str().unwrap().contains(needle),
+                "{route}: {reply}"
+            );
+        }
     }
 }
 

@@ -72,10 +72,13 @@ impl From<ReplayError> for Rejection {
     }
 }
 
-/// How a replay that did not run is answered: an unknown source is the caller's mistake.
+/// How a replay that did not run is answered: an unknown source or handler is the caller's
+/// mistake.
 pub(super) fn replay_error(e: ReplayError) -> ApiError {
     match e {
-        ReplayError::UnknownSource(_) => ApiError::BadRequest(e.to_string()),
+        ReplayError::UnknownSource(_) | ReplayError::UnknownHandler(_) => {
+            ApiError::BadRequest(e.to_string())
+        }
         ReplayError::Inbox(e) => e.into(),
     }
 }

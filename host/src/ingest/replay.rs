@@ -30,6 +30,9 @@ pub enum ReplayError {
     /// The filter names a source that is not configured.
     #[error("unknown source {0:?}")]
     UnknownSource(String),
+    /// The filter names a handler no source feeds and no `[plugins]` table declares.
+    #[error("unknown handler {0:?}: no source lists it and no [plugins] table declares it")]
+    UnknownHandler(String),
     #[error(transparent)]
     Inbox(#[from] InboxError),
 }
@@ -37,7 +40,7 @@ pub enum ReplayError {
 /// Replays what `filter` selects: its deliveries, then (when it filters by nothing a
 /// quarantined request lacks) the held quarantined requests of its source and time range.
 pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
-    known_source(shared, &filter)?;
+    known_names(shared, &filter)?;
     let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
 
     if filter.covers_quarantine() {
@@ -61,11 +64,16 @@ pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, 
     Ok(ReplayReport { matched, replayed })
 }
 
-/// Refuses a filter naming a source that is not configured (replay's and discard's check).
-pub fn known_source(shared: &Shared, filter: &ReplayFilter) -> Result<(), ReplayError> {
-    match &filter.source {
-        Some(source) if !shared.config.sources.contains_key(source.as_str()) => {
+/// Refuses a filter naming a source or a handler that is not configured (replay's and
+/// discard's check): a typo would otherwise match nothing and look like an empty result.
+pub fn known_names(shared: &Shared, filter: &ReplayFilter) -> Result<(), ReplayError> {
+    let config = &shared.config;
+    match (&filter.source, &filter.handler) {
+        (Some(source), _) if !config.sources.contains_key(source.as_str()) => {
             Err(ReplayError::UnknownSource(source.clone()))
+        }
+        (_, Some(handler)) if !config.plugins.contains_key(handler.as_str()) => {
+            Err(ReplayError::UnknownHandler(handler.clone()))
         }
         _ => Ok(()),
     }

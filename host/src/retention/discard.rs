@@ -11,7 +11,7 @@
 use crate::{
     Shared,
     inbox::ReplayFilter,
-    ingest::replay::{ReplayError, known_source},
+    ingest::replay::{ReplayError, known_names},
 };
 
 /// What one discard did.
@@ -26,7 +26,7 @@ pub struct DiscardReport {
 /// Discards what `filter` selects: its dead deliveries, then (when it filters by nothing a
 /// quarantined request lacks) the held quarantined requests of its source and time range.
 pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<DiscardReport, ReplayError> {
-    known_source(shared, &filter)?;
+    known_names(shared, &filter)?;
     let (deliveries, closed) = shared.inbox.discard(filter.clone()).await?;
     let (mut held, mut resolved) = (0, 0);
     if filter.covers_quarantine() {
