@@ -1130,3 +1130,43 @@ async fn envelope_fields_over_a_kib_are_refused_naming_the_field() {
     assert!(host.event("keyed", "kib-key").await.is_some());
     assert!(host.event("sw", "long-type").await.is_none());
 }
+
+/// Svix (and Resend, which sends through it) puts the Standard Webhooks headers under its own
+/// names unless an account is white-labelled: `svix-id`, `svix-timestamp`, `svix-signature`. A
+/// `standard-webhooks` source takes them, with `svix-id` as the event id and dedupe key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_webhooks_take_svix_header_names() {
+    let host = TestHost::start(&sw_source("sw", &[], ""), &[]).await;
+    let body = br#"{"type":"email.sent","data":{}}"#;
+    let svix: Vec<(HeaderName, HeaderValue)> = support::sign(
+        &Scheme::StandardWebhooks,
+        SW_SECRET,
+        "msg_svix_1",
+        body,
+        SystemTime::now(),
+    )
+    .into_iter()
+    .map(
+        |(name, value)| match name.as_str().strip_prefix("webhook-") {
+            Some(rest) => (
+                HeaderName::from_bytes(format!("svix-{rest}").as_bytes()).unwrap(),
+                value,
+            ),
+            None => (name, value),
+        },
+    )
+    .collect();
+    assert!(svix.iter().any(|(n, _)| n == "svix-signature"), "{svix:?}");
+    for duplicate in [false, true] {
+        let (status, reply) = host.post("sw", &svix, body).await;
+        assert_eq!(
+            (status, reply),
+            (
+                StatusCode::ACCEPTED,
+                json!({"accepted": true, "duplicate": duplicate, "event_id": "msg_svix_1"})
+            )
+        );
+    }
+    let event = host.event("sw", "msg_svix_1").await.unwrap();
+    assert_eq!(event["event_type"], "email.sent", "{event:#}");
+}

@@ -386,7 +386,11 @@ fn envelope_from_headers(source: &SourceConfig, request: &RawRequest) -> Envelop
             scheme.name()
         ));
     };
-    let Some(event_id) = header(id_header).filter(|v| !v.is_empty()) else {
+    let Some(event_id) = scheme
+        .id_headers()
+        .find_map(&header)
+        .filter(|v| !v.is_empty())
+    else {
         return EnvelopeOutcome::Invalid(format!("missing the {id_header} header (the event id)"));
     };
     // The scheme's type header, else a JSON body's `type` (standard-webhooks puts it there).

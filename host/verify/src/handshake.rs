@@ -111,7 +111,8 @@ impl Verifier {
                 let crc = param("crc_token")?;
                 // The CRC is unsigned and its answer is an HMAC under the same key as events'
                 // signatures: an event body (JSON) as the token would get the body signed. Only
-                // token characters are answered, and no such string is an event body.
+                // token characters are answered, and the scheme takes only a body that starts
+                // as a JSON object, which no such string does (see `schemes::verify`).
                 if crc.len() > MAX_CRC_TOKEN
                     || !crc
                         .bytes()
@@ -153,24 +154,35 @@ impl Verifier {
             return Ok(None);
         };
         let field = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
+        let handshake = match self.scheme {
+            Scheme::Slack => field("/type") == Some("url_verification"),
+            // An interactions PING. A Discord webhook event of type 1 carries an `event`: it is
+            // an event, never answered as a PING (which would drop it).
+            Scheme::Discord => {
+                value.get("type").and_then(Value::as_u64) == Some(1) && value.get("event").is_none()
+            }
+            Scheme::Zoom => field("/event") == Some("endpoint.url_validation"),
+            _ => false,
+        };
+        if !handshake {
+            return Ok(None);
+        }
+        // The signature first: an unsigned request learns nothing of what a handshake needs.
+        schemes::verify(self, headers, body, now)?;
         let reply = match self.scheme {
-            Scheme::Slack if field("/type") == Some("url_verification") => {
+            Scheme::Slack => {
                 let challenge = field("/challenge").ok_or(HandshakeError::Missing("challenge"))?;
                 json!({"challenge": capped("challenge", challenge)?})
             }
-            Scheme::Discord if value.get("type").and_then(Value::as_u64) == Some(1) => {
-                json!({"type": 1})
-            }
-            Scheme::Zoom if field("/event") == Some("endpoint.url_validation") => {
+            Scheme::Zoom => {
                 let plain = field("/payload/plainToken")
                     .ok_or(HandshakeError::Missing("payload.plainToken"))?;
                 let plain = capped("plainToken", plain)?;
                 let tag = self.keys[0].tag(&[plain.as_bytes()]);
                 json!({"plainToken": plain, "encryptedToken": hex::encode(tag)})
             }
-            _ => return Ok(None),
+            _ => json!({"type": 1}),
         };
-        schemes::verify(self, headers, body, now)?;
         Ok(Some(Reply::json(&reply)))
     }
 }

@@ -14,6 +14,11 @@ use http::HeaderName;
 pub(crate) static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 pub(crate) static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
 pub(crate) static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+/// Svix's own names for the three Standard Webhooks headers: what Svix (and Resend, which
+/// sends through it) puts on a request unless an account is white-labelled to `webhook-*`.
+pub(crate) static SVIX_ID: HeaderName = HeaderName::from_static("svix-id");
+pub(crate) static SVIX_TIMESTAMP: HeaderName = HeaderName::from_static("svix-timestamp");
+pub(crate) static SVIX_SIGNATURE: HeaderName = HeaderName::from_static("svix-signature");
 pub(crate) static STRIPE_SIGNATURE: HeaderName = HeaderName::from_static("stripe-signature");
 pub(crate) static HUB_SIGNATURE_256: HeaderName = HeaderName::from_static("x-hub-signature-256");
 pub(crate) static GITHUB_DELIVERY: HeaderName = HeaderName::from_static("x-github-delivery");
@@ -31,6 +36,10 @@ pub(crate) static ZOOM_TIMESTAMP: HeaderName = HeaderName::from_static("x-zm-req
 pub(crate) static TWITTER_SIGNATURE: HeaderName =
     HeaderName::from_static("x-twitter-webhooks-signature");
 pub(crate) static DROPBOX_SIGNATURE: HeaderName = HeaderName::from_static("x-dropbox-signature");
+/// The id headers of the schemes that have one (see [`SchemeKind::id_headers`]).
+static STANDARD_WEBHOOKS_IDS: [&HeaderName; 2] = [&WEBHOOK_ID, &SVIX_ID];
+static GITHUB_IDS: [&HeaderName; 1] = [&GITHUB_DELIVERY];
+static SHOPIFY_IDS: [&HeaderName; 1] = [&SHOPIFY_EVENT_ID];
 
 /// Which scheme a source uses, without the settings the generic one needs (see
 /// [`crate::Scheme`] for the scheme with its settings).
@@ -93,7 +102,13 @@ impl SchemeKind {
 
     /// The header carrying the provider's stable delivery id, if the scheme has one.
     pub fn id_header(self) -> Option<&'static HeaderName> {
-        self.vocabulary().id_header
+        self.id_headers().first().copied()
+    }
+
+    /// Every header that may carry the delivery id, [`Self::id_header`] first: a request
+    /// carries one of them (standard-webhooks: `webhook-id`, or Svix's `svix-id`).
+    pub fn id_headers(self) -> &'static [&'static HeaderName] {
+        self.vocabulary().id_headers
     }
 
     /// The header naming the event's type, if the provider sends one (it is never signed).
@@ -123,9 +138,10 @@ impl SchemeKind {
         match self {
             SchemeKind::StandardWebhooks => Vocabulary {
                 name: "standard-webhooks",
-                summary: "webhook-id, webhook-timestamp, webhook-signature (Svix, Resend, ...)",
+                summary: "webhook-id, webhook-timestamp, webhook-signature, or the same as svix-id, \
+                          svix-timestamp, svix-signature (Svix, Resend, ...)",
                 signature_header: Some(&WEBHOOK_SIGNATURE),
-                id_header: Some(&WEBHOOK_ID),
+                id_headers: &STANDARD_WEBHOOKS_IDS,
                 type_header: None,
                 handshake: "—",
                 answers_get: false,
@@ -135,7 +151,7 @@ impl SchemeKind {
                 name: "stripe",
                 summary: "Stripe-Signature: t=...,v1=... (the event id is in the body)",
                 signature_header: Some(&STRIPE_SIGNATURE),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "—",
                 answers_get: false,
@@ -145,7 +161,7 @@ impl SchemeKind {
                 name: "github",
                 summary: "X-Hub-Signature-256 and X-GitHub-Delivery",
                 signature_header: Some(&HUB_SIGNATURE_256),
-                id_header: Some(&GITHUB_DELIVERY),
+                id_headers: &GITHUB_IDS,
                 type_header: Some(&GITHUB_EVENT),
                 handshake: "—",
                 answers_get: false,
@@ -155,7 +171,7 @@ impl SchemeKind {
                 name: "shopify",
                 summary: "X-Shopify-Hmac-Sha256 and X-Shopify-Event-Id",
                 signature_header: Some(&SHOPIFY_HMAC),
-                id_header: Some(&SHOPIFY_EVENT_ID),
+                id_headers: &SHOPIFY_IDS,
                 type_header: Some(&SHOPIFY_TOPIC),
                 handshake: "—",
                 answers_get: false,
@@ -165,7 +181,7 @@ impl SchemeKind {
                 name: "slack",
                 summary: "X-Slack-Signature and X-Slack-Request-Timestamp",
                 signature_header: Some(&SLACK_SIGNATURE),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "signed `url_verification` POST: the `challenge` is echoed",
                 answers_get: false,
@@ -175,7 +191,7 @@ impl SchemeKind {
                 name: "discord",
                 summary: "Ed25519 X-Signature-Ed25519 over X-Signature-Timestamp + body (`public_key`)",
                 signature_header: Some(&DISCORD_SIGNATURE),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "signed `PING` (`type` 1): answered `{\"type\":1}`",
                 answers_get: false,
@@ -185,7 +201,7 @@ impl SchemeKind {
                 name: "zoom",
                 summary: "x-zm-signature: v0=... with x-zm-request-timestamp",
                 signature_header: Some(&ZOOM_SIGNATURE),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "signed `endpoint.url_validation`: answered with the `plainToken` and its HMAC",
                 answers_get: false,
@@ -195,7 +211,7 @@ impl SchemeKind {
                 name: "meta",
                 summary: "X-Hub-Signature-256 (WhatsApp, Messenger, Instagram; the app secret)",
                 signature_header: Some(&HUB_SIGNATURE_256),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "`GET ?hub.mode=subscribe&hub.verify_token=...&hub.challenge=...`: the challenge is echoed if the token matches",
                 answers_get: true,
@@ -205,7 +221,7 @@ impl SchemeKind {
                 name: "twitter",
                 summary: "x-twitter-webhooks-signature: sha256=<base64> (the consumer secret)",
                 signature_header: Some(&TWITTER_SIGNATURE),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "`GET ?crc_token=...`: answered with the token's HMAC as `response_token`",
                 answers_get: true,
@@ -215,7 +231,7 @@ impl SchemeKind {
                 name: "dropbox",
                 summary: "X-Dropbox-Signature: hex HMAC of the body (the app secret)",
                 signature_header: Some(&DROPBOX_SIGNATURE),
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "`GET ?challenge=...`: the challenge is echoed as text/plain",
                 answers_get: true,
@@ -225,7 +241,7 @@ impl SchemeKind {
                 name: "msgraph",
                 summary: "Microsoft Graph: every notification's `clientState` equals `client_state`",
                 signature_header: None,
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "`POST ?validationToken=...`: the token is echoed as text/plain",
                 answers_get: false,
@@ -235,7 +251,7 @@ impl SchemeKind {
                 name: "hmac-sha256",
                 summary: "An HMAC-SHA256 of the body in a configured header",
                 signature_header: None,
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "—",
                 answers_get: false,
@@ -245,7 +261,7 @@ impl SchemeKind {
                 name: "none",
                 summary: "No signature",
                 signature_header: None,
-                id_header: None,
+                id_headers: &[],
                 type_header: None,
                 handshake: "—",
                 answers_get: false,
@@ -261,7 +277,8 @@ struct Vocabulary {
     name: &'static str,
     summary: &'static str,
     signature_header: Option<&'static HeaderName>,
-    id_header: Option<&'static HeaderName>,
+    /// Every header that may carry the delivery id, the usual one first.
+    id_headers: &'static [&'static HeaderName],
     type_header: Option<&'static HeaderName>,
     handshake: &'static str,
     answers_get: bool,

@@ -136,6 +136,12 @@ impl Scheme {
         self.kind().id_header().map(HeaderName::as_str)
     }
 
+    /// Every header that may carry the delivery id, [`Self::id_header`] first
+    /// ([`SchemeKind::id_headers`]); a [`Verified`] request carries each at most once.
+    pub fn id_headers(&self) -> impl Iterator<Item = &'static str> {
+        self.kind().id_headers().iter().map(|h| h.as_str())
+    }
+
     /// Header naming the event's type ([`SchemeKind::type_header`]); never authenticated.
     pub fn type_header(&self) -> Option<&'static str> {
         self.kind().type_header().map(HeaderName::as_str)

@@ -17,9 +17,9 @@ use subtle::{Choice, ConstantTimeEq};
 
 use crate::kind::{
     DISCORD_SIGNATURE, DISCORD_TIMESTAMP, DROPBOX_SIGNATURE, GITHUB_DELIVERY, HUB_SIGNATURE_256,
-    SHOPIFY_EVENT_ID, SHOPIFY_HMAC, SLACK_SIGNATURE, SLACK_TIMESTAMP, STRIPE_SIGNATURE,
-    TWITTER_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, ZOOM_SIGNATURE,
-    ZOOM_TIMESTAMP,
+    SHOPIFY_EVENT_ID, SHOPIFY_HMAC, SLACK_SIGNATURE, SLACK_TIMESTAMP, STRIPE_SIGNATURE, SVIX_ID,
+    SVIX_SIGNATURE, SVIX_TIMESTAMP, TWITTER_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE,
+    WEBHOOK_TIMESTAMP, ZOOM_SIGNATURE, ZOOM_TIMESTAMP,
 };
 use crate::wire::{self, Budget, Tag, decode_tag, malformed};
 use crate::{
@@ -96,7 +96,7 @@ pub(crate) fn verify(
     now: SystemTime,
 ) -> Result<(), VerifyError> {
     let (scheme, keys, tolerance) = (&verifier.scheme, &verifier.keys[..], verifier.tolerance);
-    if let Some(id) = scheme.kind().id_header() {
+    for id in scheme.kind().id_headers() {
         wire::at_most_once(headers, id)?;
     }
     match scheme {
@@ -141,7 +141,19 @@ pub(crate) fn verify(
                 "expected sha256=<base64>",
                 Encoding::Base64,
             )?;
-            matches(keys, &[body], &tags)
+            matches(keys, &[body], &tags)?;
+            // The unsigned CRC handshake answers HMAC(key, token) under this same key, for any
+            // token of letters, digits and `-_.~+/=`: such a string (`1234567890`, `true`) as a
+            // body would carry a signature anyone can get. Every Twitter event is a JSON object,
+            // which no token can be, so only a body that starts as one is taken.
+            if body.trim_ascii_start().first() == Some(&b'{') {
+                Ok(())
+            } else {
+                Err(VerifyError::MalformedBody {
+                    reason: "a Twitter event is a JSON object (a body that is not could have \
+                             been signed by the CRC handshake)",
+                })
+            }
         }
         Scheme::Dropbox => {
             let tags = prefixed(headers, &DROPBOX_SIGNATURE, "", "", Encoding::Hex)?;
@@ -244,7 +256,9 @@ fn client_state(token: &Secret, body: &[u8]) -> Result<(), VerifyError> {
     }
 }
 
-/// `webhook-signature: v1,<b64> v1,<b64> v1a,<ed25519>` over `{id}.{ts}.{body}`.
+/// `webhook-signature: v1,<b64> v1,<b64> v1a,<ed25519>` over `{id}.{ts}.{body}`; or the same
+/// under Svix's names (`svix-id`, `svix-timestamp`, `svix-signature`) when a request carries no
+/// `webhook-id` but a `svix-id`: one family or the other, never a mix.
 fn standard_webhooks(
     keys: &[Key],
     tolerance: Duration,
@@ -252,18 +266,24 @@ fn standard_webhooks(
     body: &[u8],
     now: SystemTime,
 ) -> Result<(), VerifyError> {
-    let id = wire::single(headers, &WEBHOOK_ID)?;
-    let ts_raw = wire::single(headers, &WEBHOOK_TIMESTAMP)?;
-    let ts = wire::timestamp(&WEBHOOK_TIMESTAMP, ts_raw)?;
-    let mut budget = Budget::new(&WEBHOOK_SIGNATURE);
+    let (id_header, ts_header, signature_header) =
+        if headers.contains_key(&WEBHOOK_ID) || !headers.contains_key(&SVIX_ID) {
+            (&WEBHOOK_ID, &WEBHOOK_TIMESTAMP, &WEBHOOK_SIGNATURE)
+        } else {
+            (&SVIX_ID, &SVIX_TIMESTAMP, &SVIX_SIGNATURE)
+        };
+    let id = wire::single(headers, id_header)?;
+    let ts_raw = wire::single(headers, ts_header)?;
+    let ts = wire::timestamp(ts_header, ts_raw)?;
+    let mut budget = Budget::new(signature_header);
     let mut saw_v1 = false;
     let mut tags = Vec::new();
-    for value in wire::pooled(headers, &WEBHOOK_SIGNATURE)? {
+    for value in wire::pooled(headers, signature_header)? {
         for entry in value.split_ascii_whitespace() {
             budget.take()?;
             let (version, signature) = entry
                 .split_once(',')
-                .ok_or_else(|| malformed(&WEBHOOK_SIGNATURE, "entry is not version,signature"))?;
+                .ok_or_else(|| malformed(signature_header, "entry is not version,signature"))?;
             if version != "v1" {
                 continue; // v1a (ed25519) and future versions: not ours to check
             }
@@ -272,7 +292,7 @@ fn standard_webhooks(
         }
     }
     if !saw_v1 {
-        return Err(malformed(&WEBHOOK_SIGNATURE, "no v1 signature"));
+        return Err(malformed(signature_header, "no v1 signature"));
     }
     wire::fresh(ts, now, tolerance)?;
     matches(

@@ -306,6 +306,66 @@ fn published_vectors_verify() {
     check(cases);
 }
 
+/// Svix and Resend send the Standard Webhooks headers under Svix's names (`svix-id`,
+/// `svix-timestamp`, `svix-signature`): the published vector verifies under them, a request
+/// mixing the two families does not, and `webhook-id` wins when both are there.
+#[test]
+fn standard_webhooks_under_svix_names_verify_and_never_mix() {
+    let all = vectors();
+    let sw2 = &all[1];
+    let svix = |name: &str| name.replace("webhook-", "svix-");
+    let case = |label: &str, pairs: Vec<(String, &str)>, expect| {
+        let pairs: Vec<(&str, &str)> = pairs.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        Case {
+            name: format!("SW-2 {label}"),
+            verifier: verifier(&sw2.scheme, &[sw2.secret]),
+            headers: headers(&pairs),
+            body: sw2.body.to_vec(),
+            now: sw2.ts,
+            expect,
+            forbidden: vec![sw2.secret.to_string()],
+        }
+    };
+    let mut spec: Vec<(String, &str)> = sw2
+        .headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), *v))
+        .collect();
+    spec.push((sw2.signature.0.to_string(), sw2.signature.1));
+    let renamed: Vec<(String, &str)> = spec.iter().map(|(n, v)| (svix(n), *v)).collect();
+    let mixed: Vec<(String, &str)> = spec
+        .iter()
+        .map(|(n, v)| {
+            if n == "webhook-id" {
+                (n.clone(), *v)
+            } else {
+                (svix(n), *v)
+            }
+        })
+        .collect();
+    let both: Vec<(String, &str)> = spec.iter().chain(&renamed).cloned().collect();
+    let mut wrong = renamed.clone();
+    wrong[2].1 = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OA=";
+    check(vec![
+        case("as Svix sends it (svix-*)", renamed, Expect::Ok),
+        case(
+            "webhook-id with svix-timestamp and svix-signature",
+            mixed,
+            Expect::Missing,
+        ),
+        case("both families", both, Expect::Ok),
+        case("svix-* with a wrong signature", wrong, Expect::NoMatch),
+    ]);
+    assert_eq!(
+        SchemeKind::StandardWebhooks
+            .id_headers()
+            .iter()
+            .map(|h| h.as_str())
+            .collect::<Vec<_>>(),
+        ["webhook-id", "svix-id"]
+    );
+}
+
 #[test]
 fn sign_reproduces_the_vectors() {
     for v in vectors() {

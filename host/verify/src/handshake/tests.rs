@@ -186,6 +186,50 @@ fn slack_url_verification_echoes_the_challenge_once_signed() {
     );
 }
 
+/// A malformed handshake is checked for its signature first: unsigned, it is a 401 like any
+/// other unsigned request, whatever is wrong with it (before, the missing challenge or the
+/// over-long token was reported to anyone).
+#[test]
+fn a_malformed_handshake_is_refused_for_its_signature_first() {
+    let slack = verifier(Scheme::Slack, &["slack-secret"], None);
+    let long = format!(
+        r#"{{"type":"url_verification","challenge":"{}"}}"#,
+        "c".repeat(9000)
+    );
+    for body in [
+        br#"{"type":"url_verification"}"#.as_slice(),
+        long.as_bytes(),
+    ] {
+        let err = slack
+            .answer_post(&[], &HeaderMap::new(), body, at(TS))
+            .unwrap_err();
+        assert_eq!(err.status(), StatusCode::UNAUTHORIZED, "{err}");
+    }
+    let zoom = verifier(Scheme::Zoom, &["zoom_secret_token"], None);
+    let err = zoom
+        .answer_post(
+            &[],
+            &HeaderMap::new(),
+            br#"{"event":"endpoint.url_validation","payload":{}}"#,
+            at(TS),
+        )
+        .unwrap_err();
+    assert_eq!(err.status(), StatusCode::UNAUTHORIZED, "{err}");
+}
+
+/// A Discord webhook event of type 1 carries an `event` object: it is not an interactions
+/// PING, so it is not answered (and dropped) as one.
+#[test]
+fn a_discord_webhook_event_is_not_a_ping() {
+    let v = verifier(Scheme::Discord, &[], Some(RFC8032_PUBLIC));
+    let body =
+        br#"{"version":1,"application_id":"1","type":1,"event":{"type":"APPLICATION_AUTHORIZED"}}"#;
+    assert_eq!(
+        v.answer_post(&[], &HeaderMap::new(), body, at(TS)),
+        Ok(None)
+    );
+}
+
 #[test]
 fn a_slack_event_callback_is_not_a_handshake() {
     let v = verifier(Scheme::Slack, &["slack-secret"], None);
@@ -343,6 +387,33 @@ fn a_twitter_crc_token_that_could_be_an_event_body_is_not_signed() {
     let forged = r#"{"tweet_create_events":[{"id_str":"1"}]}"#;
     let err = v.answer_get(&query(&[("crc_token", forged)])).unwrap_err();
     assert_eq!(err, HandshakeError::InvalidCrcToken);
+}
+
+/// A CRC answer is a valid signature of its token: a body that is a token (`1234567890`, valid
+/// JSON) sent with it is refused, since every Twitter event is a JSON object.
+#[test]
+fn a_crc_answer_does_not_sign_an_event() {
+    let v = verifier(Scheme::Twitter, &["twitter_consumer_secret"], None);
+    let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for token in ["1234567890", "true", "null"] {
+        let reply = v
+            .answer_get(&query(&[("crc_token", token)]))
+            .unwrap()
+            .unwrap();
+        let answer: Value = serde_json::from_slice(&reply.body).unwrap();
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-twitter-webhooks-signature",
+            HeaderValue::from_str(answer["response_token"].as_str().unwrap()).unwrap(),
+        );
+        let err = v
+            .verify(headers, bytes::Bytes::from(token), now)
+            .unwrap_err();
+        assert!(
+            matches!(err, VerifyError::MalformedBody { .. }),
+            "{token}: {err}"
+        );
+    }
 }
 
 #[test]
