@@ -627,6 +627,24 @@ pub fn cores() -> usize {
 }
 
 impl Config {
+    /// What in this configuration is allowed but cannot work as it stands, one line each, for
+    /// the start-up log: a source without a `parser` whose scheme carries no event-id header
+    /// answers every event 400 (its handshakes still work, so it may be on its way).
+    pub fn warnings(&self) -> Vec<String> {
+        self.sources
+            .values()
+            .filter(|s| s.parser.is_none() && s.verifier.scheme().id_header().is_none())
+            .map(|s| {
+                format!(
+                    "sources.{}: scheme \"{}\" carries no event-id header and the source has no \
+                     `parser`, so every event sent to it is refused (400) until one is set",
+                    s.name,
+                    s.verifier.scheme().name()
+                )
+            })
+            .collect()
+    }
+
     /// The plugin instances configured with file stem `wasm`, by name: what a new version or a
     /// rollback of that file changes.
     pub fn instances_of<'a>(&'a self, wasm: &'a str) -> impl Iterator<Item = &'a PluginName> + 'a {
@@ -1385,13 +1403,30 @@ fn source_config(
     }
     let scheme = source_scheme(name, &file)?;
     let credential = source_credential(name, &file, scheme.kind(), env)?;
+    // Provider secrets never start or end with whitespace; one that does came from a file with
+    // its newline, and would refuse every request as unsigned.
+    let spaced = |value: &str| value.trim() != value;
+    if let Some(i) = file.secrets.iter().position(|s| spaced(s)) {
+        bail!(
+            "sources.{name}.secrets[{i}] starts or ends with whitespace, which no provider's \
+             secret does (a newline from where it was copied?)"
+        );
+    }
     let mut secrets: Vec<Secret> = file.secrets.into_iter().map(Secret::new).collect();
     for var in &file.secrets_env {
         let value = env(var).with_context(|| {
             format!("sources.{name}.secrets_env: environment variable {var} is not set")
         })?;
+        if spaced(&value) {
+            bail!(
+                "sources.{name}.secrets_env: environment variable {var} starts or ends with \
+                 whitespace, which no provider's secret does (a newline from the file it was \
+                 read from?)"
+            );
+        }
         secrets.push(Secret::new(value));
     }
+
     if scheme == Scheme::None && !secrets.is_empty() {
         bail!(
             "sources.{name}: scheme \"{}\" verifies nothing, so it takes no secrets",
@@ -1576,6 +1611,44 @@ mod tests {
         }
     }
 
+    /// A secret read from the environment with a file's trailing newline would refuse every
+    /// request as unsigned: it stops start-up, naming the variable, never the value.
+    #[test]
+    fn a_secret_from_the_environment_with_surrounding_whitespace_is_refused() {
+        let err = Config::parse(
+            "[sources.a]\nscheme = \"github\"\nsecrets_env = [\"GH\"]",
+            Path::new("/srv"),
+            &|name| (name == "GH").then(|| "s3cr3t-value\n".to_string()),
+        )
+        .unwrap_err();
+        let err = format!("{err:#}");
+        assert!(
+            err.contains(
+                "sources.a.secrets_env: environment variable GH starts or ends with whitespace"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("s3cr3t"), "{err}");
+    }
+
+    /// A source that could only refuse events (no parser, no event-id header) is named in the
+    /// start-up warnings; one with a parser, or with an id header, is not.
+    #[test]
+    fn a_source_that_can_name_no_event_is_warned_about() {
+        let config = parse(
+            "[sources.a]\nscheme = \"stripe\"\nsecrets = [\"whsec_x\"]\n\
+             [sources.b]\nscheme = \"stripe\"\nsecrets = [\"whsec_x\"]\nparser = \"stripe\"\n\
+             [sources.c]\nscheme = \"github\"\nsecrets = [\"x\"]",
+        )
+        .unwrap();
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("sources.a: scheme \"stripe\" carries no event-id header"),
+            "{warnings:?}"
+        );
+    }
+
     #[test]
     fn a_meta_verify_token_is_read_from_the_environment() {
         let config = parse(
@@ -1630,6 +1703,10 @@ mod tests {
             (
                 "[server]\nplugin_memory_mib = 0",
                 "server.plugin_memory_mib must be between 1 and 16777216",
+            ),
+            (
+                "[sources.a]\nscheme = \"github\"\nsecrets = [\"x\", \"y\\n\"]",
+                "sources.a.secrets[1] starts or ends with whitespace",
             ),
             (
                 "[sources.a]\nscheme = \"github\"\nsecrets = [\"x\"]\nhandlers = [\"h\", \"g\", \"h\"]",

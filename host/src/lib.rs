@@ -293,6 +293,9 @@ pub async fn run_with(
         database = %server.database, node = %node.id, workers = server.workers,
         wasm_threads = server.wasm_threads, "hookd is running"
     );
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
 
     shutdown.await;
     tracing::info!("shutting down");
