@@ -263,7 +263,14 @@ impl Registry {
                     .as_ref()
                     .is_some_and(|c| c.plugin.sha256() == loaded.plugin.sha256())
                 {
-                    entry.error = None;
+                    if entry.error.take().is_some() {
+                        // The last word on this plugin was an error: say it is over.
+                        tracing::info!(
+                            plugin = stem,
+                            sha256 = loaded.plugin.sha256(),
+                            "plugin file is the live version again; its error is cleared"
+                        );
+                    }
                     return Ok(entry.current.clone().expect("checked"));
                 }
                 if let Some(old) = entry.current.replace(loaded.clone()) {
