@@ -397,6 +397,98 @@ async fn a_database_outage_is_503s_then_a_reconnect_with_nothing_acknowledged_lo
     );
 }
 
+/// A TCP relay to `upstream` that can be frozen: while frozen it keeps every connection open
+/// but passes no byte either way, as a server behind a dark address or a frozen network does
+/// (no error, no close, just silence).
+async fn freezable_relay(upstream: SocketAddr) -> (SocketAddr, Arc<std::sync::atomic::AtomicBool>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pass = |mut from: tokio::net::tcp::OwnedReadHalf,
+                mut to: tokio::net::tcp::OwnedWriteHalf,
+                frozen: Arc<std::sync::atomic::AtomicBool>| async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let Ok(n) = from.read(&mut buf).await else {
+                return;
+            };
+            if n == 0 {
+                return;
+            }
+            while frozen.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if to.write_all(&buf[..n]).await.is_err() {
+                return;
+            }
+        }
+    };
+    let gate = frozen.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            tokio::spawn(pass(client_read, server_write, gate.clone()));
+            tokio::spawn(pass(server_read, client_write, gate.clone()));
+        }
+    });
+    (addr, frozen)
+}
+
+/// A database that stops answering without closing anything (a failover whose old address went
+/// dark): an accept is answered 503 + `Retry-After` within the answer timeout (10 s) instead of
+/// hanging, and once the database answers again the node accepts without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_goes_silent_is_503s_within_the_answer_timeout() {
+    let Some(db) =
+        TestDatabase::create("a_database_that_goes_silent_is_503s_within_the_answer_timeout")
+    else {
+        return;
+    };
+    // postgres://user:password@host:port/name, with the relay in place of host:port.
+    let (head, rest) = db.url.split_once('@').unwrap();
+    let (server, path) = rest.split_once('/').unwrap();
+    let (relay, frozen) = freezable_relay(server.parse().unwrap()).await;
+    let through = format!("{head}@{relay}/{path}");
+    let dir = node_dir();
+    let host = ProcessHost::start(dir.path(), &node_config(&through, 2)).await;
+    let post = |id: &'static str| {
+        let body = json!({"id": id, "key": id, "seq": 1}).to_string();
+        async move { support::send_sw(host.ingest, "s", id, body.as_bytes()).await }
+    };
+    let (status, _, body) = post("before").await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body:?}");
+
+    frozen.store(true, Ordering::Relaxed);
+    let asked = Instant::now();
+    let (status, headers, body) = tokio::time::timeout(Duration::from_secs(40), post("silent"))
+        .await
+        .expect("no answer within 40 s while the database was silent")
+        .unwrap();
+    let took = asked.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    assert!(took < Duration::from_secs(30), "answered after {took:?}");
+
+    frozen.store(false, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _, body) = post("after").await.unwrap();
+        if status == StatusCode::ACCEPTED {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never accepted again: {status} {body:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Plugin `counter` as node `asked`'s `/admin/plugins` shows it.
 async fn counter_on(asked: &ProcessHost) -> Value {
     let (status, list) = asked.admin_get("/admin/plugins").await;

@@ -94,15 +94,19 @@ impl Target {
 }
 
 /// Whether `e` says the server is gone or going (a cut connection, one that cannot be made, a
-/// server shutting down or recovering): the operation may work once it is back.
+/// server shutting down or recovering, too many connections): the operation may work once it is
+/// back. Class 08, connection exceptions, is what a pooler between them answers when it cannot
+/// reach the server (PgBouncer: `08P01 server_login_retry`, `server conn crashed?`).
 fn server_away(e: &tokio_postgres::Error) -> bool {
     if let Some(code) = e.code() {
-        return [
-            SqlState::ADMIN_SHUTDOWN,
-            SqlState::CRASH_SHUTDOWN,
-            SqlState::CANNOT_CONNECT_NOW,
-        ]
-        .contains(code);
+        return code.code().starts_with("08")
+            || [
+                SqlState::ADMIN_SHUTDOWN,
+                SqlState::CRASH_SHUTDOWN,
+                SqlState::CANNOT_CONNECT_NOW,
+                SqlState::TOO_MANY_CONNECTIONS,
+            ]
+            .contains(code);
     }
     // The client's own errors: only the transport ones (not a row that fails to convert).
     let io = std::iter::successors(std::error::Error::source(e), |cause| cause.source())

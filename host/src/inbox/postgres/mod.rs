@@ -106,6 +106,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// authenticating) a connection of its own to a server that is away.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(250);
 
+/// How long an accept waits for the database's answer before the request is answered
+/// [`InboxError::Unavailable`] (503, the provider retries; were it committed after all, the
+/// retry is a duplicate): a server that stopped answering without closing its connections (a
+/// failover whose old address went dark, a frozen network) must not hold requests for as long as
+/// the kernel's TCP timeouts.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to a server that stopped acknowledging for this long is closed by the kernel
+/// (`TCP_USER_TIMEOUT`), and an idle one is probed by keepalives after [`KEEPALIVE_IDLE`], unless
+/// the URL sets its own: a dead server's connections fail, and are replaced, in seconds instead of
+/// the default quarter of an hour.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+
+/// How long a caller waits for a free pooled connection, and a pooled one for its check before
+/// reuse.
+const POOL_WAIT: Duration = Duration::from_secs(10);
+const POOL_RECYCLE: Duration = Duration::from_secs(5);
+
 /// The inbox's PostgreSQL database, shared with whatever other nodes use it.
 pub(super) struct PostgresStore {
     connections: Arc<Connections>,
@@ -175,6 +194,13 @@ impl PostgresStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        if config.get_tcp_user_timeout().is_none() {
+            config.tcp_user_timeout(TCP_USER_TIMEOUT);
+        }
+        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            // tokio-postgres' default (two hours), so not set by the URL.
+            config.keepalives_idle(KEEPALIVE_IDLE);
+        }
         let target = Target::of(&config);
         let manager = Manager::from_config(
             config.clone(),
@@ -185,6 +211,9 @@ impl PostgresStore {
         );
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
+            .wait_timeout(Some(POOL_WAIT))
+            .create_timeout(Some(CONNECT_TIMEOUT))
+            .recycle_timeout(Some(POOL_RECYCLE))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| InboxError::Storage(std::sync::Arc::new(e)))?;
@@ -314,10 +343,15 @@ impl Store for PostgresStore {
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
-        if event.from_quarantine.is_some() {
-            return accept::one(&self.connections, &self.commits, &event).await;
-        }
-        self.accepts.submit(event).await
+        let answer = async {
+            if event.from_quarantine.is_some() {
+                return accept::one(&self.connections, &self.commits, &event).await;
+            }
+            self.accepts.submit(event).await
+        };
+        tokio::time::timeout(ANSWER_TIMEOUT, answer)
+            .await
+            .unwrap_or_else(|_| Err(no_answer()))
     }
 
     async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError> {
@@ -523,4 +557,15 @@ impl Store for PostgresStore {
             task.abort();
         }
     }
+}
+
+/// The error of an operation the database did not answer within [`ANSWER_TIMEOUT`].
+fn no_answer() -> InboxError {
+    InboxError::Unavailable(Arc::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!(
+            "the database did not answer within {} s",
+            ANSWER_TIMEOUT.as_secs()
+        ),
+    )))
 }
