@@ -52,6 +52,18 @@ pub enum DatabaseError {
     UnsupportedScheme { scheme: String },
     #[error("{url} names no host")]
     NoHost { url: String },
+    /// A libpq `key=value` connection string (the value is never shown: it may hold a password).
+    #[error(
+        "looks like a PostgreSQL key=value connection string (host=… dbname=…); hookd takes a \
+         postgres://user:password@host:port/dbname URL"
+    )]
+    KeyValue,
+    /// A second `@` after the user info's (the value is never shown).
+    #[error(
+        "has an unencoded `@` in its user or password (write it as %40): the URL's host would \
+         begin with the rest of the password"
+    )]
+    UnencodedAt,
 }
 
 impl Database {
@@ -62,6 +74,14 @@ impl Database {
             return Err(DatabaseError::Empty);
         }
         let Some((scheme, rest)) = value.split_once("://") else {
+            // Not a path anyone means: a file named "host=… password=…" would be created.
+            const KEYS: [&str; 5] = ["host=", "hostaddr=", "dbname=", "user=", "password="];
+            if value
+                .split_ascii_whitespace()
+                .any(|word| KEYS.iter().any(|k| word.starts_with(k)))
+            {
+                return Err(DatabaseError::KeyValue);
+            }
             return Ok(Self::Sqlite(base_dir.join(value)));
         };
         if !matches!(scheme, "postgres" | "postgresql") {
@@ -70,7 +90,11 @@ impl Database {
             });
         }
         let url = DatabaseUrl(value.to_owned());
-        let (_, authority) = split_user_info(authority(rest));
+        let (_, after) = split_user_info(rest);
+        if authority(after).contains('@') {
+            return Err(DatabaseError::UnencodedAt);
+        }
+        let authority = authority(after);
         // A host may also come as `?host=/run/postgresql` (a socket directory).
         if authority.is_empty() && !rest.contains("host=") {
             return Err(DatabaseError::NoHost {
@@ -116,9 +140,9 @@ impl DatabaseUrl {
         let Some((scheme, rest)) = url.split_once("://") else {
             return "***".into();
         };
-        let authority = authority(rest);
-        let tail = &rest[authority.len()..];
-        let (user_info, host) = split_user_info(authority);
+        let (user_info, after) = split_user_info(rest);
+        let host = authority(after);
+        let tail = &after[host.len()..];
         let user_info = match user_info {
             Some(info) => match info.split_once(':') {
                 Some((user, _password)) => format!("{user}:***@"),
@@ -157,12 +181,13 @@ fn authority(rest: &str) -> &str {
     &rest[..end]
 }
 
-/// `user[:password]` and `host[:port]` of an authority (the last `@` separates them, since a
-/// password may contain `@`).
-fn split_user_info(authority: &str) -> (Option<&str>, &str) {
-    match authority.rsplit_once('@') {
-        Some((info, host)) => (Some(info), host),
-        None => (None, authority),
+/// `user[:password]`, and the rest of a URL after its `scheme://`: the user info is everything
+/// before the first `@`, as the PostgreSQL client reads it, so a password with a `/` or `?` in
+/// it is still the password (and redacted as one).
+fn split_user_info(rest: &str) -> (Option<&str>, &str) {
+    match rest.split_once('@') {
+        Some((info, after)) => (Some(info), after),
+        None => (None, rest),
     }
 }
 
@@ -191,16 +216,14 @@ mod tests {
     fn a_postgres_url_is_shared_and_never_shows_its_password() {
         for url in [
             "postgres://hookd:s3cr%40t@db.internal:5432/hookd",
-            "postgresql://hookd:p@ss@db.internal/hookd?sslmode=disable",
+            "postgresql://hookd:s3cr/t@db.internal/hookd?sslmode=disable",
+            "postgres://hookd:s3cr?t@db.internal:5432/hookd",
             "postgres://hookd@db.internal/hookd?password=s3cr%40t&application_name=x",
         ] {
             let db = parse(url).unwrap();
             assert!(db.sqlite_path().is_none());
             for shown in [db.to_string(), format!("{db:?}")] {
-                assert!(
-                    !shown.contains("s3cr") && !shown.contains("p@ss"),
-                    "{shown}"
-                );
+                assert!(!shown.contains("s3cr"), "{shown}");
                 assert!(shown.contains("db.internal"), "{shown}");
             }
         }
@@ -228,5 +251,14 @@ mod tests {
         assert!(matches!(err, DatabaseError::NoHost { .. }), "{err}");
         assert!(!err.to_string().contains("hunter2"), "{err}");
         assert!(parse("postgres:///db?host=/run/postgresql").is_ok());
+        // The client reads the password up to the first `@`: a second one would make the rest
+        // of the password the host (and show it in errors). Refused, without the value.
+        let err = parse("postgresql://hookd:p@ss@db.internal/hookd").unwrap_err();
+        assert_eq!(err, DatabaseError::UnencodedAt);
+        // A libpq key=value string is not taken for an SQLite file name (it would log the
+        // password as the database's path, and create that file).
+        let err = parse("host=db port=5432 user=hookd password=hunter2 dbname=h").unwrap_err();
+        assert_eq!(err, DatabaseError::KeyValue);
+        assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 }
