@@ -273,7 +273,16 @@ impl Registry {
                     }
                     return Ok(entry.current.clone().expect("checked"));
                 }
-                if let Some(old) = entry.current.replace(loaded.clone()) {
+                // The newest earlier version coming back is a step back, as a rollback is (a
+                // rollback on another node arrives here this way): the version it replaces is
+                // dropped, not listed, so every node's `previous` stays the same.
+                let stepping_back = entry
+                    .previous
+                    .first()
+                    .is_some_and(|p| p.plugin.sha256() == loaded.plugin.sha256());
+                if let Some(old) = entry.current.replace(loaded.clone())
+                    && !stepping_back
+                {
                     entry.previous.insert(0, old);
                 }
                 // A version that comes back is live, not also a rollback target.

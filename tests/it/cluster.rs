@@ -602,6 +602,21 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
         .await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     wait_everywhere(&hosts, &first, "after the rollback on node 2").await;
+    // Every node took it as a step back: the version left is no rollback target anywhere, so a
+    // second rollback, on another node, has nowhere to go (it does not bring `second` back).
+    for (n, host) in hosts.iter().enumerate() {
+        let counter = counter_on(host).await;
+        assert_eq!(counter["previous"], json!([]), "node {n}: {counter:#}");
+    }
+    let (status, reply) = hosts[0]
+        .admin(
+            http::Method::POST,
+            "/admin/plugins/counter/rollback",
+            Some(support::ADMIN_TOKEN),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{reply}");
     let (_, nodes) = hosts[0].admin_get("/admin/nodes").await;
     assert_eq!(nodes.as_array().unwrap().len(), 3, "{nodes:#}");
     assert!(
