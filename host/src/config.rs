@@ -1127,6 +1127,9 @@ fn key_at(text: &str, line: usize) -> Option<String> {
 /// only, so a source's `secrets_env` missing from the client's environment does not matter.
 #[derive(Debug)]
 pub struct ClientAdmin {
+    /// `http://{server.admin_listen}` (an unspecified address as loopback; the default listen
+    /// address when the file sets none).
+    pub url: String,
     /// `server.admin_token` as written in the file (never printed).
     pub token: Option<String>,
     /// `<database>.admin-token`, where hookd keeps the token it generated (an SQLite database
@@ -1135,13 +1138,28 @@ pub struct ClientAdmin {
 }
 
 impl ClientAdmin {
+    /// The admin API's URL when no config file says where it is: `server.admin_listen`'s default.
+    pub fn default_url() -> String {
+        http_base(ServerFile::default().admin_listen)
+    }
+
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let server = ServerTable::load(path)?;
         let token_file = match server.database() {
             Ok(Database::Sqlite(file)) => Some(crate::admin::token::token_file(&file)),
             Ok(Database::Postgres(_)) | Err(_) => None,
         };
+        let admin_listen = match server.get("admin_listen") {
+            None => ServerFile::default().admin_listen,
+            Some(text) => text.parse::<SocketAddr>().map_err(|_| {
+                anyhow::anyhow!(
+                    "server.admin_listen in {}: not an address like 127.0.0.1:8081",
+                    path.display()
+                )
+            })?,
+        };
         Ok(Self {
+            url: http_base(admin_listen),
             token: server.get("admin_token").map(str::to_owned),
             token_file,
         })
@@ -1216,18 +1234,24 @@ impl ClientSource {
             })?),
             (None, None) => None,
         };
-        let host = match listen.ip() {
-            ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
-            ip if ip.is_unspecified() => "[::1]".to_owned(),
-            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-            ip => ip.to_string(),
-        };
         Ok(Self {
-            url: format!("http://{host}:{}/hooks/{name}", listen.port()),
+            url: format!("{}/hooks/{name}", http_base(listen)),
             scheme,
             secret,
         })
     }
+}
+
+/// `http://host:port` for a client on this machine to reach a listener bound to `addr`: an
+/// unspecified address (`0.0.0.0`, `[::]`) as loopback.
+fn http_base(addr: SocketAddr) -> String {
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => "127.0.0.1".to_owned(),
+        ip if ip.is_unspecified() => "[::1]".to_owned(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    format!("http://{host}:{}", addr.port())
 }
 
 /// The database a `hookd.toml` names (`server.database`, or env `HOOKD_DATABASE_URL`, as
@@ -1960,7 +1984,7 @@ mod tests {
     }
 
     #[test]
-    fn the_client_reads_only_the_token_and_the_token_file_from_a_config() {
+    fn the_client_reads_only_the_admin_address_the_token_and_the_token_file_from_a_config() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hookd.toml");
         std::fs::write(
@@ -1974,6 +1998,17 @@ mod tests {
             client.token_file,
             Some(dir.path().join("data/h.db.admin-token"))
         );
+        assert_eq!(client.url, ClientAdmin::default_url());
+        assert_eq!(client.url, "http://127.0.0.1:8081");
+        // The admin address the server listens on is where the client goes.
+        for (listen, url) in [
+            ("127.0.0.1:9181", "http://127.0.0.1:9181"),
+            ("0.0.0.0:9181", "http://127.0.0.1:9181"),
+            ("[::]:9181", "http://[::1]:9181"),
+        ] {
+            std::fs::write(&path, format!("[server]\nadmin_listen = \"{listen}\"")).unwrap();
+            assert_eq!(ClientAdmin::load(&path).unwrap().url, url);
+        }
         std::fs::write(&path, "").unwrap();
         let client = ClientAdmin::load(&path).unwrap();
         assert_eq!(client.token, None);

@@ -575,7 +575,8 @@ async fn admin_exchange<T: DeserializeOwned>(
     mut headers: HeaderMap,
     json: Option<&impl Serialize>,
 ) -> anyhow::Result<(T, HeaderMap)> {
-    let base = admin.admin_url.trim_end_matches('/');
+    let base = admin_base(admin)?;
+    let base = base.trim_end_matches('/');
     parse_url(base).context("--admin-url (or HOOKD_ADMIN_URL)")?;
     let url = format!("{base}{path}");
     let uri = parse_url(&url)?;
@@ -639,6 +640,31 @@ fn next_cursor(headers: &HeaderMap) -> Option<i64> {
         .ok()
 }
 
+/// The config file the admin commands read: `--config`/`HOOKD_CONFIG`, else `./hookd.toml` if
+/// there is one.
+fn config_file(admin: &AdminArgs) -> Option<&std::path::Path> {
+    let default = std::path::Path::new("hookd.toml");
+    match &admin.config {
+        Some(path) => Some(path.as_path()),
+        None if default.is_file() => Some(default),
+        None => None,
+    }
+}
+
+/// The admin API's base URL: `--admin-url`/`HOOKD_ADMIN_URL`, else the config file's
+/// `server.admin_listen`, else the default listen address.
+fn admin_base(admin: &AdminArgs) -> anyhow::Result<String> {
+    if let Some(url) = &admin.admin_url {
+        return Ok(url.clone());
+    }
+    match config_file(admin) {
+        Some(config) => Ok(ClientAdmin::load(config)
+            .context("--config (or HOOKD_CONFIG)")?
+            .url),
+        None => Ok(ClientAdmin::default_url()),
+    }
+}
+
 /// The admin token to send, and where it came from (for the hint on a 401; never the value):
 /// `--token`/`HOOKD_ADMIN_TOKEN`, else the config file's `server.admin_token`, else the token
 /// file hookd generated beside the config's database.
@@ -649,18 +675,13 @@ fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
             "token from --token or HOOKD_ADMIN_TOKEN".into(),
         ));
     }
-    let default = std::path::Path::new("hookd.toml");
-    let config = match &admin.config {
-        Some(path) => path.as_path(),
-        None if default.is_file() => default,
-        None => {
-            return Ok((
-                None,
-                "no token given: set --token or HOOKD_ADMIN_TOKEN, or --config with the \
-                 server's hookd.toml"
-                    .into(),
-            ));
-        }
+    let Some(config) = config_file(admin) else {
+        return Ok((
+            None,
+            "no token given: set --token or HOOKD_ADMIN_TOKEN, or --config with the server's \
+             hookd.toml"
+                .into(),
+        ));
     };
     let settings = ClientAdmin::load(config).context("--config (or HOOKD_CONFIG)")?;
     if let Some(token) = settings.token {

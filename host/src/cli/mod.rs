@@ -84,15 +84,16 @@ pub enum Command {
 /// Where the admin API is and how to authenticate.
 #[derive(Debug, Clone, Args)]
 pub struct AdminArgs {
-    /// Admin API base URL.
-    #[arg(long, env = "HOOKD_ADMIN_URL", default_value = "http://127.0.0.1:8081")]
-    pub admin_url: String,
+    /// Admin API base URL [default: `http://` + the config file's `server.admin_listen`, else
+    /// http://127.0.0.1:8081].
+    #[arg(long, env = "HOOKD_ADMIN_URL")]
+    pub admin_url: Option<String>,
     /// Bearer token for the admin API. Without it: the `server.admin_token` of the config file
     /// (--config), else the token file hookd generated beside that config's database.
     #[arg(long, env = "HOOKD_ADMIN_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// The hookd.toml of the hookd to talk to, read for its admin token only when no --token is
-    /// given [default: hookd.toml, if it exists].
+    /// The hookd.toml of the hookd to talk to, read for its admin address when no --admin-url
+    /// is given and for its admin token when no --token is [default: hookd.toml, if it exists].
     #[arg(long, env = "HOOKD_CONFIG")]
     pub config: Option<PathBuf>,
 }
