@@ -66,6 +66,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(Edge { shared, budget })
 }
 
+/// How long an accept waits for a shared database (PostgreSQL) before the request is answered
+/// 503 instead. (The embedded database is not waited on: its writer is this process's own, and
+/// the counters it keeps in process must see every accept through.)
+const SHARED_STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What the envelope step decided.
 #[derive(Debug)]
 pub enum EnvelopeOutcome {
@@ -170,16 +175,33 @@ async fn answer(
                 }
                 return Ok(("duplicate", accepted_response(ack, &event_id, true)));
             }
-            let accepted = shared
-                .inbox
-                .accept(
-                    source.name.clone(),
-                    envelope,
-                    request,
-                    source.handlers.clone(),
-                    None,
-                )
-                .await?;
+            let accept = shared.inbox.accept(
+                source.name.clone(),
+                envelope,
+                request,
+                source.handlers.clone(),
+                None,
+            );
+            let accepted = if shared.inbox.single_node() {
+                accept.await?
+            } else {
+                // A shared database that stopped answering without closing anything (an old
+                // primary's address gone dark) must not hold the request for as long as TCP's
+                // own timeouts: the provider is told to retry. Were the event committed after
+                // all, the retry is a duplicate; a 202 still follows only a returned commit.
+                match tokio::time::timeout(SHARED_STORE_ANSWER, accept).await {
+                    Ok(accepted) => accepted?,
+                    Err(_) => {
+                        tracing::warn!(
+                            waited_secs = SHARED_STORE_ANSWER.as_secs(),
+                            "the database did not answer the accept in time: answered 503"
+                        );
+                        return Err(ApiError::Overloaded {
+                            retry_after_secs: 1,
+                        });
+                    }
+                }
+            };
             let duplicate = accepted == Accepted::Duplicate;
             let outcome = if duplicate { "duplicate" } else { "accepted" };
             Ok((outcome, accepted_response(ack, &event_id, duplicate)))

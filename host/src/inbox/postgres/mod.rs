@@ -106,24 +106,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// authenticating) a connection of its own to a server that is away.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(250);
 
-/// How long an accept waits for the database's answer before the request is answered
-/// [`InboxError::Unavailable`] (503, the provider retries; were it committed after all, the
-/// retry is a duplicate): a server that stopped answering without closing its connections (a
-/// failover whose old address went dark, a frozen network) must not hold requests for as long as
-/// the kernel's TCP timeouts.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// A connection to a server that stopped acknowledging for this long is closed by the kernel
 /// (`TCP_USER_TIMEOUT`), and an idle one is probed by keepalives after [`KEEPALIVE_IDLE`], unless
 /// the URL sets its own: a dead server's connections fail, and are replaced, in seconds instead of
 /// the default quarter of an hour.
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
-
-/// How long a caller waits for a free pooled connection, and a pooled one for its check before
-/// reuse.
-const POOL_WAIT: Duration = Duration::from_secs(10);
-const POOL_RECYCLE: Duration = Duration::from_secs(5);
 
 /// The inbox's PostgreSQL database, shared with whatever other nodes use it.
 pub(super) struct PostgresStore {
@@ -211,9 +199,6 @@ impl PostgresStore {
         );
         let pool = Pool::builder(manager)
             .max_size(pool_size.max(1))
-            .wait_timeout(Some(POOL_WAIT))
-            .create_timeout(Some(CONNECT_TIMEOUT))
-            .recycle_timeout(Some(POOL_RECYCLE))
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| InboxError::Storage(std::sync::Arc::new(e)))?;
@@ -343,15 +328,10 @@ impl Store for PostgresStore {
     }
 
     async fn accept(&self, event: NewEvent) -> Result<Accepted, InboxError> {
-        let answer = async {
-            if event.from_quarantine.is_some() {
-                return accept::one(&self.connections, &self.commits, &event).await;
-            }
-            self.accepts.submit(event).await
-        };
-        tokio::time::timeout(ANSWER_TIMEOUT, answer)
-            .await
-            .unwrap_or_else(|_| Err(no_answer()))
+        if event.from_quarantine.is_some() {
+            return accept::one(&self.connections, &self.commits, &event).await;
+        }
+        self.accepts.submit(event).await
     }
 
     async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError> {
@@ -557,15 +537,4 @@ impl Store for PostgresStore {
             task.abort();
         }
     }
-}
-
-/// The error of an operation the database did not answer within [`ANSWER_TIMEOUT`].
-fn no_answer() -> InboxError {
-    InboxError::Unavailable(Arc::new(std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        format!(
-            "the database did not answer within {} s",
-            ANSWER_TIMEOUT.as_secs()
-        ),
-    )))
 }
