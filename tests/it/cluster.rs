@@ -489,6 +489,17 @@ async fn a_database_that_goes_silent_is_503s_within_the_answer_timeout() {
     }
 }
 
+/// `POST /admin/plugins/counter/rollback` on `node`.
+async fn rollback(node: &ProcessHost) -> (StatusCode, Value) {
+    node.admin(
+        http::Method::POST,
+        "/admin/plugins/counter/rollback",
+        Some(support::ADMIN_TOKEN),
+        Some(json!({})),
+    )
+    .await
+}
+
 /// Plugin `counter` as node `asked`'s `/admin/plugins` shows it.
 async fn counter_on(asked: &ProcessHost) -> Value {
     let (status, list) = asked.admin_get("/admin/plugins").await;
@@ -592,14 +603,7 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
     );
 
     // A rollback on node 2 takes every node back, node 1 included.
-    let (status, reply) = hosts[2]
-        .admin(
-            http::Method::POST,
-            "/admin/plugins/counter/rollback",
-            Some(support::ADMIN_TOKEN),
-            Some(json!({})),
-        )
-        .await;
+    let (status, reply) = rollback(&hosts[2]).await;
     assert_eq!(status, StatusCode::OK, "{reply}");
     wait_everywhere(&hosts, &first, "after the rollback on node 2").await;
     // Every node took it as a step back: the version left is no rollback target anywhere, so a
@@ -608,14 +612,7 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
         let counter = counter_on(host).await;
         assert_eq!(counter["previous"], json!([]), "node {n}: {counter:#}");
     }
-    let (status, reply) = hosts[0]
-        .admin(
-            http::Method::POST,
-            "/admin/plugins/counter/rollback",
-            Some(support::ADMIN_TOKEN),
-            Some(json!({})),
-        )
-        .await;
+    let (status, reply) = rollback(&hosts[0]).await;
     assert_eq!(status, StatusCode::CONFLICT, "{reply}");
     let (_, nodes) = hosts[0].admin_get("/admin/nodes").await;
     assert_eq!(nodes.as_array().unwrap().len(), 3, "{nodes:#}");
