@@ -47,6 +47,10 @@ pub enum ApiError {
     MethodNotAllowed(String),
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// A body sent with a `Content-Type` the route does not read (415; the detail says what to
+    /// send).
+    #[error("unsupported media type: {0}")]
+    UnsupportedMediaType(String),
     /// The request is well-formed but the target's state refuses it (a rollback without a
     /// previous version).
     #[error("conflict: {0}")]
@@ -106,6 +110,7 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadRequest(_) => "bad_request",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
             Self::Conflict(_) => "conflict",
             Self::PreconditionRequired(_) => "precondition_required",
             Self::VersionConflict(_) => "version_conflict",
@@ -152,6 +157,10 @@ impl IntoResponse for ApiError {
             ),
             Self::BadRequest(detail) => (
                 StatusCode::BAD_REQUEST,
+                json!({"error": error, "detail": cap_detail(detail)}),
+            ),
+            Self::UnsupportedMediaType(detail) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 json!({"error": error, "detail": cap_detail(detail)}),
             ),
             Self::Conflict(detail) => (

@@ -19,7 +19,7 @@ use axum::{
         FromRequest, Path, Query, Request, State,
         rejection::{JsonRejection, QueryRejection},
     },
-    http::{StatusCode, Uri, header},
+    http::{Uri, header},
     response::{IntoResponse, Response},
 };
 
@@ -27,7 +27,7 @@ use super::api;
 use crate::{
     Shared,
     cli::client::query as query_string,
-    error::{ApiError, cap_detail},
+    error::ApiError,
     inbox::{EventFilter, InboxError, ReplayFilter, cluster::NodeBeat},
     ingest::replay::{self, ReplayError},
     model::{DeliveryState, unix_ms},
@@ -48,9 +48,6 @@ const MAX_EVENTS: usize = 10_000;
 pub enum Rejection {
     Query(QueryRejection),
     Body(JsonRejection),
-    /// A body whose `Content-Type` is not JSON where only JSON is read: 415 in the contract's
-    /// JSON (`unsupported_media_type`), saying what to send.
-    NotJson(String),
     Api(ApiError),
 }
 
@@ -88,14 +85,6 @@ impl IntoResponse for Rejection {
         match self {
             Self::Query(e) => e.into_response(),
             Self::Body(e) => e.into_response(),
-            Self::NotJson(detail) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                Json(api::ErrorBody {
-                    detail: Some(cap_detail(&detail).into_owned()),
-                    error: "unsupported_media_type".to_owned(),
-                }),
-            )
-                .into_response(),
             Self::Api(e) => e.into_response(),
         }
     }
@@ -237,11 +226,13 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
         )
         .await
         .map_err(|e| match e {
-            JsonRejection::MissingJsonContentType(_) => Rejection::NotJson(format!(
-                "POST {path}: a body of {size} bytes with {sent} is not read as a \
+            JsonRejection::MissingJsonContentType(_) => {
+                Rejection::Api(ApiError::UnsupportedMediaType(format!(
+                    "POST {path}: a body of {size} bytes with {sent} is not read as a \
                  filter: send the filter as JSON with Content-Type: application/json (or no \
                  body for no filter); nothing was done"
-            )),
+                )))
+            }
             e => Rejection::Body(e),
         })?;
         body

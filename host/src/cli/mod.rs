@@ -125,7 +125,7 @@ pub fn main(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("hookd: {}", one_line(&e));
+            eprintln!("hookd: {}", error_line(&e));
             ExitCode::FAILURE
         }
     }
@@ -134,7 +134,7 @@ pub fn main(cli: Cli) -> ExitCode {
 /// `e` and its causes on one line (as `{:#}` writes them), each said once: hookd's errors put
 /// their cause in their own message, so a log line carries it whole, and also return it as their
 /// source, which `{:#}` would print a second (or third) time.
-fn one_line(e: &anyhow::Error) -> String {
+fn error_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
@@ -204,7 +204,7 @@ mod tests {
 
     use anyhow::Context as _;
 
-    use super::one_line;
+    use super::error_line;
     use crate::inbox::InboxError;
 
     /// A cause already in the message that wraps it is not repeated; one that is not is kept.
@@ -214,10 +214,10 @@ mod tests {
         let storage: Result<(), InboxError> = Err(InboxError::Storage(Arc::new(io())));
         let e = storage.context("opening the database x.db").unwrap_err();
         assert_eq!(
-            one_line(&e),
+            error_line(&e),
             "opening the database x.db: storage error: entity not found"
         );
         let e = anyhow::Error::new(io()).context("reading y.toml");
-        assert_eq!(one_line(&e), "reading y.toml: entity not found");
+        assert_eq!(error_line(&e), "reading y.toml: entity not found");
     }
 }
