@@ -143,7 +143,7 @@ impl TestHost {
                 let _ = stopped.await;
             },
         ));
-        let host = Self {
+        let mut host = Self {
             ingest: ingest_addr,
             admin: admin_addr,
             dir,
@@ -155,13 +155,22 @@ impl TestHost {
         host
     }
 
-    pub async fn wait_healthy(&self) {
+    /// Waits for `/healthz` to answer 200; a host that stopped instead fails the test at once
+    /// with its error.
+    async fn wait_healthy(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok((status, _)) = self.try_admin(Method::GET, "/healthz", None).await
                 && status == StatusCode::OK
             {
                 return;
+            }
+            if let Some(task) = self.task.take_if(|task| task.is_finished()) {
+                match task.await {
+                    Ok(Ok(())) => panic!("hookd stopped before it was healthy"),
+                    Ok(Err(e)) => panic!("hookd stopped before it was healthy: {e:#}"),
+                    Err(e) => panic!("hookd panicked before it was healthy: {e}"),
+                }
             }
             assert!(Instant::now() < deadline, "hookd did not become healthy");
             tokio::time::sleep(Duration::from_millis(20)).await;

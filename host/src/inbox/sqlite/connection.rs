@@ -57,18 +57,35 @@ pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxE
             path: lock_path.clone(),
             source,
         })?;
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Err(InboxError::InUse {
-            database: path.to_owned(),
-            lock: lock_path,
-        }),
-        Err(std::fs::TryLockError::Error(e)) => {
-            tracing::warn!(lock = %lock_path.display(), error = %e, "cannot lock the database; continuing unlocked");
-            Ok(None)
+    let deadline = std::time::Instant::now() + LOCK_GRACE;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(LOCK_RETRY);
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(InboxError::InUse {
+                    database: path.to_owned(),
+                    lock: lock_path,
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!(lock = %lock_path.display(), error = %e, "cannot lock the database; continuing unlocked");
+                return Ok(None);
+            }
         }
     }
 }
+
+/// How long a held lock is waited for before the database counts as in use. A lock outlives
+/// its holder's close for a moment whenever a process is being started: the child holds a
+/// copy of every descriptor from its fork until its exec closes them, and the lock goes with
+/// that copy. A previous hookd still exiting holds it a moment longer too. A second hookd
+/// really running keeps it past this and is refused.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often a held lock is tried again within [`LOCK_GRACE`].
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// SQLite's write-ahead log beside a database (`<database>-wal`).
 pub(super) const WAL: &str = "-wal";
@@ -239,6 +256,26 @@ mod tests {
         assert!(e.to_string().contains("in use by another hookd"), "{e}");
         first.close();
         Inbox::open(&path, Durability::Full).unwrap().close();
+    }
+
+    /// The lock a closing holder's fork-to-exec child still holds for a moment is waited for,
+    /// not mistaken for a second hookd. Here a copy of the holder's descriptor (what a child
+    /// between its fork and exec has) keeps the lock 300 ms past the holder's own close.
+    #[test]
+    fn a_lock_released_within_the_grace_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let holder = lock_database(&path).unwrap().unwrap();
+        let child_copy = holder.try_clone().unwrap();
+        drop(holder);
+        let exec = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(child_copy);
+        });
+        let started = std::time::Instant::now();
+        Inbox::open(&path, Durability::Normal).unwrap().close();
+        assert!(started.elapsed() < LOCK_GRACE);
+        exec.join().unwrap();
     }
 
     #[test]
