@@ -465,6 +465,12 @@ async fn get_is_405_for_a_scheme_without_a_get_handshake() {
     let (status, headers, _) = get(&host, "github?challenge=x").await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(headers["allow"], "POST");
+    // Another method's 405 names the same: GET only where the scheme has a GET handshake.
+    for (source, allow) in [("github", "POST"), ("meta", "GET,HEAD,POST")] {
+        let (status, headers, _) = request(&host, Method::PUT, source, &[], b"").await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{source}");
+        assert_eq!(headers["allow"], allow, "{source}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,6 +184,17 @@ async fn the_count_is_read_and_edited_at_its_version_and_counting_goes_on_from_t
     .await;
     assert_eq!(page["keys"][0]["key"], "raw/blob");
     assert_eq!(page["next_after"], "raw/blob");
+    // `limit=0` asks for nothing: an empty page with no next one.
+    let (status, _, page) = call(
+        &host,
+        Method::GET,
+        "/admin/plugins/counter/state?limit=0",
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!((&page["keys"], &page["next_after"]), (&json!([]), &Value::Null));
 
     // An unknown instance is named.
     let (status, _, unknown) =

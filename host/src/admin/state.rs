@@ -71,20 +71,25 @@ pub(super) async fn keys_page(
     instance(shared, name)?;
     let prefix = query.prefix.unwrap_or_default();
     check_key(name, &prefix)?;
-    let limit = query.limit.unwrap_or(DEFAULT_KEYS).clamp(1, MAX_KEYS);
-    let filter = StateKeyFilter {
-        prefix,
-        after: query.after,
-        limit,
+    // `limit=0` asks for no keys (as the event list's does): an empty page, no next one.
+    let limit = query.limit.unwrap_or(DEFAULT_KEYS).min(MAX_KEYS);
+    let keys: Vec<api::StateKey> = if limit == 0 {
+        Vec::new()
+    } else {
+        let filter = StateKeyFilter {
+            prefix,
+            after: query.after,
+            limit,
+        };
+        shared
+            .inbox
+            .state_keys(name, filter)
+            .await?
+            .into_iter()
+            .map(Into::into)
+            .collect()
     };
-    let keys: Vec<api::StateKey> = shared
-        .inbox
-        .state_keys(name, filter)
-        .await?
-        .into_iter()
-        .map(Into::into)
-        .collect();
-    let next_after = (keys.len() == limit)
+    let next_after = (limit > 0 && keys.len() == limit)
         .then(|| keys.last().map(|k| k.key.clone()))
         .flatten();
     Ok(api::StateKeys {

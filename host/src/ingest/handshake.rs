@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use axum::{
     Json,
     extract::{Path, Query, State},
-    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
+    http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
 use serde_json::json;
@@ -61,6 +61,27 @@ pub(super) async fn get(
         Ok(None) => not_allowed(),
         Err(e) => refused(&e),
     }
+}
+
+/// Any other method on `/hooks/{source}`: the contract's 405, its `Allow` naming what the
+/// source takes (`GET` and `HEAD` only for a scheme with a `GET` handshake).
+pub(super) async fn other_method(
+    State(super::Edge { shared, .. }): State<super::Edge>,
+    Path(source): Path<String>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    let answers_get = shared
+        .config
+        .sources
+        .get(source.as_str())
+        .is_some_and(|source| source.verifier.scheme().kind().answers_get());
+    let allow = if answers_get { "GET,HEAD,POST" } else { "POST" };
+    let mut response = crate::error::wrong_method(method, uri).await.into_response();
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    response
 }
 
 /// The handshake step of `POST /hooks/{source}`, before the request is verified as an event:

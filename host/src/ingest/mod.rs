@@ -60,7 +60,12 @@ struct Edge {
 pub fn router(shared: Arc<Shared>) -> Router {
     let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
     Router::new()
-        .route("/hooks/{source}", post(receive).get(handshake::get))
+        .route(
+            "/hooks/{source}",
+            post(receive)
+                .get(handshake::get)
+                .fallback(handshake::other_method),
+        )
         .fallback(crate::error::no_route)
         .method_not_allowed_fallback(crate::error::wrong_method)
         .with_state(Edge { shared, budget })
