@@ -351,7 +351,8 @@ async fn replacing_a_plugin_under_load_fails_no_delivery_and_new_attempts_run_th
 
 /// A truncated file, a file of random bytes and a component without the configured role never
 /// evict the working version; the error names the file and the reason; a good file clears it.
-/// A replacement with the same size and modification time is noticed all the same.
+/// A replacement with the same size and modification time is noticed all the same, and a
+/// directory in the file's place is refused, not taken for a removal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
@@ -452,6 +453,22 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
         })
         .await;
     assert_eq!(sha(&status).as_deref(), Some(v2.as_str()), "{status:#}");
+
+    // A directory in the file's place is refused, naming what it is; it is not the file's
+    // removal, so v2 stays live.
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let status = host
+        .wait_plugin("h", "the directory's error", WAIT, |p| {
+            p["error"].as_str().is_some_and(|e| e.contains("a directory"))
+        })
+        .await;
+    assert_eq!(sha(&status).as_deref(), Some(v2.as_str()), "{status:#}");
+    send(&host, "while_a_directory").await;
+    let d = host
+        .wait_state("s", "while_a_directory", "h", "done", WAIT)
+        .await;
+    assert_eq!(history(&d)[0].3, v2);
 }
 
 /// `POST /admin/plugins/{name}/rollback` makes the previous version live; the file on disk is
