@@ -460,7 +460,9 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
     std::fs::create_dir(&file).unwrap();
     let status = host
         .wait_plugin("h", "the directory's error", WAIT, |p| {
-            p["error"].as_str().is_some_and(|e| e.contains("a directory"))
+            p["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("a directory"))
         })
         .await;
     assert_eq!(sha(&status).as_deref(), Some(v2.as_str()), "{status:#}");

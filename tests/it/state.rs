@@ -194,7 +194,10 @@ async fn the_count_is_read_and_edited_at_its_version_and_counting_goes_on_from_t
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!((&page["keys"], &page["next_after"]), (&json!([]), &Value::Null));
+    assert_eq!(
+        (&page["keys"], &page["next_after"]),
+        (&json!([]), &Value::Null)
+    );
 
     // An unknown instance is named.
     let (status, _, unknown) =

@@ -77,7 +77,9 @@ pub(super) async fn other_method(
         .get(source.as_str())
         .is_some_and(|source| source.verifier.scheme().kind().answers_get());
     let allow = if answers_get { "GET,HEAD,POST" } else { "POST" };
-    let mut response = crate::error::wrong_method(method, uri).await.into_response();
+    let mut response = crate::error::wrong_method(method, uri)
+        .await
+        .into_response();
     response
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));

@@ -166,6 +166,27 @@ impl Connections {
     }
 }
 
+/// The connection settings of `url`, with hookd's defaults where the URL sets none: a connect
+/// timeout, and a dead server noticed in tens of seconds (unacknowledged data, idle keepalives)
+/// rather than the kernel's minutes or hours.
+fn connection_config(url: &str) -> Result<Config, InboxError> {
+    let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
+        // The parser's reasons name an option, never its value.
+        reason: error::chain(&e),
+    })?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        // tokio-postgres' default (two hours), so not set by the URL.
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    Ok(config)
+}
+
 impl PostgresStore {
     /// Connects to the database at `url` (a `postgres://` URL or a key=value string) with up
     /// to `pool_size` connections, through `pooler`, and brings its schema to this hookd's
@@ -175,20 +196,7 @@ impl PostgresStore {
         pool_size: usize,
         pooler: Pooler,
     ) -> Result<Self, InboxError> {
-        let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
-            // The parser's reasons name an option, never its value.
-            reason: error::chain(&e),
-        })?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_tcp_user_timeout().is_none() {
-            config.tcp_user_timeout(TCP_USER_TIMEOUT);
-        }
-        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
-            // tokio-postgres' default (two hours), so not set by the URL.
-            config.keepalives_idle(KEEPALIVE_IDLE);
-        }
+        let config = connection_config(url)?;
         let target = Target::of(&config);
         let manager = Manager::from_config(
             config.clone(),

@@ -936,3 +936,26 @@ async fn the_earliest_waiting_delivery_is_found_by_probes_of_the_waiting_index()
     assert!(plan.contains("deliveries_waiting"), "{plan}");
     assert!(!plan.contains("Seq Scan"), "{plan}");
 }
+
+/// Without the URL saying otherwise, a connection gives up connecting, and notices a server
+/// gone silent, in seconds; what the URL sets is kept.
+#[test]
+fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
+    let defaults = super::connection_config("postgres://u@db.example/hookd").unwrap();
+    assert_eq!(
+        defaults.get_connect_timeout(),
+        Some(&super::CONNECT_TIMEOUT)
+    );
+    assert_eq!(
+        defaults.get_tcp_user_timeout(),
+        Some(&super::TCP_USER_TIMEOUT)
+    );
+    assert_eq!(defaults.get_keepalives_idle(), super::KEEPALIVE_IDLE);
+    let own = super::connection_config(
+        "postgres://u@db.example/hookd?connect_timeout=3&tcp_user_timeout=5&keepalives_idle=30",
+    )
+    .unwrap();
+    assert_eq!(own.get_connect_timeout(), Some(&Duration::from_secs(3)));
+    assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
+    assert_eq!(own.get_keepalives_idle(), Duration::from_secs(30));
+}
