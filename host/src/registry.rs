@@ -323,6 +323,19 @@ impl Registry {
         tracing::warn!(plugin = stem, "plugin unloaded: its file was removed");
     }
 
+    /// The sha256 of the version [`Registry::rollback`] would make live now.
+    pub fn rollback_target(&self, stem: &str) -> Result<String, RollbackError> {
+        let status = self.status.lock().expect("poisoned");
+        let entry = status
+            .get(stem)
+            .ok_or_else(|| RollbackError::UnknownFile(stem.to_owned()))?;
+        entry
+            .previous
+            .first()
+            .map(|p| p.plugin.sha256().to_owned())
+            .ok_or_else(|| RollbackError::NoPrevious(stem.to_owned()))
+    }
+
     /// Makes the most recent previous version live again. The version it replaces is dropped,
     /// not listed as a rollback target: `previous` holds only earlier versions, so each rollback
     /// goes one further back. (The file on disk is untouched; writing it again loads it.)

@@ -602,6 +602,27 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
         second
     );
 
+    // A rollback to a version the cluster has no bytes of (one that ran only on the node
+    // asked) is refused: the other nodes could not follow, so nothing changes anywhere.
+    let stored_as = |from: &str, to: &str| {
+        psql(
+            &db.url,
+            &format!("UPDATE plugin_files SET sha256 = '{to}' WHERE sha256 = '{from}'"),
+        )
+    };
+    let hidden = format!("hidden-{first}");
+    stored_as(&first, &hidden);
+    let (status, reply) = rollback(&hosts[2]).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{reply}");
+    let detail = reply["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&first) && detail.contains("never published"),
+        "{reply}"
+    );
+    assert_eq!(counter_on(&hosts[2]).await["previous"], json!([first]));
+    stored_as(&hidden, &first);
+    wait_everywhere(&hosts, &second, "after the refused rollback").await;
+
     // A rollback on node 2 takes every node back, node 1 included.
     let (status, reply) = rollback(&hosts[2]).await;
     assert_eq!(status, StatusCode::OK, "{reply}");

@@ -417,18 +417,21 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
         (status = 200, description = "The version now live", body = api::RollbackAnswer),
         (status = 400, description = "A path that is not UTF-8", body = String, content_type = "text/plain"),
         (status = 404, description = "No such plugin, or its file was never loaded", body = api::ErrorBody),
-        (status = 409, description = "No previous version to return to", body = api::ErrorBody),
+        (status = 409, description = "No previous version to return to, or (in a cluster) one the cluster has no bytes of", body = api::ErrorBody),
+        (status = 503, description = "The database cannot be reached now (a cluster's rollback looks the version up there); nothing was rolled back", body = api::ErrorBody),
     ))]
 pub(super) async fn rollback(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
 ) -> Result<Json<api::RollbackAnswer>, ApiError> {
-    Ok(Json(rollback_plugin(&shared, name)?))
+    Ok(Json(rollback_plugin(&shared, name).await?))
 }
 
 /// Puts plugin instance `name`'s file back to its previous version, which every instance of
-/// that file runs from then on; the answer (and the log line) names them all.
-pub(super) fn rollback_plugin(
+/// that file runs from then on; the answer (and the log line) names them all. In a cluster the
+/// version must be one the cluster stores (every node must be able to run it); a version that
+/// only ever ran on this node is refused, and nothing changes.
+pub(super) async fn rollback_plugin(
     shared: &Shared,
     name: String,
 ) -> Result<api::RollbackAnswer, ApiError> {
@@ -437,6 +440,17 @@ pub(super) fn rollback_plugin(
         .plugins
         .get(name.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
+    if let Some(cluster) = shared.inbox.cluster() {
+        let target = shared.registry.rollback_target(&plugin.wasm)?;
+        if cluster.plugin_bytes(&target).await?.is_none() {
+            return Err(ApiError::Conflict(format!(
+                "plugin {name}: its previous version {target} ran only on this node and was \
+                 never published to the cluster, which has no bytes of it for the other nodes; \
+                 nothing was rolled back (drop that version's file into plugins_dir to publish \
+                 it)"
+            )));
+        }
+    }
     let live = shared.registry.rollback(&plugin.wasm)?;
     let instances: Vec<String> = shared
         .config

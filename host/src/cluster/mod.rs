@@ -17,6 +17,8 @@
 //!   yet is published.
 //! - A release is written into the plugins directory once per release version, so a version that
 //!   cannot load on this node is not retried in a loop; a newer release is.
+//! - A rollback goes only to a version the cluster stores (the admin API checks before it acts):
+//!   a release always has bytes every node can fetch.
 
 use std::{
     collections::{BTreeMap, HashMap},

@@ -90,6 +90,6 @@ pub(super) async fn rollback(
     State(ui): State<Arc<Ui>>,
     Path(name): Path<String>,
 ) -> Result<Response, UiError> {
-    rollback_plugin(&ui.shared, name)?;
+    rollback_plugin(&ui.shared, name).await?;
     Ok(Redirect::to("/plugins").into_response())
 }
