@@ -63,6 +63,27 @@ pub enum BackupError {
         what: &'static str,
         database: PathBuf,
     },
+    /// `--force` replaces an earlier copy only: a regular file.
+    #[error(
+        "{} is not a regular file (a directory, pipe, device or link); a backup replaces only an \
+         earlier copy: choose another path",
+        .0.display()
+    )]
+    NotAFile(PathBuf),
+    /// The database is gone but a log of it is still beside it: a restore would replay it
+    /// into the copy.
+    #[error(
+        "{} is {what} of a database {} that is no longer there; restored beside it, the copy \
+         would take it for its own and be corrupt: move it away first (it holds that \
+         database's last writes) and restore again",
+        path.display(),
+        database.display()
+    )]
+    Orphan {
+        path: PathBuf,
+        what: &'static str,
+        database: PathBuf,
+    },
     #[error("no directory {} to write the copy in; create it first", .0.display())]
     NoDirectory(PathBuf),
     /// A temporary copy's name is taken (it is unique to a process: one that stopped left it).

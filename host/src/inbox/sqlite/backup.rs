@@ -65,6 +65,13 @@ pub(in crate::inbox) fn backup(
     if !replace && (out.exists() || beside(out, WAL).exists()) {
         return Err(BackupError::Exists(out.to_owned()));
     }
+    // What `--force` replaces is an earlier copy: never a directory, a pipe, a device (run as
+    // root, `/dev/null` would become a file) or a link.
+    if let Ok(meta) = std::fs::symlink_metadata(out)
+        && !meta.is_file()
+    {
+        return Err(BackupError::NotAFile(out.to_owned()));
+    }
     let partial = Partial::create(temp)?;
     let copied = copy(database, &partial.0)?;
     if replace {
@@ -98,6 +105,23 @@ pub(in crate::inbox) fn restore(
     connection::create_parent(database).map_err(inbox("creating the directory of", database))?;
     // Held until the restored database is in place: no hookd starts on a half-restored one.
     let _lock = connection::lock_database(database).map_err(inbox("locking", database))?;
+    if !database.exists() {
+        // A log left by a database that is gone would be replayed into the copy on its first
+        // open, as if it were the copy's own: a corrupt database, served.
+        for (suffix, what) in COMPANIONS
+            .iter()
+            .filter(|(s, _)| [WAL, JOURNAL].contains(s))
+        {
+            let left = beside(database, suffix);
+            if left.exists() {
+                return Err(BackupError::Orphan {
+                    path: left,
+                    what,
+                    database: database.to_owned(),
+                });
+            }
+        }
+    }
     let partial = Partial::create(temporary_beside(database))?;
     let copied = copy(copy_path, &partial.0)?;
     let replaced = if database.exists() {
@@ -233,7 +257,8 @@ fn copy(from: &Path, to: &Path) -> Result<Copied, BackupError> {
         let refused = std::io::Error::other(format!("journal_mode stayed {mode}"));
         return Err(io("setting WAL mode on", to)(refused));
     }
-    integrity_check(&target, to)?;
+    // Named by what was copied: its pages are what the check found wrong.
+    integrity_check(&target, from)?;
     // Closing the last connection checkpoints the copy's `-wal` into it and deletes it.
     target.close().map_err(|(_, e)| sql("closing", to)(e))?;
     let file = std::fs::File::open(to).map_err(io("opening", to))?;
@@ -639,6 +664,62 @@ mod tests {
         served.close();
     }
 
+    /// A database removed after a crash leaves its `-wal` (its last commits) behind; restoring
+    /// beside it would replay that log into the copy and serve a corrupt database. Refused,
+    /// naming the file, and nothing is touched.
+    #[tokio::test]
+    async fn a_restore_beside_the_log_of_a_database_that_is_gone_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, copy) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
+        inbox_with(&db, &["a"]).await.close();
+        backup(&db, &copy, false, &[]).unwrap();
+        std::fs::remove_file(&db).unwrap();
+        let wal = beside(&db, WAL);
+        std::fs::write(&wal, b"the last commits of a crashed hookd").unwrap();
+
+        let Err(e @ BackupError::Orphan { .. }) = restore(&db, &copy) else {
+            panic!("a restore beside a gone database's log must be refused");
+        };
+        assert!(
+            e.to_string().contains(&wal.display().to_string())
+                && e.to_string().contains("move it away first"),
+            "{e}"
+        );
+        assert!(!db.exists());
+        assert_eq!(
+            std::fs::read(&wal).unwrap(),
+            b"the last commits of a crashed hookd"
+        );
+
+        std::fs::remove_file(&wal).unwrap();
+        restore(&db, &copy).unwrap();
+        assert_eq!(holds(&db, &["a"]).await, [true]);
+    }
+
+    /// `--force` replaces an earlier copy, never a directory or a link (nor, the same check,
+    /// a pipe or a device).
+    #[tokio::test]
+    async fn a_forced_backup_replaces_only_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("hookd.db");
+        inbox_with(&db, &["a"]).await.close();
+        let directory = dir.path().join("copies");
+        std::fs::create_dir(&directory).unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, b"kept").unwrap();
+        let link = dir.path().join("link.db");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        for out in [&directory, &link] {
+            let Err(BackupError::NotAFile(named)) = backup(&db, out, true, &[]) else {
+                panic!("{} must be refused", out.display());
+            };
+            assert_eq!(&named, out);
+        }
+        assert!(directory.is_dir());
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+    }
+
     #[tokio::test]
     async fn a_restore_keeps_the_replaced_database_aside() {
         let dir = tempfile::tempdir().unwrap();
@@ -709,11 +790,9 @@ mod tests {
         let Err(BackupError::Corrupt { path, .. }) = restore(&db, &damaged) else {
             panic!("a copy failing integrity_check must be refused");
         };
-        assert!(
-            path.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .ends_with(".partial")
+        assert_eq!(
+            path, damaged,
+            "named by the file given, not its temporary copy"
         );
 
         assert_eq!(
