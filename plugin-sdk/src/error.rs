@@ -71,7 +71,9 @@ impl HandleError {
         }
     }
 
-    /// A failure that may succeed after `after` (e.g. a rate limit's `Retry-After`).
+    /// A failure that may succeed after `after` (e.g. a rate limit's `Retry-After`): retried no
+    /// sooner than that, nor sooner than the host's backoff, within the plugin's
+    /// `backoff_max_ms`.
     pub fn retry_after(reason: impl Into<String>, after: Duration) -> Self {
         HandleError::Retry {
             reason: reason.into(),

@@ -161,8 +161,12 @@ pub fn decide(
         Attempted::Ok(output) => return Disposition::Done { output },
         Attempted::Permanent => return Disposition::Dead,
         _ if budget_used >= policy.max_attempts => return Disposition::Dead,
-        // The plugin's own wish is honoured, within the plugin's configured maximum.
-        Attempted::Retry { after: Some(after) } => after.min(policy.backoff_max),
+        // The plugin's own wish is a floor on the backoff, within the plugin's configured
+        // maximum: "not before" never means sooner than the backoff (a service answering
+        // `Retry-After: 0` would otherwise spend every attempt at once).
+        Attempted::Retry { after: Some(after) } => after
+            .max(backoff(policy, budget_used, jitter))
+            .min(policy.backoff_max),
         Attempted::Retry { after: None } | Attempted::Failed => {
             backoff(policy, budget_used, jitter)
         }
@@ -317,10 +321,25 @@ mod tests {
             ),
             (
                 Attempted::Retry {
+                    after: Some(Duration::from_millis(1500)),
+                },
+                1,
+                Disposition::RetryAt { at_ms: now + 1500 },
+            ),
+            // Sooner than the backoff: the backoff (a `Retry-After: 0` spends no attempt at once).
+            (
+                Attempted::Retry {
                     after: Some(Duration::from_millis(250)),
                 },
                 1,
-                Disposition::RetryAt { at_ms: now + 250 },
+                Disposition::RetryAt { at_ms: now + 1000 },
+            ),
+            (
+                Attempted::Retry {
+                    after: Some(Duration::ZERO),
+                },
+                3,
+                Disposition::RetryAt { at_ms: now + 4000 },
             ),
             (
                 Attempted::Retry {
