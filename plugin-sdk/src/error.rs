@@ -71,9 +71,9 @@ impl HandleError {
         }
     }
 
-    /// A failure that may succeed after `after` (e.g. a rate limit's `Retry-After`): retried no
-    /// sooner than that, nor sooner than the host's backoff, within the plugin's
-    /// `backoff_max_ms`.
+    /// A failure that may succeed after `after` (e.g. a rate limit's `Retry-After`): retried
+    /// after that instead of the host's backoff, within the plugin's `backoff_max_ms` and no
+    /// sooner than 1 s (or its `backoff_base_ms` if less).
     pub fn retry_after(reason: impl Into<String>, after: Duration) -> Self {
         HandleError::Retry {
             reason: reason.into(),

@@ -149,6 +149,9 @@ pub fn backoff(policy: &RetryPolicy, failures: u32, jitter: f64) -> Duration {
     (half + half.mul_f64(jitter)).min(full)
 }
 
+/// The soonest a plugin's `after` may bring its retry (unless its `backoff_base` is shorter).
+pub const MIN_WISH: Duration = Duration::from_secs(1);
+
 /// Where a delivery goes after an attempt. `budget_used` counts this attempt.
 pub fn decide(
     policy: &RetryPolicy,
@@ -161,11 +164,12 @@ pub fn decide(
         Attempted::Ok(output) => return Disposition::Done { output },
         Attempted::Permanent => return Disposition::Dead,
         _ if budget_used >= policy.max_attempts => return Disposition::Dead,
-        // The plugin's own wish is a floor on the backoff, within the plugin's configured
-        // maximum: "not before" never means sooner than the backoff (a service answering
-        // `Retry-After: 0` would otherwise spend every attempt at once).
+        // The plugin's own wish is honoured (a service's `Retry-After` may bring a retry sooner
+        // than the backoff), within the plugin's configured maximum and no sooner than
+        // [`MIN_WISH`] (or `backoff_base` if less): a service answering `Retry-After: 0`
+        // would otherwise spend every attempt at once.
         Attempted::Retry { after: Some(after) } => after
-            .max(backoff(policy, budget_used, jitter))
+            .max(policy.backoff_base.min(MIN_WISH))
             .min(policy.backoff_max),
         Attempted::Retry { after: None } | Attempted::Failed => {
             backoff(policy, budget_used, jitter)
@@ -326,7 +330,15 @@ mod tests {
                 1,
                 Disposition::RetryAt { at_ms: now + 1500 },
             ),
-            // Sooner than the backoff: the backoff (a `Retry-After: 0` spends no attempt at once).
+            // Sooner than the backoff, as the plugin asked: a wish may shorten it.
+            (
+                Attempted::Retry {
+                    after: Some(Duration::from_millis(1200)),
+                },
+                3,
+                Disposition::RetryAt { at_ms: now + 1200 },
+            ),
+            // Never sooner than `MIN_WISH` (a `Retry-After: 0` spends no attempt at once).
             (
                 Attempted::Retry {
                     after: Some(Duration::from_millis(250)),
@@ -339,7 +351,7 @@ mod tests {
                     after: Some(Duration::ZERO),
                 },
                 3,
-                Disposition::RetryAt { at_ms: now + 4000 },
+                Disposition::RetryAt { at_ms: now + 1000 },
             ),
             (
                 Attempted::Retry {

@@ -38,6 +38,8 @@ pub enum CredentialError {
     Missing { target: HostPort, env: String },
     #[error("{target}: environment variable {env} is not a valid header value")]
     Value { target: HostPort, env: String },
+    #[error("{target}: prefix is not a valid header value (a control character or a newline?)")]
+    Prefix { target: HostPort },
     #[error("{0}: has two credentials (spellings of one target); give it one")]
     Duplicate(HostPort),
 }
@@ -79,6 +81,9 @@ impl Credential {
         })?;
         if [super::policy::IDEMPOTENCY_KEY, http::header::HOST].contains(&header) {
             return Err(CredentialError::Reserved { target, header });
+        }
+        if HeaderValue::try_from(prefix).is_err() {
+            return Err(CredentialError::Prefix { target });
         }
         let secret = env(env_name).ok_or_else(|| CredentialError::Missing {
             target: target.clone(),
@@ -170,6 +175,25 @@ mod tests {
 
     fn credential(entry: &str) -> Result<Credential, CredentialError> {
         Credential::new(&allow(), entry, "Authorization", "API_KEY", "Bearer ", &env)
+    }
+
+    /// A bad prefix is named as the prefix, not blamed on the variable's value.
+    #[test]
+    fn a_prefix_that_is_no_header_value_is_named() {
+        let err = Credential::new(
+            &allow(),
+            "api.example.com:443",
+            "authorization",
+            "API_KEY",
+            "Bearer\n",
+            &env,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "api.example.com:443: prefix is not a valid header value (a control character or a \
+             newline?)"
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! UTC calendar times (and back, from a form's `datetime-local` field), durations, sha256s.
 //!
 //! Invariant: pure functions of their arguments; every time on a page is UTC and says so.
-//! (The civil-date arithmetic is Howard Hinnant's `days_from_civil`/`civil_from_days`: a dozen
-//! lines here instead of a date crate for two conversions.)
+//! (Writing a calendar date is Howard Hinnant's `civil_from_days`, total over every `i64`;
+//! reading one is humantime's, which checks it.)
 
 /// `2026-12-02 02:30:05` (UTC) for unix ms `ms`.
 pub(super) fn utc(ms: i64) -> String {
@@ -18,20 +18,19 @@ pub(super) fn utc(ms: i64) -> String {
     )
 }
 
-/// Unix ms of a `datetime-local` value read as UTC (`YYYY-MM-DDTHH:MM`, optionally `:SS`).
+/// Unix ms of a `datetime-local` value read as UTC (`YYYY-MM-DDTHH:MM`, optionally `:SS`), a
+/// real calendar time from 1970 to 9999 (humantime's checks: the month's days, leap years).
 pub(super) fn parse_datetime_local(text: &str) -> Option<i64> {
-    let (date, time) = text.trim().split_once(['T', ' '])?;
-    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (y, m, d) = (date.next()??, date.next()??, date.next()??);
-    let mut time = time.splitn(3, ':').map(|p| p.parse::<i64>().ok());
-    let (hh, mm) = (time.next()??, time.next()??);
-    let ss = time.next().unwrap_or(Some(0))?;
-    let valid = (1..=12).contains(&m)
-        && (1..=31).contains(&d)
-        && (0..24).contains(&hh)
-        && (0..60).contains(&mm)
-        && (0..61).contains(&ss);
-    valid.then(|| (days_from_civil(y, m, d) * 86_400 + hh * 3600 + mm * 60 + ss) * 1000)
+    let text = text.trim();
+    // The field sends seconds only when they were set.
+    let full = if text.len() == "2026-01-31T23:59".len() {
+        format!("{text}:00")
+    } else {
+        text.to_owned()
+    };
+    let time = humantime::parse_rfc3339_weak(&full).ok()?;
+    let ms = time.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    i64::try_from(ms).ok()
 }
 
 /// `850 ms`, `12.3 s`, `4 min 2 s`, `3 h 5 min`.
@@ -50,15 +49,6 @@ pub(super) fn duration(ms: i64) -> String {
 /// The first 12 hex digits of a sha256 (the page shows the whole in a tooltip).
 pub(super) fn short_sha(sha: &str) -> &str {
     sha.get(..12).unwrap_or(sha)
-}
-
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 fn civil_from_days(z: i64) -> (i64, i64, i64) {
@@ -96,6 +86,11 @@ mod tests {
             "2025-12-02",
             "2025-12-02T24:00",
             "x-y-zTa:b",
+            "2025-02-31T00:00",
+            "2023-02-29T00:00",
+            "99999999999-01-01T00:00",
+            "1969-12-31T23:59",
+            "2025-12-02T02:30:5",
         ] {
             assert_eq!(parse_datetime_local(bad), None, "{bad}");
         }

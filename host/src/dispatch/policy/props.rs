@@ -117,10 +117,10 @@ proptest! {
                 let wait = Duration::from_millis((at_ms - now) as u64);
                 prop_assert!(wait <= policy.backoff_max, "wait {wait:?} over the max");
                 if let Some(after) = after {
-                    // The plugin's wish or the backoff, whichever is later, capped at the max
-                    // (and at the end of time).
+                    // The plugin's wish, no sooner than the floor, capped at the max (and at
+                    // the end of time).
                     let want = (*after)
-                        .max(super::backoff(&policy, used, jitter))
+                        .max(policy.backoff_base.min(MIN_WISH))
                         .min(policy.backoff_max);
                     let room = Duration::from_millis((i64::MAX - now) as u64);
                     prop_assert_eq!(wait, Duration::from_millis(want.min(room).as_millis() as u64));
