@@ -694,3 +694,57 @@ async fn a_state_put_over_2_mib_is_answered_by_the_value_cap_in_json() {
     let (status, reply) = host.admin_get(KEY).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{reply}");
 }
+
+/// Every answer of the admin listener carries the browser-facing security headers: pages,
+/// JSON, refusals and the fallbacks for a path or method no route takes (they lacked them,
+/// served outside the dashboard's own routes). Static assets alone may be cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_admin_listener_answer_carries_the_security_headers() {
+    let host = TestHost::start(&sw_source("s", &[], ""), &[]).await;
+    let token = Some(ADMIN_TOKEN);
+    type Case<'a> = (
+        Method,
+        &'a str,
+        Option<&'a str>,
+        &'a [(HeaderName, &'a str)],
+        u16,
+    );
+    let cases: [Case; 7] = [
+        (Method::GET, "/sign-in", None, &[], 200),
+        (Method::GET, "/nonexistent", None, &[], 404),
+        (Method::OPTIONS, "/events", None, &[], 405),
+        (Method::DELETE, "/admin/events", token, &[], 405),
+        (Method::GET, "/admin/events", token, &[], 200),
+        (Method::GET, "/admin/events", None, &[], 401),
+        (
+            Method::GET,
+            "/metrics",
+            None,
+            &[(header::ORIGIN, "https://evil.example")],
+            403,
+        ),
+    ];
+    for (method, path, token, extra, status) in cases {
+        let (got, headers, _) =
+            support::admin_call_with(host.admin, method.clone(), path, token, extra, None)
+                .await
+                .unwrap();
+        assert_eq!(got.as_u16(), status, "{method} {path}");
+        let csp = headers[header::CONTENT_SECURITY_POLICY].to_str().unwrap();
+        assert!(
+            csp.contains("frame-ancestors 'none'"),
+            "{method} {path}: {csp}"
+        );
+        assert_eq!(headers[header::X_FRAME_OPTIONS], "DENY", "{method} {path}");
+        assert_eq!(
+            headers[header::X_CONTENT_TYPE_OPTIONS],
+            "nosniff",
+            "{method} {path}"
+        );
+        assert_eq!(
+            headers[header::CACHE_CONTROL],
+            "no-store",
+            "{method} {path}"
+        );
+    }
+}

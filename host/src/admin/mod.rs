@@ -92,6 +92,7 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .method_not_allowed_fallback(crate::error::wrong_method)
         .layer(middleware::from_fn_with_state(bodies, read_body))
         .layer(middleware::from_fn(refuse_cross_origin))
+        .layer(middleware::from_fn(ui::security_headers))
         .with_state(shared)
 }
 

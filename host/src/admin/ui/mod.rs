@@ -8,10 +8,11 @@
 //! - Every page but the sign-in form and the static assets needs a live session
 //!   ([`session`]); every request that changes state (a POST) also carries the session's CSRF
 //!   token, checked here before its handler runs.
-//! - Every response carries a strict `Content-Security-Policy` (scripts and styles only from
+//! - Every response of the admin listener (this room's, the JSON API's, every refusal and
+//!   fallback) carries a strict `Content-Security-Policy` (scripts and styles only from
 //!   this listener, no inline script, no framing), `X-Frame-Options: DENY`,
-//!   `Referrer-Policy: same-origin` and `X-Content-Type-Options: nosniff`; pages are
-//!   `Cache-Control: no-store`. (`same-origin`, not `no-referrer`: under `no-referrer` a
+//!   `Referrer-Policy: same-origin` and `X-Content-Type-Options: nosniff`; all but the
+//!   static assets are `Cache-Control: no-store`. (`same-origin`, not `no-referrer`: under `no-referrer` a
 //!   browser sends `Origin: null` with the dashboard's own form posts, which the Origin check
 //!   rightly refuses; `same-origin` still sends nothing, not even the origin, to another site.)
 //! - Pages hold no business logic and no SQL: they parse a form or query into the owning
@@ -109,11 +110,12 @@ pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Share
         .route("/assets/{file}", get(assets::serve))
         .merge(signed_in)
         .route_layer(middleware::from_fn_with_state(guard, super::require_host))
-        .layer(middleware::from_fn(security_headers))
         .with_state(ui)
 }
 
-async fn security_headers(request: Request, next: Next) -> Response {
+/// The headers this module's invariants list, on every answer of the admin listener (its
+/// pages, its JSON, its refusals and fallbacks alike: any of them may reach a browser).
+pub(super) async fn security_headers(request: Request, next: Next) -> Response {
     let asset = request.uri().path().starts_with("/assets/");
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
