@@ -280,15 +280,17 @@ pub(super) async fn detail(
     Ok(layout::page(&title, Nav::Events, &signed_in, body).into_response())
 }
 
-/// The body as shown: pretty JSON when it is JSON (a `clientState` value, Microsoft Graph's
-/// shared secret, redacted), else the bytes as text; cut at [`MAX_BODY_SHOWN`].
+/// The body as shown: JSON indented (a `clientState` string, Microsoft Graph's shared secret,
+/// redacted, wherever and however often it occurs), else the bytes as text; cut at
+/// [`MAX_BODY_SHOWN`].
 fn shown_body(body: &[u8]) -> (String, bool) {
-    let text = match serde_json::from_slice::<serde_json::Value>(body) {
-        Ok(mut json) => {
-            redact_client_state(&mut json);
-            serde_json::to_string_pretty(&json).unwrap_or_default()
+    let json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+    let text = match std::str::from_utf8(body) {
+        // Indented, not re-encoded: numbers, escapes and repeated keys as received.
+        Ok(text) if json => {
+            format::indent_json(text, |key| key.eq_ignore_ascii_case("clientstate"))
         }
-        Err(_) => String::from_utf8_lossy(body).into_owned(),
+        _ => String::from_utf8_lossy(body).into_owned(),
     };
     if text.len() <= MAX_BODY_SHOWN {
         return (text, false);
@@ -298,22 +300,6 @@ fn shown_body(body: &[u8]) -> (String, bool) {
         end -= 1;
     }
     (text[..end].to_owned(), true)
-}
-
-fn redact_client_state(json: &mut serde_json::Value) {
-    match json {
-        serde_json::Value::Object(map) => {
-            for (key, value) in map.iter_mut() {
-                if key.eq_ignore_ascii_case("clientstate") && value.is_string() {
-                    *value = "[redacted]".into();
-                } else {
-                    redact_client_state(value);
-                }
-            }
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(redact_client_state),
-        _ => {}
-    }
 }
 
 /// The button that replays one delivery (`[source, event id, handler, state, back]`) after

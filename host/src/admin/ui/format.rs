@@ -1,5 +1,6 @@
 //! How the dashboard writes and reads times and shortens long values: unix milliseconds as
-//! UTC calendar times (and back, from a form's `datetime-local` field), durations, sha256s.
+//! UTC calendar times (and back, from a form's `datetime-local` field), durations, sha256s,
+//! and JSON indented without changing a token of it.
 //!
 //! Invariant: pure functions of their arguments; every time on a page is UTC and says so.
 //! (Writing a calendar date is Howard Hinnant's `civil_from_days`, total over every `i64`;
@@ -31,6 +32,79 @@ pub(super) fn parse_datetime_local(text: &str) -> Option<i64> {
     let time = humantime::parse_rfc3339_weak(&full).ok()?;
     let ms = time.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
     i64::try_from(ms).ok()
+}
+
+/// `json` (valid JSON) indented two spaces a level, with every token as it was received: a
+/// number keeps its digits, a string its escapes, a repeated key its every occurrence (a
+/// round trip through a parsed value would change all three). A string value under a key that
+/// `redacts` is shown as `"[redacted]"`.
+pub(super) fn indent_json(json: &str, redacts: impl Fn(&str) -> bool) -> String {
+    let bytes = json.as_bytes();
+    let mut out = String::with_capacity(json.len() + json.len() / 2);
+    let mut depth = 0usize;
+    let mut redact_next = false;
+    let next_is = |from: usize, c: char| json[from..].trim_start().starts_with(c);
+    let newline = |out: &mut String, depth: usize| {
+        out.push('\n');
+        out.extend(std::iter::repeat_n("  ", depth));
+    };
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                // '"' and '\\' never occur inside a multi-byte UTF-8 sequence.
+                let mut end = i + 1;
+                while end < bytes.len() && bytes[end] != b'"' {
+                    end += if bytes[end] == b'\\' { 2 } else { 1 };
+                }
+                let token = &json[i..=end.min(bytes.len() - 1)];
+                if next_is(end + 1, ':') {
+                    redact_next = serde_json::from_str::<String>(token).is_ok_and(|k| redacts(&k));
+                    out.push_str(token);
+                } else if std::mem::take(&mut redact_next) {
+                    out.push_str("\"[redacted]\"");
+                } else {
+                    out.push_str(token);
+                }
+                i = end + 1;
+                continue;
+            }
+            c @ (b'{' | b'[') => {
+                redact_next = false;
+                out.push(c as char);
+                let close = if c == b'{' { '}' } else { ']' };
+                if next_is(i + 1, close) {
+                    out.push(close);
+                    i = i + 1 + json[i + 1..].find(close).unwrap_or(0);
+                } else {
+                    depth += 1;
+                    newline(&mut out, depth);
+                }
+            }
+            c @ (b'}' | b']') => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c as char);
+            }
+            b',' => {
+                out.push(',');
+                newline(&mut out, depth);
+            }
+            b':' => out.push_str(": "),
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            _ => {
+                redact_next = false;
+                let end = json[i..]
+                    .find([',', '}', ']', ' ', '\t', '\n', '\r'])
+                    .map_or(json.len(), |n| i + n);
+                out.push_str(&json[i..end]);
+                i = end;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// `850 ms`, `12.3 s`, `4 min 2 s`, `3 h 5 min`.
@@ -94,6 +168,42 @@ mod tests {
         ] {
             assert_eq!(parse_datetime_local(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn json_is_indented_with_every_token_as_received() {
+        let body = r#"{"amount": 12345678901234567890123, "dup":1,"dup":2, "e":"\u00e9\"}", "n":[ ],
+            "o":{"clientState":"s3cret","CLIENTSTATE":{"x":1}}, "l":[1.50,true,null]}"#;
+        let shown = indent_json(body, |key| key.eq_ignore_ascii_case("clientstate"));
+        assert_eq!(
+            shown,
+            r#"{
+  "amount": 12345678901234567890123,
+  "dup": 1,
+  "dup": 2,
+  "e": "\u00e9\"}",
+  "n": [],
+  "o": {
+    "clientState": "[redacted]",
+    "CLIENTSTATE": {
+      "x": 1
+    }
+  },
+  "l": [
+    1.50,
+    true,
+    null
+  ]
+}"#
+        );
+        // A pretty value reads the same as what was received.
+        let round: serde_json::Value = serde_json::from_str(&indent_json(body, |_| false)).unwrap();
+        assert_eq!(
+            round,
+            serde_json::from_str::<serde_json::Value>(body).unwrap()
+        );
+        assert_eq!(indent_json("\"x\"", |_| true), "\"x\"");
+        assert_eq!(indent_json(" 42 ", |_| true), "42");
     }
 
     #[test]
