@@ -209,6 +209,14 @@ try {
   check(stale.status() === 409, `stale save: status ${stale.status()}`);
   check((await stale.text()).includes("Your edit was not saved"), "stale save: no message");
 
+  step = "replaying a quarantined request that is not held says so";
+  const notHeld = await page.request.post(`${base}/quarantine/999999999/replay`, {
+    form: { csrf },
+    maxRedirects: 0,
+  });
+  check(notHeld.status() === 404, `not held: status ${notHeld.status()}`);
+  check((await notHeld.text()).includes("no quarantined request 999999999 is held"), "not held: no message");
+
   step = "a POST without the CSRF token is refused";
   const noCsrf = await page.request.post(base + "/replay", {
     form: { handler: plugin, state: "done", confirm: "yes" },

@@ -19,7 +19,7 @@ use super::{
     layout::{self, Nav},
     session::SignedIn,
 };
-use crate::ingest::replay;
+use crate::{error::ApiError, ingest::replay};
 
 /// Requests per page.
 const PAGE: usize = 100;
@@ -84,6 +84,12 @@ pub(super) async fn replay(
     Path(id): Path<i64>,
 ) -> Result<Response, UiError> {
     let report = replay::run_held(&ui.shared, id).await?;
+    if report.matched == 0 {
+        return Err(ApiError::NotFound(format!(
+            "no quarantined request {id} is held (replayed or discarded already?)"
+        ))
+        .into());
+    }
     tracing::info!(
         quarantine_id = id,
         replayed = report.replayed,
