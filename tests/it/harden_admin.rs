@@ -697,7 +697,8 @@ async fn a_state_put_over_2_mib_is_answered_by_the_value_cap_in_json() {
 
 /// Every answer of the admin listener carries the browser-facing security headers: pages,
 /// JSON, refusals and the fallbacks for a path or method no route takes (they lacked them,
-/// served outside the dashboard's own routes). Static assets alone may be cached.
+/// served outside the dashboard's own routes). Static assets alone may be cached. A page asked
+/// for without a session, by GET or HEAD alike, goes to the sign-in form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_admin_listener_answer_carries_the_security_headers() {
     let host = TestHost::start(&sw_source("s", &[], ""), &[]).await;
@@ -746,5 +747,14 @@ async fn every_admin_listener_answer_carries_the_security_headers() {
             "no-store",
             "{method} {path}"
         );
+    }
+    // A page without a session sends a HEAD where its GET goes: to the sign-in form.
+    for method in [Method::GET, Method::HEAD] {
+        let (got, headers, _) =
+            support::admin_call_with(host.admin, method.clone(), "/", None, &[], None)
+                .await
+                .unwrap();
+        assert_eq!(got, StatusCode::SEE_OTHER, "{method} /");
+        assert_eq!(headers[header::LOCATION], "/sign-in", "{method} /");
     }
 }

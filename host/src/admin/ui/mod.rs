@@ -150,7 +150,8 @@ struct CsrfField {
 /// [`SignedIn`] session in the request's extensions.
 async fn require_session(State(ui): UiState, request: Request, next: Next) -> Response {
     let Some(signed_in) = ui.sessions.find(request.headers(), Instant::now()) else {
-        if request.method() == Method::GET {
+        // A HEAD is answered as its GET would be.
+        if request.method() == Method::GET || request.method() == Method::HEAD {
             return Redirect::to("/sign-in").into_response();
         }
         return error_page(
