@@ -34,13 +34,16 @@ use crate::{
 const PAGE: usize = 50;
 /// Body bytes shown on the detail page; the rest is cut (the page says so).
 const MAX_BODY_SHOWN: usize = 64 * 1024;
-/// Headers whose values are credentials, shown redacted.
-const REDACTED_HEADERS: [&str; 4] = [
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-    "x-api-key",
-];
+/// Headers whose values are credentials, shown redacted: `Cookie`, and every header whose name
+/// says it carries one (`Authorization`, GitLab's `X-Gitlab-Token`, an `X-Webhook-Secret`,
+/// an `Api-Key`, ...).
+const REDACTED_HEADERS: [&str; 1] = ["cookie"];
+const REDACTED_WORDS: [&str; 6] = ["auth", "token", "secret", "password", "api-key", "apikey"];
+
+/// Whether header `name` (lower case, as stored) is shown as `[redacted]`.
+fn redacted_header(name: &str) -> bool {
+    REDACTED_HEADERS.contains(&name) || REDACTED_WORDS.iter().any(|word| name.contains(word))
+}
 
 /// The list's query string: the filter form's fields (empty fields do not filter).
 #[derive(Debug, Default, Deserialize)]
@@ -259,7 +262,7 @@ pub(super) async fn detail(
                         tr {
                             td.mono { (name) }
                             td.mono.wrap {
-                                @if REDACTED_HEADERS.contains(&name.as_str()) { "[redacted]" }
+                                @if redacted_header(name) { "[redacted]" }
                                 @else { (value) }
                             }
                         }
@@ -394,6 +397,37 @@ fn delivery_section(
                     }
                 } }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_that_carry_credentials_are_redacted_by_name() {
+        for name in [
+            "authorization",
+            "proxy-authorization",
+            "cookie",
+            "x-api-key",
+            "api-key",
+            "x-gitlab-token",
+            "x-auth-token",
+            "x-webhook-secret",
+            "x-password",
+        ] {
+            assert!(redacted_header(name), "{name}");
+        }
+        for name in [
+            "content-type",
+            "x-github-event",
+            "x-hub-signature-256",
+            "webhook-id",
+            "user-agent",
+        ] {
+            assert!(!redacted_header(name), "{name}");
         }
     }
 }
