@@ -52,6 +52,11 @@ impl Host {
             return Host::Ip(IpAddr::V4(ip));
         }
         let name = host.strip_suffix('.').unwrap_or(host);
+        // An address with a trailing dot is no name to resolve, and no listed address either:
+        // kept as written, so a refusal names what was asked for, dot and all.
+        if name.parse::<Ipv4Addr>().is_ok() {
+            return Host::Name(host.to_owned());
+        }
         Host::Name(name.to_ascii_lowercase())
     }
 }
@@ -588,6 +593,9 @@ mod tests {
             assert!(matches!(err, Denied::NotListed(_)), "{url}: {err:?}");
             assert!(err.to_string().ends_with("is not in allow_hosts"), "{url}");
         }
+        // Refused as written: not as the listed address it is not.
+        let err = target(&list, "http://127.0.0.1.:9000/").unwrap_err();
+        assert_eq!(err.to_string(), "127.0.0.1.:9000 is not in allow_hosts");
     }
 
     #[test]
