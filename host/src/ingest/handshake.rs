@@ -43,11 +43,7 @@ pub(super) async fn get(
     let not_allowed = || {
         let scheme = source.verifier.scheme().name();
         let detail = format!("scheme {scheme} has no GET handshake; events are POSTed");
-        let mut response = ApiError::MethodNotAllowed(detail).into_response();
-        response
-            .headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        response
+        with_allow(ApiError::MethodNotAllowed(detail), "POST")
     };
     if !source.verifier.scheme().kind().answers_get() {
         return not_allowed();
@@ -77,9 +73,12 @@ pub(super) async fn other_method(
         .get(source.as_str())
         .is_some_and(|source| source.verifier.scheme().kind().answers_get());
     let allow = if answers_get { "GET,HEAD,POST" } else { "POST" };
-    let mut response = crate::error::wrong_method(method, uri)
-        .await
-        .into_response();
+    with_allow(crate::error::wrong_method(method, uri).await, allow)
+}
+
+/// A 405 `refusal` with its `Allow` header (set here, axum keeps it instead of its own).
+fn with_allow(refusal: ApiError, allow: &'static str) -> Response {
+    let mut response = refusal.into_response();
     response
         .headers_mut()
         .insert(header::ALLOW, HeaderValue::from_static(allow));
