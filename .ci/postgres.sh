@@ -16,14 +16,18 @@
 # is Debian's default cluster (`main`) instead, with its default, durable settings: the one the
 # benchmarks measure.
 #
+#   export HOOKD_TEST_POSTGRES_CA=$(bash .ci/postgres.sh --ca)
+#
+# is the CA whose certificate the tests' cluster presents (see below).
+#
 # Installing needs root (as in CI); on a developer machine with PostgreSQL already running,
 # only the cluster and role are created. Safe to run again.
 set -euo pipefail
 
 case "${1:-}" in
-  "") cluster=hookdtest ;;
+  "" | --ca) cluster=hookdtest ;;
   --bench) cluster=main ;;
-  *) echo "usage: postgres.sh [--bench]" >&2; exit 2 ;;
+  *) echo "usage: postgres.sh [--bench | --ca]" >&2; exit 2 ;;
 esac
 
 if ! compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; then
@@ -41,6 +45,37 @@ if ! pg_lsclusters -h | awk '{print $1, $2}' | grep -qx "$version $cluster"; the
 fi
 if ! pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $4}' | grep -qx online; then
   pg_ctlcluster "$version" "$cluster" start >&2
+fi
+# The tests' cluster presents a certificate of a CA of its own, valid for `localhost` only (so
+# a test can tell `verify-ca` from `verify-full` by connecting to 127.0.0.1); the tests find
+# the CA at `.ci/postgres.sh --ca`'s path (HOOKD_TEST_POSTGRES_CA).
+conf=/etc/postgresql/$version/$cluster
+ca=$conf/hookd-test-ca.pem
+if [[ $cluster == hookdtest && ! -s $conf/hookd-test-server.pem ]]; then
+  tls=$(mktemp -d)
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \
+    -subj "/CN=hookd test CA" -keyout "$tls/ca.key" -out "$tls/ca.pem" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=localhost \
+    -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' \
+    > "$tls/ext"
+  openssl x509 -req -in "$tls/server.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -days 3650 \
+    -extfile "$tls/ext" -out "$tls/server.pem" 2>/dev/null
+  install -m 0644 "$tls/ca.pem" "$ca"
+  install -m 0644 -o postgres -g postgres "$tls/server.pem" "$conf/hookd-test-server.pem"
+  install -m 0600 -o postgres -g postgres "$tls/server.key" "$conf/hookd-test-server.key"
+  rm -rf "$tls"
+  pg_conftool "$version" "$cluster" set ssl on
+  pg_conftool "$version" "$cluster" set ssl_cert_file "$conf/hookd-test-server.pem"
+  pg_conftool "$version" "$cluster" set ssl_key_file "$conf/hookd-test-server.key"
+  if pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $4}' | grep -qx online; then
+    pg_ctlcluster "$version" "$cluster" reload >&2
+  fi
+fi
+if [[ ${1:-} == --ca ]]; then
+  echo "$ca"
+  exit 0
 fi
 port=$(pg_lsclusters -h | awk -v v="$version" -v c="$cluster" '$1 == v && $2 == c {print $3}')
 for _ in $(seq 50); do

@@ -31,6 +31,7 @@
 //! - [`clock`]: where "now" comes from (the system, or tokio's clock in tests).
 //! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
 //! - [`text`]: untrusted text capped and escaped before it is stored or logged.
+//! - [`tls`]: what every TLS client of hookd trusts (plugins' requests, PostgreSQL).
 //!
 //! [`run`] wires them together; `main.rs` only parses arguments.
 //!
@@ -56,6 +57,7 @@ pub mod runtime;
 pub mod server;
 pub mod telemetry;
 pub mod text;
+pub mod tls;
 
 /// Signature schemes: the `hookd-verify` crate, at its old path.
 pub use verify;

@@ -21,7 +21,7 @@ use tempfile::TempDir;
 use tokio::sync::Semaphore;
 
 use crate::{
-    postgres::{PrivatePostgres, TestDatabase, pgbouncer_url, psql},
+    postgres::{PrivatePostgres, TestDatabase, pgbouncer_url, psql, server_ca},
     support::{self, KEYED_BY_BODY, ProcessHost, install_plugins, plugins, sw_source},
 };
 
@@ -710,4 +710,79 @@ async fn two_nodes_behind_pgbouncer_in_transaction_mode_handle_every_event_once(
         psql(url, "SELECT state, count(*) FROM deliveries GROUP BY state")
     );
     assert_counted_in_order(url);
+}
+
+/// A node reaches its database over TLS with the server checked (`sslmode=verify-full`, the
+/// CA in `sslrootcert`): it accepts events, and the server sees every one of its sessions
+/// encrypted. Asked to check a name the server's certificate does not hold, it does not start,
+/// and says why without the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reaches_its_database_over_verified_tls_or_not_at_all() {
+    let test = "a_node_reaches_its_database_over_verified_tls_or_not_at_all";
+    let Some(db) = TestDatabase::create(test) else {
+        return;
+    };
+    let Some(ca) = server_ca(test) else {
+        return;
+    };
+    // The server's certificate names `localhost`, not the address the tests use.
+    let by_name = db.url.replacen("@127.0.0.1:", "@localhost:", 1);
+    assert_ne!(by_name, db.url, "the test server is at 127.0.0.1");
+    let tls = format!("sslmode=verify-full&sslrootcert={ca}&application_name=hookd_tls_node");
+    let dir = node_dir();
+    let node = ProcessHost::start(dir.path(), &node_config(&format!("{by_name}?{tls}"), 2)).await;
+    let (status, reply) = support::post_sw(
+        node.ingest,
+        "s",
+        "evt_tls",
+        event_body(0).to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    assert_eq!(
+        count(
+            &db.url,
+            "SELECT count(*) FROM events WHERE event_id = 'evt_0'"
+        ),
+        1
+    );
+    let sessions = psql(
+        &db.url,
+        "SELECT count(*) FILTER (WHERE s.ssl) || ' ' || count(*) FILTER (WHERE NOT s.ssl)
+         FROM pg_stat_ssl s JOIN pg_stat_activity a ON a.pid = s.pid
+         WHERE a.application_name = 'hookd_tls_node'",
+    );
+    let (encrypted, plain) = sessions.trim().split_once(' ').unwrap();
+    assert!(
+        encrypted.parse::<u32>().unwrap() >= 2 && plain == "0",
+        "the node's sessions, TLS and plain: {sessions}"
+    );
+    drop(node);
+
+    let refused = node_dir();
+    std::fs::write(
+        refused.path().join("hookd.toml"),
+        support::config_text(&node_config(&format!("{}?{tls}", db.url), 2)).replacen(
+            "[server]",
+            &format!(
+                "[server]\nlisten = \"{}\"\nadmin_listen = \"{}\"",
+                support::free_port(),
+                support::free_port()
+            ),
+            1,
+        ),
+    )
+    .unwrap();
+    let out = support::hookd_cli(refused.path(), &["serve"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("not valid for name") && stderr.contains("hookd@127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("hookd:hookd@"),
+        "the password is never shown: {stderr}"
+    );
 }

@@ -27,6 +27,12 @@ pub fn pgbouncer_url(test: &str) -> Option<String> {
     given("HOOKD_TEST_PGBOUNCER_URL", test)
 }
 
+/// The CA file whose certificate the server presents (valid for `localhost` only;
+/// `.ci/postgres.sh --ca`), or `None` as for [`server_url`].
+pub fn server_ca(test: &str) -> Option<String> {
+    given("HOOKD_TEST_POSTGRES_CA", test)
+}
+
 /// The value of `var`, or `None` after printing why the test is skipped; panics when CI
 /// requires it.
 fn given(var: &str, test: &str) -> Option<String> {

@@ -58,6 +58,7 @@ mod schema;
 mod state;
 mod statements;
 mod statistics;
+mod tls;
 mod views;
 mod wakeup;
 
@@ -74,7 +75,7 @@ use std::{
 };
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::Config;
 
 use self::{
     error::Target,
@@ -168,12 +169,15 @@ impl Connections {
 
 /// The connection settings of `url`, with hookd's defaults where the URL sets none: a connect
 /// timeout, and a dead server noticed in tens of seconds (unacknowledged data, idle keepalives)
-/// rather than the kernel's minutes or hours.
-fn connection_config(url: &str) -> Result<Config, InboxError> {
+/// rather than the kernel's minutes or hours; and the TLS its `ssl*` options ask for
+/// ([`tls`]).
+fn connection_config(url: &str) -> Result<(Config, tls::Connector), InboxError> {
+    let (url, tls_options) = tls::split(url)?;
     let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
         // The parser's reasons name an option, never its value.
         reason: error::chain(&e),
     })?;
+    let connector = tls::connector(&tls_options, &mut config)?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
@@ -184,7 +188,7 @@ fn connection_config(url: &str) -> Result<Config, InboxError> {
         // tokio-postgres' default (two hours), so not set by the URL.
         config.keepalives_idle(KEEPALIVE_IDLE);
     }
-    Ok(config)
+    Ok((config, connector))
 }
 
 impl PostgresStore {
@@ -196,11 +200,11 @@ impl PostgresStore {
         pool_size: usize,
         pooler: Pooler,
     ) -> Result<Self, InboxError> {
-        let config = connection_config(url)?;
+        let (config, connector) = connection_config(url)?;
         let target = Target::of(&config);
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -218,7 +222,7 @@ impl PostgresStore {
         // A pooler in transaction mode hands `LISTEN` a server connection only for that
         // statement: the other nodes' work is found by polling alone.
         if pooler != Pooler::Transaction {
-            tasks.push(wakeup::listen(config, &target, Arc::clone(&work)).await?);
+            tasks.push(wakeup::listen(config, connector, &target, Arc::clone(&work)).await?);
         }
         let connections = Arc::new(Connections {
             pool,

@@ -9,6 +9,8 @@
 //!   `database_pooler = "transaction"`.
 //! - Without those variables a test passes as skipped and says so in one line, unless
 //!   `HOOKD_TEST_POSTGRES_REQUIRED=1` (CI sets them all), which makes it fail instead.
+//! - `HOOKD_TEST_POSTGRES_CA` is the CA file of the certificate the server presents (valid for
+//!   `localhost`, not `127.0.0.1`), for the tests of TLS to the database.
 
 use tokio_postgres::NoTls;
 
@@ -22,6 +24,9 @@ use crate::{
 const URL_VAR: &str = "HOOKD_TEST_POSTGRES_URL";
 /// PgBouncer in transaction mode in front of that server.
 const POOLER_VAR: &str = "HOOKD_TEST_PGBOUNCER_URL";
+/// The CA whose certificate the test server presents, for `localhost` only
+/// (`.ci/postgres.sh --ca`).
+const CA_VAR: &str = "HOOKD_TEST_POSTGRES_CA";
 /// Set to `1` to fail, not skip, when [`URL_VAR`] is missing.
 const REQUIRED_VAR: &str = "HOOKD_TEST_POSTGRES_REQUIRED";
 
@@ -79,6 +84,11 @@ impl TestDatabase {
         let host = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
         format!("postgres://{user}:{password}@{host}")
     }
+}
+
+/// The path of the CA file the test server's certificate chains to (`None`: the test skips).
+pub(in crate::inbox) fn server_ca() -> Option<String> {
+    given(CA_VAR)
 }
 
 /// The value of `var`; `None` (the test skips, saying so) when it is not set and no server is

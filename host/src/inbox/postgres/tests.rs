@@ -556,6 +556,92 @@ async fn an_unreachable_server_is_unreachable_and_never_shows_the_password() {
     );
 }
 
+/// How the sessions named `application` connect to `db`'s database: how many use TLS and how
+/// many do not, as the server sees them.
+async fn sessions_by_tls(client: &tokio_postgres::Client, application: &str) -> (i64, i64) {
+    let row = client
+        .query_one(
+            "SELECT count(*) FILTER (WHERE s.ssl), count(*) FILTER (WHERE NOT s.ssl)
+             FROM pg_stat_ssl s JOIN pg_stat_activity a ON a.pid = s.pid
+             WHERE a.application_name = $1",
+            &[&application],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_the_database_is_what_sslmode_and_sslrootcert_ask() {
+    let Some((db, _inbox, client)) = store_and_client().await else {
+        return;
+    };
+    let ca = testdb::server_ca().expect("the test server's CA is given with its URL");
+    let by_name = db.url().replacen("@127.0.0.1:", "@localhost:", 1);
+    assert_ne!(by_name, db.url(), "the test server is at 127.0.0.1");
+    let ca_query = format!(
+        "sslrootcert={}",
+        percent_encoding::utf8_percent_encode(&ca, percent_encoding::NON_ALPHANUMERIC)
+    );
+    // (URL, TLS sessions expected) for each that connects; the listener and the pool's
+    // connections all count.
+    for (i, (url, tls)) in [
+        (format!("{by_name}?sslmode=verify-full&{ca_query}"), true),
+        (format!("{}?sslmode=verify-ca&{ca_query}", db.url()), true),
+        (format!("{}?sslmode=require", db.url()), true),
+        (format!("{}?sslmode=require&{ca_query}", db.url()), true),
+        // libpq's default, `prefer`: TLS when the server offers it.
+        (db.url().to_owned(), true),
+        (format!("{}?sslmode=disable", db.url()), false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let application = format!("hookd_tls_{i}");
+        let url = format!(
+            "{url}{}application_name={application}",
+            if url.contains('?') { "&" } else { "?" }
+        );
+        let inbox = Inbox::open_postgres(&url, options())
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        inbox.oldest_due().await.unwrap();
+        let (encrypted, plain) = sessions_by_tls(&client, &application).await;
+        if tls {
+            assert!(
+                encrypted >= 1 && plain == 0,
+                "{url}: {encrypted} TLS, {plain} plain"
+            );
+        } else {
+            assert!(
+                encrypted == 0 && plain >= 1,
+                "{url}: {encrypted} TLS, {plain} plain"
+            );
+        }
+        inbox.close();
+    }
+    // Refused: the name is not the certificate's, or the CA is not trusted.
+    for (url, says) in [
+        (
+            format!("{}?sslmode=verify-full&{ca_query}", db.url()),
+            "not valid for name",
+        ),
+        (format!("{by_name}?sslmode=verify-full"), "UnknownIssuer"),
+        (format!("{by_name}?sslmode=verify-ca"), "UnknownIssuer"),
+    ] {
+        let Err(e) = Inbox::open_postgres(&url, options()).await else {
+            panic!("{url}: connected");
+        };
+        let shown = shown(&e);
+        assert!(
+            matches!(e, InboxError::Unreachable { .. })
+                && shown.contains(says)
+                && !shown.contains("hookd:hookd@"),
+            "{url}: {shown}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_url_is_invalid_and_never_shows_the_password() {
     let url = "postgres://hookd:s3cret-password@127.0.0.1:port/hookd";
@@ -941,7 +1027,7 @@ async fn the_earliest_waiting_delivery_is_found_by_probes_of_the_waiting_index()
 /// gone silent, in seconds; what the URL sets is kept.
 #[test]
 fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
-    let defaults = super::connection_config("postgres://u@db.example/hookd").unwrap();
+    let (defaults, _) = super::connection_config("postgres://u@db.example/hookd").unwrap();
     assert_eq!(
         defaults.get_connect_timeout(),
         Some(&super::CONNECT_TIMEOUT)
@@ -951,7 +1037,7 @@ fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
         Some(&super::TCP_USER_TIMEOUT)
     );
     assert_eq!(defaults.get_keepalives_idle(), super::KEEPALIVE_IDLE);
-    let own = super::connection_config(
+    let (own, _) = super::connection_config(
         "postgres://u@db.example/hookd?connect_timeout=3&tcp_user_timeout=5&keepalives_idle=30",
     )
     .unwrap();

@@ -13,10 +13,13 @@
 use std::{sync::Arc, time::Duration};
 
 use tokio::sync::{Notify, oneshot};
-use tokio_postgres::{AsyncMessage, Client, Config, Connection, NoTls, Socket, tls::NoTlsStream};
+use tokio_postgres::{AsyncMessage, Client, Config, Connection, Socket, tls::MakeTlsConnect};
 
-use super::error::Target;
+use super::{error::Target, tls::Connector};
 use crate::inbox::InboxError;
+
+/// The listening connection's stream (TLS or not, as the URL asks).
+type Stream = <Connector as MakeTlsConnect<Socket>>::Stream;
 
 /// The channel the nodes notify and listen on.
 pub(super) const CHANNEL: &str = "hookd_work";
@@ -45,15 +48,18 @@ pub(super) fn wake(work: &Notify) {
 /// the listener's task.
 pub(super) async fn listen(
     config: Config,
+    connector: Connector,
     target: &Target,
     work: Arc<Notify>,
 ) -> Result<tokio::task::JoinHandle<()>, InboxError> {
     let (client, connection) = config
-        .connect(NoTls)
+        .connect(connector.clone())
         .await
         .map_err(|e| target.connect_error(e))?;
     let (listening, listened) = oneshot::channel();
-    let task = tokio::spawn(listen_loop(config, client, connection, work, listening));
+    let task = tokio::spawn(listen_loop(
+        config, connector, client, connection, work, listening,
+    ));
     match listened.await {
         Ok(Ok(())) => Ok(task),
         Ok(Err(e)) => {
@@ -70,8 +76,9 @@ pub(super) async fn listen(
 /// Listens on `client`, then on every connection made again after it is lost.
 async fn listen_loop(
     config: Config,
+    connector: Connector,
     client: Client,
-    connection: Connection<Socket, NoTlsStream>,
+    connection: Connection<Socket, Stream>,
     work: Arc<Notify>,
     listening: oneshot::Sender<Result<(), tokio_postgres::Error>>,
 ) {
@@ -89,7 +96,7 @@ async fn listen_loop(
             wait = RECONNECT_AFTER;
         }
         tokio::time::sleep(wait).await;
-        match config.connect(NoTls).await {
+        match config.connect(connector.clone()).await {
             Ok(pair) => {
                 if warned.take().is_some() {
                     tracing::info!("inbox: hearing other nodes' work again");
@@ -113,7 +120,7 @@ async fn listen_loop(
 /// Sends `LISTEN` on `client` and wakes `work` on every notice until the connection ends.
 async fn listen_until_lost(
     client: Client,
-    mut connection: Connection<Socket, NoTlsStream>,
+    mut connection: Connection<Socket, Stream>,
     work: &Notify,
     listening: Option<oneshot::Sender<Result<(), tokio_postgres::Error>>>,
 ) -> Result<(), tokio_postgres::Error> {
