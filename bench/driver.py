@@ -720,6 +720,10 @@ def cluster(args) -> None:
             through_pooler = label.startswith("pgbouncer")
             if through_pooler:
                 database = f"{pooler.rstrip('/').rsplit('/', 1)[0]}/{name}"
+            if nodes:
+                # Loopback: no TLS (hookd's default, `prefer`, would encrypt where the server
+                # offers it, as Debian's cluster does), as every figure before TLS existed.
+                database += "?sslmode=disable"
             sources = INGEST_SOURCES if what == "ingest" else dispatch_sources("flaky")
             plugins = {"github": "github"} if what == "ingest" else {"github": "github",
                                                                       "flaky": "flaky"}
