@@ -4,7 +4,8 @@
 //! boundary, and says how much it dropped; [`escape`] leaves no character that could end a log
 //! line, start a terminal escape sequence or reorder the text on screen (C0/C1 controls, DEL,
 //! line/paragraph separators, bidi overrides and isolates): each becomes a visible `\n`, `\r`,
-//! `\t` or `\u{…}`.
+//! `\t` or `\u{…}`. [`storable`] leaves no NUL (U+0000), which PostgreSQL's `text` cannot
+//! hold, so what one backend stores the other stores too.
 
 use std::{borrow::Cow, fmt::Write as _};
 
@@ -30,6 +31,23 @@ pub fn cap(mut text: String, max: usize) -> String {
         total - cut
     );
     text
+}
+
+/// Whether `text` holds a NUL (U+0000), which no backend stores in a name (an event id, type
+/// or ordering key, a state key): one holding it is refused where it comes in, since changed
+/// it would name something else.
+pub fn has_nul(text: &str) -> bool {
+    text.contains('\0')
+}
+
+/// `text` as every backend can store it: each NUL (U+0000) becomes a visible `\u{0}`, as
+/// [`escape`] writes it. For what is only read (a reason, an error, an output).
+pub fn storable(text: String) -> String {
+    if has_nul(&text) {
+        text.replace('\0', "\\u{0}")
+    } else {
+        text
+    }
 }
 
 /// Whether `c` must not reach a log line or a terminal as itself.
@@ -88,6 +106,14 @@ pub fn escape_within(text: &str, budget: usize) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn storable_text_shows_a_nul_as_escape_writes_it() {
+        assert_eq!(storable("a\0b\0".into()), "a\\u{0}b\\u{0}");
+        assert_eq!(storable("a\0b".into()), escape("a\0b"));
+        assert_eq!(storable("plain".into()), "plain");
+        assert!(has_nul("x\0") && !has_nul("x"));
+    }
 
     #[test]
     fn cap_keeps_what_fits_and_marks_what_it_dropped() {

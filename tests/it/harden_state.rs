@@ -311,3 +311,31 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
         "a terminal escape reached the log"
     );
 }
+
+/// A state key holding a NUL (U+0000) is refused at the handler's call, naming why, on every
+/// backend (PostgreSQL cannot store one; on it the attempt failed with only a backtrace), and
+/// a reason holding one is kept with it shown as `\u{0}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_key_holding_a_nul_is_refused_and_a_reasons_nul_is_kept_escaped() {
+    let text = format!(
+        "{}\n[plugins.scenario]\nmax_attempts = 1\n",
+        sw_source("s", &["scenario"], "")
+    );
+    let host = TestHost::start(&text, &[("scenario", plugins::SCENARIO)]).await;
+    host.accept_event("s", "nul-key", &json!({"do": "count", "key": "n\u{0}k"}))
+        .await;
+    let d = host
+        .wait_state("s", "nul-key", "scenario", "dead", WAIT)
+        .await;
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("a state key may not hold a NUL character (U+0000)"),
+        "{d:#}"
+    );
+    host.accept_event("s", "nul-op", &json!({"do": "a\u{0}b"}))
+        .await;
+    let d = host
+        .wait_state("s", "nul-op", "scenario", "dead", WAIT)
+        .await;
+    assert_eq!(d["history"][0]["error"], "unknown op a\\u{0}b", "{d:#}");
+}

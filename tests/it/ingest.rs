@@ -1088,9 +1088,10 @@ async fn paths_and_methods_no_route_serves_get_the_contracts_json_on_both_listen
     }
 }
 
-/// An event id, event type or ordering key over 1 KiB is a 400 naming the field, its size and
-/// whether a parser or the request gave it, and nothing is stored; 1 KiB exactly is accepted.
-/// (A 100 KB `type` was stored, and came back in every row of the event list.)
+/// An event id, event type or ordering key over 1 KiB, or holding a NUL, is a 400 naming the
+/// field, its size or the NUL, and whether a parser or the request gave it, and nothing is
+/// stored; 1 KiB exactly is accepted. (A 100 KB `type` was stored, and came back in every row
+/// of the event list; a NUL was a 500 on PostgreSQL.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envelope_fields_over_a_kib_are_refused_naming_the_field() {
     let config = format!(
@@ -1129,6 +1130,34 @@ async fn envelope_fields_over_a_kib_are_refused_naming_the_field() {
     assert!(host.event("keyed", "long-key").await.is_none());
     assert!(host.event("keyed", "kib-key").await.is_some());
     assert!(host.event("sw", "long-type").await.is_none());
+
+    // A NUL (U+0000) in a name: PostgreSQL cannot store one, so neither backend does.
+    let nul_id = json!({"id": "nul\u{0}id"}).to_string();
+    assert_eq!(
+        host.post("keyed", &[], nul_id.as_bytes()).await,
+        (
+            StatusCode::BAD_REQUEST,
+            refused(
+                "parser plugin keyed gave an event id holding a NUL character (U+0000), which \
+                 hookd does not store"
+            )
+        )
+    );
+    let nul_type = json!({"type": "a\u{0}b"}).to_string();
+    let (status, reply) = support::post_sw(host.ingest, "sw", "nul-type", nul_type.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        (status, reply),
+        (
+            StatusCode::BAD_REQUEST,
+            refused(
+                "the request gave an event type holding a NUL character (U+0000), which hookd \
+                 does not store"
+            )
+        )
+    );
+    assert!(host.event("sw", "nul-type").await.is_none());
 }
 
 /// Svix (and Resend, which sends through it) puts the Standard Webhooks headers under its own

@@ -199,6 +199,42 @@ async fn the_count_is_read_and_edited_at_its_version_and_counting_goes_on_from_t
         (&json!([]), &Value::Null)
     );
 
+    // A key holding a NUL (which no plugin can write, and PostgreSQL cannot store) is refused
+    // as a write, a prefix or a cursor, and read as absent.
+    let nul_put = call(
+        &host,
+        Method::PUT,
+        "/admin/plugins/counter/state/n%00k",
+        &[(header::IF_NONE_MATCH, "*")],
+        Some(json!({"encoding": "json", "value": 1})),
+    )
+    .await;
+    assert_eq!(nul_put.0, StatusCode::BAD_REQUEST, "{:?}", nul_put.2);
+    assert!(
+        nul_put.2["detail"]
+            .as_str()
+            .unwrap()
+            .contains("may not hold a NUL character"),
+        "{:?}",
+        nul_put.2
+    );
+    for path in [
+        "/admin/plugins/counter/state?prefix=%00",
+        "/admin/plugins/counter/state?after=a%00",
+    ] {
+        let (status, _, body) = call(&host, Method::GET, path, &[], None).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+    }
+    let (status, _, _) = call(
+        &host,
+        Method::GET,
+        "/admin/plugins/counter/state/a%00",
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
     // An unknown instance is named.
     let (status, _, unknown) =
         call(&host, Method::GET, "/admin/plugins/nope/state", &[], None).await;

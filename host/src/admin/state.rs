@@ -51,8 +51,15 @@ pub(super) fn instance(shared: &Shared, name: &str) -> Result<Arc<PluginConfig>,
     })
 }
 
-/// Refuses a key longer than a plugin may write, naming the plugin.
+/// Refuses a key no plugin can write (longer than the cap, or holding a NUL), naming the
+/// plugin.
 fn check_key(plugin: &str, key: &str) -> Result<(), ApiError> {
+    if crate::text::has_nul(key) {
+        return Err(ApiError::BadRequest(format!(
+            "plugin {plugin}: a state key may not hold a NUL character (%00): no plugin can \
+             have written one"
+        )));
+    }
     if key.len() > MAX_STATE_KEY_BYTES {
         return Err(ApiError::BadRequest(format!(
             "plugin {plugin}: a state key of {} bytes is over the {MAX_STATE_KEY_BYTES}-byte cap",
@@ -71,6 +78,9 @@ pub(super) async fn keys_page(
     instance(shared, name)?;
     let prefix = query.prefix.unwrap_or_default();
     check_key(name, &prefix)?;
+    if let Some(after) = &query.after {
+        check_key(name, after)?;
+    }
     // `limit=0` asks for no keys (as the event list's does): an empty page, no next one.
     let limit = query.limit.unwrap_or(DEFAULT_KEYS).min(MAX_KEYS);
     let keys: Vec<api::StateKey> = if limit == 0 {

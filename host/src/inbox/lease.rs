@@ -21,6 +21,7 @@ use crate::{
     dispatch::fair::{self, Fairness},
     ids::{EventId, PluginName, SourceName},
     model::{AttemptOutcome, DeliveryState, Disposition, Header, StateChanges},
+    text,
 };
 
 /// A delivery leased to a worker, with everything the handler needs.
@@ -337,7 +338,13 @@ impl Inbox {
 
     /// Records a finished attempt and moves its delivery on, applying the attempt's state
     /// writes only if nothing it read changed since (else: `Conflict`, and it is due again).
-    pub async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
+    pub async fn finish(&self, mut finish: Finish) -> Result<Finished, InboxError> {
+        // A handler's words, as every backend can store them.
+        finish.error = finish.error.map(text::storable);
+        finish.error_kind = finish.error_kind.map(text::storable);
+        if let Disposition::Done { output } = &mut finish.disposition {
+            *output = output.take().map(text::storable);
+        }
         let closes = finish.closes();
         let result = self.store().finish(finish).await?;
         match result {

@@ -6,7 +6,7 @@
 //! - Reads of held requests by filter never read a body.
 
 use super::{Inbox, InboxError, RawRequest, ReplayFilter};
-use crate::ids::SourceName;
+use crate::{ids::SourceName, text};
 
 /// A quarantined request waiting to be parsed again.
 #[derive(Debug, Clone)]
@@ -31,6 +31,7 @@ impl Inbox {
         if !self.reserve_quarantine(max_held) {
             return Ok(None);
         }
+        let reason = text::storable(reason);
         let written = self.store().quarantine(source, request, reason).await;
         if written.is_err() {
             self.release_quarantine();
@@ -49,6 +50,9 @@ impl Inbox {
     /// Ids of the quarantined requests not yet resolved that match the replay filter's source
     /// and time range (at most `filter.limit`, oldest first). Reads no body.
     pub async fn held_quarantine_ids(&self, filter: ReplayFilter) -> Result<Vec<i64>, InboxError> {
+        let Some(filter) = filter.storable() else {
+            return Ok(Vec::new());
+        };
         self.store().held_quarantine_ids(filter).await
     }
 
@@ -65,7 +69,7 @@ impl Inbox {
     /// Marks a quarantined request resolved without an event (its parser now says invalid/ignore).
     pub async fn resolve_quarantine(&self, id: i64, resolution: String) -> Result<(), InboxError> {
         self.store()
-            .resolve_quarantine(id, self.now_ms(), resolution)
+            .resolve_quarantine(id, self.now_ms(), text::storable(resolution))
             .await
     }
 

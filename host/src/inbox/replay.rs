@@ -5,7 +5,7 @@
 //! (it is the lease token), `budget_base` moves up to it.
 
 use super::{Inbox, InboxError};
-use crate::model::DeliveryState;
+use crate::{model::DeliveryState, text};
 
 /// Filters for `POST /admin/replay`.
 #[derive(Debug, Clone, Default)]
@@ -36,6 +36,28 @@ impl ReplayFilter {
             && self.error_kind.is_none()
     }
 
+    /// The filter as every backend can run it: `None` when it can match nothing stored (a
+    /// name holding a NUL: none is stored, and PostgreSQL cannot even compare one), else
+    /// without the event ids that hold one.
+    pub(super) fn storable(mut self) -> Option<Self> {
+        let names = [&self.source, &self.handler, &self.error_kind];
+        if names
+            .iter()
+            .any(|name| name.as_deref().is_some_and(text::has_nul))
+        {
+            return None;
+        }
+        if let Some(ids) = &mut self.event_ids
+            && ids.iter().any(|id| text::has_nul(id))
+        {
+            ids.retain(|id| !text::has_nul(id));
+            if ids.is_empty() {
+                return None;
+            }
+        }
+        Some(self)
+    }
+
     /// The state whose deliveries it replays: `dead` unless given; an open state is refused
     /// (those deliveries are still being worked on), for every backend alike.
     pub(super) fn finished_state(&self) -> Result<DeliveryState, InboxError> {
@@ -54,6 +76,9 @@ impl Inbox {
     /// Returns `(matched, replayed)`; a dry run replays nothing.
     pub async fn replay(&self, filter: ReplayFilter) -> Result<(usize, usize), InboxError> {
         filter.finished_state()?;
+        let Some(filter) = filter.storable() else {
+            return Ok((0, 0));
+        };
         let now = self.now_ms();
         let (matched, replayed) = self.store().replay(filter, now).await?;
         if replayed > 0 {

@@ -125,6 +125,9 @@ impl Inbox {
     /// `(matched, discarded)`. A state other than `dead` is [`InboxError::InvalidFilter`].
     pub async fn discard(&self, filter: ReplayFilter) -> Result<(usize, usize), InboxError> {
         filter.discardable_state()?;
+        let Some(filter) = filter.storable() else {
+            return Ok((0, 0));
+        };
         self.store().discard(filter, self.now_ms()).await
     }
 
@@ -134,6 +137,9 @@ impl Inbox {
         &self,
         filter: ReplayFilter,
     ) -> Result<(usize, usize), InboxError> {
+        let Some(filter) = filter.storable() else {
+            return Ok((0, 0));
+        };
         let done = self
             .store()
             .discard_quarantine(filter, self.now_ms())

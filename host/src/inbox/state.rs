@@ -21,6 +21,7 @@ use crate::{
     ids::PluginName,
     model::{StateChanges, StateLimits, StateUsage},
     runtime::StateStore,
+    text,
 };
 
 /// Which of a plugin's state keys to list: those starting with `prefix`, after `after` (the
@@ -193,6 +194,15 @@ impl Inbox {
         plugin: &str,
         filter: StateKeyFilter,
     ) -> Result<Vec<StateEntry>, InboxError> {
+        // No stored key holds a NUL (and PostgreSQL cannot compare one).
+        if text::has_nul(&filter.prefix) {
+            return Ok(Vec::new());
+        }
+        if filter.after.as_deref().is_some_and(text::has_nul) {
+            return Err(InboxError::InvalidFilter(
+                "`after` holds a NUL character (U+0000); no state key does".into(),
+            ));
+        }
         self.store().state_keys(plugin.to_owned(), filter).await
     }
 
@@ -202,6 +212,9 @@ impl Inbox {
         plugin: &str,
         key: &str,
     ) -> Result<Option<StateValue>, InboxError> {
+        if text::has_nul(key) {
+            return Ok(None);
+        }
         self.store()
             .state_value(plugin.to_owned(), key.to_owned())
             .await

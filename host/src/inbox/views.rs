@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use super::{Inbox, InboxError};
-use crate::model::DeliveryState;
+use crate::{model::DeliveryState, text};
 
 /// Filters for `GET /admin/events` and the dashboard's event list: every given field must
 /// match (a state or handler: some delivery of the event has it).
@@ -113,6 +113,19 @@ pub struct HeldRequest {
 impl Inbox {
     /// Events, newest first, with each handler's delivery state.
     pub async fn list_events(&self, filter: EventFilter) -> Result<Vec<EventSummary>, InboxError> {
+        // No stored name holds a NUL (and PostgreSQL cannot compare one).
+        let names = [
+            &filter.source,
+            &filter.handler,
+            &filter.event_type,
+            &filter.event_id,
+        ];
+        if names
+            .iter()
+            .any(|name| name.as_deref().is_some_and(text::has_nul))
+        {
+            return Ok(Vec::new());
+        }
         self.store().list_events(filter).await
     }
 
@@ -122,6 +135,9 @@ impl Inbox {
         source: String,
         event_id: String,
     ) -> Result<Option<EventDetail>, InboxError> {
+        if text::has_nul(&source) || text::has_nul(&event_id) {
+            return Ok(None);
+        }
         self.store().event_detail(source, event_id).await
     }
 

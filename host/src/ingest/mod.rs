@@ -33,6 +33,7 @@ use crate::{
     inbox::{Accepted, RawRequest},
     model::{Envelope, unix_ms},
     runtime::{CallContext, CallError, ParseRequest, ParseVerdict, ParserResponse},
+    text,
     verify::Reply,
 };
 
@@ -374,6 +375,13 @@ fn within_limits(outcome: EnvelopeOutcome, parser: Option<&str>) -> EnvelopeOutc
         ),
     ];
     for (field, value) in fields {
+        if text::has_nul(value) {
+            // PostgreSQL's text holds none; altered, the id would name another event.
+            return EnvelopeOutcome::Invalid(format!(
+                "{} gave an {field} holding a NUL character (U+0000), which hookd does not store",
+                from()
+            ));
+        }
         if value.len() > MAX_ENVELOPE_FIELD_BYTES {
             return EnvelopeOutcome::Invalid(format!(
                 "{} gave an {field} of {} bytes, over the {MAX_ENVELOPE_FIELD_BYTES} hookd stores",

@@ -549,6 +549,12 @@ pub(super) async fn bounded<T>(
 fn trap_message(e: &wasmtime::Error) -> String {
     let full = format!("{e:#}");
     let mut message: String = full.lines().take(3).collect::<Vec<_>>().join(" | ");
+    // A host call's refusal (a state key the host will not store, say) is the error's root,
+    // under the backtrace's lines: it goes first, as what the plugin must fix.
+    let root = e.root_cause().to_string();
+    if e.downcast_ref::<Trap>().is_none() && !message.contains(&root) {
+        message = format!("{root} | {message}");
+    }
     if let Some(trap) = e.downcast_ref::<Trap>() {
         let kind = match trap {
             Trap::StackOverflow => "stack overflow",

@@ -315,6 +315,12 @@ impl network::Host for HostState {
 
 impl HostState {
     fn txn(&mut self, key: &str) -> wasmtime::Result<&mut StateTxn> {
+        if crate::text::has_nul(key) {
+            return Err(wasmtime::Error::msg(
+                "a state key may not hold a NUL character (U+0000): hookd's databases do not \
+                 store one",
+            ));
+        }
         if key.len() > MAX_KEY_BYTES {
             return Err(wasmtime::Error::msg(format!(
                 "state key of {} bytes exceeds the {MAX_KEY_BYTES}-byte cap",

@@ -16,7 +16,7 @@ use crate::{
     ids::{PluginName, SourceName},
     inbox::{
         Accepted, ClaimRequest, Claimed, EventFilter, Finish, Finished, Inbox, InboxError,
-        ReplayFilter,
+        ReplayFilter, StateKeyFilter,
     },
     model::{AttemptOutcome, DeliveryState, Disposition, StateChanges, StateLimits, StateUsage},
 };
@@ -897,4 +897,121 @@ pub(super) async fn held_requests_are_listed_newest_first_with_their_reason(db: 
     );
     let after = inbox.held_requests(10, Some(second)).await.unwrap();
     assert_eq!(after.iter().map(|h| h.id).collect::<Vec<_>>(), [first]);
+}
+
+/// PostgreSQL's `text` holds no NUL (U+0000), so no backend stores one: what a handler or a
+/// parser says with one (an error, an output, a quarantine reason) is kept with it shown as
+/// `\u{0}`, and a filter naming one matches nothing (nothing stored holds one), on every
+/// backend alike instead of failing on one.
+pub(super) async fn text_with_a_nul_is_kept_escaped_and_a_name_with_one_matches_nothing(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    let claimed = lease(&inbox, "a").await;
+    let record = Finish {
+        error_kind: Some("permanent".into()),
+        error: Some("unknown op a\0b".into()),
+        ..finished(&claimed, Disposition::Dead)
+    };
+    assert_eq!(inbox.finish(record).await.unwrap(), Finished::Recorded);
+    let claimed = lease(&inbox, "b").await;
+    let record = finished(
+        &claimed,
+        Disposition::Done {
+            output: Some("out\0put".into()),
+        },
+    );
+    assert_eq!(inbox.finish(record).await.unwrap(), Finished::Recorded);
+    let failed = &detail(&inbox, "a").await.deliveries[0];
+    assert_eq!(
+        failed.last_error.as_deref(),
+        Some("permanent: unknown op a\\u{0}b")
+    );
+    let succeeded = &detail(&inbox, "b").await.deliveries[0];
+    assert_eq!(succeeded.output.as_deref(), Some("out\\u{0}put"));
+    inbox
+        .quarantine(
+            SourceName::new(SOURCE),
+            fixtures::request(),
+            "parser said \0".into(),
+            10,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let held = inbox.held_requests(10, None).await.unwrap();
+    assert_eq!(held[0].reason, "parser said \\u{0}");
+
+    let nul = Some("a\0".to_owned());
+    for filter in [
+        EventFilter {
+            event_id: nul.clone(),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            source: nul.clone(),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            event_type: nul.clone(),
+            ..EventFilter::default()
+        },
+        EventFilter {
+            handler: nul.clone(),
+            ..EventFilter::default()
+        },
+    ] {
+        let filter = EventFilter {
+            limit: 10,
+            ..filter
+        };
+        let listed = inbox.list_events(filter.clone()).await.unwrap();
+        assert!(listed.is_empty(), "{filter:?}");
+    }
+    let found = inbox.event_detail(SOURCE.into(), "a\0".into()).await;
+    assert!(found.unwrap().is_none());
+    for filter in [
+        ReplayFilter {
+            event_ids: Some(vec!["a\0".into()]),
+            ..dead()
+        },
+        ReplayFilter {
+            error_kind: Some("permanent\0".into()),
+            ..dead()
+        },
+        ReplayFilter {
+            source: nul.clone(),
+            ..dead()
+        },
+    ] {
+        assert_eq!(
+            inbox.replay(filter.clone()).await.unwrap(),
+            (0, 0),
+            "{filter:?}"
+        );
+        assert_eq!(
+            inbox.discard(filter.clone()).await.unwrap(),
+            (0, 0),
+            "{filter:?}"
+        );
+        assert_eq!(
+            inbox.held_quarantine_count(filter.clone()).await.unwrap(),
+            0
+        );
+        assert_eq!(inbox.discard_quarantine(filter).await.unwrap(), (0, 0));
+    }
+    // An id with a NUL among others is left out, the others still match.
+    let some = ReplayFilter {
+        event_ids: Some(vec!["a\0".into(), "a".into()]),
+        dry_run: true,
+        ..dead()
+    };
+    assert_eq!(inbox.replay(some).await.unwrap(), (1, 0));
+    let keys = StateKeyFilter {
+        prefix: "k\0".into(),
+        after: None,
+        limit: 10,
+    };
+    assert_eq!(inbox.state_keys(HANDLER, keys).await.unwrap(), []);
+    assert_eq!(inbox.state_value(HANDLER, "k\0").await.unwrap(), None);
 }
