@@ -592,6 +592,9 @@ pub const PARSER_MEMORY_PER_BODY_BYTE: u64 = 6;
 pub const WORKERS_PER_CORE: usize = 32;
 /// Upper bound of `server.wasm_threads`.
 const MAX_WASM_THREADS: usize = 1024;
+/// Upper bound of `server.max_connections` and `max_connections_per_ip` (a semaphore's permits
+/// are bounded too; far beyond it one panicked at the first connection).
+const MAX_CONNECTIONS: usize = 1 << 20;
 /// Upper bound of a plugin's `timeout_ms` and `parser_timeout_ms` (a day): an attempt's lease is
 /// its timeout, kept in milliseconds beside the clock.
 const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
@@ -750,6 +753,30 @@ impl Config {
         if s.max_connections_per_ip == 0 {
             bail!("server.max_connections_per_ip must be at least 1");
         }
+        for (key, value) in [
+            ("max_connections", s.max_connections),
+            ("max_connections_per_ip", s.max_connections_per_ip),
+        ] {
+            if value > MAX_CONNECTIONS {
+                bail!(
+                    "server.{key} must be at most {MAX_CONNECTIONS} (got {value}): each \
+                     connection is a file descriptor, and the kernel runs out long before"
+                );
+            }
+        }
+        for (key, ms) in [
+            ("header_timeout_ms", s.header_timeout_ms),
+            ("body_timeout_ms", s.body_timeout_ms),
+            ("body_idle_timeout_ms", s.body_idle_timeout_ms),
+        ] {
+            if ms == 0 {
+                bail!(
+                    "server.{key} must be at least 1: 0 would cut off every request that does \
+                     not arrive in one packet (these bounds cannot be turned off; raise them \
+                     instead)"
+                );
+            }
+        }
         if s.max_body_bytes > s.max_inflight_body_bytes {
             bail!(
                 "server.max_body_bytes ({}) must not exceed server.max_inflight_body_bytes ({}): \
@@ -833,12 +860,12 @@ impl Config {
             workers,
             wasm_threads,
             plugin_memory_bytes,
-            header_timeout: Duration::from_millis(s.header_timeout_ms.max(1)),
-            body_timeout: Duration::from_millis(s.body_timeout_ms.max(1)),
+            header_timeout: Duration::from_millis(s.header_timeout_ms),
+            body_timeout: Duration::from_millis(s.body_timeout_ms),
             max_connections: s.max_connections,
             max_inflight_body_bytes: s.max_inflight_body_bytes,
             max_connections_per_ip: s.max_connections_per_ip,
-            body_idle_timeout: Duration::from_millis(s.body_idle_timeout_ms.max(1)),
+            body_idle_timeout: Duration::from_millis(s.body_idle_timeout_ms),
             min_body_bytes_per_sec: s.min_body_bytes_per_sec,
         };
 
@@ -1784,6 +1811,26 @@ mod tests {
             (
                 "[server]\nmax_connections_per_ip = 0",
                 "server.max_connections_per_ip",
+            ),
+            (
+                "[server]\nmax_connections_per_ip = 2305843009213693952",
+                "server.max_connections_per_ip must be at most 1048576 (got 2305843009213693952)",
+            ),
+            (
+                "[server]\nmax_connections = 1048577",
+                "server.max_connections must be at most 1048576",
+            ),
+            (
+                "[server]\nbody_idle_timeout_ms = 0",
+                "server.body_idle_timeout_ms must be at least 1",
+            ),
+            (
+                "[server]\nheader_timeout_ms = 0",
+                "server.header_timeout_ms must be at least 1",
+            ),
+            (
+                "[server]\nbody_timeout_ms = 0",
+                "server.body_timeout_ms must be at least 1",
             ),
             (
                 "[server]\nmax_inflight_body_bytes = 1000",
