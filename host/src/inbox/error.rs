@@ -33,6 +33,13 @@ pub enum InboxError {
         lock.display()
     )]
     InUse { database: PathBuf, lock: PathBuf },
+    /// The database path names a file that is not an SQLite database (nor empty): it is left
+    /// as it is, no lock or mode change beside it.
+    #[error(
+        "{} is not an SQLite database ({why}); hookd leaves it as it is: check server.database",
+        path.display()
+    )]
+    NotADatabase { path: PathBuf, why: &'static str },
     /// A file-system step of opening the database failed.
     #[error("{action} {}: {source}", path.display())]
     Io {

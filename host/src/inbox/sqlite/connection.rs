@@ -21,6 +21,48 @@ use crate::{config::Durability, inbox::InboxError};
 /// Read connections kept for reuse; more concurrent reads open (and then drop) their own.
 const MAX_POOLED_READERS: usize = 16;
 
+/// What every SQLite database file begins with.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+/// Refuses a `path` that exists and is not an SQLite database, before anything is created,
+/// locked or tightened beside it: a mistyped `server.database` naming some other file must not
+/// have its mode changed, nor a lock file made beside it. A missing or empty file is a new
+/// database.
+pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
+    use std::io::Read as _;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    let not_a_database = |why| InboxError::NotADatabase {
+        path: path.to_owned(),
+        why,
+    };
+    if !meta.is_file() {
+        return Err(not_a_database("it is not a regular file"));
+    }
+    if meta.len() == 0 {
+        return Ok(());
+    }
+    let mut header = [0u8; 16];
+    let read = std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut header))
+        .map_err(|source| InboxError::Io {
+            action: "reading",
+            path: path.to_owned(),
+            source,
+        });
+    match read {
+        Ok(()) if &header == SQLITE_HEADER => Ok(()),
+        Ok(()) => Err(not_a_database("it does not begin with SQLite's header")),
+        Err(InboxError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            Err(not_a_database("it is shorter than SQLite's header"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Creates the database's directory (0700) if it is missing.
 pub(super) fn create_parent(path: &Path) -> Result<(), InboxError> {
     let Some(dir) = path.parent() else {
@@ -298,5 +340,44 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         Inbox::open(&path, Durability::Full).unwrap().close();
         assert_eq!(mode(&path), 0o600);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_and_left_as_it_is() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let notes = dir.path().join("notes.txt");
+        std::fs::write(&notes, "shopping list: eggs, milk\n").unwrap();
+        std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let short = dir.path().join("short");
+        std::fs::write(&short, "SQLite").unwrap();
+        for (path, why) in [
+            (&notes, "it does not begin with SQLite's header"),
+            (&short, "it is shorter than SQLite's header"),
+            (&dir.path().to_owned(), "it is not a regular file"),
+        ] {
+            let Err(e) = Inbox::open(path, Durability::Full) else {
+                panic!("{} opened", path.display());
+            };
+            assert!(
+                matches!(e, InboxError::NotADatabase { .. }) && e.to_string().contains(why),
+                "{e}"
+            );
+            assert!(
+                !beside(path, LOCK).exists(),
+                "no lock beside {}",
+                path.display()
+            );
+        }
+        let meta = std::fs::metadata(&notes).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644, "its mode is left");
+        assert_eq!(
+            std::fs::read(&notes).unwrap(),
+            b"shopping list: eggs, milk\n"
+        );
+        // An empty file is a new database.
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, "").unwrap();
+        Inbox::open(&empty, Durability::Full).unwrap().close();
     }
 }

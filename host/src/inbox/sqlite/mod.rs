@@ -81,6 +81,7 @@ struct Inner {
 impl SqliteStore {
     /// Opens (creating and migrating if needed) the database at `path` and starts its writer.
     pub(super) fn open(path: &Path, options: WriterOptions) -> Result<Self, InboxError> {
+        connection::check_existing(path)?;
         connection::create_parent(path)?;
         let lock = connection::lock_database(path)?;
         connection::create_private(path)?;
