@@ -85,6 +85,20 @@ struct FileStatus {
     error: Option<String>,
 }
 
+impl FileStatus {
+    /// [`RollbackError::NeverLoaded`] unless some version of the file was ever live.
+    fn check_loaded(&self, stem: &str) -> Result<(), RollbackError> {
+        if self.current.is_none() && self.previous.is_empty() {
+            let why = self
+                .error
+                .clone()
+                .unwrap_or_else(|| "not loaded yet".into());
+            return Err(RollbackError::NeverLoaded(stem.to_owned(), why));
+        }
+        Ok(())
+    }
+}
+
 /// Why a plugin file was not loaded. Every message names the plugin (its file stem) and the file.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -166,6 +180,9 @@ pub enum RollbackError {
     /// No load of this file was ever attempted.
     #[error("no plugin file {0:?} is known")]
     UnknownFile(String),
+    /// Loads of this file were tried, and none ever succeeded: there is nothing to go back to.
+    #[error("plugin file {0:?} was never loaded ({1})")]
+    NeverLoaded(String, String),
     #[error("plugin {0:?} has no previous version to roll back to")]
     NoPrevious(String),
 }
@@ -329,6 +346,7 @@ impl Registry {
         let entry = status
             .get(stem)
             .ok_or_else(|| RollbackError::UnknownFile(stem.to_owned()))?;
+        entry.check_loaded(stem)?;
         entry
             .previous
             .first()
@@ -344,6 +362,7 @@ impl Registry {
         let entry = status
             .get_mut(stem)
             .ok_or_else(|| RollbackError::UnknownFile(stem.to_owned()))?;
+        entry.check_loaded(stem)?;
         if entry.previous.is_empty() {
             return Err(RollbackError::NoPrevious(stem.to_owned()));
         }

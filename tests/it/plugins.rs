@@ -479,7 +479,8 @@ async fn a_corrupt_file_keeps_the_old_version_live_and_reports_the_error() {
 /// pressing it twice never brings the bad version back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_makes_the_previous_sha_live() {
-    let host = TestHost::start(&sw_source("s", &["h"], ""), &[("h", plugins::FLAKY)]).await;
+    let config = sw_source("s", &["h"], "") + "\n[plugins.b]\nwasm = \"broken\"\n";
+    let host = TestHost::start(&config, &[("h", plugins::FLAKY)]).await;
     let v1 = sha(&host.plugin("h").await).unwrap();
     let (status, reply) = host
         .admin_post("/admin/plugins/h/rollback", json!({}))
@@ -490,6 +491,22 @@ async fn rollback_makes_the_previous_sha_live() {
         .admin_post("/admin/plugins/nope/rollback", json!({}))
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // A file hookd never loaded (here: empty) has nothing to go back to: 404, naming the
+    // instance asked for and its file.
+    std::fs::write(plugin_file(&host, "broken"), b"").unwrap();
+    host.wait_plugin("b", "the refusal", WAIT, |p| p["error"].is_string())
+        .await;
+    let (status, reply) = host
+        .admin_post("/admin/plugins/b/rollback", json!({}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{reply}");
+    assert!(
+        reply["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("plugin b: plugin file \"broken\" was never loaded ("),
+        "{reply}"
+    );
 
     let mut versions = vec![v1.clone()];
     for wasm in [plugins::CLASSIFIER, plugins::COUNTER] {

@@ -93,7 +93,9 @@ impl IntoResponse for Rejection {
 impl From<RollbackError> for ApiError {
     fn from(e: RollbackError) -> Self {
         match e {
-            RollbackError::UnknownFile(_) => Self::NotFound(e.to_string()),
+            RollbackError::UnknownFile(_) | RollbackError::NeverLoaded(..) => {
+                Self::NotFound(e.to_string())
+            }
             RollbackError::NoPrevious(_) => Self::Conflict(e.to_string()),
         }
     }
@@ -440,8 +442,17 @@ pub(super) async fn rollback_plugin(
         .plugins
         .get(name.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
+    // The instance asked for and its file, which may be named otherwise.
+    let named = |e: RollbackError| match ApiError::from(e) {
+        ApiError::NotFound(d) => ApiError::NotFound(format!("plugin {name}: {d}")),
+        ApiError::Conflict(d) => ApiError::Conflict(format!("plugin {name}: {d}")),
+        other => other,
+    };
     if let Some(cluster) = shared.inbox.cluster() {
-        let target = shared.registry.rollback_target(&plugin.wasm)?;
+        let target = shared
+            .registry
+            .rollback_target(&plugin.wasm)
+            .map_err(named)?;
         if cluster.plugin_bytes(&target).await?.is_none() {
             return Err(ApiError::Conflict(format!(
                 "plugin {name}: its previous version {target} ran only on this node and was \
@@ -451,7 +462,7 @@ pub(super) async fn rollback_plugin(
             )));
         }
     }
-    let live = shared.registry.rollback(&plugin.wasm)?;
+    let live = shared.registry.rollback(&plugin.wasm).map_err(named)?;
     let instances: Vec<String> = shared
         .config
         .instances_of(&plugin.wasm)
