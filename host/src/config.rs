@@ -708,7 +708,7 @@ impl Config {
     ) -> anyhow::Result<Self> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| redacted_toml_error(text, &e))?;
         let s = file.server;
-        let admin_token = s.admin_token.or_else(|| env("HOOKD_ADMIN_TOKEN"));
+        let admin_token = s.admin_token.clone().or_else(|| env("HOOKD_ADMIN_TOKEN"));
         if admin_token.is_none() && !s.admin_listen.ip().is_loopback() {
             bail!(
                 "server.admin_token (or env HOOKD_ADMIN_TOKEN) is required when server.admin_listen \
@@ -717,6 +717,12 @@ impl Config {
             );
         }
         if admin_token.as_deref() == Some("") {
+            if s.admin_token.is_none() {
+                bail!(
+                    "env HOOKD_ADMIN_TOKEN is set but empty (set a token there, or unset it to \
+                     use server.admin_token or a generated one)"
+                );
+            }
             bail!("server.admin_token must not be empty");
         }
         if let Some(token) = &admin_token
@@ -1423,9 +1429,9 @@ fn source_credential(
     let found = match (inline, var) {
         (Some(_), Some(_)) => bail!("sources.{name}: set {key} or {env_key}, not both"),
         (Some(value), None) => Secret::new(value.clone()),
-        (None, Some(var)) => Secret::new(env(var).with_context(|| {
-            format!("sources.{name}.{env_key}: environment variable {var} is not set")
-        })?),
+        (None, Some(var)) => {
+            Secret::new(env_secret(env, &format!("sources.{name}.{env_key}"), var)?)
+        }
         (None, None) => {
             let also = if from_env.is_some() {
                 format!(" (or {env_key})")
@@ -1436,6 +1442,28 @@ fn source_credential(
         }
     };
     Ok(Some(found))
+}
+
+/// The value of environment variable `var`, which `key` names (`sources.a.secrets_env`, say):
+/// set, not empty, and without whitespace around it, which no secret or token has (a newline
+/// from the file it was read from; an empty one, a substitution that found nothing).
+fn env_secret(
+    env: &dyn Fn(&str) -> Option<String>,
+    key: &str,
+    var: &str,
+) -> anyhow::Result<String> {
+    let value =
+        env(var).with_context(|| format!("{key}: environment variable {var} is not set"))?;
+    if value.is_empty() {
+        bail!("{key}: environment variable {var} is set but empty");
+    }
+    if value.trim() != value {
+        bail!(
+            "{key}: environment variable {var} starts or ends with whitespace, which no \
+             secret or token does (a newline from the file it was read from?)"
+        );
+    }
+    Ok(value)
 }
 
 fn source_config(
@@ -1465,17 +1493,8 @@ fn source_config(
     }
     let mut secrets: Vec<Secret> = file.secrets.into_iter().map(Secret::new).collect();
     for var in &file.secrets_env {
-        let value = env(var).with_context(|| {
-            format!("sources.{name}.secrets_env: environment variable {var} is not set")
-        })?;
-        if spaced(&value) {
-            bail!(
-                "sources.{name}.secrets_env: environment variable {var} starts or ends with \
-                 whitespace, which no provider's secret does (a newline from the file it was \
-                 read from?)"
-            );
-        }
-        secrets.push(Secret::new(value));
+        let key = format!("sources.{name}.secrets_env");
+        secrets.push(Secret::new(env_secret(env, &key, var)?));
     }
 
     if scheme == Scheme::None && !secrets.is_empty() {
@@ -1680,6 +1699,48 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("s3cr3t"), "{err}");
+    }
+
+    /// An environment variable that is set but empty (a substitution that found nothing) is
+    /// named as the variable it is, not as a key of the file; and a token from one is held to
+    /// what a secret from one is.
+    #[test]
+    fn an_empty_or_spaced_variable_is_named_as_the_variable() {
+        let cases = [
+            (
+                "[sources.a]\nscheme = \"github\"\nsecrets = [\"s1\"]\nsecrets_env = [\"V\"]",
+                "",
+                "sources.a.secrets_env: environment variable V is set but empty",
+            ),
+            (
+                "[sources.a]\nscheme = \"meta\"\nsecrets = [\"x\"]\nverify_token_env = \"V\"",
+                "",
+                "sources.a.verify_token_env: environment variable V is set but empty",
+            ),
+            (
+                "[sources.a]\nscheme = \"meta\"\nsecrets = [\"x\"]\nverify_token_env = \"V\"",
+                "tok\n",
+                "sources.a.verify_token_env: environment variable V starts or ends with whitespace",
+            ),
+            (
+                "[server]\nadmin_listen = \"127.0.0.1:8081\"",
+                "",
+                "env HOOKD_ADMIN_TOKEN is set but empty",
+            ),
+        ];
+        for (text, value, says) in cases {
+            let var = if text.starts_with("[server]") {
+                "HOOKD_ADMIN_TOKEN"
+            } else {
+                "V"
+            };
+            let err = Config::parse(text, Path::new("/srv"), &|name| {
+                (name == var).then(|| value.to_string())
+            })
+            .unwrap_err();
+            let err = format!("{err:#}");
+            assert!(err.starts_with(says), "{text}: {err}");
+        }
     }
 
     /// A source that could only refuse events (no parser, no event-id header) is named in the

@@ -36,6 +36,8 @@ pub enum CredentialError {
     },
     #[error("{target}: environment variable {env} is not set")]
     Missing { target: HostPort, env: String },
+    #[error("{target}: environment variable {env} is set but empty")]
+    Empty { target: HostPort, env: String },
     #[error("{target}: environment variable {env} is not a valid header value")]
     Value { target: HostPort, env: String },
     #[error("{target}: prefix is not a valid header value (a control character or a newline?)")]
@@ -89,6 +91,12 @@ impl Credential {
             target: target.clone(),
             env: env_name.to_owned(),
         })?;
+        if secret.trim().is_empty() {
+            return Err(CredentialError::Empty {
+                target,
+                env: env_name.to_owned(),
+            });
+        }
         let mut value = HeaderValue::try_from(format!("{prefix}{secret}")).map_err(|_| {
             CredentialError::Value {
                 target: target.clone(),
@@ -193,6 +201,25 @@ mod tests {
             err.to_string(),
             "api.example.com:443: prefix is not a valid header value (a control character or a \
              newline?)"
+        );
+    }
+
+    /// An empty variable (a substitution that found nothing) would send an empty credential.
+    #[test]
+    fn an_empty_variable_is_named() {
+        let empty = |_: &str| Some(" ".to_owned());
+        let err = Credential::new(
+            &allow(),
+            "api.example.com:443",
+            "authorization",
+            "API_KEY",
+            "Bearer ",
+            &empty,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "api.example.com:443: environment variable API_KEY is set but empty"
         );
     }
 
