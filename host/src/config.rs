@@ -1027,7 +1027,7 @@ fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
         .chars()
         .count()
         + 1;
-    match key_at(text, line) {
+    match key_at(text, start) {
         Some(key) => anyhow::anyhow!(
             "TOML parse error at line {line}, column {column} (key `{key}`): {message}"
         ),
@@ -1065,94 +1065,61 @@ fn redact_quoted(message: &str) -> String {
     out
 }
 
-/// The dotted key whose value spans `line` (1-based): the last `[table]` header and `key =`
-/// assignment at or before it, skipping lines inside an open array, inline table or multi-line
-/// string (so an unclosed `secrets = [...` is blamed on `secrets`). Names only, taken from the
-/// text before any `=`.
-fn key_at(text: &str, line: usize) -> Option<String> {
-    // Bare keys only: a line of a multi-line value (`"a=b",`) must never pass for a key.
-    let is_key = |k: &str| {
-        !k.is_empty()
-            && k.split('.').all(|part| {
-                let part = part.trim();
-                !part.is_empty()
-                    && part
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
-            })
-    };
-    let mut table = String::new();
-    let mut key = None;
-    let mut depth = 0usize;
-    let mut multiline: Option<&str> = None;
-    for raw in text.lines().take(line) {
-        let mut value = raw;
-        if let Some(end) = multiline {
-            match raw.find(end) {
-                Some(at) => {
-                    multiline = None;
-                    value = &raw[at + 3..];
-                }
-                None => continue,
-            }
-        } else if depth == 0 {
-            let trimmed = raw.trim_start();
-            if let Some(header) = trimmed.strip_prefix('[') {
-                let header = header.trim_start_matches('[');
-                if let Some(end) = header.find(']')
-                    && is_key(header[..end].trim())
-                {
-                    table = header[..end].trim().replace(' ', "");
-                    key = None;
-                    continue;
-                }
-            }
-            if let Some((name, after)) = trimmed.split_once('=')
-                && is_key(name.trim())
-            {
-                key = Some(name.trim().replace(' ', ""));
-                value = after;
-            }
-        }
-        // Brackets outside strings and comments; strings end at the line's end if unclosed.
-        let bytes = value.as_bytes();
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'#' => break,
-                q @ (b'"' | b'\'') => {
-                    let triple = if q == b'"' { "\"\"\"" } else { "'''" };
-                    if value[i..].starts_with(triple) {
-                        match value[i + 3..].find(triple) {
-                            Some(at) => i += 3 + at + 3,
-                            None => {
-                                multiline = Some(triple);
-                                break;
-                            }
-                        }
-                        continue;
-                    }
-                    i += 1;
-                    while i < bytes.len() && bytes[i] != q {
-                        if q == b'"' && bytes[i] == b'\\' {
-                            i += 1;
-                        }
-                        i += 1;
-                    }
-                }
-                b'[' | b'{' => depth += 1,
-                b']' | b'}' => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-            i += 1;
+/// The dotted key (a part that is not a bare key quoted) of the innermost entry, `key = value`
+/// or a table's header, whose text covers byte `offset`, as toml's own parser reads the file
+/// (recovering past a syntax error: an unclosed `secrets = [...` is still `secrets`).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+
+    fn part(key: &str) -> String {
+        let bare = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'));
+        if bare {
+            key.to_owned()
+        } else {
+            format!("{key:?}")
         }
     }
-    match (table.is_empty(), key) {
-        (true, None) => None,
-        (false, None) => Some(table),
-        (true, Some(key)) => Some(key),
-        (false, Some(key)) => Some(format!("{table}.{key}")),
+    /// The narrowest covering entry so far: its length and its dotted key.
+    type Best = Option<(usize, String)>;
+    fn consider(range: std::ops::Range<usize>, offset: usize, path: &str, best: &mut Best) {
+        if range.start <= offset
+            && offset <= range.end
+            && best.as_ref().is_none_or(|(len, _)| range.len() <= *len)
+        {
+            *best = Some((range.len(), path.to_owned()));
+        }
     }
+    fn inside(value: &DeValue<'_>, path: &str, offset: usize, best: &mut Best) {
+        match value {
+            DeValue::Table(table) => walk(table, path, offset, best),
+            DeValue::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let path = format!("{path}[{i}]");
+                    consider(item.span(), offset, &path, best);
+                    inside(item.get_ref(), &path, offset, best);
+                }
+            }
+            _ => {}
+        }
+    }
+    fn walk(table: &DeTable<'_>, at: &str, offset: usize, best: &mut Best) {
+        for (key, entry) in table.iter() {
+            let path = match at {
+                "" => part(key.get_ref()),
+                _ => format!("{at}.{}", part(key.get_ref())),
+            };
+            let (k, v) = (key.span(), entry.span());
+            consider(k.start.min(v.start)..k.end.max(v.end), offset, &path, best);
+            inside(entry.get_ref(), &path, offset, best);
+        }
+    }
+    let (document, _) = DeTable::parse_recoverable(text);
+    let mut best = None;
+    walk(document.get_ref(), "", offset, &mut best);
+    best.map(|(_, key)| key)
 }
 
 /// What the admin commands (`hookd events | replay | plugins`) take from a `hookd.toml`: its
@@ -2089,6 +2056,35 @@ mod tests {
         // Unknown keys are still named.
         let err = format!("{:#}", parse("[server]\nlisten_port = 1").unwrap_err());
         assert!(err.contains("listen_port"), "{err}");
+    }
+
+    /// The key an error names is the one TOML reads there, quoted parts and all (a line-based
+    /// guess named `server.tolerance_secs` for a quoted table's key).
+    #[test]
+    fn a_toml_error_names_the_key_as_toml_reads_it() {
+        let cases = [
+            (
+                "[server]\n[sources.\"my-src\"]\nscheme = \"github\"\ntolerance_secs = \"300\"",
+                "key `sources.my-src.tolerance_secs`",
+            ),
+            (
+                "[retention]\n[plugins.\"x\"]\nmax_attempts = \"3\"",
+                "key `plugins.x.max_attempts`",
+            ),
+            (
+                "[sources.a]\nscheme = \"github\"\n\"tolerance_secs\" = \"300\"",
+                "key `sources.a.tolerance_secs`",
+            ),
+            (
+                "[plugins.forward.credentials.\"api.example.com:443\"]\nheder = \"X\"",
+                "key `plugins.forward.credentials.\"api.example.com:443\".heder`",
+            ),
+            ("[[sources.a.handlers]]\n", "key `sources.a.handlers"),
+        ];
+        for (text, says) in cases {
+            let err = format!("{:#}", parse(text).unwrap_err());
+            assert!(err.contains(says), "{text}: {err}");
+        }
     }
 
     #[test]
