@@ -810,12 +810,22 @@ impl Config {
             );
         }
         let plugins_dir = base_dir.join(s.plugins_dir);
+        let cache_dir_set = s.cache_dir.is_some();
         let cache_dir = match (s.cache_dir, database.sqlite_path()) {
             (Some(dir), _) => base_dir.join(dir),
             (None, Some(file)) => file.parent().unwrap_or(base_dir).join(".hookd-cache"),
             (None, None) => base_dir.join(".hookd-cache"),
         };
         if cache_dir.starts_with(&plugins_dir) || plugins_dir.starts_with(&cache_dir) {
+            if !cache_dir_set {
+                bail!(
+                    "server.database ({database}) is inside server.plugins_dir ({}), and so \
+                     would be the compiled-code cache kept beside it ({}): move the database \
+                     out of plugins_dir, or set server.cache_dir",
+                    plugins_dir.display(),
+                    cache_dir.display()
+                );
+            }
             bail!(
                 "server.cache_dir ({}) must not overlap server.plugins_dir ({}): compiled code is \
                  only ever loaded from a host-private directory",
@@ -1811,6 +1821,10 @@ mod tests {
             (
                 "[server]\nplugins_dir = \"p\"\ncache_dir = \"p/cache\"",
                 "server.cache_dir",
+            ),
+            (
+                "[server]\ndatabase = \"plugins/x.db\"",
+                "server.database (/srv/hookd/plugins/x.db) is inside server.plugins_dir",
             ),
             ("[plugins.p]\nwasm = \"../evil\"", "plugins.p.wasm"),
             (
