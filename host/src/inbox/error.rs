@@ -52,13 +52,17 @@ pub enum InboxError {
     /// hookd looked (`user@host:port/name`, never the password).
     #[error("cannot reach the database {database}: {reason}")]
     Unreachable { database: String, reason: String },
-    /// The database server refused hookd's credentials (`database` as for
-    /// [`InboxError::Unreachable`]).
-    #[error("the database {database} refused hookd's credentials: {reason}")]
+    /// The database server refused hookd's login: its credentials, or a `pg_hba.conf` rule
+    /// (`database` as for [`InboxError::Unreachable`]).
+    #[error("the database {database} refused hookd's login: {reason}")]
     AuthFailed { database: String, reason: String },
     /// The database URL cannot be parsed or used (the reason never quotes the URL).
     #[error("the database URL is invalid: {reason}")]
     InvalidUrl { reason: String },
+    /// A file the database URL's TLS options name cannot be used (`sslrootcert`, `sslcert`,
+    /// `sslkey`): the reason names the option and the file.
+    #[error("the database URL's TLS files cannot be used: {reason}")]
+    TlsFile { reason: String },
     /// Bringing the database to this hookd's schema failed (a missing privilege, most often).
     #[error("migrating the database {database} to schema version {target} failed: {reason}")]
     Migration {

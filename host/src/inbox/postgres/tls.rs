@@ -113,9 +113,16 @@ fn invalid(reason: String) -> InboxError {
 pub(super) fn split(url: &str) -> Result<(String, Options), InboxError> {
     let mut options = Options::default();
     let rest = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let Some((base, query)) = url.split_once('?') else {
+        // The query starts at the first `?` after the credentials (which end at the first `@`,
+        // as tokio-postgres reads them): a password may hold a `?` of its own.
+        let after_scheme = url.find("://").map_or(0, |at| at + 3);
+        let host_at = url[after_scheme..]
+            .find('@')
+            .map_or(after_scheme, |at| after_scheme + at + 1);
+        let Some(query_at) = url[host_at..].find('?').map(|at| host_at + at) else {
             return Ok((url.to_owned(), options));
         };
+        let (base, query) = (&url[..query_at], &url[query_at + 1..]);
         let mut kept = Vec::new();
         for pair in query.split('&') {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -169,7 +176,7 @@ pub(super) fn connector(
         Some(path) => {
             let mut roots = RootCertStore::empty();
             tls::add_ca_file(&mut roots, Path::new(path))
-                .map_err(|e| invalid(format!("sslrootcert: {e}")))?;
+                .map_err(|e| unusable(format!("sslrootcert: {e}")))?;
             Some(roots)
         }
         None => None,
@@ -180,7 +187,7 @@ pub(super) fn connector(
             tls::provider(),
         )
         .build()
-        .map_err(|e| invalid(format!("sslrootcert: {e}")))
+        .map_err(|e| unusable(format!("sslrootcert: {e}")))
     };
     let verifier: Arc<dyn ServerCertVerifier> = match (mode, roots) {
         (Mode::VerifyFull, roots) => chain(roots)?,
@@ -197,20 +204,48 @@ pub(super) fn connector(
         (Some(cert), Some(key)) => {
             let chain = CertificateDer::pem_file_iter(cert)
                 .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-                .map_err(|e| invalid(format!("sslcert: {cert}: {e}")))?;
+                .map_err(|e| unusable(format!("sslcert: {cert}: {e}")))?;
             if chain.is_empty() {
-                return Err(invalid(format!("sslcert: {cert}: holds no certificate")));
+                return Err(unusable(format!("sslcert: {cert}: holds no certificate")));
             }
-            let key_der = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| invalid(format!("sslkey: {key}: {e}")))?;
-            builder
-                .with_client_auth_cert(chain, key_der)
-                .map_err(|e| invalid(format!("sslcert and sslkey ({cert}, {key}): {e}")))?
+            let key_der = client_key(key)?;
+            builder.with_client_auth_cert(chain, key_der).map_err(|e| {
+                let why = match e {
+                    TlsError::InvalidCertificate(rustls::CertificateError::Other(other))
+                        if format!("{other:?}").contains("UnsupportedCertVersion") =>
+                    {
+                        "it is an X.509 v1 certificate, which rustls does not take: issue \
+                             a v3 one (with extensions, e.g. `openssl x509 -req ... -extfile`)"
+                            .to_owned()
+                    }
+                    e => e.to_string(),
+                };
+                unusable(format!("sslcert ({cert}) with sslkey ({key}): {why}"))
+            })?
         }
         (Some(_), None) => return Err(invalid("sslcert is set but sslkey is not".into())),
         (None, Some(_)) => return Err(invalid("sslkey is set but sslcert is not".into())),
     };
     Ok(MakeRustlsConnect::new(client))
+}
+
+fn unusable(reason: String) -> InboxError {
+    InboxError::TlsFile { reason }
+}
+
+/// The client key in the PEM file at `path` (PKCS#8, PKCS#1 or SEC1), unencrypted: an
+/// encrypted one is named as such (libpq's `sslpassword` is not taken).
+fn client_key(path: &str) -> Result<PrivateKeyDer<'static>, InboxError> {
+    let pem = std::fs::read(path).map_err(|e| unusable(format!("sslkey: {path}: {e}")))?;
+    let text = String::from_utf8_lossy(&pem);
+    if text.contains("ENCRYPTED PRIVATE KEY") || text.contains("Proc-Type: 4,ENCRYPTED") {
+        return Err(unusable(format!(
+            "sslkey: {path}: the key is encrypted; hookd takes an unencrypted key (no \
+             `sslpassword`): decrypt it, e.g. `openssl pkey -in KEY -out KEY.plain`, and keep \
+             that file owner-only"
+        )));
+    }
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(format!("sslkey: {path}: {e}")))
 }
 
 /// `verify-ca`: the chain to a trusted root is checked, the name is not.
@@ -340,6 +375,78 @@ mod tests {
         );
         let (rest, o) = options("postgres://h/db");
         assert_eq!((rest.as_str(), o), ("postgres://h/db", Options::default()));
+    }
+
+    /// A `?` in the password is the password's: the options are the query's, after the `@`.
+    #[test]
+    fn a_question_mark_in_the_password_does_not_start_the_query() {
+        let (rest, o) =
+            options("postgres://u:Xy?9z&w@db/hookd?sslmode=require&sslrootcert=/ca.pem");
+        assert_eq!(rest, "postgres://u:Xy?9z&w@db/hookd");
+        assert_eq!(o.mode, Some(Mode::Require));
+        assert_eq!(o.root_cert.as_deref(), Some("/ca.pem"));
+        let (rest, o) = options("postgres://u:Xy?9z@db/hookd");
+        assert_eq!(
+            (rest.as_str(), o),
+            ("postgres://u:Xy?9z@db/hookd", Options::default())
+        );
+    }
+
+    /// An encrypted key, and an X.509 v1 certificate (what `openssl x509 -req` makes without
+    /// extensions), are named as what they are.
+    #[test]
+    fn an_encrypted_key_and_a_v1_certificate_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("openssl")
+                .args(args)
+                .current_dir(dir.path())
+                .output()
+                .expect("openssl (Debian's `openssl`) runs");
+            assert!(out.status.success(), "openssl {args:?}: {out:?}");
+        };
+        run(&[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+            "k.pem",
+        ]);
+        run(&[
+            "req",
+            "-new",
+            "-key",
+            "k.pem",
+            "-subj",
+            "/CN=hookd",
+            "-out",
+            "c.csr",
+        ]);
+        run(&[
+            "x509", "-req", "-in", "c.csr", "-signkey", "k.pem", "-days", "1", "-out", "v1.pem",
+        ]);
+        run(&[
+            "pkcs8", "-topk8", "-in", "k.pem", "-passout", "pass:pw", "-out", "enc.pem",
+        ]);
+        let path = |name: &str| dir.path().join(name).display().to_string();
+        let mut config = tokio_postgres::Config::new();
+        for (cert, key, says) in [
+            ("v1.pem", "enc.pem", "the key is encrypted"),
+            ("v1.pem", "k.pem", "it is an X.509 v1 certificate"),
+        ] {
+            let o = Options {
+                client_cert: Some(path(cert)),
+                client_key: Some(path(key)),
+                ..Options::default()
+            };
+            let e = connector(&o, &mut config).err().expect("refused");
+            assert!(
+                matches!(e, InboxError::TlsFile { .. }) && e.to_string().contains(says),
+                "{e}"
+            );
+        }
     }
 
     #[test]
