@@ -300,8 +300,8 @@ async fn three_nodes_lose_nothing_and_never_overlap_while_one_is_killed_twice() 
 }
 
 /// PostgreSQL stopped for 5 s under load and started again: the nodes answer 503 (never a 202
-/// without a commit, never a 500) while it is away, reconnect by themselves, and every event
-/// they acknowledged is there afterwards.
+/// without a commit, never a 500) while it is away, and so does `/readyz`; they reconnect by
+/// themselves, and every event they acknowledged is there afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_outage_is_503s_then_a_reconnect_with_nothing_acknowledged_lost() {
     let Some(server) = PrivatePostgres::start(
@@ -339,9 +339,24 @@ async fn a_database_outage_is_503s_then_a_reconnect_with_nothing_acknowledged_lo
         }));
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, ready) = hosts[0].admin_get("/readyz").await;
+    assert_eq!(
+        (status, &ready["status"]),
+        (StatusCode::OK, &json!("ready"))
+    );
     server.down();
     let down_at = Instant::now();
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // A load balancer's readiness probe sees the outage, and no address or user in the reason
+    // (the probe is unauthenticated).
+    let (status, unready) = hosts[1].admin_get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{unready}");
+    assert_eq!(unready["status"], "unready", "{unready}");
+    let reason = unready["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("the database ") && !reason.contains("127.0.0.1"),
+        "{reason}"
+    );
+    tokio::time::sleep(Duration::from_secs(5).saturating_sub(down_at.elapsed())).await;
     server.up();
     // Running again: new events are accepted by every node, without a restart.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -359,6 +374,13 @@ async fn a_database_outage_is_503s_then_a_reconnect_with_nothing_acknowledged_lo
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+    for host in &hosts {
+        let (status, ready) = host.admin_get("/readyz").await;
+        assert_eq!(
+            (status, &ready["status"]),
+            (StatusCode::OK, &json!("ready"))
+        );
     }
     stop.store(true, Ordering::Relaxed);
     let mut acknowledged = Vec::new();

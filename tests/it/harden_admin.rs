@@ -257,7 +257,7 @@ async fn cross_origin_requests_and_foreign_hosts_are_refused() {
     assert_eq!(list[0]["sha256"], second_sha.as_str(), "{list:#}");
 
     // Probes: any Host, but no foreign Origin.
-    for path in ["/healthz", "/metrics"] {
+    for path in ["/healthz", "/readyz", "/metrics"] {
         let (status, _) = call(Method::GET, path, vec![h("host", &rebinding)], "").await;
         assert_eq!(status, StatusCode::OK, "{path}");
         let (status, _) = call(Method::GET, path, browsers[0].clone(), "").await;

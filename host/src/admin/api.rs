@@ -52,6 +52,16 @@ pub struct Health {
     pub status: String,
 }
 
+/// `GET /readyz`: whether this node can take webhooks now (its database answers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Readiness {
+    /// `ready` (200) or `unready` (503).
+    pub status: String,
+    /// Why not, when unready: what the database said, or that it did not answer in time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// `GET /admin/events` query string.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]

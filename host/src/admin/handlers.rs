@@ -19,7 +19,7 @@ use axum::{
         FromRequest, Path, Query, Request, State,
         rejection::{JsonRejection, QueryRejection},
     },
-    http::{Uri, header},
+    http::{StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
 
@@ -109,6 +109,33 @@ pub(super) async fn healthz(State(shared): State<Arc<Shared>>) -> Json<api::Heal
         pooling_allocator: shared.runtime.pooling(),
         status: "ok".to_owned(),
     })
+}
+
+/// How long `/readyz` waits for the database.
+const READY_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+#[utoipa::path(get, path = "/readyz", tag = "probes",
+    responses(
+        (status = 200, description = "The host's database answers: it can take webhooks", body = api::Readiness),
+        (status = 503, description = "The database does not answer (within 2 s): ingest would answer 503", body = api::Readiness),
+    ))]
+pub(super) async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
+    match shared.inbox.ready(READY_WITHIN).await {
+        Ok(()) => Json(api::Readiness {
+            status: "ready".to_owned(),
+            reason: None,
+        })
+        .into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            Json(api::Readiness {
+                status: "unready".to_owned(),
+                reason: Some(reason),
+            }),
+        )
+            .into_response(),
+    }
 }
 
 pub(super) fn parse_state(state: Option<&str>) -> Result<Option<DeliveryState>, ApiError> {

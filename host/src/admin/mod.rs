@@ -44,7 +44,9 @@ use crate::{
     error::ApiError,
     ingest::body::{self, BodyBudget, BodyLimits},
 };
-use handlers::{discard, event_detail, healthz, list_events, nodes, plugins, replay, rollback};
+use handlers::{
+    discard, event_detail, healthz, list_events, nodes, plugins, readyz, replay, rollback,
+};
 use metrics::metrics;
 
 /// The admin routes of the listener bound to `local`.
@@ -81,10 +83,11 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         limits: BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
         budget: BodyBudget::new(shared.config.server.max_inflight_body_bytes),
     };
-    // `/healthz` and `/metrics` (counts only, nothing secret) stay open to probes and scrapers
+    // `/healthz`, `/readyz` and `/metrics` (counts only, nothing secret) stay open to probes and scrapers
     // under whatever name they use, so they get the Origin check but not the Host check.
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(admin)
         .merge(dashboard)

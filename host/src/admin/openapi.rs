@@ -33,6 +33,7 @@ const BEARER: &str = "bearer";
     ),
     paths(
         handlers::healthz,
+        handlers::readyz,
         metrics::metrics,
         handlers::list_events,
         handlers::event_detail,

@@ -56,4 +56,30 @@ impl Inbox {
     ) -> Result<bool, InboxError> {
         self.store().contains_event(source, event_id).await
     }
+
+    /// Whether the database answers a trivial read within `within` (`GET /readyz`); else why
+    /// not, in words that name no address, user or file (the probe is unauthenticated): the
+    /// whole error goes to the log.
+    pub async fn ready(&self, within: std::time::Duration) -> Result<(), String> {
+        match tokio::time::timeout(within, self.store().ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "readiness: the database failed a trivial read");
+                Err(match e {
+                    InboxError::Unreachable { .. } | InboxError::Unavailable(_) => {
+                        "the database cannot be reached (the log says why)"
+                    }
+                    InboxError::AuthFailed { .. } => {
+                        "the database refused hookd's login (the log says why)"
+                    }
+                    _ => "the database failed a trivial read (the log says why)",
+                }
+                .to_owned())
+            }
+            Err(_) => Err(format!(
+                "the database did not answer within {} ms",
+                within.as_millis()
+            )),
+        }
+    }
 }

@@ -102,6 +102,9 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// Whether `(source, event_id)` is stored.
     async fn contains_event(&self, source: String, event_id: String) -> Result<bool, InboxError>;
 
+    /// Answers once the database answers a trivial read (readiness: `GET /readyz`).
+    async fn ping(&self) -> Result<(), InboxError>;
+
     /// Keeps a verified request whose envelope could not be produced; returns its id.
     async fn quarantine(
         &self,

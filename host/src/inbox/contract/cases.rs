@@ -1015,3 +1015,9 @@ pub(super) async fn text_with_a_nul_is_kept_escaped_and_a_name_with_one_matches_
     assert_eq!(inbox.state_keys(HANDLER, keys).await.unwrap(), []);
     assert_eq!(inbox.state_value(HANDLER, "k\0").await.unwrap(), None);
 }
+
+/// An open database answers the readiness probe's read.
+pub(super) async fn an_open_database_is_ready(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    assert_eq!(inbox.ready(std::time::Duration::from_secs(5)).await, Ok(()));
+}

@@ -120,6 +120,7 @@ macro_rules! suite {
             an_edit_makes_an_attempt_that_read_the_key_run_again,
             an_edit_over_the_plugins_total_writes_nothing,
             text_with_a_nul_is_kept_escaped_and_a_name_with_one_matches_nothing,
+            an_open_database_is_ready,
             $($single,)*
             $($notice,)*
             ]

@@ -350,6 +350,10 @@ impl Store for PostgresStore {
         accept::contains_event(&self.client().await?, &source, &event_id).await
     }
 
+    async fn ping(&self) -> Result<(), InboxError> {
+        Ok(self.client().await?.batch_execute("SELECT 1").await?)
+    }
+
     async fn quarantine(
         &self,
         source: SourceName,

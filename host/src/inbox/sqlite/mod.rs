@@ -151,6 +151,11 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn ping(&self) -> Result<(), InboxError> {
+        self.read(|conn| Ok(conn.query_row("SELECT 1", [], |_| Ok(()))?))
+            .await
+    }
+
     async fn quarantine(
         &self,
         source: SourceName,
