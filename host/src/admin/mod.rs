@@ -1,4 +1,4 @@
-//! The admin listener: `/healthz`, `/metrics`, the bearer-token `/admin/*` API (events,
+//! The admin listener: `/healthz`, `/readyz`, `/metrics`, the bearer-token `/admin/*` API (events,
 //! replay, discard, plugins, rollback, plugin state) and the operator's dashboard at `/`
 //! ([`ui`]). This file is the router and its checks; the routes are in [`handlers`] and
 //! [`state`] (plugin state), their wire types in [`api`].
