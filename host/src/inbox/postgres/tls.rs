@@ -189,12 +189,18 @@ pub(super) fn connector(
         .build()
         .map_err(|e| unusable(format!("sslrootcert: {e}")))
     };
+    let without_name = |chain| {
+        Arc::new(WithoutName {
+            chain,
+            provider: tls::provider(),
+        })
+    };
     let verifier: Arc<dyn ServerCertVerifier> = match (mode, roots) {
         (Mode::VerifyFull, roots) => chain(roots)?,
-        (Mode::VerifyCa, roots) => Arc::new(ChainOnly(chain(roots)?)),
+        (Mode::VerifyCa, roots) => without_name(Some(chain(roots)?)),
         // libpq: with a root certificate at hand, `require` checks the chain.
-        (_, Some(roots)) => Arc::new(ChainOnly(chain(Some(roots))?)),
-        (_, None) => Arc::new(Unauthenticated(tls::provider())),
+        (_, Some(roots)) => without_name(Some(chain(Some(roots))?)),
+        (_, None) => without_name(None),
     };
     let builder = tls::client_builder()
         .dangerous()
@@ -248,11 +254,17 @@ fn client_key(path: &str) -> Result<PrivateKeyDer<'static>, InboxError> {
     PrivateKeyDer::from_pem_slice(&pem).map_err(|e| unusable(format!("sslkey: {path}: {e}")))
 }
 
-/// `verify-ca`: the chain to a trusted root is checked, the name is not.
+/// What `verify-ca`, and `prefer`/`require`, check of the server's certificate: the chain to a
+/// trusted root and not the name (`verify-ca`, or the others with an `sslrootcert`), or
+/// nothing (libpq's `prefer` and `require` without one). Either way the handshake must be
+/// signed by the key of the certificate presented.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct WithoutName {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for WithoutName {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -261,11 +273,11 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, TlsError> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         // rustls checks the chain first and the name last: a name error means the chain held.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(TlsError::InvalidCertificate(
                 rustls::CertificateError::NotValidForName
                 | rustls::CertificateError::NotValidForNameContext { .. },
@@ -280,7 +292,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
     }
 
     fn verify_tls13_signature(
@@ -289,62 +302,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require` without a root certificate: encrypted, the server not authenticated
-/// (libpq's meaning of these modes). The handshake is still signed by the key of the
-/// certificate presented.
-#[derive(Debug)]
-struct Unauthenticated(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unauthenticated {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, TlsError> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
