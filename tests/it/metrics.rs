@@ -177,6 +177,20 @@ async fn counters_move_with_traffic() {
     // The process itself.
     assert!(value(&metrics, "process_resident_memory_bytes").unwrap() > 1e6);
     assert!(value(&metrics, "process_open_fds").unwrap() >= 3.0);
+    // CPU seconds as measured, not cut to whole seconds (a gauge: `metrics` counters are
+    // integers); no address-space limit is -1, not a limit of 0 bytes.
+    assert!(
+        metrics.contains("# TYPE process_cpu_seconds_total gauge\n"),
+        "{metrics}"
+    );
+    let cpu = value(&metrics, "process_cpu_seconds_total").unwrap();
+    assert!(cpu > 0.0, "{cpu}");
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let unlimited = limits
+        .lines()
+        .any(|l| l.starts_with("Max address space") && l.contains("unlimited"));
+    let max = value(&metrics, "process_virtual_memory_max_bytes").unwrap();
+    assert_eq!(max < 0.0, unlimited, "{max}: {limits}");
     // Nothing a request chose becomes a label.
     assert!(!metrics.contains("nosuch") && !metrics.contains("forged"));
 }

@@ -547,7 +547,15 @@ impl Telemetry {
             .map_or(0, |due| (self.clock.now_ms() - due).max(0));
         self.oldest_due.set(lag_ms as f64 / 1000.0);
         self.commits.absolute(inbox.commits().max(0) as u64);
-        metrics::with_local_recorder(&self.recorder, || self.process.collect());
+        metrics::with_local_recorder(&self.recorder, || {
+            self.process.collect();
+            // No address-space limit is -1 (Prometheus' convention), not the collector's 0,
+            // which reads as a limit of nothing.
+            let limit = rustix::process::getrlimit(rustix::process::Resource::As);
+            if limit.current.is_none() {
+                metrics::gauge!("process_virtual_memory_max_bytes").set(-1.0);
+            }
+        });
         let mut out = self.handle.render();
         // The info series is rendered from the registry as it is now, so a replaced version
         // leaves no stale series behind.
