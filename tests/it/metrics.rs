@@ -5,8 +5,9 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use http::{HeaderName, HeaderValue, StatusCode};
-use serde_json::json;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, StatusCode};
+use serde_json::{Value, json};
 
 use crate::support::{self, AdminApi, TestHost, plugins, sw_source};
 
@@ -64,6 +65,28 @@ async fn counters_move_with_traffic() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::NOT_FOUND);
+    // Answers outside a source's POST are counted too, under source "": a method a source does
+    // not take, paths that are no route, a source name that is not UTF-8 (answered as JSON).
+    let ingest = format!("http://{}", host.ingest);
+    for (method, path, status) in [
+        (Method::PUT, "/hooks/s", StatusCode::METHOD_NOT_ALLOWED),
+        (Method::POST, "/hooks", StatusCode::NOT_FOUND),
+        (Method::POST, "/hooks/s/", StatusCode::NOT_FOUND),
+        (Method::POST, "/hooks/%ff", StatusCode::BAD_REQUEST),
+    ] {
+        let (got, headers, body) = support::send(
+            method.clone(),
+            &format!("{ingest}{path}"),
+            &[],
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(got, status, "{method} {path}");
+        let body: Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|_| panic!("{method} {path}: {headers:?} {body:?}"));
+        assert!(body["error"].is_string(), "{method} {path}: {body}");
+    }
     host.accept_event("s", "doomed", &json!({"permanent": true}))
         .await;
     host.accept_event("n", "probe", &json!({"urls": ["http://127.0.0.1:9/"]}))
@@ -109,6 +132,18 @@ async fn counters_move_with_traffic() {
         ),
         (
             r#"hookd_ingest_requests_total{source="",outcome="unknown_source"}"#,
+            1.0,
+        ),
+        (
+            r#"hookd_ingest_requests_total{source="",outcome="method_not_allowed"}"#,
+            1.0,
+        ),
+        (
+            r#"hookd_ingest_requests_total{source="",outcome="not_found"}"#,
+            2.0,
+        ),
+        (
+            r#"hookd_ingest_requests_total{source="",outcome="bad_request"}"#,
             1.0,
         ),
         (r#"hookd_ingest_duration_seconds_count{source="s"}"#, 4.0),

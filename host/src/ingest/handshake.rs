@@ -37,7 +37,12 @@ pub(super) async fn get(
     Path(source): Path<String>,
     uri: Uri,
 ) -> Response {
-    let Some(source) = shared.config.sources.get(source.as_str()) else {
+    // Not counted among the ingest answers: a provider's set-up step, not an event.
+    super::counted(answer_get(&shared, &source, &uri))
+}
+
+fn answer_get(shared: &crate::Shared, source: &str, uri: &Uri) -> Response {
+    let Some(source) = shared.config.sources.get(source) else {
         return ApiError::UnknownSource.into_response();
     };
     let not_allowed = || {
@@ -48,7 +53,7 @@ pub(super) async fn get(
     if !source.verifier.scheme().kind().answers_get() {
         return not_allowed();
     }
-    let Ok(Query(query)) = Query::<Vec<(String, String)>>::try_from_uri(&uri) else {
+    let Ok(Query(query)) = Query::<Vec<(String, String)>>::try_from_uri(uri) else {
         return ApiError::BadRequest("the query string is not valid form encoding".into())
             .into_response();
     };

@@ -60,6 +60,7 @@ struct Edge {
 /// The ingest routes.
 pub fn router(shared: Arc<Shared>) -> Router {
     let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
+    let edge = Edge { shared, budget };
     Router::new()
         .route(
             "/hooks/{source}",
@@ -69,7 +70,54 @@ pub fn router(shared: Arc<Shared>) -> Router {
         )
         .fallback(crate::error::no_route)
         .method_not_allowed_fallback(crate::error::wrong_method)
-        .with_state(Edge { shared, budget })
+        .layer(axum::middleware::from_fn_with_state(
+            edge.clone(),
+            count_the_rest,
+        ))
+        .with_state(edge)
+}
+
+/// Set on a response whose answer [`receive`] counted (or that is a `GET` handshake, which is
+/// not counted by design), so [`count_the_rest`] does not count it again.
+#[derive(Clone, Copy)]
+struct Counted;
+
+/// Counts every answer of the listener that [`receive`] did not: a path that is no route
+/// (404 `not_found`), a method a source does not take (405 `method_not_allowed`), a source
+/// name that is not UTF-8 (400 `bad_request`), under source `""`. A refusal axum's extractors
+/// wrote as plain text is answered as JSON, as every other refusal.
+async fn count_the_rest(
+    State(edge): State<Edge>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = Instant::now();
+    let mut response = next.run(request).await;
+    if response.extensions_mut().remove::<Counted>().is_some() {
+        return response;
+    }
+    let status = response.status();
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
+    if status.is_client_error() && plain {
+        let body = axum::body::to_bytes(std::mem::take(response.body_mut()), 4096)
+            .await
+            .unwrap_or_default();
+        response =
+            ApiError::BadRequest(String::from_utf8_lossy(&body).into_owned()).into_response();
+    }
+    let outcome = match response.status() {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        status if status.is_client_error() => "bad_request",
+        _ => "internal",
+    };
+    edge.shared
+        .telemetry
+        .ingest_answered("", outcome, started.elapsed());
+    response
 }
 
 /// How long an accept waits for a shared database (PostgreSQL) before the request is answered
@@ -125,7 +173,7 @@ async fn receive(
             ApiError::UnknownSource.code(),
             started.elapsed(),
         );
-        return ApiError::UnknownSource.into_response();
+        return counted(ApiError::UnknownSource.into_response());
     };
     let answered = answer(&edge, config, received, uri, headers, body).await;
     let (outcome, response) = match answered {
@@ -135,6 +183,12 @@ async fn receive(
     edge.shared
         .telemetry
         .ingest_answered(config.name.as_str(), outcome, started.elapsed());
+    counted(response)
+}
+
+/// `response`, marked as counted (see [`count_the_rest`]).
+pub(super) fn counted(mut response: Response) -> Response {
+    response.extensions_mut().insert(Counted);
     response
 }
 

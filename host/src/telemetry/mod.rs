@@ -39,7 +39,7 @@ use crate::{
 /// `quarantined`, `ignored`), `responded` for an answer a handshake or the parser gave instead of
 /// storing anything, and for a refusal the `error` of its body (`invalid_signature`,
 /// `unknown_source`, `payload_too_large`, `unparsable`, `overloaded`, `body_timeout`, ...).
-pub const INGEST_OUTCOMES: [&str; 15] = [
+pub const INGEST_OUTCOMES: [&str; 16] = [
     "accepted",
     "duplicate",
     "quarantined",
@@ -54,6 +54,7 @@ pub const INGEST_OUTCOMES: [&str; 15] = [
     "bad_request",
     "not_found",
     "conflict",
+    "method_not_allowed",
     "internal",
 ];
 
