@@ -12,7 +12,7 @@
 //
 // The entry module must export the handler as `handler` (`export const handler =
 // defineHandler(...)`). Copy the output into hookd's `plugins_dir` as `<name>.wasm`.
-import { mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -68,6 +68,8 @@ try {
     witPath: resolve(values.wit),
     worldName: values.world,
   });
+  // `plugins/` of a fresh scaffold does not exist until something makes it.
+  await mkdir(dirname(out), { recursive: true });
   await writeFile(out, component);
   const size = (await stat(out)).size;
   const done = performance.now();

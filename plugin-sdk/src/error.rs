@@ -132,6 +132,10 @@ impl fmt::Display for BodyError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.0 {
             BodyErrorKind::Utf8(e) => write!(f, "body is not valid UTF-8: {e}"),
+            // Valid JSON of another shape (a missing field, a wrong type) is said as such.
+            BodyErrorKind::Json(e) if e.is_data() => {
+                write!(f, "body is JSON of another shape than expected: {e}")
+            }
             BodyErrorKind::Json(e) => write!(f, "body is not valid JSON: {e}"),
         }
     }

@@ -318,6 +318,14 @@ mod tests {
             err.to_string().starts_with("body is not valid JSON"),
             "{err}"
         );
+        let err = Event::new("s", "e", "t", r#"{"n": "three"}"#)
+            .json::<std::collections::BTreeMap<String, u32>>()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("body is JSON of another shape than expected: invalid type"),
+            "{err}"
+        );
         let err = Request::new("s", vec![0xff]).text().unwrap_err();
         assert!(
             err.to_string().starts_with("body is not valid UTF-8"),

@@ -135,6 +135,28 @@ async fn scaffolded(language: &Language) {
         String::from_utf8_lossy(&tested.stdout),
         String::from_utf8_lossy(&tested.stderr)
     );
+    if lang == "ts" {
+        // The type check the SDK's docs give, and the README's `npm run build` in the fresh
+        // scaffold (no `plugins/` there yet).
+        let tsc = workspace().join("plugin-sdk/js/node_modules/.bin/tsc");
+        for (program, args) in [
+            (tsc.as_os_str(), &["-p", "."][..]),
+            ("npm".as_ref(), &["run", "build"]),
+        ] {
+            let out = Command::new(program)
+                .args(args)
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{program:?} {args:?}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(dir.join("plugins/scaffolded.wasm").is_file());
+    }
 
     // Its hookd.toml as generated, on free ports, with the tests' admin token and a compile
     // timeout a loaded machine's debug build cannot miss.

@@ -181,6 +181,9 @@ struct Workspace {
 #[derive(Debug)]
 struct Member {
     name: String,
+    /// Cargo's package ID spec of it (`path+file:///…#name@version`): unlike the name, never
+    /// ambiguous, even for a plugin named as one of its dependencies (`serde`).
+    id: String,
     dir: PathBuf,
     cdylib: bool,
     /// The directories of its path dependencies (such as `plugin-sdk`).
@@ -253,6 +256,7 @@ impl Workspace {
                     .collect();
                 Some(Member {
                     name: p["name"].as_str()?.to_owned(),
+                    id: p["id"].as_str()?.to_owned(),
                     dir,
                     cdylib,
                     path_deps,
@@ -305,6 +309,15 @@ impl Workspace {
         Ok(dirs.into_iter().collect())
     }
 
+    /// What names `package` to `cargo build -p`: its package ID spec when it is a member (a
+    /// plugin named like a crate it depends on is ambiguous by name), else the name as given.
+    fn package_spec<'a>(&'a self, package: &'a str) -> &'a str {
+        self.members
+            .iter()
+            .find(|m| m.name == package)
+            .map_or(package, |m| m.id.as_str())
+    }
+
     /// Builds `packages` for wasm32-wasip2 (release) and copies each `<name>.wasm` into `dest`.
     fn build_plugins(&self, packages: &[String], dest: &Path) -> anyhow::Result<()> {
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
@@ -316,7 +329,7 @@ impl Workspace {
             .arg("--manifest-path")
             .arg(&self.manifest);
         for package in packages {
-            command.args(["-p", package]);
+            command.args(["-p", self.package_spec(package)]);
         }
         tracing::info!(?packages, workspace = %self.manifest.display(), "building plugins");
         let status = command.status().context("running cargo")?;
@@ -437,6 +450,27 @@ fn rebuild_loop((_watcher, events): (notify::RecommendedWatcher, SourceEvents), 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
+    /// spec: by name, `cargo build -p serde` is ambiguous and fails.
+    #[test]
+    fn a_member_is_built_by_its_package_id() {
+        let id = "path+file:///tmp/serde#0.1.0";
+        let workspace = Workspace {
+            manifest: PathBuf::from("/tmp/serde/Cargo.toml"),
+            root: PathBuf::from("/tmp/serde"),
+            target_dir: PathBuf::from("/tmp/serde/target"),
+            members: vec![Member {
+                name: "serde".into(),
+                id: id.into(),
+                dir: PathBuf::from("/tmp/serde"),
+                cdylib: true,
+                path_deps: Vec::new(),
+            }],
+        };
+        assert_eq!(workspace.package_spec("serde"), id);
+        assert_eq!(workspace.package_spec("elsewhere"), "elsewhere");
+    }
 
     #[test]
     fn only_sources_outside_build_output_trigger_a_rebuild() {

@@ -206,6 +206,10 @@ fn check_empty(dir: &Path) -> anyhow::Result<()> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => bail!(
+            "{}: a part of this path is a file, not a directory (choose another with --path)",
+            dir.display()
+        ),
         Err(e) => Err(e).with_context(|| {
             format!(
                 "{} exists but cannot be listed as a directory (choose another with --path)",
@@ -227,8 +231,9 @@ fn sdk_dir(dir: &Path) -> anyhow::Result<PathBuf> {
         .and_then(|p| p.get("name"))
         .and_then(toml::Value::as_str);
     if name != Some("plugin-sdk") {
+        let found = name.map_or("no package.name".to_owned(), |n| format!("package {n:?}"));
         bail!(
-            "--sdk-path: {} is not plugin-sdk's manifest (its package.name is {name:?})",
+            "--sdk-path: {} is not plugin-sdk's manifest (it holds {found})",
             manifest.display()
         );
     }
@@ -512,6 +517,12 @@ mod tests {
         assert!(err.contains("not empty") && err.contains("--path"), "{err}");
         let err = check_empty(&dir.path().join("keep.txt")).unwrap_err();
         assert!(format!("{err:#}").contains("keep.txt"), "{err:#}");
+        // Below a file: said as such, not as a directory that exists.
+        let err = check_empty(&dir.path().join("keep.txt/sub")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("a part of this path is a file"),
+            "{err:#}"
+        );
     }
 
     #[test]
@@ -525,7 +536,10 @@ mod tests {
         )
         .unwrap();
         let err = format!("{:#}", sdk_dir(dir.path()).unwrap_err());
-        assert!(err.contains("not plugin-sdk's manifest"), "{err}");
+        assert!(
+            err.contains("not plugin-sdk's manifest (it holds package \"other\")"),
+            "{err}"
+        );
     }
 
     #[test]
