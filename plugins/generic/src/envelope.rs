@@ -133,6 +133,13 @@ impl<'a> Body<'a> {
                 let value = self
                     .pointer(p)?
                     .ok_or_else(|| ParseError::invalid(format!("missing `{p}` in the body")))?;
+                if matches!(value, Value::Number(n) if n.is_f64()) {
+                    // Read through a float, two different numbers could become one id.
+                    return Err(ParseError::invalid(format!(
+                        "`{p}` is a number no id can keep exactly (not a whole number, or past \
+                         64 bits): send it as a string"
+                    )));
+                }
                 scalar(value)
                     .filter(|s| !s.is_empty())
                     .ok_or_else(|| ParseError::invalid(format!("`{p}` is not a string or number")))
@@ -141,7 +148,7 @@ impl<'a> Body<'a> {
     }
 }
 
-/// A string or number as text.
+/// A string or a whole number as text.
 fn scalar(value: &Value) -> Option<String> {
     match value {
         Value::String(s) => Some(s.clone()),
@@ -292,5 +299,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(env, Envelope::new("123", "event").sequence(5));
+        let negative = parse(&[("id_pointer", "/id")], Request::new("acme", r#"{"id":-7}"#));
+        assert_eq!(negative.unwrap(), Envelope::new("-7", "event"));
+    }
+
+    /// Numbers past 64 bits (or not whole) pass through a float: 2^64 and 2^64 + 1 would be one
+    /// id, and the second event a duplicate never stored. They are refused instead.
+    #[test]
+    fn a_number_no_id_can_keep_exactly_is_invalid() {
+        for body in [
+            r#"{"id":18446744073709551616}"#,
+            r#"{"id":123456789012345678901234567890}"#,
+            r#"{"id":1.5}"#,
+        ] {
+            let err = parse(&[("id_pointer", "/id")], Request::new("acme", body)).unwrap_err();
+            assert!(
+                matches!(&err, ParseError::Invalid(m) if m.contains("send it as a string")),
+                "{body}: {err}"
+            );
+        }
     }
 }
