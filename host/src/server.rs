@@ -273,6 +273,9 @@ async fn serve_connection(
         .header_read_timeout(limits.header_timeout)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true)
+        // A client may shut its sending side once its request is out (`nc -N`, some proxies):
+        // it still gets its answer, which may be the 202 of an event just stored.
+        .half_close(true)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
     tokio::select! {

@@ -339,3 +339,28 @@ async fn a_state_key_holding_a_nul_is_refused_and_a_reasons_nul_is_kept_escaped(
         .await;
     assert_eq!(d["history"][0]["error"], "unknown op a\\u{0}b", "{d:#}");
 }
+
+/// Every distinct key an attempt reads is kept until its commit checks its version, so reads
+/// are bounded too: 4 × `attempt_state_keys` distinct keys (40 here). Before, one attempt read
+/// 3 million absent keys, the host grew to 3.3 GB, and the commit's checks stalled every
+/// accept behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_reading_more_keys_than_its_cap_is_refused() {
+    let text = config(
+        &["hoarder"],
+        "[plugins.hoarder]\nmax_attempts = 1\nattempt_state_keys = 10",
+    );
+    let host = TestHost::start(&text, &[("hoarder", plugins::HOARDER)]).await;
+    host.accept_event("s", "within", &json!({"reads": 40, "keys": 1}))
+        .await;
+    host.wait_state("s", "within", "hoarder", "done", WAIT)
+        .await;
+    host.accept_event("s", "over", &json!({"reads": 41, "keys": 1}))
+        .await;
+    let d = host.wait_state("s", "over", "hoarder", "dead", WAIT).await;
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("state read of key \"over/r40\" refused: the attempt would read more than 40 distinct keys (4 × plugins.hoarder.attempt_state_keys)"),
+        "{d:#}"
+    );
+}

@@ -563,6 +563,30 @@ fn chunked_request(chunks: &[&[u8]]) -> Vec<u8> {
     request
 }
 
+/// A client that shuts its sending side once its request is out (`nc -N`, some proxies) still
+/// gets its answer: before, the connection was closed unanswered, though the event was stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_after_its_request_gets_its_answer() {
+    let host = TestHost::start(OPEN_SOURCE, &[("generic", plugins::GENERIC)]).await;
+    for i in 0..5 {
+        let body = format!(r#"{{"id":"half-{i}"}}"#);
+        let request = format!(
+            "POST /hooks/open HTTP/1.1\r\nHost: hookd\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = TcpStream::connect(host.ingest).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream.shutdown().await.unwrap();
+        let response = read_until_closed(&mut stream)
+            .await
+            .unwrap_or_else(|| panic!("no answer within {CLOSE_BOUND:?}"));
+        let text = String::from_utf8_lossy(&response);
+        assert!(text.starts_with("HTTP/1.1 202"), "{i}: {text:?}");
+        assert!(host.event("open", &format!("half-{i}")).await.is_some());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_the_cap_get_413_whether_declared_or_chunked() {
     let config = format!("[server]\nmax_body_bytes = 1024\n{OPEN_SOURCE}");
@@ -823,7 +847,7 @@ async fn parser_verdicts_and_missing_ids_get_the_contract_answers() {
     assert!(host.event("gh", "gh-ping").await.is_none());
 
     // `invalid`: 400 with the parser's message.
-    let cases: [(&str, Headers, Vec<u8>, &str); 4] = [
+    let cases: [(&str, Headers, Vec<u8>, &str); 6] = [
         {
             let (headers, body) = github("gh-no-event", None);
             ("gh", headers, body, "missing header X-GitHub-Event")
@@ -846,7 +870,34 @@ async fn parser_verdicts_and_missing_ids_get_the_contract_answers() {
             br#"{"id":"x"}"#.to_vec(),
             "configure `parser`",
         ),
+        // Signed, but with an unusable delivery id: a bad request, not a bad signature.
+        {
+            let (mut headers, body) = github("gh-twice", Some("issues"));
+            headers.push(h("x-github-delivery", "gh-twice-b"));
+            (
+                "gh_bare",
+                headers,
+                body,
+                "event id header x-github-delivery: header appears more than once",
+            )
+        },
+        {
+            let (mut headers, body) = github("gh-empty", Some("issues"));
+            headers.retain(|(name, _)| *name != "x-github-delivery");
+            headers.push(h("x-github-delivery", ""));
+            ("gh", headers, body, "event id header x-github-delivery")
+        },
     ];
+    // The signature first: a forged request with a repeated id is still a 401.
+    let (mut forged, body) = github("gh-forged", Some("issues"));
+    forged.retain(|(name, _)| *name != "x-hub-signature-256");
+    forged.push(h(
+        "x-hub-signature-256",
+        &format!("sha256={}", "0".repeat(64)),
+    ));
+    forged.push(h("x-github-delivery", "gh-forged-b"));
+    let (status, reply) = host.post("gh_bare", &forged, &body).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{reply}");
     for (source, headers, body, detail) in cases {
         let (status, reply) = host.post(source, &headers, &body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{source}: {reply}");

@@ -10,13 +10,15 @@
 //! - No route (not even `/healthz` and `/metrics`) answers a request a browser marks as coming
 //!   from another origin: an `Origin` other than `http://<Host>`, or `Sec-Fetch-Site` of
 //!   `cross-site`/`same-site`. Non-browser clients (the CLI, curl, probes) send neither.
+//! - The host checked is the request target's authority when it has one (absolute form), else
+//!   its one `Host` header; a repeated `Host`, `Origin` or `Sec-Fetch-Site` is refused.
 //! - A refusal is a 403 `{"error":"forbidden","detail":...}` and acts on nothing.
 
 use std::net::{IpAddr, SocketAddr};
 
 use axum::{
     Json,
-    http::{HeaderMap, StatusCode, header},
+    http::{HeaderMap, HeaderValue, StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
 
@@ -43,13 +45,38 @@ pub fn forbidden(detail: &str) -> Response {
         .into_response()
 }
 
+/// The host a request is for: the request target's authority when it has one (absolute form:
+/// it overrides `Host`, RFC 9112 §3.2.2), else its one `Host` header. A repeated `Host` is
+/// refused: which of them a check read would be a guess.
+fn request_host<'a>(headers: &'a HeaderMap, uri: &'a Uri) -> Result<&'a str, &'static str> {
+    if let Some(authority) = uri.authority() {
+        return Ok(authority.as_str());
+    }
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next().ok_or("a Host header is required")?;
+    if hosts.next().is_some() {
+        return Err("a repeated Host header is refused");
+    }
+    host.to_str().map_err(|_| "the Host header is malformed")
+}
+
+/// The one value of `name`, if any; a repeated one is refused.
+fn at_most_one<'a>(
+    headers: &'a HeaderMap,
+    name: &'static str,
+) -> Result<Option<&'a HeaderValue>, &'static str> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err("a repeated Origin or Sec-Fetch-Site header is refused");
+    }
+    Ok(first)
+}
+
 impl Guard {
-    /// `Err(detail)` unless the `Host` header names this listener.
-    pub fn check_host(&self, headers: &HeaderMap) -> Result<(), &'static str> {
-        let host = headers
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .ok_or("a Host header is required")?;
+    /// `Err(detail)` unless the request's host ([`request_host`]) names this listener.
+    pub fn check_host(&self, headers: &HeaderMap, uri: &Uri) -> Result<(), &'static str> {
+        let host = request_host(headers, uri)?;
         let name = host_name(host).ok_or("the Host header is malformed")?;
         if self.names.contains(&name) {
             return Ok(());
@@ -73,18 +100,18 @@ impl Guard {
         }
     }
 
-    /// `Err(detail)` if a browser says the request comes from another origin.
-    pub fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
-        if let Some(site) = headers.get("sec-fetch-site")
+    /// `Err(detail)` if a browser says the request comes from another origin (or says it twice).
+    pub fn check_origin(headers: &HeaderMap, uri: &Uri) -> Result<(), &'static str> {
+        if let Some(site) = at_most_one(headers, "sec-fetch-site")?
             && (site.as_bytes().eq_ignore_ascii_case(b"cross-site")
                 || site.as_bytes().eq_ignore_ascii_case(b"same-site"))
         {
             return Err("cross-site requests are refused");
         }
-        let Some(origin) = headers.get(header::ORIGIN) else {
+        let Some(origin) = at_most_one(headers, "origin")? else {
             return Ok(());
         };
-        let host = headers.get(header::HOST).map(|h| h.as_bytes());
+        let host = request_host(headers, uri).ok().map(str::as_bytes);
         let same = host.is_some_and(|host| {
             let origin = origin.as_bytes();
             origin.len() == host.len() + 7
@@ -142,10 +169,41 @@ mod tests {
         map
     }
 
+    /// An origin-form request target, as browsers and the CLI send.
+    fn root() -> Uri {
+        Uri::from_static("/admin/events")
+    }
+
     fn guard(local: &str, names: &[&str]) -> Guard {
         Guard {
             local: local.parse().unwrap(),
             names: names.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+
+    /// A repeated Host, Origin or Sec-Fetch-Site is refused (which one a check read would be a
+    /// guess), and an absolute-form target's authority is the host, as RFC 9112 says.
+    #[test]
+    fn repeated_guard_headers_and_a_foreign_absolute_target_are_refused() {
+        let loopback = guard("127.0.0.1:8081", &[]);
+        let mut twice = headers(&[("host", "localhost:8081")]);
+        twice.append(header::HOST, HeaderValue::from_static("evil.example"));
+        assert!(loopback.check_host(&twice, &root()).is_err());
+        let absolute = Uri::from_static("http://evil.example/admin/events");
+        let local = headers(&[("host", "localhost:8081")]);
+        assert!(loopback.check_host(&local, &absolute).is_err());
+        let ours = Uri::from_static("http://localhost:8081/admin/events");
+        assert_eq!(loopback.check_host(&local, &ours), Ok(()));
+        for name in ["origin", "sec-fetch-site"] {
+            let mut h = headers(&[("host", "localhost:8081")]);
+            let (first, second) = if name == "origin" {
+                ("http://localhost:8081", "http://evil")
+            } else {
+                ("none", "cross-site")
+            };
+            h.append(name, HeaderValue::from_static(first));
+            h.append(name, HeaderValue::from_static(second));
+            assert!(Guard::check_origin(&h, &root()).is_err(), "{name}");
         }
     }
 
@@ -163,7 +221,7 @@ mod tests {
             "[::1]:8081",
         ] {
             assert_eq!(
-                loopback.check_host(&headers(&[("host", ok)])),
+                loopback.check_host(&headers(&[("host", ok)]), &root()),
                 Ok(()),
                 "{ok}"
             );
@@ -179,11 +237,13 @@ mod tests {
             "",
         ] {
             assert!(
-                loopback.check_host(&headers(&[("host", bad)])).is_err(),
+                loopback
+                    .check_host(&headers(&[("host", bad)]), &root())
+                    .is_err(),
                 "{bad}"
             );
         }
-        assert!(loopback.check_host(&HeaderMap::new()).is_err());
+        assert!(loopback.check_host(&HeaderMap::new(), &root()).is_err());
 
         let everywhere = guard("0.0.0.0:8081", &["hookd.internal"]);
         for ok in [
@@ -193,28 +253,28 @@ mod tests {
             "localhost",
         ] {
             assert_eq!(
-                everywhere.check_host(&headers(&[("host", ok)])),
+                everywhere.check_host(&headers(&[("host", ok)]), &root()),
                 Ok(()),
                 "{ok}"
             );
         }
         assert!(
             everywhere
-                .check_host(&headers(&[("host", "evil.example:8081")]))
+                .check_host(&headers(&[("host", "evil.example:8081")]), &root())
                 .is_err()
         );
 
         let one = guard("10.0.0.5:8081", &[]);
         assert_eq!(
-            one.check_host(&headers(&[("host", "10.0.0.5:8081")])),
+            one.check_host(&headers(&[("host", "10.0.0.5:8081")]), &root()),
             Ok(())
         );
         assert!(
-            one.check_host(&headers(&[("host", "10.0.0.6:8081")]))
+            one.check_host(&headers(&[("host", "10.0.0.6:8081")]), &root())
                 .is_err()
         );
         assert!(
-            one.check_host(&headers(&[("host", "localhost:8081")]))
+            one.check_host(&headers(&[("host", "localhost:8081")]), &root())
                 .is_err()
         );
     }
@@ -222,14 +282,14 @@ mod tests {
     #[test]
     fn only_a_same_origin_browser_request_passes() {
         assert_eq!(
-            Guard::check_origin(&headers(&[("host", "127.0.0.1:8081")])),
+            Guard::check_origin(&headers(&[("host", "127.0.0.1:8081")]), &root()),
             Ok(())
         );
         let same = headers(&[
             ("host", "127.0.0.1:8081"),
             ("origin", "http://127.0.0.1:8081"),
         ]);
-        assert_eq!(Guard::check_origin(&same), Ok(()));
+        assert_eq!(Guard::check_origin(&same, &root()), Ok(()));
         for origin in [
             "https://evil.example",
             "null",
@@ -238,12 +298,12 @@ mod tests {
             "http://localhost:8081",
         ] {
             let h = headers(&[("host", "127.0.0.1:8081"), ("origin", origin)]);
-            assert!(Guard::check_origin(&h).is_err(), "{origin}");
+            assert!(Guard::check_origin(&h, &root()).is_err(), "{origin}");
         }
-        assert!(Guard::check_origin(&headers(&[("origin", "http://x")])).is_err());
+        assert!(Guard::check_origin(&headers(&[("origin", "http://x")]), &root()).is_err());
         let cross = headers(&[("host", "127.0.0.1:8081"), ("sec-fetch-site", "cross-site")]);
-        assert!(Guard::check_origin(&cross).is_err());
+        assert!(Guard::check_origin(&cross, &root()).is_err());
         let none = headers(&[("host", "127.0.0.1:8081"), ("sec-fetch-site", "none")]);
-        assert_eq!(Guard::check_origin(&none), Ok(()));
+        assert_eq!(Guard::check_origin(&none, &root()), Ok(()));
     }
 }

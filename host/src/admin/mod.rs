@@ -131,7 +131,7 @@ async fn read_body(
 }
 
 async fn refuse_cross_origin(request: Request, next: Next) -> Response {
-    if let Err(detail) = guard::Guard::check_origin(request.headers()) {
+    if let Err(detail) = guard::Guard::check_origin(request.headers(), request.uri()) {
         tracing::warn!(path = %request.uri().path(), detail, "admin request refused");
         return guard::forbidden(detail);
     }
@@ -143,7 +143,7 @@ async fn require_host(
     request: Request,
     next: Next,
 ) -> Response {
-    if let Err(detail) = guard.check_host(request.headers()) {
+    if let Err(detail) = guard.check_host(request.headers(), request.uri()) {
         tracing::warn!(path = %request.uri().path(), detail, "admin request refused");
         return guard::forbidden(detail);
     }

@@ -212,7 +212,14 @@ async fn answer(
     let verified = source
         .verifier
         .verify(headers, body, received)
-        .map_err(|e| ApiError::InvalidSignature(e.to_string()))?;
+        .map_err(|e| {
+            if e.is_malformed_request() {
+                // Signed, but its event id is unusable: the sender's bug, not a forgery.
+                ApiError::Unparsable(e.to_string())
+            } else {
+                ApiError::InvalidSignature(e.to_string())
+            }
+        })?;
     let request = RawRequest::from_verified(verified, unix_ms(received));
     let query = uri.query().unwrap_or_default().to_owned();
     match envelope_of(shared, source, "POST", &query, &request).await {

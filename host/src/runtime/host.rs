@@ -66,11 +66,15 @@ struct Seen {
     size: Option<u64>,
 }
 
+/// How many distinct keys an attempt may read for each it may write (`attempt_state_keys`).
+pub const READS_PER_WRITTEN_KEY: usize = 4;
+
 /// One call's view of plugin state: committed values plus its own buffered writes.
 ///
 /// Committed values are not cached (a read goes to the store each time; a key that changed
 /// between two reads fails the commit's version check, so the attempt is re-run): host memory
-/// per call is the buffered writes, which the attempt caps bound.
+/// per call is the buffered writes and the versions of the keys read, which the attempt caps
+/// bound (reads: [`READS_PER_WRITTEN_KEY`] × `attempt_state_keys` distinct keys).
 pub struct StateTxn {
     store: Arc<dyn StateStore>,
     plugin: PluginName,
@@ -122,6 +126,19 @@ impl StateTxn {
     fn get(&mut self, key: &str) -> wasmtime::Result<Option<Vec<u8>>> {
         if let Some(value) = self.writes.get(key) {
             return Ok(value.clone());
+        }
+        // Every distinct key read is kept (its version is checked at commit, one look-up each
+        // on the writer): bounded, as the writes are.
+        let most = READS_PER_WRITTEN_KEY * self.limits.attempt_keys;
+        if self.seen.len() >= most && !self.seen.contains_key(key) {
+            let name = &self.plugin;
+            return Err(self.refuse(
+                StateLimit::Attempt,
+                format!(
+                    "state read of key {key:?} refused: the attempt would read more than {most} \
+                     distinct keys ({READS_PER_WRITTEN_KEY} × plugins.{name}.attempt_state_keys)"
+                ),
+            ));
         }
         let (value, version) = self.store.get(&self.plugin, key).map_err(unavailable)?;
         self.seen.entry(key.to_owned()).or_insert(Seen {

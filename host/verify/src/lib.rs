@@ -342,6 +342,21 @@ pub enum VerifyError {
     /// msgraph: a notification's `clientState` is not the configured one.
     #[error("clientState does not match")]
     ClientStateMismatch,
+    /// The request is signed, but its event-id header ([`Scheme::id_headers`]) is repeated,
+    /// empty, not visible ASCII or too long: authentic, and still no event (a 400, not a 401).
+    #[error("event id header {header}: {reason}")]
+    MalformedId {
+        header: HeaderName,
+        reason: &'static str,
+    },
+}
+
+impl VerifyError {
+    /// Whether the request failed as a request (its id header), not as a signature: its
+    /// signature held.
+    pub fn is_malformed_request(&self) -> bool {
+        matches!(self, Self::MalformedId { .. })
+    }
 }
 
 /// Why a [`Verifier`] (or a signature) cannot be made from this configuration. Secrets are

@@ -95,10 +95,32 @@ pub(crate) fn verify(
     body: &[u8],
     now: SystemTime,
 ) -> Result<(), VerifyError> {
-    let (scheme, keys, tolerance) = (&verifier.scheme, &verifier.keys[..], verifier.tolerance);
-    for id in scheme.kind().id_headers() {
-        wire::at_most_once(headers, id)?;
+    signature(verifier, headers, body, now)?;
+    // After the signature: a signed request whose id header is unusable is a bad request, not
+    // a forgery.
+    for id in verifier.scheme.kind().id_headers() {
+        wire::at_most_once(headers, id).map_err(|e| match e {
+            VerifyError::MalformedHeader { header, reason } => {
+                VerifyError::MalformedId { header, reason }
+            }
+            VerifyError::HeaderTooLong { header, .. } => VerifyError::MalformedId {
+                header,
+                reason: "value is longer than MAX_HEADER_LEN (8 KiB)",
+            },
+            e => e,
+        })?;
     }
+    Ok(())
+}
+
+/// The signature check of [`verify`], by scheme.
+fn signature(
+    verifier: &Verifier,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Result<(), VerifyError> {
+    let (scheme, keys, tolerance) = (&verifier.scheme, &verifier.keys[..], verifier.tolerance);
     match scheme {
         Scheme::None => Ok(()),
         Scheme::StandardWebhooks => standard_webhooks(keys, tolerance, headers, body, now),

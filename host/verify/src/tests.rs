@@ -69,6 +69,8 @@ enum Expect {
     Missing,
     Malformed,
     TooLong,
+    /// Signed, but its event-id header is unusable.
+    MalformedId,
     TooMany,
     TooOld,
     Future,
@@ -89,6 +91,7 @@ impl Expect {
                 Expect::NoMatch
             }
             Err(VerifyError::MalformedBody { .. }) => Expect::Malformed,
+            Err(VerifyError::MalformedId { .. }) => Expect::MalformedId,
         }
     }
 }
@@ -812,7 +815,16 @@ impl Fixture {
             let mut map = self.signed(T, BODY);
             let value = map.get(header).unwrap().clone();
             map.append(header.clone(), value);
-            cases.push(self.case(&format!("{header} twice"), map, Expect::Malformed));
+            // An id header the signature does not cover is checked after it: the request is
+            // authentic, and still unusable.
+            let unsigned_id = self.scheme.id_headers().any(|h| h == header.as_str())
+                && !self.required.contains(header);
+            let expect = if unsigned_id {
+                Expect::MalformedId
+            } else {
+                Expect::Malformed
+            };
+            cases.push(self.case(&format!("{header} twice"), map, expect));
         }
         {
             // Signature header twice: garbage first, the good one second.
@@ -831,6 +843,25 @@ impl Fixture {
                 Expect::Malformed
             };
             cases.push(self.case("signature header twice, second matches", map, expect));
+        }
+        if self.pooled {
+            // Repeated lines count together against the cap on one value: each line under it,
+            // together over it (the valid signature last).
+            let mut map = self.signed(T, BODY);
+            let good_value = map.remove(&self.signature).unwrap();
+            for _ in 0..2 {
+                let padding = vec![b'a'; MAX_HEADER_LEN / 2];
+                map.append(
+                    self.signature.clone(),
+                    HeaderValue::from_bytes(&padding).unwrap(),
+                );
+            }
+            map.append(self.signature.clone(), good_value);
+            cases.push(self.case(
+                "repeated signature lines over the cap together",
+                map,
+                Expect::TooLong,
+            ));
         }
         for (header, value) in &self.malformed {
             cases.push(self.case(

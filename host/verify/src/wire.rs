@@ -55,11 +55,21 @@ pub(crate) fn pooled<'a>(
     name: &HeaderName,
 ) -> Result<Vec<&'a str>, VerifyError> {
     let mut out = Vec::new();
+    // Repeated lines mean what one line of them joined means (RFC 9110 §5.3), so the cap on a
+    // value's length holds for them together, not per line.
+    let mut total = 0;
     for value in headers.get_all(name) {
         // Every value holds at least one signature (empty ones are refused), so this bounds
         // the work before the per-signature budget takes over.
         if out.len() == MAX_SIGNATURES {
             return Err(too_many(name));
+        }
+        total += value.len() + usize::from(!out.is_empty());
+        if total > MAX_HEADER_LEN {
+            return Err(VerifyError::HeaderTooLong {
+                header: name.clone(),
+                max: MAX_HEADER_LEN,
+            });
         }
         out.push(text(name, value)?);
     }

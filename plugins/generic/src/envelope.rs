@@ -299,7 +299,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(env, Envelope::new("123", "event").sequence(5));
-        let negative = parse(&[("id_pointer", "/id")], Request::new("acme", r#"{"id":-7}"#));
+        let negative = parse(
+            &[("id_pointer", "/id")],
+            Request::new("acme", r#"{"id":-7}"#),
+        );
         assert_eq!(negative.unwrap(), Envelope::new("-7", "event"));
     }
 

@@ -7,6 +7,7 @@
 //!   `{prefix}/{keys - 1}`, each to `value_bytes` bytes; `prefix` defaults to the event id, so
 //!   every event adds new keys;
 //! - `delete = true`: delete those keys instead;
+//! - `reads` (default 0): first read keys `{prefix}/r0` … `{prefix}/r{reads - 1}` (absent ones);
 //! - `log`: first log this text verbatim (control characters and all);
 //! - `reason_bytes`: after the writes, fail permanently with a reason of that many bytes that
 //!   starts with a forged log line (`\n… ERROR …`) and a terminal escape sequence.
@@ -27,6 +28,7 @@ struct Overrides {
     value_bytes: Option<usize>,
     prefix: Option<String>,
     delete: Option<bool>,
+    reads: Option<u64>,
     log: Option<String>,
     reason_bytes: Option<usize>,
 }
@@ -53,6 +55,10 @@ impl Handler for Hoarder {
         let delete = body.delete.or_else(|| setting("delete")).unwrap_or(false);
         if let Some(text) = body.log.or_else(|| config::get("log")) {
             log::warn(text);
+        }
+        let reads = body.reads.or_else(|| setting("reads")).unwrap_or(0);
+        for i in 0..reads {
+            let _ = state::get(&format!("{prefix}/r{i}"));
         }
         let value = vec![0x5A; value_bytes];
         for i in 0..keys {
