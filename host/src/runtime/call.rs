@@ -670,6 +670,20 @@ fn is_machinery(name: &str) -> bool {
     .any(|prefix| name.starts_with(prefix))
 }
 
+/// Headers a parser's `respond` may not set: the message's framing and the connection's
+/// (RFC 9110 §7.6.1 and RFC 9112), which hyper writes.
+const CONNECTION_HEADERS: [&str; 9] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "host",
+];
+
 /// A parser's `respond`, checked: a response hookd could not send as given is the parser's
 /// failure (the request is quarantined like any other failed parse, never half-answered).
 fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError> {
@@ -685,6 +699,15 @@ fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError>
         let (Ok(name), Ok(value)) = (name, value) else {
             return Err(refuse(format!("has an invalid header {:?}", h.name)));
         };
+        if CONNECTION_HEADERS.contains(&name.as_str()) {
+            // The answer's framing and the connection are hookd's: set by a plugin, they could
+            // make one request's answer read as the next one's (behind a proxy, another
+            // sender's).
+            return Err(refuse(format!(
+                "sets {name}, which hookd's HTTP layer owns (the length, the framing and the \
+                 connection)"
+            )));
+        }
         headers.append(name, value);
     }
     Ok(ParseVerdict::Respond(ParserResponse {
@@ -761,10 +784,19 @@ mod tests {
         }
     }
 
-    /// A header hookd could not send as given fails the parse rather than being dropped.
+    /// A header hookd could not send as given fails the parse rather than being dropped; so
+    /// does one that would set the answer's framing or the connection (a `Content-Length: 0`
+    /// with a body made the body read as the answer to the connection's next request).
     #[test]
     fn a_respond_header_that_is_not_valid_http_fails_the_parse() {
-        for header in [("bad name", "v"), ("x-ok", "line\nbreak")] {
+        for header in [
+            ("bad name", "v"),
+            ("x-ok", "line\nbreak"),
+            ("content-length", "0"),
+            ("Transfer-Encoding", "chunked"),
+            ("connection", "upgrade"),
+            ("upgrade", "websocket"),
+        ] {
             let verdict = respond(200, header);
             assert!(
                 matches!(verdict, Err(CallError::Trap(_))),
