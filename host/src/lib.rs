@@ -144,6 +144,13 @@ pub async fn run_with(
     .with_context(|| format!("opening the database {}", config.server.database))?;
     let telemetry = Telemetry::new(options.clock.clone());
     telemetry.observe(&inbox);
+    telemetry.expect(
+        config.sources.keys().map(|s| s.as_str()),
+        config
+            .sources
+            .values()
+            .flat_map(|s| s.handlers.iter().map(|h| h.as_str())),
+    );
     // The admin API always requires a token: without a configured one (which PostgreSQL
     // requires), the token file beside the SQLite database (generated at the first start; the
     // admin commands read it too).

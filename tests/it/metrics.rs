@@ -329,3 +329,25 @@ async fn every_exported_series_is_documented() {
     assert!(unknown.is_empty(), "the dashboard queries {unknown:?}");
     assert!(queried.len() >= 12, "{queried:?}");
 }
+
+/// Every configured source's and handler's counters exist at 0 from the start: a series that
+/// first appears at 1 is an increase `rate()` and `increase()` never see, so an alert on the
+/// first dead letter after a restart stayed silent.
+#[tokio::test]
+async fn configured_sources_and_handlers_are_counted_from_zero() {
+    let host = TestHost::start(
+        &sw_source("s", &["flaky"], ""),
+        &[("flaky", plugins::FLAKY)],
+    )
+    .await;
+    let (_, metrics) = host.admin_get("/metrics").await;
+    let metrics = metrics.as_str().unwrap_or_default().to_owned();
+    for series in [
+        r#"hookd_ingest_requests_total{source="s",outcome="accepted"}"#,
+        r#"hookd_attempts_total{plugin="flaky",outcome="ok"}"#,
+        r#"hookd_dead_letters_total{plugin="flaky"}"#,
+        r#"hookd_retries_scheduled_total{plugin="flaky"}"#,
+    ] {
+        assert_eq!(value(&metrics, series), Some(0.0), "{series}:\n{metrics}");
+    }
+}

@@ -579,6 +579,22 @@ impl Telemetry {
         out
     }
 
+    /// Registers the series of every configured source and handler at 0: a series that first
+    /// appears at 1 is an increase `rate()` and `increase()` never see (the first dead letter
+    /// after a start would be missed by an alert on it).
+    pub fn expect<'a>(
+        &self,
+        sources: impl Iterator<Item = &'a str>,
+        handlers: impl Iterator<Item = &'a str>,
+    ) {
+        for source in sources {
+            self.source(source);
+        }
+        for handler in handlers {
+            self.plugin(handler);
+        }
+    }
+
     fn source(&self, source: &str) -> Arc<SourceMeters> {
         if let Some(m) = read(&self.sources).get(source) {
             return m.clone();
