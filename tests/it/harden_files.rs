@@ -195,6 +195,8 @@ async fn a_refused_file_leaves_nothing_in_the_cache() {
     for (name, needle) in [
         ("mismatch", "does not match the WIT"),
         ("empty", "exports neither"),
+        // Most often a Rust crate without its `register!` line: said so.
+        ("empty", "plugin_sdk::register!(handler = T)"),
     ] {
         let status = host
             .wait_plugin(name, "refusal", WAIT, |p| p["error"].is_string())

@@ -205,7 +205,10 @@ impl Runtime {
         let wit_version = match (parser, handler) {
             (None, None) => {
                 return Err(LoadError::NoRole(if exports.is_empty() {
-                    "nothing".into()
+                    // Most often a Rust crate without its `plugin_sdk::register!(...)` line.
+                    "nothing; a Rust plugin names its handler or parser with \
+                     `plugin_sdk::register!(handler = T)` or `(parser = T)`"
+                        .into()
                 } else {
                     exports.join(", ")
                 }));
