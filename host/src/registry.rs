@@ -153,6 +153,13 @@ pub enum FileError {
     NotRegular(&'static str),
     #[error("cannot be read: {0}")]
     Unreadable(#[source] std::io::Error),
+    /// There is no such file; what the directory holds instead (a plugin renamed in the
+    /// configuration but not on disk, most often).
+    #[error(
+        "does not exist (plugins_dir holds {0}; a plugin's file is its `wasm` key's name, else \
+         its own)"
+    )]
+    Missing(String),
     /// Its length and the cap.
     #[error("is {0} bytes, over the {1}-byte cap (raise the plugin's max_file_mib)")]
     TooLarge(u64, u64),
@@ -512,7 +519,13 @@ fn read_plugin_file(path: &Path, cap: u64) -> Result<Vec<u8>, FileError> {
             "a device"
         }
     };
-    let meta = std::fs::symlink_metadata(path).map_err(FileError::Unreadable)?;
+    let meta = std::fs::symlink_metadata(path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            FileError::Missing(wasm_files_beside(path))
+        } else {
+            FileError::Unreadable(e)
+        }
+    })?;
     if !meta.is_file() {
         return Err(FileError::NotRegular(kind(&meta)));
     }
@@ -545,6 +558,24 @@ fn read_plugin_file(path: &Path, cap: u64) -> Result<Vec<u8>, FileError> {
         return Err(FileError::Grew(cap));
     }
     Ok(bytes)
+}
+
+/// The `.wasm` files in `path`'s directory, named for a message: at most 10, sorted.
+fn wasm_files_beside(path: &Path) -> String {
+    let mut names: Vec<String> = path
+        .parent()
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".wasm"))
+        .collect();
+    names.sort();
+    match names.len() {
+        0 => "no .wasm file".to_owned(),
+        n if n > 10 => format!("{}, … ({n} .wasm files)", names[..10].join(", ")),
+        _ => names.join(", "),
+    }
 }
 
 /// Refuses anything but a binary WebAssembly component before it reaches a parser, so no error
