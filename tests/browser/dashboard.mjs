@@ -148,6 +148,10 @@ try {
   await page.waitForURL((url) => url.searchParams.get("q") === deadEvent);
   const rows = page.locator("tbody tr");
   check((await rows.count()) === 1, `one row, got ${await rows.count()}`);
+  const isolated = await rows.first().evaluate((row) =>
+    [...row.querySelectorAll("td, td a")].every((el) => getComputedStyle(el).unicodeBidi === "isolate"),
+  );
+  check(isolated, "the row's cells and links isolate their text (bidi controls stay inside)");
   await checkLabels();
   await screenshot("events-search");
 
