@@ -125,6 +125,22 @@ pub async fn no_route(method: Method, uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no route for {method} {}", uri.path()))
 }
 
+/// The text of a refusal axum's extractors wrote as plain text (a path, query or form that
+/// does not parse), taken out of `response`; `None` for every other answer. Callers answer it
+/// in their own shape (JSON, or a dashboard page) like every other refusal.
+pub async fn plain_refusal(response: &mut Response) -> Option<String> {
+    let plain = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
+    if !response.status().is_client_error() || !plain {
+        return None;
+    }
+    let body = std::mem::take(response.body_mut());
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    Some(String::from_utf8_lossy(&text).into_owned())
+}
+
 /// The answer to a served path asked with a method it does not take (axum adds `Allow`).
 pub async fn wrong_method(method: Method, uri: Uri) -> ApiError {
     ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))

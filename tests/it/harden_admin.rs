@@ -758,3 +758,49 @@ async fn every_admin_listener_answer_carries_the_security_headers() {
         assert_eq!(headers[header::LOCATION], "/sign-in", "{method} /");
     }
 }
+
+/// A query the dashboard cannot read (a malformed number) is its own error page, HTML with
+/// the security headers, like every refusal of it; before, axum answered it as plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_dashboard_query_is_an_error_page() {
+    let host = TestHost::start(&sw_source("s", &[], ""), &[]).await;
+    let base = format!("http://{}", host.admin);
+    let form = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    )];
+    let (status, headers, _) = support::send(
+        Method::POST,
+        &format!("{base}/sign-in"),
+        &form,
+        Bytes::from(format!("token={ADMIN_TOKEN}")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+    let session = cookie.split(';').next().unwrap().to_owned();
+    let with_session = [(header::COOKIE, HeaderValue::from_str(&session).unwrap())];
+    for path in ["/events?before=abc", "/quarantine?before=-x"] {
+        let (status, headers, body) = support::send(
+            Method::GET,
+            &format!("{base}{path}"),
+            &with_session,
+            Bytes::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}");
+        let kind = headers[header::CONTENT_TYPE].to_str().unwrap();
+        assert!(kind.starts_with("text/html"), "{path}: {kind}");
+        let page = String::from_utf8_lossy(&body);
+        assert!(
+            page.contains("role=\"alert\"") && page.contains("before"),
+            "{path}: {page}"
+        );
+        assert!(
+            headers.contains_key(header::CONTENT_SECURITY_POLICY),
+            "{path}"
+        );
+    }
+}

@@ -96,17 +96,8 @@ async fn count_the_rest(
     if response.extensions_mut().remove::<Counted>().is_some() {
         return response;
     }
-    let status = response.status();
-    let plain = response
-        .headers()
-        .get(axum::http::header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"text/plain"));
-    if status.is_client_error() && plain {
-        let body = axum::body::to_bytes(std::mem::take(response.body_mut()), 4096)
-            .await
-            .unwrap_or_default();
-        response =
-            ApiError::BadRequest(String::from_utf8_lossy(&body).into_owned()).into_response();
+    if let Some(text) = crate::error::plain_refusal(&mut response).await {
+        response = ApiError::BadRequest(text).into_response();
     }
     let outcome = match response.status() {
         StatusCode::NOT_FOUND => "not_found",

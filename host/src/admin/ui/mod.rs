@@ -104,6 +104,7 @@ pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Share
         .route("/plugins/{name}/state/{key}/delete", post(state::delete))
         .route("/replay", post(replay::replay))
         .route("/sign-out", post(sign_out))
+        .route_layer(middleware::from_fn(refusals_as_pages))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
     Router::new()
         .route("/sign-in", get(sign_in_page).post(sign_in))
@@ -224,6 +225,16 @@ impl IntoResponse for UiError {
 }
 
 /// A bare page saying `message`, answered with `status`.
+/// A refusal axum wrote as plain text (a malformed number in a query, say) answered as the
+/// dashboard's error page, like every other refusal of it.
+async fn refusals_as_pages(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    match crate::error::plain_refusal(&mut response).await {
+        Some(text) => error_page(response.status(), &text),
+        None => response,
+    }
+}
+
 pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
     let body = html! {
         p.notice.error role="alert" { (message) }
