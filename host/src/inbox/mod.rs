@@ -284,9 +284,10 @@ impl Inbox {
         self.inner.clock.now_ms()
     }
 
-    /// Deliveries not yet finished.
+    /// Deliveries not yet finished. Never below 0: on a shared database a recount can land
+    /// between a finish's commit and its own decrement, which then takes one too many.
     pub fn backlog(&self) -> i64 {
-        self.inner.backlog.load(Ordering::Relaxed)
+        self.inner.backlog.load(Ordering::Relaxed).max(0)
     }
 
     fn add_backlog(&self, delta: i64) {
