@@ -525,6 +525,74 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
     }
 }
 
+/// Two replays and a discard racing for the same quarantined requests: each request leaves
+/// quarantine once, and is counted once, by the call that resolved it. Before, both replays
+/// parsed and counted most requests (37 "replayed" for 20), and a replay could turn a request
+/// the discard had just closed into an event, answered as discarded and delivered anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_replays_and_a_discard_resolve_each_quarantined_request_once() {
+    const COUNT: usize = 30;
+    let config = sw_source(
+        "q",
+        &[],
+        r#"parser = "flip"
+
+        [plugins.flip]
+        config = { id_pointer = "/id", type_pointer = "/type" }"#,
+    );
+    let host = TestHost::start(&config, &[("flip", plugins::TRAPPER)]).await;
+    for i in 0..COUNT {
+        let id = format!("r-{i}");
+        let body = json!({"id": id, "type": "test.event"}).to_string();
+        let (status, _, reply) = post_signed(host.ingest, "q", &id, body.as_bytes()).await;
+        assert_eq!(
+            (status, reply),
+            (
+                StatusCode::ACCEPTED,
+                json!({"accepted": true, "quarantined": true})
+            ),
+            "{id}"
+        );
+    }
+    let trapper_sha = sha(&host.plugin("flip").await).unwrap();
+    replace_atomically(
+        &host.path().join("plugins/flip.wasm"),
+        &std::fs::read(plugins::GENERIC).unwrap(),
+    );
+    host.wait_plugin("flip", "loading the new parser", WAIT, |p| {
+        sha(p).is_some_and(|s| s != trapper_sha)
+    })
+    .await;
+
+    let filter = json!({"source": "q"});
+    let (first, second, discard) = tokio::join!(
+        host.admin_post("/admin/replay", filter.clone()),
+        host.admin_post("/admin/replay", filter.clone()),
+        host.admin_post("/admin/discard", filter.clone()),
+    );
+    let count = |(status, reply): &(StatusCode, Value), field: &str| {
+        assert_eq!(*status, StatusCode::OK, "{reply}");
+        reply[field].as_u64().unwrap_or_else(|| panic!("{reply}")) as usize
+    };
+    let replayed = count(&first, "replayed") + count(&second, "replayed");
+    let discarded = count(&discard, "discarded");
+    assert_eq!(
+        replayed + discarded,
+        COUNT,
+        "replays {first:?} and {second:?}, discard {discard:?}"
+    );
+    // Exactly the replayed requests became events; the discarded ones did not.
+    let (status, events) = host.admin_get("/admin/events?source=q&limit=100").await;
+    assert_eq!(status, StatusCode::OK, "{events}");
+    let stored = events.as_array().map_or(0, Vec::len);
+    assert_eq!(stored, replayed, "{events}");
+    support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
+        &["hookd_quarantined 0"],
+    )
+    .await;
+}
+
 /// A replay or discard filter sent where the API does not read it, in the query string or as a
 /// body without a JSON `Content-Type`, is refused (400 naming the parameters, 415) in the API's
 /// JSON and acts on nothing: it used to be ignored, and the call replayed or discarded every dead

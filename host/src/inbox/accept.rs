@@ -3,7 +3,8 @@
 //!
 //! Invariant: the event, its deliveries and (when it comes from quarantine) the quarantined
 //! request's resolution are one store transition; a duplicate `(source, event_id)` writes
-//! nothing but that resolution, and adds nothing to the backlog.
+//! nothing but that resolution, and adds nothing to the backlog; a quarantined request that is
+//! no longer held (two replays, or a replay and a discard, racing) writes nothing at all.
 
 use super::{Inbox, InboxError, RawRequest, store::NewEvent};
 use crate::{
@@ -18,11 +19,15 @@ pub enum Accepted {
     New,
     /// `(source, event_id)` was already stored: nothing new was written.
     Duplicate,
+    /// The quarantined request it came from was resolved meanwhile (by a concurrent replay or
+    /// a discard): nothing was written, so a discarded request never becomes an event.
+    AlreadyResolved,
 }
 
 impl Inbox {
     /// Stores a new event and one pending delivery per handler, or reports a duplicate.
-    /// `from_quarantine` marks that quarantined request resolved in the same transaction.
+    /// `from_quarantine` marks that quarantined request resolved in the same transaction, and
+    /// only if it still is held ([`Accepted::AlreadyResolved`] otherwise).
     pub async fn accept(
         &self,
         source: SourceName,

@@ -66,8 +66,14 @@ impl Inbox {
         self.store().held_quarantined(id).await
     }
 
-    /// Marks a quarantined request resolved without an event (its parser now says invalid/ignore).
-    pub async fn resolve_quarantine(&self, id: i64, resolution: String) -> Result<(), InboxError> {
+    /// Marks a quarantined request resolved without an event (its parser now says invalid/ignore),
+    /// if it is still held; returns whether it was (`false`: a concurrent replay or discard
+    /// resolved it first, and this call changed nothing).
+    pub async fn resolve_quarantine(
+        &self,
+        id: i64,
+        resolution: String,
+    ) -> Result<bool, InboxError> {
         self.store()
             .resolve_quarantine(id, self.now_ms(), text::storable(resolution))
             .await

@@ -93,7 +93,8 @@ pub(crate) trait Store: Send + Sync + 'static {
     async fn counts(&self) -> Result<Counts, InboxError>;
 
     /// Stores the event and its deliveries unless `(source, event_id)` is stored
-    /// ([`Accepted::Duplicate`]: nothing new written), resolving `from_quarantine` either way.
+    /// ([`Accepted::Duplicate`]: nothing new written), resolving `from_quarantine` either way;
+    /// but if that request is no longer held ([`Accepted::AlreadyResolved`]), writes nothing.
     /// A backend other processes share tells them of the new deliveries itself, when the
     /// transaction holding them commits (not with [`Store::notify_work`], a transaction of its
     /// own).
@@ -113,13 +114,14 @@ pub(crate) trait Store: Send + Sync + 'static {
         reason: String,
     ) -> Result<i64, InboxError>;
 
-    /// Marks quarantined request `id` resolved at `at_ms`, saying how.
+    /// Marks quarantined request `id` resolved at `at_ms`, saying how, if it is still held;
+    /// returns whether it was (`false`: a concurrent replay or discard resolved it first).
     async fn resolve_quarantine(
         &self,
         id: i64,
         at_ms: i64,
         resolution: String,
-    ) -> Result<(), InboxError>;
+    ) -> Result<bool, InboxError>;
 
     /// Ids of the unresolved quarantined requests matching `filter`'s source and time range
     /// (at most `filter.limit`, oldest first), read without their bodies.

@@ -6,6 +6,9 @@
 //! - At most one quarantined body is in memory at a time; a dry run reads none (it counts).
 //! - A re-parsed request is accepted (deduped like any other) or, if its parser now refuses or
 //!   ignores it, resolved with the parser's reason; one that still cannot be parsed stays held.
+//! - A quarantined request leaves quarantine once, whoever races for it (two replays, a replay
+//!   and a discard, on one node or several): the store resolves it only while it is held, and
+//!   only the call that resolved it counts it.
 
 use crate::{
     Shared,
@@ -115,6 +118,10 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
                         Some(item.id),
                     )
                     .await?;
+                if accepted == Accepted::AlreadyResolved {
+                    tracing::debug!(quarantine_id = item.id, "resolved meanwhile; left as it is");
+                    continue;
+                }
                 tracing::info!(
                     source = %source.name, quarantine_id = item.id,
                     duplicate = accepted == Accepted::Duplicate,
@@ -125,13 +132,11 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
             EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
                 let reason =
                     text::cap(format!("parser now says: {reason}"), text::MAX_REASON_BYTES);
-                resolved(shared, &source.name, item.id, reason).await?;
-                replayed += 1;
+                replayed += usize::from(resolved(shared, &source.name, item.id, reason).await?);
             }
             EnvelopeOutcome::Respond(answer) => {
                 let reason = format!("parser now answers {} (not an event)", answer.status);
-                resolved(shared, &source.name, item.id, reason).await?;
-                replayed += 1;
+                replayed += usize::from(resolved(shared, &source.name, item.id, reason).await?);
             }
             EnvelopeOutcome::Quarantine(reason) | EnvelopeOutcome::Overloaded(reason) => {
                 tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
@@ -141,17 +146,22 @@ async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
     Ok(replayed)
 }
 
-/// Resolves quarantined request `id` without an event, and says so in the log: the request was
-/// acknowledged once, so leaving quarantine without becoming an event is worth a line.
+/// Resolves quarantined request `id` without an event if it is still held, and says so in the
+/// log: the request was acknowledged once, so leaving quarantine without becoming an event is
+/// worth a line. Whether this call resolved it.
 async fn resolved(
     shared: &Shared,
     source: &SourceName,
     id: i64,
     reason: String,
-) -> Result<(), InboxError> {
-    tracing::warn!(
-        source = %source, quarantine_id = id, reason = %text::escape(&reason),
-        "quarantined request resolved without an event: its parser refuses it now"
-    );
-    shared.inbox.resolve_quarantine(id, reason).await
+) -> Result<bool, InboxError> {
+    let escaped = text::escape(&reason).into_owned();
+    let resolved = shared.inbox.resolve_quarantine(id, reason).await?;
+    if resolved {
+        tracing::warn!(
+            source = %source, quarantine_id = id, reason = %escaped,
+            "quarantined request resolved without an event: its parser refuses it now"
+        );
+    }
+    Ok(resolved)
 }

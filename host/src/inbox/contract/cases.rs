@@ -451,6 +451,42 @@ pub(super) async fn a_duplicate_from_quarantine_still_resolves_the_request(db: &
     assert_eq!((accepted, held.is_none()), (Accepted::Duplicate, true));
 }
 
+/// Two replays, or a replay and a discard, racing for one quarantined request: only the first
+/// resolves it, and an accept that comes second writes nothing (a discarded request never
+/// becomes an event, and each resolution is counted once).
+pub(super) async fn a_quarantined_request_leaves_quarantine_once(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let from = |id| {
+        inbox.accept(
+            SourceName::new(SOURCE),
+            event("late"),
+            fixtures::request(),
+            vec![PluginName::new(HANDLER)],
+            Some(id),
+        )
+    };
+    // Resolved first (a discard, or a parser that now refuses it), then accepted.
+    let discarded = quarantine(&inbox, 10).await.unwrap();
+    let first = inbox
+        .resolve_quarantine(discarded, "discarded".into())
+        .await;
+    let again = inbox
+        .resolve_quarantine(discarded, "discarded".into())
+        .await;
+    assert_eq!((first.unwrap(), again.unwrap()), (true, false));
+    assert_eq!(from(discarded).await.unwrap(), Accepted::AlreadyResolved);
+    let stored = inbox.contains_event(SOURCE.into(), "late".into()).await;
+    assert!(!stored.unwrap(), "a discarded request became an event");
+    assert_eq!(inbox.backlog(), 0);
+    // Accepted first, then resolved or accepted again.
+    let replayed = quarantine(&inbox, 10).await.unwrap();
+    assert_eq!(from(replayed).await.unwrap(), Accepted::New);
+    let late = inbox.resolve_quarantine(replayed, "discarded".into()).await;
+    assert!(!late.unwrap(), "an accepted request was resolved again");
+    assert_eq!(from(replayed).await.unwrap(), Accepted::AlreadyResolved);
+    assert_eq!(inbox.backlog(), 1);
+}
+
 pub(super) async fn a_recount_after_resolving_frees_the_quarantine_slot(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let id = quarantine(&inbox, 1).await.unwrap();

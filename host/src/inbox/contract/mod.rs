@@ -88,6 +88,7 @@ macro_rules! suite {
             quarantine_is_bounded_by_max_held,
             accepting_from_quarantine_resolves_the_request,
             a_duplicate_from_quarantine_still_resolves_the_request,
+            a_quarantined_request_leaves_quarantine_once,
             a_recount_after_resolving_frees_the_quarantine_slot,
             a_resolved_request_is_no_longer_held,
             list_events_shows_every_handlers_state,

@@ -26,7 +26,8 @@ use super::{
 use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::NewEvent};
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
-/// quarantined request it came from either way.
+/// quarantined request it came from either way; writes nothing if that request is no longer
+/// held.
 pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted, InboxError> {
     let NewEvent {
         source,
@@ -35,6 +36,12 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         handlers,
         from_quarantine,
     } = new;
+    if let Some(id) = from_quarantine {
+        let resolution = format!("accepted as {}", envelope.event_id);
+        if !quarantine::resolve(tx, *id, request.received_at_ms, &resolution).await? {
+            return Ok(Accepted::AlreadyResolved);
+        }
+    }
     let sequence = envelope.sequence.map(|s| s as i64);
     let inserted = tx
         .query_opt(
@@ -80,10 +87,6 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         }
         None => Accepted::Duplicate,
     };
-    if let Some(id) = from_quarantine {
-        let resolution = format!("accepted as {}", envelope.event_id);
-        quarantine::resolve(tx, *id, request.received_at_ms, &resolution).await?;
-    }
     Ok(accepted)
 }
 

@@ -370,9 +370,10 @@ impl Store for PostgresStore {
         id: i64,
         at_ms: i64,
         resolution: String,
-    ) -> Result<(), InboxError> {
-        in_transaction!(self.connections, self.commits, tx => quarantine::resolve(&tx, id, at_ms, &resolution).await?);
-        Ok(())
+    ) -> Result<bool, InboxError> {
+        Ok(
+            in_transaction!(self.connections, self.commits, tx => quarantine::resolve(&tx, id, at_ms, &resolution).await?),
+        )
     }
 
     async fn held_quarantine_ids(&self, filter: ReplayFilter) -> Result<Vec<i64>, InboxError> {

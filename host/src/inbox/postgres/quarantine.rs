@@ -37,19 +37,23 @@ pub(super) async fn insert(
     Ok(row.get(0))
 }
 
-/// Marks quarantined request `id` resolved at `at_ms`, saying how.
+/// Marks quarantined request `id` resolved at `at_ms`, saying how, if it is still held; returns
+/// whether it was (a concurrent replay or discard, on any node, may have resolved it first: the
+/// row's lock makes the later one see it resolved).
 pub(super) async fn resolve(
     tx: &Tx<'_>,
     id: i64,
     at_ms: i64,
     resolution: &str,
-) -> Result<(), InboxError> {
-    tx.execute(
-        "UPDATE quarantine SET resolved_at = $2, resolution = $3 WHERE id = $1",
-        &[&id, &at_ms, &resolution],
-    )
-    .await?;
-    Ok(())
+) -> Result<bool, InboxError> {
+    let resolved = tx
+        .execute(
+            "UPDATE quarantine SET resolved_at = $2, resolution = $3
+             WHERE id = $1 AND resolved_at IS NULL",
+            &[&id, &at_ms, &resolution],
+        )
+        .await?;
+    Ok(resolved == 1)
 }
 
 /// Quarantined requests not yet resolved.

@@ -10,7 +10,8 @@ use super::quarantine;
 use crate::inbox::{Accepted, InboxError, store::NewEvent};
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
-/// quarantined request it came from either way. `headers` is the request's headers as stored
+/// quarantined request it came from either way; writes nothing if that request is no longer
+/// held. `headers` is the request's headers as stored
 /// ([`headers_json`](super::sql::headers_json)), made before the job reaches the writer.
 pub(super) fn store_event(
     conn: &Connection,
@@ -24,6 +25,12 @@ pub(super) fn store_event(
         handlers,
         from_quarantine,
     } = new;
+    if let Some(id) = from_quarantine {
+        let resolution = format!("accepted as {}", envelope.event_id);
+        if !quarantine::resolve(conn, *id, request.received_at_ms, &resolution)? {
+            return Ok(Accepted::AlreadyResolved);
+        }
+    }
     let inserted = conn
         .prepare_cached(
             "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
@@ -62,10 +69,6 @@ pub(super) fn store_event(
     } else {
         Accepted::Duplicate
     };
-    if let Some(id) = from_quarantine {
-        let resolution = format!("accepted as {}", envelope.event_id);
-        quarantine::resolve(conn, *id, request.received_at_ms, &resolution)?;
-    }
     Ok(accepted)
 }
 

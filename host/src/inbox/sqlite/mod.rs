@@ -171,7 +171,7 @@ impl Store for SqliteStore {
         id: i64,
         at_ms: i64,
         resolution: String,
-    ) -> Result<(), InboxError> {
+    ) -> Result<bool, InboxError> {
         self.write(move |conn| quarantine::resolve(conn, id, at_ms, &resolution))
             .await
     }

@@ -33,16 +33,21 @@ pub(super) fn insert(
     Ok(conn.last_insert_rowid())
 }
 
-/// Marks quarantined request `id` resolved at `at_ms`, saying how.
+/// Marks quarantined request `id` resolved at `at_ms`, saying how, if it is still held; returns
+/// whether it was (a concurrent replay or discard may have resolved it first).
 pub(super) fn resolve(
     conn: &Connection,
     id: i64,
     at_ms: i64,
     resolution: &str,
-) -> Result<(), InboxError> {
-    conn.prepare_cached("UPDATE quarantine SET resolved_at = ?2, resolution = ?3 WHERE id = ?1")?
+) -> Result<bool, InboxError> {
+    let resolved = conn
+        .prepare_cached(
+            "UPDATE quarantine SET resolved_at = ?2, resolution = ?3
+             WHERE id = ?1 AND resolved_at IS NULL",
+        )?
         .execute(params![id, at_ms, resolution])?;
-    Ok(())
+    Ok(resolved == 1)
 }
 
 /// Quarantined requests not yet resolved.
