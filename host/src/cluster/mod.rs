@@ -83,7 +83,14 @@ pub struct Memory {
     seen: Option<BTreeMap<String, String>>,
     /// Each file's release version last adopted (written into the directory).
     adopted: HashMap<String, i64>,
+    /// Per file, the versions this node wrote by adopting them that have not gone live here
+    /// yet (oldest first, at most [`WRITTEN_KEPT`]): when one does, the node is catching up,
+    /// not publishing, even if the cluster has moved on meanwhile.
+    written: HashMap<String, Vec<String>>,
 }
+
+/// Adopted versions remembered per file until they go live (a few: adoptions are per release).
+const WRITTEN_KEPT: usize = 8;
 
 /// The actions for one tick, from the cluster's releases and this node's live versions.
 pub fn plan(
@@ -101,7 +108,16 @@ pub fn plan(
         if here.is_some() && here == release.map(|r| &r.sha256) {
             continue;
         }
-        let changed_here = here.is_some() && here != seen.get(stem);
+        let mut changed_here = here.is_some() && here != seen.get(stem);
+        if changed_here && let (Some(sha), Some(written)) = (here, memory.written.get_mut(stem)) {
+            // A version this node adopted went live: catching up, even if the release moved
+            // on while it loaded (publishing it back would undo the newer release, and two
+            // nodes doing so would flip the cluster between versions).
+            if let Some(i) = written.iter().position(|w| w == sha) {
+                written.drain(..=i);
+                changed_here = false;
+            }
+        }
         match (here, release) {
             // A version of its own: published, unless the cluster's choice wins (start-up).
             (Some(sha), None) => actions.push(Action::Publish {
@@ -115,6 +131,11 @@ pub fn plan(
             (_, Some(release)) => {
                 if memory.adopted.get(stem) != Some(&release.version) {
                     memory.adopted.insert(stem.clone(), release.version);
+                    let written = memory.written.entry(stem.clone()).or_default();
+                    written.push(release.sha256.clone());
+                    if written.len() > WRITTEN_KEPT {
+                        written.remove(0);
+                    }
                     actions.push(Action::Adopt(release.clone()));
                 }
             }
@@ -324,6 +345,35 @@ mod tests {
         let releases = BTreeMap::from([release("h", "b", 2)]);
         plan(&releases, &live(&[("h", "a")]), &mut memory);
         assert!(plan(&releases, &live(&[("h", "b")]), &mut memory).is_empty());
+    }
+
+    /// Node A adopts release 1 ("x"); before "x" loads here, node B publishes release 2 ("y"),
+    /// which A adopts too. "x" going live on A is A catching up, not a change to publish: before,
+    /// A published "x" back as release 3, B then did the same with "y", and the cluster flipped
+    /// between the two versions, losing files dropped meanwhile.
+    #[test]
+    fn an_adopted_version_that_goes_live_after_the_release_moved_on_is_not_published() {
+        let mut memory = Memory::default();
+        let first = BTreeMap::from([release("h", "old", 0)]);
+        assert!(plan(&first, &live(&[("h", "old")]), &mut memory).is_empty());
+        let x = BTreeMap::from([release("h", "x", 1)]);
+        assert_eq!(
+            plan(&x, &live(&[("h", "old")]), &mut memory),
+            [Action::Adopt(x["h"].clone())]
+        );
+        let y = BTreeMap::from([release("h", "y", 2)]);
+        assert_eq!(
+            plan(&y, &live(&[("h", "old")]), &mut memory),
+            [Action::Adopt(y["h"].clone())]
+        );
+        // "x" loads first, then "y": neither is published, and nothing is adopted again.
+        assert!(plan(&y, &live(&[("h", "x")]), &mut memory).is_empty());
+        assert!(plan(&y, &live(&[("h", "y")]), &mut memory).is_empty());
+        // A file dropped here afterwards is published, even one holding "x" again.
+        assert_eq!(
+            plan(&y, &live(&[("h", "x")]), &mut memory),
+            [publish("h", "x")]
+        );
     }
 
     #[test]
