@@ -376,7 +376,8 @@ pub struct NodeInfo {
     pub last_heartbeat: i64,
     /// Whether it beat within the last 5 s.
     pub alive: bool,
-    /// Attempts running on it.
+    /// Attempts running on it; 0 for a node that is not alive (its last beat's figure is
+    /// stale: its leases expire and other nodes take the work back).
     pub in_flight: u64,
     /// Plugin file stem → sha256 of the version live on it.
     pub plugins: BTreeMap<String, String>,
@@ -387,15 +388,16 @@ pub struct NodeInfo {
 impl NodeInfo {
     /// `beat` as of `now_ms`, seen from node `this`.
     pub fn new(beat: inbox::cluster::NodeBeat, now_ms: i64, this: &str) -> Self {
+        let alive = now_ms - beat.at_ms <= crate::cluster::ALIVE_WITHIN_MS;
         Self {
             this_node: beat.id == this,
-            alive: now_ms - beat.at_ms <= crate::cluster::ALIVE_WITHIN_MS,
+            alive,
             id: beat.id,
             listen: beat.listen,
             admin_listen: beat.admin_listen,
             started_at: beat.started_at_ms,
             last_heartbeat: beat.at_ms,
-            in_flight: beat.in_flight,
+            in_flight: if alive { beat.in_flight } else { 0 },
             plugins: beat.live,
         }
     }
@@ -555,4 +557,29 @@ pub struct StateWritten {
     pub plugin: String,
     pub key: String,
     pub version: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node that stopped beating (killed with attempts running) shows none in flight: its
+    /// last figure stays in the database, but its work is being taken back by the others.
+    #[test]
+    fn a_node_that_is_not_alive_has_nothing_in_flight() {
+        let beat = |at_ms| inbox::cluster::NodeBeat {
+            id: "n1".into(),
+            listen: "127.0.0.1:1".into(),
+            admin_listen: "127.0.0.1:2".into(),
+            started_at_ms: 0,
+            at_ms,
+            in_flight: 4,
+            live: BTreeMap::new(),
+        };
+        let now = 100_000;
+        let fresh = NodeInfo::new(beat(now - 1_000), now, "n2");
+        assert_eq!((fresh.alive, fresh.in_flight), (true, 4));
+        let silent = NodeInfo::new(beat(now - 60_000), now, "n2");
+        assert_eq!((silent.alive, silent.in_flight), (false, 0));
+    }
 }
