@@ -43,6 +43,14 @@ fn request_headers(signed: Vec<(HeaderName, HeaderValue)>, extra: &[ExtraHeader]
     headers
 }
 
+/// The event id a `--header` sets in the scheme's id header (the last, if repeated): the one the
+/// request carries, so it is the one signed and announced.
+fn id_from_headers(scheme: &Scheme, extra: &[ExtraHeader]) -> Option<String> {
+    let name = scheme.id_header()?;
+    let header = extra.iter().rev().find(|e| e.name == *name)?;
+    header.value.to_str().ok().map(str::to_owned)
+}
+
 /// Everything a request needs, shared by the concurrent senders.
 struct Plan {
     client: HttpClient,
@@ -84,10 +92,17 @@ impl Plan {
                 scheme.name()
             );
         }
-        let event_id = args
-            .event_id
-            .clone()
-            .unwrap_or_else(|| random_event_id(&scheme));
+        let event_id = match (
+            args.event_id.clone(),
+            id_from_headers(&scheme, &args.headers),
+        ) {
+            (Some(flag), Some(header)) if flag != header => bail!(
+                "--event-id {flag:?} and --header {}: {header:?} name two event ids; give one",
+                scheme.id_header().unwrap_or_default()
+            ),
+            (Some(id), _) | (None, Some(id)) => id,
+            (None, None) => random_event_id(&scheme),
+        };
         let body = read_payload(&args.file).await?;
         verify::sign(&scheme, &secret, &event_id, &body, SystemTime::now())
             .with_context(|| format!("cannot sign for --scheme {}", scheme.name()))?;
@@ -399,6 +414,43 @@ mod tests {
             "send", "--config", config_arg, "--source", "acme", "--scheme", "github",
         ];
         assert!(parse_argv(argv).is_err());
+    }
+
+    /// An id set with `--header` in the scheme's id header is the request's event id: it is
+    /// signed (standard-webhooks signs it) and announced, not a random one the header then
+    /// replaced. Naming two different ids is refused.
+    #[tokio::test]
+    async fn an_id_header_given_with_header_is_the_event_id() {
+        let payload = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(payload.path(), br#"{"type":"t"}"#).unwrap();
+        let file = payload.path().to_str().unwrap();
+        let argv = |extra: &[&'static str]| {
+            let mut argv = vec![
+                "send",
+                "--url",
+                "http://127.0.0.1:9/hooks/x",
+                "--scheme",
+                "standard-webhooks",
+                "--secret",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                "--header",
+                "Webhook-Id: msg_mine",
+            ];
+            argv.extend_from_slice(extra);
+            argv.push(file);
+            argv
+        };
+        let args = parse_argv(argv(&[])).unwrap();
+        let plan = Plan::new(&args).await.unwrap();
+        assert_eq!(plan.event_id, "msg_mine");
+        assert!(
+            plan.announcement().contains("webhook-id: msg_mine"),
+            "{}",
+            plan.announcement()
+        );
+        let args = parse_argv(argv(&["--event-id", "msg_other"])).unwrap();
+        let err = Plan::new(&args).await.err().expect("two ids refused");
+        assert!(format!("{err:#}").contains("name two event ids"), "{err:#}");
     }
 
     #[tokio::test]
