@@ -118,6 +118,34 @@ pub struct RunOptions {
     pub clock: Clock,
 }
 
+/// Raises the open-files limit as far as it goes and caps handlers' outbound sockets so the
+/// listeners, at their `server.max_connections`, still have room (see `outbound::sockets`).
+fn limit_outbound_sockets(runtime: &Runtime, server: &config::ServerConfig) {
+    use outbound::sockets::{raise_open_files, socket_budget};
+    let Some(open_files) = raise_open_files() else {
+        return; // Unlimited: each call's own cap is the only one.
+    };
+    let refusing = server::MAX_REFUSING as u64;
+    let cap = match socket_budget(open_files, server.max_connections as u64, refusing) {
+        Ok(cap) => cap,
+        Err(cap) => {
+            tracing::warn!(
+                open_files,
+                max_connections = server.max_connections,
+                outbound_sockets = cap,
+                "the open-files limit ({open_files}) leaves handlers' outbound connections little \
+                 room beside two listeners at server.max_connections ({}): raise the limit \
+                 (ulimit -n, systemd's LimitNOFILE) or lower server.max_connections; outbound \
+                 sockets are capped at {cap}",
+                server.max_connections
+            );
+            cap
+        }
+    };
+    tracing::debug!(open_files, outbound_sockets = cap, "descriptor budget");
+    runtime.limit_outbound_sockets(cap);
+}
+
 /// Runs hookd until `shutdown` resolves: opens the inbox, loads the plugins, reclaims leases a
 /// previous process left, then serves ingest and admin and runs the workers.
 pub async fn run(
@@ -175,6 +203,7 @@ pub async fn run_with(
     let server = &config.server;
     let runtime = Runtime::new().context("starting the wasm runtime")?;
     runtime.limit_plugin_memory(server.plugin_memory_bytes);
+    limit_outbound_sockets(&runtime, server);
     std::fs::create_dir_all(&server.plugins_dir)
         .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
     let cache = match runtime.artifact_cache(&server.cache_dir, server.cache_max_bytes) {

@@ -35,7 +35,7 @@ pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 /// Connections refused over the per-address cap that are being answered at once; beyond it
 /// they are closed without an answer.
-const MAX_REFUSING: usize = 256;
+pub const MAX_REFUSING: usize = 256;
 
 /// How long answering a refused connection may take.
 const REFUSAL_TIME: Duration = Duration::from_secs(1);

@@ -480,3 +480,120 @@ async fn netprobe_reaches_only_its_listed_host() {
         "{dead:#}"
     );
 }
+
+/// A plugin that opens as many connections as it can (60 at once per attempt, 10 attempts)
+/// to a server that never answers does not use up hookd's file descriptors: with the
+/// open-files limit at 512, outbound sockets stop at their host-wide cap (a quarter of the
+/// limit here, since two listeners at `max_connections` would not fit beside more, which the
+/// log says), the requests beyond it are refused as `connection-limit-reached`, and another
+/// source's webhooks are still accepted meanwhile. Without the cap the 600 sockets ran hookd
+/// out of descriptors, and its listeners could accept nothing until the attempts timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_holding_connections_cannot_use_up_the_hosts_descriptors() {
+    const OPEN_FILES: u64 = 512;
+    const CAP: usize = 128; // OPEN_FILES / 4
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held: Arc<Mutex<Vec<tokio::net::TcpStream>>> = Arc::default();
+    let accept = tokio::spawn({
+        let held = held.clone();
+        async move {
+            while let Ok((stream, _)) = silent.accept().await {
+                held.lock().unwrap().push(stream);
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    support::install_plugins(dir.path(), &[("netprobe", plugins::NETPROBE)]);
+    let config = format!(
+        "[server]\nmax_connections = 16\nworkers = 16\n{}{}",
+        sw_source(
+            "p",
+            &["netprobe"],
+            &format!(
+                "[plugins.netprobe]\nmax_attempts = 1\ntimeout_ms = 20000\n\
+                 allow_hosts = [\"127.0.0.1:{port}\"]"
+            ),
+        ),
+        sw_source("q", &[], ""),
+    );
+    let host = support::ProcessHost::start_with_open_files(dir.path(), &config, OPEN_FILES).await;
+    let hold = json!({"hold": {"authority": format!("127.0.0.1:{port}"), "count": 60}});
+    for i in 0..10 {
+        let body = hold.to_string();
+        let (status, reply) =
+            support::post_sw(host.ingest, "p", &format!("hold-{i}"), body.as_bytes())
+                .await
+                .unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "hold-{i}: {reply}");
+    }
+    // The handlers hold what they can; wait until the cap is reached.
+    let deadline = Instant::now() + WAIT;
+    while held.lock().unwrap().len() < CAP {
+        assert!(
+            Instant::now() < deadline,
+            "only {} connections held; log:\n{}",
+            held.lock().unwrap().len(),
+            host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Another source is still served, each request on a connection of its own.
+    for i in 0..40 {
+        let sent = tokio::time::timeout(
+            Duration::from_secs(5),
+            support::post_sw(host.ingest, "q", &format!("q-{i}"), b"{}"),
+        )
+        .await;
+        let (status, reply) = sent
+            .unwrap_or_else(|_| panic!("q-{i} got no answer in 5 s; log:\n{}", host.log()))
+            .unwrap_or_else(|e| panic!("q-{i}: {e}; log:\n{}", host.log()));
+        assert_eq!(status, StatusCode::ACCEPTED, "q-{i}: {reply}");
+    }
+    let open = held.lock().unwrap().len();
+    assert!(open <= CAP, "{open} sockets held, over the cap of {CAP}");
+    let log = host.log();
+    assert!(
+        log.contains("lower server.max_connections") && log.contains("capped at 128"),
+        "no warning about the open-files limit:\n{log}"
+    );
+    assert!(!log.contains("Too many open files"), "{log}");
+    // The requests beyond the cap were refused, with the reason (one log line per call).
+    host.wait_log("at their cap (128", WAIT).await;
+    accept.abort();
+}
+
+/// A request still waiting when its attempt's deadline ends the call is counted in
+/// `hookd_outbound_requests_total` as a `timeout`: before, its future was dropped with the call
+/// and counted nowhere, so the requests behind stalled attempts were invisible.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_cut_off_by_the_attempts_deadline_is_counted_as_a_timeout() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let accept = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            held.push(stream);
+        }
+    });
+    let config = sw_source(
+        "p",
+        &["netprobe"],
+        &format!(
+            "[plugins.netprobe]\nmax_attempts = 1\ntimeout_ms = 500\n\
+             allow_hosts = [\"127.0.0.1:{port}\"]"
+        ),
+    );
+    let host = TestHost::start(&config, &[("netprobe", plugins::NETPROBE)]).await;
+    let url = format!("http://127.0.0.1:{port}/never");
+    host.accept_event("p", "stalled", &json!({ "urls": [url] }))
+        .await;
+    host.wait_state("p", "stalled", "netprobe", "dead", WAIT)
+        .await;
+    support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
+        &[r#"hookd_outbound_requests_total{plugin="netprobe",result="timeout"} 1"#],
+    )
+    .await;
+    accept.abort();
+}

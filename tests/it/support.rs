@@ -644,6 +644,7 @@ impl ProcessHost {
             &args,
             &env,
             Duration::from_secs(600),
+            None,
         )
         .await
     }
@@ -651,21 +652,39 @@ impl ProcessHost {
     /// [`ProcessHost::start`], waiting up to `healthy_within` for `/healthz` (the first load of
     /// a large plugin, compiled before the host answers, can take a debug build minutes).
     pub async fn start_within(dir: &Path, config: &str, healthy_within: Duration) -> Self {
-        Self::spawn(dir, &config_text(config), &["serve"], &[], healthy_within).await
+        Self::spawn(
+            dir,
+            &config_text(config),
+            &["serve"],
+            &[],
+            healthy_within,
+            None,
+        )
+        .await
+    }
+
+    /// [`ProcessHost::start`] with the process's open-files limit (soft and hard) at `limit`,
+    /// as `prlimit` (util-linux) sets it before running hookd.
+    pub async fn start_with_open_files(dir: &Path, config: &str, limit: u64) -> Self {
+        let healthy_within = Duration::from_secs(60);
+        let config = config_text(config);
+        Self::spawn(dir, &config, &["serve"], &[], healthy_within, Some(limit)).await
     }
 
     async fn start_exact_with_env(dir: &Path, config: &str, env: &[(&str, &str)]) -> Self {
-        Self::spawn(dir, config, &["serve"], env, Duration::from_secs(60)).await
+        Self::spawn(dir, config, &["serve"], env, Duration::from_secs(60), None).await
     }
 
     /// Writes the config with listen addresses on free ports, runs `hookd <command> --config
-    /// dir/hookd.toml` and waits up to `healthy_within` for `/healthz`.
+    /// dir/hookd.toml` (under `prlimit --nofile` when `open_files` is given) and waits up to
+    /// `healthy_within` for `/healthz`.
     async fn spawn(
         dir: &Path,
         config: &str,
         command: &[&str],
         env: &[(&str, &str)],
         healthy_within: Duration,
+        open_files: Option<u64>,
     ) -> Self {
         let (ingest, admin) = (free_port(), free_port());
         let listen = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"");
@@ -680,7 +699,17 @@ impl ProcessHost {
             .append(true)
             .open(dir.join("hookd.log"))
             .unwrap();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+        let hookd = env!("CARGO_BIN_EXE_hookd");
+        let mut child = match open_files {
+            // prlimit execs hookd: the child's pid is hookd's.
+            Some(limit) => {
+                let mut prlimit = std::process::Command::new("prlimit");
+                prlimit.arg(format!("--nofile={limit}:{limit}")).arg(hookd);
+                prlimit
+            }
+            None => std::process::Command::new(hookd),
+        };
+        let child = child
             .args(command)
             .arg("--config")
             .arg(dir.join("hookd.toml"))

@@ -12,6 +12,7 @@
 
 pub mod credentials;
 pub mod policy;
+pub mod sockets;
 pub mod tls;
 pub mod transport;
 

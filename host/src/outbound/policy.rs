@@ -327,6 +327,10 @@ pub enum Denied {
     /// The request has no host.
     #[error("the request names no host")]
     NoHost,
+    /// The authority carries userinfo (`user@host`), which would reach the server's `Host`
+    /// header as written (RFC 9110 forbids it there); credentials go in a header.
+    #[error("the request's authority carries userinfo (user@host): send credentials in a header")]
+    Userinfo,
     /// `host:port` is not in the allow-list.
     #[error("{0} is not in allow_hosts")]
     NotListed(HostPort),
@@ -347,6 +351,12 @@ pub enum Denied {
     /// The call already sent its share of requests.
     #[error("the call already sent {REQUESTS_PER_CALL} requests (the per-call cap)")]
     TooManyRequests,
+    /// Every outbound socket the host allows, all plugin calls together, is open.
+    #[error(
+        "hookd's outbound sockets, all plugins' together, are at their cap ({0}, set from the \
+         open-files limit): try again later"
+    )]
+    HostSockets(usize),
 }
 
 /// Checks a request's target against the grant before anything is resolved. The target's

@@ -250,6 +250,8 @@ where
     .map_err(|_| TransportError::ConnectTimeout)?
     .map_err(TransportError::Http)?;
 
+    // A response to HEAD, and a 1xx, 204 or 304, has no body whatever its Content-Length says.
+    let bodiless = request.method() == http::Method::HEAD;
     // The request line carries only the path; the authority went into the Host header.
     let path = request
         .uri()
@@ -286,10 +288,16 @@ where
         .map_err(|_| TransportError::FirstByteTimeout)?
         .map_err(TransportError::from_hyper)?
     };
-    if let Some(length) = response
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    let status = response.status();
+    let bodiless = bodiless
+        || status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED;
+    if !bodiless
+        && let Some(length) = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         && length > RESPONSE_BYTES
     {
         return Err(TransportError::TooLarge(length));
@@ -440,5 +448,57 @@ mod tests {
         };
         let wait = Timeouts::new(asked, deadline).connect_by - start;
         assert!(wait < Duration::from_secs(2), "{wait:?}");
+    }
+
+    /// A response that has no body by its method or status (HEAD; 1xx, 204, 304) is not
+    /// refused for the `Content-Length` it declares, which describes the resource; a GET whose
+    /// declared body is over the cap still is.
+    #[tokio::test]
+    async fn a_bodiless_response_is_not_too_large_for_its_declared_length() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serve = tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut head = vec![0; 4096];
+                let n = stream.read(&mut head).await.unwrap();
+                let head = String::from_utf8_lossy(&head[..n]).into_owned();
+                let status = if head.contains("/not-modified") {
+                    "304 Not Modified"
+                } else {
+                    "200 OK"
+                };
+                let answer = format!("HTTP/1.1 {status}\r\ncontent-length: 104857600\r\n\r\n");
+                stream.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        let target = HostPort::parse(&format!("127.0.0.1:{}", addr.port())).unwrap();
+        let send = |method: http::Method, path: &str| {
+            let request = Request::builder()
+                .method(method)
+                .uri(format!("http://{addr}{path}"))
+                .header(http::header::HOST, addr.to_string())
+                .body(http_body_util::Empty::<Bytes>::new())
+                .unwrap();
+            let timeouts =
+                Timeouts::new(Asked::default(), Instant::now() + Duration::from_secs(10));
+            let target = target.clone();
+            async move {
+                send(&Connector::Plain, &target, request, &[addr], timeouts)
+                    .await
+                    .map(|(response, _)| response.status())
+            }
+        };
+        let head = send(http::Method::HEAD, "/big").await;
+        assert_eq!(head.unwrap(), http::StatusCode::OK);
+        let not_modified = send(http::Method::GET, "/not-modified").await;
+        assert_eq!(not_modified.unwrap(), http::StatusCode::NOT_MODIFIED);
+        let get = send(http::Method::GET, "/big").await;
+        assert!(
+            matches!(get, Err(TransportError::TooLarge(104_857_600))),
+            "{get:?}"
+        );
+        serve.abort();
     }
 }

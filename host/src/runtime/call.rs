@@ -352,6 +352,7 @@ impl Runtime {
                 ctx.event.clone(),
                 deadline,
                 self.connector.clone(),
+                self.sockets.clone(),
             ),
             _live: self.live_store(),
         };

@@ -68,6 +68,7 @@ impl Runtime {
             linker,
             pooling,
             connector: Connector::Plain,
+            sockets: Arc::default(),
             ticker: Arc::new(Ticker::default()),
             memory: limiter::MemoryPool::new(usize::MAX),
         });
@@ -94,6 +95,13 @@ impl Runtime {
     pub fn limit_plugin_memory(&self, bytes: u64) {
         self.memory
             .set_limit(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+
+    /// Caps the outbound sockets of all calls in flight together at `cap` (set at start-up
+    /// from the open-files limit); until set, only each call's own cap applies.
+    pub fn limit_outbound_sockets(&self, cap: u64) {
+        self.sockets
+            .set_cap(usize::try_from(cap).unwrap_or(usize::MAX));
     }
 
     /// Whether the pooling allocator is in use (reported by `/healthz`).

@@ -62,6 +62,8 @@ pub struct Runtime {
     pooling: bool,
     /// How handler requests reach the network (built once, shared by every call).
     connector: Connector,
+    /// Outbound sockets of every call in flight, against the host-wide cap.
+    sockets: std::sync::Arc<crate::outbound::sockets::SocketPool>,
     /// The epoch ticker's state: it advances the epoch only while a store is alive.
     ticker: std::sync::Arc<engine::Ticker>,
     /// Linear memory of every call in flight, against `server.plugin_memory_mib`.

@@ -16,6 +16,9 @@
 //!   plugin, the event and the refused `host:port` (never the path or query) — once per call: a call's
 //!   refusals are counted and logged as one line when the call ends (the first refusal's
 //!   reason and the count), so a loop of refused requests cannot flood the host log.
+//! - Every connection holds a slot of the host-wide [`SocketPool`] from before its connect to
+//!   its close; a request that finds none free is refused, so no plugin can use up the file
+//!   descriptors the listeners and the database need.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
@@ -37,19 +40,21 @@ use crate::{
             AllowList, Denied, HostPort, IDEMPOTENCY_KEY, Outbound, REQUESTS_PER_CALL,
             check_target, usable_addrs,
         },
+        sockets::SocketPool,
         transport::{self, Asked, Connector, Timeouts, TransportError},
     },
-    telemetry::OutboundResult,
+    telemetry::{OutboundMeter, OutboundResult},
 };
 
 /// The `wasi:http` error the guest sees for a refusal.
 fn denied_error(denied: &Denied) -> HttpError {
     match denied {
         Denied::Prohibited { .. } => HttpError::DestinationIpProhibited,
-        Denied::TooManyRequests => HttpError::ConnectionLimitReached,
+        Denied::TooManyRequests | Denied::HostSockets(_) => HttpError::ConnectionLimitReached,
         Denied::NoNetwork
         | Denied::Scheme(_)
         | Denied::NoHost
+        | Denied::Userinfo
         | Denied::NotListed(_)
         | Denied::CredentialOverPlainHttp(_) => HttpError::HttpRequestDenied,
     }
@@ -169,6 +174,8 @@ pub struct OutboundHooks {
     plugin: PluginName,
     deadline: Instant,
     connector: Connector,
+    /// The host-wide socket budget every call draws on.
+    sockets: Arc<SocketPool>,
     grant: Option<Outbound>,
     requests_left: u32,
     refusals: RefusalLog,
@@ -181,11 +188,13 @@ impl OutboundHooks {
         event: Option<EventId>,
         deadline: Instant,
         connector: Connector,
+        sockets: Arc<SocketPool>,
     ) -> Self {
         Self {
             plugin: plugin.clone(),
             deadline,
             connector,
+            sockets,
             grant: None,
             requests_left: REQUESTS_PER_CALL,
             refusals: RefusalLog(Arc::new(Mutex::new(Refusals {
@@ -230,6 +239,9 @@ impl OutboundHooks {
             return Err(Denied::NoNetwork);
         };
         let uri = request.uri();
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(Denied::Userinfo);
+        }
         let https = uri.scheme() == Some(&Scheme::HTTPS);
         let target = check_target(&grant.allow, uri.scheme(), uri.host(), uri.port_u16())?;
         let credential = grant.credentials.for_request(&target, https)?;
@@ -254,6 +266,35 @@ impl OutboundHooks {
     }
 }
 
+/// Counts one request's outcome in `hookd_outbound_requests_total`, once. A request whose
+/// future is dropped before it had one was cut off: by the attempt's deadline (`timeout`), or
+/// abandoned by the plugin or its call's end otherwise (`error`).
+struct Outcome {
+    meter: Option<OutboundMeter>,
+    deadline: Instant,
+}
+
+impl Outcome {
+    fn count(&mut self, result: OutboundResult) {
+        if let Some(meter) = self.meter.take() {
+            meter.record(result);
+        }
+    }
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        if self.meter.is_some() {
+            let cut_off = if Instant::now() >= self.deadline {
+                OutboundResult::Timeout
+            } else {
+                OutboundResult::Error
+            };
+            self.count(cut_off);
+        }
+    }
+}
+
 type SendResult = Result<
     (
         Response<WasiBody>,
@@ -270,19 +311,17 @@ impl WasiHttpHooks for OutboundHooks {
         _response_done: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         let meter = self.grant.as_ref().map(|grant| grant.meter.clone());
-        let count = move |result: OutboundResult| {
-            if let Some(meter) = &meter {
-                meter.record(result);
-            }
-        };
+        let deadline = self.deadline;
+        let mut outcome = Outcome { meter, deadline };
         let admitted = self.admit(&mut request).map_err(|denied| {
-            count(OutboundResult::Denied);
+            outcome.count(OutboundResult::Denied);
             self.refusals.deny(&denied)
         });
         let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
-        let deadline = self.deadline;
+        let sockets = self.sockets.clone();
         Box::new(async move {
+            let mut count = |result| outcome.count(result);
             let (target, allow, connector) = admitted?;
             let options = options.unwrap_or_default();
             let asked = Asked {
@@ -298,6 +337,11 @@ impl WasiHttpHooks for OutboundHooks {
             let addrs = usable_addrs(&allow, &target, &addrs).map_err(|denied| {
                 count(OutboundResult::Denied);
                 refusals.deny(&denied)
+            })?;
+            // Held as long as the connection is: it rides with the connection's driver.
+            let slot = sockets.take().ok_or_else(|| {
+                count(OutboundResult::Denied);
+                refusals.deny(&Denied::HostSockets(sockets.cap()))
             })?;
             // The call's refusal line is due when the call ends, not when this response does.
             drop(refusals);
@@ -321,8 +365,10 @@ impl WasiHttpHooks for OutboundHooks {
             }
             let (response, driver) = result.map_err(transport_error)?;
             let response = response.map(|body| body.map_err(transport_error).boxed_unsync());
-            let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
-                Box::new(async move { driver.await.map_err(transport_error) });
+            let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> = Box::new(async move {
+                let _slot = slot;
+                driver.await.map_err(transport_error)
+            });
             Ok((response, io))
         })
     }
@@ -381,7 +427,6 @@ mod tests {
         credentials::{Credential, Credentials},
         idempotency_key, tls,
     };
-    use crate::telemetry::OutboundMeter;
 
     fn request() -> Request<WasiBody> {
         Request::builder()
@@ -397,7 +442,13 @@ mod tests {
 
     fn hooks() -> OutboundHooks {
         let deadline = Instant::now() + Duration::from_secs(5);
-        OutboundHooks::new(PluginName::from("p"), None, deadline, Connector::Plain)
+        OutboundHooks::new(
+            PluginName::from("p"),
+            None,
+            deadline,
+            Connector::Plain,
+            Arc::default(),
+        )
     }
 
     fn granted() -> OutboundHooks {
@@ -424,6 +475,30 @@ mod tests {
             HeaderValue::from_str(authorization).unwrap(),
         );
         request
+    }
+
+    /// `user@` before a listed address would reach that server's `Host` header as written
+    /// (and the allow-list sees only what follows the `@`): refused, whatever the userinfo.
+    #[test]
+    fn an_authority_with_userinfo_is_refused() {
+        let mut hooks = granted();
+        for url in [
+            "http://internal-admin.example:443@127.0.0.1:9000/",
+            "http://user:pw@127.0.0.1:9000/",
+            "https://x%0d%0aX-Injected:1@api.example.com/",
+        ] {
+            let mut req = request_to(url, "plugin-chosen");
+            let denied = hooks.admit(&mut req).err();
+            assert!(
+                matches!(denied, Some(Denied::Userinfo)),
+                "{url}: {denied:?}"
+            );
+        }
+        let mut req = request_to("http://127.0.0.1:9000/a@b", "plugin-chosen");
+        assert!(
+            hooks.admit(&mut req).is_ok(),
+            "an @ in the path is no userinfo"
+        );
     }
 
     #[test]

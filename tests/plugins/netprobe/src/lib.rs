@@ -10,6 +10,12 @@
 //! files and environment variables. With `fail`, the first error is returned with `?`, so the
 //! SDK's retry-or-permanent judgement decides the attempt's outcome.
 //!
+//! With `"hold": {"authority": "host:port", "count": N}` it first sends N plain-http `GET`s there
+//! all at once (raw `wasi:http`, none awaited until all are sent), so it holds up to N
+//! connections together, as a hostile plugin would to use up the host's sockets; then it waits
+//! for each and reports `"held": {"answered": a, "refused": r, "failed": f}` (`refused`: the
+//! host's `connection-limit-reached`).
+//!
 //! Output:
 //! `{"urls": {url: "ok" | "denied: ..." | "tls: ..." | "error: ..."},
 //!   "answers": {url: "<response body>"},
@@ -32,6 +38,44 @@ struct Probe {
     post_to: Vec<String>,
     #[serde(default)]
     fail: bool,
+    hold: Option<Hold>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Hold {
+    authority: String,
+    count: usize,
+}
+
+/// Sends `hold.count` GETs at once, then waits for each: how many were answered, refused with
+/// `connection-limit-reached`, or failed otherwise.
+fn hold(hold: &Hold) -> Value {
+    use wasip2::http::{
+        outgoing_handler,
+        types::{ErrorCode, Fields, OutgoingRequest, Scheme},
+    };
+    let (mut answered, mut refused, mut failed) = (0, 0, 0);
+    let mut pending = Vec::new();
+    for _ in 0..hold.count {
+        let request = OutgoingRequest::new(Fields::new());
+        let _ = request.set_scheme(Some(&Scheme::Http));
+        let _ = request.set_authority(Some(&hold.authority));
+        let _ = request.set_path_with_query(Some("/hold"));
+        match outgoing_handler::handle(request, None) {
+            Ok(response) => pending.push(response),
+            Err(ErrorCode::ConnectionLimitReached) => refused += 1,
+            Err(_) => failed += 1,
+        }
+    }
+    for response in pending {
+        response.subscribe().block();
+        match response.get() {
+            Some(Ok(Ok(_))) => answered += 1,
+            Some(Ok(Err(ErrorCode::ConnectionLimitReached))) => refused += 1,
+            _ => failed += 1,
+        }
+    }
+    json!({"answered": answered, "refused": refused, "failed": failed})
 }
 
 /// The netprobe handler.
@@ -40,6 +84,7 @@ pub struct Netprobe;
 impl Handler for Netprobe {
     fn handle(event: Event) -> Result<Option<String>, HandleError> {
         let probe: Probe = event.json()?;
+        let held = probe.hold.as_ref().map(hold);
         let mut urls = BTreeMap::new();
         let mut answers = BTreeMap::new();
         for url in &probe.urls {
@@ -82,9 +127,9 @@ impl Handler for Netprobe {
             };
             urls.insert(format!("POST {url}"), verdict);
         }
-        output::json(
-            &json!({ "urls": urls, "answers": answers, "files": files, "env": env }) as &Value,
-        )
+        output::json(&json!({
+            "urls": urls, "answers": answers, "files": files, "env": env, "held": held,
+        }) as &Value)
     }
 }
 
