@@ -83,6 +83,8 @@ struct FileStatus {
     current: Option<Arc<LoadedPlugin>>,
     previous: Vec<Arc<LoadedPlugin>>,
     error: Option<String>,
+    /// The sha256 of the file the last load refused, when it got as far as reading it.
+    refused: Option<String>,
 }
 
 impl FileStatus {
@@ -272,7 +274,8 @@ impl Registry {
     /// Loads (or reloads) `<dir>/<stem>.wasm`. On failure the live version, if any, stays.
     pub async fn load(&self, stem: &str) -> Result<Arc<LoadedPlugin>, LoadError> {
         let path = self.path_of(stem);
-        let result = self.build(stem, &path).await;
+        let mut read = None;
+        let result = self.build(stem, &path, &mut read).await;
         let counted = match &result {
             Ok(_) => LoadResult::Loaded,
             Err(_) => LoadResult::Failed,
@@ -287,6 +290,7 @@ impl Registry {
                     .as_ref()
                     .is_some_and(|c| c.plugin.sha256() == loaded.plugin.sha256())
                 {
+                    entry.refused = None;
                     if entry.error.take().is_some() {
                         // The last word on this plugin was an error: say it is over.
                         tracing::info!(
@@ -315,6 +319,7 @@ impl Registry {
                     .retain(|p| p.plugin.sha256() != loaded.plugin.sha256());
                 entry.previous.truncate(KEEP_PREVIOUS);
                 entry.error = None;
+                entry.refused = None;
                 self.publish(stem, Some(loaded.clone()));
                 tracing::info!(
                     plugin = stem,
@@ -328,6 +333,7 @@ impl Registry {
             Err(error) => {
                 tracing::error!(plugin = stem, file = %path.display(), "{error}");
                 entry.error = Some(error.to_string());
+                entry.refused = read;
                 Err(error)
             }
         }
@@ -345,6 +351,12 @@ impl Registry {
         }
         self.publish(stem, None);
         tracing::warn!(plugin = stem, "plugin unloaded: its file was removed");
+    }
+
+    /// The sha256 of the file `stem`'s last load refused, unless a load succeeded since.
+    pub fn refused(&self, stem: &str) -> Option<String> {
+        let status = self.status.lock().expect("poisoned");
+        status.get(stem)?.refused.clone()
     }
 
     /// The sha256 of the version [`Registry::rollback`] would make live now.
@@ -423,7 +435,14 @@ impl Registry {
         });
     }
 
-    async fn build(&self, stem: &str, path: &Path) -> Result<Arc<LoadedPlugin>, LoadError> {
+    /// Reads, compiles and checks `path`; `read` gets the sha256 of the bytes read, if it got
+    /// that far.
+    async fn build(
+        &self,
+        stem: &str,
+        path: &Path,
+        read: &mut Option<String>,
+    ) -> Result<Arc<LoadedPlugin>, LoadError> {
         let file = path.display().to_string();
         let read_path = path.to_owned();
         let needs = self.needs.get(stem).cloned().unwrap_or_default();
@@ -442,6 +461,7 @@ impl Registry {
                 source,
             })?;
         let sha256 = crate::runtime::file_sha256(&bytes);
+        *read = Some(sha256.clone());
         // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
         if let Some(live) = self.get(stem)
             && sha256 == live.plugin.sha256()

@@ -665,6 +665,75 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
     );
 }
 
+/// A version the cluster publishes that one node cannot run (here: a parser-only file, where
+/// that node's configuration feeds `counter` events as a handler, while the publishing node only
+/// declares it) is refused there, and that node's file is given back the version it runs: a
+/// restart serves it again. Before, the refused file stayed on disk, and after a restart the
+/// node had no `counter` at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_version_one_node_refuses_never_replaces_its_working_file() {
+    let Some(db) = TestDatabase::create(
+        "a_published_version_one_node_refuses_never_replaces_its_working_file",
+    ) else {
+        return;
+    };
+    let publisher_config = format!(
+        "[server]\nworkers = 1\ndatabase = \"{}\"\n{}\n[plugins.counter]\n",
+        db.url,
+        sw_source("s", &[], "")
+    );
+    let dirs: Vec<TempDir> = (0..2).map(|_| node_dir()).collect();
+    let publisher = ProcessHost::start(dirs[0].path(), &publisher_config).await;
+    let runner_config = node_config(&db.url, 1);
+    let runner = ProcessHost::start(dirs[1].path(), &runner_config).await;
+    let first = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
+    let hosts = [publisher, runner];
+    wait_everywhere(&hosts, &first, "at start").await;
+
+    let parser = std::fs::read(plugins::GENERIC).unwrap();
+    let parser_sha = host::runtime::file_sha256(&parser);
+    drop_file(dirs[0].path(), &parser);
+    let log = hosts[1]
+        .wait_log(
+            "its file holds the live version again",
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        log.contains("does not export the handler role"),
+        "not refused for its role:\n{log}"
+    );
+    let on_disk = std::fs::read(dirs[1].path().join("plugins/counter.wasm")).unwrap();
+    assert_eq!(host::runtime::file_sha256(&on_disk), first);
+    let counter = counter_on(&hosts[1]).await;
+    assert_eq!(counter["sha256"], first.as_str(), "{counter:#}");
+    assert_eq!(
+        psql(
+            &db.url,
+            "SELECT sha256 FROM plugin_releases WHERE stem = 'counter'"
+        )
+        .trim(),
+        parser_sha
+    );
+    // A restart finds its working file, and keeps it after refusing the release again.
+    let [publisher, runner] = hosts;
+    runner.kill();
+    let runner = ProcessHost::start(dirs[1].path(), &runner_config).await;
+    let restored = "its file holds the live version again";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while runner.log().matches(restored).count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted node did not refuse the release again:\n{}",
+            runner.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let counter = counter_on(&runner).await;
+    assert_eq!(counter["sha256"], first.as_str(), "{counter:#}");
+    drop(publisher);
+}
+
 /// Two nodes behind PgBouncer in transaction mode (`database_pooler = "transaction"`), sharing
 /// its four server connections among their 32 pooled ones, so consecutive transactions of one
 /// connection run on different server connections: every event is stored once and handled

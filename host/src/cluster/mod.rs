@@ -16,7 +16,9 @@
 //!   through a change (or a rollback) catches up instead of undoing it. A file with no release
 //!   yet is published.
 //! - A release is written into the plugins directory once per release version, so a version that
-//!   cannot load on this node is not retried in a loop; a newer release is.
+//!   cannot load on this node is not retried in a loop; a newer release is. Such a version's
+//!   file is given back the live version's bytes, so the directory holds what runs and a
+//!   restart serves it (never the refused file: a broken file never evicts a working one).
 //! - A rollback goes only to a version the cluster stores (the admin API checks before it acts):
 //!   a release always has bytes every node can fetch.
 
@@ -146,6 +148,30 @@ pub fn plan(
     actions
 }
 
+/// The files whose adopted version this node refused (it does not load here: another per-node
+/// limit, a role this node's configuration needs) while another version is live: each with the
+/// live version its file must hold again, so that a restart serves what runs now rather than
+/// the refused file. Forgets those adoptions (a newer release is still adopted).
+pub fn refused_adoptions(
+    live: &BTreeMap<String, String>,
+    memory: &mut Memory,
+    refused: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
+    let mut restore = Vec::new();
+    for (stem, written) in &mut memory.written {
+        let (Some(refused), Some(live)) = (refused(stem), live.get(stem)) else {
+            continue;
+        };
+        if let Some(i) = written.iter().position(|w| *w == refused)
+            && *live != refused
+        {
+            written.drain(..=i);
+            restore.push((stem.clone(), live.clone()));
+        }
+    }
+    restore
+}
+
 /// Runs the node's heartbeat and plugin sync until `shutdown`. Storage errors (the database
 /// away) are logged once per outage and retried each tick.
 pub async fn run(
@@ -250,6 +276,18 @@ async fn tick(
                 );
             }
         }
+    }
+    for (stem, sha256) in refused_adoptions(&live, memory, |stem| registry.refused(stem)) {
+        let Some(bytes) = store.plugin_bytes(&sha256).await? else {
+            continue; // Never published: the refused file stays, as a dropped one would.
+        };
+        write_atomically(&registry.path_of(&stem), &bytes).await?;
+        tracing::warn!(
+            plugin = stem,
+            sha256,
+            "the cluster's version of this plugin does not load on this node (see its error); \
+             its file holds the live version again, so a restart serves it too"
+        );
     }
     Ok(())
 }
@@ -373,6 +411,30 @@ mod tests {
         assert_eq!(
             plan(&y, &live(&[("h", "x")]), &mut memory),
             [publish("h", "x")]
+        );
+    }
+
+    /// The cluster's "b" is refused here (a node's own compile limit, say): the file gets the
+    /// live "a" back, once; a newer release is adopted as usual.
+    #[test]
+    fn an_adopted_version_refused_here_gives_the_file_back_to_the_live_one() {
+        let mut memory = Memory::default();
+        let first = BTreeMap::from([release("h", "a", 1)]);
+        plan(&first, &live(&[("h", "a")]), &mut memory);
+        let second = BTreeMap::from([release("h", "b", 2)]);
+        plan(&second, &live(&[("h", "a")]), &mut memory);
+        let here = live(&[("h", "a")]);
+        // Still compiling: nothing refused yet.
+        assert!(refused_adoptions(&here, &mut memory, |_| None).is_empty());
+        let refused = |_: &str| Some("b".to_owned());
+        let restore = refused_adoptions(&here, &mut memory, refused);
+        assert_eq!(restore, [("h".to_owned(), "a".to_owned())]);
+        assert!(refused_adoptions(&here, &mut memory, refused).is_empty());
+        assert!(plan(&second, &here, &mut memory).is_empty());
+        let third = BTreeMap::from([release("h", "c", 3)]);
+        assert_eq!(
+            plan(&third, &here, &mut memory),
+            [Action::Adopt(third["h"].clone())]
         );
     }
 
