@@ -396,6 +396,31 @@ impl Registry {
         Ok(back)
     }
 
+    /// Makes the earlier version `sha256` of `stem` live, if this node still holds it among its
+    /// previous versions (a cluster's rollback, whose target the cluster's history chose): as a
+    /// step back, the version it replaces is not listed. `None` if it holds no such version
+    /// (the cluster's sync then writes and loads it like any release).
+    pub fn rollback_to(&self, stem: &str, sha256: &str) -> Option<Arc<LoadedPlugin>> {
+        let mut status = self.status.lock().expect("poisoned");
+        let entry = status.get_mut(stem)?;
+        if entry
+            .current
+            .as_ref()
+            .is_some_and(|c| c.plugin.sha256() == sha256)
+        {
+            return entry.current.clone();
+        }
+        let at = entry
+            .previous
+            .iter()
+            .position(|p| p.plugin.sha256() == sha256)?;
+        let back = entry.previous.remove(at);
+        entry.current = Some(back.clone());
+        self.publish(stem, Some(back.clone()));
+        tracing::warn!(plugin = stem, sha256, "plugin rolled back");
+        Some(back)
+    }
+
     /// Every known file's status, for the admin API.
     pub fn statuses(&self) -> BTreeMap<String, PluginStatus> {
         let status = self.status.lock().expect("poisoned");

@@ -665,6 +665,50 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
     );
 }
 
+/// A rollback is the cluster's, whichever node gets it: a node that was down through a rollback
+/// comes back with the rolled-back-from version on disk, loads it, then catches up; its own
+/// memory then says that version is the previous one, but the cluster's history does not, and a
+/// rollback there has nowhere to go, as anywhere else. Before, it answered 200 and took the
+/// whole cluster back to the version just rolled back from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_follows_the_clusters_history_on_every_node() {
+    let Some(db) = TestDatabase::create("a_rollback_follows_the_clusters_history_on_every_node")
+    else {
+        return;
+    };
+    let config = node_config(&db.url, 1);
+    let dirs: Vec<TempDir> = (0..2).map(|_| node_dir()).collect();
+    let mut hosts = Vec::new();
+    for dir in &dirs {
+        hosts.push(ProcessHost::start(dir.path(), &config).await);
+    }
+    let first = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
+    wait_everywhere(&hosts, &first, "at start").await;
+    let new = std::fs::read(plugins::FLAKY).unwrap();
+    let second = host::runtime::file_sha256(&new);
+    drop_file(dirs[0].path(), &new);
+    wait_everywhere(&hosts, &second, "after the drop on node 0").await;
+
+    // Node 1 is down through a rollback on node 0.
+    hosts.pop().unwrap().kill();
+    let (status, reply) = rollback(&hosts[0]).await;
+    assert_eq!(
+        (status, &reply["sha256"]),
+        (StatusCode::OK, &json!(first)),
+        "{reply}"
+    );
+    hosts.push(ProcessHost::start(dirs[1].path(), &config).await);
+    wait_everywhere(&hosts, &first, "after node 1 came back").await;
+
+    for (n, host) in hosts.iter().enumerate() {
+        let counter = counter_on(host).await;
+        assert_eq!(counter["previous"], json!([]), "node {n}: {counter:#}");
+        let (status, reply) = rollback(host).await;
+        assert_eq!(status, StatusCode::CONFLICT, "node {n}: {reply}");
+    }
+    wait_everywhere(&hosts, &first, "after the refused rollbacks").await;
+}
+
 /// A version the cluster publishes that one node cannot run (here: a parser-only file, where
 /// that node's configuration feeds `counter` events as a handler, while the publishing node only
 /// declares it) is refused there, and that node's file is given back the version it runs: a

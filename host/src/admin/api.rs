@@ -309,7 +309,8 @@ pub struct PluginInfo {
     pub loaded_at: Option<i64>,
     /// The `[plugins.<name>]` instance name.
     pub name: String,
-    /// sha256 of the versions a rollback can return to, most recent first.
+    /// sha256 of the versions a rollback can return to, most recent first (in a cluster, the
+    /// cluster's history of the file, the same on every node).
     pub previous: Vec<String>,
     /// sha256 of the live version.
     pub sha256: Option<String>,

@@ -360,9 +360,20 @@ pub(super) async fn plugins(
     Ok(Json(plugin_infos(&shared).await?))
 }
 
-/// Every configured plugin instance with its file's status and what each live node runs.
+/// Every configured plugin instance with its file's status and what each live node runs. In a
+/// cluster, `previous` is the cluster's history of the file (what a rollback on any node goes
+/// back to), not this node's.
 pub(super) async fn plugin_infos(shared: &Shared) -> Result<Vec<api::PluginInfo>, ApiError> {
     let files = shared.registry.statuses();
+    let histories: std::collections::HashMap<String, Vec<String>> = match shared.inbox.cluster() {
+        Some(cluster) => cluster
+            .releases()
+            .await?
+            .into_iter()
+            .map(|release| (release.stem, release.previous))
+            .collect(),
+        None => Default::default(),
+    };
     let alive: Vec<api::NodeInfo> = nodes_now(shared)
         .await?
         .into_iter()
@@ -377,6 +388,9 @@ pub(super) async fn plugin_infos(shared: &Shared) -> Result<Vec<api::PluginInfo>
             // Two instances may share a file: each gets its own copy of the file's status.
             let file = files.get(&plugin.wasm).cloned();
             let mut info = api::PluginInfo::new(plugin.name.to_string(), wasm, file);
+            if let Some(previous) = histories.get(&plugin.wasm) {
+                info.previous = previous.clone();
+            }
             info.shared_with = shared
                 .config
                 .instances_of(&plugin.wasm)
@@ -458,8 +472,9 @@ pub(super) async fn rollback(
 
 /// Puts plugin instance `name`'s file back to its previous version, which every instance of
 /// that file runs from then on; the answer (and the log line) names them all. In a cluster the
-/// version must be one the cluster stores (every node must be able to run it); a version that
-/// only ever ran on this node is refused, and nothing changes.
+/// previous version is the cluster's (its release's history, the same on every node), and the
+/// rollback is a publish of it, which every node follows; it must be one the cluster stores
+/// (every node must be able to run it): otherwise it is refused, and nothing changes.
 pub(super) async fn rollback_plugin(
     shared: &Shared,
     name: String,
@@ -475,27 +490,35 @@ pub(super) async fn rollback_plugin(
         ApiError::Conflict(d) => ApiError::Conflict(format!("plugin {name}: {d}")),
         other => other,
     };
-    if let Some(cluster) = shared.inbox.cluster() {
-        let target = shared
-            .registry
-            .rollback_target(&plugin.wasm)
-            .map_err(named)?;
-        if cluster.plugin_bytes(&target).await?.is_none() {
-            return Err(ApiError::Conflict(format!(
-                "plugin {name}: its previous version {target} ran only on this node and was \
-                 never published to the cluster, which has no bytes of it for the other nodes; \
-                 nothing was rolled back (drop that version's file into plugins_dir to publish \
-                 it)"
-            )));
+    let sha256 = match shared.inbox.cluster() {
+        Some(cluster) => {
+            let target = cluster_rollback_target(shared, &*cluster, &plugin.wasm, named).await?;
+            if cluster.plugin_bytes(&target).await?.is_none() {
+                return Err(ApiError::Conflict(format!(
+                    "plugin {name}: its previous version {target} ran only on this node and was \
+                     never published to the cluster, which has no bytes of it for the other \
+                     nodes; nothing was rolled back (drop that version's file into plugins_dir \
+                     to publish it)"
+                )));
+            }
+            cluster
+                .publish(&plugin.wasm, &target, None, &shared.node.id)
+                .await?;
+            // Live here at once if this node still holds it; else the sync loads it, as on
+            // every other node.
+            shared.registry.rollback_to(&plugin.wasm, &target);
+            target
         }
-    }
-    let live = shared.registry.rollback(&plugin.wasm).map_err(named)?;
+        None => {
+            let live = shared.registry.rollback(&plugin.wasm).map_err(named)?;
+            live.plugin.sha256().to_owned()
+        }
+    };
     let instances: Vec<String> = shared
         .config
         .instances_of(&plugin.wasm)
         .map(|instance| instance.to_string())
         .collect();
-    let sha256 = live.plugin.sha256().to_owned();
     tracing::info!(
         plugin = %name,
         file = %plugin.wasm,
@@ -508,6 +531,28 @@ pub(super) async fn rollback_plugin(
         sha256,
         instances,
     })
+}
+
+/// The version a cluster's rollback of file `stem` goes to: the newest of its release's
+/// earlier versions. A file this node never loaded is [`RollbackError::NeverLoaded`] (or
+/// unknown), as on one node.
+async fn cluster_rollback_target(
+    shared: &Shared,
+    cluster: &dyn crate::inbox::cluster::ClusterStore,
+    stem: &str,
+    named: impl Fn(RollbackError) -> ApiError,
+) -> Result<String, ApiError> {
+    if let Err(e @ (RollbackError::NeverLoaded(..) | RollbackError::UnknownFile(_))) =
+        shared.registry.rollback_target(stem)
+    {
+        return Err(named(e));
+    }
+    let releases = cluster.releases().await?;
+    releases
+        .into_iter()
+        .find(|release| release.stem == stem)
+        .and_then(|release| release.previous.into_iter().next())
+        .ok_or_else(|| named(RollbackError::NoPrevious(stem.to_owned())))
 }
 
 #[cfg(test)]

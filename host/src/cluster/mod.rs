@@ -315,6 +315,7 @@ mod tests {
                 sha256: sha.to_owned(),
                 version,
                 node: "other".to_owned(),
+                previous: Vec::new(),
             },
         )
     }

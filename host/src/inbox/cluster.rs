@@ -8,6 +8,8 @@
 //! - A release's `version` grows with every change of the cluster's choice, so a node can tell
 //!   a new choice from the one it has acted on.
 //! - A heartbeat replaces the node's previous one: one row per node.
+//! - A release's history (`previous`) changes only with the release, in the same transaction:
+//!   every node reads the same one.
 
 use std::collections::BTreeMap;
 
@@ -39,7 +41,14 @@ pub struct Release {
     pub version: i64,
     /// The node that published it.
     pub node: String,
+    /// The cluster's earlier versions of the file, newest first (at most
+    /// [`PREVIOUS_KEPT`]): a new version pushes the one it replaces; the newest earlier one
+    /// coming back (a rollback) is a step back, which drops the version it replaces.
+    pub previous: Vec<String>,
 }
+
+/// Earlier versions a release keeps.
+pub const PREVIOUS_KEPT: usize = 5;
 
 /// The storage a cluster of nodes coordinates through.
 #[async_trait::async_trait]

@@ -12,7 +12,7 @@ use tokio_postgres::Row;
 use super::{PostgresStore, statements::Run};
 use crate::inbox::{
     InboxError,
-    cluster::{ClusterStore, NodeBeat, Release},
+    cluster::{ClusterStore, NodeBeat, PREVIOUS_KEPT, Release},
 };
 
 fn release(row: &Row) -> Release {
@@ -21,6 +21,7 @@ fn release(row: &Row) -> Release {
         sha256: row.get(1),
         version: row.get(2),
         node: row.get(3),
+        previous: row.get(4),
     }
 }
 
@@ -114,22 +115,31 @@ impl ClusterStore for PostgresStore {
                 sha256: sha256.to_owned(),
             });
         }
+        // The history: the newest earlier version coming back is a step back (it leaves the
+        // history, and the version it replaces is dropped); any other pushes the one replaced.
+        let kept = PREVIOUS_KEPT as i32;
         let moved = tx
             .query_opt(
                 "INSERT INTO plugin_releases (stem, sha256, version, node)
                  VALUES ($1, $2, nextval('plugin_release_versions'), $3)
                  ON CONFLICT (stem) DO UPDATE SET sha256 = EXCLUDED.sha256,
-                     version = EXCLUDED.version, node = EXCLUDED.node
+                     version = EXCLUDED.version, node = EXCLUDED.node,
+                     previous = CASE
+                         WHEN plugin_releases.previous[1] = EXCLUDED.sha256
+                         THEN plugin_releases.previous[2:]
+                         ELSE (array_prepend(plugin_releases.sha256,
+                               array_remove(plugin_releases.previous, EXCLUDED.sha256)))[1:$4]
+                     END
                  WHERE plugin_releases.sha256 <> EXCLUDED.sha256
-                 RETURNING stem, sha256, version, node",
-                &[&stem, &sha256, &node],
+                 RETURNING stem, sha256, version, node, previous",
+                &[&stem, &sha256, &node, &kept],
             )
             .await?;
         let current = match moved {
             Some(row) => release(&row),
             None => release(
                 &tx.query_one(
-                    "SELECT stem, sha256, version, node FROM plugin_releases WHERE stem = $1",
+                    "SELECT stem, sha256, version, node, previous FROM plugin_releases WHERE stem = $1",
                     &[&stem],
                 )
                 .await?,
@@ -145,7 +155,7 @@ impl ClusterStore for PostgresStore {
             .client()
             .await?
             .query(
-                "SELECT stem, sha256, version, node FROM plugin_releases ORDER BY stem",
+                "SELECT stem, sha256, version, node, previous FROM plugin_releases ORDER BY stem",
                 &[],
             )
             .await?;

@@ -208,6 +208,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     "
     DROP INDEX IF EXISTS deliveries_due;
     ",
+    // 11: each release keeps the cluster's earlier versions of its file (newest first), kept
+    // by the publish that moves it, so every node sees one history and a rollback on any node
+    // goes to the same version (each node's own, in memory, differed after a restart or two
+    // drops at once).
+    "
+    ALTER TABLE plugin_releases ADD COLUMN previous TEXT[] NOT NULL DEFAULT '{}';
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.

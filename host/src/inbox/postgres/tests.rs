@@ -1045,3 +1045,35 @@ fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
     assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
     assert_eq!(own.get_keepalives_idle(), Duration::from_secs(30));
 }
+
+/// A release keeps the cluster's history of its file: a new version pushes the one it
+/// replaces (at most five kept, a version coming back leaving its older place), and the newest
+/// earlier version coming back is a step back that drops the one it replaces. Every node reads
+/// the same history, whichever node published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_keeps_one_history_of_its_file_for_every_node() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let [one, two] = nodes(&db).await;
+    let (one, two) = (one.cluster().unwrap(), two.cluster().unwrap());
+    let publish = async |store: &Arc<dyn crate::inbox::cluster::ClusterStore>, sha: &str| {
+        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
+        let release = store.publish("h", sha, Some(bytes), "n").await.unwrap();
+        assert_eq!(release.sha256, sha);
+        release.previous
+    };
+    assert!(publish(&one, "a").await.is_empty());
+    assert_eq!(publish(&two, "b").await, ["a"]);
+    assert_eq!(publish(&one, "c").await, ["b", "a"]);
+    // A step back (a rollback, or the newest earlier file written again): "c" is dropped.
+    assert_eq!(publish(&two, "b").await, ["a"]);
+    for sha in ["c", "d", "e", "f", "g"] {
+        publish(&one, sha).await;
+    }
+    assert_eq!(publish(&two, "h").await, ["g", "f", "e", "d", "c"]);
+    // An older version written again is new: it leaves its place and the live one is pushed.
+    assert_eq!(publish(&one, "e").await, ["h", "g", "f", "d", "c"]);
+    let releases = two.releases().await.unwrap();
+    assert_eq!(releases[0].previous, ["h", "g", "f", "d", "c"]);
+}
