@@ -571,6 +571,33 @@ fn drop_file(dir: &std::path::Path, bytes: &[u8]) {
     .unwrap();
 }
 
+/// `count` nodes on `config`, each with a directory of its own, once every one runs the first
+/// version of `counter` (returned with them).
+async fn start_nodes(config: &str, count: usize) -> (Vec<TempDir>, Vec<ProcessHost>, String) {
+    let dirs: Vec<TempDir> = (0..count).map(|_| node_dir()).collect();
+    let mut hosts = Vec::new();
+    for dir in &dirs {
+        hosts.push(ProcessHost::start(dir.path(), config).await);
+    }
+    let first = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
+    wait_everywhere(&hosts, &first, "at start").await;
+    (dirs, hosts, first)
+}
+
+/// Drops a new version of `counter` (any valid handler) on node `on`; returns its sha256 once
+/// every node runs it, and how long that took.
+async fn drop_new_version(
+    dirs: &[TempDir],
+    hosts: &[ProcessHost],
+    on: usize,
+) -> (String, Duration) {
+    let new = std::fs::read(plugins::FLAKY).unwrap();
+    let sha = host::runtime::file_sha256(&new);
+    drop_file(dirs[on].path(), &new);
+    let took = wait_everywhere(hosts, &sha, &format!("after the drop on node {on}")).await;
+    (sha, took)
+}
+
 /// A plugin file dropped on one node goes live on all three; a corrupt file dropped on another
 /// changes nothing anywhere; a rollback on the third is cluster-wide (and repairs the node
 /// whose file was corrupt). `/admin/plugins` on every node shows every node's version.
@@ -581,20 +608,8 @@ async fn a_plugin_dropped_on_one_node_runs_on_all_and_a_corrupt_one_nowhere() {
     else {
         return;
     };
-    let config = node_config(&db.url, 1);
-    let dirs: Vec<TempDir> = (0..3).map(|_| node_dir()).collect();
-    let mut hosts = Vec::new();
-    for dir in &dirs {
-        hosts.push(ProcessHost::start(dir.path(), &config).await);
-    }
-    let first = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
-    wait_everywhere(&hosts, &first, "at start").await;
-
-    // A new version (any valid handler) dropped on node 0.
-    let new = std::fs::read(plugins::FLAKY).unwrap();
-    let second = host::runtime::file_sha256(&new);
-    drop_file(dirs[0].path(), &new);
-    let took = wait_everywhere(&hosts, &second, "after the drop on node 0").await;
+    let (dirs, hosts, first) = start_nodes(&node_config(&db.url, 1), 3).await;
+    let (second, took) = drop_new_version(&dirs, &hosts, 0).await;
     eprintln!("a dropped plugin was live on all three nodes after {took:?}");
 
     // A corrupt file on node 1: refused there, never published.
@@ -677,17 +692,8 @@ async fn a_rollback_follows_the_clusters_history_on_every_node() {
         return;
     };
     let config = node_config(&db.url, 1);
-    let dirs: Vec<TempDir> = (0..2).map(|_| node_dir()).collect();
-    let mut hosts = Vec::new();
-    for dir in &dirs {
-        hosts.push(ProcessHost::start(dir.path(), &config).await);
-    }
-    let first = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
-    wait_everywhere(&hosts, &first, "at start").await;
-    let new = std::fs::read(plugins::FLAKY).unwrap();
-    let second = host::runtime::file_sha256(&new);
-    drop_file(dirs[0].path(), &new);
-    wait_everywhere(&hosts, &second, "after the drop on node 0").await;
+    let (dirs, mut hosts, first) = start_nodes(&config, 2).await;
+    drop_new_version(&dirs, &hosts, 0).await;
 
     // Node 1 is down through a rollback on node 0.
     hosts.pop().unwrap().kill();

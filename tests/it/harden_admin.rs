@@ -443,33 +443,50 @@ async fn replay_streams_quarantined_bodies_and_a_dry_run_reads_none() {
     .await;
 }
 
+/// A source `q` parsed by plugin `flip` (installed as the trapping parser: every request is
+/// quarantined until the file is replaced) from the body's `id` and `type`.
+const FLIP_PARSER: &str = r#"parser = "flip"
+
+[plugins.flip]
+config = { id_pointer = "/id", type_pointer = "/type" }"#;
+
+/// Posts event `id` to source `q` and checks that it was quarantined.
+async fn post_quarantined(host: &TestHost, id: &str) {
+    let body = json!({"id": id, "type": "test.event"}).to_string();
+    let (status, _, reply) = post_signed(host.ingest, "q", id, body.as_bytes()).await;
+    assert_eq!(
+        (status, reply),
+        (
+            StatusCode::ACCEPTED,
+            json!({"accepted": true, "quarantined": true})
+        ),
+        "{id}"
+    );
+}
+
+/// Replaces the trapping parser `flip` with the `generic` one and waits until it is live.
+async fn fix_the_parser(host: &TestHost) {
+    let trapper_sha = sha(&host.plugin("flip").await).unwrap();
+    replace_atomically(
+        &host.path().join("plugins/flip.wasm"),
+        &std::fs::read(plugins::GENERIC).unwrap(),
+    );
+    host.wait_plugin("flip", "loading the new parser", WAIT, |p| {
+        sha(p).is_some_and(|s| s != trapper_sha)
+    })
+    .await;
+}
+
 /// Quarantine is bounded by `max_backlog`: once that many requests are held, the next one is a
 /// 503 `{"error":"overloaded"}` with `Retry-After` (the provider retries later); when a replay
 /// has emptied the quarantine, requests are quarantined again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_beyond_max_backlog_is_overloaded() {
-    let config = "[server]\nmax_backlog = 3\n".to_owned()
-        + &sw_source(
-            "q",
-            &[],
-            r#"parser = "flip"
-
-        [plugins.flip]
-        config = { id_pointer = "/id", type_pointer = "/type" }"#,
-        );
+    let config = "[server]\nmax_backlog = 3\n".to_owned() + &sw_source("q", &[], FLIP_PARSER);
     let host = TestHost::start(&config, &[("flip", plugins::TRAPPER)]).await;
     let body = |id: &str| json!({"id": id, "type": "test.event"}).to_string();
     for i in 0..3 {
-        let id = format!("q-{i}");
-        let (status, _, reply) = post_signed(host.ingest, "q", &id, body(&id).as_bytes()).await;
-        assert_eq!(
-            (status, reply),
-            (
-                StatusCode::ACCEPTED,
-                json!({"accepted": true, "quarantined": true})
-            ),
-            "{id}"
-        );
+        post_quarantined(&host, &format!("q-{i}")).await;
     }
     for id in ["q-3", "q-4"] {
         let (status, headers, reply) = post_signed(host.ingest, "q", id, body(id).as_bytes()).await;
@@ -493,15 +510,7 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
     .await;
 
     // Fix the parser and replay: the three are accepted and the quarantine is empty again.
-    let trapper_sha = sha(&host.plugin("flip").await).unwrap();
-    replace_atomically(
-        &host.path().join("plugins/flip.wasm"),
-        &std::fs::read(plugins::GENERIC).unwrap(),
-    );
-    host.wait_plugin("flip", "loading the new parser", WAIT, |p| {
-        sha(p).is_some_and(|s| s != trapper_sha)
-    })
-    .await;
+    fix_the_parser(&host).await;
     let (status, reply) = host
         .admin_post("/admin/replay", json!({"source": "q"}))
         .await;
@@ -532,37 +541,12 @@ async fn quarantine_beyond_max_backlog_is_overloaded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_replays_and_a_discard_resolve_each_quarantined_request_once() {
     const COUNT: usize = 30;
-    let config = sw_source(
-        "q",
-        &[],
-        r#"parser = "flip"
-
-        [plugins.flip]
-        config = { id_pointer = "/id", type_pointer = "/type" }"#,
-    );
+    let config = sw_source("q", &[], FLIP_PARSER);
     let host = TestHost::start(&config, &[("flip", plugins::TRAPPER)]).await;
     for i in 0..COUNT {
-        let id = format!("r-{i}");
-        let body = json!({"id": id, "type": "test.event"}).to_string();
-        let (status, _, reply) = post_signed(host.ingest, "q", &id, body.as_bytes()).await;
-        assert_eq!(
-            (status, reply),
-            (
-                StatusCode::ACCEPTED,
-                json!({"accepted": true, "quarantined": true})
-            ),
-            "{id}"
-        );
+        post_quarantined(&host, &format!("r-{i}")).await;
     }
-    let trapper_sha = sha(&host.plugin("flip").await).unwrap();
-    replace_atomically(
-        &host.path().join("plugins/flip.wasm"),
-        &std::fs::read(plugins::GENERIC).unwrap(),
-    );
-    host.wait_plugin("flip", "loading the new parser", WAIT, |p| {
-        sha(p).is_some_and(|s| s != trapper_sha)
-    })
-    .await;
+    fix_the_parser(&host).await;
 
     let filter = json!({"source": "q"});
     let (first, second, discard) = tokio::join!(
