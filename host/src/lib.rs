@@ -95,18 +95,44 @@ pub struct Listeners {
     pub admin: TcpListener,
 }
 
+/// How long an address still in use is retried at start-up: a previous process that was just
+/// killed holds its listening socket for a few milliseconds more (as long as the database's
+/// lock is waited for).
+const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Listeners {
-    /// Binds the configured addresses.
+    /// Binds the configured addresses, waiting up to [`BIND_WAIT`] for one still in use.
     pub async fn bind(config: &Config) -> anyhow::Result<Self> {
-        let ingest = TcpListener::bind(config.server.listen)
-            .await
-            .with_context(|| format!("binding server.listen {}", config.server.listen))?;
-        let admin = TcpListener::bind(config.server.admin_listen)
-            .await
-            .with_context(|| {
-                format!("binding server.admin_listen {}", config.server.admin_listen)
-            })?;
+        let ingest = bind_waiting(config.server.listen, "server.listen").await?;
+        let admin = bind_waiting(config.server.admin_listen, "server.admin_listen").await?;
         Ok(Self { ingest, admin })
+    }
+}
+
+/// Binds `addr` (the value of config key `key`), retrying while it is in use for up to
+/// [`BIND_WAIT`].
+async fn bind_waiting(addr: std::net::SocketAddr, key: &str) -> anyhow::Result<TcpListener> {
+    let deadline = tokio::time::Instant::now() + BIND_WAIT;
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "binding {key} {addr}: still in use after {} s (another hookd, or \
+                         another program, listens there)",
+                        BIND_WAIT.as_secs()
+                    )
+                });
+            }
+            Err(e) => return Err(e).with_context(|| format!("binding {key} {addr}")),
+        }
     }
 }
 
@@ -370,5 +396,33 @@ impl Drop for WasmPool {
         if let Some(pool) = self.0.take() {
             pool.shutdown_background();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A process restarted right after a SIGKILL finds its port still held for a moment by the
+    /// dying one: the bind waits for it (before, every other such restart failed at once).
+    #[tokio::test]
+    async fn a_bind_waits_for_an_address_released_soon_and_names_the_key_otherwise() {
+        let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = held.local_addr().unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            drop(held);
+        });
+        bind_waiting(addr, "server.listen").await.unwrap();
+        release.join().unwrap();
+
+        let _held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = _held.local_addr().unwrap();
+        let err = bind_waiting(addr, "server.admin_listen").await.unwrap_err();
+        let message = format!("{err:#}");
+        assert!(
+            message.contains("server.admin_listen") && message.contains("still in use"),
+            "{message}"
+        );
     }
 }
