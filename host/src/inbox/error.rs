@@ -22,8 +22,9 @@ pub enum InboxError {
     /// The database stayed locked past the busy timeout: a transient overload.
     #[error("the database is busy: {0}")]
     Busy(#[source] StorageError),
-    /// The database server cannot be reached now (restarting, failing over, the network): the
-    /// operation may work once it is back; nothing of it was committed.
+    /// The database server cannot be reached now (restarting, failing over, the network), or
+    /// the disk under SQLite's files is full: the operation may work once it is back (or space
+    /// is freed); nothing of it was committed.
     #[error("the database is unavailable: {0}")]
     Unavailable(#[source] StorageError),
     /// Another hookd process holds the database.

@@ -1,4 +1,5 @@
-//! SQLite's errors sorted into the inbox's: busy or locked is [`InboxError::Busy`], the rest is
+//! SQLite's errors sorted into the inbox's: busy or locked is [`InboxError::Busy`], a full disk
+//! [`InboxError::Unavailable`] (both transient: 503 + `Retry-After`, nothing stored), the rest
 //! [`InboxError::Storage`].
 //!
 //! Invariant: a `rusqlite::Error` never leaves this room as itself; it crosses only as the
@@ -10,14 +11,13 @@ use crate::inbox::InboxError;
 
 /// Sorts a shared engine error (one commit's error answers every job of its batch).
 pub(super) fn from_shared(e: Arc<rusqlite::Error>) -> InboxError {
-    let busy = matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    );
-    if busy {
-        InboxError::Busy(e)
-    } else {
-        InboxError::Storage(e)
+    match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+            InboxError::Busy(e)
+        }
+        // Space freed (retention, an operator) makes the same write succeed.
+        Some(rusqlite::ErrorCode::DiskFull) => InboxError::Unavailable(e),
+        _ => InboxError::Storage(e),
     }
 }
 
@@ -46,6 +46,15 @@ mod tests {
     fn a_locked_table_is_busy() {
         let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_LOCKED));
         assert!(matches!(e, InboxError::Busy(_)), "{e:?}");
+    }
+
+    /// A full disk is a provider's cue to retry later (503 + `Retry-After`), not a 500.
+    #[test]
+    fn a_full_disk_is_unavailable() {
+        let e = InboxError::from(sqlite_failure(rusqlite::ffi::SQLITE_FULL));
+        assert!(matches!(e, InboxError::Unavailable(_)), "{e:?}");
+        let answer = crate::error::ApiError::from(e);
+        assert_eq!(answer.code(), "overloaded");
     }
 
     #[test]
