@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{AdminApi, TestHost, plugins, post_sw, sw_source};
+use crate::support::{
+    ADMIN_TOKEN, AdminApi, ProcessHost, TestHost, admin_call, plugins, post_sw, sw_source,
+};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -118,4 +120,61 @@ async fn a_pruned_event_is_still_a_duplicate_and_dead_work_waits_for_a_discard()
         .admin_post("/admin/discard", json!({"source": "q", "dry_run": true}))
         .await;
     assert_eq!(again, json!({"matched": 0, "discarded": 0}));
+}
+
+/// A handler removed from the configuration leaves deliveries nothing will run: they still
+/// count in the backlog, and a replay cannot take them (it says how to deal with them). A
+/// discard naming that handler with state `pending` closes them and frees the backlog; a name
+/// neither configured nor stored is still refused as a typo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_deliveries_of_a_removed_handler_can_be_discarded() {
+    let dir = tempfile::tempdir().unwrap();
+    // `flaky` is declared, but its file is absent: its deliveries wait as `pending`.
+    let with = sw_source("s", &["flaky"], "");
+    let host = ProcessHost::start(dir.path(), &with).await;
+    for id in ["w-1", "w-2", "w-3"] {
+        let (status, reply) = post_sw(host.ingest, "s", id, b"{}").await.unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    }
+    host.kill();
+    let without = sw_source("s", &[], "");
+    let host = ProcessHost::start(dir.path(), &without).await;
+    let health = |host: &ProcessHost| {
+        let host = host.admin;
+        async move {
+            let (_, health) = admin_call(host, http::Method::GET, "/healthz", None, None)
+                .await
+                .unwrap();
+            health["backlog"].as_i64()
+        }
+    };
+    assert_eq!(health(&host).await, Some(3));
+    let post = |path: &'static str, body: Value| {
+        host.admin(http::Method::POST, path, Some(ADMIN_TOKEN), Some(body))
+    };
+    let (status, reply) = post("/admin/replay", json!({"handler": "flaky"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
+    assert!(
+        reply["detail"]
+            .as_str()
+            .unwrap()
+            .contains("declare it again"),
+        "{reply}"
+    );
+    let (status, reply) = post(
+        "/admin/discard",
+        json!({"handler": "flaky", "state": "pending"}),
+    )
+    .await;
+    assert_eq!(
+        (status, reply),
+        (StatusCode::OK, json!({"matched": 3, "discarded": 3}))
+    );
+    assert_eq!(health(&host).await, Some(0));
+    let (status, reply) = post(
+        "/admin/discard",
+        json!({"handler": "flakey", "state": "pending"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
 }

@@ -235,7 +235,9 @@ pub struct ReplayRequest {
     pub source: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
-    /// A delivery state name; `dead` when not given.
+    /// A delivery state name; `dead` when not given. A replay takes `dead`, `stale`, `done` or
+    /// `discarded`; a discard takes `dead`, and `pending` or `retrying` for a `handler` the
+    /// configuration no longer declares.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<StateName>)]
     pub state: Option<String>,

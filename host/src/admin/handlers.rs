@@ -278,6 +278,7 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
         limit: MAX_REPLAY,
         dry_run: body.dry_run,
         force: body.force,
+        orphaned: false,
     })
 }
 

@@ -46,6 +46,15 @@ fn replay_state_names() -> impl Iterator<Item = &'static str> {
         .map(DeliveryState::as_str)
 }
 
+/// The states a discard may name: a replay's, and the waiting ones (`pending`, `retrying`),
+/// which the server takes only for a handler the configuration no longer declares.
+fn discard_state_names() -> impl Iterator<Item = &'static str> {
+    DeliveryState::ALL
+        .into_iter()
+        .filter(|state| *state != DeliveryState::Running)
+        .map(DeliveryState::as_str)
+}
+
 // ---------------------------------------------------------------------------------------------
 // The shared HTTP helper.
 
@@ -224,6 +233,9 @@ pub struct ReplayArgs {
     admin: AdminArgs,
     #[command(flatten)]
     filter: ReplayFilter,
+    /// Which deliveries (the server defaults to dead).
+    #[arg(long, value_parser = PossibleValuesParser::new(replay_state_names()))]
+    state: Option<String>,
     /// Deliver each replayed delivery even if a newer sequence of its ordering key is done by
     /// then: the handler gets it with `event.stale` set, instead of it being marked `stale`.
     #[arg(long)]
@@ -241,6 +253,11 @@ pub struct DiscardArgs {
     admin: AdminArgs,
     #[command(flatten)]
     filter: ReplayFilter,
+    /// Which deliveries (the server defaults to dead): dead ones, or the `pending` or
+    /// `retrying` ones of a `--handler` the configuration no longer declares (nothing will run
+    /// them).
+    #[arg(long, value_parser = PossibleValuesParser::new(discard_state_names()))]
+    state: Option<String>,
 }
 
 /// The replay (or discard) selection, sent as the `POST /admin/replay` (`/admin/discard`) body
@@ -255,9 +272,6 @@ struct ReplayFilter {
     /// Only deliveries to this handler.
     #[arg(long)]
     handler: Option<String>,
-    /// Which deliveries (the server defaults to dead; discard takes only dead).
-    #[arg(long, value_parser = PossibleValuesParser::new(replay_state_names()))]
-    state: Option<String>,
     /// Only this event id (repeat the flag for several).
     #[arg(long = "event-id", value_name = "ID")]
     event_ids: Vec<String>,
@@ -277,7 +291,7 @@ impl From<ReplayFilter> for api::ReplayRequest {
         Self {
             source: f.source,
             handler: f.handler,
-            state: f.state,
+            state: None,
             // No flag means no event-id filter (an empty list would match nothing).
             event_ids: (!f.event_ids.is_empty()).then_some(f.event_ids),
             since: f.since,
@@ -347,7 +361,7 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
 
 /// `hookd replay`: `POST /admin/replay` with the filter as JSON.
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let body = replay_request(args.filter, args.force, args.error_kind);
+    let body = replay_request(args.filter, args.state, args.force, args.error_kind);
     admin_call::<api::ReplayAnswer>(&args.admin, Method::POST, "/admin/replay", Some(&body)).await
 }
 
@@ -355,10 +369,12 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
 /// the last attempt's error kind to match.
 fn replay_request(
     filter: ReplayFilter,
+    state: Option<String>,
     force: bool,
     error_kind: Option<String>,
 ) -> api::ReplayRequest {
     api::ReplayRequest {
+        state,
         force,
         error_kind,
         ..filter.into()
@@ -367,7 +383,10 @@ fn replay_request(
 
 /// `hookd discard`: `POST /admin/discard` with the filter as JSON.
 pub async fn discard(args: DiscardArgs) -> anyhow::Result<()> {
-    let body = api::ReplayRequest::from(args.filter);
+    let body = api::ReplayRequest {
+        state: args.state,
+        ..args.filter.into()
+    };
     admin_call::<api::DiscardAnswer>(&args.admin, Method::POST, "/admin/discard", Some(&body)).await
 }
 
@@ -791,8 +810,10 @@ mod tests {
             "--dry-run",
         ])
         .unwrap();
+        let args = full.args;
+        let request = replay_request(args.filter, args.state, args.force, args.error_kind);
         assert_eq!(
-            serde_json::to_value(api::ReplayRequest::from(full.args.filter)).unwrap(),
+            serde_json::to_value(request).unwrap(),
             json!({
                 "source": "stripe", "handler": "classifier", "state": "stale",
                 "event_ids": ["evt_1", "evt_2"], "since": 10, "until": 20, "dry_run": true,
@@ -810,7 +831,13 @@ mod tests {
         .unwrap();
         let args = forced.args;
         assert_eq!(
-            serde_json::to_value(replay_request(args.filter, args.force, args.error_kind)).unwrap(),
+            serde_json::to_value(replay_request(
+                args.filter,
+                args.state,
+                args.force,
+                args.error_kind
+            ))
+            .unwrap(),
             json!({"state": "stale", "force": true, "error_kind": "trap"})
         );
 
@@ -825,6 +852,21 @@ mod tests {
     fn replay_refuses_open_states() {
         let err = Replay::try_parse_from(["replay", "--state", "pending"]).unwrap_err();
         assert!(err.to_string().contains("pending"), "{err}");
+    }
+
+    /// A discard may name the waiting states (the server takes them for a handler no longer
+    /// configured), never `running`.
+    #[test]
+    fn discard_takes_waiting_states_but_not_running() {
+        #[derive(Debug, Parser)]
+        struct Discard {
+            #[command(flatten)]
+            args: DiscardArgs,
+        }
+        let waiting =
+            Discard::try_parse_from(["discard", "--handler", "old", "--state", "pending"]);
+        assert_eq!(waiting.unwrap().args.state.as_deref(), Some("pending"));
+        assert!(Discard::try_parse_from(["discard", "--state", "running"]).is_err());
     }
 
     #[test]

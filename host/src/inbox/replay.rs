@@ -24,6 +24,10 @@ pub struct ReplayFilter {
     /// Deliver the replayed deliveries even if a newer sequence of their key is done by then
     /// (the handler gets them with `stale` set) instead of marking them `stale` again.
     pub force: bool,
+    /// `handler` names one the configuration no longer declares, whose waiting (`pending`,
+    /// `retrying`) deliveries nothing will ever run: a discard may close those too. Set by the
+    /// service that checked the name, never by a client.
+    pub orphaned: bool,
 }
 
 impl ReplayFilter {

@@ -91,8 +91,12 @@ impl ReplayFilter {
         }
         match self.state.unwrap_or(DeliveryState::Dead) {
             DeliveryState::Dead => Ok(DeliveryState::Dead),
+            state @ (DeliveryState::Pending | DeliveryState::Retrying) if self.orphaned => {
+                Ok(state)
+            }
             state => Err(InboxError::InvalidFilter(format!(
-                "state {state} cannot be discarded; discard takes dead deliveries"
+                "state {state} cannot be discarded; discard takes dead deliveries, and the \
+                 pending or retrying ones of a handler the configuration no longer declares"
             ))),
         }
     }
@@ -122,13 +126,18 @@ impl Inbox {
     }
 
     /// Closes the dead deliveries `filter` matches as `discarded` (none on a dry run); returns
-    /// `(matched, discarded)`. A state other than `dead` is [`InboxError::InvalidFilter`].
+    /// `(matched, discarded)`. A state other than `dead` is [`InboxError::InvalidFilter`], but
+    /// for the waiting deliveries of an [orphaned](ReplayFilter::orphaned) handler.
     pub async fn discard(&self, filter: ReplayFilter) -> Result<(usize, usize), InboxError> {
-        filter.discardable_state()?;
+        let state = filter.discardable_state()?;
         let Some(filter) = filter.storable() else {
             return Ok((0, 0));
         };
-        self.store().discard(filter, self.now_ms()).await
+        let (matched, discarded) = self.store().discard(filter, self.now_ms()).await?;
+        if state.is_open() {
+            self.add_backlog(-(discarded as i64));
+        }
+        Ok((matched, discarded))
     }
 
     /// Resolves the held quarantined requests matching `filter`'s source and time range as

@@ -34,7 +34,11 @@ pub enum ReplayError {
     #[error("unknown source {0:?}")]
     UnknownSource(String),
     /// The filter names a handler no source feeds and no `[plugins]` table declares.
-    #[error("unknown handler {0:?}: no source lists it and no [plugins] table declares it")]
+    #[error(
+        "unknown handler {0:?}: no source lists it and no [plugins] table declares it (the \
+         deliveries of a handler removed from the configuration wait for it: declare it again to \
+         run them, or discard them, with state pending or retrying)"
+    )]
     UnknownHandler(String),
     #[error(transparent)]
     Inbox(#[from] InboxError),
@@ -80,6 +84,31 @@ pub fn known_names(shared: &Shared, filter: &ReplayFilter) -> Result<(), ReplayE
         }
         _ => Ok(()),
     }
+}
+
+/// Whether `filter` names a handler the configuration no longer declares but deliveries are
+/// stored for (a removed or renamed instance): nothing will ever run them, so a discard may
+/// close them. A name neither declared nor stored is [`ReplayError::UnknownHandler`], like any
+/// typo.
+pub async fn orphaned_handler(shared: &Shared, filter: &ReplayFilter) -> Result<bool, ReplayError> {
+    let Some(handler) = &filter.handler else {
+        return Ok(false);
+    };
+    if shared.config.plugins.contains_key(handler.as_str()) {
+        return Ok(false);
+    }
+    let stored = shared
+        .inbox
+        .list_events(crate::inbox::EventFilter {
+            handler: Some(handler.clone()),
+            limit: 1,
+            ..Default::default()
+        })
+        .await?;
+    if stored.is_empty() {
+        return Err(ReplayError::UnknownHandler(handler.clone()));
+    }
+    Ok(true)
 }
 
 /// Parses the held quarantined request `id` again (the dashboard's replay of one request):

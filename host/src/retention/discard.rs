@@ -3,7 +3,10 @@
 //!
 //! Invariants:
 //! - It takes replay's filter and refusals (an unknown source, a state other than `dead`), and
-//!   one call touches at most `filter.limit` deliveries and quarantined requests together.
+//!   one call touches at most `filter.limit` deliveries and quarantined requests together. A
+//!   handler the configuration no longer declares, with deliveries stored, is no unknown name
+//!   here: its waiting (`pending`, `retrying`) deliveries can be discarded, since nothing will
+//!   run them.
 //! - Held quarantined requests are discarded only when the filter names nothing they lack
 //!   (handler, state, event ids), exactly as replay re-parses them.
 //! - Every discard that changed something is logged: what and how many, never a payload.
@@ -11,7 +14,7 @@
 use crate::{
     Shared,
     inbox::ReplayFilter,
-    ingest::replay::{ReplayError, known_names},
+    ingest::replay::{ReplayError, known_names, orphaned_handler},
 };
 
 /// What one discard did.
@@ -25,8 +28,14 @@ pub struct DiscardReport {
 
 /// Discards what `filter` selects: its dead deliveries, then (when it filters by nothing a
 /// quarantined request lacks) the held quarantined requests of its source and time range.
-pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<DiscardReport, ReplayError> {
-    known_names(shared, &filter)?;
+pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<DiscardReport, ReplayError> {
+    filter.orphaned = orphaned_handler(shared, &filter).await?;
+    let named = ReplayFilter {
+        // An orphaned handler is known: it has stored deliveries.
+        handler: filter.handler.clone().filter(|_| !filter.orphaned),
+        ..filter.clone()
+    };
+    known_names(shared, &named)?;
     let (deliveries, closed) = shared.inbox.discard(filter.clone()).await?;
     let (mut held, mut resolved) = (0, 0);
     if filter.covers_quarantine() {

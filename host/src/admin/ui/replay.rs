@@ -69,6 +69,7 @@ pub(super) async fn replay(
         limit: MAX_REPLAY,
         dry_run: !confirmed,
         force: form.force == "yes",
+        orphaned: false,
     };
     let back = local_path(given(&form.back).as_deref(), "/");
     let report = replay::run(&ui.shared, filter).await?;

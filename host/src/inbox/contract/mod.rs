@@ -108,6 +108,7 @@ macro_rules! suite {
             pruning_walks_in_batches_of_batch_size,
             a_discarded_delivery_is_pruned_like_finished_work,
             discard_takes_only_dead_deliveries,
+            the_waiting_deliveries_of_an_orphaned_handler_can_be_discarded,
             a_discarded_quarantined_request_is_resolved_then_deleted,
             list_events_filters_by_type_id_source_and_time,
             list_events_pages_by_cursor_without_gaps_or_repeats,

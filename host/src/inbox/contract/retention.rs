@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{
     Database,
-    fixtures::{self, LEASED_MS, SOURCE, accept, claim, detail, event, keyed, state_of},
+    fixtures::{self, HANDLER, LEASED_MS, SOURCE, accept, claim, detail, event, keyed, state_of},
 };
 use crate::{
     clock::Clock,
@@ -296,6 +296,46 @@ pub(super) async fn discard_takes_only_dead_deliveries(db: &dyn Database) {
     assert_eq!(
         (state_of(&inbox, "a").await, state_of(&inbox, "b").await),
         ("done".to_owned(), "dead".to_owned())
+    );
+}
+
+/// A handler the configuration no longer declares leaves deliveries nothing will run: for
+/// such an orphaned handler (the service decides), a discard closes the waiting ones, and the
+/// backlog they held is freed; for any other, it still refuses them.
+pub(super) async fn the_waiting_deliveries_of_an_orphaned_handler_can_be_discarded(
+    db: &dyn Database,
+) {
+    let (inbox, _clock) = paused(db).await;
+    accept(&inbox, event("a")).await;
+    accept(&inbox, event("b")).await;
+    assert_eq!(inbox.backlog(), 2);
+    let waiting = |orphaned| ReplayFilter {
+        handler: Some(HANDLER.into()),
+        state: Some(DeliveryState::Pending),
+        orphaned,
+        ..dead()
+    };
+    let refused = inbox.discard(waiting(false)).await;
+    assert!(
+        matches!(refused, Err(InboxError::InvalidFilter(_))),
+        "{refused:?}"
+    );
+    let dry = ReplayFilter {
+        dry_run: true,
+        ..waiting(true)
+    };
+    assert_eq!(inbox.discard(dry).await.unwrap(), (2, 0));
+    assert_eq!(inbox.discard(waiting(true)).await.unwrap(), (2, 2));
+    assert_eq!(state_of(&inbox, "a").await, "discarded");
+    assert_eq!(inbox.backlog(), 0);
+    let running = ReplayFilter {
+        state: Some(DeliveryState::Running),
+        ..waiting(true)
+    };
+    let refused = inbox.discard(running).await;
+    assert!(
+        matches!(refused, Err(InboxError::InvalidFilter(_))),
+        "{refused:?}"
     );
 }
 

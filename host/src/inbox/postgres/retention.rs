@@ -177,15 +177,16 @@ pub(super) async fn discard(
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
-    let ids = matching_deliveries(tx, filter, filter.discardable_state()?).await?;
+    let state = filter.discardable_state()?;
+    let ids = matching_deliveries(tx, filter, state).await?;
     if filter.dry_run {
         return Ok((ids.len(), 0));
     }
     let discarded = tx
         .execute(
             "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = $2
-                 WHERE id = ANY($1) AND state = 'dead'",
-            &[&ids, &now_ms],
+                 WHERE id = ANY($1) AND state = $3",
+            &[&ids, &now_ms, &state.as_str()],
         )
         .await?;
     Ok((ids.len(), discarded as usize))

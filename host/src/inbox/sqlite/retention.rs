@@ -158,17 +158,18 @@ pub(super) fn discard(
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
-    let ids = matching_deliveries(conn, filter, filter.discardable_state()?)?;
+    let state = filter.discardable_state()?;
+    let ids = matching_deliveries(conn, filter, state)?;
     if filter.dry_run {
         return Ok((ids.len(), 0));
     }
     let mut update = conn.prepare_cached(
         "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = ?2
-         WHERE id = ?1 AND state = 'dead'",
+         WHERE id = ?1 AND state = ?3",
     )?;
     let mut discarded = 0;
     for id in &ids {
-        discarded += update.execute(params![id, now_ms])?;
+        discarded += update.execute(params![id, now_ms, state.as_str()])?;
     }
     Ok((ids.len(), discarded))
 }
