@@ -184,6 +184,35 @@ pub(super) async fn a_forced_replay_delivers_a_stale_delivery_and_a_plain_one_do
     assert!(claimed[0].stale);
 }
 
+/// A done delivery replayed (by an operator) is not `done` until its replay is: it was handled
+/// all the same, so an older event of its key arriving while the replay waits, retries or has
+/// gone dead is stale. Before, only deliveries `done` now counted, and the older snapshot won.
+pub(super) async fn a_done_delivery_replayed_into_a_dead_end_still_makes_older_ones_stale(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    accept(&inbox, keyed("newer", "k", 5)).await;
+    let newer = claim(&inbox, LEASED_MS).await.remove(0);
+    inbox
+        .finish(finished(&newer, Disposition::Done { output: None }))
+        .await
+        .unwrap();
+    let done = ReplayFilter {
+        state: Some(DeliveryState::Done),
+        ..dead()
+    };
+    assert_eq!(inbox.replay(done).await.unwrap(), (1, 1));
+    let replayed = claim(&inbox, Clock::system().now_ms()).await.remove(0);
+    inbox
+        .finish(finished(&replayed, Disposition::Dead))
+        .await
+        .unwrap();
+    assert_eq!(state_of(&inbox, "newer").await, "dead");
+    accept(&inbox, keyed("older", "k", 4)).await;
+    assert!(claim(&inbox, Clock::system().now_ms()).await.is_empty());
+    assert_eq!(state_of(&inbox, "older").await, "stale");
+}
+
 pub(super) async fn a_stale_delivery_leaves_the_backlog(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;

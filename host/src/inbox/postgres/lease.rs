@@ -468,10 +468,18 @@ async fn staleness(
     let (Some(key), Some(sequence)) = (&candidate.key, candidate.sequence) else {
         return Ok(Staleness::Fresh);
     };
+    // The newest sequence handled: `done` now, or done once and replayed since (waiting,
+    // retrying, dead or discarded again), whose event was handled all the same.
     let newest_done: Option<i64> = tx
         .query_one(
-            "SELECT MAX(sequence) FROM deliveries
-             WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'",
+            "SELECT GREATEST(
+                 (SELECT MAX(sequence) FROM deliveries
+                  WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'),
+                 (SELECT MAX(d.sequence) FROM deliveries d
+                  WHERE d.source = $1 AND d.handler = $2 AND d.ordering_key = $3
+                    AND d.state IN ('pending', 'running', 'retrying', 'dead', 'discarded')
+                    AND EXISTS (SELECT 1 FROM attempts a
+                                WHERE a.delivery = d.id AND a.outcome = 'ok')))",
             &[&candidate.source, &handler, key],
         )
         .await?

@@ -195,6 +195,17 @@ pub(super) const NEWEST_DONE: &str = "SELECT sequence FROM deliveries
        AND sequence IS NOT NULL
      ORDER BY COALESCE(sequence, 0) DESC LIMIT 1";
 
+/// The newest sequence of key `?3` (source `?1`, handler `?2`) among deliveries that were done
+/// once and are not now: replayed, and waiting, retrying, dead or discarded since. Their event
+/// was handled, so they still make older ones stale. A seek per such state in
+/// `deliveries_key_state`, and a look at each one's attempts (there are few: a replay is an
+/// operator's act).
+pub(super) const NEWEST_ONCE_DONE: &str = "SELECT MAX(d.sequence) FROM deliveries d
+     WHERE d.source = ?1 AND d.handler = ?2 AND d.ordering_key = ?3
+       AND d.state IN ('pending', 'running', 'retrying', 'dead', 'discarded')
+       AND d.sequence IS NOT NULL
+       AND EXISTS (SELECT 1 FROM attempts a WHERE a.delivery = d.id AND a.outcome = 'ok')";
+
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
@@ -262,6 +273,10 @@ fn staleness(
         .prepare_cached(NEWEST_DONE)?
         .query_row(params![candidate.source, handler, key], |r| r.get(0))
         .optional()?;
+    let once_done: Option<i64> = conn
+        .prepare_cached(NEWEST_ONCE_DONE)?
+        .query_row(params![candidate.source, handler, key], |r| r.get(0))?;
+    let newest_done = newest_done.max(once_done);
     let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {
         return Ok(Staleness::Fresh);
     };
