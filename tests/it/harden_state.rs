@@ -314,7 +314,9 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
 
 /// A state key holding a NUL (U+0000) is refused at the handler's call, naming why, on every
 /// backend (PostgreSQL cannot store one; on it the attempt failed with only a backtrace), and
-/// a reason holding one is kept with it shown as `\u{0}`.
+/// a reason holding one is kept with it shown as `\u{0}`. Such a key, like one over the 1 KiB
+/// cap, fails the attempt for good (`permanent`, `state_limit`, as the per-attempt caps do):
+/// it would fail again on every retry (it was a `trap`, retried).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_key_holding_a_nul_is_refused_and_a_reasons_nul_is_kept_escaped() {
     let text = format!(
@@ -329,7 +331,32 @@ async fn a_state_key_holding_a_nul_is_refused_and_a_reasons_nul_is_kept_escaped(
         .await;
     let error = d["history"][0]["error"].as_str().unwrap();
     assert!(
-        error.contains("a state key may not hold a NUL character (U+0000)"),
+        error.contains(r#"state key "n\u{0}k" holds a NUL character (U+0000)"#),
+        "{d:#}"
+    );
+    let kind = |d: &Value| {
+        let first = &d["history"][0];
+        (first["outcome"].clone(), first["error_kind"].clone())
+    };
+    assert_eq!(
+        kind(&d),
+        (json!("permanent"), json!("state_limit")),
+        "{d:#}"
+    );
+    let long = "k".repeat(2000);
+    host.accept_event("s", "long-key", &json!({"do": "count", "key": long}))
+        .await;
+    let d = host
+        .wait_state("s", "long-key", "scenario", "dead", WAIT)
+        .await;
+    assert_eq!(
+        kind(&d),
+        (json!("permanent"), json!("state_limit")),
+        "{d:#}"
+    );
+    let error = d["history"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("of 2000 bytes exceeds the 1024-byte cap on a key"),
         "{d:#}"
     );
     host.accept_event("s", "nul-op", &json!({"do": "a\u{0}b"}))

@@ -330,17 +330,35 @@ impl network::Host for HostState {
     }
 }
 
+/// A state key or value no attempt may use, whatever it retries: the attempt ends
+/// `permanent`, `error_kind: state_limit` (as for the per-attempt caps), naming the key.
+fn unusable(message: String) -> wasmtime::Error {
+    wasmtime::Error::new(StateRefused {
+        limit: StateLimit::Attempt,
+        message,
+    })
+}
+
+/// The start of `key`, escaped, for a message about it.
+fn key_for_message(key: &str) -> String {
+    let head: String = key.chars().take(64).collect();
+    let more = if head.len() < key.len() { "…" } else { "" };
+    format!("{}{more}", crate::text::escape(&head))
+}
+
 impl HostState {
     fn txn(&mut self, key: &str) -> wasmtime::Result<&mut StateTxn> {
         if crate::text::has_nul(key) {
-            return Err(wasmtime::Error::msg(
-                "a state key may not hold a NUL character (U+0000): hookd's databases do not \
-                 store one",
-            ));
+            return Err(unusable(format!(
+                "state key \"{}\" holds a NUL character (U+0000), which hookd's databases do \
+                 not store",
+                key_for_message(key)
+            )));
         }
         if key.len() > MAX_KEY_BYTES {
-            return Err(wasmtime::Error::msg(format!(
-                "state key of {} bytes exceeds the {MAX_KEY_BYTES}-byte cap",
+            return Err(unusable(format!(
+                "state key \"{}\" of {} bytes exceeds the {MAX_KEY_BYTES}-byte cap on a key",
+                key_for_message(key),
                 key.len()
             )));
         }
@@ -357,9 +375,11 @@ impl state::Host for HostState {
 
     fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
         if value.len() > MAX_VALUE_BYTES {
-            return Err(wasmtime::Error::msg(format!(
-                "state value of {} bytes exceeds the {MAX_VALUE_BYTES}-byte cap",
-                value.len()
+            return Err(unusable(format!(
+                "state value of {} bytes for key \"{}\" exceeds the {MAX_VALUE_BYTES}-byte cap \
+                 on a value",
+                value.len(),
+                key_for_message(&key)
             )));
         }
         self.txn(&key)?.write(key, Some(value))
