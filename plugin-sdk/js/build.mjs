@@ -13,6 +13,7 @@
 // The entry module must export the handler as `handler` (`export const handler =
 // defineHandler(...)`). Copy the output into hookd's `plugins_dir` as `<name>.wasm`.
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { builtinModules } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -39,8 +40,38 @@ if (values.help || positionals.length !== 2) {
 const [entry, out] = positionals.map((p) => resolve(p));
 
 const started = performance.now();
-const { build } = await import("esbuild");
-const { componentize } = await import("@bytecodealliance/componentize-js");
+/** Imports one of the build's tools, or says how to install them (not a stack trace). */
+async function tool(name) {
+  try {
+    return await import(name);
+  } catch (e) {
+    if (e?.code !== "ERR_MODULE_NOT_FOUND") throw e;
+    console.error(
+      `${name} is not installed: the JS SDK's build tools come with \`npm ci --prefix ${sdk}\` ` +
+        "(esbuild and ComponentizeJS, from npm)",
+    );
+    process.exit(1);
+  }
+}
+const { build } = await tool("esbuild");
+const { componentize } = await tool("@bytecodealliance/componentize-js");
+
+/** Node's built-in modules do not exist in a component: say so, not "bundle for node". */
+const noNodeBuiltins = {
+  name: "no-node-builtins",
+  setup(b) {
+    const names = builtinModules.map((m) => m.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")).join("|");
+    b.onResolve({ filter: new RegExp(`^(node:.*|(${names})(/.*)?)$`) }, (args) => ({
+      errors: [
+        {
+          text:
+            `"${args.path}" is a Node.js built-in module, which does not exist in a hookd plugin ` +
+            "(no files, sockets or process): use the SDK's http, state, config and log",
+        },
+      ],
+    }));
+  },
+};
 
 const work = await mkdtemp(join(tmpdir(), "hookd-js-build-"));
 try {
@@ -58,8 +89,9 @@ try {
     mainFields: ["module", "main"],
     logLevel: "warning",
     legalComments: "none",
-  });
-  if (result.errors.length > 0) process.exit(1);
+    plugins: [noNodeBuiltins],
+  }).catch(() => null); // esbuild has printed its errors: no stack trace on top
+  if (result === null || result.errors.length > 0) process.exit(1);
   if (values["keep-js"]) await writeFile(resolve(values["keep-js"]), await readFile(bundle));
   const bundled = performance.now();
 

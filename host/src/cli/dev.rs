@@ -59,13 +59,11 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
     if !args.no_build {
         let dest = config.server.plugins_dir.clone();
         let commands = build_command::declared(&config)?;
-        let config_dir = args
+        let config_file = args
             .config
             .canonicalize()
-            .with_context(|| format!("resolving {}", args.config.display()))?
-            .parent()
-            .unwrap_or(Path::new("/"))
-            .to_owned();
+            .with_context(|| format!("resolving {}", args.config.display()))?;
+        let config_dir = config_file.parent().unwrap_or(Path::new("/")).to_owned();
         let cargo_named =
             commands.is_empty() || args.manifest_path.is_some() || !args.plugins.is_empty();
         let cargo = if cargo_named {
@@ -94,12 +92,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         };
         build_command::build_all(&commands, &config_dir, &dest)?;
         if !args.no_watch {
-            // What hookd itself writes (relative paths in the config are the config's).
-            let skip = vec![
-                config_dir.join(&dest),
-                config_dir.join(&config.server.cache_dir),
-                config_dir.join("target"),
-            ];
+            let skip = not_sources(&config_file, &config);
             let mut dirs: Vec<PathBuf> = cargo
                 .as_ref()
                 .map(|(_, _, sources)| sources.clone())
@@ -122,6 +115,19 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         }
     }
     super::serve(args.config)
+}
+
+/// What no change under the config's directory rebuilds for: what hookd itself writes there
+/// (relative paths in the config are the config's), and the configuration file, which a
+/// rebuild would not apply (it takes a restart of `hookd dev`).
+fn not_sources(config_file: &Path, config: &Config) -> Vec<PathBuf> {
+    let dir = config_file.parent().unwrap_or(Path::new("/"));
+    vec![
+        dir.join(&config.server.plugins_dir),
+        dir.join(&config.server.cache_dir),
+        dir.join("target"),
+        config_file.to_owned(),
+    ]
 }
 
 /// What `hookd dev` rebuilds when its sources change.
@@ -470,6 +476,30 @@ mod tests {
         };
         assert_eq!(workspace.package_spec("serde"), id);
         assert_eq!(workspace.package_spec("elsewhere"), "elsewhere");
+    }
+
+    /// Saving `hookd.toml` rebuilt and reloaded a TypeScript or Python plugin, which looked like
+    /// the change had been applied; it takes a restart, so it is no source.
+    #[test]
+    fn the_configuration_and_what_hookd_writes_are_no_sources() {
+        let file = Path::new("/p/hookd.toml");
+        let config = Config::parse(
+            "[server]\nplugins_dir = \"out\"\n",
+            Path::new("/p"),
+            &|_| None,
+        )
+        .unwrap();
+        let skip = not_sources(file, &config);
+        for (path, expected) in [
+            ("/p/hookd.toml", false),
+            ("/p/out/h.wasm", false),
+            ("/p/handler.py", true),
+            ("/p/other.toml", true),
+        ] {
+            let dir = Path::new("/p");
+            let is = crate::cli::build_command::is_source(Path::new(path), dir, &skip);
+            assert_eq!(is, expected, "{path}");
+        }
     }
 
     #[test]

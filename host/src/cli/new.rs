@@ -85,7 +85,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     if args.lang != Lang::Rust {
         return interpreted::run(&args);
     }
-    check_name(&args.name)?;
+    check_name(&args.name, true)?;
     let dir = args
         .path
         .clone()
@@ -148,16 +148,19 @@ fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str, secret: 
          cd {dir}\n\
          {test}        # its unit test, on this machine\n\
          hookd dev         # build it to wasm, serve hookd.toml, rebuild on every change\n\
-         # then, in another terminal, an event for it:\n\
-         echo '{{\"id\":\"evt_1\",\"type\":\"order.paid\",\"subject\":\"order_7\"}}' > event.json\n\
+         # then, in another terminal, an event for it (from standard input: a new file in\n\
+         # the plugin's directory would be a change to rebuild for):\n\
+         echo '{{\"id\":\"evt_1\",\"type\":\"order.paid\",\"subject\":\"order_7\"}}' | \
          hookd send --url http://127.0.0.1:8080/hooks/{name} --scheme standard-webhooks \
-         --secret {secret} event.json",
+         --secret {secret} -",
         dir = dir.display(),
     );
 }
 
-/// Refuses a name cargo would refuse for a package, or one that would shadow the SDK.
-fn check_name(name: &str) -> anyhow::Result<()> {
+/// Refuses a name no plugin may have (it names the file, the instance and the source), and for a
+/// Rust crate (`crate_name`) one cargo would refuse for a package, or one that would shadow the
+/// SDK.
+fn check_name(name: &str, crate_name: bool) -> anyhow::Result<()> {
     const RESERVED: [&str; 5] = ["std", "core", "alloc", "proc_macro", "test"];
     const KEYWORDS: [&str; 52] = [
         "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate",
@@ -166,7 +169,8 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "try",
         "type", "typeof", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
     ];
-    let refuse = |why: &str| bail!("{name:?} cannot be the plugin's crate name: {why}");
+    let what = if crate_name { "crate name" } else { "name" };
+    let refuse = |why: &str| bail!("{name:?} cannot be the plugin's {what}: {why}");
     if name.is_empty() || name.len() > 64 {
         return refuse("it must be 1 to 64 characters");
     }
@@ -178,6 +182,9 @@ fn check_name(name: &str) -> anyhow::Result<()> {
         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
         return refuse("only ASCII letters, digits, `-` and `_` are allowed");
+    }
+    if !crate_name {
+        return Ok(());
     }
     let ident = name.replace('-', "_");
     if KEYWORDS.contains(&ident.as_str()) {
@@ -489,7 +496,7 @@ mod tests {
     #[test]
     fn names_cargo_would_refuse_are_refused_with_the_reason() {
         for good in ["orders", "order-events", "a_1"] {
-            check_name(good).unwrap();
+            check_name(good, true).unwrap();
         }
         for (bad, why) in [
             ("", "1 to 64"),
@@ -502,9 +509,15 @@ mod tests {
             ("test", "standard library"),
             ("plugin-sdk", "SDK's own"),
         ] {
-            let err = check_name(bad).unwrap_err().to_string();
+            let err = check_name(bad, true).unwrap_err().to_string();
             assert!(err.contains(why), "{bad:?}: {err}");
         }
+        // A TypeScript or Python plugin is no crate: a Rust keyword is a fine name for it, a
+        // name that cannot be a file stem or a TOML bare key still is not.
+        for good in ["fn", "async", "test"] {
+            check_name(good, false).unwrap();
+        }
+        assert!(check_name("my plugin", false).is_err());
     }
 
     #[test]

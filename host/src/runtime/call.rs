@@ -430,9 +430,10 @@ impl Runtime {
             .call_role::<ParserPre>(plugin, ctx, None, None, &request)
             .await;
         Ok(match called.output? {
-            Ok(env) if env.event_id.is_empty() => {
-                ParseVerdict::Invalid("the parser returned an empty event id".into())
-            }
+            Ok(env) if env.event_id.is_empty() => ParseVerdict::Invalid(format!(
+                "parser plugin {} returned an empty event id",
+                ctx.plugin
+            )),
             Ok(env) => ParseVerdict::Envelope(Envelope {
                 event_id: EventId::new(env.event_id),
                 event_type: env.event_type,

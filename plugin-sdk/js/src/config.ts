@@ -22,7 +22,8 @@ export function get(key: string): string | undefined {
 export function require(key: string): string {
   const value = get(key);
   if (value === undefined) {
-    throw HandleError.permanent(`${key} is not set in the plugin's config`);
+    // The same text as the Python SDK's `config.require`.
+    throw HandleError.permanent(`config key \`${key}\` is not set`);
   }
   return value;
 }

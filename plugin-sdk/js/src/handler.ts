@@ -75,7 +75,7 @@ function checkOutput(value: Output): string | undefined {
   if (typeof value === "string") return value;
   crash(
     new TypeError(
-      `the handler returned a ${typeof value}; return a string (output.json(value) encodes one) or nothing`,
+      `the handler returned ${typeof value === "object" ? "an object" : `a ${typeof value}`}; return a string (output.json(value) encodes one) or nothing`,
     ),
   );
 }

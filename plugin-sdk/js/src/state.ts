@@ -23,6 +23,13 @@ export function get(key: string): Uint8Array | undefined {
 
 /** Stores `value` under `key` (a string is stored as its UTF-8 bytes). */
 export function set(key: string, value: Uint8Array | string): void {
+  if (typeof value !== "string" && !(value instanceof Uint8Array)) {
+    // Said as the Python SDK says it (a number here failed deep in the bindings, unexplained).
+    const kind = value === null ? "null" : typeof value;
+    throw new TypeError(
+      `state.set takes a Uint8Array or a string, not ${kind} (state.setJson stores any JSON value)`,
+    );
+  }
   host().stateSet(key, typeof value === "string" ? encoder.encode(value) : value);
 }
 

@@ -45,7 +45,8 @@ test("an unlisted host is refused, a permanent error naming it", () => {
 
 test("a missing config key is permanent; a transport failure is a retry", () => {
   const r1 = new Harness().handle(notify, event);
-  assert.ok(!r1.ok && r1.error.kind === "permanent" && r1.error.reason.includes("notify_url"));
+  // The Python SDK's text, word for word.
+  assert.ok(!r1.ok && r1.error.kind === "permanent" && r1.error.reason === "config key `notify_url` is not set");
   const url = "https://down.example.com/";
   const r2 = new Harness()
     .withConfig("notify_url", url)
@@ -109,6 +110,11 @@ test("state: get/set/delete and JSON, committed on success only", () => {
   const bad = new Harness().withState("n", "{");
   const r = bad.handle(defineHandler(() => output.json(state.getJson("n"))), event);
   assert.ok(!r.ok && r.error.reason.startsWith("state key `n` does not hold valid JSON"));
+  // A value of another type is named, as the Python SDK names it.
+  assert.throws(
+    () => state.set("n", 5 as unknown as string),
+    /state.set takes a Uint8Array or a string, not number \(state.setJson stores any JSON value\)/,
+  );
 });
 
 test("async handlers work through handleAsync", async () => {

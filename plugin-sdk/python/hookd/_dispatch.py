@@ -1,6 +1,7 @@
 """Calling a handler author's code and turning what it did into hookd's terms; shared by the
 component's export (`_export`) and `testing.Harness`, so a unit test sees what hookd would."""
 
+import inspect
 import re
 import sys
 import traceback
@@ -41,7 +42,14 @@ def handler_of(obj):
 
 def as_output(value):
     """What `handle` returned, as the output hookd stores: a str as is, None as none, bytes
-    as UTF-8 text, any other value as compact JSON."""
+    as UTF-8 text, any other value as compact JSON. A coroutine (an `async def handle`) is
+    refused for good, saying so: handlers run synchronously."""
+    if inspect.iscoroutine(value):
+        value.close()
+        raise Permanent(
+            "handle is a coroutine function (async def): hookd calls handlers synchronously, "
+            "so define it with a plain def (hookd.http calls block until the response is read)"
+        )
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, (bytes, bytearray)):
@@ -78,6 +86,11 @@ def crash_report(exc, in_component=False):
             " (a component imports at run time only what was imported while it was built: "
             "import the module at the top of yours)"
         )
+    elif in_component and any(_is_stdlib_network(f.filename) for f in frames):
+        what += (
+            " (the standard library's networking, socket, urllib, http.client and what is "
+            "built on them, has no sockets in a component: send requests with hookd.http)"
+        )
     chain = " <- ".join(
         "%s (%s:%d)" % (f.name, _short(f.filename), f.lineno) for f in reversed(frames)
     )
@@ -88,6 +101,10 @@ def _short(filename):
     # Inside a component, componentize-py names a module's file by the index of its search
     # path directory (`/1/score.py`): the path inside that directory is the useful part.
     return re.sub(r"\A/[0-9]+/", "", filename)
+
+
+def _is_stdlib_network(filename):
+    return re.search(r"/(socket|ssl|http/client|urllib/request)\.py\Z", filename) is not None
 
 
 def _is_sdk(filename):

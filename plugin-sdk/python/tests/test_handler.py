@@ -100,6 +100,14 @@ class OutputTest(unittest.TestCase):
         with self.assertRaises(Permanent):
             self.run_returning({"nan": float("nan")})
 
+    def test_an_async_handler_is_refused_saying_why(self):
+        async def handle(ev):
+            return "never"
+
+        with self.assertRaises(Permanent) as caught:
+            Harness().handle(handle, Event("s", "e", "t"))
+        self.assertIn("async def", caught.exception.reason)
+
 
 class EventTest(unittest.TestCase):
     def test_body_headers_and_decoding(self):
@@ -152,6 +160,17 @@ class CrashReportTest(unittest.TestCase):
         except ImportError as e:
             self.assertIn("import the module at the top", crash_report(e, in_component=True))
             self.assertNotIn("import the module at the top", crash_report(e))
+
+    def test_the_standard_librarys_networking_gets_a_hint_in_a_component(self):
+        import socket
+
+        try:
+            # Fails in the library's own code here too (an invalid port), as it does in a
+            # component for want of sockets.
+            socket.create_connection(("127.0.0.1", -1), timeout=0.01)
+        except (OverflowError, OSError) as e:
+            self.assertIn("send requests with hookd.http", crash_report(e, in_component=True))
+            self.assertNotIn("hookd.http", crash_report(e))
 
 
 class ErrorsTest(unittest.TestCase):

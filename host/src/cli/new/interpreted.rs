@@ -18,7 +18,8 @@ const TS_FILE_MIB: u64 = 32;
 const PYTHON_FILE_MIB: u64 = 64;
 
 pub(super) fn run(args: &NewArgs) -> anyhow::Result<()> {
-    check_name(&args.name)?;
+    // Not a crate: Rust's keywords are fine names (`fn`).
+    check_name(&args.name, false)?;
     if args.role != Role::Handler {
         bail!(
             "parsers are written in Rust: a parser runs before the provider is answered, within \
@@ -157,6 +158,8 @@ fn ts_files(name: &str, sdk: &Path) -> Vec<(&'static str, String)> {
         "scripts": {
             "build": format!("node {} src/handler.ts plugins/{name}.wasm", sdk.join("build.mjs").display()),
             "test": format!("node {} .", sdk.join("scripts/test.mjs").display()),
+            // The build strips types without checking them: this checks them.
+            "check": format!("node {} -p .", sdk.join("node_modules/typescript/bin/tsc").display()),
         },
     });
     let tsconfig = json!({
