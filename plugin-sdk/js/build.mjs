@@ -56,20 +56,38 @@ async function tool(name) {
 const { build } = await tool("esbuild");
 const { componentize } = await tool("@bytecodealliance/componentize-js");
 
-/** Node's built-in modules do not exist in a component: say so, not "bundle for node". */
+/**
+ * Node's built-in modules do not exist in a component: say so, not "bundle for node". A bare
+ * name (`events`, `buffer`) a package in node_modules provides (a polyfill) is that package.
+ */
 const noNodeBuiltins = {
   name: "no-node-builtins",
   setup(b) {
     const names = builtinModules.map((m) => m.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")).join("|");
-    b.onResolve({ filter: new RegExp(`^(node:.*|(${names})(/.*)?)$`) }, (args) => ({
-      errors: [
-        {
-          text:
-            `"${args.path}" is a Node.js built-in module, which does not exist in a hookd plugin ` +
-            "(no files, sockets or process): use the SDK's http, state, config and log",
-        },
-      ],
-    }));
+    b.onResolve({ filter: new RegExp(`^(node:.*|(${names})(/.*)?)$`) }, async (args) => {
+      if (args.pluginData?.asIs) return undefined;
+      if (!args.path.startsWith("node:")) {
+        const found = await b.resolve(args.path, {
+          kind: args.kind,
+          importer: args.importer,
+          resolveDir: args.resolveDir,
+          pluginData: { asIs: true },
+        });
+        if (found.errors.length === 0) {
+          const { path, namespace, external, sideEffects, suffix } = found;
+          return { path, namespace, external, sideEffects, suffix };
+        }
+      }
+      return {
+        errors: [
+          {
+            text:
+              `"${args.path}" is a Node.js built-in module, which does not exist in a hookd ` +
+              "plugin (no files, sockets or process): use the SDK's http, state, config and log",
+          },
+        ],
+      };
+    });
   },
 };
 
