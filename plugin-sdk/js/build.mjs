@@ -108,8 +108,17 @@ try {
     logLevel: "warning",
     legalComments: "none",
     plugins: [noNodeBuiltins],
+    metafile: true,
   }).catch(() => null); // esbuild has printed its errors: no stack trace on top
   if (result === null || result.errors.length > 0) process.exit(1);
+  const exported = Object.values(result.metafile.outputs).flatMap((o) => o.exports ?? []);
+  if (!exported.includes("handler")) {
+    console.error(
+      `${entry} does not export \`handler\` (it exports: ${exported.join(", ") || "nothing"}): ` +
+        "write `export const handler = defineHandler((event) => ...)`",
+    );
+    process.exit(1);
+  }
   if (values["keep-js"]) await writeFile(resolve(values["keep-js"]), await readFile(bundle));
   const bundled = performance.now();
 
