@@ -385,7 +385,13 @@ impl Registry {
         if entry.previous.is_empty() {
             return Err(RollbackError::NoPrevious(stem.to_owned()));
         }
-        let back = entry.previous.remove(0);
+        Ok(self.step_back(stem, entry, 0))
+    }
+
+    /// Makes `entry.previous[at]` of `stem` live, dropping the version it replaces (a step back
+    /// lists no later version as a rollback target).
+    fn step_back(&self, stem: &str, entry: &mut FileStatus, at: usize) -> Arc<LoadedPlugin> {
+        let back = entry.previous.remove(at);
         entry.current = Some(back.clone());
         self.publish(stem, Some(back.clone()));
         tracing::warn!(
@@ -393,7 +399,7 @@ impl Registry {
             sha256 = back.plugin.sha256(),
             "plugin rolled back"
         );
-        Ok(back)
+        back
     }
 
     /// Makes the earlier version `sha256` of `stem` live, if this node still holds it among its
@@ -414,11 +420,7 @@ impl Registry {
             .previous
             .iter()
             .position(|p| p.plugin.sha256() == sha256)?;
-        let back = entry.previous.remove(at);
-        entry.current = Some(back.clone());
-        self.publish(stem, Some(back.clone()));
-        tracing::warn!(plugin = stem, sha256, "plugin rolled back");
-        Some(back)
+        Some(self.step_back(stem, entry, at))
     }
 
     /// Every known file's status, for the admin API.

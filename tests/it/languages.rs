@@ -123,34 +123,27 @@ async fn scaffolded(language: &Language) {
     let created = crate::support::hookd_cli(tmp.path(), &new).await;
     assert!(created.status.success(), "{created:?}");
 
-    let tested = Command::new(unit_test[0])
-        .args(&unit_test[1..])
-        .current_dir(&dir)
-        .env("PYTHONPATH", workspace().join("plugin-sdk/python"))
-        .output()
-        .unwrap();
-    assert!(
-        tested.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&tested.stdout),
-        String::from_utf8_lossy(&tested.stderr)
-    );
+    // Its unit test; for TypeScript also the scaffold's type check (`npm run check`) and the
+    // README's `npm run build` in the fresh scaffold (no `plugins/` there yet).
+    let mut commands = vec![unit_test];
     if lang == "ts" {
-        // The scaffold's type check (`npm run check`), and the README's `npm run build` in the
-        // fresh scaffold (no `plugins/` there yet).
-        for (program, args) in [("npm", &["run", "check"][..]), ("npm", &["run", "build"])] {
-            let out = Command::new(program)
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{program:?} {args:?}:\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        commands.extend([vec!["npm", "run", "check"], vec!["npm", "run", "build"]]);
+    }
+    for command in &commands {
+        let out = Command::new(command[0])
+            .args(&command[1..])
+            .current_dir(&dir)
+            .env("PYTHONPATH", workspace().join("plugin-sdk/python"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{command:?}:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    if lang == "ts" {
         assert!(dir.join("plugins/scaffolded.wasm").is_file());
     }
 

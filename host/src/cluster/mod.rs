@@ -94,6 +94,21 @@ pub struct Memory {
 /// Adopted versions remembered per file until they go live (a few: adoptions are per release).
 const WRITTEN_KEPT: usize = 8;
 
+impl Memory {
+    /// Whether this node wrote version `sha` of `stem` by adopting it; if so, forgets it and
+    /// every adoption of that file before it.
+    fn forget_written(&mut self, stem: &str, sha: &str) -> bool {
+        let Some(written) = self.written.get_mut(stem) else {
+            return false;
+        };
+        let Some(i) = written.iter().position(|w| w == sha) else {
+            return false;
+        };
+        written.drain(..=i);
+        true
+    }
+}
+
 /// The actions for one tick, from the cluster's releases and this node's live versions.
 pub fn plan(
     releases: &BTreeMap<String, Release>,
@@ -110,16 +125,12 @@ pub fn plan(
         if here.is_some() && here == release.map(|r| &r.sha256) {
             continue;
         }
-        let mut changed_here = here.is_some() && here != seen.get(stem);
-        if changed_here && let (Some(sha), Some(written)) = (here, memory.written.get_mut(stem)) {
-            // A version this node adopted went live: catching up, even if the release moved
-            // on while it loaded (publishing it back would undo the newer release, and two
-            // nodes doing so would flip the cluster between versions).
-            if let Some(i) = written.iter().position(|w| w == sha) {
-                written.drain(..=i);
-                changed_here = false;
-            }
-        }
+        // A version this node adopted going live is catching up, even if the release moved on
+        // while it loaded (publishing it back would undo the newer release, and two nodes doing
+        // so would flip the cluster between versions).
+        let changed_here = here.is_some()
+            && here != seen.get(stem)
+            && !here.is_some_and(|sha| memory.forget_written(stem, sha));
         match (here, release) {
             // A version of its own: published, unless the cluster's choice wins (start-up).
             (Some(sha), None) => actions.push(Action::Publish {
@@ -157,16 +168,14 @@ pub fn refused_adoptions(
     memory: &mut Memory,
     refused: impl Fn(&str) -> Option<String>,
 ) -> Vec<(String, String)> {
+    let stems: Vec<String> = memory.written.keys().cloned().collect();
     let mut restore = Vec::new();
-    for (stem, written) in &mut memory.written {
-        let (Some(refused), Some(live)) = (refused(stem), live.get(stem)) else {
+    for stem in stems {
+        let (Some(refused), Some(live)) = (refused(&stem), live.get(&stem)) else {
             continue;
         };
-        if let Some(i) = written.iter().position(|w| *w == refused)
-            && *live != refused
-        {
-            written.drain(..=i);
-            restore.push((stem.clone(), live.clone()));
+        if *live != refused && memory.forget_written(&stem, &refused) {
+            restore.push((stem, live.clone()));
         }
     }
     restore

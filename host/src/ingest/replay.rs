@@ -72,14 +72,17 @@ pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, 
 }
 
 /// Refuses a filter naming a source or a handler that is not configured (replay's and
-/// discard's check): a typo would otherwise match nothing and look like an empty result.
+/// discard's check): a typo would otherwise match nothing and look like an empty result. An
+/// [orphaned](ReplayFilter::orphaned) handler is known: it has stored deliveries.
 pub fn known_names(shared: &Shared, filter: &ReplayFilter) -> Result<(), ReplayError> {
     let config = &shared.config;
     match (&filter.source, &filter.handler) {
         (Some(source), _) if !config.sources.contains_key(source.as_str()) => {
             Err(ReplayError::UnknownSource(source.clone()))
         }
-        (_, Some(handler)) if !config.plugins.contains_key(handler.as_str()) => {
+        (_, Some(handler))
+            if !filter.orphaned && !config.plugins.contains_key(handler.as_str()) =>
+        {
             Err(ReplayError::UnknownHandler(handler.clone()))
         }
         _ => Ok(()),

@@ -30,12 +30,7 @@ pub struct DiscardReport {
 /// quarantined request lacks) the held quarantined requests of its source and time range.
 pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<DiscardReport, ReplayError> {
     filter.orphaned = orphaned_handler(shared, &filter).await?;
-    let named = ReplayFilter {
-        // An orphaned handler is known: it has stored deliveries.
-        handler: filter.handler.clone().filter(|_| !filter.orphaned),
-        ..filter.clone()
-    };
-    known_names(shared, &named)?;
+    known_names(shared, &filter)?;
     let (deliveries, closed) = shared.inbox.discard(filter.clone()).await?;
     let (mut held, mut resolved) = (0, 0);
     if filter.covers_quarantine() {

@@ -132,7 +132,7 @@ impl StateTxn {
         let most = READS_PER_WRITTEN_KEY * self.limits.attempt_keys;
         if self.seen.len() >= most && !self.seen.contains_key(key) {
             let name = &self.plugin;
-            return Err(self.refuse(
+            return Err(refusal(
                 StateLimit::Attempt,
                 format!(
                     "state read of key {key:?} refused: the attempt would read more than {most} \
@@ -160,7 +160,7 @@ impl StateTxn {
             + value.as_ref().map_or(0, |v| v.len() as u64);
         let name = self.plugin.clone();
         if keys > self.limits.attempt_keys {
-            return Err(self.refuse(
+            return Err(refusal(
                 StateLimit::Attempt,
                 format!(
                     "state write of key {key:?} refused: the attempt would write {keys} keys, over \
@@ -170,7 +170,7 @@ impl StateTxn {
             ));
         }
         if bytes > self.limits.attempt_bytes {
-            return Err(self.refuse(
+            return Err(refusal(
                 StateLimit::Attempt,
                 format!(
                     "state write of key {key:?} refused: the attempt would write {bytes} bytes, \
@@ -201,7 +201,7 @@ impl StateTxn {
         let total_keys = usage.keys as i64 + delta_keys;
         let total_bytes = usage.bytes as i64 + delta_bytes;
         if grows_keys && total_keys > self.limits.max_keys as i64 {
-            return Err(self.refuse(
+            return Err(refusal(
                 StateLimit::Total,
                 format!(
                     "state write of key {key:?} refused: plugin {name} would hold {total_keys} \
@@ -211,7 +211,7 @@ impl StateTxn {
             ));
         }
         if grows_bytes && total_bytes > self.limits.max_bytes as i64 {
-            return Err(self.refuse(
+            return Err(refusal(
                 StateLimit::Total,
                 format!(
                     "state write of key {key:?} refused: plugin {name} would hold {total_bytes} \
@@ -237,11 +237,6 @@ impl StateTxn {
         let (size, version) = self.store.stat(&self.plugin, key).map_err(unavailable)?;
         self.seen.insert(key.to_owned(), Seen { version, size });
         Ok(size)
-    }
-
-    /// The refusal (the dispatcher logs it with the attempt's error).
-    fn refuse(&self, limit: StateLimit, message: String) -> wasmtime::Error {
-        wasmtime::Error::new(StateRefused { limit, message })
     }
 }
 
@@ -330,37 +325,40 @@ impl network::Host for HostState {
     }
 }
 
-/// A state key or value no attempt may use, whatever it retries: the attempt ends
-/// `permanent`, `error_kind: state_limit` (as for the per-attempt caps), naming the key.
-fn unusable(message: String) -> wasmtime::Error {
-    wasmtime::Error::new(StateRefused {
-        limit: StateLimit::Attempt,
-        message,
-    })
+/// A refused state call, which ends the attempt (the dispatcher logs it with the attempt's
+/// error). A key or value no attempt may use is refused as [`StateLimit::Attempt`]: `permanent`,
+/// `error_kind: state_limit`, whatever it retries.
+fn refusal(limit: StateLimit, message: String) -> wasmtime::Error {
+    wasmtime::Error::new(StateRefused { limit, message })
 }
 
 /// The start of `key`, escaped, for a message about it.
 fn key_for_message(key: &str) -> String {
-    let head: String = key.chars().take(64).collect();
-    let more = if head.len() < key.len() { "…" } else { "" };
-    format!("{}{more}", crate::text::escape(&head))
+    let (head, whole) = crate::text::escape_within(key, 64);
+    if whole { head } else { head + "…" }
 }
 
 impl HostState {
     fn txn(&mut self, key: &str) -> wasmtime::Result<&mut StateTxn> {
         if crate::text::has_nul(key) {
-            return Err(unusable(format!(
-                "state key \"{}\" holds a NUL character (U+0000), which hookd's databases do \
+            return Err(refusal(
+                StateLimit::Attempt,
+                format!(
+                    "state key \"{}\" holds a NUL character (U+0000), which hookd's databases do \
                  not store",
-                key_for_message(key)
-            )));
+                    key_for_message(key)
+                ),
+            ));
         }
         if key.len() > MAX_KEY_BYTES {
-            return Err(unusable(format!(
-                "state key \"{}\" of {} bytes exceeds the {MAX_KEY_BYTES}-byte cap on a key",
-                key_for_message(key),
-                key.len()
-            )));
+            return Err(refusal(
+                StateLimit::Attempt,
+                format!(
+                    "state key \"{}\" of {} bytes exceeds the {MAX_KEY_BYTES}-byte cap on a key",
+                    key_for_message(key),
+                    key.len()
+                ),
+            ));
         }
         self.state
             .as_mut()
@@ -375,12 +373,15 @@ impl state::Host for HostState {
 
     fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
         if value.len() > MAX_VALUE_BYTES {
-            return Err(unusable(format!(
-                "state value of {} bytes for key \"{}\" exceeds the {MAX_VALUE_BYTES}-byte cap \
+            return Err(refusal(
+                StateLimit::Attempt,
+                format!(
+                    "state value of {} bytes for key \"{}\" exceeds the {MAX_VALUE_BYTES}-byte cap \
                  on a value",
-                value.len(),
-                key_for_message(&key)
-            )));
+                    value.len(),
+                    key_for_message(&key)
+                ),
+            ));
         }
         self.txn(&key)?.write(key, Some(value))
     }
