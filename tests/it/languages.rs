@@ -93,6 +93,70 @@ async fn a_scaffolded_python_handler_is_tested_served_and_hot_swapped_by_hookd_d
     }
 }
 
+/// `build.mjs` says what is wrong with an entry it cannot build, before ComponentizeJS runs: an
+/// import of a Node built-in (esbuild advised bundling "for node"), unless a package in
+/// `node_modules` provides that bare name (a polyfill, bundled as usual); and an entry that does
+/// not export `handler` (ComponentizeJS named its own `source.js` and suggested
+/// `export const handler = {}`).
+#[test]
+fn the_js_build_names_a_node_builtin_and_a_missing_handler_export() {
+    if !toolchain_ready(&JAVASCRIPT) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("node_modules/events");
+    std::fs::create_dir_all(&events).unwrap();
+    std::fs::write(
+        events.join("package.json"),
+        r#"{"name":"events","main":"index.js"}"#,
+    )
+    .unwrap();
+    std::fs::write(events.join("index.js"), "export class EventEmitter {}\n").unwrap();
+    let sdk = "import { defineHandler } from \"@hookd/plugin-sdk\";\n";
+    let build = |name: &str, source: String| {
+        std::fs::write(dir.path().join(name), source).unwrap();
+        let out = Command::new("node")
+            .arg(workspace().join("plugin-sdk/js/build.mjs"))
+            .args([name, "out.wasm"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for import in ["node:fs", "crypto"] {
+        let source = format!(
+            "import * as m from \"{import}\";\n{sdk}export const handler = defineHandler(() => String(m));\n"
+        );
+        let (built, stderr) = build("builtin.ts", source);
+        assert!(!built, "{import}: {stderr}");
+        assert!(
+            stderr.contains(&format!("\"{import}\" is a Node.js built-in module"))
+                && !stderr.contains("platform"),
+            "{import}: {stderr}"
+        );
+    }
+    let (built, stderr) = build(
+        "misnamed.ts",
+        format!("{sdk}export const handle = defineHandler(() => \"x\");\n"),
+    );
+    assert!(!built, "{stderr}");
+    assert!(
+        stderr.contains("does not export `handler` (it exports: handle)"),
+        "{stderr}"
+    );
+    let (built, stderr) = build(
+        "polyfill.ts",
+        format!(
+            "import {{ EventEmitter }} from \"events\";\n{sdk}\
+             export const handler = defineHandler(() => String(new EventEmitter()));\n"
+        ),
+    );
+    assert!(built, "a polyfill in node_modules is bundled: {stderr}");
+}
+
 /// What an author does with a new handler in `language`, from the scaffold to a hot swap.
 async fn scaffolded(language: &Language) {
     let tmp = tempfile::tempdir().unwrap();
