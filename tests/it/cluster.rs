@@ -299,6 +299,52 @@ async fn three_nodes_lose_nothing_and_never_overlap_while_one_is_killed_twice() 
     );
 }
 
+/// An attempt that ends while PostgreSQL is away is recorded once the server is back, as what
+/// it was: not left for its lease to expire into `abandoned` and run the handler again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_ends_while_the_database_is_away_is_recorded_once_it_is_back() {
+    let Some(server) = PrivatePostgres::start(
+        "an_attempt_that_ends_while_the_database_is_away_is_recorded_once_it_is_back",
+    ) else {
+        return;
+    };
+    let db = TestDatabase::create_on(&server.url);
+    let config = format!(
+        "[server]\ndatabase = \"{}\"\n{}",
+        db.url,
+        sw_source("s", &["flaky"], "\n[plugins.flaky]\ntimeout_ms = 5000\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("flaky", plugins::FLAKY)]);
+    let host = ProcessHost::start(dir.path(), &config).await;
+    let body = json!({"sleep_ms": 2000});
+    let (status, reply) = support::post_sw(host.ingest, "s", "slow", body.to_string().as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let state = |url: &str| psql(url, "SELECT state FROM deliveries").trim().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state(&db.url) != "running" {
+        assert!(Instant::now() < deadline, "the delivery never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Away from before the handler answers until well after: its first record fails.
+    server.down();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    server.up();
+    // Its lease (5 s + 10 s) has not expired yet: the record lands without a second attempt.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while state(&db.url) != "done" {
+        assert!(Instant::now() < deadline, "the delivery was never done");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let history = psql(
+        &db.url,
+        "SELECT attempt || ' ' || outcome FROM attempts ORDER BY attempt",
+    );
+    assert_eq!(history.trim(), "1 ok", "{history}");
+}
+
 /// PostgreSQL stopped for 5 s under load and started again: the nodes answer 503 (never a 202
 /// without a commit, never a 500) while it is away, and so does `/readyz`; they reconnect by
 /// themselves, and every event they acknowledged is there afterwards.

@@ -8,10 +8,19 @@
 //!   none repeats those fields.
 //! - An attempt of a hot plugin (`hot`) holds the plugin's turn from before its call until its
 //!   record is queued for commit, and no longer.
+//! - A record the database could not take (its server away, a full disk, a lock) is sent again
+//!   while the lease may still hold, so an attempt whose outcome is known is recorded as what
+//!   it was, not left to expire into `abandoned` and run once more. Sending it again is safe:
+//!   the lease check comes first, so a record that did commit is answered `LeaseLost`.
 
-use std::{pin::pin, sync::Arc, task::Poll, time::Instant};
+use std::{
+    pin::pin,
+    sync::Arc,
+    task::Poll,
+    time::{Duration, Instant},
+};
 
-use super::{Dispatcher, PluginState, hot::Hot, policy::Classified};
+use super::{Dispatcher, LEASE_MARGIN, PluginState, hot::Hot, policy::Classified};
 use crate::{
     config::PluginConfig,
     inbox::{Claimed, Finish, Finished, InboxError},
@@ -25,6 +34,11 @@ use crate::{
 /// When a delivery whose plugin was unloaded between its claim and its call is due again.
 const UNAVAILABLE_RETRY_MS: i64 = 1000;
 
+/// The first pause before a record the database could not take is sent again; it doubles up
+/// to [`RECORD_RETRY_MAX`].
+const RECORD_RETRY_FIRST: Duration = Duration::from_millis(100);
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(2);
+
 impl Dispatcher {
     /// Runs one attempt and records it.
     #[tracing::instrument(name = "attempt", level = "error", skip_all, fields(
@@ -33,12 +47,14 @@ impl Dispatcher {
     ))]
     pub(super) async fn run_attempt(&self, mut claim: Claimed) -> Result<(), InboxError> {
         let started = Instant::now();
+        let plugin = self.config.plugin(&claim.handler);
+        // The lease runs from the claim, before this: past this bound it is surely gone.
+        let lease_bound = tokio::time::Instant::now() + plugin.timeout + LEASE_MARGIN;
         // The attempt starts now, which may be well after the claim's `now` (the claim waited
         // for the database): recorded so, its start is after whatever had to finish before it
         // was leased (its key's previous delivery, an attempt taken back), also when another
         // node finished that.
         claim.leased_at_ms = claim.leased_at_ms.max(self.clock.now_ms());
-        let plugin = self.config.plugin(&claim.handler);
         let Some(loaded) = self.registry.get(&plugin.wasm) else {
             // Unloaded between claim and call: give the attempt back, untouched by the handler.
             let finish = Finish {
@@ -51,7 +67,7 @@ impl Dispatcher {
                 ..self.finish_record(&claim, &plugin, None)
             };
             let counted = (finish.outcome, finish.disposition.clone());
-            let result = self.inbox.finish(finish).await?;
+            let result = self.record_until(finish, None, lease_bound).await?;
             self.count(&claim, counted, &result, started);
             return Ok(());
         };
@@ -112,15 +128,17 @@ impl Dispatcher {
             ..self.record(&claim, &plugin, sha256, classified, now)
         };
         let mut counted = (finish.outcome, finish.disposition.clone());
+        let again = finish.clone();
         let mut finishing = pin!(self.inbox.finish(finish));
         // Its first poll queues the record (and makes its state writes visible to reads): the
         // turn goes on from there, not from the commit.
         let queued = std::future::poll_fn(|cx| Poll::Ready(finishing.as_mut().poll(cx))).await;
         drop(turn);
-        let mut result = match queued {
-            Poll::Ready(result) => result?,
-            Poll::Pending => finishing.await?,
+        let first = match queued {
+            Poll::Ready(result) => result,
+            Poll::Pending => finishing.await,
         };
+        let mut result = self.record_until(again, Some(first), lease_bound).await?;
         if let Finished::OverQuota(message) = result {
             // Concurrent attempts each fit the plugin's total but together do not: this one
             // did not commit; record it as failed, without its writes (the lease is still ours).
@@ -131,7 +149,7 @@ impl Dispatcher {
             });
             let finish = self.record(&claim, &plugin, sha256, refused, now);
             counted = (finish.outcome, finish.disposition.clone());
-            result = self.inbox.finish(finish).await?;
+            result = self.record_until(finish, None, lease_bound).await?;
         }
         self.count(&claim, counted, &result, started);
         match result {
@@ -145,6 +163,42 @@ impl Dispatcher {
             }
         }
         Ok(())
+    }
+
+    /// Records `finish` (whose first try, if made already, answered `first`), sending it again
+    /// while the database cannot take it and `lease_bound` is not reached; then the last answer.
+    async fn record_until(
+        &self,
+        finish: Finish,
+        first: Option<Result<Finished, InboxError>>,
+        lease_bound: tokio::time::Instant,
+    ) -> Result<Finished, InboxError> {
+        let mut result = match first {
+            Some(result) => result,
+            None => self.inbox.finish(finish.clone()).await,
+        };
+        let mut pause = RECORD_RETRY_FIRST;
+        let mut tries = 1;
+        loop {
+            match result {
+                Err(e @ (InboxError::Unavailable(_) | InboxError::Busy(_)))
+                    if tokio::time::Instant::now() + pause < lease_bound =>
+                {
+                    if tries == 1 {
+                        tracing::warn!(error = %e, "recording the attempt failed; sending it again while its lease holds");
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECORD_RETRY_MAX);
+                    tries += 1;
+                    result = self.inbox.finish(finish.clone()).await;
+                }
+                Ok(recorded) if tries > 1 => {
+                    tracing::info!(tries, "the attempt was recorded once the database took it");
+                    return Ok(recorded);
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Counts an attempt the inbox recorded as `(outcome, disposition)` unless `result` says
