@@ -85,6 +85,9 @@ struct FileStatus {
     error: Option<String>,
     /// The sha256 of the file the last load refused, when it got as far as reading it.
     refused: Option<String>,
+    /// The live version's file as it was read, when it went live by a load (not a rollback):
+    /// what a cluster publishes, even once the file has changed again.
+    file_bytes: Option<(String, Arc<Vec<u8>>)>,
 }
 
 impl FileStatus {
@@ -275,7 +278,8 @@ impl Registry {
     pub async fn load(&self, stem: &str) -> Result<Arc<LoadedPlugin>, LoadError> {
         let path = self.path_of(stem);
         let mut read = None;
-        let result = self.build(stem, &path, &mut read).await;
+        let mut bytes = None;
+        let result = self.build(stem, &path, &mut read, &mut bytes).await;
         let counted = match &result {
             Ok(_) => LoadResult::Loaded,
             Err(_) => LoadResult::Failed,
@@ -291,6 +295,11 @@ impl Registry {
                     .is_some_and(|c| c.plugin.sha256() == loaded.plugin.sha256())
                 {
                     entry.refused = None;
+                    if let Some(bytes) = bytes
+                        && entry.file_bytes.is_none()
+                    {
+                        entry.file_bytes = Some((loaded.plugin.sha256().to_owned(), bytes));
+                    }
                     if entry.error.take().is_some() {
                         // The last word on this plugin was an error: say it is over.
                         tracing::info!(
@@ -320,6 +329,7 @@ impl Registry {
                 entry.previous.truncate(KEEP_PREVIOUS);
                 entry.error = None;
                 entry.refused = None;
+                entry.file_bytes = bytes.map(|b| (loaded.plugin.sha256().to_owned(), b));
                 self.publish(stem, Some(loaded.clone()));
                 tracing::info!(
                     plugin = stem,
@@ -347,10 +357,19 @@ impl Registry {
                 entry.previous.insert(0, old);
                 entry.previous.truncate(KEEP_PREVIOUS);
             }
+            entry.file_bytes = None;
             entry.error = Some(format!("{} was removed", self.path_of(stem).display()));
         }
         self.publish(stem, None);
         tracing::warn!(plugin = stem, "plugin unloaded: its file was removed");
+    }
+
+    /// The bytes of `stem`'s live version `sha256` as its file held them when it loaded, if it
+    /// went live by a load (a rolled-back version's are not kept).
+    pub fn live_bytes(&self, stem: &str, sha256: &str) -> Option<Arc<Vec<u8>>> {
+        let status = self.status.lock().expect("poisoned");
+        let (sha, bytes) = status.get(stem)?.file_bytes.as_ref()?;
+        (sha == sha256).then(|| bytes.clone())
     }
 
     /// The sha256 of the file `stem`'s last load refused, unless a load succeeded since.
@@ -393,6 +412,7 @@ impl Registry {
     fn step_back(&self, stem: &str, entry: &mut FileStatus, at: usize) -> Arc<LoadedPlugin> {
         let back = entry.previous.remove(at);
         entry.current = Some(back.clone());
+        entry.file_bytes = None;
         self.publish(stem, Some(back.clone()));
         tracing::warn!(
             plugin = stem,
@@ -462,13 +482,14 @@ impl Registry {
         });
     }
 
-    /// Reads, compiles and checks `path`; `read` gets the sha256 of the bytes read, if it got
-    /// that far.
+    /// Reads, compiles and checks `path`; `read` gets the sha256 of the bytes read and `kept`
+    /// the bytes, if it got that far.
     async fn build(
         &self,
         stem: &str,
         path: &Path,
         read: &mut Option<String>,
+        kept: &mut Option<Arc<Vec<u8>>>,
     ) -> Result<Arc<LoadedPlugin>, LoadError> {
         let file = path.display().to_string();
         let read_path = path.to_owned();
@@ -489,6 +510,8 @@ impl Registry {
             })?;
         let sha256 = crate::runtime::file_sha256(&bytes);
         *read = Some(sha256.clone());
+        let bytes = Arc::new(bytes);
+        *kept = Some(bytes.clone());
         // Rewritten with the same contents (a touch, an unchanged rebuild): nothing to compile.
         if let Some(live) = self.get(stem)
             && sha256 == live.plugin.sha256()
@@ -497,12 +520,7 @@ impl Registry {
         }
         let built = self
             .runtime
-            .build(
-                Arc::new(bytes),
-                sha256.clone(),
-                self.cache.clone(),
-                &self.compiler,
-            )
+            .build(bytes, sha256.clone(), self.cache.clone(), &self.compiler)
             .await
             .map_err(|e| match e {
                 runtime::LoadError::Compile(reason) => LoadError::Compile {

@@ -830,6 +830,51 @@ async fn a_published_version_one_node_refuses_never_replaces_its_working_file() 
     drop(publisher);
 }
 
+/// A corrupt file written right after a good one went live (a deploy script's next step, or a
+/// second drop within the sync's second): the good version is published with the bytes it
+/// loaded from, though its file already holds the next one. Before, its publish found no bytes
+/// and failed, and the next round took the node back to the cluster's older release, writing
+/// that over the file: the working version evicted by a broken file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_whose_file_changed_before_its_publish_is_still_published() {
+    let Some(db) =
+        TestDatabase::create("a_version_whose_file_changed_before_its_publish_is_still_published")
+    else {
+        return;
+    };
+    let (dirs, hosts, _first) = start_nodes(&node_config(&db.url, 1), 1).await;
+    let good = std::fs::read(plugins::FLAKY).unwrap();
+    let good_sha = host::runtime::file_sha256(&good);
+    drop_file(dirs[0].path(), &good);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while counter_on(&hosts[0]).await["sha256"] != good_sha.as_str() {
+        assert!(
+            Instant::now() < deadline,
+            "the good version never went live"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop_file(dirs[0].path(), b"\0asm\x01\0\0\0 not a component");
+    // Several sync rounds: the good version is the cluster's release, and stays live.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let counter = counter_on(&hosts[0]).await;
+    assert_eq!(counter["sha256"], good_sha.as_str(), "{counter:#}");
+    assert!(counter["error"].is_string(), "{counter:#}");
+    assert_eq!(
+        psql(
+            &db.url,
+            "SELECT sha256 FROM plugin_releases WHERE stem = 'counter'"
+        )
+        .trim(),
+        good_sha
+    );
+    let on_disk = std::fs::read(dirs[0].path().join("plugins/counter.wasm")).unwrap();
+    assert!(
+        on_disk.ends_with(b"not a component"),
+        "the file was overwritten"
+    );
+}
+
 /// Two nodes behind PgBouncer in transaction mode (`database_pooler = "transaction"`), sharing
 /// its four server connections among their 32 pooled ones, so consecutive transactions of one
 /// connection run on different server connections: every event is stored once and handled

@@ -11,7 +11,10 @@
 //!
 //! Invariants:
 //! - Only a version that loaded here (compiled, type-checked, live) is ever published: a broken
-//!   file changes nothing anywhere.
+//!   file changes nothing anywhere. It goes with the bytes it loaded from
+//!   (`Registry::live_bytes`), whatever the file holds by then.
+//! - A publish or adoption that failed is planned again next tick (`Memory::failed`): what the
+//!   planner remembers is what happened, never what was only planned.
 //! - At start-up the cluster's choice wins over the files a node finds: a node that was down
 //!   through a change (or a rollback) catches up instead of undoing it. A file with no release
 //!   yet is published.
@@ -30,13 +33,13 @@ use std::{
     time::Duration,
 };
 
+use anyhow::Context;
 use rand::RngCore;
 
 use crate::{
     clock::Clock,
     inbox::cluster::{ClusterStore, NodeBeat, Release},
     registry::Registry,
-    runtime::file_sha256,
 };
 
 /// How often a node beats and looks at the releases.
@@ -106,6 +109,30 @@ impl Memory {
         };
         written.drain(..=i);
         true
+    }
+
+    /// Forgets what [`plan`] remembered of `action`, which did not happen (the database away, a
+    /// directory not writable), so that the next tick plans it again: a published version is
+    /// not yet the one seen (`before`: what was seen before that plan), an adoption not made.
+    fn failed(&mut self, action: &Action, before: Option<&BTreeMap<String, String>>) {
+        match action {
+            Action::Publish { stem, .. } => {
+                if let Some(seen) = self.seen.as_mut() {
+                    match before.and_then(|before| before.get(stem)) {
+                        Some(sha) => seen.insert(stem.clone(), sha.clone()),
+                        None => seen.remove(stem),
+                    };
+                }
+            }
+            Action::Adopt(release) => {
+                self.adopted.remove(&release.stem);
+                if let Some(written) = self.written.get_mut(&release.stem)
+                    && written.last() == Some(&release.sha256)
+                {
+                    written.pop();
+                }
+            }
+        }
     }
 }
 
@@ -248,49 +275,23 @@ async fn tick(
         .into_iter()
         .map(|r| (r.stem.clone(), r))
         .collect();
+    let before = memory.seen.clone();
+    let mut failed = None;
     for action in plan(&releases, &live, memory) {
-        match action {
-            Action::Publish { stem, sha256 } => {
-                // A new file goes with its bytes, if the file still holds that version; a
-                // rollback's version was stored when it was published.
-                let path = registry.path_of(&stem);
-                let bytes = tokio::fs::read(&path)
-                    .await
-                    .ok()
-                    .filter(|bytes| file_sha256(bytes) == sha256)
-                    .map(bytes::Bytes::from);
-                let release = store.publish(&stem, &sha256, bytes, &node.id).await?;
-                tracing::info!(
-                    plugin = stem,
-                    sha256,
-                    version = release.version,
-                    "plugin published to the cluster"
-                );
-            }
-            Action::Adopt(release) => {
-                let Some(bytes) = store.plugin_bytes(&release.sha256).await? else {
-                    tracing::error!(
-                        plugin = release.stem,
-                        sha256 = release.sha256,
-                        "the cluster's release has no stored bytes"
-                    );
-                    continue;
-                };
-                write_atomically(&registry.path_of(&release.stem), &bytes).await?;
-                tracing::info!(
-                    plugin = release.stem,
-                    sha256 = release.sha256,
-                    node = release.node,
-                    "plugin adopted from the cluster"
-                );
-            }
+        if let Err(e) = act(&action, node, store, registry).await {
+            // Planned again next tick; the other files' actions go ahead.
+            memory.failed(&action, before.as_ref());
+            failed.get_or_insert(e);
         }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     for (stem, sha256) in refused_adoptions(&live, memory, |stem| registry.refused(stem)) {
         let Some(bytes) = store.plugin_bytes(&sha256).await? else {
             continue; // Never published: the refused file stays, as a dropped one would.
         };
-        write_atomically(&registry.path_of(&stem), &bytes).await?;
+        write_release(registry, &stem, &sha256, &bytes).await?;
         tracing::warn!(
             plugin = stem,
             sha256,
@@ -299,6 +300,71 @@ async fn tick(
         );
     }
     Ok(())
+}
+
+/// Carries out one planned action; errors name the plugin.
+async fn act(
+    action: &Action,
+    node: &Node,
+    store: &dyn ClusterStore,
+    registry: &Registry,
+) -> anyhow::Result<()> {
+    match action {
+        Action::Publish { stem, sha256 } => {
+            // A version loaded from a file goes with the bytes it loaded from (the file may hold
+            // another version by now); a rollback's version was stored when it was published.
+            let bytes = registry
+                .live_bytes(stem, sha256)
+                .map(|bytes| bytes::Bytes::copy_from_slice(&bytes));
+            let release = store
+                .publish(stem, sha256, bytes, &node.id)
+                .await
+                .with_context(|| format!("publishing plugin {stem} version {sha256}"))?;
+            tracing::info!(
+                plugin = stem,
+                sha256,
+                version = release.version,
+                "plugin published to the cluster"
+            );
+        }
+        Action::Adopt(release) => {
+            let Some(bytes) = store.plugin_bytes(&release.sha256).await.with_context(|| {
+                format!("reading plugin {} version {}", release.stem, release.sha256)
+            })?
+            else {
+                tracing::error!(
+                    plugin = release.stem,
+                    sha256 = release.sha256,
+                    "the cluster's release has no stored bytes"
+                );
+                return Ok(());
+            };
+            write_release(registry, &release.stem, &release.sha256, &bytes).await?;
+            tracing::info!(
+                plugin = release.stem,
+                sha256 = release.sha256,
+                node = release.node,
+                "plugin adopted from the cluster"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes version `sha256` of plugin `stem` into its file; the error names both.
+async fn write_release(
+    registry: &Registry,
+    stem: &str,
+    sha256: &str,
+    bytes: &[u8],
+) -> anyhow::Result<()> {
+    let path = registry.path_of(stem);
+    write_atomically(&path, bytes).await.with_context(|| {
+        format!(
+            "writing plugin {stem} version {sha256} to {}",
+            path.display()
+        )
+    })
 }
 
 /// Replaces `path` with `bytes` in one rename, so the reloader never reads half a file.
@@ -446,6 +512,37 @@ mod tests {
             plan(&third, &here, &mut memory),
             [Action::Adopt(third["h"].clone())]
         );
+    }
+
+    /// A publish or an adoption that failed (the database away, a directory not writable) is
+    /// planned again, not taken as done: before, the next round saw the failed publish's
+    /// version as old news and adopted the cluster's older release over it, and a failed
+    /// adoption was never written.
+    #[test]
+    fn a_failed_action_is_planned_again() {
+        let mut memory = Memory::default();
+        let releases = BTreeMap::from([release("h", "a", 1)]);
+        assert!(plan(&releases, &live(&[("h", "a")]), &mut memory).is_empty());
+        let before = memory.seen.clone();
+        let actions = plan(&releases, &live(&[("h", "b")]), &mut memory);
+        assert_eq!(actions, [publish("h", "b")]);
+        memory.failed(&actions[0], before.as_ref());
+        assert_eq!(
+            plan(&releases, &live(&[("h", "b")]), &mut memory),
+            [publish("h", "b")]
+        );
+
+        let newer = BTreeMap::from([release("h", "c", 2)]);
+        let before = memory.seen.clone();
+        let actions = plan(&newer, &live(&[("h", "b")]), &mut memory);
+        assert_eq!(actions, [Action::Adopt(newer["h"].clone())]);
+        memory.failed(&actions[0], before.as_ref());
+        assert_eq!(
+            plan(&newer, &live(&[("h", "b")]), &mut memory),
+            [Action::Adopt(newer["h"].clone())]
+        );
+        // Written this time, it goes live as a catch-up, not as a change to publish.
+        assert!(plan(&newer, &live(&[("h", "c")]), &mut memory).is_empty());
     }
 
     #[test]
