@@ -125,10 +125,11 @@ async fn post_github_from(
 }
 
 /// 60 connections each declare a 25 MiB body (the default cap) and send half of it, then stall.
-/// The default budget (128 MiB) admits five; the others get 503 + Retry-After from their head
-/// alone, and the process grows by at most the budget plus a margin (it grew by ~750 MiB when
-/// every half body was buffered). The stalled five get 408 once idle for
-/// `body_idle_timeout_ms`, and a real event is accepted afterwards.
+/// The default budget (128 MiB) holds what fewer than ten of them send; the others get 503 +
+/// Retry-After (from their head, or once their bytes no longer fit), and the process grows by
+/// at most the budget plus a margin (it grew by ~750 MiB when every half body was buffered).
+/// The stalled ones get 408 once idle for `body_idle_timeout_ms`, and a real event is accepted
+/// afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503() {
     const SOCKETS: usize = 60;
@@ -153,14 +154,13 @@ async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503()
             stream.write_all(&attack_head).await.unwrap();
             // Refused from the head alone, or admitted and reading.
             if let Some(answer) = read_answer(&mut stream, Duration::from_secs(2)).await {
-                return (false, Some(answer));
+                return (false, Some(answer), Duration::ZERO);
             }
             let sent = stream.write_all(&half).await.is_ok();
             // Stalled: the server must cut it off after its idle bound (5 s by default).
-            (
-                sent,
-                read_answer(&mut stream, Duration::from_secs(30)).await,
-            )
+            let waiting = Instant::now();
+            let answer = read_answer(&mut stream, Duration::from_secs(30)).await;
+            (sent, answer, waiting.elapsed())
         }));
     }
     // Sample while the attack is on: admitted sockets hold their half bodies for ~5 s.
@@ -174,11 +174,11 @@ async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503()
     let mut admitted = 0;
     for socket in sockets {
         match socket.await.unwrap() {
-            (false, Some(answer)) => {
-                assert!(answer.is_overloaded(), "a refused request: {answer:?}");
-                refused += 1;
-            }
-            (true, Some(answer)) => {
+            (_, Some(answer), _) if answer.is_overloaded() => refused += 1,
+            // Refused once its bytes no longer fit: closed with its body unread, the connection
+            // may be reset before its 503 is read, but not left hanging.
+            (_, None, waited) if waited < Duration::from_secs(20) => refused += 1,
+            (true, Some(answer), _) => {
                 assert_eq!(
                     (answer.status, &answer.body),
                     (408, &json!({"error": "body_timeout"})),
@@ -198,7 +198,7 @@ async fn half_sent_large_bodies_stay_within_the_body_budget_and_extras_get_503()
         growth >> 20
     );
     assert!(
-        admitted <= (BUDGET / DECLARED) as usize,
+        admitted <= (BUDGET / (DECLARED / 2)) as usize,
         "{admitted} admitted"
     );
     assert_eq!(admitted + refused, SOCKETS);
@@ -384,22 +384,16 @@ async fn trickling_bodies_cannot_hold_the_slots_against_a_real_webhook() {
     );
 }
 
-/// Six clients, each from its own address, declare bodies that take the whole default budget
-/// (five of 25 MiB, one of the 3 MiB left) and send 64 KiB/s, above `min_body_bytes_per_sec` but far below the pace that would
-/// finish 25 MiB within `body_timeout_ms`. Meanwhile a real webhook is refused (503) and
-/// retried; it is accepted within a ceiling, because a declared body that falls behind its
-/// pace gives its reservation back after the idle allowance instead of holding it for 30 s.
-///
-/// The idle allowance is 10 s here (default 5 s): the attackers hold the budget only until it
-/// passes, and on a loaded machine 5 s is too short a window to be sure of seeing them hold it.
+/// Six clients, each from its own address, declare bodies that add up to the whole default
+/// budget (five of 25 MiB, one of the 3 MiB left): three send 64 KiB/s (above
+/// `min_body_bytes_per_sec`, far below the pace that would finish 25 MiB), three send their
+/// head only and connect again as soon as they are cut off. A declared length is reserved as
+/// its bytes arrive, so together they hold what they sent, and every real webhook sent
+/// meanwhile is accepted. Before, each head reserved its whole declared length: the six held
+/// the budget for free, and every webhook got 503 for as long as they went on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn declaring_large_bodies_and_sending_slowly_cannot_hold_the_budget() {
-    const CEILING: Duration = Duration::from_secs(25);
-    let config = format!(
-        "[server]\nbody_idle_timeout_ms = 10000\n{}",
-        github_source("gh", "")
-    );
-    let host = TestHost::start(&config, &[]).await;
+async fn declaring_large_bodies_without_sending_them_holds_no_budget() {
+    let host = TestHost::start(&format!("[server]\n{}", github_source("gh", "")), &[]).await;
     let stop = Arc::new(AtomicBool::new(false));
     let mut attackers = Vec::new();
     for i in 0..6u8 {
@@ -410,67 +404,67 @@ async fn declaring_large_bodies_and_sending_slowly_cannot_hold_the_budget() {
             (128 << 20) - 5 * 26_214_400
         };
         attackers.push(tokio::spawn(async move {
-            let mut stream = connect_from(Ipv4Addr::new(127, 0, 2, 1 + i), to)
-                .await
-                .unwrap();
-            stream.write_all(&head("gh", &[], declared)).await.unwrap();
+            let from = Ipv4Addr::new(127, 0, 2, 1 + i);
             let chunk = vec![b'x'; 16 * 1024];
-            let started = Instant::now();
+            let mut heads = 0;
             while !stop.load(Ordering::Relaxed) {
-                if stream.write_all(&chunk).await.is_err() {
-                    break;
+                let Ok(mut stream) = connect_from(from, to).await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                heads += 1;
+                if stream.write_all(&head("gh", &[], declared)).await.is_err() {
+                    continue;
                 }
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                if i % 2 == 0 {
+                    // Head only: wait to be cut off (408), then go again.
+                    let _ = read_answer(&mut stream, Duration::from_secs(30)).await;
+                    continue;
+                }
+                while !stop.load(Ordering::Relaxed) {
+                    if stream.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
             }
-            started.elapsed()
+            heads
         }));
     }
-    // Until they hold the budget: a one-byte unsigned request is refused for want of it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut probe = connect_from(Ipv4Addr::new(127, 0, 0, 3), host.ingest)
-            .await
-            .unwrap();
-        let mut request = head("gh", &[], 1);
-        request.push(b'x');
-        probe.write_all(&request).await.unwrap();
-        let answer = read_answer(&mut probe, Duration::from_secs(10)).await;
-        if answer.as_ref().is_some_and(Answer::is_overloaded) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the declared bodies never took the budget: {answer:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut answers = Vec::new();
     let started = Instant::now();
-    let mut refused = 0;
-    let answer = loop {
+    let mut n = 0;
+    while started.elapsed() < Duration::from_secs(12) {
         let (answer, _) = post_github_from(
             Ipv4Addr::new(127, 0, 0, 2),
             host.ingest,
             "gh",
-            "past-the-hoarders",
-            Duration::from_secs(40),
+            &format!("past-the-hoarders-{n}"),
+            Duration::from_secs(10),
         )
         .await;
-        let answer = answer.expect("an answer");
-        if !answer.is_overloaded() || started.elapsed() > Duration::from_secs(40) {
-            break answer;
-        }
-        refused += 1;
+        answers.push(answer.map(|a| a.status));
+        n += 1;
         tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    let took = started.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    for attacker in attackers {
-        attacker.await.unwrap();
     }
-    eprintln!("the real webhook was refused {refused} times and accepted after {took:?}");
-    assert_eq!(answer.status, 202, "{answer:?}");
-    assert!(refused > 0, "the attackers never held the budget");
-    assert!(took <= CEILING, "the real webhook waited {took:?}");
+    stop.store(true, Ordering::Relaxed);
+    let mut heads = 0;
+    for attacker in attackers {
+        heads += attacker.await.unwrap();
+    }
+    eprintln!(
+        "{} real webhooks during {heads} attacking heads",
+        answers.len()
+    );
+    assert!(
+        heads > 6,
+        "the head-only attackers never came back: {heads}"
+    );
+    assert!(
+        answers.iter().all(|a| *a == Some(202)),
+        "real webhooks not accepted during the attack: {answers:?}"
+    );
 }
 
 /// One address opens 24 connections that stall in their body; with `max_connections = 16`

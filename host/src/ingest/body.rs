@@ -3,12 +3,15 @@
 //! in memory shared by every request of the listener, and the clock (an idle bound, a minimum
 //! average rate, a total bound).
 //!
-//! Invariants: no body byte is held without being counted in the [`BodyBudget`] — a declared
-//! `Content-Length` is reserved whole before the first byte is read (a request the budget
-//! cannot hold is refused from its head alone), an undeclared length is reserved chunk by
-//! chunk — and a reservation is given back when the request is done with its body, whatever
-//! the outcome. A client that stops sending, or sends slower than the minimum rate, is cut
-//! off with 408 long before the total bound.
+//! Invariants: no body byte is held without being counted in the [`BodyBudget`], and nothing
+//! is counted that was not sent: a body is reserved as its bytes arrive, in steps that double
+//! (from [`FIRST_STEP`], never past its declared `Content-Length` or its cap), and the buffer
+//! holds no more than its reservation. A head costs nothing: a client that declares a large
+//! body and sends none of it holds none of the budget (it used to reserve the whole declared
+//! length, so six head-only connections kept every webhook at 503). A declared length the
+//! budget cannot hold now is refused from the head alone. A reservation is given back when the
+//! request is done with its body, whatever the outcome. A client that stops sending, or sends
+//! slower than the minimum rate, is cut off with 408 long before the total bound.
 
 use std::{
     sync::{
@@ -28,6 +31,9 @@ use crate::error::ApiError;
 /// Seconds a client refused by the budget is told to wait: about the idle bound, after which
 /// a stalled body has given its reservation back.
 const BUDGET_RETRY_AFTER_SECS: u64 = 5;
+
+/// A body's first reservation, once its first bytes arrive (less if it declares less).
+pub const FIRST_STEP: u64 = 64 * 1024;
 
 /// The bytes of request bodies that may be in memory at once, across all connections.
 #[derive(Debug)]
@@ -141,10 +147,15 @@ pub async fn read(
     if declared.is_some_and(|len| len > limits.max_bytes) {
         return Err(ApiError::PayloadTooLarge);
     }
-    let overloaded = ApiError::Overloaded {
+    let overloaded = || ApiError::Overloaded {
         retry_after_secs: BUDGET_RETRY_AFTER_SECS,
     };
-    let mut reservation = budget.reserve(declared.unwrap_or(0)).ok_or(overloaded)?;
+    if declared.is_some_and(|len| len > budget.available()) {
+        return Err(overloaded());
+    }
+    let mut reservation = budget.reserve(0).expect("nothing always fits");
+    // The most this body can hold: its declared length, else its cap.
+    let most = declared.unwrap_or(limits.max_bytes);
     let start = Instant::now();
     let end = start + limits.total;
     // The pace that completes a declared body by `end`, starting after the idle allowance.
@@ -157,8 +168,7 @@ pub async fn read(
                 .max(1.0)
     });
     let rate = (limits.min_rate > 0).then(|| pace.max(limits.min_rate as f64));
-    // Only the reserved length is allocated up front; pages are touched as bytes arrive.
-    let mut received = BytesMut::with_capacity(declared.unwrap_or(0) as usize);
+    let mut received = BytesMut::new();
     let mut body = body;
     loop {
         let mut deadline = end.min(Instant::now() + limits.idle);
@@ -184,10 +194,16 @@ pub async fn read(
         if len > limits.max_bytes {
             return Err(ApiError::PayloadTooLarge);
         }
-        if len > reservation.bytes && !reservation.grow(len - reservation.bytes) {
-            return Err(ApiError::Overloaded {
-                retry_after_secs: BUDGET_RETRY_AFTER_SECS,
-            });
+        if len > reservation.bytes {
+            let step = len
+                .max(reservation.bytes * 2)
+                .max(FIRST_STEP)
+                .min(most)
+                .max(len);
+            if !reservation.grow(step - reservation.bytes) {
+                return Err(overloaded());
+            }
+            received.reserve(step as usize - received.len());
         }
         received.extend_from_slice(&data);
     }
@@ -211,5 +227,97 @@ mod tests {
         assert_eq!(budget.available(), 100);
         let _b = budget.reserve(100).unwrap();
         assert_eq!(budget.available(), 0);
+    }
+
+    const LIMITS: BodyLimits = BodyLimits {
+        max_bytes: 1 << 20,
+        total: Duration::from_secs(30),
+        idle: Duration::from_secs(5),
+        min_rate: 0,
+    };
+
+    /// Waits (a few seconds at most) until `budget` has `available` bytes left.
+    async fn until_available(budget: &BodyBudget, available: u64) {
+        for _ in 0..500 {
+            if budget.available() == available {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(budget.available(), available);
+    }
+
+    /// A head declaring a large body reserves nothing until its bytes come, then in doubling
+    /// steps: before, it reserved the whole declared length, so a few head-only connections
+    /// held the whole budget and every other request got 503.
+    #[tokio::test]
+    async fn a_declared_length_is_reserved_as_its_bytes_arrive() {
+        let total = 4 << 20;
+        let budget = BodyBudget::new(total);
+        let (mut tx, body) =
+            http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
+        let reading = tokio::spawn({
+            let budget = budget.clone();
+            async move { read(Body::new(body), Some(1 << 20), LIMITS, &budget).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(budget.available(), total, "a head alone reserves nothing");
+        tx.send_data(Bytes::from(vec![b'x'; 1000])).await.unwrap();
+        until_available(&budget, total - FIRST_STEP).await;
+        tx.send_data(Bytes::from(vec![b'x'; 100_000]))
+            .await
+            .unwrap();
+        until_available(&budget, total - 2 * FIRST_STEP).await;
+        drop(tx);
+        let (bytes, reservation) = reading.await.unwrap().unwrap();
+        assert_eq!(bytes.len(), 101_000);
+        drop(reservation);
+        assert_eq!(budget.available(), total);
+    }
+
+    /// A declared body sent above the minimum rate but behind the pace that would end it by
+    /// the total bound is cut off once the idle allowance has passed, not at the total bound.
+    #[tokio::test(start_paused = true)]
+    async fn a_declared_body_behind_its_pace_is_cut_off_after_the_idle_allowance() {
+        let budget = BodyBudget::new(4 << 20);
+        let limits = BodyLimits {
+            min_rate: 1,
+            ..LIMITS
+        };
+        let (mut tx, body) =
+            http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
+        let started = Instant::now();
+        let reading = tokio::spawn({
+            let budget = budget.clone();
+            async move { read(Body::new(body), Some(1 << 20), limits, &budget).await }
+        });
+        // 1 000 bytes a second: a thousand times the minimum rate, 2% of the pace.
+        let sending = tokio::spawn(async move {
+            while tx.send_data(Bytes::from(vec![b'x'; 1000])).await.is_ok() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        let cut = reading.await.unwrap();
+        assert!(matches!(cut, Err(ApiError::BodyTimeout)), "{cut:?}");
+        let took = started.elapsed();
+        assert!(
+            took >= LIMITS.idle && took < LIMITS.idle + Duration::from_secs(2),
+            "cut off after {took:?}"
+        );
+        sending.abort();
+    }
+
+    /// A declared length the budget cannot hold now is refused from the head alone.
+    #[tokio::test]
+    async fn a_declared_length_over_what_is_left_is_refused_at_once() {
+        let budget = BodyBudget::new(1000);
+        let (_tx, body) =
+            http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
+        let refused = read(Body::new(body), Some(1001), LIMITS, &budget).await;
+        assert!(
+            matches!(refused, Err(ApiError::Overloaded { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(budget.available(), 1000);
     }
 }
