@@ -4,17 +4,22 @@
 //! a head is at most [`MAX_HEAD_BYTES`]; at most `max_connections` connections are served at
 //! once (the rest wait in the kernel's backlog), at most `max_connections_per_ip` of them from
 //! one client address (more are answered 503 `overloaded` at once and closed, without taking a
-//! slot, so one client cannot hold every slot); on shutdown no new connection is accepted and
-//! open ones finish their request.
+//! slot, so one client cannot hold every slot); a connection whose client takes nothing of
+//! its answers for `header_timeout` is closed ([`WriteStall`]: a client that pipelines
+//! requests and never reads held its slot for good); on shutdown no new connection is accepted
+//! and open ones finish their request.
 
 use std::{
     collections::HashMap,
     convert::Infallible,
+    io,
     net::{IpAddr, Ipv6Addr, SocketAddr},
+    pin::Pin,
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
+    task::{Context, Poll},
     time::Duration,
 };
 
@@ -22,6 +27,7 @@ use axum::{Router, extract::ConnectInfo, response::IntoResponse};
 use hyper::{body::Incoming, server::conn::http1};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
+    io::{AsyncRead, AsyncWrite, ReadBuf},
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore},
 };
@@ -276,7 +282,10 @@ async fn serve_connection(
         // A client may shut its sending side once its request is out (`nc -N`, some proxies):
         // it still gets its answer, which may be the 202 of an event just stored.
         .half_close(true)
-        .serve_connection(TokioIo::new(stream), service);
+        .serve_connection(
+            TokioIo::new(WriteStall::new(stream, limits.header_timeout)),
+            service,
+        );
     tokio::pin!(connection);
     tokio::select! {
         _ = connection.as_mut() => {}
@@ -284,6 +293,102 @@ async fn serve_connection(
             connection.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(10), connection).await;
         }
+    }
+}
+
+/// A connection whose writes make no progress for `stall` fails them with `TimedOut`, so hyper
+/// closes it: the client is not reading its answers (pipelining requests it never reads the
+/// answers of, or gone without a FIN), and would otherwise hold its connection slot for good,
+/// since the head and body timeouts cover only reading.
+struct WriteStall<S> {
+    inner: S,
+    stall: Duration,
+    /// Armed when a write first cannot proceed; disarmed by any progress.
+    blocked: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteStall<S> {
+    fn new(inner: S, stall: Duration) -> Self {
+        Self {
+            inner,
+            stall,
+            blocked: None,
+        }
+    }
+
+    /// What a write that did not proceed (`Pending`) answers: still pending, or `TimedOut`
+    /// once it has been blocked for `stall`.
+    fn blocked<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let stall = self.stall;
+        let sleep = self
+            .blocked
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the client took nothing of its answer for {stall:?}"),
+            ))),
+        }
+    }
+
+    /// `poll` of a write, with the stall bound.
+    fn write<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        poll: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>>
+    where
+        S: Unpin,
+    {
+        match poll(Pin::new(&mut self.inner), cx) {
+            Poll::Pending => self.blocked(cx),
+            ready => {
+                self.blocked = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteStall<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteStall<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().write(cx, |s, cx| s.poll_write(cx, buf))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut()
+            .write(cx, |s, cx| s.poll_write_vectored(cx, bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().write(cx, |s, cx| s.poll_flush(cx))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().write(cx, |s, cx| s.poll_shutdown(cx))
     }
 }
 

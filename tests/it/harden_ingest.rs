@@ -467,6 +467,56 @@ async fn declaring_large_bodies_without_sending_them_holds_no_budget() {
     );
 }
 
+/// Two clients take both connection slots (`max_connections = 2`) and pipeline requests whose
+/// answers they never read. Once a connection's answers have backed up and made no progress for
+/// `header_timeout_ms`, it is closed, and a real webhook waiting in the kernel's backlog gets a
+/// slot. Before, the head and body timeouts covered only reading, and both connections stayed
+/// open for as long as the clients wished: the webhook was never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_their_answers_give_their_slots_back() {
+    let config = format!(
+        "[server]\nmax_connections = 2\nheader_timeout_ms = 2000\n{}",
+        github_source("gh", "")
+    );
+    let host = TestHost::start(&config, &[]).await;
+    let request = format!(
+        "GET /hooks/{} HTTP/1.1\r\nHost: hookd\r\n\r\n",
+        "x".repeat(8000)
+    );
+    let mut clients = Vec::new();
+    for i in 0..2u8 {
+        let (to, request) = (host.ingest, request.clone());
+        clients.push(tokio::spawn(async move {
+            let mut stream = connect_from(Ipv4Addr::new(127, 0, 3, 1 + i), to)
+                .await
+                .unwrap();
+            // Until hookd stops reading (its answers backed up) and then closes the connection.
+            let mut sent = 0;
+            while stream.write_all(request.as_bytes()).await.is_ok() {
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (answer, took) = post_github_from(
+        Ipv4Addr::new(127, 0, 0, 2),
+        host.ingest,
+        "gh",
+        "past-the-non-readers",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(answer.map(|a| a.status), Some(202), "after {took:?}");
+    for client in clients {
+        let sent = tokio::time::timeout(Duration::from_secs(30), client)
+            .await
+            .expect("a client that never reads was never cut off")
+            .unwrap();
+        eprintln!("a client that never read sent {sent} requests before it was cut off");
+    }
+}
+
 /// One address opens 24 connections that stall in their body; with `max_connections = 16`
 /// and no rate or short idle bound to save the day, only `max_connections_per_ip = 4` of them
 /// are served and 4 more wait for one of those slots: the other 16 get 503 + Retry-After at
