@@ -952,6 +952,23 @@ async fn new_events_beyond_the_backlog_bound_get_503_with_retry_after() {
     assert_eq!(support::json_or_text(&body)["duplicate"], true);
 }
 
+/// A bound of 2^63 or more (meant as "no bound") bounds nothing: it used to wrap to -1 when
+/// compared with the backlog, and every new event got 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_bound_past_i64_bounds_nothing() {
+    let config = format!(
+        "[server]\nmax_backlog = {}\n{}",
+        u64::MAX,
+        sw_source("s", &["absent"], "")
+    );
+    let host = TestHost::start(&config, &[]).await;
+    let body = event_body("huge-bound");
+    let (status, _, body) = support::send_sw(host.ingest, "s", "huge-bound", body.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{body:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 8. The official client libraries.
 

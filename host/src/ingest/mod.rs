@@ -219,7 +219,7 @@ async fn answer(
             tracing::Span::current().record("event", event_id.as_str());
             // Decided before the request moves into the inbox; sent only once it is stored.
             let ack = source.verifier.accepted_reply(request.body());
-            if shared.inbox.backlog() >= shared.config.server.max_backlog as i64 {
+            if shared.inbox.backlog() as u64 >= shared.config.server.max_backlog {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
                 let stored = shared
