@@ -289,11 +289,15 @@ pub(super) async fn detail(
 fn shown_body(body: &[u8]) -> (String, bool) {
     let json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
     let text = match std::str::from_utf8(body) {
-        // Indented, not re-encoded: numbers, escapes and repeated keys as received.
-        Ok(text) if json => {
-            format::indent_json(text, |key| key.eq_ignore_ascii_case("clientstate"))
-        }
-        _ => String::from_utf8_lossy(body).into_owned(),
+        // Indented, not re-encoded: numbers, escapes and repeated keys as received; only as
+        // much as is shown.
+        Ok(text) if json => format::indent_json(
+            text,
+            |key| key.eq_ignore_ascii_case("clientstate"),
+            MAX_BODY_SHOWN,
+        ),
+        // A cut may split a character: shown as U+FFFD, and the notice says it is cut.
+        _ => String::from_utf8_lossy(&body[..body.len().min(MAX_BODY_SHOWN + 1)]).into_owned(),
     };
     if text.len() <= MAX_BODY_SHOWN {
         return (text, false);

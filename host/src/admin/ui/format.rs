@@ -37,8 +37,10 @@ pub(super) fn parse_datetime_local(text: &str) -> Option<i64> {
 /// `json` (valid JSON) indented two spaces a level, with every token as it was received: a
 /// number keeps its digits, a string its escapes, a repeated key its every occurrence (a
 /// round trip through a parsed value would change all three). A string value under a key that
-/// `redacts` is shown as `"[redacted]"`.
-pub(super) fn indent_json(json: &str, redacts: impl Fn(&str) -> bool) -> String {
+/// `redacts` is shown as `"[redacted]"`. It stops once it has written more than `limit` bytes:
+/// indenting can make a body a hundred times longer (a comma at depth 127 becomes 255 bytes),
+/// and only its head is shown.
+pub(super) fn indent_json(json: &str, redacts: impl Fn(&str) -> bool, limit: usize) -> String {
     let bytes = json.as_bytes();
     let mut out = String::with_capacity(json.len() + json.len() / 2);
     let mut depth = 0usize;
@@ -49,7 +51,7 @@ pub(super) fn indent_json(json: &str, redacts: impl Fn(&str) -> bool) -> String 
         out.extend(std::iter::repeat_n("  ", depth));
     };
     let mut i = 0;
-    while i < bytes.len() {
+    while i < bytes.len() && out.len() <= limit {
         match bytes[i] {
             b'"' => {
                 // '"' and '\\' never occur inside a multi-byte UTF-8 sequence.
@@ -174,7 +176,11 @@ mod tests {
     fn json_is_indented_with_every_token_as_received() {
         let body = r#"{"amount": 12345678901234567890123, "dup":1,"dup":2, "e":"\u00e9\"}", "n":[ ],
             "o":{"clientState":"s3cret","CLIENTSTATE":{"x":1}}, "l":[1.50,true,null]}"#;
-        let shown = indent_json(body, |key| key.eq_ignore_ascii_case("clientstate"));
+        let shown = indent_json(
+            body,
+            |key| key.eq_ignore_ascii_case("clientstate"),
+            usize::MAX,
+        );
         assert_eq!(
             shown,
             r#"{
@@ -197,13 +203,33 @@ mod tests {
 }"#
         );
         // A pretty value reads the same as what was received.
-        let round: serde_json::Value = serde_json::from_str(&indent_json(body, |_| false)).unwrap();
+        let round: serde_json::Value =
+            serde_json::from_str(&indent_json(body, |_| false, usize::MAX)).unwrap();
         assert_eq!(
             round,
             serde_json::from_str::<serde_json::Value>(body).unwrap()
         );
-        assert_eq!(indent_json("\"x\"", |_| true), "\"x\"");
-        assert_eq!(indent_json(" 42 ", |_| true), "42");
+        assert_eq!(indent_json("\"x\"", |_| true, usize::MAX), "\"x\"");
+        assert_eq!(indent_json(" 42 ", |_| true, usize::MAX), "42");
+    }
+
+    /// A body of commas 127 levels deep grows about 128 times when indented: only what is
+    /// shown is written (before, a 12 MiB body took 1.6 GB to show its first 64 KiB).
+    #[test]
+    fn indenting_stops_past_its_limit() {
+        let depth = 127;
+        let body = format!(
+            "{}{}{}",
+            "[".repeat(depth),
+            vec!["1"; 200_000].join(","),
+            "]".repeat(depth)
+        );
+        let shown = indent_json(&body, |_| false, 64 * 1024);
+        assert!(
+            shown.len() > 64 * 1024 && shown.len() <= 64 * 1024 + 2 * depth + 16,
+            "{} bytes written",
+            shown.len()
+        );
     }
 
     #[test]
