@@ -34,6 +34,7 @@
 //!   within the tolerance both in the past and in the future (whole seconds, bounds included).
 //!   They are checked before any HMAC is computed, so stale replays cost no hashing.
 
+mod graph;
 mod handshake;
 mod kind;
 mod schemes;

@@ -193,7 +193,7 @@ fn signature(
                 .token
                 .as_ref()
                 .expect("Verifier::with_credential sets msgraph's client state");
-            client_state(token, body)
+            crate::graph::client_states(token, body)
         }
         Scheme::HmacSha256(generic) => {
             let tags = prefixed(
@@ -250,32 +250,6 @@ fn discord(
     let message = [ts_raw.as_bytes(), body].concat();
     key.verify_strict(&message, &Signature::from_bytes(&bytes))
         .map_err(|_| VerifyError::NoMatchingSignature)
-}
-
-/// msgraph: the body is `{"value": [notification, ...]}` and every notification's
-/// `clientState` is the configured one (compared in constant time).
-fn client_state(token: &Secret, body: &[u8]) -> Result<(), VerifyError> {
-    let malformed = |reason| VerifyError::MalformedBody { reason };
-    let list: serde_json::Value =
-        serde_json::from_slice(body).map_err(|_| malformed("not JSON"))?;
-    let items = list
-        .get("value")
-        .and_then(serde_json::Value::as_array)
-        .filter(|items| !items.is_empty())
-        .ok_or_else(|| malformed("no \"value\" list of notifications"))?;
-    let mut all = Choice::from(1);
-    for item in items {
-        let state = item
-            .get("clientState")
-            .and_then(serde_json::Value::as_str)
-            .ok_or_else(|| malformed("a notification has no clientState"))?;
-        all &= Choice::from(u8::from(token.matches(state.as_bytes())));
-    }
-    if bool::from(all) {
-        Ok(())
-    } else {
-        Err(VerifyError::ClientStateMismatch)
-    }
 }
 
 /// `webhook-signature: v1,<b64> v1,<b64> v1a,<ed25519>` over `{id}.{ts}.{body}`; or the same
