@@ -55,7 +55,8 @@ fn main() -> anyhow::Result<()> {
     let single = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    single.block_on(async { anyhow::Ok(runtime.typecheck(&handler).await?) })?;
+    single
+        .block_on(async { anyhow::Ok(runtime.typecheck(&handler, Default::default()).await?) })?;
 
     // Sequential: the latency of one invocation.
     let state: Arc<dyn StateStore> = Arc::new(inbox.clone());
@@ -111,7 +112,9 @@ fn main() -> anyhow::Result<()> {
 
     if let Some(parser_wasm) = parser_wasm {
         let parser = load(&runtime, &parser_wasm)?;
-        single.block_on(async { anyhow::Ok(runtime.typecheck(&parser).await?) })?;
+        single.block_on(async {
+            anyhow::Ok(runtime.typecheck(&parser, Default::default()).await?)
+        })?;
         let body = github_body();
         let mut samples = Vec::with_capacity(calls);
         single.block_on(async {
@@ -166,7 +169,9 @@ fn languages(args: Vec<String>) -> anyhow::Result<()> {
         let started = Instant::now();
         let plugin = load(&runtime, &wasm)?;
         let compiled = started.elapsed();
-        single.block_on(async { anyhow::Ok(runtime.typecheck(&plugin).await?) })?;
+        single.block_on(async {
+            anyhow::Ok(runtime.typecheck(&plugin, Default::default()).await?)
+        })?;
         let mut samples = Vec::with_capacity(calls);
         single.block_on(async {
             for i in 0..calls + calls / 10 {
@@ -200,6 +205,7 @@ fn limits() -> Limits {
     Limits {
         timeout: Duration::from_secs(30),
         memory_bytes: 64 << 20,
+        memory_key: "memory_mib",
         output_bytes: 64 * 1024,
         log_bytes: 64 * 1024,
     }

@@ -559,20 +559,26 @@ impl PluginConfig {
     /// [`PluginConfig::parser_limits_for`]).
     pub fn parser_limits(&self, body_len: usize) -> crate::runtime::Limits {
         let (timeout, memory_bytes) = self.parser_limits_for(body_len);
-        self.call_limits(timeout, memory_bytes)
+        self.call_limits(timeout, memory_bytes, "parser_memory_mib")
     }
 
     /// The budget of one handler attempt.
     pub fn handler_limits(&self) -> crate::runtime::Limits {
-        self.call_limits(self.timeout, self.memory_bytes)
+        self.call_limits(self.timeout, self.memory_bytes, "memory_mib")
     }
 
     /// A call's budget: its role's time and memory, and the output and log caps both roles
     /// share.
-    fn call_limits(&self, timeout: Duration, memory_bytes: u64) -> crate::runtime::Limits {
+    fn call_limits(
+        &self,
+        timeout: Duration,
+        memory_bytes: u64,
+        memory_key: &'static str,
+    ) -> crate::runtime::Limits {
         crate::runtime::Limits {
             timeout,
             memory_bytes,
+            memory_key,
             output_bytes: self.output_bytes,
             log_bytes: self.log_bytes,
         }
@@ -658,7 +664,8 @@ impl Config {
     }
 
     /// What the configuration asks of each plugin file, by stem: its size cap (the largest
-    /// `max_file_mib` of the instances that load it) and the roles sources use it in.
+    /// `max_file_mib` of the instances that load it), the roles sources use it in, and the
+    /// least memory the instances of each role may hold.
     pub fn file_needs(&self) -> HashMap<String, FileNeeds> {
         let mut needs: HashMap<String, FileNeeds> = HashMap::new();
         for plugin in self.plugins.values() {
@@ -671,11 +678,29 @@ impl Config {
         for source in self.sources.values() {
             let parser = source.parser.iter().map(|p| (p, true));
             for (instance, as_parser) in parser.chain(source.handlers.iter().map(|h| (h, false))) {
-                let need = needs.entry(self.plugin(instance).wasm.clone()).or_default();
-                let (used, key) = if as_parser {
-                    (&mut need.parser, "parser")
+                let plugin = self.plugin(instance);
+                let need = needs.entry(plugin.wasm.clone()).or_default();
+                let (used, key, start, memory) = if as_parser {
+                    let memory = plugin.parser_limits_for(0).1;
+                    (
+                        &mut need.parser,
+                        "parser",
+                        &mut need.start.parser_memory,
+                        memory,
+                    )
                 } else {
-                    (&mut need.handler, "handlers")
+                    let memory = plugin.memory_bytes;
+                    (
+                        &mut need.handler,
+                        "handlers",
+                        &mut need.start.handler_memory,
+                        memory,
+                    )
+                };
+                *start = if used.is_some() {
+                    (*start).min(memory)
+                } else {
+                    memory
                 };
                 used.get_or_insert_with(|| format!("sources.{}.{key} ({instance})", source.name));
             }
@@ -1518,6 +1543,37 @@ mod tests {
         Config::parse(text, Path::new("/srv/hookd"), &|name| {
             (name == "GH_SECRET").then(|| "from-env".to_string())
         })
+    }
+
+    /// Each role of a file starts, at load, within the least memory its instances may hold.
+    #[test]
+    fn a_files_roles_start_within_the_least_memory_of_their_instances() {
+        let text = r#"
+[sources.a]
+scheme = "none"
+parser = "small_parser"
+handlers = ["big", "small"]
+
+[plugins.small_parser]
+wasm = "p"
+parser_memory_mib = 8
+
+[plugins.big]
+wasm = "h"
+memory_mib = 128
+
+[plugins.small]
+wasm = "h"
+memory_mib = 32
+"#;
+        let config = Config::parse(text, Path::new("/tmp"), &|_| None).unwrap();
+        let needs = config.file_needs();
+        assert_eq!(needs["p"].start.parser_memory, 8 << 20);
+        assert_eq!(needs["h"].start.handler_memory, 32 << 20);
+        // A role no instance uses keeps the load check's own allowance.
+        let unused = crate::runtime::StartLimits::default();
+        assert_eq!(needs["p"].start.handler_memory, unused.handler_memory);
+        assert_eq!(needs["h"].start.parser_memory, unused.parser_memory);
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct FileNeeds {
     pub parser: Option<String>,
     /// A source that uses the file as a handler (`sources.NAME.handlers`), if any does.
     pub handler: Option<String>,
+    /// The memory each role may start in: the least its instances may hold.
+    pub start: runtime::StartLimits,
 }
 
 impl Default for FileNeeds {
@@ -54,6 +56,7 @@ impl Default for FileNeeds {
             max_bytes: MAX_PLUGIN_BYTES,
             parser: None,
             handler: None,
+            start: runtime::StartLimits::default(),
         }
     }
 }
@@ -535,7 +538,7 @@ impl Registry {
                 },
             })?;
         self.runtime
-            .typecheck(&built.plugin)
+            .typecheck(&built.plugin, needs.start)
             .await
             .map_err(|source| LoadError::Refused {
                 stem: stem.to_owned(),

@@ -165,7 +165,67 @@ async fn the_multimem_component_is_a_valid_handler() {
     let runtime = host::runtime::Runtime::new().unwrap();
     let wasm = wat::parse_str(multimem_wat(2, 1)).unwrap();
     let plugin = runtime.compile(&wasm).unwrap();
-    runtime.typecheck(&plugin).await.unwrap();
+    runtime
+        .typecheck(&plugin, Default::default())
+        .await
+        .unwrap();
+}
+
+/// A component whose memory starts at 128 MiB could never run as a handler held to 64 MiB
+/// (`memory_mib`'s default): the load check starts each role within the least memory its
+/// instances may hold, so such a version is refused when it loads, naming the setting, and
+/// the version before it keeps serving. Before, the check allowed any role 256 MiB: the file
+/// went live and every attempt trapped.
+#[tokio::test]
+async fn a_role_that_cannot_start_within_its_instances_memory_is_refused_at_load() {
+    let runtime = host::runtime::Runtime::new().unwrap();
+    let wat = multimem_wat(1, 1).replacen(
+        "(memory (export \"memory\") 1)\n    (global",
+        "(memory (export \"memory\") 2048)\n    (global",
+        1,
+    );
+    assert_ne!(
+        wat,
+        multimem_wat(1, 1),
+        "the main memory's size was not found"
+    );
+    let plugin = runtime.compile(&wat::parse_str(wat).unwrap()).unwrap();
+    let held = host::runtime::StartLimits {
+        handler_memory: 64 << 20,
+        ..Default::default()
+    };
+    let refused = runtime.typecheck(&plugin, held).await.unwrap_err();
+    let message = refused.to_string();
+    assert!(
+        message.starts_with("starting its handler role failed: memory limit exceeded")
+            && message.contains("(memory_mib)"),
+        "{message}"
+    );
+    let roomy = host::runtime::StartLimits {
+        handler_memory: 160 << 20,
+        ..Default::default()
+    };
+    runtime.typecheck(&plugin, roomy).await.unwrap();
+}
+
+/// A good file checked while the calls in flight hold the host's plugin memory waits for it
+/// instead of being refused: before, it was refused as "not a valid WebAssembly component",
+/// and a deploy under load silently kept the old version until the file was written again.
+#[tokio::test]
+async fn a_load_check_waits_for_the_hosts_plugin_memory() {
+    let runtime = host::runtime::Runtime::new().unwrap();
+    let plugin = runtime
+        .compile(&wat::parse_str(multimem_wat(1, 1)).unwrap())
+        .unwrap();
+    runtime.limit_plugin_memory(0);
+    let checking = tokio::spawn({
+        let runtime = runtime.clone();
+        async move { runtime.typecheck(&plugin, Default::default()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!checking.is_finished(), "{:?}", checking.await);
+    runtime.limit_plugin_memory(u64::MAX);
+    checking.await.unwrap().unwrap();
 }
 
 /// Three linear memories grown by 62.5 MiB each (touched), beside the main one, are 187 MiB:

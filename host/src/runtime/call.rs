@@ -49,6 +49,9 @@ const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 pub struct Limits {
     pub timeout: Duration,
     pub memory_bytes: u64,
+    /// The setting `memory_bytes` comes from (`memory_mib`, `parser_memory_mib`), named when a
+    /// call exceeds it.
+    pub memory_key: &'static str,
     pub output_bytes: usize,
     pub log_bytes: usize,
 }
@@ -323,7 +326,11 @@ impl Runtime {
         ctx: &CallContext,
         state: Option<Arc<dyn StateStore>>,
     ) -> Store<HostState> {
-        let limits = limiter::Limiter::new(ctx.limits.memory_bytes, self.memory.clone());
+        let limits = limiter::Limiter::new(
+            ctx.limits.memory_bytes,
+            ctx.limits.memory_key,
+            self.memory.clone(),
+        );
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter::HOST_HANDLES);
         let deadline = Instant::now() + ctx.limits.timeout;

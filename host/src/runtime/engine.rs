@@ -268,6 +268,7 @@ mod tests {
             limits: Limits {
                 timeout: Duration::from_secs(1),
                 memory_bytes: 1 << 20,
+                memory_key: "memory_mib",
                 output_bytes: 1024,
                 log_bytes: 1024,
             },

@@ -42,9 +42,14 @@ pub const HOST_HANDLES: usize = 1_000;
 pub enum LimitExceeded {
     #[error(
         "memory limit exceeded: the plugin asked for {desired} bytes of linear memory (all its \
-         memories and tables together), over its limit of {limit} bytes (memory_mib)"
+         memories and tables together), over its limit of {limit} bytes ({key})"
     )]
-    Memory { desired: usize, limit: usize },
+    Memory {
+        desired: usize,
+        limit: usize,
+        /// The setting of the limit.
+        key: &'static str,
+    },
     #[error(
         "table limit exceeded: the plugin asked for {desired} table elements (all its tables \
          together), over the limit of {limit}"
@@ -122,6 +127,7 @@ pub struct Limiter {
     /// Bytes taken from the pool so far (memories and tables, as [`Self::total_bytes`] counts).
     taken: usize,
     memory_bytes: usize,
+    memory_key: &'static str,
     /// Bytes of linear memory granted so far, over every memory of the store. Memories never
     /// shrink and the store lives for one call, so this only grows. A growth that the limiter
     /// allowed but the allocator then failed stays counted (an overestimate, never an under).
@@ -131,11 +137,12 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    pub fn new(memory_bytes: u64, pool: Arc<MemoryPool>) -> Self {
+    pub fn new(memory_bytes: u64, memory_key: &'static str, pool: Arc<MemoryPool>) -> Self {
         Self {
             pool,
             taken: 0,
             memory_bytes: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
+            memory_key,
             memories_used: 0,
             table_elements_used: 0,
         }
@@ -152,6 +159,7 @@ impl Limiter {
             return Err(LimitExceeded::Memory {
                 desired: total,
                 limit: self.memory_bytes,
+                key: self.memory_key,
             }
             .into());
         }
@@ -239,7 +247,7 @@ mod tests {
 
     #[test]
     fn growth_past_the_budget_is_a_typed_error_and_the_guests_own_maximum_is_plain_wasm() {
-        let mut limiter = Limiter::new(64 * 1024 * 1024, MemoryPool::new(usize::MAX));
+        let mut limiter = Limiter::new(64 * 1024 * 1024, "memory_mib", MemoryPool::new(usize::MAX));
         assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
         assert!(!limiter.memory_growing(0, 2 << 20, Some(1 << 20)).unwrap());
         let err = limiter.memory_growing(0, 65 << 20, None).unwrap_err();
@@ -247,7 +255,8 @@ mod tests {
             err.downcast_ref::<LimitExceeded>(),
             Some(&LimitExceeded::Memory {
                 desired: 66 << 20,
-                limit: 64 << 20
+                limit: 64 << 20,
+                key: "memory_mib"
             })
         );
         assert!(err.to_string().contains("memory limit exceeded"));
@@ -260,7 +269,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_the_sum_of_every_memory_and_table() {
-        let mut limiter = Limiter::new(64 << 20, MemoryPool::new(usize::MAX));
+        let mut limiter = Limiter::new(64 << 20, "memory_mib", MemoryPool::new(usize::MAX));
         // Four memories of 15 MiB each fit (60 MiB)...
         for _ in 0..4 {
             assert!(limiter.memory_growing(0, 64 << 10, None).unwrap());
@@ -274,7 +283,8 @@ mod tests {
             err.downcast_ref::<LimitExceeded>(),
             Some(&LimitExceeded::Memory {
                 desired: (60 << 20) + (5 << 20),
-                limit: 64 << 20
+                limit: 64 << 20,
+                key: "memory_mib"
             })
         );
         // Tables count against the same budget (and their element count is summed).
@@ -303,8 +313,8 @@ mod tests {
     #[test]
     fn every_call_draws_from_one_host_wide_pool_and_gives_back_on_drop() {
         let pool = MemoryPool::new(10 << 20);
-        let mut first = Limiter::new(64 << 20, pool.clone());
-        let mut second = Limiter::new(64 << 20, pool.clone());
+        let mut first = Limiter::new(64 << 20, "memory_mib", pool.clone());
+        let mut second = Limiter::new(64 << 20, "memory_mib", pool.clone());
         assert!(first.memory_growing(0, 6 << 20, None).unwrap());
         assert!(second.memory_growing(0, 3 << 20, None).unwrap());
         assert!(second.table_growing(0, 1000, None).unwrap());

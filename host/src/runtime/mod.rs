@@ -52,7 +52,7 @@ pub use self::engine::{StartError, WASM_STACK_BYTES};
 use self::host::HostState;
 pub use self::host::{StateLimit, StateRefused, StateStore};
 pub use self::limiter::LimitExceeded;
-pub use self::plugin::{Built, LoadError, Plugin, Roles, file_sha256};
+pub use self::plugin::{Built, LoadError, Plugin, Roles, StartLimits, file_sha256};
 use crate::outbound::transport::Connector;
 
 /// The engine and the linker every plugin is instantiated against.

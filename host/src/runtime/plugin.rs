@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 use super::{
-    ArtifactCache, CallContext, CompileError, Compiler, Limits, Origin, Runtime,
+    ArtifactCache, CallContext, CallError, CompileError, Compiler, Limits, Origin, Runtime,
     bindings::{HandlerPre, ParserPre, WitVersion},
     call::{Role, bounded},
     host::HostState,
@@ -105,6 +105,10 @@ pub enum LoadError {
     /// The compile did not finish: stopped at its deadline, or its process failed.
     #[error("{0}")]
     Compile(String),
+    /// A role did not start within its instances' limits (or the host's plugin memory stayed
+    /// taken for as long as the load waited).
+    #[error("{0}")]
+    Start(String),
 }
 
 impl LoadError {
@@ -238,46 +242,96 @@ impl Runtime {
     }
 
     /// Checks every exported role against the WIT by instantiating the component once per
-    /// role in a throwaway, tightly bounded store (export types are only checked on
-    /// instantiation).
-    pub async fn typecheck(&self, plugin: &Plugin) -> Result<(), LoadError> {
-        // The one place a load-time call's budget is set: no output, no logs, and time and
-        // memory enough for any component's start-up.
-        let ctx = CallContext {
+    /// role in a throwaway store (export types are only checked on instantiation), each role
+    /// within the memory its instances may hold (`limits`): a version that could never start
+    /// in a call is refused at load, and the version before it keeps serving.
+    pub async fn typecheck(&self, plugin: &Plugin, limits: StartLimits) -> Result<(), LoadError> {
+        // The one place a load-time call's budget is set: no output, no logs, and time enough
+        // for any component's start-up.
+        let ctx = |memory_bytes, memory_key| CallContext {
             plugin: PluginName::from("typecheck"),
             config: Arc::default(),
             event: None,
             limits: Limits {
                 timeout: Duration::from_secs(5),
-                memory_bytes: 256 * 1024 * 1024,
+                memory_bytes,
+                memory_key,
                 output_bytes: 0,
                 log_bytes: 0,
             },
         };
-        self.typecheck_role(plugin.parser.as_ref(), &ctx).await?;
-        self.typecheck_role(plugin.handler.as_ref(), &ctx).await
+        let parser = ctx(limits.parser_memory, "parser_memory_mib");
+        self.typecheck_role(plugin.parser.as_ref(), &parser).await?;
+        let handler = ctx(limits.handler_memory, "memory_mib");
+        self.typecheck_role(plugin.handler.as_ref(), &handler).await
     }
 
-    /// Instantiates one role (if exported) and checks its export against the WIT.
+    /// Instantiates one role (if exported) and checks its export against the WIT. While the
+    /// host's plugin memory is held by the calls in flight, it waits for it (up to
+    /// [`HOST_MEMORY_WAIT`]) rather than refuse a good file for a moment's load.
     async fn typecheck_role<R: Role>(
         &self,
         pre: Option<&R>,
         ctx: &CallContext,
     ) -> Result<(), LoadError> {
         let Some(pre) = pre else { return Ok(()) };
-        let mut store = self.store(ctx, None);
-        let stderr = store.data().stderr.clone();
-        let instance = bounded(
-            ctx.limits.timeout,
-            &stderr,
-            pre.linked().instantiate_async(&mut store),
-        )
-        .await
-        .map_err(|e| LoadError::Invalid(format!("instantiating it failed: {e}")))?;
-        pre.check_exports(&mut store, &instance)
-            .map_err(LoadError::export_mismatch::<R>)
+        let started = std::time::Instant::now();
+        loop {
+            let mut store = self.store(ctx, None);
+            let stderr = store.data().stderr.clone();
+            let started_role = bounded(
+                ctx.limits.timeout,
+                &stderr,
+                pre.linked().instantiate_async(&mut store),
+            )
+            .await;
+            let instance = match started_role {
+                Ok(instance) => instance,
+                Err(CallError::HostMemory(_)) if started.elapsed() < HOST_MEMORY_WAIT => {
+                    drop(store);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(LoadError::Start(format!(
+                        "starting its {} role failed: {e}",
+                        R::NAME
+                    )));
+                }
+            };
+            return pre
+                .check_exports(&mut store, &instance)
+                .map_err(LoadError::export_mismatch::<R>);
+        }
     }
 }
+
+/// The memory each role of a file may start in, from the configuration: the smallest of the
+/// instances that use the file in that role (256 MiB for a role none uses).
+#[derive(Debug, Clone, Copy)]
+pub struct StartLimits {
+    /// The smallest `parser_memory_mib` (without its share per body byte) of the instances
+    /// sources use the file as a parser.
+    pub parser_memory: u64,
+    /// The smallest `memory_mib` of the instances sources use the file as a handler.
+    pub handler_memory: u64,
+}
+
+impl Default for StartLimits {
+    fn default() -> Self {
+        Self {
+            parser_memory: UNUSED_ROLE_MEMORY,
+            handler_memory: UNUSED_ROLE_MEMORY,
+        }
+    }
+}
+
+/// The memory a role no instance uses may start in: enough for any component's start-up.
+const UNUSED_ROLE_MEMORY: u64 = 256 * 1024 * 1024;
+
+/// How long a load waits for the host's plugin memory, held by the calls in flight, before it
+/// refuses the file for want of it.
+const HOST_MEMORY_WAIT: Duration = Duration::from_secs(30);
 
 /// The WIT version of role `R`'s export, if the component exports the role.
 fn role_version<R: Role>(exports: &[String]) -> Result<Option<WitVersion>, LoadError> {
