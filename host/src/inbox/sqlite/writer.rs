@@ -9,7 +9,10 @@
 //!   again, each in a savepoint of its own, so only the failing one's writes are undone. (A
 //!   savepoint copies each page a job first touches into a sub-journal: a quarter of the
 //!   writer's time under ingest, spent for the rare batch with a failure.) So a job is `Fn`:
-//!   it may run twice, and only the run that commits counts.
+//!   it may run twice, and only the run that commits counts. Unless the failure took the
+//!   transaction with it (SQLite rolls the whole transaction back on a full disk or an I/O
+//!   error): then the whole batch fails, each job answered with an error, none redone.
+//! - Every answer says what was committed: `Ok` only for a write its batch's `COMMIT` holds.
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded.
 //! - A batch that changed no row (an idle dispatcher's claim that found nothing, a reclaim pass
@@ -64,8 +67,8 @@ pub(super) trait Job: Send {
     /// Runs the write inside the open transaction, in a savepoint of its own if `isolated`;
     /// whether it succeeded. A run replaces the result of any run before it.
     fn run(&mut self, conn: &Connection, isolated: bool) -> bool;
-    /// Answers the caller with the write's result, or the commit's error if the commit failed.
-    fn answer(self: Box<Self>, commit: Result<(), Arc<rusqlite::Error>>);
+    /// Answers the caller with the write's result, or why the batch did not commit.
+    fn answer(self: Box<Self>, commit: Result<(), Failed>);
     /// Bulk bytes it writes (plugin state), bounded per batch by [`MAX_BATCH_WEIGHT`].
     fn weight(&self) -> usize;
 }
@@ -93,18 +96,48 @@ where
         ok
     }
 
-    fn answer(self: Box<Self>, commit: Result<(), Arc<rusqlite::Error>>) {
+    fn answer(self: Box<Self>, commit: Result<(), Failed>) {
         let answer = match (commit, self.result) {
             (Ok(()), Some(result)) => result,
             // Not reachable: a batch is committed only after every job in it ran.
             (Ok(()), None) => Err(InboxError::WriterGone),
-            (Err(e), _) => Err(from_shared(e)),
+            (Err(Failed::Sqlite(e)), _) => Err(from_shared(e)),
+            // The write whose failure took the transaction with it says why.
+            (Err(Failed::RolledBack), Some(Err(e))) => Err(e),
+            (Err(Failed::RolledBack), _) => {
+                Err(InboxError::Unavailable(Arc::new(std::io::Error::other(
+                    "SQLite rolled back the transaction of this write's batch when another \
+                     write in it failed (a full disk, an I/O error); nothing of it was stored",
+                ))))
+            }
         };
         let _ = self.reply.send(answer);
     }
 
     fn weight(&self) -> usize {
         self.weight
+    }
+}
+
+/// Why a batch did not commit.
+#[derive(Debug, Clone)]
+pub(super) enum Failed {
+    /// A statement of the writer's own (`BEGIN`, `COMMIT`) failed.
+    Sqlite(Arc<rusqlite::Error>),
+    /// SQLite rolled the whole transaction back when a write in it failed (a full disk, an I/O
+    /// error; it may do so for those): nothing of the batch is stored, and nothing can be
+    /// redone in that transaction.
+    RolledBack,
+}
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sqlite(e) => e.fmt(f),
+            Self::RolledBack => f.write_str(
+                "SQLite rolled the transaction back when a write in it failed (see its error)",
+            ),
+        }
     }
 }
 
@@ -175,6 +208,9 @@ fn in_savepoint<T>(
             exec_cached(conn, "RELEASE job")?;
             Ok(value)
         }
+        // SQLite rolled back the whole transaction, savepoint and all: the write's own error
+        // says why, and the batch is failed (`run_batch`).
+        Err(e) if conn.is_autocommit() => Err(e),
         Err(e) => {
             exec_cached(conn, "ROLLBACK TO job")?;
             exec_cached(conn, "RELEASE job")?;
@@ -184,20 +220,31 @@ fn in_savepoint<T>(
 }
 
 /// Opens the batch's transaction and runs its jobs in it, straight through; if one fails,
-/// rolls back and runs them all again, each in its own savepoint. Whether a row changed.
-fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<bool> {
-    exec_cached(conn, "BEGIN IMMEDIATE")?;
+/// rolls back and runs them all again, each in its own savepoint. Whether a row changed. A
+/// failure that took the transaction with it (SQLite rolls back the whole transaction on a
+/// full disk or an I/O error) fails the whole batch: no job is redone outside a transaction,
+/// where each would commit alone while the batch is answered as failed.
+fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> Result<bool, Failed> {
+    let begin = |conn: &Connection| {
+        exec_cached(conn, "BEGIN IMMEDIATE").map_err(|e| Failed::Sqlite(Arc::new(e)))
+    };
+    begin(conn)?;
     let changes = conn.total_changes();
     if batch.iter_mut().all(|job| job.run(conn, false)) {
         return Ok(conn.total_changes() != changes);
     }
+    if conn.is_autocommit() {
+        return Err(Failed::RolledBack);
+    }
     // The failed job may have written part of what it meant to: undo the batch, then redo it
     // with each job's writes undone alone if it fails.
     let _ = conn.execute_batch("ROLLBACK");
-    exec_cached(conn, "BEGIN IMMEDIATE")?;
+    begin(conn)?;
     let changes = conn.total_changes();
     for job in batch.iter_mut() {
-        job.run(conn, true);
+        if !job.run(conn, true) && conn.is_autocommit() {
+            return Err(Failed::RolledBack);
+        }
     }
     Ok(conn.total_changes() != changes)
 }
@@ -273,15 +320,17 @@ fn writer_loop(
         let commit = match run_batch(&conn, &mut batch) {
             Ok(changed) => {
                 wrote = changed;
-                let commit = exec_cached(&conn, "COMMIT").map_err(Arc::new);
+                let commit = exec_cached(&conn, "COMMIT").map_err(|e| Failed::Sqlite(Arc::new(e)));
                 if commit.is_err() {
                     let _ = conn.execute_batch("ROLLBACK");
                 }
                 commit
             }
-            Err(e) => {
-                tracing::error!(error = %e, "inbox: cannot begin a transaction");
-                Err(Arc::new(e))
+            Err(failed) => {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                Err(failed)
             }
         };
         if let Err(e) = &commit {
@@ -551,5 +600,58 @@ mod tests {
             inbox.write(|_| Ok(())).await,
             Err(InboxError::WriterGone)
         ));
+    }
+
+    /// A write that fills the disk (here: the database's `max_page_count`) is answered as the
+    /// database being unavailable, and every answer of its batch says what was committed: a
+    /// write answered `Ok` is stored, one answered with an error is not. Before, SQLite's
+    /// rollback of the whole transaction turned the batch's redo into "no transaction is
+    /// active" errors for writes that may have been committed one by one.
+    #[tokio::test]
+    async fn a_write_that_fills_the_disk_fails_its_batch_consistently() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let before = insert(&inbox, "before", false);
+        let filling = inbox
+            .enqueue(0, |conn| {
+                let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                conn.query_row(
+                    &format!("PRAGMA max_page_count = {}", pages + 2),
+                    [],
+                    |_| Ok(()),
+                )?;
+                conn.execute(
+                    "INSERT INTO quarantine (source, received_at, headers, body, reason)
+                     VALUES ('s', 0, '[]', zeroblob(1048576), 'big')",
+                    [],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        let after = insert(&inbox, "after", false);
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        let filled = filling.await.unwrap();
+        assert!(
+            matches!(filled, Err(InboxError::Unavailable(_))),
+            "{filled:?}"
+        );
+        let answers = [
+            ("before", before.await.unwrap()),
+            ("after", after.await.unwrap()),
+        ];
+        let stored = committed(&dir);
+        for (reason, answer) in answers {
+            assert_eq!(
+                answer.is_ok(),
+                stored.contains(&reason.to_owned()),
+                "{reason}: {answer:?}, stored {stored:?}"
+            );
+            if let Err(e) = answer {
+                assert!(matches!(e, InboxError::Unavailable(_)), "{reason}: {e:?}");
+            }
+        }
+        assert!(!stored.contains(&"big".to_owned()));
     }
 }
