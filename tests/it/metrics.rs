@@ -29,6 +29,7 @@ fn value(metrics: &str, series: &str) -> Option<f64> {
 async fn counters_move_with_traffic() {
     let config = sw_source("s", &["flaky"], "")
         + &sw_source("n", &["netprobe"], "")
+        + "\n[sources.sl]\nscheme = \"slack\"\nsecrets = [\"slack-secret\"]\n"
         + "\n[plugins.flaky]\nbackoff_base_ms = 10\nbackoff_max_ms = 10\n";
     let host = TestHost::start(
         &config,
@@ -65,11 +66,39 @@ async fn counters_move_with_traffic() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::NOT_FOUND);
-    // Answers outside a source's POST are counted too, under source "": a method a source does
-    // not take, paths that are no route, a source name that is not UTF-8 (answered as JSON).
+    // A forged handshake is a refusal, not a handshake answered.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let (status, _) = support::post_hook(
+        host.ingest,
+        "sl",
+        &[
+            (
+                HeaderName::from_static("x-slack-request-timestamp"),
+                HeaderValue::from_str(&now).unwrap(),
+            ),
+            (
+                HeaderName::from_static("x-slack-signature"),
+                HeaderValue::from_static("v0=00"),
+            ),
+        ],
+        br#"{"type":"url_verification","challenge":"c"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // Refusals outside a source's POST are counted too: under the source when it is one (a
+    // method it does not take, a GET for a scheme without a GET handshake), else under
+    // source "" (paths that are no route, a source name that is not UTF-8, answered as JSON).
     let ingest = format!("http://{}", host.ingest);
     for (method, path, status) in [
         (Method::PUT, "/hooks/s", StatusCode::METHOD_NOT_ALLOWED),
+        (Method::GET, "/hooks/s", StatusCode::METHOD_NOT_ALLOWED),
+        (Method::PUT, "/hooks/nosuch", StatusCode::METHOD_NOT_ALLOWED),
+        (Method::GET, "/hooks/nosuch", StatusCode::NOT_FOUND),
         (Method::POST, "/hooks", StatusCode::NOT_FOUND),
         (Method::POST, "/hooks/s/", StatusCode::NOT_FOUND),
         (Method::POST, "/hooks/%ff", StatusCode::BAD_REQUEST),
@@ -131,8 +160,20 @@ async fn counters_move_with_traffic() {
             1.0,
         ),
         (
-            r#"hookd_ingest_requests_total{source="",outcome="unknown_source"}"#,
+            r#"hookd_ingest_requests_total{source="s",outcome="method_not_allowed"}"#,
+            2.0,
+        ),
+        (
+            r#"hookd_ingest_requests_total{source="sl",outcome="invalid_signature"}"#,
             1.0,
+        ),
+        (
+            r#"hookd_ingest_requests_total{source="sl",outcome="responded"}"#,
+            0.0,
+        ),
+        (
+            r#"hookd_ingest_requests_total{source="",outcome="unknown_source"}"#,
+            2.0,
         ),
         (
             r#"hookd_ingest_requests_total{source="",outcome="method_not_allowed"}"#,
@@ -146,7 +187,7 @@ async fn counters_move_with_traffic() {
             r#"hookd_ingest_requests_total{source="",outcome="bad_request"}"#,
             1.0,
         ),
-        (r#"hookd_ingest_duration_seconds_count{source="s"}"#, 4.0),
+        (r#"hookd_ingest_duration_seconds_count{source="s"}"#, 6.0),
         (
             r#"hookd_attempts_total{plugin="flaky",outcome="retry"}"#,
             1.0,
@@ -191,7 +232,7 @@ async fn counters_move_with_traffic() {
         &metrics,
         r#"hookd_ingest_duration_seconds_bucket{source="s",le="+Inf"}"#,
     );
-    assert_eq!(inf, Some(4.0), "{metrics}");
+    assert_eq!(inf, Some(6.0), "{metrics}");
     let commits = value(&metrics, "hookd_inbox_commits_total").unwrap();
     let batches = value(&metrics, "hookd_inbox_commit_batch_size_count").unwrap();
     let ops = value(&metrics, "hookd_inbox_commit_batch_size_sum").unwrap();

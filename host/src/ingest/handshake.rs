@@ -37,48 +37,75 @@ pub(super) async fn get(
     Path(source): Path<String>,
     uri: Uri,
 ) -> Response {
-    // Not counted among the ingest answers: a provider's set-up step, not an event.
-    super::counted(answer_get(&shared, &source, &uri))
+    let started = std::time::Instant::now();
+    let (label, refusal, response) = answer_get(&shared, &source, &uri);
+    // An answered handshake is not counted among the ingest answers (a provider's set-up step,
+    // not an event); a refusal is, as on `POST`.
+    if let Some(outcome) = refusal {
+        shared
+            .telemetry
+            .ingest_answered(label, outcome, started.elapsed());
+    }
+    super::counted(response)
 }
 
-fn answer_get(shared: &crate::Shared, source: &str, uri: &Uri) -> Response {
+/// The answer to a `GET`, with the source label to count it under and, for a refusal, its
+/// outcome.
+fn answer_get<'c>(
+    shared: &'c crate::Shared,
+    source: &str,
+    uri: &Uri,
+) -> (&'c str, Option<&'static str>, Response) {
     let Some(source) = shared.config.sources.get(source) else {
-        return ApiError::UnknownSource.into_response();
+        let refusal = ApiError::UnknownSource;
+        return ("", Some(refusal.code()), refusal.into_response());
     };
+    let label = source.name.as_str();
     let not_allowed = || {
         let scheme = source.verifier.scheme().name();
         let detail = format!("scheme {scheme} has no GET handshake; events are POSTed");
-        with_allow(ApiError::MethodNotAllowed(detail), "POST")
+        let refusal = ApiError::MethodNotAllowed(detail);
+        (label, Some(refusal.code()), with_allow(refusal, "POST"))
     };
     if !source.verifier.scheme().kind().answers_get() {
         return not_allowed();
     }
     let Ok(Query(query)) = Query::<Vec<(String, String)>>::try_from_uri(uri) else {
-        return ApiError::BadRequest("the query string is not valid form encoding".into())
-            .into_response();
+        let refusal = ApiError::BadRequest("the query string is not valid form encoding".into());
+        return (label, Some(refusal.code()), refusal.into_response());
     };
     match source.verifier.answer_get(&query) {
-        Ok(Some(reply)) => handshake_answered(reply),
+        Ok(Some(reply)) => (label, None, handshake_answered(reply)),
         Ok(None) => not_allowed(),
-        Err(e) => refused(&e),
+        Err(e) => {
+            let (outcome, response) = refused(&e);
+            (label, Some(outcome), response)
+        }
     }
 }
 
 /// Any other method on `/hooks/{source}`: the contract's 405, its `Allow` naming what the
 /// source takes (`GET` and `HEAD` only for a scheme with a `GET` handshake).
+/// Counted under the source when it is a configured one, else (by [`super::count_the_rest`])
+/// under `""`.
 pub(super) async fn other_method(
     State(super::Edge { shared, .. }): State<super::Edge>,
     Path(source): Path<String>,
     method: Method,
     uri: Uri,
 ) -> Response {
-    let answers_get = shared
-        .config
-        .sources
-        .get(source.as_str())
-        .is_some_and(|source| source.verifier.scheme().kind().answers_get());
+    let started = std::time::Instant::now();
+    let source = shared.config.sources.get(source.as_str());
+    let answers_get = source.is_some_and(|source| source.verifier.scheme().kind().answers_get());
     let allow = if answers_get { "GET,HEAD,POST" } else { "POST" };
-    with_allow(crate::error::wrong_method(method, uri).await, allow)
+    let refusal = crate::error::wrong_method(method, uri).await;
+    let Some(source) = source else {
+        return with_allow(refusal, allow);
+    };
+    shared
+        .telemetry
+        .ingest_answered(source.name.as_str(), refusal.code(), started.elapsed());
+    super::counted(with_allow(refusal, allow))
 }
 
 /// A 405 `refusal` with its `Allow` header (set here, axum keeps it instead of its own).
@@ -91,20 +118,20 @@ fn with_allow(refusal: ApiError, allow: &'static str) -> Response {
 }
 
 /// The handshake step of `POST /hooks/{source}`, before the request is verified as an event:
-/// `Some` response (the answer, or the refusal) if the request is a handshake.
+/// if the request is a handshake, its outcome (`responded`, or the refusal's) and response.
 pub(super) fn post(
     source: &SourceConfig,
     uri: &Uri,
     headers: &HeaderMap,
     body: &[u8],
     received: SystemTime,
-) -> Option<Response> {
+) -> Option<(&'static str, Response)> {
     // A query that is not form encoding carries no handshake parameter.
     let query = Query::<Vec<(String, String)>>::try_from_uri(uri)
         .map(|Query(query)| query)
         .unwrap_or_default();
     match source.verifier.answer_post(&query, headers, body, received) {
-        Ok(reply) => reply.map(handshake_answered),
+        Ok(reply) => reply.map(|reply| ("responded", handshake_answered(reply))),
         Err(e) => Some(refused(&e)),
     }
 }
@@ -130,15 +157,20 @@ pub(super) fn answered(reply: Reply) -> Response {
     (StatusCode::OK, headers, reply.body).into_response()
 }
 
-fn refused(e: &HandshakeError) -> Response {
-    tracing::warn!(error = %e, "provider handshake refused");
-    match e.status() {
-        StatusCode::UNAUTHORIZED => ApiError::InvalidSignature(e.to_string()).into_response(),
-        StatusCode::FORBIDDEN => (
-            StatusCode::FORBIDDEN,
-            Json(json!({"error": "forbidden", "detail": e.to_string()})),
-        )
-            .into_response(),
-        _ => ApiError::BadRequest(e.to_string()).into_response(),
-    }
+/// A refused handshake: its outcome (the answer's `error`) and its response. Logged at debug
+/// only, as a refused event is not logged: anyone can send one, at request rate.
+fn refused(e: &HandshakeError) -> (&'static str, Response) {
+    tracing::debug!(error = %e, "provider handshake refused");
+    let refusal = match e.status() {
+        StatusCode::UNAUTHORIZED => ApiError::InvalidSignature(e.to_string()),
+        StatusCode::FORBIDDEN => {
+            let response = (
+                StatusCode::FORBIDDEN,
+                Json(json!({"error": "forbidden", "detail": e.to_string()})),
+            );
+            return ("forbidden", response.into_response());
+        }
+        _ => ApiError::BadRequest(e.to_string()),
+    };
+    (refusal.code(), refusal.into_response())
 }

@@ -198,7 +198,7 @@ async fn answer(
     let (body, _reservation) = body::read(body, declared, limits, budget).await?;
 
     if let Some(answer) = handshake::post(source, &uri, &headers, &body, received) {
-        return Ok(("responded", answer));
+        return Ok(answer);
     }
     let verified = source
         .verifier

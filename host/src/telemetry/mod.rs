@@ -38,8 +38,9 @@ use crate::{
 /// How an ingest request was answered: the contract's names (`accepted`, `duplicate`,
 /// `quarantined`, `ignored`), `responded` for an answer a handshake or the parser gave instead of
 /// storing anything, and for a refusal the `error` of its body (`invalid_signature`,
-/// `unknown_source`, `payload_too_large`, `unparsable`, `overloaded`, `body_timeout`, ...).
-pub const INGEST_OUTCOMES: [&str; 16] = [
+/// `unknown_source`, `payload_too_large`, `unparsable`, `overloaded`, `body_timeout`,
+/// `forbidden` (a handshake's verify token refused), ...).
+pub const INGEST_OUTCOMES: [&str; 17] = [
     "accepted",
     "duplicate",
     "quarantined",
@@ -55,6 +56,7 @@ pub const INGEST_OUTCOMES: [&str; 16] = [
     "not_found",
     "conflict",
     "method_not_allowed",
+    "forbidden",
     "internal",
 ];
 
