@@ -16,6 +16,9 @@ pub struct RawRequest {
     pub(super) headers: Vec<Header>,
     pub(super) body: Bytes,
     pub(super) received_at_ms: i64,
+    /// The first header whose value was not UTF-8 (so decoded lossily), when it was received
+    /// now; `None` for one loaded back from quarantine, whose headers were stored decoded.
+    pub(super) not_utf8: Option<String>,
 }
 
 impl RawRequest {
@@ -23,6 +26,10 @@ impl RawRequest {
     /// `received_at_ms`.
     pub fn from_verified(verified: Verified, received_at_ms: i64) -> Self {
         let (header_map, body) = verified.into_parts();
+        let not_utf8 = header_map
+            .iter()
+            .find(|(_, value)| std::str::from_utf8(value.as_bytes()).is_err())
+            .map(|(name, _)| name.as_str().to_owned());
         let headers = header_map
             .iter()
             .map(|(name, value)| {
@@ -36,7 +43,14 @@ impl RawRequest {
             headers,
             body,
             received_at_ms,
+            not_utf8,
         }
+    }
+
+    /// The first header whose value was not UTF-8 when it was received (its bytes became
+    /// U+FFFD), if any; unknown (`None`) for a request loaded back from quarantine.
+    pub fn not_utf8(&self) -> Option<&str> {
+        self.not_utf8.as_deref()
     }
 
     /// Headers, names lower-cased, in arrival order.

@@ -79,7 +79,8 @@ pub(crate) fn pooled<'a>(
     Ok(out)
 }
 
-/// A header value as text: capped, visible ASCII, non-empty.
+/// A header value as text: capped, visible ASCII and spaces (no tab, which `to_str` lets
+/// through and which an event id would then carry), non-empty.
 fn text<'a>(name: &HeaderName, value: &'a HeaderValue) -> Result<&'a str, VerifyError> {
     if value.len() > MAX_HEADER_LEN {
         return Err(VerifyError::HeaderTooLong {
@@ -89,7 +90,9 @@ fn text<'a>(name: &HeaderName, value: &'a HeaderValue) -> Result<&'a str, Verify
     }
     let text = value
         .to_str()
-        .map_err(|_| malformed(name, "value is not visible ASCII"))?;
+        .ok()
+        .filter(|text| !text.contains('\t'))
+        .ok_or_else(|| malformed(name, "value is not visible ASCII"))?;
     if text.trim_ascii().is_empty() {
         return Err(malformed(name, "value is empty"));
     }
@@ -180,4 +183,25 @@ pub(crate) fn decode_tag(encoding: Encoding, text: &str) -> Option<Tag> {
         }
     }
     Some(tag)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tab is refused like any other character outside visible ASCII (`HeaderValue::to_str`
+    /// lets it through, and an event id `a<TAB>b` was stored); spaces stay (Standard Webhooks
+    /// separates its signatures with them).
+    #[test]
+    fn a_header_value_with_a_tab_is_malformed() {
+        let name = HeaderName::from_static("x-github-delivery");
+        let mut headers = HeaderMap::new();
+        headers.insert(name.clone(), HeaderValue::from_static("a\tb"));
+        assert!(matches!(
+            single(&headers, &name),
+            Err(VerifyError::MalformedHeader { .. })
+        ));
+        headers.insert(name.clone(), HeaderValue::from_static("v1,a v1,b"));
+        assert_eq!(single(&headers, &name).unwrap(), "v1,a v1,b");
+    }
 }
