@@ -733,7 +733,10 @@ impl Config {
     ) -> anyhow::Result<Self> {
         let file: ConfigFile = toml::from_str(text).map_err(|e| redacted_toml_error(text, &e))?;
         let s = file.server;
-        let admin_token = s.admin_token.clone().or_else(|| env("HOOKD_ADMIN_TOKEN"));
+        // The environment's replaces the file's, as `HOOKD_DATABASE_URL` does (and as the admin
+        // CLI sends it): a token set there to rotate the file's leaves the file's one invalid.
+        let env_token = env("HOOKD_ADMIN_TOKEN");
+        let admin_token = env_token.clone().or_else(|| s.admin_token.clone());
         if admin_token.is_none() && !s.admin_listen.ip().is_loopback() {
             bail!(
                 "server.admin_token (or env HOOKD_ADMIN_TOKEN) is required when server.admin_listen \
@@ -742,7 +745,7 @@ impl Config {
             );
         }
         if admin_token.as_deref() == Some("") {
-            if s.admin_token.is_none() {
+            if env_token.is_some() {
                 bail!(
                     "env HOOKD_ADMIN_TOKEN is set but empty (set a token there, or unset it to \
                      use server.admin_token or a generated one)"
@@ -1430,6 +1433,19 @@ fn source_credential(
     let var = from_env.unwrap_or(&None);
     let found = match (inline, var) {
         (Some(_), Some(_)) => bail!("sources.{name}: set {key} or {env_key}, not both"),
+        // Held to what the environment's value is held to: compared as given, a value with a
+        // newline around it would refuse every request.
+        (Some(value), None) if credential != SchemeCredential::PublicKey && value.is_empty() => {
+            bail!("sources.{name}.{key} is empty")
+        }
+        (Some(value), None)
+            if credential != SchemeCredential::PublicKey && value.trim() != value =>
+        {
+            bail!(
+                "sources.{name}.{key} starts or ends with whitespace, which no provider's token \
+                 does (a newline from where it was copied?)"
+            )
+        }
         (Some(value), None) => Secret::new(value.clone()),
         (None, Some(var)) => {
             Secret::new(env_secret(env, &format!("sources.{name}.{env_key}"), var)?)
@@ -1546,6 +1562,20 @@ mod tests {
     }
 
     /// Each role of a file starts, at load, within the least memory its instances may hold.
+    /// `HOOKD_ADMIN_TOKEN` replaces the file's `server.admin_token`, as `HOOKD_DATABASE_URL`
+    /// replaces its database and as the admin CLI sends it: before, the file's won, so a token
+    /// set in the environment to rotate it left the file's one (`change-me`) the valid one.
+    #[test]
+    fn the_environments_admin_token_replaces_the_files() {
+        let text = "[server]\nadmin_token = \"from-the-file-0123\"\n";
+        let env = |name: &str| (name == "HOOKD_ADMIN_TOKEN").then(|| "from-the-env-0123".into());
+        let token = |config: Config| config.server.admin_token.expect("a token");
+        let config = Config::parse(text, Path::new("/srv"), &env).unwrap();
+        assert!(token(config).matches(b"from-the-env-0123"));
+        let config = Config::parse(text, Path::new("/srv"), &|_| None).unwrap();
+        assert!(token(config).matches(b"from-the-file-0123"));
+    }
+
     #[test]
     fn a_files_roles_start_within_the_least_memory_of_their_instances() {
         let text = r#"
@@ -1852,6 +1882,18 @@ memory_mib = 32
             (
                 "[sources.a]\nscheme = \"github\"\nsecrets = [\"x\", \"y\\n\"]",
                 "sources.a.secrets[1] starts or ends with whitespace",
+            ),
+            (
+                "[sources.a]\nscheme = \"msgraph\"\nclient_state = \"abc \"",
+                "sources.a.client_state starts or ends with whitespace",
+            ),
+            (
+                "[sources.a]\nscheme = \"meta\"\nsecrets = [\"x\"]\nverify_token = \"vtok\\n\"",
+                "sources.a.verify_token starts or ends with whitespace",
+            ),
+            (
+                "[sources.a]\nscheme = \"msgraph\"\nclient_state = \"\"",
+                "sources.a.client_state is empty",
             ),
             (
                 "[sources.a]\nscheme = \"github\"\nsecrets = [\"x\"]\nhandlers = [\"h\", \"g\", \"h\"]",
