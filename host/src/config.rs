@@ -1050,7 +1050,7 @@ fn check_admin_host(name: &str) -> anyhow::Result<String> {
 /// toml crate's own message shows the offending line, which may hold a secret (`secrets = [...`,
 /// `admin_token = ...`), and serde's messages quote the wrong-typed value.
 fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
-    let message = redact_quoted(e.message());
+    let message = redact_quoted(&redact_scalars(e.message()));
     let Some(span) = e.span() else {
         return anyhow::anyhow!("TOML parse error: {message}");
     };
@@ -1065,12 +1065,38 @@ fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
         .chars()
         .count()
         + 1;
-    match key_at(text, start) {
+    // A duplicate key is dropped by the parser that `key_at` reads with; its span is the key.
+    let duplicate = || {
+        let key = text.get(span.clone())?.trim();
+        (e.message() == "duplicate key" && !key.is_empty() && key.len() <= 128)
+            .then(|| key.to_owned())
+    };
+    match key_at(text, start).or_else(duplicate) {
         Some(key) => anyhow::anyhow!(
             "TOML parse error at line {line}, column {column} (key `{key}`): {message}"
         ),
         None => anyhow::anyhow!("TOML parse error at line {line}, column {column}: {message}"),
     }
+}
+
+/// `` `…` `` for the value serde puts in backticks after `integer`, `floating point`, `boolean`
+/// and `character` (`` invalid type: integer `123456789012`, expected a string ``): a secret
+/// of digits must not be echoed either. Other backticked text (key names, expected tokens)
+/// stays.
+fn redact_scalars(message: &str) -> String {
+    let mut out = message.to_owned();
+    for kind in ["integer `", "floating point `", "boolean `", "character `"] {
+        let mut from = 0;
+        while let Some(at) = out[from..].find(kind) {
+            let open = from + at + kind.len();
+            let Some(len) = out[open..].find('`') else {
+                break;
+            };
+            out.replace_range(open..open + len, "…");
+            from = open + "…`".len();
+        }
+    }
+    out
 }
 
 /// `"…"` for every double-quoted stretch of `message` (serde quotes the offending value so,
@@ -2154,6 +2180,32 @@ memory_mib = 32
                 "tok-5ecret-77",
                 "max_backlog",
                 "line 2",
+            ),
+            // Values that are not strings: serde puts them in backticks.
+            (
+                "[server]\nadmin_token = 123456789012345678",
+                "123456789012345678",
+                "server.admin_token",
+                "line 2",
+            ),
+            (
+                "[sources.gh]\nscheme = \"github\"\nsecrets = [987654321012]",
+                "987654321012",
+                "sources.gh.secrets",
+                "line 3",
+            ),
+            (
+                "[server]\nadmin_token = 4.25e7",
+                "4.25e7",
+                "server.admin_token",
+                "line 2",
+            ),
+            // A duplicate key is named from where it stands (the parser drops it).
+            (
+                "[server]\nadmin_token = \"tok-5ecret-77\"\nadmin_token = \"tok-5ecret-78\"",
+                "tok-5ecret",
+                "admin_token",
+                "line 3",
             ),
         ];
         for (text, secret, key, line) in cases {
