@@ -94,9 +94,44 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .fallback(crate::error::no_route)
         .method_not_allowed_fallback(crate::error::wrong_method)
         .layer(middleware::from_fn_with_state(bodies, read_body))
+        .layer(middleware::from_fn_with_state(shared.clone(), bound_reads))
         .layer(middleware::from_fn(refuse_cross_origin))
         .layer(middleware::from_fn(ui::security_headers))
         .with_state(shared)
+}
+
+/// How long a read (`GET`, `HEAD`: the API's reads and the dashboard's pages) waits for a
+/// shared database (PostgreSQL) before it is answered 503 instead: one that stopped answering
+/// without closing anything would hold it for as long as TCP's own timeouts (20 s and more).
+/// Writes are not cut off (an answer must say whether they happened); the embedded database is
+/// this process's own and not waited on.
+const SHARED_READ_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Answers a read 503 `overloaded` + `Retry-After` once it has waited [`SHARED_READ_ANSWER`] for
+/// a shared database.
+async fn bound_reads(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: middleware::Next,
+) -> Response {
+    let read = matches!(*request.method(), http::Method::GET | http::Method::HEAD);
+    if !read || shared.inbox.single_node() {
+        return next.run(request).await;
+    }
+    let path = request.uri().path().to_owned();
+    match tokio::time::timeout(SHARED_READ_ANSWER, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::warn!(
+                path,
+                waited_secs = SHARED_READ_ANSWER.as_secs(),
+                "the database did not answer a read in time: answered 503"
+            );
+            axum::response::IntoResponse::into_response(crate::error::ApiError::Overloaded {
+                retry_after_secs: 1,
+            })
+        }
+    }
 }
 
 /// The largest body any route of this listener takes: a plugin state value's `PUT` (the
