@@ -73,7 +73,7 @@ pub(in crate::inbox) fn backup(
         return Err(BackupError::NotAFile(out.to_owned()));
     }
     let partial = Partial::create(temp)?;
-    let copied = copy(database, &partial.0)?;
+    let copied = copy(database, &partial.0, Source::Live)?;
     if replace {
         // A stale `-wal` or `-journal` beside `out` would be replayed into the copy on its
         // first open.
@@ -123,7 +123,7 @@ pub(in crate::inbox) fn restore(
         }
     }
     let partial = Partial::create(temporary_beside(database))?;
-    let copied = copy(copy_path, &partial.0)?;
+    let copied = copy(copy_path, &partial.0, Source::Backup)?;
     let replaced = if database.exists() {
         let aside = aside_name(database);
         rename(database, &aside)?;
@@ -210,13 +210,36 @@ fn resolutions(path: &Path) -> Result<Vec<PathBuf>, BackupError> {
     Ok(found)
 }
 
+/// What a copy is taken from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// A database a hookd may be writing (a backup's source).
+    Live,
+    /// A backup (a restore's source): nothing writes it.
+    Backup,
+}
+
 /// Copies the database at `from` into `to`, a new empty file (one snapshot), then checks the
 /// copy.
-fn copy(from: &Path, to: &Path) -> Result<Copied, BackupError> {
-    let source = Connection::open_with_flags(
-        from,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
+fn copy(from: &Path, to: &Path, source: Source) -> Result<Copied, BackupError> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    // A backup without a `-wal` beside it is read as immutable: SQLite then makes no `-shm`
+    // (nor `-wal`) beside it, so a backup on read-only storage restores, and nothing is left
+    // beside one in a writable directory. With a `-wal` (files copied by hand), the log is read
+    // as usual.
+    let immutable = (source == Source::Backup && !beside(from, WAL).exists())
+        .then(|| from.to_str())
+        .flatten()
+        .map(|path| {
+            const IN_URI: &percent_encoding::AsciiSet =
+                &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
+            let path = percent_encoding::utf8_percent_encode(path, IN_URI);
+            format!("file:{path}?immutable=1")
+        });
+    let source = match immutable {
+        Some(uri) => Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI),
+        None => Connection::open_with_flags(from, flags),
+    }
     .map_err(sql("opening", from))?;
     source
         .busy_timeout(Duration::from_secs(10))
@@ -734,6 +757,32 @@ mod tests {
         assert_eq!(holds(&db, &["old", "new"]).await, [true, false]);
         let aside = restored.replaced.expect("the replaced database is kept");
         assert_eq!(holds(&aside, &["old", "new"]).await, [true, true]);
+    }
+
+    /// A restore reads the backup without writing beside it (no `-shm`, no `-wal`), so a backup
+    /// on read-only storage restores and a backup directory is left as it was; a path with
+    /// characters a URI gives meaning to is read as named. Before, the read-only open of a WAL
+    /// database made both files beside the backup, and failed where it could not.
+    #[tokio::test]
+    async fn a_restore_leaves_nothing_beside_the_backup() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("backups ?#%41");
+        std::fs::create_dir(&store).unwrap();
+        let (db, copy) = (dir.path().join("hookd.db"), store.join("copy?x=1#%41.db"));
+        inbox_with(&db, &["old"]).await.close();
+        backup(&db, &copy, false, &[]).unwrap();
+        let listing = || {
+            let mut names: Vec<_> = std::fs::read_dir(&store)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = listing();
+        restore(&db, &copy).unwrap();
+        assert_eq!(holds(&db, &["old"]).await, [true]);
+        assert_eq!(listing(), before);
     }
 
     #[tokio::test]
