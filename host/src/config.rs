@@ -737,6 +737,15 @@ impl Config {
         // CLI sends it): a token set there to rotate the file's leaves the file's one invalid.
         let env_token = env("HOOKD_ADMIN_TOKEN");
         let admin_token = env_token.clone().or_else(|| s.admin_token.clone());
+        // Port 0 is a new port for each listener; any other the same on both cannot work
+        // (the second bind would wait for the first, then fail as "in use by another program").
+        if s.listen == s.admin_listen && s.listen.port() != 0 {
+            bail!(
+                "server.listen and server.admin_listen are both {}: the ingest and admin \
+                 listeners need an address each",
+                s.listen
+            );
+        }
         if admin_token.is_none() && !s.admin_listen.ip().is_loopback() {
             bail!(
                 "server.admin_token (or env HOOKD_ADMIN_TOKEN) is required when server.admin_listen \
@@ -1928,6 +1937,10 @@ memory_mib = 32
             (
                 "[plugins.p]\nmax_concurrency = 0",
                 "plugins.p.max_concurrency must be at least 1",
+            ),
+            (
+                "[server]\nlisten = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9000\"",
+                "server.listen and server.admin_listen are both 127.0.0.1:9000",
             ),
             (
                 "[plugins.p]\nattempt_state_keys = 0",
