@@ -24,6 +24,16 @@ room deadpool_postgres host/src/inbox/postgres/
 room postgres_types host/src/inbox/postgres/
 room wasmtime host/src/runtime/
 
+# Commands print with `say!` (a reader that went away ends them quietly), never `println!`
+# (which panics on a broken pipe).
+offences=$(grep -rn 'println!' host/src/cli --include='*.rs' | grep -v 'eprintln!' \
+  | grep -vE '^[^:]+:[0-9]+: *//' || true)
+if [[ -n $offences ]]; then
+  echo "walls: println! in a command (use say!):"
+  echo "$offences" | sed 's/^/  /'
+  failed=1
+fi
+
 # Every declared dependency is named somewhere in its crate (a dependency used only through
 # Cargo features would need an exception here; there is none).
 for manifest in host/Cargo.toml host/*/Cargo.toml plugin-sdk/Cargo.toml tests/Cargo.toml \

@@ -574,6 +574,30 @@ async fn the_events_and_replay_commands_wrap_the_admin_api() {
     .await;
 }
 
+/// A command whose reader went away (`hookd events | head -0`) ends quietly with success, as
+/// `cat` does, instead of panicking with a backtrace ("failed printing to stdout").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_whose_reader_is_gone_ends_quietly() {
+    let host = TestHost::start(&config(), &[("counter", plugins::COUNTER)]).await;
+    send_event(&host, "s", "a1", json!({})).await;
+    let url = format!("http://{}", host.admin);
+    let output = tokio::task::spawn_blocking(move || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookd"))
+            .args(["events", "--admin-url", &url, "--token", ADMIN_TOKEN])
+            .env_remove("HOOKD_CONFIG")
+            .stdout(writer)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
 /// A handler whose plugin file is absent gets no attempts: its deliveries stay `pending` (not
 /// dead) while another handler of the same events completes, and run once the file appears.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,7 +48,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
         BackupError::Exists(_) => anyhow::anyhow!("{e} (pass --force to replace it)"),
         e => e.into(),
     })?;
-    println!(
+    say!(
         "hookd: copied {} ({} events, schema version {}, {} bytes) to {}",
         database.display(),
         copied.events,
@@ -62,7 +62,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
 pub fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     let database = sqlite_database(&args.config, "restore")?;
     let restored = backup::restore(&database, &args.backup)?;
-    println!(
+    say!(
         "hookd: {} is now the copy {} ({} events, schema version {})",
         database.display(),
         args.backup.display(),
@@ -70,7 +70,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         restored.copied.schema_version
     );
     if let Some(aside) = restored.replaced {
-        println!(
+        say!(
             "hookd: the database it replaced is kept at {}",
             aside.display()
         );

@@ -350,7 +350,7 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
             let path = format!("/admin/events{}", query(&filter.pairs()));
             let (events, headers): (Vec<api::EventSummary>, _) =
                 admin_exchange(&args.admin, Method::GET, &path, HeaderMap::new(), NO_BODY).await?;
-            println!("{}", pretty(&events)?);
+            say!("{}", pretty(&events)?);
             if let Some(before) = next_cursor(&headers) {
                 eprintln!("more events: run it again with --before {before} for the next page");
             }
@@ -510,7 +510,7 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
             let value: api::StateValue =
                 admin_request(&admin, Method::GET, &path, HeaderMap::new(), NO_BODY).await?;
             // Printed as sent: the value's JSON byte for byte.
-            println!("{}", serde_json::to_string_pretty(&value)?);
+            say!("{}", serde_json::to_string_pretty(&value)?);
             Ok(())
         }
         StateCommand::Set {
@@ -539,7 +539,7 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
             let body = api::StatePut::of(&bytes);
             let answer: api::StateWritten =
                 admin_request(&admin, Method::PUT, &path, headers, Some(&body)).await?;
-            println!("{}", pretty(&answer)?);
+            say!("{}", pretty(&answer)?);
             Ok(())
         }
         StateCommand::Delete {
@@ -551,7 +551,7 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
             let path = state_path(&plugin, Some(&key));
             let answer: api::StateWritten =
                 admin_request(&admin, Method::DELETE, &path, if_match(version), NO_BODY).await?;
-            println!("{}", pretty(&answer)?);
+            say!("{}", pretty(&answer)?);
             Ok(())
         }
     }
@@ -569,7 +569,7 @@ async fn admin_call<T: DeserializeOwned + Serialize>(
     json: Option<&impl Serialize>,
 ) -> anyhow::Result<()> {
     let answer: T = admin_request(admin, method, path, HeaderMap::new(), json).await?;
-    println!("{}", pretty(&answer)?);
+    say!("{}", pretty(&answer)?);
     Ok(())
 }
 

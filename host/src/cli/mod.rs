@@ -2,7 +2,16 @@
 //! backup | restore` (names are a contract).
 //!
 //! Invariant: commands only parse arguments and call the library or the admin API; no command
-//! holds product logic of its own.
+//! holds product logic of its own. Commands print with [`say!`], never `println!`: a reader
+//! that goes away (`hookd events | head -1`) ends the command quietly instead of a panic.
+
+/// `println!` for commands: standard output closed by its reader (a broken pipe) ends the
+/// process quietly with success, as it ends `cat`, instead of panicking with a backtrace.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::cli::say_line(format_args!($($arg)*))
+    };
+}
 
 mod backup;
 mod build_command;
@@ -128,6 +137,19 @@ pub fn main(cli: Cli) -> ExitCode {
             eprintln!("hookd: {}", error_line(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What [`say!`] does: one line to standard output; a broken pipe exits with success, any
+/// other failure to write is the panic `println!` would give.
+pub(crate) fn say_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        panic!("failed printing to stdout: {e}");
     }
 }
 

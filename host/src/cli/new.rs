@@ -143,7 +143,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
 /// What to do next with a new plugin in `dir`: `headline`, then its unit test (`test`),
 /// `hookd dev`, and a signed event for its source `name`.
 fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str, secret: &str) {
-    println!(
+    say!(
         "{headline}\n\n\
          cd {dir}\n\
          {test}        # its unit test, on this machine\n\

@@ -85,7 +85,7 @@ pub(super) fn run(args: &NewArgs) -> anyhow::Result<()> {
         Lang::Ts => "TypeScript",
         _ => "Python",
     };
-    println!("{install}   # once: the build toolchain");
+    say!("{install}   # once: the build toolchain");
     print_next_steps(
         &format!(
             "created the handler `{}` in {} ({lang}, SDK {})",

@@ -201,7 +201,7 @@ pub async fn run(args: SendArgs) -> anyhow::Result<()> {
     while let Some(joined) = tasks.join_next().await {
         tally.add(joined?);
     }
-    println!("{}", tally.summary(args.repeat));
+    say!("{}", tally.summary(args.repeat));
     if tally.errors > 0 {
         bail!(
             "{} of {} requests got no HTTP response",
@@ -224,7 +224,7 @@ async fn send_one(plan: &Plan, index: u32) -> Outcome {
     ) {
         Ok(signed) => signed,
         Err(e) => {
-            println!("#{index:<width$} error cannot sign: {e}");
+            say!("#{index:<width$} error cannot sign: {e}");
             return Outcome::Error;
         }
     };
@@ -236,11 +236,11 @@ async fn send_one(plan: &Plan, index: u32) -> Outcome {
     match result {
         Ok(reply) => {
             let body = client::one_line(&reply.body, LINE_BODY_CHARS);
-            println!("#{index:<width$} {} {ms}ms {body}", reply.status.as_u16());
+            say!("#{index:<width$} {} {ms}ms {body}", reply.status.as_u16());
             Outcome::Status(reply.status.as_u16())
         }
         Err(e) => {
-            println!("#{index:<width$} error {ms}ms {e:#}");
+            say!("#{index:<width$} error {ms}ms {e:#}");
             Outcome::Error
         }
     }
