@@ -234,7 +234,18 @@ pub(super) async fn detail(
     };
     let here = event_path(&event.source, &event.event_id);
     let (body_text, cut) = shown_body(&event.body);
+    // Retention kept the record (for dedupe and ordering), not the payload: the page says so
+    // rather than show an empty request, and offers no replay (a pruned event has nothing to
+    // deliver).
+    let pruned = event.pruned_at;
     let body = html! {
+        @if let Some(at) = pruned {
+            p.notice role="status" {
+                "Retention removed this event's headers, body and attempt history "
+                (layout::time(at))
+                ". Its record stays, so a resend is still a duplicate; it cannot be replayed."
+            }
+        }
         section aria-labelledby="envelope" {
             h2 #envelope { "Envelope" }
             dl.envelope {
@@ -250,9 +261,10 @@ pub(super) async fn detail(
             h2 #deliveries { "Deliveries" }
             @if event.deliveries.is_empty() { p.muted { "This source has no handlers." } }
             @for delivery in &event.deliveries {
-                (delivery_section(&signed_in, &event.source, &event.event_id, &here, delivery))
+                (delivery_section(&signed_in, &event.source, &event.event_id, &here, delivery, pruned.is_none()))
             }
         }
+        @if pruned.is_none() {
         section aria-labelledby="headers" {
             h2 #headers { "Headers" }
             div.scroll { table {
@@ -277,6 +289,7 @@ pub(super) async fn detail(
             }
             @if cut { p.notice { "Only the first " (MAX_BODY_SHOWN / 1024) " KiB are shown." } }
             pre.body #body tabindex="0" aria-label="Request body" { (body_text) }
+        }
         }
     };
     let title = format!("Event {}", event.event_id);
@@ -343,8 +356,10 @@ fn delivery_section(
     event_id: &str,
     here: &str,
     delivery: &DeliveryDetail,
+    replayable: bool,
 ) -> Markup {
     let finished = DeliveryState::parse(&delivery.state).is_some_and(|s| !s.is_open());
+    let finished = finished && replayable;
     let output_id = format!("output-{}", delivery.handler);
     html! {
         article.delivery aria-label={ "Delivery to " (delivery.handler) } {
