@@ -312,6 +312,30 @@ async fn a_50_mb_reason_is_stored_and_logged_capped_and_escaped() {
     );
 }
 
+/// An empty state key is refused when written (`permanent`, `state_limit`): no admin path or
+/// dashboard link can name it, so an operator could never read, fix or delete it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_state_key_is_refused_when_written() {
+    let text = format!(
+        "{}\n[plugins.scenario]\nmax_attempts = 1\n",
+        sw_source("s", &["scenario"], "")
+    );
+    let host = TestHost::start(&text, &[("scenario", plugins::SCENARIO)]).await;
+    host.accept_event("s", "empty-key", &json!({"do": "count", "key": ""}))
+        .await;
+    let d = host
+        .wait_state("s", "empty-key", "scenario", "dead", WAIT)
+        .await;
+    let first = &d["history"][0];
+    assert_eq!(
+        (&first["outcome"], &first["error_kind"]),
+        (&json!("permanent"), &json!("state_limit")),
+        "{d:#}"
+    );
+    let error = first["error"].as_str().unwrap();
+    assert!(error.contains(r#"state key "" is empty"#), "{d:#}");
+}
+
 /// A state key holding a NUL (U+0000) is refused at the handler's call, naming why, on every
 /// backend (PostgreSQL cannot store one; on it the attempt failed with only a backtrace), and
 /// a reason holding one is kept with it shown as `\u{0}`. Such a key, like one over the 1 KiB

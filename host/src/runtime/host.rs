@@ -372,6 +372,16 @@ impl state::Host for HostState {
     }
 
     fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<()> {
+        if key.is_empty() {
+            // Read and deleted as any absent key; never written, so every key stored can be
+            // named in the admin API's and the dashboard's paths.
+            return Err(refusal(
+                StateLimit::Attempt,
+                "state key \"\" is empty: a key an operator could not name in the admin API \
+                 (GET /admin/plugins/{name}/state/{key}), so hookd does not store one"
+                    .into(),
+            ));
+        }
         if value.len() > MAX_VALUE_BYTES {
             return Err(refusal(
                 StateLimit::Attempt,
