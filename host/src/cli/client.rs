@@ -527,6 +527,16 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("reading the value from {}", file.display()))?,
                 (None, None) => bail!("give the value, or --file"),
             };
+            // Refused here, naming the cap: sent, it is refused from its length before the
+            // server reads it, and a large one ends in a broken pipe that says nothing of why.
+            let cap = crate::model::MAX_STATE_VALUE_BYTES;
+            if bytes.len() > cap {
+                bail!(
+                    "a value of {} bytes is over the {cap}-byte cap on a state value; nothing \
+                     was sent",
+                    bytes.len()
+                );
+            }
             let headers = match version {
                 Some(version) => if_match(version),
                 None => {
