@@ -153,8 +153,22 @@ fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str, secret: 
          echo '{{\"id\":\"evt_1\",\"type\":\"order.paid\",\"subject\":\"order_7\"}}' | \
          hookd send --url http://127.0.0.1:8080/hooks/{name} --scheme standard-webhooks \
          --secret {secret} -",
-        dir = dir.display(),
+        dir = shell_word(&dir.display().to_string()),
     );
+}
+
+/// `word` as the shell reads it back: as it is when it holds nothing the shell gives a meaning
+/// to, else in single quotes (a `'` in it written `'\''`), so a printed `cd` can be pasted.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// Refuses a name no plugin may have (it names the file, the instance and the source), and for a
@@ -405,6 +419,13 @@ mod tests {
     use plugin_sdk::testing::Harness;
 
     use super::*;
+
+    #[test]
+    fn a_printed_directory_is_one_shell_word() {
+        assert_eq!(shell_word("/srv/plugins/my-plugin"), "/srv/plugins/my-plugin");
+        assert_eq!(shell_word("my dir/it's"), r"'my dir/it'\''s'");
+        assert_eq!(shell_word("a$b"), "'a$b'");
+    }
 
     #[test]
     fn each_event_type_is_counted_in_state() {
