@@ -226,6 +226,19 @@ fn check_empty(dir: &Path) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        // A symlink to nothing: read_dir follows it and finds nothing, and creating the
+        // directory would then fail with a bare "File exists".
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_symlink()) =>
+        {
+            bail!(
+                "{} is a symbolic link to {}, which does not exist (create that directory, or \
+                 choose another with --path)",
+                dir.display(),
+                std::fs::read_link(dir).map_or_else(|_| "?".into(), |t| t.display().to_string())
+            )
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => bail!(
             "{}: a part of this path is a file, not a directory (choose another with --path)",
@@ -421,13 +434,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_printed_directory_is_one_shell_word() {
-        assert_eq!(shell_word("/srv/plugins/my-plugin"), "/srv/plugins/my-plugin");
-        assert_eq!(shell_word("my dir/it's"), r"'my dir/it'\''s'");
-        assert_eq!(shell_word("a$b"), "'a$b'");
-    }
-
-    #[test]
     fn each_event_type_is_counted_in_state() {
         let mut hookd = Harness::new().with_config("greeting", "hi");
         let event = |id: &str| Event::new("NAME", id, "order.paid", r#"{"type":"order.paid"}"#);
@@ -513,6 +519,26 @@ mod tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dangling_symlink_is_named_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("elink");
+        std::os::unix::fs::symlink(dir.path().join("missing"), &link).unwrap();
+        let refused = check_empty(&link).unwrap_err().to_string();
+        assert!(refused.contains("is a symbolic link to"), "{refused}");
+        assert!(check_empty(&dir.path().join("absent")).is_ok());
+    }
+
+    #[test]
+    fn a_printed_directory_is_one_shell_word() {
+        assert_eq!(
+            shell_word("/srv/plugins/my-plugin"),
+            "/srv/plugins/my-plugin"
+        );
+        assert_eq!(shell_word("my dir/it's"), r"'my dir/it'\''s'");
+        assert_eq!(shell_word("a$b"), "'a$b'");
+    }
 
     #[test]
     fn names_cargo_would_refuse_are_refused_with_the_reason() {
