@@ -16,41 +16,22 @@ pub struct RawRequest {
     pub(super) headers: Vec<Header>,
     pub(super) body: Bytes,
     pub(super) received_at_ms: i64,
-    /// The first header whose value was not UTF-8 (so decoded lossily), when it was received
-    /// now; `None` for one loaded back from quarantine, whose headers were stored decoded.
-    pub(super) not_utf8: Option<String>,
 }
 
 impl RawRequest {
-    /// The verified request's headers (values decoded lossily as UTF-8) and body, received at
+    /// The verified request's headers (values as text: [`header_text`]) and body, received at
     /// `received_at_ms`.
     pub fn from_verified(verified: Verified, received_at_ms: i64) -> Self {
         let (header_map, body) = verified.into_parts();
-        let not_utf8 = header_map
-            .iter()
-            .find(|(_, value)| std::str::from_utf8(value.as_bytes()).is_err())
-            .map(|(name, _)| name.as_str().to_owned());
         let headers = header_map
             .iter()
-            .map(|(name, value)| {
-                (
-                    name.as_str().to_owned(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
+            .map(|(name, value)| (name.as_str().to_owned(), header_text(value.as_bytes())))
             .collect();
         Self {
             headers,
             body,
             received_at_ms,
-            not_utf8,
         }
-    }
-
-    /// The first header whose value was not UTF-8 when it was received (its bytes became
-    /// U+FFFD), if any; unknown (`None`) for a request loaded back from quarantine.
-    pub fn not_utf8(&self) -> Option<&str> {
-        self.not_utf8.as_deref()
     }
 
     /// Headers, names lower-cased, in arrival order.
@@ -66,6 +47,18 @@ impl RawRequest {
     /// When hookd received it, in unix milliseconds.
     pub fn received_at_ms(&self) -> i64 {
         self.received_at_ms
+    }
+}
+
+/// A header value as text: UTF-8 when it is, else read as ISO-8859-1 (each byte one character,
+/// as HTTP/1.1 defined header text). Never lossy: two values that differ stay different, so an
+/// event id a parser takes from a header names one event (with U+FFFD for every byte that is
+/// not UTF-8, `q-\xe9` and `q-\xe8` were one event, the second acknowledged as a duplicate and
+/// never delivered).
+pub fn header_text(value: &[u8]) -> String {
+    match std::str::from_utf8(value) {
+        Ok(text) => text.to_owned(),
+        Err(_) => value.iter().map(|&byte| char::from(byte)).collect(),
     }
 }
 

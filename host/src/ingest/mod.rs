@@ -386,18 +386,6 @@ pub async fn envelope_of(
     .await;
     match verdict {
         Ok(ParseVerdict::Envelope(envelope)) => {
-            if let Some(header) = request.not_utf8()
-                && envelope.event_id.as_str().contains('\u{FFFD}')
-            {
-                // Two ids that differ only in those bytes would be one event: the second
-                // acknowledged as a duplicate, and never delivered.
-                return EnvelopeOutcome::Invalid(format!(
-                    "parser plugin {parser} gave an event id holding U+FFFD, and header \
-                     {header} held bytes that are not UTF-8, which reach the parser as U+FFFD: \
-                     ids that differ in those bytes would be stored as one event; send the id \
-                     as UTF-8"
-                ));
-            }
             within_limits(EnvelopeOutcome::Envelope(envelope), Some(parser))
         }
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),

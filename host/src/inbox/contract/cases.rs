@@ -746,7 +746,6 @@ async fn accept_typed(inbox: &Inbox, source: &str, id: &str, event_type: &str, r
         headers: vec![("x-kind".into(), event_type.into())],
         body: bytes::Bytes::from(format!("{{\"id\":\"{id}\"}}")),
         received_at_ms: received_ms,
-        not_utf8: None,
     };
     inbox
         .accept(

@@ -54,7 +54,6 @@ pub(in crate::inbox) fn request() -> RawRequest {
         headers: Vec::new(),
         body: Bytes::from_static(b"{}"),
         received_at_ms: RECEIVED_MS,
-        not_utf8: None,
     }
 }
 

@@ -104,7 +104,6 @@ pub(super) async fn held(client: &Conn, id: i64) -> Result<Option<Quarantined>, 
             headers: headers_from_json(r.get(2)),
             body: Bytes::from(r.get::<_, Vec<u8>>(3)),
             received_at_ms: r.get(1),
-            not_utf8: None,
         },
     }))
 }

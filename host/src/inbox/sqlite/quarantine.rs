@@ -101,7 +101,6 @@ pub(super) fn held(conn: &Connection, id: i64) -> Result<Option<Quarantined>, In
                     headers: headers_from_json(&headers),
                     body: Bytes::from(body),
                     received_at_ms: r.get(1)?,
-                    not_utf8: None,
                 },
             })
         })
