@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     single
-        .block_on(async { anyhow::Ok(runtime.typecheck(&handler, Default::default()).await?) })?;
+        .block_on(async { anyhow::Ok(runtime.typecheck(&handler, &Default::default()).await?) })?;
 
     // Sequential: the latency of one invocation.
     let state: Arc<dyn StateStore> = Arc::new(inbox.clone());
@@ -113,7 +113,7 @@ fn main() -> anyhow::Result<()> {
     if let Some(parser_wasm) = parser_wasm {
         let parser = load(&runtime, &parser_wasm)?;
         single.block_on(async {
-            anyhow::Ok(runtime.typecheck(&parser, Default::default()).await?)
+            anyhow::Ok(runtime.typecheck(&parser, &Default::default()).await?)
         })?;
         let body = github_body();
         let mut samples = Vec::with_capacity(calls);
@@ -170,7 +170,7 @@ fn languages(args: Vec<String>) -> anyhow::Result<()> {
         let plugin = load(&runtime, &wasm)?;
         let compiled = started.elapsed();
         single.block_on(async {
-            anyhow::Ok(runtime.typecheck(&plugin, Default::default()).await?)
+            anyhow::Ok(runtime.typecheck(&plugin, &Default::default()).await?)
         })?;
         let mut samples = Vec::with_capacity(calls);
         single.block_on(async {

@@ -665,7 +665,7 @@ impl Config {
 
     /// What the configuration asks of each plugin file, by stem: its size cap (the largest
     /// `max_file_mib` of the instances that load it), the roles sources use it in, and the
-    /// least memory the instances of each role may hold.
+    /// most memory an instance of each role may hold.
     pub fn file_needs(&self) -> HashMap<String, FileNeeds> {
         let mut needs: HashMap<String, FileNeeds> = HashMap::new();
         for plugin in self.plugins.values() {
@@ -680,28 +680,20 @@ impl Config {
             for (instance, as_parser) in parser.chain(source.handlers.iter().map(|h| (h, false))) {
                 let plugin = self.plugin(instance);
                 let need = needs.entry(plugin.wasm.clone()).or_default();
-                let (used, key, start, memory) = if as_parser {
+                let start = &mut need.start;
+                let (used, key, most, most_of, memory) = if as_parser {
                     let memory = plugin.parser_limits_for(0).1;
-                    (
-                        &mut need.parser,
-                        "parser",
-                        &mut need.start.parser_memory,
-                        memory,
-                    )
+                    let most = (&mut start.parser_memory, &mut start.parser_instance);
+                    (&mut need.parser, "parser", most.0, most.1, memory)
                 } else {
                     let memory = plugin.memory_bytes;
-                    (
-                        &mut need.handler,
-                        "handlers",
-                        &mut need.start.handler_memory,
-                        memory,
-                    )
+                    let most = (&mut start.handler_memory, &mut start.handler_instance);
+                    (&mut need.handler, "handlers", most.0, most.1, memory)
                 };
-                *start = if used.is_some() {
-                    (*start).min(memory)
-                } else {
-                    memory
-                };
+                if most_of.is_none() || memory > *most {
+                    *most = memory;
+                    *most_of = Some(instance.to_string());
+                }
                 used.get_or_insert_with(|| format!("sources.{}.{key} ({instance})", source.name));
             }
         }
@@ -1596,7 +1588,6 @@ mod tests {
         })
     }
 
-    /// Each role of a file starts, at load, within the least memory its instances may hold.
     /// `HOOKD_ADMIN_TOKEN` replaces the file's `server.admin_token`, as `HOOKD_DATABASE_URL`
     /// replaces its database and as the admin CLI sends it: before, the file's won, so a token
     /// set in the environment to rotate it left the file's one (`change-me`) the valid one.
@@ -1611,8 +1602,11 @@ mod tests {
         assert!(token(config).matches(b"from-the-file-0123"));
     }
 
+    /// Each role of a file starts, at load, within the most memory of its instances (an
+    /// instance held to less traps when it runs, as any call over its limit; with the least,
+    /// one small instance kept every other from a file it runs in).
     #[test]
-    fn a_files_roles_start_within_the_least_memory_of_their_instances() {
+    fn a_files_roles_start_within_the_most_memory_of_their_instances() {
         let text = r#"
 [sources.a]
 scheme = "none"
@@ -1634,7 +1628,8 @@ memory_mib = 32
         let config = Config::parse(text, Path::new("/tmp"), &|_| None).unwrap();
         let needs = config.file_needs();
         assert_eq!(needs["p"].start.parser_memory, 8 << 20);
-        assert_eq!(needs["h"].start.handler_memory, 32 << 20);
+        assert_eq!(needs["h"].start.handler_memory, 128 << 20);
+        assert_eq!(needs["h"].start.handler_instance.as_deref(), Some("big"));
         // A role no instance uses keeps the load check's own allowance.
         let unused = crate::runtime::StartLimits::default();
         assert_eq!(needs["p"].start.handler_memory, unused.handler_memory);

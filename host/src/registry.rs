@@ -538,7 +538,7 @@ impl Registry {
                 },
             })?;
         self.runtime
-            .typecheck(&built.plugin, needs.start)
+            .typecheck(&built.plugin, &needs.start)
             .await
             .map_err(|source| LoadError::Refused {
                 stem: stem.to_owned(),

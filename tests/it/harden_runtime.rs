@@ -166,15 +166,15 @@ async fn the_multimem_component_is_a_valid_handler() {
     let wasm = wat::parse_str(multimem_wat(2, 1)).unwrap();
     let plugin = runtime.compile(&wasm).unwrap();
     runtime
-        .typecheck(&plugin, Default::default())
+        .typecheck(&plugin, &Default::default())
         .await
         .unwrap();
 }
 
 /// A component whose memory starts at 128 MiB could never run as a handler held to 64 MiB
-/// (`memory_mib`'s default): the load check starts each role within the least memory its
-/// instances may hold, so such a version is refused when it loads, naming the setting, and
-/// the version before it keeps serving. Before, the check allowed any role 256 MiB: the file
+/// (`memory_mib`'s default): the load check starts each role within the most memory an
+/// instance using it so may hold, so such a version is refused when it loads, naming the
+/// setting and that instance, and the version before it keeps serving. Before, the check allowed any role 256 MiB: the file
 /// went live and every attempt trapped.
 #[tokio::test]
 async fn a_role_that_cannot_start_within_its_instances_memory_is_refused_at_load() {
@@ -192,20 +192,22 @@ async fn a_role_that_cannot_start_within_its_instances_memory_is_refused_at_load
     let plugin = runtime.compile(&wat::parse_str(wat).unwrap()).unwrap();
     let held = host::runtime::StartLimits {
         handler_memory: 64 << 20,
+        handler_instance: Some("roomiest".into()),
         ..Default::default()
     };
-    let refused = runtime.typecheck(&plugin, held).await.unwrap_err();
+    let refused = runtime.typecheck(&plugin, &held).await.unwrap_err();
     let message = refused.to_string();
     assert!(
         message.starts_with("starting its handler role failed: memory limit exceeded")
-            && message.contains("(memory_mib)"),
+            && message.contains("(memory_mib)")
+            && message.contains("(memory_mib of plugins.roomiest, the most of the instances"),
         "{message}"
     );
     let roomy = host::runtime::StartLimits {
         handler_memory: 160 << 20,
         ..Default::default()
     };
-    runtime.typecheck(&plugin, roomy).await.unwrap();
+    runtime.typecheck(&plugin, &roomy).await.unwrap();
 }
 
 /// A good file checked while the calls in flight hold the host's plugin memory waits for it
@@ -220,7 +222,7 @@ async fn a_load_check_waits_for_the_hosts_plugin_memory() {
     runtime.limit_plugin_memory(0);
     let checking = tokio::spawn({
         let runtime = runtime.clone();
-        async move { runtime.typecheck(&plugin, Default::default()).await }
+        async move { runtime.typecheck(&plugin, &Default::default()).await }
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!checking.is_finished(), "{:?}", checking.await);

@@ -243,9 +243,9 @@ impl Runtime {
 
     /// Checks every exported role against the WIT by instantiating the component once per
     /// role in a throwaway store (export types are only checked on instantiation), each role
-    /// within the memory its instances may hold (`limits`): a version that could never start
-    /// in a call is refused at load, and the version before it keeps serving.
-    pub async fn typecheck(&self, plugin: &Plugin, limits: StartLimits) -> Result<(), LoadError> {
+    /// within the most memory an instance using it so may hold (`limits`): a version that could
+    /// start in no call is refused at load, and the version before it keeps serving.
+    pub async fn typecheck(&self, plugin: &Plugin, limits: &StartLimits) -> Result<(), LoadError> {
         // The one place a load-time call's budget is set: no output, no logs, and time enough
         // for any component's start-up.
         let ctx = |memory_bytes, memory_key| CallContext {
@@ -261,9 +261,19 @@ impl Runtime {
             },
         };
         let parser = ctx(limits.parser_memory, "parser_memory_mib");
-        self.typecheck_role(plugin.parser.as_ref(), &parser).await?;
+        self.typecheck_role(
+            plugin.parser.as_ref(),
+            &parser,
+            limits.parser_instance.as_deref(),
+        )
+        .await?;
         let handler = ctx(limits.handler_memory, "memory_mib");
-        self.typecheck_role(plugin.handler.as_ref(), &handler).await
+        self.typecheck_role(
+            plugin.handler.as_ref(),
+            &handler,
+            limits.handler_instance.as_deref(),
+        )
+        .await
     }
 
     /// Instantiates one role (if exported) and checks its export against the WIT. While the
@@ -273,6 +283,7 @@ impl Runtime {
         &self,
         pre: Option<&R>,
         ctx: &CallContext,
+        instance: Option<&str>,
     ) -> Result<(), LoadError> {
         let Some(pre) = pre else { return Ok(()) };
         let started = std::time::Instant::now();
@@ -293,8 +304,16 @@ impl Runtime {
                     continue;
                 }
                 Err(e) => {
+                    let whose = instance.map_or_else(String::new, |instance| {
+                        format!(
+                            " ({} of plugins.{instance}, the most of the instances using it as \
+                             a {})",
+                            ctx.limits.memory_key,
+                            R::NAME
+                        )
+                    });
                     return Err(LoadError::Start(format!(
-                        "starting its {} role failed: {e}",
+                        "starting its {} role failed: {e}{whose}",
                         R::NAME
                     )));
                 }
@@ -306,22 +325,27 @@ impl Runtime {
     }
 }
 
-/// The memory each role of a file may start in, from the configuration: the smallest of the
-/// instances that use the file in that role (256 MiB for a role none uses).
-#[derive(Debug, Clone, Copy)]
+/// The memory each role of a file may start in, from the configuration: the most of the
+/// instances that use the file in that role, and which instance that is (256 MiB, and none, for
+/// a role none uses). An instance held to less traps when it runs, as any call over its limit.
+#[derive(Debug, Clone)]
 pub struct StartLimits {
-    /// The smallest `parser_memory_mib` (without its share per body byte) of the instances
+    /// The largest `parser_memory_mib` (without its share per body byte) of the instances
     /// sources use the file as a parser.
     pub parser_memory: u64,
-    /// The smallest `memory_mib` of the instances sources use the file as a handler.
+    pub parser_instance: Option<String>,
+    /// The largest `memory_mib` of the instances sources use the file as a handler.
     pub handler_memory: u64,
+    pub handler_instance: Option<String>,
 }
 
 impl Default for StartLimits {
     fn default() -> Self {
         Self {
             parser_memory: UNUSED_ROLE_MEMORY,
+            parser_instance: None,
             handler_memory: UNUSED_ROLE_MEMORY,
+            handler_instance: None,
         }
     }
 }
