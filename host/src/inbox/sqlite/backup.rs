@@ -227,14 +227,17 @@ fn copy(from: &Path, to: &Path, source: Source) -> Result<Copied, BackupError> {
     // (nor `-wal`) beside it, so a backup on read-only storage restores, and nothing is left
     // beside one in a writable directory. With a `-wal` (files copied by hand), the log is read
     // as usual.
+    // The URI names the file by its canonical path after an empty authority (`file:///…`), so
+    // a path given as `//srv/b.db` is not read as a host.
+    let canonical = std::fs::canonicalize(from).ok();
     let immutable = (source == Source::Backup && !beside(from, WAL).exists())
-        .then(|| from.to_str())
+        .then(|| canonical.as_deref().and_then(Path::to_str))
         .flatten()
         .map(|path| {
             const IN_URI: &percent_encoding::AsciiSet =
                 &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
             let path = percent_encoding::utf8_percent_encode(path, IN_URI);
-            format!("file:{path}?immutable=1")
+            format!("file://{path}?immutable=1")
         });
     let source = match immutable {
         Some(uri) => Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI),
@@ -783,6 +786,10 @@ mod tests {
         restore(&db, &copy).unwrap();
         assert_eq!(holds(&db, &["old"]).await, [true]);
         assert_eq!(listing(), before);
+        // A path that starts with `//` names the same file (not a URI's host).
+        let doubled = PathBuf::from(format!("/{}", copy.display()));
+        restore(&db, &doubled).unwrap();
+        assert_eq!(holds(&db, &["old"]).await, [true]);
     }
 
     #[tokio::test]
