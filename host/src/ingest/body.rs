@@ -3,10 +3,10 @@
 //! in memory shared by every request of the listener, and the clock (an idle bound, a minimum
 //! average rate, a total bound).
 //!
-//! Invariants: no body byte is held without being counted in the [`BodyBudget`], and nothing
-//! is counted that was not sent: a body is reserved as its bytes arrive, in steps that double
-//! (from [`FIRST_STEP`], never past its declared `Content-Length` or its cap), and the buffer
-//! holds no more than its reservation. A head costs nothing: a client that declares a large
+//! Invariants: no body byte is held without being counted in the [`BodyBudget`], and no more
+//! is counted than twice what was sent: a body is reserved as its bytes arrive, in steps that
+//! double (never past its declared `Content-Length` or its cap), and the buffer holds no more
+//! than its reservation. A head costs nothing: a client that declares a large
 //! body and sends none of it holds none of the budget (it used to reserve the whole declared
 //! length, so six head-only connections kept every webhook at 503). A declared length the
 //! budget cannot hold now is refused from the head alone. A reservation is given back when the
@@ -31,9 +31,6 @@ use crate::error::ApiError;
 /// Seconds a client refused by the budget is told to wait: about the idle bound, after which
 /// a stalled body has given its reservation back.
 const BUDGET_RETRY_AFTER_SECS: u64 = 5;
-
-/// A body's first reservation, once its first bytes arrive (less if it declares less).
-pub const FIRST_STEP: u64 = 64 * 1024;
 
 /// The bytes of request bodies that may be in memory at once, across all connections.
 #[derive(Debug)]
@@ -195,11 +192,8 @@ pub async fn read(
             return Err(ApiError::PayloadTooLarge);
         }
         if len > reservation.bytes {
-            let step = len
-                .max(reservation.bytes * 2)
-                .max(FIRST_STEP)
-                .min(most)
-                .max(len);
+            // What arrived, or twice the last step if more: a frame of one byte holds one.
+            let step = len.max(reservation.bytes * 2).min(most).max(len);
             if !reservation.grow(step - reservation.bytes) {
                 return Err(overloaded());
             }
@@ -263,11 +257,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(budget.available(), total, "a head alone reserves nothing");
         tx.send_data(Bytes::from(vec![b'x'; 1000])).await.unwrap();
-        until_available(&budget, total - FIRST_STEP).await;
-        tx.send_data(Bytes::from(vec![b'x'; 100_000]))
-            .await
-            .unwrap();
-        until_available(&budget, total - 2 * FIRST_STEP).await;
+        until_available(&budget, total - 1000).await;
+        tx.send_data(Bytes::from(vec![b'x'; 500])).await.unwrap();
+        until_available(&budget, total - 2000).await;
+        tx.send_data(Bytes::from(vec![b'x'; 99_500])).await.unwrap();
+        until_available(&budget, total - 101_000).await;
         drop(tx);
         let (bytes, reservation) = reading.await.unwrap().unwrap();
         assert_eq!(bytes.len(), 101_000);
