@@ -731,11 +731,15 @@ impl Config {
         let admin_token = env_token.clone().or_else(|| s.admin_token.clone());
         // Port 0 is a new port for each listener; any other the same on both cannot work
         // (the second bind would wait for the first, then fail as "in use by another program").
-        if s.listen == s.admin_listen && s.listen.port() != 0 {
+        let overlap = s.listen.ip() == s.admin_listen.ip()
+            || s.listen.ip().is_unspecified()
+            || s.admin_listen.ip().is_unspecified();
+        if s.listen.port() == s.admin_listen.port() && s.listen.port() != 0 && overlap {
             bail!(
-                "server.listen and server.admin_listen are both {}: the ingest and admin \
-                 listeners need an address each",
-                s.listen
+                "server.listen ({}) and server.admin_listen ({}) take the same port on one \
+                 address: the ingest and admin listeners need an address each",
+                s.listen,
+                s.admin_listen
             );
         }
         if admin_token.is_none() && !s.admin_listen.ip().is_loopback() {
@@ -1935,7 +1939,11 @@ memory_mib = 32
             ),
             (
                 "[server]\nlisten = \"127.0.0.1:9000\"\nadmin_listen = \"127.0.0.1:9000\"",
-                "server.listen and server.admin_listen are both 127.0.0.1:9000",
+                "server.listen (127.0.0.1:9000) and server.admin_listen (127.0.0.1:9000) take",
+            ),
+            (
+                "[server]\nlisten = \"0.0.0.0:9000\"\nadmin_listen = \"127.0.0.1:9000\"\nadmin_token = \"a-long-enough-token-0123\"",
+                "server.listen (0.0.0.0:9000) and server.admin_listen (127.0.0.1:9000) take",
             ),
             (
                 "[plugins.p]\nattempt_state_keys = 0",

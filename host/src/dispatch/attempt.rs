@@ -67,7 +67,7 @@ impl Dispatcher {
                 ..self.finish_record(&claim, &plugin, None)
             };
             let counted = (finish.outcome, finish.disposition.clone());
-            let result = self.record_until(finish, None, lease_bound).await?;
+            let (result, _) = self.record_until(finish, None, lease_bound).await?;
             self.count(&claim, counted, &result, started);
             return Ok(());
         };
@@ -138,7 +138,7 @@ impl Dispatcher {
             Poll::Ready(result) => result,
             Poll::Pending => finishing.await,
         };
-        let mut result = self.record_until(again, Some(first), lease_bound).await?;
+        let (mut result, mut sent) = self.record_until(again, Some(first), lease_bound).await?;
         if let Finished::OverQuota(message) = result {
             // Concurrent attempts each fit the plugin's total but together do not: this one
             // did not commit; record it as failed, without its writes (the lease is still ours).
@@ -149,7 +149,7 @@ impl Dispatcher {
             });
             let finish = self.record(&claim, &plugin, sha256, refused, now);
             counted = (finish.outcome, finish.disposition.clone());
-            result = self.record_until(finish, None, lease_bound).await?;
+            (result, sent) = self.record_until(finish, None, lease_bound).await?;
         }
         self.count(&claim, counted, &result, started);
         match result {
@@ -158,6 +158,8 @@ impl Dispatcher {
                 self.hot.conflicted(&claim.handler);
                 tracing::debug!("state conflict; re-running");
             }
+            // Sent again, `record_until` said what that most likely means.
+            Finished::LeaseLost if sent > 1 => {}
             Finished::LeaseLost => {
                 tracing::warn!("attempt finished after its lease was taken back; result discarded")
             }
@@ -166,13 +168,14 @@ impl Dispatcher {
     }
 
     /// Records `finish` (whose first try, if made already, answered `first`), sending it again
-    /// while the database cannot take it and `lease_bound` is not reached; then the last answer.
+    /// while the database cannot take it and `lease_bound` is not reached; then the last answer,
+    /// and how many times it was sent.
     async fn record_until(
         &self,
         finish: Finish,
         first: Option<Result<Finished, InboxError>>,
         lease_bound: tokio::time::Instant,
-    ) -> Result<Finished, InboxError> {
+    ) -> Result<(Finished, u32), InboxError> {
         let mut result = match first {
             Some(result) => result,
             None => self.inbox.finish(finish.clone()).await,
@@ -192,11 +195,25 @@ impl Dispatcher {
                     tries += 1;
                     result = self.inbox.finish(finish.clone()).await;
                 }
-                Ok(recorded) if tries > 1 => {
-                    tracing::info!(tries, "the attempt was recorded once the database took it");
-                    return Ok(recorded);
+                Ok(Finished::LeaseLost) if tries > 1 => {
+                    // Most likely the first record did commit, its answer lost with the
+                    // connection; or the lease was taken back meanwhile. Either way this one
+                    // is not recorded again.
+                    tracing::info!(
+                        tries,
+                        "sending the attempt's record again found its lease gone: an earlier \
+                         send committed before the database went away, or the lease was taken \
+                         back"
+                    );
+                    return Ok((Finished::LeaseLost, tries));
                 }
-                other => return other,
+                Ok(recorded) => {
+                    if tries > 1 {
+                        tracing::info!(tries, "the attempt was recorded once the database took it");
+                    }
+                    return Ok((recorded, tries));
+                }
+                Err(e) => return Err(e),
             }
         }
     }
