@@ -46,11 +46,16 @@ use crate::{
     telemetry::{OutboundMeter, OutboundResult},
 };
 
-/// The `wasi:http` error the guest sees for a refusal.
+/// The `wasi:http` error the guest sees for a refusal. The host's socket cap is not the
+/// plugin's doing and passes: it is an internal error carrying the reason, which the SDK (and
+/// any client) takes as a failure to retry, not as the refusal of a request that will be
+/// refused again (`connection-limit-reached`, which the SDK makes permanent, dead-lettered
+/// other plugins' events while one plugin held the sockets).
 fn denied_error(denied: &Denied) -> HttpError {
     match denied {
         Denied::Prohibited { .. } => HttpError::DestinationIpProhibited,
-        Denied::TooManyRequests | Denied::HostSockets(_) => HttpError::ConnectionLimitReached,
+        Denied::HostSockets(_) => HttpError::InternalError(Some(denied.to_string())),
+        Denied::TooManyRequests => HttpError::ConnectionLimitReached,
         Denied::NoNetwork
         | Denied::Scheme(_)
         | Denied::NoHost
@@ -74,7 +79,10 @@ fn transport_error(error: TransportError) -> HttpError {
         // A handshake that did not finish in time may finish next time: a timeout, not TLS.
         TransportError::TlsTimeout => HttpError::ConnectionTimeout,
         TransportError::Tls(e) => tls_error(e),
-        TransportError::TlsIo(_) => HttpError::TlsProtocolError,
+        // The connection failed under TLS (closed or reset mid-handshake: a server restarting,
+        // a balancer dropping it): what a plain connection's failure is, to retry, not a TLS
+        // refusal.
+        TransportError::TlsIo(_) => HttpError::ConnectionTerminated,
         TransportError::InvalidUri => HttpError::HttpRequestUriInvalid,
         TransportError::FirstByteTimeout | TransportError::Stalled => {
             HttpError::ConnectionReadTimeout
@@ -427,6 +435,29 @@ mod tests {
         credentials::{Credential, Credentials},
         idempotency_key, tls,
     };
+
+    /// The host's socket cap and a connection that failed under TLS are failures a later
+    /// attempt may not meet: the guest sees codes the SDK retries (an internal error carrying
+    /// the reason, a terminated connection), not a refusal or a TLS error, which it makes
+    /// permanent (they dead-lettered events at the first attempt). A plugin's own request cap
+    /// stays a refusal.
+    #[test]
+    fn passing_failures_reach_the_guest_as_failures_to_retry() {
+        let capped = denied_error(&Denied::HostSockets(128));
+        assert!(
+            matches!(&capped, HttpError::InternalError(Some(why)) if why.contains("(128")),
+            "{capped:?}"
+        );
+        assert!(matches!(
+            denied_error(&Denied::TooManyRequests),
+            HttpError::ConnectionLimitReached
+        ));
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(matches!(
+            transport_error(TransportError::TlsIo(reset)),
+            HttpError::ConnectionTerminated
+        ));
+    }
 
     fn request() -> Request<WasiBody> {
         Request::builder()
