@@ -24,7 +24,9 @@
 //! | `pass_headers` | comma-separated names of the provider's request headers to pass on (every occurrence, as received) |
 //!
 //! Every request also carries the provider's `Content-Type` and `X-Hookd-Source`,
-//! `X-Hookd-Event-Id` and `X-Hookd-Event-Type`. Secrets for the internal service go in
+//! `X-Hookd-Event-Id` and `X-Hookd-Event-Type`; an id or type holding a character a header
+//! cannot carry (a control character, or one beyond ASCII) is sent percent-encoded (its UTF-8
+//! bytes, `%` too), as hookd sends the `Idempotency-Key`. Secrets for the internal service go in
 //! `[plugins.<name>.credentials]`: hookd adds them after the request leaves the plugin.
 //!
 //! The answer decides the delivery: 2xx is `done` (output `{"status": 200}`); a transport
@@ -42,8 +44,8 @@ impl Handler for Forward {
         let target = Target::from_config(config::get)?;
         let mut request = http::request(target.method, &target.url)
             .header("x-hookd-source", &event.source)
-            .header("x-hookd-event-id", &event.event_id)
-            .header("x-hookd-event-type", &event.event_type);
+            .header("x-hookd-event-id", &header_safe(&event.event_id))
+            .header("x-hookd-event-type", &header_safe(&event.event_type));
         for h in &event.headers {
             let passed = target.pass.iter().any(|p| p.eq_ignore_ascii_case(&h.name));
             if passed || h.name.eq_ignore_ascii_case("content-type") {
@@ -61,6 +63,25 @@ impl Handler for Forward {
 }
 
 plugin_sdk::register!(handler = Forward);
+
+/// `value` as a header may carry it: as it is when it is printable ASCII, else percent-encoded
+/// (every byte outside printable ASCII, and `%`). An event id may hold any character but NUL
+/// (a parser's choice), and a control character in a header failed the delivery for good.
+pub fn header_safe(value: &str) -> String {
+    if value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return value.to_owned();
+    }
+    value
+        .bytes()
+        .map(|b| {
+            if (0x20..0x7f).contains(&b) && b != b'%' {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
 
 /// Where and how to forward, from the plugin's config.
 #[derive(Debug, PartialEq)]
@@ -135,6 +156,14 @@ mod tests {
     use super::*;
 
     const URL: &str = "https://orders.internal/webhooks";
+
+    #[test]
+    fn an_id_a_header_cannot_carry_is_sent_percent_encoded() {
+        assert_eq!(header_safe("evt_1:a/b%c"), "evt_1:a/b%c");
+        assert_eq!(header_safe("g-2\nX-Injected: 1"), "g-2%0AX-Injected: 1");
+        assert_eq!(header_safe("order\u{1}paid"), "order%01paid");
+        assert_eq!(header_safe("café 50%"), "caf%C3%A9 50%25");
+    }
 
     fn forward(hookd: &mut Harness) -> Result<Option<String>, HandleError> {
         let event = Event::new(
