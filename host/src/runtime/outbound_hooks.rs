@@ -363,6 +363,15 @@ impl WasiHttpHooks for OutboundHooks {
                         "outbound {method} answered {}", response.status()
                     )
                 }
+                // A certificate or handshake refusal is a configuration to fix, and the code
+                // the guest gets carries no text: the reason is logged where it is seen.
+                Err(e @ TransportError::Tls(_)) => {
+                    count(counted(e));
+                    tracing::warn!(
+                        target: "plugin", plugin = %plugin, host = %target,
+                        "outbound {method} failed: {e}"
+                    )
+                }
                 Err(e) => {
                     count(counted(e));
                     tracing::debug!(
