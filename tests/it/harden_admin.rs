@@ -822,22 +822,7 @@ async fn every_admin_listener_answer_carries_the_security_headers() {
 async fn a_malformed_dashboard_query_is_an_error_page() {
     let host = TestHost::start(&sw_source("s", &[], ""), &[]).await;
     let base = format!("http://{}", host.admin);
-    let form = [(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-www-form-urlencoded"),
-    )];
-    let (status, headers, _) = support::send(
-        Method::POST,
-        &format!("{base}/sign-in"),
-        &form,
-        Bytes::from(format!("token={ADMIN_TOKEN}")),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, StatusCode::SEE_OTHER);
-    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
-    let session = cookie.split(';').next().unwrap().to_owned();
-    let with_session = [(header::COOKIE, HeaderValue::from_str(&session).unwrap())];
+    let with_session = support::dashboard_session(host.admin).await;
     for path in ["/events?before=abc", "/quarantine?before=-x"] {
         let (status, headers, body) = support::send(
             Method::GET,

@@ -43,30 +43,12 @@ async fn wait_pruned(host: &TestHost, source: &str, event_id: &str) -> Value {
 
 /// The dashboard's page at `path`, signed in with the admin token.
 async fn dashboard_page(host: &TestHost, path: &str) -> String {
-    use bytes::Bytes;
-    use http::{HeaderValue, Method, header};
-    let base = format!("http://{}", host.admin);
-    let form = [(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/x-www-form-urlencoded"),
-    )];
-    let (status, headers, _) = crate::support::send(
-        Method::POST,
-        &format!("{base}/sign-in"),
-        &form,
-        Bytes::from(format!("token={ADMIN_TOKEN}")),
-    )
-    .await
-    .unwrap();
-    assert_eq!(status, StatusCode::SEE_OTHER);
-    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
-    let session = cookie.split(';').next().unwrap().to_owned();
-    let with_session = [(header::COOKIE, HeaderValue::from_str(&session).unwrap())];
+    let with_session = crate::support::dashboard_session(host.admin).await;
     let (status, _, body) = crate::support::send(
-        Method::GET,
-        &format!("{base}{path}"),
+        http::Method::GET,
+        &format!("http://{}{path}", host.admin),
         &with_session,
-        Bytes::new(),
+        bytes::Bytes::new(),
     )
     .await
     .unwrap();

@@ -576,6 +576,30 @@ pub async fn hookd_cli(cwd: &Path, args: &[&str]) -> std::process::Output {
     .unwrap()
 }
 
+/// A dashboard session on the admin listener at `admin`, signed in with [`ADMIN_TOKEN`]: the
+/// `Cookie` header its requests carry.
+pub async fn dashboard_session(admin: SocketAddr) -> [(HeaderName, HeaderValue); 1] {
+    let form = [(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    )];
+    let (status, headers, _) = send(
+        Method::POST,
+        &format!("http://{admin}/sign-in"),
+        &form,
+        Bytes::from(format!("token={ADMIN_TOKEN}")),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    let cookie = headers[http::header::SET_COOKIE].to_str().unwrap();
+    let session = cookie.split(';').next().unwrap().to_owned();
+    [(
+        http::header::COOKIE,
+        HeaderValue::from_str(&session).unwrap(),
+    )]
+}
+
 /// The `hookd.toml` a scaffold (`hookd new`) generated, ready for a test host: its source's
 /// signing secret, and the text without the listen addresses (the test host picks free ports).
 pub fn scaffold_config(generated: &str) -> (String, String) {
