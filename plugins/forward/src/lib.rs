@@ -44,8 +44,8 @@ impl Handler for Forward {
         let target = Target::from_config(config::get)?;
         let mut request = http::request(target.method, &target.url)
             .header("x-hookd-source", &event.source)
-            .header("x-hookd-event-id", &header_safe(&event.event_id))
-            .header("x-hookd-event-type", &header_safe(&event.event_type));
+            .header("x-hookd-event-id", header_safe(&event.event_id))
+            .header("x-hookd-event-type", header_safe(&event.event_type));
         for h in &event.headers {
             let passed = target.pass.iter().any(|p| p.eq_ignore_ascii_case(&h.name));
             if passed || h.name.eq_ignore_ascii_case("content-type") {
