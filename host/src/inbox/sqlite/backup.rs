@@ -229,16 +229,15 @@ fn copy(from: &Path, to: &Path, source: Source) -> Result<Copied, BackupError> {
     // as usual.
     // The URI names the file by its canonical path after an empty authority (`file:///…`), so
     // a path given as `//srv/b.db` is not read as a host.
-    let canonical = std::fs::canonicalize(from).ok();
-    let immutable = (source == Source::Backup && !beside(from, WAL).exists())
-        .then(|| canonical.as_deref().and_then(Path::to_str))
-        .flatten()
-        .map(|path| {
-            const IN_URI: &percent_encoding::AsciiSet =
-                &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
-            let path = percent_encoding::utf8_percent_encode(path, IN_URI);
-            format!("file://{path}?immutable=1")
-        });
+    let canonical = (source == Source::Backup && !beside(from, WAL).exists())
+        .then(|| std::fs::canonicalize(from).ok())
+        .flatten();
+    let immutable = canonical.as_deref().and_then(Path::to_str).map(|path| {
+        const IN_URI: &percent_encoding::AsciiSet =
+            &percent_encoding::CONTROLS.add(b'%').add(b'?').add(b'#');
+        let path = percent_encoding::utf8_percent_encode(path, IN_URI);
+        format!("file://{path}?immutable=1")
+    });
     let source = match immutable {
         Some(uri) => Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI),
         None => Connection::open_with_flags(from, flags),
