@@ -435,7 +435,9 @@ pub(crate) struct Url {
 
 impl Url {
     pub(crate) fn parse(url: &str) -> Result<Url, HttpError> {
-        let invalid = |why: &str| HttpError::InvalidRequest(format!("URL {url:?}: {why}"));
+        let invalid = |why: &str| {
+            HttpError::InvalidRequest(format!("URL {:?}: {why}", Url::shown(url)))
+        };
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| invalid("expected http(s)://host[:port]/path"))?;
@@ -470,6 +472,39 @@ impl Url {
             authority: authority.to_owned(),
             path_with_query,
         })
+    }
+}
+
+impl Url {
+    /// `url` as an error message may show it: the scheme and the host, with any user
+    /// information and everything after the host cut to `…`. A webhook URL often carries its
+    /// secret in the path or the query (Discord, Slack, signed links), and error messages reach
+    /// the log, the admin API and the dashboard.
+    pub(crate) fn shown(url: &str) -> String {
+        let (scheme, rest) = match url.split_once("://") {
+            Some((scheme, rest)) => (format!("{scheme}://"), rest),
+            None => (String::new(), url),
+        };
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let mut authority = &rest[..end];
+        let mut shown = scheme;
+        if let Some(at) = authority.rfind('@') {
+            shown.push_str("…@");
+            authority = &authority[at + 1..];
+        }
+        shown.push_str(authority);
+        if end < rest.len() {
+            shown.push_str("/…");
+        }
+        shown
+    }
+
+    /// This URL as an error message may show it: see [`Url::shown`].
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    fn redacted(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        let path = if self.path_with_query == "/" { "/" } else { "/…" };
+        format!("{scheme}://{}{path}", self.authority)
     }
 }
 
@@ -517,7 +552,8 @@ mod wasi {
             HttpError::InvalidRequest(format!("a header is invalid or not allowed: {e:?}"))
         })?;
         let request = OutgoingRequest::new(fields);
-        let invalid = |what: &str| HttpError::InvalidRequest(format!("{what} refused: {url}"));
+        let invalid =
+            |what: &str| HttpError::InvalidRequest(format!("{what} refused: {}", url.redacted()));
         request
             .set_method(&match method {
                 Method::Get => types::Method::Get,
@@ -724,6 +760,28 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn url_errors_show_no_path_query_or_credentials() {
+        for (url, shown) in [
+            ("ftp://files.example/s3cret?k=v", "ftp://files.example/…"),
+            ("discord.com/api/webhooks/1/s3cret", "discord.com/…"),
+            ("http://user:s3cret@example.com/x", "http://…@example.com/…"),
+            ("https://a b/s3cret", "https://a b/…"),
+            ("http://a\tb?token=s3cret", "http://a\tb/…"),
+            ("http://#s3cret", "http:///…"),
+        ] {
+            let Err(HttpError::InvalidRequest(message)) = Url::parse(url) else {
+                panic!("{url} was not refused");
+            };
+            assert!(!message.contains("s3cret"), "{message}");
+            assert!(message.contains(&format!("{shown:?}")), "{message}");
+        }
+        let url = Url::parse("https://hooks.example/T0/s3cret?x=1").unwrap();
+        assert_eq!(url.redacted(), "https://hooks.example/…");
+        let url = Url::parse("https://hooks.example").unwrap();
+        assert_eq!(url.redacted(), "https://hooks.example/");
     }
 
     #[test]

@@ -251,7 +251,7 @@ export interface Url {
 
 /** Splits `url` like the Rust SDK; a URL it cannot send is an `invalid-request` error. */
 export function parseUrl(url: string): Url {
-  const invalid = (why: string) => new HttpError("invalid-request", `URL ${JSON.stringify(url)}: ${why}`);
+  const invalid = (why: string) => new HttpError("invalid-request", `URL ${JSON.stringify(shownUrl(url))}: ${why}`);
   const sep = url.indexOf("://");
   if (sep < 0) throw invalid("expected http(s)://host[:port]/path");
   const scheme = url.slice(0, sep).toLowerCase();
@@ -268,6 +268,30 @@ export function parseUrl(url: string): Url {
   if (/[\s\x00-\x1f\x7f-\x9f]/.test(authority)) throw invalid("the host contains whitespace");
   const pathWithQuery = path === "" ? "/" : path.startsWith("?") ? `/${path}` : path;
   return { https, authority, pathWithQuery };
+}
+
+/**
+ * `url` as an error message may show it: the scheme and the host, with any user information
+ * and everything after the host cut to `…`. A webhook URL often carries its secret in the path
+ * or the query, and error messages reach the log, the admin API and the dashboard.
+ */
+export function shownUrl(url: string): string {
+  const sep = url.indexOf("://");
+  let shown = sep < 0 ? "" : url.slice(0, sep + 3);
+  const rest = sep < 0 ? url : url.slice(sep + 3);
+  const end = rest.search(/[/?#]/);
+  let authority = end < 0 ? rest : rest.slice(0, end);
+  const at = authority.lastIndexOf("@");
+  if (at >= 0) {
+    shown += "…@";
+    authority = authority.slice(at + 1);
+  }
+  return shown + authority + (end < 0 ? "" : "/…");
+}
+
+/** A parsed `url` as an error message may show it: see `shownUrl`. */
+export function redactedUrl(url: Url): string {
+  return `${url.https ? "https" : "http"}://${url.authority}${url.pathWithQuery === "/" ? "/" : "/…"}`;
 }
 
 /** `url` written back: `https://host:port/path?query`. */

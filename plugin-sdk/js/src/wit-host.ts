@@ -27,7 +27,7 @@ import {
   Response,
   errorFromBodyMessage,
   errorFromCode,
-  urlToString,
+  redactedUrl,
 } from "./http-core.js";
 
 const encoder = new TextEncoder();
@@ -84,7 +84,7 @@ function send(request: OutgoingRequest): Response {
     throw new HttpError("invalid-request", `a header is invalid or not allowed: ${isCode(why) ? why.tag : String(why)}`);
   }
   const req = new WitRequest(fields);
-  const refuse = (what: string) => new HttpError("invalid-request", `${what} refused: ${urlToString(url)}`);
+  const refuse = (what: string) => new HttpError("invalid-request", `${what} refused: ${redactedUrl(url)}`);
   const attempt = (what: string, f: () => void) => {
     try {
       f();

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { HandleError, HttpError, Response } from "@hookd/plugin-sdk";
-import { errorFromBodyMessage, errorFromCode, parseHttpDate, parseRetryAfter, parseUrl } from "../src/http-core.js";
+import { errorFromBodyMessage, errorFromCode, parseHttpDate, parseRetryAfter, parseUrl, redactedUrl } from "../src/http-core.js";
 
 test("URLs split into authority and path as the Rust SDK splits them", () => {
   const ok: Array<[string, string, string]> = [
@@ -20,6 +20,26 @@ test("URLs split into authority and path as the Rust SDK splits them", () => {
   for (const bad of ["example.com/x", "ftp://x/", "http:///x", "http://u:p@x/", "http://a b/"]) {
     assert.throws(() => parseUrl(bad), (e) => e instanceof HttpError && e.kind === "invalid-request", bad);
   }
+});
+
+test("URL errors show no path, query or credentials, as in the Rust SDK", () => {
+  const cases: Array<[string, string]> = [
+    ["ftp://files.example/s3cret?k=v", "ftp://files.example/…"],
+    ["discord.com/api/webhooks/1/s3cret", "discord.com/…"],
+    ["http://user:s3cret@example.com/x", "http://…@example.com/…"],
+    ["https://a b/s3cret", "https://a b/…"],
+    ["http://a\tb?token=s3cret", "http://a\tb/…"],
+    ["http://#s3cret", "http:///…"],
+  ];
+  for (const [url, shown] of cases) {
+    assert.throws(
+      () => parseUrl(url),
+      (e) => e instanceof HttpError && !e.message.includes("s3cret") && e.message.includes(JSON.stringify(shown)),
+      url,
+    );
+  }
+  assert.equal(redactedUrl(parseUrl("https://hooks.example/T0/s3cret?x=1")), "https://hooks.example/…");
+  assert.equal(redactedUrl(parseUrl("https://hooks.example")), "https://hooks.example/");
 });
 
 test("status errors keep Retry-After and a short body", () => {

@@ -99,7 +99,7 @@ def send(method, url, headers, body, timeout_ms):
     try:
 
         def invalid(what):
-            return InvalidRequest("%s refused: %s" % (what, url))
+            return InvalidRequest("%s refused: %s" % (what, url.redacted()))
 
         for setter, value, what in (
             (request.set_method, _METHODS[method](), "method"),

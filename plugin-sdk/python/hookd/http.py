@@ -276,6 +276,24 @@ def parse_retry_after(value, now):
     return max(0, int((at - now) * 1000))
 
 
+def _shown(url):
+    """`url` as an error message may show it: the scheme and the host, with any user
+    information and everything after the host cut to `…`. A webhook URL often carries its
+    secret in the path or the query, and error messages reach the log, the admin API and the
+    dashboard."""
+    scheme, sep, rest = url.partition("://")
+    shown = scheme + sep if sep else ""
+    if not sep:
+        rest = url
+    end = min([i for i in (rest.find(c) for c in "/?#") if i != -1] or [len(rest)])
+    authority = rest[:end]
+    at = authority.rfind("@")
+    if at != -1:
+        shown += "…@"
+        authority = authority[at + 1 :]
+    return shown + authority + ("/…" if end < len(rest) else "")
+
+
 class _Url:
     """An `http://` or `https://` URL split the way `wasi:http` wants it."""
 
@@ -283,7 +301,8 @@ class _Url:
 
     def __init__(self, url):
         def invalid(why):
-            return InvalidRequest("URL %s: %s" % (_json.dumps(url), why))
+            shown = _json.dumps(_shown(url), ensure_ascii=False)
+            return InvalidRequest("URL %s: %s" % (shown, why))
 
         scheme, sep, rest = url.partition("://")
         if not sep:
@@ -310,6 +329,14 @@ class _Url:
             path = "/" + path
         self.authority = authority
         self.path_with_query = path
+
+    def redacted(self):
+        """This URL as an error message may show it: see `_shown`."""
+        return "%s://%s%s" % (
+            "https" if self.https else "http",
+            self.authority,
+            "/" if self.path_with_query == "/" else "/…",
+        )
 
     def __str__(self):
         return "%s://%s%s" % (

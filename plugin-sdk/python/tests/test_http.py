@@ -1,4 +1,5 @@
 import calendar
+import json
 import unittest
 
 from hookd import Event, Permanent, Retry, http
@@ -23,6 +24,24 @@ class UrlTest(unittest.TestCase):
         for bad in ["example.com/x", "ftp://x/", "http:///x", "http://u:p@x/", "http://a b/"]:
             with self.assertRaises(http.InvalidRequest, msg=bad):
                 _Url(bad)
+
+    def test_url_errors_show_no_path_query_or_credentials(self):
+        for url, shown in [
+            ("ftp://files.example/s3cret?k=v", "ftp://files.example/…"),
+            ("discord.com/api/webhooks/1/s3cret", "discord.com/…"),
+            ("http://user:s3cret@example.com/x", "http://…@example.com/…"),
+            ("https://a b/s3cret", "https://a b/…"),
+            ("http://a\tb?token=s3cret", "http://a\tb/…"),
+            ("http://#s3cret", "http:///…"),
+        ]:
+            with self.assertRaises(http.InvalidRequest, msg=url) as caught:
+                _Url(url)
+            message = str(caught.exception)
+            self.assertNotIn("s3cret", message)
+            self.assertIn(json.dumps(shown, ensure_ascii=False), message)
+        url = _Url("https://hooks.example/T0/s3cret?x=1")
+        self.assertEqual(url.redacted(), "https://hooks.example/…")
+        self.assertEqual(_Url("https://hooks.example").redacted(), "https://hooks.example/")
 
     def test_building_errors_surface_before_sending(self):
         with self.assertRaises(http.InvalidRequest):
