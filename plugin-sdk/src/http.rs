@@ -60,8 +60,10 @@
 //!   the connect, first-byte and between-bytes waits. Nothing outlives the attempt: a request
 //!   still waiting when its `timeout_ms` passes ends the attempt as a `timeout`.
 //! - **Size.** Response bodies are capped at [`MAX_RESPONSE_BYTES`] (an error,
-//!   [`HttpError::TooLarge`], never a truncation); one attempt may send at most 64 requests,
-//!   after which requests fail with [`HttpError::Denied`].
+//!   [`HttpError::TooLarge`], never a silent truncation); a call that needs only the status
+//!   and the start of the body asks for that with [`RequestBuilder::response_body_limit`],
+//!   and the rest is dropped unread. One attempt may send at most 64 requests, after which
+//!   requests fail with [`HttpError::Denied`].
 //! - **Redirects** are not followed: a 3xx is returned as it is.
 //! - **Idempotency.** Every request carries `Idempotency-Key: {source}:{event_id}:{handler}`,
 //!   set by the host over any value given here: the same on every retry of a delivery, so a
@@ -163,6 +165,7 @@ pub fn request(method: Method, url: &str) -> RequestBuilder {
         headers: Vec::new(),
         body: Vec::new(),
         timeout: None,
+        response_body_limit: None,
         error: None,
     }
 }
@@ -176,6 +179,8 @@ pub struct RequestBuilder {
     headers: Vec<(String, String)>,
     body: Vec<u8>,
     timeout: Option<Duration>,
+    /// Read at most this many bytes of the response's body, dropping the rest.
+    response_body_limit: Option<usize>,
     /// The first problem met while building (e.g. a body that does not serialise).
     error: Option<HttpError>,
 }
@@ -222,7 +227,20 @@ impl RequestBuilder {
         self
     }
 
-    /// Sends the request and reads the whole response (up to [`MAX_RESPONSE_BYTES`]).
+    /// Reads at most `max_bytes` of the response's body (at most [`MAX_RESPONSE_BYTES`]) and
+    /// drops the rest unread, however long it is: a longer body is then no error, and
+    /// [`Response::body`] holds at most its first `max_bytes` (none when the server declared a
+    /// length over the cap). For a call that needs the status and at
+    /// most the start of the body, such as a relay whose target may answer a success with a
+    /// large document: without it, a body over the cap is [`HttpError::TooLarge`], and the
+    /// status is lost with it.
+    pub fn response_body_limit(mut self, max_bytes: usize) -> Self {
+        self.response_body_limit = Some(max_bytes.min(MAX_RESPONSE_BYTES));
+        self
+    }
+
+    /// Sends the request and reads the whole response (up to [`MAX_RESPONSE_BYTES`], or the
+    /// [`response_body_limit`](RequestBuilder::response_body_limit)).
     ///
     /// Any status is a `Ok(Response)`, including 3xx, 4xx and 5xx; see
     /// [`Response::error_for_status`].
@@ -243,14 +261,28 @@ impl RequestBuilder {
         }
         #[cfg(target_arch = "wasm32")]
         {
-            wasi::send(self.method, &url, &self.headers, &self.body, self.timeout)
+            wasi::send(
+                self.method,
+                &url,
+                &self.headers,
+                &self.body,
+                self.timeout,
+                self.response_body_limit,
+            )
         }
         #[cfg(not(target_arch = "wasm32"))]
         {
             // A stub answers at once: there is nothing for the timeout to bound.
             let _ = self.timeout;
-            crate::testing::send(self.method, &url, &self.headers, self.body)
-                .unwrap_or_else(|| crate::outside_hookd("http::send", &url.to_string()))
+            let answer = crate::testing::send(self.method, &url, &self.headers, self.body)
+                .unwrap_or_else(|| crate::outside_hookd("http::send", &url.to_string()));
+            match (answer, self.response_body_limit) {
+                (Ok(mut response), Some(limit)) => {
+                    response.body.truncate(limit);
+                    Ok(response)
+                }
+                (answer, _) => answer,
+            }
         }
     }
 }
@@ -435,9 +467,8 @@ pub(crate) struct Url {
 
 impl Url {
     pub(crate) fn parse(url: &str) -> Result<Url, HttpError> {
-        let invalid = |why: &str| {
-            HttpError::InvalidRequest(format!("URL {:?}: {why}", Url::shown(url)))
-        };
+        let invalid =
+            |why: &str| HttpError::InvalidRequest(format!("URL {:?}: {why}", Url::shown(url)));
         let (scheme, rest) = url
             .split_once("://")
             .ok_or_else(|| invalid("expected http(s)://host[:port]/path"))?;
@@ -503,7 +534,11 @@ impl Url {
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     fn redacted(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
-        let path = if self.path_with_query == "/" { "/" } else { "/…" };
+        let path = if self.path_with_query == "/" {
+            "/"
+        } else {
+            "/…"
+        };
         format!("{scheme}://{}{path}", self.authority)
     }
 }
@@ -540,6 +575,7 @@ mod wasi {
         headers: &[(String, String)],
         body: &[u8],
         timeout: Option<Duration>,
+        body_limit: Option<usize>,
     ) -> Result<Response, HttpError> {
         let mut entries: Vec<(String, Vec<u8>)> = headers
             .iter()
@@ -617,7 +653,7 @@ mod wasi {
         let incoming = response
             .consume()
             .map_err(|()| HttpError::Body("the response body was already taken".into()))?;
-        let body = read_body(&incoming, &url.authority);
+        let body = read_body(&incoming, &url.authority, body_limit);
         let _ = IncomingBody::finish(incoming);
         Ok(Response {
             status,
@@ -640,12 +676,41 @@ mod wasi {
             .map_err(|code| HttpError::Transport(format!("finishing the request body: {code:?}")))
     }
 
-    fn read_body(incoming: &IncomingBody, authority: &str) -> Result<Vec<u8>, HttpError> {
+    /// Reads the body to its end, or only its first `limit` bytes (the rest is then dropped
+    /// unread). A body over the cap is over any limit: with one, it ends the read with what
+    /// arrived (nothing, when the server declared such a length).
+    fn read_body(
+        incoming: &IncomingBody,
+        authority: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<u8>, HttpError> {
+        let mut body = Vec::new();
+        match (read_into(&mut body, incoming, authority, limit), limit) {
+            (Ok(()), _) => Ok(body),
+            (Err(HttpError::TooLarge(_)), Some(limit)) => {
+                body.truncate(limit);
+                Ok(body)
+            }
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    fn read_into(
+        body: &mut Vec<u8>,
+        incoming: &IncomingBody,
+        authority: &str,
+        limit: Option<usize>,
+    ) -> Result<(), HttpError> {
         let stream = incoming
             .stream()
             .map_err(|()| HttpError::Body("the response body stream was already taken".into()))?;
-        let mut body = Vec::new();
         loop {
+            if let Some(limit) = limit
+                && body.len() >= limit
+            {
+                body.truncate(limit);
+                return Ok(());
+            }
             match stream.blocking_read(64 * 1024) {
                 Ok(chunk) => {
                     body.extend_from_slice(&chunk);
@@ -655,7 +720,7 @@ mod wasi {
                         )));
                     }
                 }
-                Err(StreamError::Closed) => return Ok(body),
+                Err(StreamError::Closed) => return Ok(()),
                 Err(StreamError::LastOperationFailed(e)) => {
                     if let Some(code) = types::http_error_code(&e) {
                         return Err(from_code(code, authority));

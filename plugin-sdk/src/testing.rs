@@ -678,6 +678,31 @@ mod tests {
         }
     }
 
+    /// Reads the status and the first 4 bytes of the body.
+    struct Peeker;
+
+    impl Handler for Peeker {
+        fn handle(_event: Event) -> Result<Option<String>, HandleError> {
+            let response = http::get("https://api.test/")
+                .response_body_limit(4)
+                .send()?;
+            Ok(Some(format!("{} {}", response.status, response.text()?)))
+        }
+    }
+
+    #[test]
+    fn a_response_body_limit_keeps_the_start_of_the_body() {
+        let mut hookd = Harness::new().respond_with(
+            "GET",
+            "https://api.test",
+            http::Response::new(200, "long answer"),
+        );
+        assert_eq!(
+            hookd.handle::<Peeker>(event("t", 1)),
+            Ok(Some("200 long".into()))
+        );
+    }
+
     #[test]
     fn without_a_harness_call_the_services_say_where_to_look() {
         let got = catch_unwind(|| config::get("k")).unwrap_err();

@@ -1,7 +1,7 @@
 //! The example `forward` handler, black-box: a verified event reaches a local service byte for
 //! byte with the configured and passed-on headers and hookd's `Idempotency-Key`; a service
 //! that answers 503 with `Retry-After` gets the event again when it asked, not on the backoff
-//! schedule; a duplicate webhook is forwarded once; over `https` with a private CA, the
+//! schedule; an answer's status decides however large its body; a duplicate webhook is forwarded once; over `https` with a private CA, the
 //! service's token is added by the host.
 
 use std::{
@@ -116,6 +116,37 @@ async fn a_503_with_retry_after_is_retried_when_the_service_asked() {
     assert_eq!(calls.len(), 2);
     let gap = calls[1] - calls[0];
     assert!(gap >= Duration::from_secs(1), "retried after {gap:?}");
+}
+
+/// A service that answers with a body over the SDK's 8 MiB response cap has still answered:
+/// its status decides, a 500 a retry and a 200 `done`. Before, `forward` read the whole body
+/// before its status, and a 200 with a large body was dead-lettered after the service had
+/// applied the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_is_judged_by_its_status() {
+    let large = vec![b'x'; 9 << 20];
+    let mock = Mock::start(move |index, _| {
+        let status = if index == 0 {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::OK
+        };
+        Reply::new(status, large.clone())
+    })
+    .await;
+    let host = forwarding_host(&mock, "", "backoff_base_ms = 100\nbackoff_max_ms = 100").await;
+    post(&host, "evt-big", br#"{"n":9}"#).await;
+
+    let delivery = host
+        .wait_state("p", "evt-big", "forward", "done", WAIT)
+        .await;
+    assert_eq!(
+        crate::support::outcomes(&delivery),
+        ["retry", "ok"],
+        "{delivery:#}"
+    );
+    assert_eq!(output(&delivery), json!({"status": 200}));
+    assert_eq!(mock.seen().len(), 2);
 }
 
 /// The provider delivers the same event twice: hookd answers the second as a duplicate and

@@ -8,7 +8,8 @@
 //!   connect.
 //! - Connect, first byte and the whole response are bounded by [`Timeouts`], never beyond the
 //!   attempt's deadline plus [`DEADLINE_GRACE`]; the body errs past [`RESPONSE_BYTES`] (an
-//!   error, never a truncation); redirects are not followed.
+//!   error, never a truncation), at its first read when the head declared more, so the status
+//!   still reaches the plugin; redirects are not followed.
 //! - How bytes reach the peer is the [`Connector`]'s business alone. Over TLS the server name
 //!   (SNI and the name verified) is the listed host, the address comes from the vetted list; an
 //!   IP-literal host is verified against the certificate's IP addresses and sends no SNI. The
@@ -293,19 +294,19 @@ where
         || status.is_informational()
         || status == http::StatusCode::NO_CONTENT
         || status == http::StatusCode::NOT_MODIFIED;
-    if !bodiless
-        && let Some(length) = response
-            .headers()
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        && length > RESPONSE_BYTES
-    {
-        return Err(TransportError::TooLarge(length));
-    }
+    // A body declared over the cap errs at its first read, not with the head: the status is
+    // the server's answer, and a plugin that reads only the start of the body (or none of it)
+    // still gets it.
+    let declared = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .filter(|&length| !bodiless && length > RESPONSE_BYTES);
     let done_by = timeouts.done_by;
     let response = response.map(|incoming| CappedBody {
         inner: incoming,
         received: 0,
+        declared_too_large: declared,
         limit: RESPONSE_BYTES,
         deadline: Box::pin(tokio::time::sleep_until(done_by)),
         between: timeouts
@@ -328,6 +329,8 @@ where
 pub struct CappedBody {
     inner: Incoming,
     received: u64,
+    /// The `Content-Length` the head declared, when it is over `limit`: the first read errs.
+    declared_too_large: Option<u64>,
     limit: u64,
     deadline: Pin<Box<Sleep>>,
     between: Option<(Duration, Pin<Box<Sleep>>)>,
@@ -342,6 +345,9 @@ impl Body for CappedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, TransportError>>> {
         let this = self.get_mut();
+        if let Some(length) = this.declared_too_large {
+            return Poll::Ready(Some(Err(TransportError::TooLarge(length))));
+        }
         if this.deadline.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(TransportError::ResponseTimeout)));
         }
@@ -452,7 +458,7 @@ mod tests {
 
     /// A response that has no body by its method or status (HEAD; 1xx, 204, 304) is not
     /// refused for the `Content-Length` it declares, which describes the resource; a GET whose
-    /// declared body is over the cap still is.
+    /// declared body is over the cap keeps its status, and its body errs at the first read.
     #[tokio::test]
     async fn a_bodiless_response_is_not_too_large_for_its_declared_length() {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -484,20 +490,21 @@ mod tests {
             let timeouts =
                 Timeouts::new(Asked::default(), Instant::now() + Duration::from_secs(10));
             let target = target.clone();
-            async move {
-                send(&Connector::Plain, &target, request, &[addr], timeouts)
-                    .await
-                    .map(|(response, _)| response.status())
-            }
+            async move { send(&Connector::Plain, &target, request, &[addr], timeouts).await }
         };
-        let head = send(http::Method::HEAD, "/big").await;
+        let status = |sent: Result<(Response<CappedBody>, Driver), TransportError>| {
+            sent.map(|(response, _)| response.status())
+        };
+        let head = status(send(http::Method::HEAD, "/big").await);
         assert_eq!(head.unwrap(), http::StatusCode::OK);
-        let not_modified = send(http::Method::GET, "/not-modified").await;
+        let not_modified = status(send(http::Method::GET, "/not-modified").await);
         assert_eq!(not_modified.unwrap(), http::StatusCode::NOT_MODIFIED);
-        let get = send(http::Method::GET, "/big").await;
+        let (get, _driver) = send(http::Method::GET, "/big").await.unwrap();
+        assert_eq!(get.status(), http::StatusCode::OK);
+        let read = http_body_util::BodyExt::collect(get.into_body()).await;
         assert!(
-            matches!(get, Err(TransportError::TooLarge(104_857_600))),
-            "{get:?}"
+            matches!(read, Err(TransportError::TooLarge(104_857_600))),
+            "{read:?}"
         );
         serve.abort();
     }

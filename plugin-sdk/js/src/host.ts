@@ -15,6 +15,8 @@ export interface OutgoingRequest {
   body: Uint8Array;
   /** Bounds connecting, the response head and each wait between body chunks. */
   timeoutMs: number | undefined;
+  /** Read at most this many bytes of the response's body, dropping the rest. */
+  bodyLimit: number | undefined;
 }
 
 export interface Host {

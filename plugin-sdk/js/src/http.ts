@@ -19,7 +19,7 @@
  * `plugin_sdk::http` documentation are normative.
  */
 import { host } from "./host.js";
-import { HttpError, type Method, Response, type Url, methodFromName, parseUrl } from "./http-core.js";
+import { HttpError, MAX_RESPONSE_BYTES, type Method, Response, type Url, methodFromName, parseUrl } from "./http-core.js";
 
 export {
   HttpError,
@@ -63,6 +63,7 @@ export class RequestBuilder {
   private readonly headers: Array<[string, string]> = [];
   private payload: Uint8Array = new Uint8Array();
   private timeoutMs: number | undefined;
+  private bodyLimit: number | undefined;
   /** The first problem met while building (e.g. a body that does not serialise). */
   private error: HttpError | undefined;
 
@@ -117,7 +118,25 @@ export class RequestBuilder {
   }
 
   /**
-   * Sends the request and reads the whole response (up to `MAX_RESPONSE_BYTES`). Any status
+   * Reads at most `maxBytes` of the response's body (at most `MAX_RESPONSE_BYTES`) and drops
+   * the rest unread, however long it is: a longer body is then no error, and the response's
+   * `body` holds at most its first `maxBytes` (none when the server declared a length over the
+   * cap). For a call that needs the status and at most the start of the body, such as a relay
+   * whose target may answer a success with a large document: without it, a body over the cap
+   * is a `too-large` error, and the status is lost with it.
+   */
+  responseBodyLimit(maxBytes: number): this {
+    if (typeof maxBytes !== "number" || !Number.isInteger(maxBytes) || maxBytes < 0) {
+      this.error ??= new HttpError("invalid-request", `the response body limit must be a whole number of bytes, not ${String(maxBytes)}`);
+      return this;
+    }
+    this.bodyLimit = Math.min(maxBytes, MAX_RESPONSE_BYTES);
+    return this;
+  }
+
+  /**
+   * Sends the request and reads the whole response (up to `MAX_RESPONSE_BYTES`, or the
+   * {@link RequestBuilder.responseBodyLimit}). Any status
    * is a `Response`, including 3xx, 4xx and 5xx: see {@link Response.errorForStatus}.
    * Throws an {@link HttpError}.
    */
@@ -136,6 +155,7 @@ export class RequestBuilder {
       headers: this.headers,
       body: this.payload,
       timeoutMs: this.timeoutMs,
+      bodyLimit: this.bodyLimit,
     });
   }
 }

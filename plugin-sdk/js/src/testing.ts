@@ -160,6 +160,9 @@ export class Harness {
           throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: ${target} is not in allow_hosts`);
         }
         if (stub instanceof HttpError) throw stub;
+        if (request.bodyLimit !== undefined && stub.body.length > request.bodyLimit) {
+          return new Response(stub.status, stub.body.slice(0, request.bodyLimit), stub.headers);
+        }
         return stub;
       },
     };

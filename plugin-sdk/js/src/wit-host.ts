@@ -154,7 +154,7 @@ function send(request: OutgoingRequest): Response {
   } catch {
     throw new HttpError("body", "the response body was already taken");
   }
-  const read = readBody(incoming, authority);
+  const read = readBody(incoming, authority, request.bodyLimit);
   dispose(incoming);
   dispose(response);
   return new Response(status, read, headers);
@@ -172,34 +172,47 @@ function writeBody(outgoing: OutgoingBody, body: Uint8Array): void {
   OutgoingBody.finish(outgoing, undefined);
 }
 
-function readBody(incoming: IncomingBody, authority: string): Uint8Array {
+/**
+ * Reads the body to its end, or only its first `limit` bytes (the rest is then dropped unread).
+ * A body over the cap is over any limit: with one, it ends the read with what arrived (nothing,
+ * when the server declared such a length).
+ */
+function readBody(incoming: IncomingBody, authority: string, limit: number | undefined): Uint8Array {
   const stream = incoming.stream();
   const chunks: Uint8Array[] = [];
   let total = 0;
   try {
-    for (;;) {
+    while (limit === undefined || total < limit) {
       let chunk: Uint8Array;
       try {
         chunk = stream.blockingRead(64n * 1024n);
       } catch (e) {
         const err = payload(e) as { tag?: string; val?: { toDebugString(): string } };
         if (err?.tag === "closed") break;
+        let failure: HttpError;
         if (err?.tag === "last-operation-failed" && err.val) {
           const c = httpErrorCode(err.val as never);
-          if (c !== undefined) throw errorFromCode(c as ErrorCodeLike, authority, lastRefusal);
-          throw errorFromBodyMessage(err.val.toDebugString(), authority);
+          failure =
+            c !== undefined
+              ? errorFromCode(c as ErrorCodeLike, authority, lastRefusal)
+              : errorFromBodyMessage(err.val.toDebugString(), authority);
+        } else {
+          failure = new HttpError("body", `reading the response body from ${authority}: ${String(err)}`);
         }
-        throw new HttpError("body", `reading the response body from ${authority}: ${String(err)}`);
+        if (limit !== undefined && failure.kind === "too-large") break;
+        throw failure;
       }
       total += chunk.length;
+      chunks.push(chunk);
+      if (limit !== undefined && total >= limit) break;
       if (total > MAX_RESPONSE_BYTES) {
         throw new HttpError("too-large", `${authority} sent more than ${MAX_RESPONSE_BYTES} bytes`);
       }
-      chunks.push(chunk);
     }
   } finally {
     dispose(stream);
   }
+  if (limit !== undefined && total > limit) total = limit;
   const out = new Uint8Array(total);
   let at = 0;
   for (const c of chunks) {

@@ -55,6 +55,22 @@ test("a missing config key is permanent; a transport failure is a retry", () => 
   assert.ok(!r2.ok && r2.error.kind === "retry");
 });
 
+test("a response body limit keeps the start of the body, as in the Rust SDK", () => {
+  const peek = defineHandler(() => {
+    const response = http.get("https://api.test/").responseBodyLimit(4).send();
+    return `${response.status} ${response.text()}`;
+  });
+  const hookd = new Harness().respondWith("GET", "https://api.test/", new Response(200, "long answer"));
+  assert.deepEqual(hookd.handle(peek, event), { ok: true, output: "200 long" });
+  for (const bad of [-1, 1.5, Number.NaN]) {
+    assert.throws(
+      () => http.get("https://api.test/").responseBodyLimit(bad).send(),
+      (e) => e instanceof HttpError && e.kind === "invalid-request",
+      String(bad),
+    );
+  }
+});
+
 test("Retry-After reaches the retry; a 404 is permanent", () => {
   const url = "https://api.example.com/x";
   const hookd = new Harness()

@@ -86,11 +86,11 @@ def last_refusal():
     return None
 
 
-def send(method, url, headers, body, timeout_ms):
+def send(method, url, headers, body, timeout_ms, body_limit=None):
     """Sends a request (`url` a parsed `http._Url`); returns an `http.Response` or raises an
-    `http.HttpError`."""
+    `http.HttpError`. `body_limit`: read at most that many bytes of the response's body."""
     if harness is not None:
-        return harness._send(method, url, headers, body)
+        return harness._send(method, url, headers, body, body_limit)
     if IN_COMPONENT:
-        return _wasi_http.send(method, url, headers, body, timeout_ms)
+        return _wasi_http.send(method, url, headers, body, timeout_ms, body_limit)
     _outside("http.request", str(url))

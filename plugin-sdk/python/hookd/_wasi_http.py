@@ -82,7 +82,7 @@ def _close(resource):
         resource.__exit__(None, None, None)
 
 
-def send(method, url, headers, body, timeout_ms):
+def send(method, url, headers, body, timeout_ms, body_limit=None):
     entries = [
         (name.lower(), value.encode("utf-8") if isinstance(value, str) else bytes(value))
         for name, value in headers
@@ -167,7 +167,7 @@ def send(method, url, headers, body, timeout_ms):
         except Err:
             raise Body("the response body was already taken") from None
         try:
-            body = _read_body(incoming, url.authority)
+            body = _read_body(incoming, url.authority, body_limit)
         finally:
             with t.IncomingBody.finish(incoming):
                 pass
@@ -202,7 +202,10 @@ def _close_stream_error(error):
         _close(error.value)
 
 
-def _read_body(incoming, authority):
+def _read_body(incoming, authority, limit=None):
+    """Reads the body to its end, or only its first `limit` bytes (the rest is then dropped
+    unread). A body over the cap is over any limit: with one, it ends the read with what
+    arrived (nothing, when the server declared such a length)."""
     try:
         stream = incoming.stream()
     except Err:
@@ -211,15 +214,20 @@ def _read_body(incoming, authority):
     size = 0
     with stream:
         while True:
+            if limit is not None and size >= limit:
+                return b"".join(chunks)[:limit]
             try:
                 chunk = stream.blocking_read(_READ_CHUNK)
             except Err as e:
                 if isinstance(e.value, streams.StreamError_Closed):
                     return b"".join(chunks)
-                raise _read_error(e.value.value, authority) from None
+                error = _read_error(e.value.value, authority)
+                if limit is not None and isinstance(error, TooLarge):
+                    return b"".join(chunks)[:limit]
+                raise error from None
             chunks.append(chunk)
             size += len(chunk)
-            if size > MAX_RESPONSE_BYTES:
+            if limit is None and size > MAX_RESPONSE_BYTES:
                 raise TooLarge("%s sent more than %d bytes" % (authority, MAX_RESPONSE_BYTES))
 
 

@@ -361,8 +361,18 @@ def _header_list(headers):
 _NO_JSON = object()
 
 
-def request(method, url, body=None, headers=None, *, json=_NO_JSON, timeout_ms=None):
-    """Sends a request and reads the whole response (up to `MAX_RESPONSE_BYTES`).
+def request(
+    method,
+    url,
+    body=None,
+    headers=None,
+    *,
+    json=_NO_JSON,
+    timeout_ms=None,
+    response_body_limit=None,
+):
+    """Sends a request and reads the whole response (up to `MAX_RESPONSE_BYTES`, or
+    `response_body_limit`).
 
     - `method`: one of `METHODS`, any case;
     - `url`: `https://host[:port]/path?query` or `http://…`;
@@ -371,7 +381,13 @@ def request(method, url, body=None, headers=None, *, json=_NO_JSON, timeout_ms=N
     - `headers`: a dict or a list of `(name, value)` pairs, sent as given (a header hookd
       manages, such as `Host` or `Idempotency-Key`, is replaced by hookd's value or refused);
     - `timeout_ms`: bounds connecting, waiting for the response head and each wait between
-      body chunks (the attempt's own `timeout_ms` bounds everything regardless).
+      body chunks (the attempt's own `timeout_ms` bounds everything regardless);
+    - `response_body_limit`: read at most this many bytes of the response's body (at most
+      `MAX_RESPONSE_BYTES`) and drop the rest unread, however long it is: a longer body is then
+      no error, and the response's `body` holds at most its first bytes (none when the server
+      declared a length over the cap). For a call that needs the status and at most the start
+      of the body, such as a relay whose target may answer a success with a large document:
+      without it, a body over the cap raises `TooLarge`, and the status is lost with it.
 
     Returns a `Response` for any status; raises an `HttpError` when there is none.
     """
@@ -402,14 +418,37 @@ def request(method, url, body=None, headers=None, *, json=_NO_JSON, timeout_ms=N
         raise InvalidRequest("a GET or HEAD request has no body")
     if timeout_ms is not None and timeout_ms < 0:
         raise InvalidRequest("timeout_ms must not be negative")
-    return _host.send(name, target, header_list, body, timeout_ms)
+    if response_body_limit is not None:
+        if isinstance(response_body_limit, bool) or not isinstance(response_body_limit, int):
+            raise InvalidRequest("response_body_limit must be an int")
+        if response_body_limit < 0:
+            raise InvalidRequest("response_body_limit must not be negative")
+        response_body_limit = min(response_body_limit, MAX_RESPONSE_BYTES)
+    return _host.send(name, target, header_list, body, timeout_ms, response_body_limit)
 
 
-def get(url, headers=None, *, timeout_ms=None):
+def get(url, headers=None, *, timeout_ms=None, response_body_limit=None):
     """Sends a `GET` request to `url`; see `request`."""
-    return request("GET", url, None, headers, timeout_ms=timeout_ms)
+    return request(
+        "GET",
+        url,
+        None,
+        headers,
+        timeout_ms=timeout_ms,
+        response_body_limit=response_body_limit,
+    )
 
 
-def post(url, body=None, headers=None, *, json=_NO_JSON, timeout_ms=None):
+def post(
+    url, body=None, headers=None, *, json=_NO_JSON, timeout_ms=None, response_body_limit=None
+):
     """Sends a `POST` request to `url`; see `request`."""
-    return request("POST", url, body, headers, json=json, timeout_ms=timeout_ms)
+    return request(
+        "POST",
+        url,
+        body,
+        headers,
+        json=json,
+        timeout_ms=timeout_ms,
+        response_body_limit=response_body_limit,
+    )

@@ -187,7 +187,7 @@ class Harness:
     def _state_write(self, key, value):
         self._pending[key] = value
 
-    def _send(self, method, url, headers, body):
+    def _send(self, method, url, headers, body, body_limit=None):
         self._sent_this_call += 1
         if self._sent_this_call > MAX_REQUESTS:
             raise Denied(
@@ -204,4 +204,5 @@ class Harness:
             )
         if isinstance(stub, HttpError):
             raise stub
-        return Response(stub.status, stub.body, stub.headers)
+        kept = stub.body if body_limit is None else stub.body[:body_limit]
+        return Response(stub.status, kept, stub.headers)

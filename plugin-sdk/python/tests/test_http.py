@@ -147,6 +147,18 @@ class HarnessHttpTest(unittest.TestCase):
         self.assertEqual(sent[-1].json(), {"event": "evt_1"})
         self.assertEqual(sent[-1].header("Content-Type"), "application/json")
 
+    def test_a_response_body_limit_keeps_the_start_of_the_body_as_in_the_rust_sdk(self):
+        def peek(ev):
+            response = http.get("https://api.test/", response_body_limit=4)
+            return "%d %s" % (response.status, response.text())
+
+        ev = Event("orders", "evt_1", "order.paid", {"id": 7})
+        hookd = Harness().respond_with("GET", "https://api.test/", http.Response(200, b"long answer"))
+        self.assertEqual(hookd.handle(peek, ev), "200 long")
+        for bad in (-1, 1.5, True):
+            with self.assertRaises(http.InvalidRequest, msg=repr(bad)):
+                http.request("GET", "https://api.test/", response_body_limit=bad)
+
     def test_a_url_without_a_stub_is_refused_like_an_unlisted_host(self):
         with self.assertRaises(Permanent) as caught:
             Harness().handle(notify, Event("s", "e", "t"))

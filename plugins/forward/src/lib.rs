@@ -29,9 +29,10 @@
 //! bytes, `%` too), as hookd sends the `Idempotency-Key`. Secrets for the internal service go in
 //! `[plugins.<name>.credentials]`: hookd adds them after the request leaves the plugin.
 //!
-//! The answer decides the delivery: 2xx is `done` (output `{"status": 200}`); a transport
-//! failure, a timeout, 5xx, 408 or 429 is a retry, not before the service's `Retry-After`
-//! (seconds); another status, or a config error, is permanent.
+//! The answer's status decides the delivery, whatever the size of its body (only its first
+//! 4 KiB are read): 2xx is `done` (output `{"status": 200}`); a transport failure, a timeout,
+//! 5xx, 408 or 429 is a retry, not before the service's `Retry-After` (seconds); another
+//! status, or a config error, is permanent.
 
 use plugin_sdk::{Event, HandleError, Handler, config, http, output};
 use serde_json::json;
@@ -57,12 +58,22 @@ impl Handler for Forward {
         }
         // `?` turns the SDK's errors into the right verdict: a 503 with `Retry-After: 30`
         // becomes a retry no sooner than 30 s (capped by the plugin's `backoff_max_ms`).
-        let response = request.body(event.body).send()?.error_for_status()?;
+        // The status decides; of the body only the start matters, for an error's message. A
+        // service may answer a success with a document of any size, which must not turn an
+        // event it applied into a failure.
+        let response = request
+            .body(event.body)
+            .response_body_limit(RESPONSE_PREFIX_BYTES)
+            .send()?
+            .error_for_status()?;
         output::json(&json!({ "status": response.status }))
     }
 }
 
 plugin_sdk::register!(handler = Forward);
+
+/// How much of the service's answer is read: enough for the start of an error's body.
+const RESPONSE_PREFIX_BYTES: usize = 4096;
 
 /// `value` as a header may carry it: as it is when it is printable ASCII, else percent-encoded
 /// (every byte outside printable ASCII, and `%`). An event id may hold any character but NUL
