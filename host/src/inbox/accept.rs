@@ -43,6 +43,7 @@ impl Inbox {
             request,
             handlers,
             from_quarantine,
+            now_ms: self.now_ms(),
         };
         let accepted = self.store().accept(event).await?;
         if accepted == Accepted::New && handler_count > 0 {

@@ -39,6 +39,10 @@ pub(crate) struct NewEvent {
     /// The quarantined request this event was parsed from: resolved in the same transition,
     /// also when the event is a duplicate.
     pub from_quarantine: Option<i64>,
+    /// When the accept happens, by the inbox's clock: the time `from_quarantine` is resolved
+    /// at, which retention's `done_after` counts from (the request's own time is when it was
+    /// received, maybe long ago).
+    pub now_ms: i64,
 }
 
 /// What one claim did: the deliveries it leased, and how many it found stale on the way (they

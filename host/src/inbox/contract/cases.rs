@@ -237,7 +237,7 @@ pub(super) async fn a_conflicted_attempt_runs_again_without_using_its_budget(db:
     let again = claim(&inbox, LEASED_MS + 5).await.remove(0);
     assert_eq!(
         (again.event_id.as_str(), again.attempt, again.budget_used),
-        ("b", 1, 1)
+        ("b", 2, 1)
     );
 }
 
@@ -1085,4 +1085,28 @@ pub(super) async fn text_with_a_nul_is_kept_escaped_and_a_name_with_one_matches_
 pub(super) async fn an_open_database_is_ready(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     assert_eq!(inbox.ready(std::time::Duration::from_secs(5)).await, Ok(()));
+}
+
+/// A conflict gives back the budget, never the attempt number, which is the lease token: the
+/// conflicted record sent again (as after a commit whose answer was lost) finds the next lease
+/// another's, and nothing else leases the delivery while that one runs. When the number was
+/// given back, the resend passed the lease check against the new lease, conflicted again and
+/// put the running delivery back to `pending`, so a third claim ran it alongside.
+pub(super) async fn a_resent_conflict_never_meets_the_next_lease(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let b = both_read_then_a_writes(&inbox).await;
+    let record = done(&b, write_after_reading("k", 0));
+    assert_eq!(
+        inbox.finish(record.clone()).await.unwrap(),
+        Finished::Conflict
+    );
+    let c = claim(&inbox, LEASED_MS + 5).await.remove(0);
+    assert_eq!(c.delivery_id, b.delivery_id);
+    assert_ne!(c.attempt, b.attempt, "a lease token issued twice");
+    assert_eq!(inbox.finish(record).await.unwrap(), Finished::LeaseLost);
+    assert!(claim(&inbox, LEASED_MS + 6).await.is_empty());
+    let c_done = inbox
+        .finish(finished(&c, Disposition::Done { output: None }))
+        .await;
+    assert_eq!(c_done.unwrap(), Finished::Recorded);
 }

@@ -124,6 +124,9 @@ macro_rules! suite {
             an_edit_over_the_plugins_total_writes_nothing,
             text_with_a_nul_is_kept_escaped_and_a_name_with_one_matches_nothing,
             an_open_database_is_ready,
+            a_resent_conflict_never_meets_the_next_lease,
+            once_done_then_discarded_and_pruned_still_makes_older_stale,
+            a_request_accepted_from_quarantine_is_kept_from_its_resolution,
             $($single,)*
             $($notice,)*
             ]

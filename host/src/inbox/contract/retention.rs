@@ -362,3 +362,68 @@ pub(super) async fn a_discarded_quarantined_request_is_resolved_then_deleted(db:
     tokio::time::advance(HOUR * 2).await;
     assert_eq!(prune_all(&inbox, &an_hour()).await.quarantine, 1);
 }
+
+/// A quarantined request accepted long after it was received is resolved now, so retention
+/// keeps it for `done_after` from its resolution. Resolved at its receive time, it was
+/// deleted by the next prune.
+pub(super) async fn a_request_accepted_from_quarantine_is_kept_from_its_resolution(
+    db: &dyn Database,
+) {
+    let (inbox, _clock) = paused(db).await;
+    let id = inbox
+        .quarantine(
+            SourceName::new(SOURCE),
+            fixtures::request(),
+            "parser trapped".into(),
+            10,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::advance(HOUR * 2).await;
+    let handlers = vec![PluginName::new(HANDLER)];
+    let accepted = inbox
+        .accept(
+            SourceName::new(SOURCE),
+            event("late"),
+            fixtures::request(),
+            handlers,
+            Some(id),
+        )
+        .await;
+    assert_eq!(accepted.unwrap(), Accepted::New);
+    assert_eq!(prune_all(&inbox, &an_hour()).await.quarantine, 0);
+    tokio::time::advance(HOUR * 2).await;
+    assert_eq!(prune_all(&inbox, &an_hour()).await.quarantine, 1);
+}
+
+/// An event handled once, replayed, dead and discarded still makes an older event of its key
+/// stale after its prune: the prune keeps the `ok` attempt that says it was handled. When it
+/// dropped every attempt, the older event was leased.
+pub(super) async fn once_done_then_discarded_and_pruned_still_makes_older_stale(db: &dyn Database) {
+    let (inbox, clock) = paused(db).await;
+    once_done_then_discarded(&inbox, &clock).await;
+    tokio::time::advance(HOUR * 2).await;
+    assert_eq!(prune_all(&inbox, &an_hour()).await.events, 1);
+    accept(&inbox, keyed("older", "k", 4)).await;
+    let claimed = claim(&inbox, clock.now_ms()).await;
+    assert!(
+        claimed.is_empty(),
+        "older (4) was leased after newer (5, handled) was pruned"
+    );
+    assert_eq!(state_of(&inbox, "older").await, "stale");
+}
+
+async fn once_done_then_discarded(inbox: &Inbox, clock: &Clock) {
+    run_to(inbox, clock, keyed("newer", "k", 5), done()).await;
+    let replay = ReplayFilter {
+        state: Some(DeliveryState::Done),
+        ..dead()
+    };
+    assert_eq!(inbox.replay(replay).await.unwrap(), (1, 1));
+    let again = claim(inbox, clock.now_ms()).await;
+    assert_eq!(again.len(), 1);
+    finish_now(inbox, clock, &again[0], Disposition::Dead).await;
+    assert_eq!(inbox.discard(dead()).await.unwrap(), (1, 1));
+    assert_eq!(state_of(inbox, "newer").await, "discarded");
+}

@@ -192,7 +192,7 @@ pub(super) async fn an_edit_makes_an_attempt_that_read_the_key_run_again(db: &dy
     let again = claim(&inbox, LEASED_MS + 5).await.remove(0);
     assert_eq!(
         (again.event_id.as_str(), again.attempt, again.budget_used),
-        ("a", 1, 1)
+        ("a", 2, 1)
     );
 
     // An attempt that read a key absent conflicts with an operator creating it.

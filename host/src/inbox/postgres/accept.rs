@@ -35,10 +35,11 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         request,
         handlers,
         from_quarantine,
+        now_ms,
     } = new;
     if let Some(id) = from_quarantine {
         let resolution = format!("accepted as {}", envelope.event_id);
-        if !quarantine::resolve(tx, *id, request.received_at_ms, &resolution).await? {
+        if !quarantine::resolve(tx, *id, *now_ms, &resolution).await? {
             return Ok(Accepted::AlreadyResolved);
         }
     }

@@ -588,9 +588,11 @@ pub(super) async fn finish_attempt(tx: &Tx<'_>, f: &Finish) -> Result<Finished, 
             state::first_changed(tx, f.plugin.as_str(), &f.state.versions).await?
         {
             insert_attempt(tx, &f.conflicted(&key, seen, now)).await?;
-            // Not counted against max_attempts: the attempt number is given back.
+            // Not counted against max_attempts: the budget is given back, not the attempt
+            // number, which is the lease token and so never issued twice (a resend of this
+            // record after its answer was lost must find the next lease another's).
             tx.execute(
-                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                "UPDATE deliveries SET state = 'pending', budget_base = budget_base + 1,
                      next_attempt_at = $2, lease_until = NULL, updated_at = $2
                  WHERE id = $1",
                 &[&f.delivery_id, &f.finished_at_ms],

@@ -131,9 +131,12 @@ async fn prune_payloads(
         .map(|r| r.get(0))
         .collect();
     if !finished.is_empty() {
+        // But for the `ok` attempt of a delivery not `done` now (replayed since, then
+        // discarded): it says its event was handled, which keeps older events of its key stale.
         tx.execute(
-            "DELETE FROM attempts WHERE delivery IN (
-                     SELECT id FROM deliveries WHERE event = ANY($1))",
+            "DELETE FROM attempts a USING deliveries d
+                 WHERE a.delivery = d.id AND d.event = ANY($1)
+                   AND NOT (a.outcome = 'ok' AND d.state <> 'done')",
             &[&finished],
         )
         .await?;

@@ -737,6 +737,7 @@ async fn an_accept_on_the_one_event_path_wakes_the_other_node() {
             request: fixtures::request(),
             handlers: vec![crate::ids::PluginName::new(HANDLER)],
             from_quarantine: None,
+            now_ms: fixtures::RECEIVED_MS,
         };
         let accepted = super::accept::one(&a.connections, &a.commits, &new).await;
         assert_eq!(accepted.unwrap(), Accepted::New);

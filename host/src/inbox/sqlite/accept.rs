@@ -24,10 +24,11 @@ pub(super) fn store_event(
         request,
         handlers,
         from_quarantine,
+        now_ms,
     } = new;
     if let Some(id) = from_quarantine {
         let resolution = format!("accepted as {}", envelope.event_id);
-        if !quarantine::resolve(conn, *id, request.received_at_ms, &resolution)? {
+        if !quarantine::resolve(conn, *id, *now_ms, &resolution)? {
             return Ok(Accepted::AlreadyResolved);
         }
     }

@@ -376,9 +376,11 @@ pub(super) fn finish_attempt(
         {
             let conflict = f.conflicted(&key, seen, now);
             insert_attempt(conn, f.delivery_id, &conflict)?;
-            // Not counted against max_attempts: the attempt number is given back.
+            // Not counted against max_attempts: the budget is given back, not the attempt
+            // number, which is the lease token and so never issued twice (a resend of this
+            // record after its answer was lost must find the next lease another's).
             conn.prepare_cached(
-                "UPDATE deliveries SET state = 'pending', attempts = attempts - 1,
+                "UPDATE deliveries SET state = 'pending', budget_base = budget_base + 1,
                      next_attempt_at = ?2, lease_until = NULL, updated_at = ?2
                  WHERE id = ?1",
             )?

@@ -195,8 +195,9 @@ impl Store for SqliteStore {
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
-        // Weighted by its state bytes, so one group commit carries a bounded amount of them.
-        let weight = state::state_bytes(&finish.state);
+        // Weighted by its state bytes, so one group commit carries a bounded amount of them; a
+        // state commit weighs at least 1, which keeps it in stamping order in the writer.
+        let weight = state::state_bytes(&finish.state).max(usize::from(finish.writes_state()));
         if !finish.writes_state() {
             return self
                 .write_weighted(weight, move |conn| lease::finish_attempt(conn, &finish, 0))
@@ -318,7 +319,7 @@ impl Store for SqliteStore {
     }
 
     async fn edit_state(&self, edit: StateEdit, now_ms: i64) -> Result<Edited, InboxError> {
-        let weight = edit.key.len() + edit.value.as_ref().map_or(0, Vec::len);
+        let weight = (edit.key.len() + edit.value.as_ref().map_or(0, Vec::len)).max(1);
         let answer = {
             let mut stamping = self.inner.queued.stamping();
             let version = stamping.next_version(edit.plugin.as_str());

@@ -252,4 +252,77 @@ mod tests {
         );
         assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap().1, 2);
     }
+
+    /// A heavy state commit the writer defers keeps its place before the lighter one queued
+    /// after it, so it commits at the version it was stamped. When the lighter one overtook
+    /// it, the heavy one took a later version, the very one the queue handed to the next
+    /// commit (`D`): a read (`R`) of D's queued write then passed its version check after D
+    /// failed, committing what it computed from a write that never committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_deferred_commit_keeps_its_place_and_its_version() {
+        let db = TempDatabase::new();
+        let (inbox, store) = open(&db);
+        let limits = StateLimits::DEFAULT;
+        let mib = 1 << 20;
+        let [x, a, c, d, r] = [
+            lease(&inbox, "x").await,
+            lease(&inbox, "a").await,
+            lease(&inbox, "c").await,
+            lease(&inbox, "d").await,
+            lease(&inbox, "r").await,
+        ];
+        let (release, held) = hold(&store);
+        let five = |prefix: &str| -> Vec<(String, Option<usize>)> {
+            (1..=5)
+                .map(|i| (format!("{prefix}{i}"), Some(mib)))
+                .collect()
+        };
+        let x_keys = five("x");
+        let mut a_keys = five("a");
+        a_keys.push(("k".into(), Some(3)));
+        fn as_refs(keys: &[(String, Option<usize>)]) -> Vec<(&str, Option<usize>)> {
+            keys.iter().map(|(k, n)| (k.as_str(), *n)).collect()
+        }
+        let xw = state_writes(&inbox, &as_refs(&x_keys), limits);
+        let aw = state_writes(&inbox, &as_refs(&a_keys), limits);
+        let cw = state_writes(&inbox, &[("c", Some(1))], limits);
+        let mut fx = pin!(inbox.finish(done(&x, xw)));
+        assert!(queue(fx.as_mut()).await.is_pending());
+        let mut fa = pin!(inbox.finish(done(&a, aw)));
+        assert!(queue(fa.as_mut()).await.is_pending());
+        let mut fc = pin!(inbox.finish(done(&c, cw)));
+        assert!(queue(fc.as_mut()).await.is_pending());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        for finished in [fx.await, fa.await, fc.await] {
+            assert_eq!(finished.unwrap(), Finished::Recorded);
+        }
+        // A was stamped 2 and C 3: each committed at its own version.
+        assert_eq!(inbox.state_stat_blocking(HANDLER, "k").unwrap().1, 2);
+        assert_eq!(inbox.state_stat_blocking(HANDLER, "c").unwrap().1, 3);
+
+        // D writes k, but its own commit fails (it read `z` at a version `z` never had).
+        let (release, held) = hold(&store);
+        let mut dw = state_writes(&inbox, &[("k", Some(9))], limits);
+        dw.versions.insert("z".into(), 99);
+        let mut fd = pin!(inbox.finish(done(&d, dw)));
+        assert!(queue(fd.as_mut()).await.is_pending());
+        // R reads k: D's queued write, at the version D was stamped with.
+        let seen = inbox.state_stat_blocking(HANDLER, "k").unwrap();
+        let rw = crate::model::StateChanges {
+            versions: [("k".to_owned(), seen.1)].into(),
+            writes: [("r".to_owned(), Some(vec![1]))].into(),
+            limits,
+        };
+        let mut fr = pin!(inbox.finish(done(&r, rw)));
+        assert!(queue(fr.as_mut()).await.is_pending());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert_eq!(fd.await.unwrap(), Finished::Conflict);
+        assert_eq!(
+            fr.await.unwrap(),
+            Finished::Conflict,
+            "R read a write that never committed"
+        );
+    }
 }

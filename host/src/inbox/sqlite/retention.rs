@@ -103,7 +103,10 @@ fn prune_payloads(
     }
 }
 
-/// Drops event `id`'s payload, its deliveries' outputs and errors, and their attempts.
+/// Drops event `id`'s payload, its deliveries' outputs and errors, and their attempts, but
+/// for the `ok` attempt of a delivery that is not `done` now (replayed since, then discarded):
+/// that row is what says its event was handled, which keeps older events of its ordering key
+/// stale (`lease::NEWEST_ONCE_DONE`). A `done` delivery says so by its state.
 ///
 /// The payload's `payloads` row is deleted whole: its pages go to the freelist, where new
 /// events reuse them, and no index of `events` is touched (the row is updated in place, only
@@ -111,7 +114,9 @@ fn prune_payloads(
 /// before `payloads` existed has its payload in `events` and is shrunk in place.
 fn prune_event(conn: &Connection, id: i64, now_ms: i64) -> Result<(), InboxError> {
     conn.prepare_cached(
-        "DELETE FROM attempts WHERE delivery IN (SELECT id FROM deliveries WHERE event = ?1)",
+        "DELETE FROM attempts WHERE delivery IN (SELECT id FROM deliveries WHERE event = ?1)
+             AND NOT (outcome = 'ok' AND delivery IN (
+                 SELECT id FROM deliveries WHERE event = ?1 AND state <> 'done'))",
     )?
     .execute([id])?;
     conn.prepare_cached("UPDATE deliveries SET output = NULL, last_error = NULL WHERE event = ?1")?

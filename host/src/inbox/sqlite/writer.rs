@@ -14,7 +14,12 @@
 //!   error): then the whole batch fails, each job answered with an error, none redone.
 //! - Every answer says what was committed: `Ok` only for a write its batch's `COMMIT` holds.
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
-//!   bytes, so a commit's latency stays bounded.
+//!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
+//!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
+//!   state commit is one) never overtake each other, so state commits run in the order they
+//!   were stamped, and a commit's version is the one its queued writes were read at (a
+//!   reordered commit took a later version, which the queue then handed out again: a read of
+//!   a write that never committed passed its version check).
 //! - A batch that changed no row (an idle dispatcher's claim that found nothing, a reclaim pass
 //!   with no expired lease) writes nothing: SQLite's `COMMIT` of a transaction without a dirty
 //!   page neither appends to the WAL nor syncs, and it is not counted as a commit. An idle host
@@ -69,7 +74,8 @@ pub(super) trait Job: Send {
     fn run(&mut self, conn: &Connection, isolated: bool) -> bool;
     /// Answers the caller with the write's result, or why the batch did not commit.
     fn answer(self: Box<Self>, commit: Result<(), Failed>);
-    /// Bulk bytes it writes (plugin state), bounded per batch by [`MAX_BATCH_WEIGHT`].
+    /// Bulk bytes it writes (plugin state), bounded per batch by [`MAX_BATCH_WEIGHT`]. At least
+    /// 1 for a job that must keep its place among the weighted ones (a state commit).
     fn weight(&self) -> usize;
 }
 
@@ -250,8 +256,8 @@ fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> Result<bool, Fail
 }
 
 /// The single writer: takes whatever is queued (up to `max_batch` jobs and, past the first,
-/// [`MAX_BATCH_WEIGHT`] bulk bytes; heavier jobs are deferred, oldest first, to the next
-/// batches), runs it in one transaction, commits (the one fsync the whole batch shares), then
+/// [`MAX_BATCH_WEIGHT`] bulk bytes; heavier jobs, and the weighted ones behind them, are
+/// deferred, oldest first, to the next batches), runs it in one transaction, commits (the one fsync the whole batch shares), then
 /// answers every job.
 /// The writer's queue: what [`SqliteStore::enqueue`] sends jobs to.
 pub(super) type Queue = mpsc::Sender<Box<dyn Job>>;
@@ -305,7 +311,10 @@ fn writer_loop(
         }
         while batch.len() < max_batch {
             match jobs.try_recv() {
-                Ok(job) if job.weight() > 0 && weight + job.weight() > MAX_BATCH_WEIGHT => {
+                Ok(job)
+                    if job.weight() > 0
+                        && (!deferred.is_empty() || weight + job.weight() > MAX_BATCH_WEIGHT) =>
+                {
                     deferred.push_back(job);
                 }
                 Ok(job) => {
