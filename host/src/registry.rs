@@ -200,6 +200,30 @@ pub enum RollbackError {
     NeverLoaded(String, String),
     #[error("plugin {0:?} has no previous version to roll back to")]
     NoPrevious(String),
+    /// The rollback named the version it expected to return to, and the previous version is
+    /// another now (a rollback or a new file since the page that asked was shown).
+    #[error(
+        "plugin {stem:?} would now roll back to {now}, not to the {expected} this rollback was \
+         asked for (it changed since); nothing was rolled back"
+    )]
+    Moved {
+        stem: String,
+        expected: String,
+        now: String,
+    },
+}
+
+/// `Err(Moved)` unless a rollback of `stem` that expected to return to `expected` (if it
+/// named one) would return to `now`.
+pub fn check_expected(stem: &str, expected: Option<&str>, now: &str) -> Result<(), RollbackError> {
+    match expected {
+        Some(expected) if !expected.eq_ignore_ascii_case(now) => Err(RollbackError::Moved {
+            stem: stem.to_owned(),
+            expected: expected.to_owned(),
+            now: now.to_owned(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// What the registry knows of one file (the admin API shows it per plugin).
@@ -398,15 +422,22 @@ impl Registry {
     /// Makes the most recent previous version live again. The version it replaces is dropped,
     /// not listed as a rollback target: `previous` holds only earlier versions, so each rollback
     /// goes one further back. (The file on disk is untouched; writing it again loads it.)
-    pub fn rollback(&self, stem: &str) -> Result<Arc<LoadedPlugin>, RollbackError> {
+    /// With `expected`, only if that is the version it would return to (else
+    /// [`RollbackError::Moved`], and nothing changes).
+    pub fn rollback(
+        &self,
+        stem: &str,
+        expected: Option<&str>,
+    ) -> Result<Arc<LoadedPlugin>, RollbackError> {
         let mut status = self.status.lock().expect("poisoned");
         let entry = status
             .get_mut(stem)
             .ok_or_else(|| RollbackError::UnknownFile(stem.to_owned()))?;
         entry.check_loaded(stem)?;
-        if entry.previous.is_empty() {
+        let Some(back) = entry.previous.first() else {
             return Err(RollbackError::NoPrevious(stem.to_owned()));
-        }
+        };
+        check_expected(stem, expected, back.plugin.sha256())?;
         Ok(self.step_back(stem, entry, 0))
     }
 

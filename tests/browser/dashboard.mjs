@@ -126,6 +126,14 @@ try {
   step = "the overview refreshes its live part";
   await page.locator("#refresh-status").filter({ hasText: "Updated" }).waitFor({ timeout: 25_000 });
 
+  step = "a refresh leaves the keyboard focus where it is";
+  const liveLink = page.locator("[data-refresh] a").first();
+  await liveLink.focus();
+  const focused = await liveLink.evaluate((a) => a.getAttribute("href"));
+  await page.waitForTimeout(11_000);
+  const still = await page.evaluate(() => document.activeElement && document.activeElement.getAttribute("href"));
+  check(still === focused, `focus moved from ${focused} to ${still}`);
+
   step = "dead letters are grouped";
   await page.getByRole("link", { name: "Dead letters" }).first().click();
   await page.getByRole("heading", { name: "Dead letters" }).waitFor();
@@ -232,6 +240,14 @@ try {
     maxRedirects: 0,
   });
   check(wrongCsrf.status() === 403, `wrong token: status ${wrongCsrf.status()}`);
+
+  step = "a rollback confirmed for another version than the previous one is refused";
+  const staleRollback = await page.request.post(`${base}/plugins/${plugin}/rollback`, {
+    form: { csrf, expect: "0".repeat(64) },
+    maxRedirects: 0,
+  });
+  check(staleRollback.status() === 409, `stale rollback: status ${staleRollback.status()}`);
+  check((await staleRollback.text()).includes("nothing was rolled back"), "stale rollback: no message");
 
   step = "roll back a plugin";
   await page.getByRole("link", { name: "Plugins" }).click();

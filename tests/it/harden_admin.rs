@@ -846,3 +846,43 @@ async fn a_malformed_dashboard_query_is_an_error_page() {
         );
     }
 }
+
+/// Behind a TLS-terminating proxy that passes the `Host` on (named in `admin_hosts`) and says
+/// `X-Forwarded-Proto: https`, the browser's `Origin` is `https://<Host>`: signing in works and
+/// the session cookie is `Secure`. Before, only `http://<Host>` passed, so every dashboard
+/// form, sign-in first, was refused as cross-origin behind such a proxy. Another origin still
+/// is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_signs_in_behind_a_tls_terminating_proxy() {
+    let config =
+        "[server]\nadmin_hosts = [\"hookd.example\"]\n".to_owned() + &sw_source("s", &[], "");
+    let host = TestHost::start(&config, &[]).await;
+    let sign_in = |origin: &'static str| {
+        let url = format!("http://{}/sign-in", host.admin);
+        let headers = [
+            (header::HOST, HeaderValue::from_static("hookd.example")),
+            (header::ORIGIN, HeaderValue::from_static(origin)),
+            (
+                HeaderName::from_static("x-forwarded-proto"),
+                HeaderValue::from_static("https"),
+            ),
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/x-www-form-urlencoded"),
+            ),
+        ];
+        async move {
+            let body = Bytes::from(format!("token={ADMIN_TOKEN}"));
+            support::send(Method::POST, &url, &headers, body)
+                .await
+                .unwrap()
+        }
+    };
+    let (status, headers, body) = sign_in("https://hookd.example").await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{}", json_or_text(&body));
+    let cookie = headers[header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    let (status, headers, _) = sign_in("https://evil.example").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(!headers.contains_key(header::SET_COOKIE));
+}

@@ -8,7 +8,8 @@
 //!   `server.admin_hosts`. A rebinding page's requests carry its own domain name, so they are
 //!   refused whatever address that name resolves to.
 //! - No route (not even `/healthz` and `/metrics`) answers a request a browser marks as coming
-//!   from another origin: an `Origin` other than `http://<Host>`, or `Sec-Fetch-Site` of
+//!   from another origin: an `Origin` other than `http://<Host>` or `https://<Host>` (behind a
+//!   TLS-terminating proxy), or `Sec-Fetch-Site` of
 //!   `cross-site`/`same-site`. Non-browser clients (the CLI, curl, probes) send neither.
 //! - The host checked is the request target's authority when it has one (absolute form), else
 //!   its one `Host` header; a repeated `Host`, `Origin` or `Sec-Fetch-Site` is refused.
@@ -111,12 +112,17 @@ impl Guard {
         let Some(origin) = at_most_one(headers, "origin")? else {
             return Ok(());
         };
+        // Either scheme: behind a TLS-terminating proxy the browser's origin is
+        // `https://<Host>` while hookd itself speaks http. The Host was checked already, and a
+        // page of the same host and port under the other scheme is this listener's own.
         let host = request_host(headers, uri).ok().map(str::as_bytes);
         let same = host.is_some_and(|host| {
             let origin = origin.as_bytes();
-            origin.len() == host.len() + 7
-                && origin[..7].eq_ignore_ascii_case(b"http://")
-                && origin[7..].eq_ignore_ascii_case(host)
+            [&b"http://"[..], b"https://"].iter().any(|scheme| {
+                origin.len() == host.len() + scheme.len()
+                    && origin[..scheme.len()].eq_ignore_ascii_case(scheme)
+                    && origin[scheme.len()..].eq_ignore_ascii_case(host)
+            })
         });
         if same {
             Ok(())
@@ -290,7 +296,16 @@ mod tests {
             ("origin", "http://127.0.0.1:8081"),
         ]);
         assert_eq!(Guard::check_origin(&same, &root()), Ok(()));
+        // A TLS-terminating proxy passing the Host on: the browser's origin is https.
+        let proxied = headers(&[
+            ("host", "hookd.example"),
+            ("origin", "https://hookd.example"),
+        ]);
+        assert_eq!(Guard::check_origin(&proxied, &root()), Ok(()));
         for origin in [
+            "https://127.0.0.1:80811",
+            "httpss://127.0.0.1:8081",
+            "ftp://127.0.0.1:8081",
             "https://evil.example",
             "null",
             "http://127.0.0.1:8082",

@@ -96,7 +96,9 @@ impl From<RollbackError> for ApiError {
             RollbackError::UnknownFile(_) | RollbackError::NeverLoaded(..) => {
                 Self::NotFound(e.to_string())
             }
-            RollbackError::NoPrevious(_) => Self::Conflict(e.to_string()),
+            RollbackError::NoPrevious(_) | RollbackError::Moved { .. } => {
+                Self::Conflict(e.to_string())
+            }
         }
     }
 }
@@ -468,7 +470,7 @@ pub(super) async fn rollback(
     State(shared): State<Arc<Shared>>,
     Path(name): Path<String>,
 ) -> Result<Json<api::RollbackAnswer>, ApiError> {
-    Ok(Json(rollback_plugin(&shared, name).await?))
+    Ok(Json(rollback_plugin(&shared, name, None).await?))
 }
 
 /// Puts plugin instance `name`'s file back to its previous version, which every instance of
@@ -479,6 +481,7 @@ pub(super) async fn rollback(
 pub(super) async fn rollback_plugin(
     shared: &Shared,
     name: String,
+    expected: Option<&str>,
 ) -> Result<api::RollbackAnswer, ApiError> {
     let plugin = shared
         .config
@@ -493,7 +496,8 @@ pub(super) async fn rollback_plugin(
     };
     let sha256 = match shared.inbox.cluster() {
         Some(cluster) => {
-            let target = cluster_rollback_target(shared, &*cluster, &plugin.wasm, named).await?;
+            let target = cluster_rollback_target(shared, &*cluster, &plugin.wasm, &named).await?;
+            crate::registry::check_expected(&plugin.wasm, expected, &target).map_err(named)?;
             if cluster.plugin_bytes(&target).await?.is_none() {
                 return Err(ApiError::Conflict(format!(
                     "plugin {name}: its previous version {target} ran only on this node and was \
@@ -511,7 +515,10 @@ pub(super) async fn rollback_plugin(
             target
         }
         None => {
-            let live = shared.registry.rollback(&plugin.wasm).map_err(named)?;
+            let live = shared
+                .registry
+                .rollback(&plugin.wasm, expected)
+                .map_err(named)?;
             live.plugin.sha256().to_owned()
         }
     };

@@ -36,13 +36,24 @@ const PAGE: usize = 50;
 const MAX_BODY_SHOWN: usize = 64 * 1024;
 /// Headers whose values are credentials, shown redacted: `Cookie`, and every header whose name
 /// says it carries one (`Authorization`, GitLab's `X-Gitlab-Token`, an `X-Webhook-Secret`,
-/// an `Api-Key`, ...).
+/// an `Api-Key`, an `X-Access-Key`, ...), `_` read as `-`.
 const REDACTED_HEADERS: [&str; 1] = ["cookie"];
-const REDACTED_WORDS: [&str; 6] = ["auth", "token", "secret", "password", "api-key", "apikey"];
+const REDACTED_WORDS: [&str; 8] = [
+    "auth",
+    "token",
+    "secret",
+    "password",
+    "api-key",
+    "apikey",
+    "access-key",
+    "private-key",
+];
 
 /// Whether header `name` (lower case, as stored) is shown as `[redacted]`.
 fn redacted_header(name: &str) -> bool {
-    REDACTED_HEADERS.contains(&name) || REDACTED_WORDS.iter().any(|word| name.contains(word))
+    let name = name.replace('_', "-");
+    REDACTED_HEADERS.contains(&name.as_str())
+        || REDACTED_WORDS.iter().any(|word| name.contains(word))
 }
 
 /// The list's query string: the filter form's fields (empty fields do not filter).
@@ -436,6 +447,11 @@ mod tests {
             "x-auth-token",
             "x-webhook-secret",
             "x-password",
+            "x-api_key",
+            "x_auth_token",
+            "x-access-key",
+            "x-amz-access_key",
+            "x-private-key",
         ] {
             assert!(redacted_header(name), "{name}");
         }

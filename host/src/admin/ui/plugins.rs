@@ -10,11 +10,12 @@
 use std::sync::Arc;
 
 use axum::{
-    Extension,
+    Extension, Form,
     extract::{Path, State},
     response::{IntoResponse, Redirect, Response},
 };
 use maud::html;
+use serde::Deserialize;
 
 use super::{
     Ui, UiError, format,
@@ -74,6 +75,9 @@ pub(super) async fn page(
                     form method="post" action={ "/plugins/" (percent_encode(&plugin.name)) "/rollback" }
                         data-confirm={ "Roll " (plugin.name) " back to " (format::short_sha(&plugin.previous[0])) "?" } {
                         (layout::csrf_field(&signed_in))
+                        // The version the operator confirms: a rollback or a new file since
+                        // this page was shown makes the form refused, not step further back.
+                        input type="hidden" name="expect" value=(plugin.previous[0]);
                         button.danger type="submit" {
                             "Roll back to " span.sha { (format::short_sha(&plugin.previous[0])) }
                         }
@@ -85,11 +89,18 @@ pub(super) async fn page(
     Ok(layout::page("Plugins", Nav::Plugins, &signed_in, body).into_response())
 }
 
-/// `POST /plugins/{name}/rollback`.
+/// The rollback form: the version the page offered to return to.
+#[derive(Debug, Deserialize)]
+pub(super) struct RollbackForm {
+    expect: String,
+}
+
+/// `POST /plugins/{name}/rollback`: only to the version the page named (else a 409 page).
 pub(super) async fn rollback(
     State(ui): State<Arc<Ui>>,
     Path(name): Path<String>,
+    Form(form): Form<RollbackForm>,
 ) -> Result<Response, UiError> {
-    rollback_plugin(&ui.shared, name).await?;
+    rollback_plugin(&ui.shared, name, Some(&form.expect)).await?;
     Ok(Redirect::to("/plugins").into_response())
 }

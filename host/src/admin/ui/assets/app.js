@@ -29,14 +29,22 @@ for (const button of document.querySelectorAll("button[data-copy]")) {
 for (const region of document.querySelectorAll("[data-refresh]")) {
   const every = Math.max(2, Number(region.dataset.every || 10)) * 1000;
   const status = document.getElementById("refresh-status");
+  let shown = null;
   setInterval(async () => {
     if (document.hidden) return;
     try {
       const response = await fetch(region.dataset.refresh, { credentials: "same-origin" });
       if (response.redirected) { window.location.reload(); return; }
       if (!response.ok) throw new Error(String(response.status));
-      region.innerHTML = await response.text();
-      if (status) status.textContent = "Updated " + new Date().toLocaleTimeString();
+      const html = await response.text();
+      // Replacing the region would drop the keyboard focus inside it: wait until it leaves.
+      if (region.contains(document.activeElement)) return;
+      // Only a change is announced (the status is a polite live region); times are UTC, as
+      // everywhere on the dashboard.
+      if (html === shown) return;
+      shown = html;
+      region.innerHTML = html;
+      if (status) status.textContent = "Updated " + new Date().toISOString().slice(11, 19) + " UTC";
     } catch (e) {
       if (status) status.textContent = "Refresh failed (" + e.message + "); retrying";
     }
