@@ -8,6 +8,8 @@
 //! - The guest can never make it hold more than [`STDERR_BYTES`] (twice that while it compacts)
 //!   and a write never fails: what does not fit pushes the oldest bytes out (a panic is the last
 //!   thing a guest writes), so a chatty plugin behaves exactly as with a discarding stderr.
+//!   The start of the last panic report (up to [`REPORT_BYTES`] from its `panicked at `) is
+//!   kept aside, so a report longer than the tail (a huge message) still names its location.
 //! - No file, no fd: nothing leaves the call except through [`GuestStderr::panic`], whose text is
 //!   capped and escaped ([`crate::text`]) before anyone stores or logs it.
 //! - Output of a call that did not trap is dropped with the store.
@@ -35,31 +37,73 @@ pub const PANIC_BYTES: usize = 2048;
 /// Bytes one write may hand over at a time (what `check-write` grants).
 const WRITE_PERMIT: usize = 4096;
 
+/// Bytes kept of the last panic report from its mark: more than [`PANIC_BYTES`] escaped need.
+const REPORT_BYTES: usize = 4 * PANIC_BYTES;
+
+/// What starts a panic report (Rust's std hook, and the JS and Python SDKs' reports).
+const MARK: &[u8] = b"panicked at ";
+
 /// The tail of a call's stderr. Clones share it: the WASI context holds one, the call another.
 #[derive(Clone, Default)]
-pub struct GuestStderr(Arc<Mutex<Vec<u8>>>);
+pub struct GuestStderr(Arc<Mutex<Kept>>);
+
+/// What a call's stderr keeps.
+#[derive(Default)]
+struct Kept {
+    /// The last bytes written (up to twice [`STDERR_BYTES`] between compactions).
+    tail: Vec<u8>,
+    /// The start of the last panic report, from its mark, up to [`REPORT_BYTES`].
+    report: Option<Vec<u8>>,
+}
 
 impl GuestStderr {
     fn push(&self, bytes: &[u8]) {
         let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // A mark may straddle two writes: look from the tail's last bytes on.
+        let carried = kept.tail.len().min(MARK.len() - 1);
+        let mut window = kept.tail[kept.tail.len() - carried..].to_vec();
+        window.extend_from_slice(&bytes[..bytes.len().min(REPORT_BYTES)]);
+        let last_mark = bytes
+            .windows(MARK.len())
+            .rposition(|w| w == MARK)
+            .map(|at| bytes[at..].to_vec())
+            .or_else(|| {
+                window
+                    .windows(MARK.len())
+                    .position(|w| w == MARK)
+                    .map(|at| window[at..].to_vec())
+            });
+        match (last_mark, &mut kept.report) {
+            (Some(mut report), slot) => {
+                report.truncate(REPORT_BYTES);
+                *slot = Some(report);
+            }
+            (None, Some(report)) if report.len() < REPORT_BYTES => {
+                let room = REPORT_BYTES - report.len();
+                report.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+            (None, _) => {}
+        }
         let bytes = &bytes[bytes.len().saturating_sub(STDERR_BYTES)..];
-        kept.extend_from_slice(bytes);
-        if kept.len() > 2 * STDERR_BYTES {
-            let drop = kept.len() - STDERR_BYTES;
-            kept.drain(..drop);
+        kept.tail.extend_from_slice(bytes);
+        if kept.tail.len() > 2 * STDERR_BYTES {
+            let drop = kept.tail.len() - STDERR_BYTES;
+            kept.tail.drain(..drop);
         }
     }
 
     /// The last [`STDERR_BYTES`] written.
+    #[cfg(test)]
     fn tail(&self) -> Vec<u8> {
         let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        kept[kept.len().saturating_sub(STDERR_BYTES)..].to_vec()
+        kept.tail[kept.tail.len().saturating_sub(STDERR_BYTES)..].to_vec()
     }
 
     /// The last panic the guest reported, as `panicked at FILE:LINE:COL: MESSAGE`, escaped and
     /// capped at [`PANIC_BYTES`]; `None` if it reported none.
     pub fn panic(&self) -> Option<String> {
-        panic_report(&String::from_utf8_lossy(&self.tail()))
+        let kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        panic_report(&String::from_utf8_lossy(kept.report.as_deref()?))
     }
 }
 
@@ -193,7 +237,7 @@ mod tests {
         let mut stderr = GuestStderr::default();
         for _ in 0..1000 {
             stderr.write(Bytes::from(vec![b'a'; 1000])).unwrap();
-            assert!(stderr.0.lock().unwrap().len() <= 2 * STDERR_BYTES);
+            assert!(stderr.0.lock().unwrap().tail.len() <= 2 * STDERR_BYTES);
         }
         stderr
             .write(Bytes::from_static(
@@ -203,5 +247,31 @@ mod tests {
         assert_eq!(stderr.check_write().unwrap(), WRITE_PERMIT);
         assert_eq!(stderr.panic().unwrap(), "panicked at src/lib.rs:3:4: boom");
         assert_eq!(stderr.tail().len(), STDERR_BYTES);
+    }
+
+    /// A report longer than the tail keeps (a JS error with a 20 000-character message, written
+    /// in chunks) still names its location: before, the mark had been pushed out of the tail,
+    /// and the trap said only `unreachable`.
+    #[test]
+    fn a_report_longer_than_the_tail_keeps_its_location() {
+        let mut stderr = GuestStderr::default();
+        stderr
+            .write(Bytes::from_static(b"chatter
+thread 'main' pani"))
+            .unwrap();
+        stderr
+            .write(Bytes::from_static(b"cked at handler.js:3:9:
+Error: "))
+            .unwrap();
+        for _ in 0..10 {
+            stderr.write(Bytes::from(vec![b'E'; 4096])).unwrap();
+        }
+        let report = stderr.panic().unwrap();
+        assert!(
+            report.starts_with("panicked at handler.js:3:9: Error: EEE"),
+            "{report}"
+        );
+        assert!(report.len() <= PANIC_BYTES + '…'.len_utf8());
+        assert!(stderr.0.lock().unwrap().report.as_ref().unwrap().len() <= REPORT_BYTES);
     }
 }

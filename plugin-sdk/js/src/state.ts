@@ -16,9 +16,25 @@ import { host } from "./host.js";
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
+/**
+ * `text`, which names `what`, if it is UTF-8 text; else a permanent error. A string holding a
+ * lone surrogate (a `"\\ud83d"` JSON escape makes one) is not: the bindings would write it as
+ * U+FFFD, and two keys differing only there would be one.
+ */
+function utf8(text: string, what: () => string): string {
+  const lone = /\p{Cs}/u.exec(text);
+  if (lone !== null) {
+    const code = lone[0].charCodeAt(0).toString(16).toUpperCase();
+    throw HandleError.permanent(`${what()} is not UTF-8 text: it holds a lone surrogate (U+${code}) at index ${lone.index}`);
+  }
+  return text;
+}
+
+const keyed = (key: string) => () => `state key ${JSON.stringify(key).slice(0, 200)}`;
+
 /** The bytes stored under `key`, if any. */
 export function get(key: string): Uint8Array | undefined {
-  return host().stateGet(key);
+  return host().stateGet(utf8(key, keyed(key)));
 }
 
 /** Stores `value` under `key` (a string is stored as its UTF-8 bytes). */
@@ -30,12 +46,14 @@ export function set(key: string, value: Uint8Array | string): void {
       `state.set takes a Uint8Array or a string, not ${kind} (state.setJson stores any JSON value)`,
     );
   }
-  host().stateSet(key, typeof value === "string" ? encoder.encode(value) : value);
+  utf8(key, keyed(key));
+  const bytes = typeof value === "string" ? encoder.encode(utf8(value, () => `the value of ${keyed(key)()}`)) : value;
+  host().stateSet(key, bytes);
 }
 
 /** Removes `key`. */
 function remove(key: string): void {
-  host().stateDelete(key);
+  host().stateDelete(utf8(key, keyed(key)));
 }
 export { remove as delete };
 

@@ -71,6 +71,21 @@ test("a response body limit keeps the start of the body, as in the Rust SDK", ()
   }
 });
 
+test("a state key or value that is not UTF-8 text is permanent, as in the Python SDK", () => {
+  const title = JSON.parse('"Crash on \\ud83d"') as string;
+  for (const use of [() => state.set(title, "v"), () => state.set("k", title), () => state.get(title), () => state.delete(title)]) {
+    const result = new Harness().handle(
+      defineHandler(() => {
+        use();
+        return undefined;
+      }),
+      event,
+    );
+    assert.ok(!result.ok && result.error.kind === "permanent", JSON.stringify(result));
+    assert.ok(!result.ok && result.error.reason.includes("lone surrogate (U+D83D)"), result.ok ? "" : result.error.reason);
+  }
+});
+
 test("Retry-After reaches the retry; a 404 is permanent", () => {
   const url = "https://api.example.com/x";
   const hookd = new Harness()

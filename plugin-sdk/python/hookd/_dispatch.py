@@ -7,7 +7,7 @@ import sys
 import traceback
 
 from . import output
-from ._errors import HandleError, Permanent
+from ._errors import HandleError, Permanent, utf8
 from .http import HttpError
 
 
@@ -50,14 +50,16 @@ def as_output(value):
             "handle is a coroutine function (async def): hookd calls handlers synchronously, "
             "so define it with a plain def (hookd.http calls block until the response is read)"
         )
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
+    if isinstance(value, str):
+        return utf8(value, "the output")
     if isinstance(value, (bytes, bytearray)):
         try:
             return bytes(value).decode("utf-8")
         except UnicodeDecodeError as e:
             raise Permanent("the output is not UTF-8 text: %s" % e) from None
-    return output.json(value)
+    return utf8(output.json(value), "the output")
 
 
 def run(handler, event):

@@ -5,8 +5,38 @@ class HandleError(Exception):
     """Why a handler attempt did not succeed: raise `Retry` or `Permanent`, not this."""
 
     def __init__(self, reason):
+        # hookd takes UTF-8 text: a lone surrogate (from a `\\ud83d` JSON escape, or bytes
+        # decoded with `surrogateescape`) is kept as its escape rather than crash the call.
+        reason = _escape_surrogates(str(reason))
         super().__init__(reason)
-        self.reason = str(reason)
+        self.reason = reason
+
+
+def _escape_surrogates(text):
+    """`text` with each lone surrogate written as its escape (`\\ud83d`): UTF-8 as it is."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def utf8(text, what):
+    """`text` (a str) as hookd takes it, or a `Permanent` error naming `what`: a str holding a
+    lone surrogate is not UTF-8 text, and no retry changes that."""
+    if not isinstance(text, str):
+        raise TypeError("%s must be a str, not %s" % (what, type(text).__name__))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        shown = ascii(text)
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        raise Permanent(
+            "%s %s is not UTF-8 text: it holds a lone surrogate (U+%04X) at index %d"
+            % (what, shown, ord(text[e.start]), e.start)
+        ) from None
+    return text
 
 
 class Retry(HandleError):

@@ -8,6 +8,8 @@ type appears in the SDK's API.
 
 import sys
 
+from ._errors import _escape_surrogates, utf8
+
 try:  # Inside a component built by build.sh.
     from wit_world.imports import config as _config
     from wit_world.imports import log as _log
@@ -40,6 +42,7 @@ def _outside(what, key):
 
 
 def log(level, message):
+    message = _escape_surrogates(message)
     if harness is not None:
         harness._log(level, message)
     elif IN_COMPONENT:
@@ -49,6 +52,7 @@ def log(level, message):
 
 
 def config_get(key):
+    key = utf8(key, "config key")
     if harness is not None:
         return harness._config_get(key)
     if IN_COMPONENT:
@@ -57,6 +61,7 @@ def config_get(key):
 
 
 def state_get(key):
+    key = utf8(key, "state key")
     if harness is not None:
         return harness._state_get(key)
     if IN_COMPONENT:
@@ -65,6 +70,7 @@ def state_get(key):
 
 
 def state_set(key, value):
+    key = utf8(key, "state key")
     if harness is not None:
         return harness._state_write(key, value)
     if IN_COMPONENT:
@@ -73,6 +79,7 @@ def state_set(key, value):
 
 
 def state_delete(key):
+    key = utf8(key, "state key")
     if harness is not None:
         return harness._state_write(key, None)
     if IN_COMPONENT:

@@ -14,7 +14,7 @@ attempt at that call, and none of its writes are kept (see the README's "Plugin 
 import json
 
 from . import _host
-from ._errors import Permanent
+from ._errors import Permanent, utf8
 
 
 def get(key):
@@ -27,7 +27,7 @@ def set(key, value):
     """Stores `value` (bytes, or a str stored as UTF-8) under `key`; committed only if the
     attempt succeeds."""
     if isinstance(value, str):
-        value = value.encode("utf-8")
+        value = utf8(value, "the value of state key %s" % ascii(key)).encode("utf-8")
     elif not isinstance(value, (bytes, bytearray, memoryview)):
         raise TypeError(
             "state.set takes bytes or str, not %s (state.set_json stores any JSON value)"
@@ -62,4 +62,4 @@ def set_json(key, value):
         encoded = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise Permanent("cannot encode state key `%s` as JSON: %s" % (key, e)) from None
-    _host.state_set(key, encoded.encode("utf-8"))
+    _host.state_set(key, utf8(encoded, "the JSON of state key %s" % ascii(key)).encode("utf-8"))

@@ -54,6 +54,36 @@ class StateTest(unittest.TestCase):
             hookd.handle(handle, Event("s", "e", "t"))
         self.assertEqual(hookd.state_keys(), [])
 
+    def test_text_that_is_not_utf8_is_refused_or_escaped_as_in_hookd(self):
+        # A JSON body may carry a lone surrogate (`"\\ud83d"`), which is not UTF-8 text: as a
+        # state key, a value or the output it is a Permanent error naming it (in hookd it
+        # crashed the component's runtime, a retried trap); in a log line or a reason, escaped.
+        title = json.loads('"Crash on \\ud83d"')
+        ev = Event("gh", "evt_1", "issues", {"title": title})
+        for use in (
+            lambda: state.set(title, "v"),
+            lambda: state.set("k", title),
+            lambda: state.set_json("k", {"t": title}),
+            lambda: state.get(title),
+            lambda: title,
+            lambda: {"title": title},
+        ):
+            with self.assertRaises(Permanent) as caught:
+                Harness().handle(lambda ev, use=use: use(), ev)
+            self.assertIn("lone surrogate (U+D83D)", caught.exception.reason)
+        with self.assertRaises(TypeError):
+            Harness().handle(lambda ev: state.set(5, "v"), ev)
+        hookd = Harness()
+
+        def logs(ev):
+            log.info("titled " + title)
+            raise Permanent("bad title " + title)
+
+        with self.assertRaises(Permanent) as caught:
+            hookd.handle(logs, ev)
+        self.assertEqual(caught.exception.reason, "bad title Crash on \\ud83d")
+        self.assertEqual(hookd.logs(), [("info", "titled Crash on \\ud83d")])
+
     def test_a_value_that_is_not_json_is_permanent(self):
         hookd = Harness().with_state("k", b"{not json")
         with self.assertRaises(Permanent) as caught:
