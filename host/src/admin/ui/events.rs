@@ -18,7 +18,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{
-    Ui, UiError, format, given,
+    Ui, UiError, exact, format, given,
     layout::{self, Nav},
     session::SignedIn,
 };
@@ -96,7 +96,7 @@ impl ListQuery {
             state: parse_state(given(&self.state).as_deref())?,
             handler: given(&self.handler),
             event_type: given(&self.event_type),
-            event_id: given(&self.q),
+            event_id: exact(&self.q),
             since_ms: time("since", &self.since)?,
             until_ms: time("until", &self.until)?,
             before: self.before,
@@ -111,7 +111,7 @@ impl ListQuery {
             ("handler", given(&self.handler)),
             ("state", given(&self.state)),
             ("event_type", given(&self.event_type)),
-            ("q", given(&self.q)),
+            ("q", exact(&self.q)),
             ("since", given(&self.since)),
             ("until", given(&self.until)),
             ("before", cursor.map(|c| c.to_string())),
@@ -434,6 +434,21 @@ fn delivery_section(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An event id is searched as sent: one that begins or ends with spaces is findable
+    /// (trimmed, it named another id or none), while the other filters are trimmed.
+    #[test]
+    fn the_event_id_filter_is_exact_and_the_others_trimmed() {
+        let query = ListQuery {
+            q: " leading and trailing ".into(),
+            source: " gen ".into(),
+            ..ListQuery::default()
+        };
+        let filter = query.filter().unwrap();
+        assert_eq!(filter.event_id.as_deref(), Some(" leading and trailing "));
+        assert_eq!(filter.source.as_deref(), Some("gen"));
+        assert_eq!(ListQuery::default().filter().unwrap().event_id, None);
+    }
 
     #[test]
     fn headers_that_carry_credentials_are_redacted_by_name() {

@@ -334,6 +334,12 @@ pub(super) fn given(text: &str) -> Option<String> {
     (!text.is_empty()).then(|| text.to_owned())
 }
 
+/// A form field that names one exact value (an event id, a state key prefix), as sent: an id
+/// may begin or end with spaces, and trimmed it named another or none. `None` when empty.
+pub(super) fn exact(text: &str) -> Option<String> {
+    (!text.is_empty()).then(|| text.to_owned())
+}
+
 /// Where a form may send the browser back to: a path on this listener, never another site.
 pub(super) fn local_path(back: Option<&str>, fallback: &str) -> String {
     match back {

@@ -16,7 +16,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::{
-    Ui, UiError, given,
+    Ui, UiError, exact, given,
     layout::{self, Nav},
     local_path,
     session::SignedIn,
@@ -62,7 +62,7 @@ pub(super) async fn replay(
         source: given(&form.source),
         handler: given(&form.handler),
         state: parse_state(given(&form.state).as_deref())?,
-        event_ids: given(&form.event_id).map(|id| vec![id]),
+        event_ids: exact(&form.event_id).map(|id| vec![id]),
         since_ms: None,
         until_ms: None,
         error_kind: given(&form.error_kind),

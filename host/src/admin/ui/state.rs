@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    Ui, UiError, given,
+    Ui, UiError, exact,
     layout::{self, Nav},
     session::SignedIn,
 };
@@ -59,7 +59,7 @@ pub(super) async fn list(
     Path(name): Path<String>,
     Query(params): Query<ListQuery>,
 ) -> Result<Response, UiError> {
-    let prefix = given(&params.prefix);
+    let prefix = exact(&params.prefix);
     let request = api::StateKeysQuery {
         prefix: prefix.clone(),
         after: params.after.clone(),
