@@ -148,6 +148,14 @@ try {
   check((await page.locator("tbody").innerText()).includes("trap"), "the reason names the trap");
   await screenshot("quarantine");
 
+  step = "replaying a request its parser still cannot parse says it stays held";
+  await page.getByRole("button", { name: /^Replay request / }).first().click();
+  const kept = page.getByRole("status").filter({ hasText: "still cannot be parsed and stays held" });
+  await kept.waitFor();
+  check((await kept.innerText()).includes("trap"), "the page gives the reason");
+  await page.getByRole("link", { name: "Back to the quarantine" }).click();
+  await page.locator("tbody tr").first().waitFor();
+
   step = "find an event by id";
   await page.getByRole("link", { name: "Events", exact: true }).click();
   await screenshot("events");

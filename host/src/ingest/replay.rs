@@ -65,7 +65,7 @@ pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, 
             let result = reparse(shared, &ids).await;
             // Accepts resolve quarantined rows too: recount once, whatever happened.
             shared.inbox.recount_quarantine().await?;
-            replayed += result?;
+            replayed += result?.iter().filter(|r| r.left_quarantine()).count();
         }
     }
     Ok(ReplayReport { matched, replayed })
@@ -114,86 +114,122 @@ pub async fn orphaned_handler(shared: &Shared, filter: &ReplayFilter) -> Result<
     Ok(true)
 }
 
+/// What parsing one held quarantined request again came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reparsed {
+    /// It became an event: stored now, or a duplicate of a stored one.
+    Accepted {
+        source: SourceName,
+        event_id: String,
+        duplicate: bool,
+    },
+    /// Its parser refuses, ignores or answers it now: resolved without an event, for this
+    /// reason.
+    Resolved(String),
+    /// It still cannot be parsed, for this reason: held as it was.
+    Kept(String),
+    /// Not held any more (resolved or discarded meanwhile, or its source is gone).
+    Gone,
+}
+
+impl Reparsed {
+    /// Whether this call took it out of quarantine.
+    pub fn left_quarantine(&self) -> bool {
+        matches!(self, Reparsed::Accepted { .. } | Reparsed::Resolved(_))
+    }
+}
+
 /// Parses the held quarantined request `id` again (the dashboard's replay of one request):
-/// matched 1 if it is still held, replayed 1 if it left quarantine.
-pub async fn run_held(shared: &Shared, id: i64) -> Result<ReplayReport, ReplayError> {
+/// matched 1 if it is still held, replayed 1 if it left quarantine; and what became of it.
+pub async fn run_held(shared: &Shared, id: i64) -> Result<(ReplayReport, Reparsed), ReplayError> {
     let held = shared.inbox.held_quarantined(id).await?.is_some();
     let result = reparse(shared, &[id]).await;
     shared.inbox.recount_quarantine().await?;
-    Ok(ReplayReport {
+    let outcome = result?.pop().unwrap_or(Reparsed::Gone);
+    let report = ReplayReport {
         matched: usize::from(held),
-        replayed: result?,
-    })
+        replayed: usize::from(outcome.left_quarantine()),
+    };
+    Ok((report, outcome))
 }
 
 /// Parses the quarantined requests `ids` again, one at a time (one body in memory at once), and
-/// accepts or resolves each; returns how many left quarantine.
-async fn reparse(shared: &Shared, ids: &[i64]) -> Result<usize, InboxError> {
-    let mut replayed = 0;
+/// accepts or resolves each; what became of each, in order.
+async fn reparse(shared: &Shared, ids: &[i64]) -> Result<Vec<Reparsed>, InboxError> {
+    let mut outcomes = Vec::with_capacity(ids.len());
     for &id in ids {
-        // Resolved meanwhile (a concurrent replay) or gone: nothing to do.
-        let Some(item) = shared.inbox.held_quarantined(id).await? else {
-            continue;
-        };
-        let Some(source) = shared.config.sources.get(item.source.as_str()) else {
-            continue;
-        };
-        match envelope(shared, source, &item.request).await {
-            EnvelopeOutcome::Envelope(envelope) => {
-                let accepted = shared
-                    .inbox
-                    .accept(
-                        source.name.clone(),
-                        envelope,
-                        item.request,
-                        source.handlers.clone(),
-                        Some(item.id),
-                    )
-                    .await?;
-                if accepted == Accepted::AlreadyResolved {
-                    tracing::debug!(quarantine_id = item.id, "resolved meanwhile; left as it is");
-                    continue;
-                }
-                tracing::info!(
-                    source = %source.name, quarantine_id = item.id,
-                    duplicate = accepted == Accepted::Duplicate,
-                    "quarantined request replayed"
-                );
-                replayed += 1;
+        outcomes.push(reparse_one(shared, id).await?);
+    }
+    Ok(outcomes)
+}
+
+async fn reparse_one(shared: &Shared, id: i64) -> Result<Reparsed, InboxError> {
+    // Resolved meanwhile (a concurrent replay) or gone: nothing to do.
+    let Some(item) = shared.inbox.held_quarantined(id).await? else {
+        return Ok(Reparsed::Gone);
+    };
+    let Some(source) = shared.config.sources.get(item.source.as_str()) else {
+        return Ok(Reparsed::Gone);
+    };
+    match envelope(shared, source, &item.request).await {
+        EnvelopeOutcome::Envelope(envelope) => {
+            let event_id = envelope.event_id.to_string();
+            let accepted = shared
+                .inbox
+                .accept(
+                    source.name.clone(),
+                    envelope,
+                    item.request,
+                    source.handlers.clone(),
+                    Some(item.id),
+                )
+                .await?;
+            if accepted == Accepted::AlreadyResolved {
+                tracing::debug!(quarantine_id = item.id, "resolved meanwhile; left as it is");
+                return Ok(Reparsed::Gone);
             }
-            EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
-                let reason =
-                    text::cap(format!("parser now says: {reason}"), text::MAX_REASON_BYTES);
-                replayed += usize::from(resolved(shared, &source.name, item.id, reason).await?);
-            }
-            EnvelopeOutcome::Respond(answer) => {
-                let reason = format!("parser now answers {} (not an event)", answer.status);
-                replayed += usize::from(resolved(shared, &source.name, item.id, reason).await?);
-            }
-            EnvelopeOutcome::Quarantine(reason) | EnvelopeOutcome::Overloaded(reason) => {
-                tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
-            }
+            let duplicate = accepted == Accepted::Duplicate;
+            tracing::info!(
+                source = %source.name, quarantine_id = item.id, duplicate,
+                "quarantined request replayed"
+            );
+            Ok(Reparsed::Accepted {
+                source: source.name.clone(),
+                event_id,
+                duplicate,
+            })
+        }
+        EnvelopeOutcome::Invalid(reason) | EnvelopeOutcome::Ignore(reason) => {
+            let reason = text::cap(format!("parser now says: {reason}"), text::MAX_REASON_BYTES);
+            resolved(shared, &source.name, item.id, reason).await
+        }
+        EnvelopeOutcome::Respond(answer) => {
+            let reason = format!("parser now answers {} (not an event)", answer.status);
+            resolved(shared, &source.name, item.id, reason).await
+        }
+        EnvelopeOutcome::Quarantine(reason) | EnvelopeOutcome::Overloaded(reason) => {
+            tracing::warn!(quarantine_id = item.id, reason, "still cannot parse; kept");
+            Ok(Reparsed::Kept(reason))
         }
     }
-    Ok(replayed)
 }
 
 /// Resolves quarantined request `id` without an event if it is still held, and says so in the
 /// log: the request was acknowledged once, so leaving quarantine without becoming an event is
-/// worth a line. Whether this call resolved it.
+/// worth a line. [`Reparsed::Gone`] if another call resolved it first.
 async fn resolved(
     shared: &Shared,
     source: &SourceName,
     id: i64,
     reason: String,
-) -> Result<bool, InboxError> {
+) -> Result<Reparsed, InboxError> {
     let escaped = text::escape(&reason).into_owned();
-    let resolved = shared.inbox.resolve_quarantine(id, reason).await?;
-    if resolved {
-        tracing::warn!(
-            source = %source, quarantine_id = id, reason = %escaped,
-            "quarantined request resolved without an event: its parser refuses it now"
-        );
+    if !shared.inbox.resolve_quarantine(id, reason.clone()).await? {
+        return Ok(Reparsed::Gone);
     }
-    Ok(resolved)
+    tracing::warn!(
+        source = %source, quarantine_id = id, reason = %escaped,
+        "quarantined request resolved without an event: its parser refuses it now"
+    );
+    Ok(Reparsed::Resolved(reason))
 }

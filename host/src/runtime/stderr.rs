@@ -256,12 +256,16 @@ mod tests {
     fn a_report_longer_than_the_tail_keeps_its_location() {
         let mut stderr = GuestStderr::default();
         stderr
-            .write(Bytes::from_static(b"chatter
-thread 'main' pani"))
+            .write(Bytes::from_static(
+                b"chatter
+thread 'main' pani",
+            ))
             .unwrap();
         stderr
-            .write(Bytes::from_static(b"cked at handler.js:3:9:
-Error: "))
+            .write(Bytes::from_static(
+                b"cked at handler.js:3:9:
+Error: ",
+            ))
             .unwrap();
         for _ in 0..10 {
             stderr.write(Bytes::from(vec![b'E'; 4096])).unwrap();

@@ -9,17 +9,21 @@ use std::sync::Arc;
 use axum::{
     Extension,
     extract::{Path, Query, State},
-    response::{IntoResponse, Redirect, Response},
+    response::{IntoResponse, Response},
 };
 use maud::html;
 use serde::Deserialize;
 
 use super::{
     Ui, UiError,
+    events::event_path,
     layout::{self, Nav},
     session::SignedIn,
 };
-use crate::{error::ApiError, ingest::replay};
+use crate::{
+    error::ApiError,
+    ingest::replay::{self, Reparsed},
+};
 
 /// Requests per page.
 const PAGE: usize = 100;
@@ -78,12 +82,14 @@ pub(super) async fn page(
     Ok(layout::page("Quarantine", Nav::Quarantine, &signed_in, body).into_response())
 }
 
-/// `POST /quarantine/{id}/replay`.
+/// `POST /quarantine/{id}/replay`: a page saying what became of the request (an event, a
+/// resolution without one, or still held, and why).
 pub(super) async fn replay(
     State(ui): State<Arc<Ui>>,
+    Extension(signed_in): Extension<SignedIn>,
     Path(id): Path<i64>,
 ) -> Result<Response, UiError> {
-    let report = replay::run_held(&ui.shared, id).await?;
+    let (report, outcome) = replay::run_held(&ui.shared, id).await?;
     if report.matched == 0 {
         return Err(ApiError::NotFound(format!(
             "no quarantined request {id} is held (replayed or discarded already?)"
@@ -95,5 +101,27 @@ pub(super) async fn replay(
         replayed = report.replayed,
         "quarantined request replayed from the dashboard"
     );
-    Ok(Redirect::to("/quarantine").into_response())
+    let body = html! {
+        h1 { "Quarantined request " (id) }
+        p role="status" {
+            @match &outcome {
+                Reparsed::Accepted { source, event_id, duplicate } => {
+                    "Parsed: it left quarantine as "
+                    @if *duplicate { "a duplicate of the stored event " } @else { "the new event " }
+                    a href=(event_path(source.as_str(), event_id)) { (event_id) } "."
+                }
+                Reparsed::Resolved(reason) => {
+                    "It left quarantine without becoming an event: " (reason)
+                }
+                Reparsed::Kept(reason) => {
+                    "It still cannot be parsed and stays held: " (reason)
+                }
+                Reparsed::Gone => {
+                    "It was resolved or discarded meanwhile, by another replay or a discard."
+                }
+            }
+        }
+        p { a href="/quarantine" { "Back to the quarantine" } }
+    };
+    Ok(layout::page("Quarantine", Nav::Quarantine, &signed_in, body).into_response())
 }
