@@ -1,8 +1,31 @@
 """What hookd hands a handler: one `Event`."""
 
 import json
+import re
 
 from ._errors import Permanent
+
+# How deep a body's arrays and objects may nest, as in the Rust SDK (serde_json's limit). The
+# parser recurses per level, and in a component the 512 KiB wasm stack runs out (a trap,
+# retried) some thousands of levels before CPython's own recursion guard would speak.
+MAX_JSON_DEPTH = 128
+# A string to its closing quote, or to the end (so an unclosed one is one match, not one
+# attempt per quote after it).
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*(?:"|\Z)', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _nesting_over(body, limit):
+    """Whether `body`'s brackets (outside strings) nest deeper than `limit`."""
+    depth = 0
+    for b in _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS):
+        if b in b"[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 class Header:
@@ -107,10 +130,16 @@ class Event:
             raise Permanent("body is not valid UTF-8: %s" % e) from None
 
     def json(self):
-        """The body parsed as JSON; not JSON is a `Permanent` error."""
+        """The body parsed as JSON; not JSON, or nested deeper than `MAX_JSON_DEPTH`, is a
+        `Permanent` error."""
+        body = bytes(self.body)
+        if _nesting_over(body, MAX_JSON_DEPTH):
+            raise Permanent(
+                "body is not valid JSON: it nests deeper than %d levels" % MAX_JSON_DEPTH
+            )
         try:
-            return json.loads(self.body)
-        except ValueError as e:
+            return json.loads(body)
+        except (ValueError, RecursionError) as e:
             raise Permanent("body is not valid JSON: %s" % e) from None
 
     def __repr__(self):

@@ -84,6 +84,28 @@ class StateTest(unittest.TestCase):
         self.assertEqual(caught.exception.reason, "bad title Crash on \\ud83d")
         self.assertEqual(hookd.logs(), [("info", "titled Crash on \\ud83d")])
 
+    def test_a_body_nested_deeper_than_the_rust_sdks_limit_is_permanent(self):
+        # In a component the parser ran out of wasm stack some thousands of levels deep: a
+        # trap, retried to no end, with no hint; the Rust SDK stops at 128, and so does this.
+        def parse(ev):
+            ev.json()
+            return "parsed"
+
+        def deep(n, inside=b"1"):
+            return b"[" * n + inside + b"]" * n
+
+        self.assertEqual(Harness().handle(parse, Event("s", "e", "t", deep(128))), "parsed")
+        for body in (deep(129), deep(100_000), b'{"a":' * 200 + b"1" + b"}" * 200):
+            with self.assertRaises(Permanent) as caught:
+                Harness().handle(parse, Event("s", "e", "t", body))
+            self.assertIn("nests deeper than 128 levels", caught.exception.reason)
+        # Brackets inside strings (escaped quotes too) do not count.
+        text = json.dumps({"t": "[" * 1000 + '\\"' + "{" * 1000})
+        self.assertEqual(Harness().handle(parse, Event("s", "e", "t", text.encode())), "parsed")
+        # Unclosed strings are one scan, not one per quote.
+        with self.assertRaises(Permanent):
+            Harness().handle(parse, Event("s", "e", "t", b'"\\"' * 200_000))
+
     def test_a_value_that_is_not_json_is_permanent(self):
         hookd = Harness().with_state("k", b"{not json")
         with self.assertRaises(Permanent) as caught:
