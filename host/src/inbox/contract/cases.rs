@@ -6,8 +6,8 @@
 use super::{
     Database,
     fixtures::{
-        self, HANDLER, LEASED_MS, SOURCE, accept, claim, detail, done, event, finished, keyed,
-        lease, state_of,
+        self, HANDLER, LEASED_MS, SOURCE, accept, accept_from, claim, detail, done, event,
+        finished, keyed, lease, quarantine, state_of,
     },
 };
 pub(super) use super::{retention::*, state::*};
@@ -425,18 +425,6 @@ pub(super) async fn a_duplicate_adds_no_delivery(db: &dyn Database) {
 }
 
 /// Quarantines one request from [`SOURCE`] (at most `max_held` held).
-async fn quarantine(inbox: &Inbox, max_held: u64) -> Option<i64> {
-    inbox
-        .quarantine(
-            SourceName::new(SOURCE),
-            fixtures::request(),
-            "parser trapped".into(),
-            max_held,
-        )
-        .await
-        .unwrap()
-}
-
 pub(super) async fn quarantine_is_bounded_by_max_held(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let first = quarantine(&inbox, 1).await;
@@ -447,17 +435,7 @@ pub(super) async fn quarantine_is_bounded_by_max_held(db: &dyn Database) {
 pub(super) async fn accepting_from_quarantine_resolves_the_request(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let id = quarantine(&inbox, 10).await.unwrap();
-    let handlers = vec![PluginName::new(HANDLER)];
-    inbox
-        .accept(
-            SourceName::new(SOURCE),
-            event("a"),
-            fixtures::request(),
-            handlers,
-            Some(id),
-        )
-        .await
-        .unwrap();
+    accept_from(&inbox, event("a"), Some(id)).await;
     assert!(inbox.held_quarantined(id).await.unwrap().is_none());
 }
 
@@ -465,17 +443,7 @@ pub(super) async fn a_duplicate_from_quarantine_still_resolves_the_request(db: &
     let inbox = fixtures::open(db).await;
     accept(&inbox, event("a")).await;
     let id = quarantine(&inbox, 10).await.unwrap();
-    let handlers = vec![PluginName::new(HANDLER)];
-    let accepted = inbox
-        .accept(
-            SourceName::new(SOURCE),
-            event("a"),
-            fixtures::request(),
-            handlers,
-            Some(id),
-        )
-        .await
-        .unwrap();
+    let accepted = accept_from(&inbox, event("a"), Some(id)).await;
     let held = inbox.held_quarantined(id).await.unwrap();
     assert_eq!((accepted, held.is_none()), (Accepted::Duplicate, true));
 }

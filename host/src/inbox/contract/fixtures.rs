@@ -59,9 +59,32 @@ pub(in crate::inbox) fn request() -> RawRequest {
 
 /// Accepts `envelope` from [`SOURCE`] for [`HANDLER`].
 pub(in crate::inbox) async fn accept(inbox: &Inbox, envelope: Envelope) -> Accepted {
+    accept_from(inbox, envelope, None).await
+}
+
+/// Accepts `envelope` as [`accept`] does, parsed from quarantined request `from` if given.
+pub(in crate::inbox) async fn accept_from(
+    inbox: &Inbox,
+    envelope: Envelope,
+    from: Option<i64>,
+) -> Accepted {
     let handlers = vec![PluginName::new(HANDLER)];
     inbox
-        .accept(SourceName::new(SOURCE), envelope, request(), handlers, None)
+        .accept(SourceName::new(SOURCE), envelope, request(), handlers, from)
+        .await
+        .unwrap()
+}
+
+/// Quarantines a request from [`SOURCE`] (its parser trapped) while fewer than `max_held` are
+/// held; its id, or `None` when the quarantine is full.
+pub(in crate::inbox) async fn quarantine(inbox: &Inbox, max_held: u64) -> Option<i64> {
+    inbox
+        .quarantine(
+            SourceName::new(SOURCE),
+            request(),
+            "parser trapped".into(),
+            max_held,
+        )
         .await
         .unwrap()
 }

@@ -341,16 +341,7 @@ pub(super) async fn the_waiting_deliveries_of_an_orphaned_handler_can_be_discard
 
 pub(super) async fn a_discarded_quarantined_request_is_resolved_then_deleted(db: &dyn Database) {
     let (inbox, _clock) = paused(db).await;
-    let id = inbox
-        .quarantine(
-            SourceName::new(SOURCE),
-            fixtures::request(),
-            "parser trapped".into(),
-            10,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let id = fixtures::quarantine(&inbox, 10).await.unwrap();
     let dry = ReplayFilter {
         dry_run: true,
         ..dead()
@@ -370,28 +361,10 @@ pub(super) async fn a_request_accepted_from_quarantine_is_kept_from_its_resoluti
     db: &dyn Database,
 ) {
     let (inbox, _clock) = paused(db).await;
-    let id = inbox
-        .quarantine(
-            SourceName::new(SOURCE),
-            fixtures::request(),
-            "parser trapped".into(),
-            10,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let id = fixtures::quarantine(&inbox, 10).await.unwrap();
     tokio::time::advance(HOUR * 2).await;
-    let handlers = vec![PluginName::new(HANDLER)];
-    let accepted = inbox
-        .accept(
-            SourceName::new(SOURCE),
-            event("late"),
-            fixtures::request(),
-            handlers,
-            Some(id),
-        )
-        .await;
-    assert_eq!(accepted.unwrap(), Accepted::New);
+    let accepted = fixtures::accept_from(&inbox, event("late"), Some(id)).await;
+    assert_eq!(accepted, Accepted::New);
     assert_eq!(prune_all(&inbox, &an_hour()).await.quarantine, 0);
     tokio::time::advance(HOUR * 2).await;
     assert_eq!(prune_all(&inbox, &an_hour()).await.quarantine, 1);

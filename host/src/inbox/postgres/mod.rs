@@ -114,6 +114,15 @@ const CONNECT_BACKOFF: Duration = Duration::from_millis(250);
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 
+/// A session that sits this long inside a transaction is ended by the server
+/// (`idle_in_transaction_session_timeout`, sent when connecting unless the URL's `options` set
+/// it), which rolls it back and frees its locks. hookd's transactions never wait between their
+/// statements; a session that does belongs to a node that froze (stopped, swapped out) or lost
+/// its network mid-transaction, and its row and key locks would otherwise hold every other
+/// node's finishes of those deliveries and keys, and keep its leases from being taken back,
+/// until the server's TCP keepalive gave up on it: two hours by default.
+const IDLE_IN_TRANSACTION: &str = "idle_in_transaction_session_timeout=30s";
+
 /// The inbox's PostgreSQL database, shared with whatever other nodes use it.
 pub(super) struct PostgresStore {
     connections: Arc<Connections>,
@@ -171,7 +180,11 @@ impl Connections {
 /// timeout, and a dead server noticed in tens of seconds (unacknowledged data, idle keepalives)
 /// rather than the kernel's minutes or hours; and the TLS its `ssl*` options ask for
 /// ([`tls`]).
-fn connection_config(url: &str) -> Result<(Config, tls::Connector), InboxError> {
+///
+/// Unless `pooler` is one in transaction mode (PgBouncer refuses the startup option; its own
+/// `idle_transaction_timeout` does this job there), the server is also told to end a session
+/// idle inside a transaction ([`IDLE_IN_TRANSACTION`]).
+fn connection_config(url: &str, pooler: Pooler) -> Result<(Config, tls::Connector), InboxError> {
     let (url, tls_options) = tls::split(url)?;
     let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
         // The parser's reasons name an option, never its value.
@@ -188,6 +201,11 @@ fn connection_config(url: &str) -> Result<(Config, tls::Connector), InboxError> 
         // tokio-postgres' default (two hours), so not set by the URL.
         config.keepalives_idle(KEEPALIVE_IDLE);
     }
+    let own = config.get_options().unwrap_or("");
+    if pooler != Pooler::Transaction && !own.contains("idle_in_transaction_session_timeout") {
+        let options = format!("{own} -c {IDLE_IN_TRANSACTION}");
+        config.options(options.trim_start());
+    }
     Ok((config, connector))
 }
 
@@ -200,7 +218,7 @@ impl PostgresStore {
         pool_size: usize,
         pooler: Pooler,
     ) -> Result<Self, InboxError> {
-        let (config, connector) = connection_config(url)?;
+        let (config, connector) = connection_config(url, pooler)?;
         let target = Target::of(&config);
         let manager = Manager::from_config(
             config.clone(),

@@ -14,7 +14,7 @@ use std::{
     time::Duration,
 };
 
-use super::{PostgresStore, TestDatabase, schema::MIGRATIONS, testdb};
+use super::{PostgresStore, TestDatabase, schema::MIGRATIONS, statements::Run, testdb};
 use crate::{
     clock::Clock,
     config::{Durability, Pooler},
@@ -1028,7 +1028,8 @@ async fn the_earliest_waiting_delivery_is_found_by_probes_of_the_waiting_index()
 /// gone silent, in seconds; what the URL sets is kept.
 #[test]
 fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
-    let (defaults, _) = super::connection_config("postgres://u@db.example/hookd").unwrap();
+    let (defaults, _) =
+        super::connection_config("postgres://u@db.example/hookd", Pooler::None).unwrap();
     assert_eq!(
         defaults.get_connect_timeout(),
         Some(&super::CONNECT_TIMEOUT)
@@ -1040,11 +1041,57 @@ fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
     assert_eq!(defaults.get_keepalives_idle(), super::KEEPALIVE_IDLE);
     let (own, _) = super::connection_config(
         "postgres://u@db.example/hookd?connect_timeout=3&tcp_user_timeout=5&keepalives_idle=30",
+        Pooler::None,
     )
     .unwrap();
     assert_eq!(own.get_connect_timeout(), Some(&Duration::from_secs(3)));
     assert_eq!(own.get_tcp_user_timeout(), Some(&Duration::from_secs(5)));
     assert_eq!(own.get_keepalives_idle(), Duration::from_secs(30));
+}
+
+/// A session of hookd's that sits inside a transaction (its node froze, or lost its network,
+/// mid-transaction) is ended by the server after 30 s, freeing its locks for the other nodes;
+/// a URL that sets its own value keeps it, and behind a transaction-mode pooler (which refuses
+/// startup options) nothing is sent. Before, such a session held its row and key locks until
+/// the server's TCP keepalive gave up: two hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_idle_in_a_transaction_is_ended_by_the_server() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let show = |store: PostgresStore| async move {
+        let conn = store.client().await.unwrap();
+        let row = conn
+            .plain()
+            .query_one("SHOW idle_in_transaction_session_timeout", &[])
+            .await
+            .unwrap();
+        row.get::<_, String>(0)
+    };
+    let store = PostgresStore::connect(db.url(), 1, Pooler::None)
+        .await
+        .unwrap();
+    assert_eq!(show(store).await, "30s");
+    let url = format!(
+        "{}{}options=-c%20idle_in_transaction_session_timeout%3D300",
+        db.url(),
+        if db.url().contains('?') { '&' } else { '?' }
+    );
+    let store = PostgresStore::connect(&url, 1, Pooler::None).await.unwrap();
+    let conn = store.client().await.unwrap();
+    let row = conn
+        .plain()
+        .query_one("SHOW idle_in_transaction_session_timeout", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "300ms");
+    // The server does end such a session: its next statement finds it gone.
+    conn.batch_execute("BEGIN").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(conn.batch_execute("SELECT 1").await.is_err());
+    let (transaction_mode, _) =
+        super::connection_config("postgres://u@db.example/hookd", Pooler::Transaction).unwrap();
+    assert_eq!(transaction_mode.get_options(), None);
 }
 
 /// A release keeps the cluster's history of its file: a new version pushes the one it
