@@ -149,7 +149,13 @@ pub fn plan(
     for stem in stems {
         let here = live.get(stem);
         let release = releases.get(stem);
-        if here.is_some() && here == release.map(|r| &r.sha256) {
+        if let Some(sha) = here
+            && Some(sha) == release.map(|r| &r.sha256)
+        {
+            // Caught up: this version's adoption (and any before it) is done. Remembered, a
+            // later drop of the same bytes here would be taken for catching up, and never
+            // published.
+            memory.forget_written(stem, sha);
             continue;
         }
         // A version this node adopted going live is catching up, even if the release moved on
@@ -450,6 +456,32 @@ mod tests {
         assert_eq!(
             plan(&newer, &live(&[("h", "a")]), &mut memory),
             [Action::Adopt(newer["h"].clone())]
+        );
+    }
+
+    /// Node 3 adopts "a", then "b", each going live as the release; then "a" is dropped into
+    /// its directory again: a deploy of its own, published. Before, the adoption of "a" was
+    /// still remembered, so "a" going live again was taken for catching up: node 3 ran "a"
+    /// while the others stayed on "b".
+    #[test]
+    fn a_version_once_adopted_and_dropped_again_later_is_published() {
+        let mut memory = Memory::default();
+        let x = BTreeMap::from([release("h", "x", 1)]);
+        assert!(plan(&x, &live(&[("h", "x")]), &mut memory).is_empty());
+        for (sha, version) in [("a", 2), ("b", 3)] {
+            let published = BTreeMap::from([release("h", sha, version)]);
+            let before = memory.seen.as_ref().unwrap()["h"].clone();
+            assert_eq!(
+                plan(&published, &live(&[("h", &before)]), &mut memory),
+                [Action::Adopt(published["h"].clone())]
+            );
+            assert!(plan(&published, &live(&[("h", sha)]), &mut memory).is_empty());
+        }
+        // Now "a" is dropped here.
+        let b = BTreeMap::from([release("h", "b", 3)]);
+        assert_eq!(
+            plan(&b, &live(&[("h", "a")]), &mut memory),
+            [publish("h", "a")]
         );
     }
 
