@@ -229,8 +229,7 @@ impl RequestBuilder {
 
     /// Reads at most `max_bytes` of the response's body (at most [`MAX_RESPONSE_BYTES`]) and
     /// drops the rest unread, however long it is: a longer body is then no error, and
-    /// [`Response::body`] holds at most its first `max_bytes` (none when the server declared a
-    /// length over the cap). For a call that needs the status and at
+    /// [`Response::body`] holds its first `max_bytes` (all of it, if shorter). For a call that needs the status and at
     /// most the start of the body, such as a relay whose target may answer a success with a
     /// large document: without it, a body over the cap is [`HttpError::TooLarge`], and the
     /// status is lost with it.
@@ -678,7 +677,7 @@ mod wasi {
 
     /// Reads the body to its end, or only its first `limit` bytes (the rest is then dropped
     /// unread). A body over the cap is over any limit: with one, it ends the read with what
-    /// arrived (nothing, when the server declared such a length).
+    /// arrived.
     fn read_body(
         incoming: &IncomingBody,
         authority: &str,

@@ -148,7 +148,7 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
         let output: Value = serde_json::from_str(d["output"].as_str().unwrap()).unwrap();
         counts.push(output["count"].as_u64().unwrap());
 
-        // One ok, last; before it only attempts the kill cut short (and uncounted conflicts).
+        // One ok, last; before it only attempts the kill cut short, and conflicts.
         let outcomes = support::outcomes(&d);
         assert_eq!(outcomes.last(), Some(&"ok"), "{d:#}");
         assert_eq!(outcomes.iter().filter(|o| **o == "ok").count(), 1, "{d:#}");
@@ -168,8 +168,18 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
             // Recorded by the second process's start-up reclaim, not before the kill.
             assert!(a["finished_at"].as_i64().unwrap() >= killed_at, "{d:#}");
         }
-        // The attempt is counted at lease time: each cut-short attempt used one.
-        assert_eq!(d["attempts"], 1 + cut_short.len(), "{d:#}");
+        // The attempt is counted at lease time: each run has its own number, a cut-short one's
+        // and a conflict's too (a conflict gives back only the retry budget).
+        assert_eq!(d["attempts"], history.len(), "{d:#}");
+        let numbers: Vec<u64> = history
+            .iter()
+            .map(|a| a["attempt"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            numbers,
+            (1..=history.len() as u64).collect::<Vec<_>>(),
+            "{d:#}"
+        );
         abandoned += cut_short.len();
         let ok = history.last().unwrap();
         if accepted_by_first.contains(&id) && ok["started_at"].as_i64().unwrap() >= restarted_at {

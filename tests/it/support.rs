@@ -400,6 +400,21 @@ pub fn outcomes(delivery: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// Asserts that `delivery` ran once to `ok`, after nothing but conflicts (re-runs of an
+/// attempt whose state changed under it), each run with a number of its own: a conflict gives
+/// back only the retry budget, never the attempt number (the lease token).
+pub fn assert_ok_after_conflicts_only(delivery: &Value, what: &str) {
+    let outcomes = outcomes(delivery);
+    assert_eq!(outcomes.last(), Some(&"ok"), "{what}: {delivery:#}");
+    assert!(
+        outcomes[..outcomes.len() - 1]
+            .iter()
+            .all(|o| *o == "conflict"),
+        "{what}: {delivery:#}"
+    );
+    assert_eq!(delivery["attempts"], outcomes.len(), "{what}: {delivery:#}");
+}
+
 /// Signature headers as the provider would send them.
 pub fn sign(
     scheme: &Scheme,

@@ -128,7 +128,7 @@ pub enum Reparsed {
     Resolved(String),
     /// It still cannot be parsed, for this reason: held as it was.
     Kept(String),
-    /// Not held any more (resolved or discarded meanwhile, or its source is gone).
+    /// Not held any more (resolved or discarded meanwhile).
     Gone,
 }
 
@@ -169,7 +169,10 @@ async fn reparse_one(shared: &Shared, id: i64) -> Result<Reparsed, InboxError> {
         return Ok(Reparsed::Gone);
     };
     let Some(source) = shared.config.sources.get(item.source.as_str()) else {
-        return Ok(Reparsed::Gone);
+        return Ok(Reparsed::Kept(format!(
+            "its source {:?} is not in the configuration",
+            item.source.as_str()
+        )));
     };
     match envelope(shared, source, &item.request).await {
         EnvelopeOutcome::Envelope(envelope) => {

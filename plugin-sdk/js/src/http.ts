@@ -120,8 +120,7 @@ export class RequestBuilder {
   /**
    * Reads at most `maxBytes` of the response's body (at most `MAX_RESPONSE_BYTES`) and drops
    * the rest unread, however long it is: a longer body is then no error, and the response's
-   * `body` holds at most its first `maxBytes` (none when the server declared a length over the
-   * cap). For a call that needs the status and at most the start of the body, such as a relay
+   * `body` holds its first `maxBytes` (all of it, if shorter). For a call that needs the status and at most the start of the body, such as a relay
    * whose target may answer a success with a large document: without it, a body over the cap
    * is a `too-large` error, and the status is lost with it.
    */

@@ -22,10 +22,17 @@ const decoder = new TextDecoder("utf-8", { fatal: true });
  * U+FFFD, and two keys differing only there would be one.
  */
 function utf8(text: string, what: () => string): string {
-  const lone = /\p{Cs}/u.exec(text);
-  if (lone !== null) {
-    const code = lone[0].charCodeAt(0).toString(16).toUpperCase();
-    throw HandleError.permanent(`${what()} is not UTF-8 text: it holds a lone surrogate (U+${code}) at index ${lone.index}`);
+  // A loop, not a regex: the engine has no `\p{...}` in its regular expressions.
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0xd800 || c > 0xdfff) continue;
+    const next = i + 1 < text.length ? text.charCodeAt(i + 1) : 0;
+    if (c <= 0xdbff && next >= 0xdc00 && next <= 0xdfff) {
+      i++; // a pair: one character beyond the BMP
+      continue;
+    }
+    const code = c.toString(16).toUpperCase();
+    throw HandleError.permanent(`${what()} is not UTF-8 text: it holds a lone surrogate (U+${code}) at index ${i}`);
   }
   return text;
 }

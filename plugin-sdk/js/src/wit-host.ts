@@ -174,8 +174,7 @@ function writeBody(outgoing: OutgoingBody, body: Uint8Array): void {
 
 /**
  * Reads the body to its end, or only its first `limit` bytes (the rest is then dropped unread).
- * A body over the cap is over any limit: with one, it ends the read with what arrived (nothing,
- * when the server declared such a length).
+ * A body over the cap is over any limit: with one, it ends the read with what arrived.
  */
 function readBody(incoming: IncomingBody, authority: string, limit: number | undefined): Uint8Array {
   const stream = incoming.stream();
@@ -216,8 +215,10 @@ function readBody(incoming: IncomingBody, authority: string, limit: number | und
   const out = new Uint8Array(total);
   let at = 0;
   for (const c of chunks) {
-    out.set(c, at);
-    at += c.length;
+    if (at >= total) break;
+    const part = c.subarray(0, Math.min(c.length, total - at));
+    out.set(part, at);
+    at += part.length;
   }
   return out;
 }

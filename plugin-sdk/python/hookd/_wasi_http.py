@@ -205,7 +205,7 @@ def _close_stream_error(error):
 def _read_body(incoming, authority, limit=None):
     """Reads the body to its end, or only its first `limit` bytes (the rest is then dropped
     unread). A body over the cap is over any limit: with one, it ends the read with what
-    arrived (nothing, when the server declared such a length)."""
+    arrived."""
     try:
         stream = incoming.stream()
     except Err:

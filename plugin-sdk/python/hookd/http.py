@@ -384,8 +384,7 @@ def request(
       body chunks (the attempt's own `timeout_ms` bounds everything regardless);
     - `response_body_limit`: read at most this many bytes of the response's body (at most
       `MAX_RESPONSE_BYTES`) and drop the rest unread, however long it is: a longer body is then
-      no error, and the response's `body` holds at most its first bytes (none when the server
-      declared a length over the cap). For a call that needs the status and at most the start
+      no error, and the response's `body` holds its first bytes (all of it, if shorter). For a call that needs the status and at most the start
       of the body, such as a relay whose target may answer a success with a large document:
       without it, a body over the cap raises `TooLarge`, and the status is lost with it.
 

@@ -9,6 +9,7 @@
 // | `permanent`       |         | permanent "asked to fail for good"                              |
 // | `write-then-fail` | `key`   | stores `"written"` (JSON) under `key`, then retry "wrote then failed" |
 // | `fetch`           | `url`   | POSTs the event body to `url`; 2xx: `{"status": s}`; else the SDK's verdict |
+// | `peek`            | `url`, `bytes` | GETs `url` reading at most `bytes` of the body; `{"status": s, "bytes": n}` |
 // | `spin`            |         | loops forever (the timeout stops it)                            |
 // | `grow`            |         | allocates without bound (the memory limit stops it)             |
 // | `output`          | `bytes` | outputs that many `x`                                           |
@@ -53,6 +54,10 @@ export const handler = defineHandler((event) => {
     case "fetch": {
       const response = http.post(field(op, "url", "string")).body(event.body).send().errorForStatus();
       return output.json({ status: response.status });
+    }
+    case "peek": {
+      const response = http.get(field(op, "url", "string")).responseBodyLimit(field(op, "bytes", "number")).send();
+      return output.json({ status: response.status, bytes: response.body.length });
     }
     case "spin":
       for (;;) {

@@ -8,6 +8,7 @@ what to do, so a test can drive every path of the handler contract through one c
 | `permanent`       |           | permanent error `asked to fail for good`                           |
 | `write-then-fail` | `key`     | sets state `key` to `"written"`, then retry `wrote then failed`    |
 | `fetch`           | `url`     | POSTs the event body to `url`; a 2xx outputs `{"status":s}`, else the SDK's error mapping |
+| `peek`            | `url`, `bytes` | GETs `url` reading at most `bytes` of the body; outputs `{"status":s,"bytes":n}` |
 | `spin`            |           | loops forever (hookd's timeout ends it)                            |
 | `grow`            |           | allocates memory without bound (hookd's memory limit traps it)     |
 | `output`          | `bytes`   | outputs that many `x`                                              |
@@ -65,6 +66,11 @@ def fetch(ev, args):
     return {"status": response.status}
 
 
+def peek(ev, args):
+    response = http.get(text(args, "url"), response_body_limit=number(args, "bytes"))
+    return {"status": response.status, "bytes": len(response.body)}
+
+
 def spin(ev, args):
     while True:
         pass
@@ -99,6 +105,7 @@ OPS = {
     "permanent": permanent,
     "write-then-fail": write_then_fail,
     "fetch": fetch,
+    "peek": peek,
     "spin": spin,
     "grow": grow,
     "output": output,

@@ -92,7 +92,9 @@ pub(super) async fn page(
 /// The rollback form: the version the page offered to return to.
 #[derive(Debug, Deserialize)]
 pub(super) struct RollbackForm {
-    expect: String,
+    /// Absent from a page served before hookd knew of it: then no check.
+    #[serde(default)]
+    expect: Option<String>,
 }
 
 /// `POST /plugins/{name}/rollback`: only to the version the page named (else a 409 page).
@@ -101,6 +103,6 @@ pub(super) async fn rollback(
     Path(name): Path<String>,
     Form(form): Form<RollbackForm>,
 ) -> Result<Response, UiError> {
-    rollback_plugin(&ui.shared, name, Some(&form.expect)).await?;
+    rollback_plugin(&ui.shared, name, form.expect.as_deref()).await?;
     Ok(Redirect::to("/plugins").into_response())
 }

@@ -424,7 +424,6 @@ pub(super) async fn a_duplicate_adds_no_delivery(db: &dyn Database) {
     );
 }
 
-/// Quarantines one request from [`SOURCE`] (at most `max_held` held).
 pub(super) async fn quarantine_is_bounded_by_max_held(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let first = quarantine(&inbox, 1).await;

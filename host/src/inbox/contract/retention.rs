@@ -385,6 +385,17 @@ pub(super) async fn once_done_then_discarded_and_pruned_still_makes_older_stale(
         "older (4) was leased after newer (5, handled) was pruned"
     );
     assert_eq!(state_of(&inbox, "older").await, "stale");
+    // The attempt the prune kept does not stop the id from being forgotten after
+    // `dedupe_for` (it references its delivery, which goes with it).
+    let rules = Retention {
+        dedupe_for: Some(HOUR),
+        ..an_hour()
+    };
+    tokio::time::advance(HOUR * 2).await;
+    let pruned = prune_all(&inbox, &rules).await;
+    assert_eq!(pruned.forgotten, 1, "{pruned:?}");
+    let gone = inbox.event_detail(SOURCE.into(), "newer".into()).await;
+    assert!(gone.unwrap().is_none());
 }
 
 async fn once_done_then_discarded(inbox: &Inbox, clock: &Clock) {

@@ -181,9 +181,9 @@ impl Connections {
 /// rather than the kernel's minutes or hours; and the TLS its `ssl*` options ask for
 /// ([`tls`]).
 ///
-/// Unless `pooler` is one in transaction mode (PgBouncer refuses the startup option; its own
-/// `idle_transaction_timeout` does this job there), the server is also told to end a session
-/// idle inside a transaction ([`IDLE_IN_TRANSACTION`]).
+/// When hookd talks to PostgreSQL itself (`pooler` none), the server is also told to end a
+/// session idle inside a transaction ([`IDLE_IN_TRANSACTION`]); a pooler in any mode refuses
+/// that startup option (PgBouncer's own `idle_transaction_timeout` does the job there).
 fn connection_config(url: &str, pooler: Pooler) -> Result<(Config, tls::Connector), InboxError> {
     let (url, tls_options) = tls::split(url)?;
     let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
@@ -202,7 +202,7 @@ fn connection_config(url: &str, pooler: Pooler) -> Result<(Config, tls::Connecto
         config.keepalives_idle(KEEPALIVE_IDLE);
     }
     let own = config.get_options().unwrap_or("");
-    if pooler != Pooler::Transaction && !own.contains("idle_in_transaction_session_timeout") {
+    if pooler == Pooler::None && !own.contains("idle_in_transaction_session_timeout") {
         let options = format!("{own} -c {IDLE_IN_TRANSACTION}");
         config.options(options.trim_start());
     }

@@ -167,6 +167,13 @@ async fn forget(tx: &Tx<'_>, before: i64, limit: usize) -> Result<usize, InboxEr
     if ids.is_empty() {
         return Ok(0);
     }
+    // The attempts a prune kept (an `ok` one of a delivery that is not `done`) go first: they
+    // reference their delivery.
+    tx.execute(
+        "DELETE FROM attempts a USING deliveries d WHERE a.delivery = d.id AND d.event = ANY($1)",
+        &[&ids],
+    )
+    .await?;
     tx.execute("DELETE FROM deliveries WHERE event = ANY($1)", &[&ids])
         .await?;
     tx.execute("DELETE FROM events WHERE id = ANY($1)", &[&ids])

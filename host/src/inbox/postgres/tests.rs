@@ -1051,8 +1051,8 @@ fn a_url_without_timeouts_gets_hookds_and_one_with_them_keeps_its_own() {
 
 /// A session of hookd's that sits inside a transaction (its node froze, or lost its network,
 /// mid-transaction) is ended by the server after 30 s, freeing its locks for the other nodes;
-/// a URL that sets its own value keeps it, and behind a transaction-mode pooler (which refuses
-/// startup options) nothing is sent. Before, such a session held its row and key locks until
+/// a URL that sets its own value keeps it, and behind a pooler (which refuses startup
+/// options) nothing is sent. Before, such a session held its row and key locks until
 /// the server's TCP keepalive gave up: two hours.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_idle_in_a_transaction_is_ended_by_the_server() {
@@ -1089,9 +1089,11 @@ async fn a_session_idle_in_a_transaction_is_ended_by_the_server() {
     conn.batch_execute("BEGIN").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(conn.batch_execute("SELECT 1").await.is_err());
-    let (transaction_mode, _) =
-        super::connection_config("postgres://u@db.example/hookd", Pooler::Transaction).unwrap();
-    assert_eq!(transaction_mode.get_options(), None);
+    for pooler in [Pooler::Session, Pooler::Transaction] {
+        let (pooled, _) =
+            super::connection_config("postgres://u@db.example/hookd", pooler).unwrap();
+        assert_eq!(pooled.get_options(), None, "{pooler:?}");
+    }
 }
 
 /// A release keeps the cluster's history of its file: a new version pushes the one it

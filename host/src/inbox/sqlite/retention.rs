@@ -145,9 +145,15 @@ fn forget(
         )?
         .query_map(params![before, limit as i64], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
+    // The attempts a prune kept (an `ok` one of a delivery that is not `done`) go first: they
+    // reference their delivery.
+    let mut attempts = conn.prepare_cached(
+        "DELETE FROM attempts WHERE delivery IN (SELECT id FROM deliveries WHERE event = ?1)",
+    )?;
     let mut deliveries = conn.prepare_cached("DELETE FROM deliveries WHERE event = ?1")?;
     let mut events = conn.prepare_cached("DELETE FROM events WHERE id = ?1")?;
     for (i, id) in ids.iter().enumerate() {
+        attempts.execute([id])?;
         deliveries.execute([id])?;
         events.execute([id])?;
         if i + 1 < ids.len() && Instant::now() >= deadline {

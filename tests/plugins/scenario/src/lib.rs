@@ -14,6 +14,8 @@
 //!   `wrote then failed` (so the write must not persist).
 //! - `fetch` with `url`: POSTs the body to `url`; a 2xx outputs `{"status": S}`; failures map
 //!   as the SDK maps them (5xx, 408, 429 retry; a refusal and other statuses are permanent).
+//! - `peek` with `url` and `bytes`: GETs `url` reading at most `bytes` of the answer's body
+//!   (however long it is), outputs `{"status": S, "bytes": N}` (N: the bytes read).
 //! - `spin`: loops forever. `grow`: allocates without bound.
 //! - `output` with `bytes`: outputs that many `x`. `log` with `bytes`: logs 1 KiB lines until
 //!   that many bytes were logged, then outputs `logged`.
@@ -55,6 +57,11 @@ impl Handler for Scenario {
                     .send()?
                     .error_for_status()?;
                 output::json(&json!({ "status": response.status }))
+            }
+            "peek" => {
+                let limit = usize::try_from(number("bytes")).unwrap_or(usize::MAX);
+                let response = http::get(&text("url")).response_body_limit(limit).send()?;
+                output::json(&json!({ "status": response.status, "bytes": response.body.len() }))
             }
             "spin" => {
                 let mut n = 0u64;

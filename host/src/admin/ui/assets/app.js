@@ -30,6 +30,7 @@ for (const region of document.querySelectorAll("[data-refresh]")) {
   const every = Math.max(2, Number(region.dataset.every || 10)) * 1000;
   const status = document.getElementById("refresh-status");
   let shown = null;
+  let failing = false;
   setInterval(async () => {
     if (document.hidden) return;
     try {
@@ -41,11 +42,13 @@ for (const region of document.querySelectorAll("[data-refresh]")) {
       if (region.contains(document.activeElement)) return;
       // Only a change is announced (the status is a polite live region); times are UTC, as
       // everywhere on the dashboard.
-      if (html === shown) return;
+      if (html === shown && !failing) return;
+      failing = false;
       shown = html;
       region.innerHTML = html;
       if (status) status.textContent = "Updated " + new Date().toISOString().slice(11, 19) + " UTC";
     } catch (e) {
+      failing = true;
       if (status) status.textContent = "Refresh failed (" + e.message + "); retrying";
     }
   }, every);
