@@ -217,7 +217,7 @@ pub(super) async fn a_stale_delivery_leaves_the_backlog(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;
     claim(&inbox, LEASED_MS + 5).await;
-    assert_eq!(inbox.backlog(), 0);
+    fixtures::assert_backlog(&inbox, 0).await;
 }
 
 pub(super) async fn the_second_of_two_attempts_writing_one_key_conflicts(db: &dyn Database) {
@@ -473,14 +473,14 @@ pub(super) async fn a_quarantined_request_leaves_quarantine_once(db: &dyn Databa
     assert_eq!(from(discarded).await.unwrap(), Accepted::AlreadyResolved);
     let stored = inbox.contains_event(SOURCE.into(), "late".into()).await;
     assert!(!stored.unwrap(), "a discarded request became an event");
-    assert_eq!(inbox.backlog(), 0);
+    fixtures::assert_backlog(&inbox, 0).await;
     // Accepted first, then resolved or accepted again.
     let replayed = quarantine(&inbox, 10).await.unwrap();
     assert_eq!(from(replayed).await.unwrap(), Accepted::New);
     let late = inbox.resolve_quarantine(replayed, "discarded".into()).await;
     assert!(!late.unwrap(), "an accepted request was resolved again");
     assert_eq!(from(replayed).await.unwrap(), Accepted::AlreadyResolved);
-    assert_eq!(inbox.backlog(), 1);
+    fixtures::assert_backlog(&inbox, 1).await;
 }
 
 pub(super) async fn a_recount_after_resolving_frees_the_quarantine_slot(db: &dyn Database) {
@@ -561,7 +561,7 @@ pub(super) async fn the_backlog_is_recounted_from_the_database_at_open(db: &dyn 
     accept(&inbox, event("b")).await;
     inbox.close();
     let reopened = fixtures::open(db).await;
-    assert_eq!(reopened.backlog(), 1);
+    fixtures::assert_backlog(&reopened, 1).await;
 }
 
 pub(super) async fn held_quarantine_is_recounted_from_the_database_at_open(db: &dyn Database) {

@@ -75,6 +75,21 @@ pub(in crate::inbox) async fn accept_from(
         .unwrap()
 }
 
+/// Asserts that `inbox`'s backlog is `expected`, once settled: a store several nodes share
+/// resamples its counters from the database every second, and a resample can land between an
+/// operation's commit and the façade's own count of it (with paused time, resamples fire
+/// whenever the runtime waits on the database), so the count settles on the database's within
+/// a resample.
+pub(in crate::inbox) async fn assert_backlog(inbox: &Inbox, expected: i64) {
+    for _ in 0..5 {
+        if inbox.backlog() == expected {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    assert_eq!(inbox.backlog(), expected);
+}
+
 /// Quarantines a request from [`SOURCE`] (its parser trapped) while fewer than `max_held` are
 /// held; its id, or `None` when the quarantine is full.
 pub(in crate::inbox) async fn quarantine(inbox: &Inbox, max_held: u64) -> Option<i64> {

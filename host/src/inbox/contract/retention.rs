@@ -130,7 +130,7 @@ pub(super) async fn a_pruned_event_still_dedupes(db: &dyn Database) {
     tokio::time::advance(HOUR * 2).await;
     prune_all(&inbox, &an_hour()).await;
     assert_eq!(accept(&inbox, event("a")).await, Accepted::Duplicate);
-    assert_eq!(inbox.backlog(), 0);
+    fixtures::assert_backlog(&inbox, 0).await;
 }
 
 pub(super) async fn an_older_sequence_is_still_stale_after_the_newer_one_was_pruned(
@@ -262,7 +262,7 @@ pub(super) async fn a_discarded_delivery_is_pruned_like_finished_work(db: &dyn D
     run_to(&inbox, &clock, event("a"), Disposition::Dead).await;
     assert_eq!(inbox.discard(dead()).await.unwrap(), (1, 1));
     assert_eq!(state_of(&inbox, "a").await, "discarded");
-    assert_eq!(inbox.backlog(), 0);
+    fixtures::assert_backlog(&inbox, 0).await;
     tokio::time::advance(HOUR / 2).await;
     assert_eq!(prune_all(&inbox, &an_hour()).await.events, 0);
     tokio::time::advance(HOUR).await;
@@ -308,7 +308,7 @@ pub(super) async fn the_waiting_deliveries_of_an_orphaned_handler_can_be_discard
     let (inbox, _clock) = paused(db).await;
     accept(&inbox, event("a")).await;
     accept(&inbox, event("b")).await;
-    assert_eq!(inbox.backlog(), 2);
+    fixtures::assert_backlog(&inbox, 2).await;
     let waiting = |orphaned| ReplayFilter {
         handler: Some(HANDLER.into()),
         state: Some(DeliveryState::Pending),
@@ -327,7 +327,7 @@ pub(super) async fn the_waiting_deliveries_of_an_orphaned_handler_can_be_discard
     assert_eq!(inbox.discard(dry).await.unwrap(), (2, 0));
     assert_eq!(inbox.discard(waiting(true)).await.unwrap(), (2, 2));
     assert_eq!(state_of(&inbox, "a").await, "discarded");
-    assert_eq!(inbox.backlog(), 0);
+    fixtures::assert_backlog(&inbox, 0).await;
     let running = ReplayFilter {
         state: Some(DeliveryState::Running),
         ..waiting(true)
