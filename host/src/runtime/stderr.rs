@@ -59,19 +59,19 @@ struct Kept {
 impl GuestStderr {
     fn push(&self, bytes: &[u8]) {
         let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        // A mark may straddle two writes: look from the tail's last bytes on.
-        let carried = kept.tail.len().min(MARK.len() - 1);
-        let mut window = kept.tail[kept.tail.len() - carried..].to_vec();
-        window.extend_from_slice(&bytes[..bytes.len().min(REPORT_BYTES)]);
         let last_mark = bytes
             .windows(MARK.len())
             .rposition(|w| w == MARK)
             .map(|at| bytes[at..].to_vec())
             .or_else(|| {
-                window
-                    .windows(MARK.len())
-                    .position(|w| w == MARK)
-                    .map(|at| window[at..].to_vec())
+                // A mark may straddle two writes: the tail's last bytes, then this write's first.
+                let carried = &kept.tail[kept.tail.len().saturating_sub(MARK.len() - 1)..];
+                let mut seam = carried.to_vec();
+                seam.extend_from_slice(&bytes[..bytes.len().min(MARK.len() - 1)]);
+                let at = seam.windows(MARK.len()).position(|w| w == MARK)?;
+                let mut report = carried[at..].to_vec();
+                report.extend_from_slice(bytes);
+                Some(report)
             });
         match (last_mark, &mut kept.report) {
             (Some(mut report), slot) => {

@@ -1059,19 +1059,18 @@ async fn a_session_idle_in_a_transaction_is_ended_by_the_server() {
     let Some(db) = TestDatabase::fresh().await else {
         return;
     };
-    let show = |store: PostgresStore| async move {
-        let conn = store.client().await.unwrap();
+    async fn show(conn: &super::statements::Conn) -> String {
         let row = conn
             .plain()
             .query_one("SHOW idle_in_transaction_session_timeout", &[])
             .await
             .unwrap();
-        row.get::<_, String>(0)
-    };
+        row.get(0)
+    }
     let store = PostgresStore::connect(db.url(), 1, Pooler::None)
         .await
         .unwrap();
-    assert_eq!(show(store).await, "30s");
+    assert_eq!(show(&store.client().await.unwrap()).await, "30s");
     let url = format!(
         "{}{}options=-c%20idle_in_transaction_session_timeout%3D300",
         db.url(),
@@ -1079,12 +1078,7 @@ async fn a_session_idle_in_a_transaction_is_ended_by_the_server() {
     );
     let store = PostgresStore::connect(&url, 1, Pooler::None).await.unwrap();
     let conn = store.client().await.unwrap();
-    let row = conn
-        .plain()
-        .query_one("SHOW idle_in_transaction_session_timeout", &[])
-        .await
-        .unwrap();
-    assert_eq!(row.get::<_, String>(0), "300ms");
+    assert_eq!(show(&conn).await, "300ms");
     // The server does end such a session: its next statement finds it gone.
     conn.batch_execute("BEGIN").await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
