@@ -56,21 +56,27 @@ done
 
 # A released WIT is frozen: plugins built against it must keep loading. A change to a released
 # version's files is an offence; a new version gets a new directory and a line here.
-frozen_wit() { # <file or directory> <sha256 recorded at its release>
+frozen_wit() { # <directory> <sha256 recorded at its release>
   local actual
-  if [[ -d $1 ]]; then # every file of the version, by relative path
-    actual=$(cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
-  else
-    actual=$(sha256sum "$1" | cut -d' ' -f1)
-  fi
+  # every file of the version, by relative path (a file added to it counts as a change)
+  actual=$(cd "$1" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
   if [[ $actual != "$2" ]]; then
     echo "walls: $1 is a released WIT and frozen (sha256 $2), but it now hashes to $actual"
     failed=1
   fi
 }
-frozen_wit wit/v0.1.0/plugin.wit 91409fb588e61e5af7182d93e7e2822e4eae6e32da7e2c97772f120af5c951d0
+frozen_wit wit/v0.1.0 d16e591ad556a796c6087c3ff4a9c52b2841d9c17268efc6d0ac4b5de40bb8fb
 frozen_wit wit/v0.2.0 1a18d0f8b83ac4d1ae2be2d81b7f7ffc0690e3f3658158076b9e45f3f300f79f
 frozen_wit wit/v0.3.0 017b92d537ba8b870394b103a90351139a50abc34919b43dcc9182a2a9d15f29
+# The components built against released WITs are kept as built, never rebuilt: each one's sha256
+# is the one its directory's README records.
+for component in tests/fixtures/*/*.wasm; do
+  hash=$(sha256sum "$component" | cut -d' ' -f1)
+  if ! grep -q "$hash" "$(dirname "$component")/README.md"; then
+    echo "walls: $component hashes to $hash, which $(dirname "$component")/README.md does not record (a kept component is never rebuilt)"
+    failed=1
+  fi
+done
 # The SDK carries its own copy of the latest WIT (so the crate is self-contained): the same files.
 if ! diff -r wit/v0.3.0 plugin-sdk/wit >/dev/null; then
   echo "walls: plugin-sdk/wit differs from wit/v0.3.0 (the SDK's copy of the latest WIT):"

@@ -1055,7 +1055,7 @@ fn check_admin_host(name: &str) -> anyhow::Result<String> {
 /// toml crate's own message shows the offending line, which may hold a secret (`secrets = [...`,
 /// `admin_token = ...`), and serde's messages quote the wrong-typed value.
 fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
-    let message = redact_quoted(&redact_scalars(e.message()));
+    let message = redacted_message(e);
     let Some(span) = e.span() else {
         return anyhow::anyhow!("TOML parse error: {message}");
     };
@@ -1084,13 +1084,25 @@ fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
     }
 }
 
-/// `` `…` `` for the value serde puts in backticks after `integer`, `floating point`, `boolean`
-/// and `character` (`` invalid type: integer `123456789012`, expected a string ``): a secret
-/// of digits must not be echoed either. Other backticked text (key names, expected tokens)
-/// stays.
+/// The message of `e` without any value the file holds (a secret in the wrong key or of the
+/// wrong type would be echoed otherwise): [`redact_scalars`], then [`redact_quoted`].
+fn redacted_message(e: &toml::de::Error) -> String {
+    redact_quoted(&redact_scalars(e.message()))
+}
+
+/// `` `…` `` for the value serde puts in backticks after `integer`, `floating point`, `boolean`,
+/// `character` and `unknown variant` (`` invalid type: integer `123456789012`, expected a
+/// string ``): a secret of digits, or one written where a word is expected, must not be echoed
+/// either. Other backticked text (key names, expected tokens) stays.
 fn redact_scalars(message: &str) -> String {
     let mut out = message.to_owned();
-    for kind in ["integer `", "floating point `", "boolean `", "character `"] {
+    for kind in [
+        "integer `",
+        "floating point `",
+        "boolean `",
+        "character `",
+        "unknown variant `",
+    ] {
         let mut from = 0;
         while let Some(at) = out[from..].find(kind) {
             let open = from + at + kind.len();
@@ -1290,7 +1302,9 @@ impl ClientSource {
                 )
             })?
             .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("sources.{name}: {}", e.message()))
+            .map_err(|e: toml::de::Error| {
+                anyhow::anyhow!("sources.{name}: {}", redacted_message(&e))
+            })
             .with_context(invalid)?;
         let scheme = source_scheme(name, &file).with_context(invalid)?;
         let secret = match (file.secrets.first(), file.secrets_env.first()) {
@@ -2265,6 +2279,35 @@ memory_mib = 32
             let err = format!("{:#}", parse(text).unwrap_err());
             assert!(err.contains(says), "{text}: {err}");
         }
+    }
+
+    /// `hookd send --config` reads a source as `hookd serve` does, and its errors hide values
+    /// as those do: a secret of the wrong type, or written where a word is expected, is never
+    /// echoed.
+    #[test]
+    fn a_client_source_error_never_shows_a_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.toml");
+        for (source, key) in [
+            (
+                "scheme = \"github\"\nsecrets = \"MARK-string\"",
+                "sources.gh",
+            ),
+            (
+                "scheme = \"github\"\nsecrets = [98765432101234]",
+                "sources.gh",
+            ),
+        ] {
+            std::fs::write(&path, format!("[sources.gh]\n{source}\n")).unwrap();
+            let err = format!("{:#}", ClientSource::load(&path, "gh").unwrap_err());
+            assert!(err.contains(key), "{err}");
+            assert!(!err.contains("MARK") && !err.contains("98765"), "{err}");
+        }
+        let err = format!(
+            "{:#}",
+            parse("[server]\ndurability = \"MARK-durability\"").unwrap_err()
+        );
+        assert!(err.contains("durability") && !err.contains("MARK"), "{err}");
     }
 
     #[test]

@@ -64,6 +64,26 @@ pub enum DatabaseError {
          begin with the rest of the password"
     )]
     UnencodedAt,
+    /// An `@` after the host, in the path or a parameter (the value is never shown).
+    #[error(
+        "has an unencoded `@` after its host, in its path or a parameter such as password= \
+         (write it as %40): the client would read everything before it as a user name"
+    )]
+    AtAfterHost,
+    /// A port that is not a number: most often a password given without `@host` after it (the
+    /// value is never shown).
+    #[error(
+        "has a port that is not a number (a password goes in postgres://user:password@host/…, \
+         before the host)"
+    )]
+    PortNotNumber,
+    /// `postgres:` or `postgresql:` without `//` (the value is never shown: taken for a file
+    /// name it would be logged, and created, password and all).
+    #[error(
+        "begins like a PostgreSQL URL but has no `//` after its scheme: write \
+         postgres://user:password@host:port/dbname"
+    )]
+    NoSlashes,
 }
 
 impl Database {
@@ -74,6 +94,10 @@ impl Database {
             return Err(DatabaseError::Empty);
         }
         let Some((scheme, rest)) = value.split_once("://") else {
+            let lower = value.to_ascii_lowercase();
+            if lower.starts_with("postgres:") || lower.starts_with("postgresql:") {
+                return Err(DatabaseError::NoSlashes);
+            }
             // Not a path anyone means: a file named "host=… password=…" would be created.
             const KEYS: [&str; 5] = ["host=", "hostaddr=", "dbname=", "user=", "password="];
             if value
@@ -90,11 +114,20 @@ impl Database {
             });
         }
         let url = DatabaseUrl(value.to_owned());
-        let (_, after) = split_user_info(rest);
+        let (user_info, after) = split_user_info(rest);
+        if user_info.is_some_and(beyond_host) {
+            return Err(DatabaseError::AtAfterHost);
+        }
         if authority(after).contains('@') {
             return Err(DatabaseError::UnencodedAt);
         }
         let authority = authority(after);
+        if authority
+            .split(',')
+            .any(|host| port_of(host).is_some_and(not_a_port))
+        {
+            return Err(DatabaseError::PortNotNumber);
+        }
         // A host may also come as `?host=/run/postgresql` (a socket directory).
         if authority.is_empty() && !rest.contains("host=") {
             return Err(DatabaseError::NoHost {
@@ -133,8 +166,10 @@ impl DatabaseUrl {
         &self.0
     }
 
-    /// The URL with the password in the user info and any `password=` parameter replaced by
-    /// `***`.
+    /// The URL with every place a password can hide replaced by `***`: the user info's
+    /// password, any parameter whose name (percent-decoded) ends in `password` (`password=`,
+    /// `sslpassword=`), a "port" that is not a number (a password written without `@host`), and
+    /// a "user name" that holds the host and path (an `@` in the query made it one).
     pub fn redacted(&self) -> String {
         let url = self.expose();
         let Some((scheme, rest)) = url.split_once("://") else {
@@ -144,20 +179,28 @@ impl DatabaseUrl {
         let host = authority(after);
         let tail = &after[host.len()..];
         let user_info = match user_info {
+            Some(info) if beyond_host(info) => "***@".to_owned(),
             Some(info) => match info.split_once(':') {
                 Some((user, _password)) => format!("{user}:***@"),
                 None => format!("{info}@"),
             },
             None => String::new(),
         };
+        let host: Vec<String> = host
+            .split(',')
+            .map(|one| match port_of(one) {
+                Some(port) if not_a_port(port) => {
+                    format!("{}:***", &one[..one.len() - port.len() - 1])
+                }
+                _ => one.to_owned(),
+            })
+            .collect();
         let tail = match tail.split_once('?') {
             Some((path, query)) => {
                 let query: Vec<String> = query
                     .split('&')
                     .map(|pair| match pair.split_once('=') {
-                        Some((name, _)) if name.eq_ignore_ascii_case("password") => {
-                            format!("{name}=***")
-                        }
+                        Some((name, _)) if names_a_password(name) => format!("{name}=***"),
                         _ => pair.to_owned(),
                     })
                     .collect();
@@ -165,7 +208,7 @@ impl DatabaseUrl {
             }
             None => tail.to_owned(),
         };
-        format!("{scheme}://{user_info}{host}{tail}")
+        format!("{scheme}://{user_info}{}{tail}", host.join(","))
     }
 }
 
@@ -179,6 +222,34 @@ impl fmt::Debug for DatabaseUrl {
 fn authority(rest: &str) -> &str {
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     &rest[..end]
+}
+
+/// Whether a URL's user info (up to its first `@`) holds what only comes after the host: a
+/// path or a parameter. A user name has none of these; the `@` was in the query.
+fn beyond_host(user_info: &str) -> bool {
+    !user_info.contains(':') && user_info.contains(['/', '?', '&', '='])
+}
+
+/// The port of one `host[:port]` of an authority, if it has one (`[v6]:port` too).
+fn port_of(host: &str) -> Option<&str> {
+    let after_bracket = host.rfind(']').map_or(0, |i| i + 1);
+    host[after_bracket..]
+        .rfind(':')
+        .map(|i| &host[after_bracket + i + 1..])
+}
+
+/// Whether a port is anything but a number.
+fn not_a_port(port: &str) -> bool {
+    !port.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether a query parameter's name, as the client decodes it, names a password
+/// (`password`, libpq's `sslpassword`).
+fn names_a_password(name: &str) -> bool {
+    percent_encoding::percent_decode_str(name)
+        .decode_utf8_lossy()
+        .to_ascii_lowercase()
+        .ends_with("password")
 }
 
 /// `user[:password]`, and the rest of a URL after its `scheme://`: the user info is everything
@@ -236,6 +307,25 @@ mod tests {
             "postgres://hookd:***@db:5432/h?password=***"
         );
         assert_eq!(url.expose(), "postgres://hookd:pw@db:5432/h?password=pw2");
+        // Every other place a password hides, as the client reads it, even where `parse`
+        // refuses the URL (its error may still show it, redacted).
+        for (url, shown) in [
+            (
+                "postgres://hookd:x@db/h?sslpassword=PW&pass%77ord=PW&sslmode=require",
+                "postgres://hookd:***@db/h?sslpassword=***&pass%77ord=***&sslmode=require",
+            ),
+            (
+                "postgres://localhost/hookd?user=hookd&password=PW@x",
+                "postgres://***@x",
+            ),
+            ("postgres://hookd:PW", "postgres://hookd:***"),
+            (
+                "postgres://db1:5432,hookd:PW/h",
+                "postgres://db1:5432,hookd:***/h",
+            ),
+        ] {
+            assert_eq!(DatabaseUrl(url.to_owned()).redacted(), shown);
+        }
     }
 
     #[test]
@@ -255,6 +345,29 @@ mod tests {
         // of the password the host (and show it in errors). Refused, without the value.
         let err = parse("postgresql://hookd:p@ss@db.internal/hookd").unwrap_err();
         assert_eq!(err, DatabaseError::UnencodedAt);
+        // Nor an `@` after the host: the client would take host, path and query for the user.
+        let err = parse("postgres://localhost/hookd?user=hookd&password=PW-1@x").unwrap_err();
+        assert_eq!(err, DatabaseError::AtAfterHost);
+        // A password given without `@host` reads as a port.
+        let err = parse("postgres://hookd:PW-2").unwrap_err();
+        assert_eq!(err, DatabaseError::PortNotNumber);
+        assert!(parse("postgres://db1:5432,db2:5433/h").is_ok());
+        assert!(parse("postgres://[::1]:5432/h").is_ok());
+        // One slash is no URL, and no file name either (it would be created, password and all).
+        for value in ["postgres:/hookd:PW-3@db/hookd", "PostgreSQL:hookd:PW-3@db"] {
+            assert_eq!(
+                parse(value).unwrap_err(),
+                DatabaseError::NoSlashes,
+                "{value}"
+            );
+        }
+        for err in [
+            DatabaseError::AtAfterHost,
+            DatabaseError::PortNotNumber,
+            DatabaseError::NoSlashes,
+        ] {
+            assert!(!err.to_string().contains("PW-"), "{err}");
+        }
         // A libpq key=value string is not taken for an SQLite file name (it would log the
         // password as the database's path, and create that file).
         let err = parse("host=db port=5432 user=hookd password=hunter2 dbname=h").unwrap_err();

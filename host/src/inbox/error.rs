@@ -41,6 +41,14 @@ pub enum InboxError {
         path.display()
     )]
     NotADatabase { path: PathBuf, why: &'static str },
+    /// The database path names another program's SQLite database (it holds tables, but not
+    /// hookd's): it is left as it is, no lock, mode, journal or table change in it or beside it.
+    #[error(
+        "{} is an SQLite database, but not hookd's ({why}); hookd leaves it as it is: check \
+         server.database",
+        path.display()
+    )]
+    ForeignDatabase { path: PathBuf, why: String },
     /// A file-system step of opening the database failed.
     #[error("{action} {}: {source}", path.display())]
     Io {

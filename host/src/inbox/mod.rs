@@ -36,6 +36,8 @@ mod commits;
 #[cfg(test)]
 mod contract;
 mod error;
+#[cfg(test)]
+mod frozen;
 mod lease;
 mod postgres;
 mod quarantine;

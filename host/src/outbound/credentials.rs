@@ -27,8 +27,12 @@ pub enum CredentialError {
     },
     #[error("{0}: is not in allow_hosts; a credential goes only to a listed host:port")]
     NotListed(HostPort),
-    #[error("{target}: {header:?} is not a valid header name")]
-    Header { target: HostPort, header: String },
+    /// The name is not shown: a value written there by mistake (`Bearer sk-…`) is a secret.
+    #[error(
+        "{target}: header is not a valid header name (a name such as Authorization; the value \
+         comes from env)"
+    )]
+    Header { target: HostPort },
     #[error("{target}: {header} is set by the host itself and cannot carry a credential")]
     Reserved {
         target: HostPort,
@@ -38,6 +42,11 @@ pub enum CredentialError {
     Missing { target: HostPort, env: String },
     #[error("{target}: environment variable {env} is set but empty")]
     Empty { target: HostPort, env: String },
+    #[error(
+        "{target}: environment variable {env} starts or ends with whitespace, which no secret \
+         or token does (a newline from the file it was read from?)"
+    )]
+    Whitespace { target: HostPort, env: String },
     #[error("{target}: environment variable {env} is not a valid header value")]
     Value { target: HostPort, env: String },
     #[error("{target}: prefix is not a valid header value (a control character or a newline?)")]
@@ -79,7 +88,6 @@ impl Credential {
         }
         let header = HeaderName::try_from(header).map_err(|_| CredentialError::Header {
             target: target.clone(),
-            header: header.to_owned(),
         })?;
         if [super::policy::IDEMPOTENCY_KEY, http::header::HOST].contains(&header) {
             return Err(CredentialError::Reserved { target, header });
@@ -93,6 +101,12 @@ impl Credential {
         })?;
         if secret.trim().is_empty() {
             return Err(CredentialError::Empty {
+                target,
+                env: env_name.to_owned(),
+            });
+        }
+        if secret.trim() != secret {
+            return Err(CredentialError::Whitespace {
                 target,
                 env: env_name.to_owned(),
             });
@@ -221,6 +235,42 @@ mod tests {
             err.to_string(),
             "api.example.com:443: environment variable API_KEY is set but empty"
         );
+    }
+
+    /// A value with whitespace around it (a newline from a file) is refused, as every other
+    /// secret from the environment is.
+    #[test]
+    fn a_variable_with_whitespace_around_it_is_refused() {
+        for padded in ["sk-test-0123\n", " sk-test-0123", "sk-test-0123\t"] {
+            let padded_env = |_: &str| Some(padded.to_owned());
+            let err = Credential::new(
+                &allow(),
+                "api.example.com:443",
+                "authorization",
+                "API_KEY",
+                "Bearer ",
+                &padded_env,
+            )
+            .unwrap_err();
+            assert!(matches!(err, CredentialError::Whitespace { .. }), "{err:?}");
+            assert!(!err.to_string().contains("sk-test"), "{err}");
+        }
+    }
+
+    /// A value written as the header's name by mistake is not echoed.
+    #[test]
+    fn a_header_name_that_is_no_name_is_not_echoed() {
+        let err = Credential::new(
+            &allow(),
+            "api.example.com:443",
+            "Authorization: Bearer sk-live-9876",
+            "API_KEY",
+            "",
+            &env,
+        )
+        .unwrap_err();
+        assert!(matches!(err, CredentialError::Header { .. }), "{err:?}");
+        assert!(!err.to_string().contains("sk-live"), "{err}");
     }
 
     #[test]

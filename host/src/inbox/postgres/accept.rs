@@ -20,7 +20,7 @@ use super::{
     Connections,
     batch::{Reply, Weigh, answer},
     quarantine,
-    statements::{Conn, Run, Tx},
+    statements::{self, Conn, Run, Tx},
     wakeup,
 };
 use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::NewEvent};
@@ -225,7 +225,7 @@ async fn in_one_transaction(
     let client = pool.get().await?;
     let rows = client
         .in_one_round_trip(
-            "BEGIN",
+            statements::BEGIN,
             ACCEPT_SQL,
             &[
                 &sources,

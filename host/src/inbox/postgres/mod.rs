@@ -319,7 +319,8 @@ async fn generic_plans(tx: &statements::Tx<'_>) -> Result<(), InboxError> {
 
 /// `BEGIN` and what sets up a transaction of the claim's or the finish's path ([`generic_plans`]
 /// for one whose statements are sent before it answered).
-pub(super) const BEGIN_GENERIC: &str = "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan";
+pub(super) const BEGIN_GENERIC: &str =
+    "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL plan_cache_mode = force_generic_plan";
 
 /// The names of `states`, as a `text[]` parameter (`state = ANY($n)`), so the sets of states
 /// are `DeliveryState`'s constants, not SQL text.

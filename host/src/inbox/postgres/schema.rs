@@ -2,14 +2,19 @@
 //! of `hookd_schema`.
 //!
 //! Invariants:
-//! - A migration, once released, is never edited; changes are new entries at the end.
+//! - A migration, once released, is never edited; changes are new entries at the end (the
+//!   tests hold each one's SHA-256).
 //! - Every pending migration and the new version are one transaction, taken under a
 //!   transaction-scoped advisory lock, so nodes starting together apply each migration once and
 //!   none sees a half-migrated schema.
-//! - The tables and columns are SQLite's (`sqlite/schema.rs` at its latest version), times as
-//!   `BIGINT` unix milliseconds and bodies as `BYTEA`, so both backends keep the same rows; what
-//!   PostgreSQL adds is what several nodes need, such as the index that lets one delivery per
-//!   ordering key run at a time.
+//! - A database already at the latest version is only read (no `CREATE`, no `UPDATE`), so a
+//!   role that may not create tables starts hookd once the schema's owner migrated it.
+//! - The rows are SQLite's (`sqlite/schema.rs` at its latest version), times as `BIGINT` unix
+//!   milliseconds and bodies as `BYTEA`, but not all the tables: a body and its headers stay in
+//!   `events` (SQLite moved them to `payloads`), a state version comes from one sequence (not a
+//!   clock per plugin), and what PostgreSQL adds is what several nodes need (`nodes`,
+//!   `plugin_files`, `plugin_releases`, the index that lets one delivery per ordering key run
+//!   at a time).
 
 use super::{
     error::Target,
@@ -18,7 +23,7 @@ use super::{
 use crate::inbox::InboxError;
 
 /// The advisory lock the migrations run under (any constant, the same in every hookd).
-const MIGRATION_LOCK: i64 = 0x686f_6f6b_6400_0001;
+pub(super) const MIGRATION_LOCK: i64 = 0x686f_6f6b_6400_0001;
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
 pub(super) const MIGRATIONS: &[&str] = &[
@@ -218,6 +223,10 @@ pub(super) const MIGRATIONS: &[&str] = &[
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
+///
+/// A database already at the latest version is only read: a role with no right to create
+/// tables (the schema migrated once by its owner, hookd run by a role that may only read and
+/// write rows) starts as well as the owner does.
 pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), InboxError> {
     let latest = MIGRATIONS.len() as i64;
     let failed = |e: tokio_postgres::Error| InboxError::Migration {
@@ -225,6 +234,18 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
         target: latest,
         reason: target.reason(&e),
     };
+    let recorded = client
+        .query_one("SELECT to_regclass('hookd_schema') IS NOT NULL", &[])
+        .await
+        .map_err(failed)?
+        .get::<_, bool>(0);
+    if recorded {
+        let current = schema_version(client).await.map_err(failed)?;
+        if current == latest {
+            return Ok(());
+        }
+        refuse_newer(current, latest)?;
+    }
     let tx = client.transaction().await.map_err(failed)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
@@ -238,17 +259,8 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
     )
     .await
     .map_err(failed)?;
-    let current: i64 = tx
-        .query_one("SELECT version FROM hookd_schema", &[])
-        .await
-        .map_err(failed)?
-        .get(0);
-    if current > latest {
-        return Err(InboxError::SchemaTooNew {
-            found: current,
-            known: latest,
-        });
-    }
+    let current = schema_version(&tx).await.map_err(failed)?;
+    refuse_newer(current, latest)?;
     for sql in MIGRATIONS.iter().skip(current as usize) {
         tx.batch_execute(sql).await.map_err(failed)?;
     }
@@ -256,4 +268,46 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
         .await
         .map_err(failed)?;
     tx.commit().await.map_err(failed)
+}
+
+/// The version `hookd_schema` records.
+async fn schema_version(client: &impl Run) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one("SELECT version FROM hookd_schema", &[])
+        .await?
+        .get(0))
+}
+
+/// Refuses a database a newer hookd migrated past what this one knows.
+fn refuse_newer(current: i64, latest: i64) -> Result<(), InboxError> {
+    if current > latest {
+        return Err(InboxError::SchemaTooNew {
+            found: current,
+            known: latest,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn released_migrations_are_never_edited() {
+        crate::inbox::frozen::assert_migrations_pinned(
+            super::MIGRATIONS,
+            &[
+                "04a8c43a5f57d0c4578bfaf036449b019566f239e860b9544ec2ff8915090a3f",
+                "b906f8af9144c645adab2ba3cece78ca90d39782490836c40506fa0f3b1b2449",
+                "79848c1fa028160ce2d02779bc2fc75de49fa10ab7ac22fccca0da949780de21",
+                "44c2cccd02c5ed31a581eeb14ca479ba6d12e84078b90af288c5255e7bf25f10",
+                "231217f3da0672904b27fcdae8c2241d4a29c9d73bbee70373f0811c9eb116d4",
+                "0cb178afee1116a3767ff0323f94a2e4dd348268417ad65ecf0777f6d8869e22",
+                "d18dc11ca29f276b3b2f2fcaf15ec155e99eaa171dc405cce1d54a6f8b7fc9ec",
+                "132fdcbfa07b19f71bdc04efcad71be09565f1ded3dae2ce8896a5318d0a6129",
+                "a2ea33c0da1a1d929ba89e84ca149df49fb1bce32a6bcbc28ac1e9d9800311b6",
+                "f170aabd0f36b699eb4088ca7f451cfc8ffa738d8b23b0d9ec0464c5fdc5cf37",
+                "02008a7b1b7c3ea9cfe79c1f79c112260f8d562b5546afdbdb611a3e951a29a3",
+            ],
+        );
+    }
 }

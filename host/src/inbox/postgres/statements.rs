@@ -21,6 +21,8 @@
 //!   is sent on that connection.
 //! - Statement texts are the room's constants or built from them, never from input: the types
 //!   learned (as deadpool's cache) stay as many as the texts.
+//! - Every transaction runs at `READ COMMITTED` ([`BEGIN`], [`Conn::transaction`]), whatever
+//!   the database's or the role's `default_transaction_isolation` says.
 
 use std::{
     collections::HashMap,
@@ -28,6 +30,7 @@ use std::{
 };
 
 use deadpool_postgres::{GenericClient as _, Object};
+use tokio_postgres::IsolationLevel;
 use tokio_postgres::{
     Error, GenericClient as _, Row,
     types::{ToSql, Type},
@@ -66,6 +69,13 @@ impl Statements {
     }
 }
 
+/// How a transaction sent as text begins. The room's statements are written for `READ
+/// COMMITTED`: a claim's `SKIP LOCKED` passes over what another node holds, a finish's version
+/// check and the migrations' advisory lock wait and then read what the other committed. At
+/// `REPEATABLE READ` or above (a database's or role's default) a transaction that waited for a
+/// row or a lock fails instead (`could not serialize access`), so each one names its level.
+pub(super) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// A pooled connection, and how its store sends statements.
 pub(super) struct Conn {
     client: Object,
@@ -83,10 +93,15 @@ impl Conn {
         Self { client, statements }
     }
 
-    /// Begins a transaction.
+    /// Begins a transaction, at `READ COMMITTED` (see [`BEGIN`]).
     pub(super) async fn transaction(&mut self) -> Result<Tx<'_>, Error> {
         Ok(Tx {
-            tx: self.client.transaction().await?,
+            tx: self
+                .client
+                .build_transaction()
+                .isolation_level(IsolationLevel::ReadCommitted)
+                .start()
+                .await?,
             statements: &self.statements,
         })
     }
@@ -229,7 +244,7 @@ pub(super) trait Run: Sync {
             // Dropped at once: its `Close` is sent before the transaction's next statement.
             return Ok(plain.prepare(sql).await?.params().into());
         }
-        plain.batch_execute("BEGIN").await?;
+        plain.batch_execute(BEGIN).await?;
         let described = plain.prepare(sql).await.map(|s| s.params().into());
         let ended = plain.batch_execute("COMMIT").await;
         let types = described?;

@@ -14,7 +14,12 @@ use std::{
     time::Duration,
 };
 
-use super::{PostgresStore, TestDatabase, schema::MIGRATIONS, statements::Run, testdb};
+use super::{
+    PostgresStore, TestDatabase,
+    schema::{MIGRATION_LOCK, MIGRATIONS},
+    statements::{self, Run},
+    testdb,
+};
 use crate::{
     clock::Clock,
     config::{Durability, Pooler},
@@ -477,6 +482,126 @@ async fn migrations_run_by_two_nodes_at_once_both_succeed() {
         .unwrap()
         .get(0);
     assert_eq!(version, MIGRATIONS.len() as i64);
+}
+
+/// Sets `db`'s default isolation level for the sessions opened from now on.
+async fn default_isolation(db: &TestDatabase, level: &str) {
+    testdb::connect(db.url())
+        .await
+        .batch_execute(&format!(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', \
+             current_database(), '{level}'); END $$"
+        ))
+        .await
+        .unwrap();
+}
+
+/// The current schema version of `db`.
+async fn schema_version(db: &TestDatabase) -> i64 {
+    testdb::connect(db.url())
+        .await
+        .query_one("SELECT version FROM hookd_schema", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// A node that waited for another's migrations reads what they committed, even where the
+/// database's default isolation would have kept its snapshot from before the wait (and failed
+/// it with `could not serialize access`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_waiting_for_anothers_migration_starts_whatever_the_default_isolation() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    default_isolation(&db, "repeatable read").await;
+    let mut other = testdb::connect(db.url()).await;
+    let holder = other.transaction().await.unwrap();
+    holder
+        .execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .unwrap();
+    let url = db.url().to_owned();
+    let waiting =
+        tokio::spawn(async move { PostgresStore::connect(&url, 1, Pooler::None).await.is_ok() });
+    let watcher = testdb::connect(db.url()).await;
+    loop {
+        let queued: i64 = watcher
+            .query_one(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if queued > 0 {
+            break;
+        }
+        assert!(!waiting.is_finished(), "the node did not wait for the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // What the other node's first migration step commits while this one waits.
+    holder
+        .batch_execute(
+            "CREATE TABLE hookd_schema (one BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one), \
+             version BIGINT NOT NULL); INSERT INTO hookd_schema (version) VALUES (0)",
+        )
+        .await
+        .unwrap();
+    holder.commit().await.unwrap();
+    assert!(waiting.await.unwrap(), "the waiting node failed to start");
+    assert_eq!(schema_version(&db).await, MIGRATIONS.len() as i64);
+}
+
+/// Every transaction, whichever way it is sent, runs at `READ COMMITTED`, the level the
+/// store's statements are written for, whatever the database's default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_transaction_is_read_committed_whatever_the_default_isolation() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    default_isolation(&db, "serializable").await;
+    let store = PostgresStore::connect(db.url(), 1, Pooler::None)
+        .await
+        .unwrap();
+    let mut conn = store.client().await.unwrap();
+    let level = "SELECT current_setting('transaction_isolation')";
+    let outside: String = conn.plain().query_one(level, &[]).await.unwrap().get(0);
+    assert_eq!(
+        outside, "serializable",
+        "the database's default is in force"
+    );
+    for begin in [statements::BEGIN, super::BEGIN_GENERIC] {
+        let rows = conn.in_one_round_trip(begin, level, &[]).await.unwrap();
+        assert_eq!(rows[0].get::<_, String>(0), "read committed", "{begin}");
+    }
+    let tx = conn.transaction().await.unwrap();
+    let inside: String = tx.query_one(level, &[]).await.unwrap().get(0);
+    assert_eq!(inside, "read committed");
+}
+
+/// A database at the latest version is only read at start-up: a role that may read and write
+/// rows but create nothing (the schema migrated by its owner) starts hookd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrated_database_starts_for_a_role_that_may_create_nothing() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    fixtures::open(&db).await.close();
+    let owner = testdb::connect(db.url()).await;
+    owner
+        .batch_execute("REVOKE CREATE ON SCHEMA public FROM pg_database_owner, PUBLIC")
+        .await
+        .unwrap();
+    let refused = owner
+        .batch_execute("CREATE TABLE IF NOT EXISTS hookd_schema (one BOOLEAN)")
+        .await;
+    assert!(refused.is_err(), "the role may still create tables");
+    PostgresStore::connect(db.url(), 1, Pooler::None)
+        .await
+        .unwrap();
+    assert_eq!(schema_version(&db).await, MIGRATIONS.len() as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -27,7 +27,7 @@ use rusqlite::{
 };
 
 use super::{
-    connection::{self, COMPANIONS, JOURNAL, SHM, WAL, beside},
+    connection::{self, COMPANIONS, HOOKD_TABLES, JOURNAL, SHM, WAL, beside},
     schema,
 };
 use crate::inbox::{
@@ -41,15 +41,6 @@ const PAGES_PER_STEP: i32 = 1024;
 /// The files SQLite keeps beside a database file it opens (a stale one would be replayed into
 /// the file, or left beside it).
 const SQLITE_FILES: [&str; 3] = [WAL, SHM, JOURNAL];
-
-/// The tables a hookd database has from its first schema version on.
-const HOOKD_TABLES: [&str; 5] = [
-    "events",
-    "deliveries",
-    "attempts",
-    "quarantine",
-    "plugin_state",
-];
 
 pub(in crate::inbox) fn backup(
     database: &Path,

@@ -24,10 +24,20 @@ const MAX_POOLED_READERS: usize = 16;
 /// What every SQLite database file begins with.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
-/// Refuses a `path` that exists and is not an SQLite database, before anything is created,
-/// locked or tightened beside it: a mistyped `server.database` naming some other file must not
-/// have its mode changed, nor a lock file made beside it. A missing or empty file is a new
-/// database.
+/// The tables a hookd database has from its first schema version on.
+pub(super) const HOOKD_TABLES: [&str; 5] = [
+    "events",
+    "deliveries",
+    "attempts",
+    "quarantine",
+    "plugin_state",
+];
+
+/// Refuses a `path` that exists and is not a hookd database, before anything is created,
+/// locked or tightened beside it: a mistyped `server.database` naming some other file, another
+/// program's SQLite database among them, must not have its mode or journal changed, hookd's
+/// tables made in it, nor a lock file made beside it. A missing or empty file, or an SQLite
+/// database with no tables at all, is a new database.
 pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
     use std::io::Read as _;
     let Ok(meta) = std::fs::metadata(path) else {
@@ -52,7 +62,7 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
             source,
         });
     match read {
-        Ok(()) if &header == SQLITE_HEADER => Ok(()),
+        Ok(()) if &header == SQLITE_HEADER => check_tables(path),
         Ok(()) => Err(not_a_database("it does not begin with SQLite's header")),
         Err(InboxError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::UnexpectedEof =>
@@ -61,6 +71,40 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
         }
         Err(e) => Err(e),
     }
+}
+
+/// Refuses an SQLite database at `path` that holds tables but not hookd's, or a schema version
+/// hookd never wrote. Read through a read-only connection, which changes nothing in the file.
+fn check_tables(path: &Path) -> Result<(), InboxError> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    let mut names = conn.prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")?;
+    let tables = names
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    if tables.is_empty() && version == 0 {
+        return Ok(());
+    }
+    let foreign = |why: String| {
+        Err(InboxError::ForeignDatabase {
+            path: path.to_owned(),
+            why,
+        })
+    };
+    let missing: Vec<&str> = HOOKD_TABLES
+        .into_iter()
+        .filter(|table| !tables.iter().any(|t| t == table))
+        .collect();
+    if !missing.is_empty() {
+        return foreign(format!("it has no table {}", missing.join(", ")));
+    }
+    if version < 1 {
+        return foreign("its schema version is 0".to_owned());
+    }
+    Ok(())
 }
 
 /// Creates the database's directory (0700) if it is missing.
@@ -379,5 +423,56 @@ mod tests {
         let empty = dir.path().join("empty.db");
         std::fs::write(&empty, "").unwrap();
         Inbox::open(&empty, Durability::Full).unwrap().close();
+    }
+
+    #[test]
+    fn another_programs_sqlite_database_is_refused_and_left_as_it_is() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let made = |name: &str, sql: &str| {
+            let path = dir.path().join(name);
+            Connection::open(&path).unwrap().execute_batch(sql).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            (path.clone(), std::fs::read(&path).unwrap())
+        };
+        let cases = [
+            made("app.db", "CREATE TABLE users (name TEXT)"),
+            made(
+                "versioned.db",
+                "CREATE TABLE users (name TEXT); PRAGMA user_version = 42",
+            ),
+            made(
+                "lookalike.db",
+                "CREATE TABLE events (id INTEGER); PRAGMA user_version = 3",
+            ),
+        ];
+        for (path, bytes) in &cases {
+            let Err(e) = Inbox::open(path, Durability::Full) else {
+                panic!("{} opened", path.display());
+            };
+            assert!(
+                matches!(e, InboxError::ForeignDatabase { .. })
+                    && e.to_string().contains("not hookd's")
+                    && e.to_string().contains("server.database"),
+                "{e}"
+            );
+            assert!(
+                !beside(path, LOCK).exists(),
+                "no lock beside {}",
+                path.display()
+            );
+            let meta = std::fs::metadata(path).unwrap();
+            assert_eq!(meta.permissions().mode() & 0o777, 0o644, "its mode is left");
+            assert_eq!(
+                &std::fs::read(path).unwrap(),
+                bytes,
+                "{} changed",
+                path.display()
+            );
+        }
+        // An SQLite file with no tables yet is a new database; hookd's own opens again.
+        let (fresh, _) = made("fresh.db", "CREATE TABLE t (x); DROP TABLE t");
+        Inbox::open(&fresh, Durability::Full).unwrap().close();
+        Inbox::open(&fresh, Durability::Full).unwrap().close();
     }
 }

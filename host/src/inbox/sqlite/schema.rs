@@ -1,6 +1,10 @@
 //! Versioned schema migrations, applied in order at open and recorded in `PRAGMA user_version`.
 //!
-//! Invariant: a migration, once released, is never edited; changes are new entries at the end.
+//! Invariants:
+//! - A migration, once released, is never edited; changes are new entries at the end (the
+//!   tests hold each one's SHA-256).
+//! - Each migration and its new `user_version` are one transaction; a failed one names the
+//!   database and the version it was going to.
 
 use rusqlite::Connection;
 
@@ -188,13 +192,65 @@ pub fn migrate(conn: &Connection) -> Result<(), InboxError> {
     }
     for (index, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
         let started = std::time::Instant::now();
-        let tx = conn.unchecked_transaction()?;
-        tx.execute_batch(sql)?;
-        tx.execute_batch(&format!("PRAGMA user_version = {}", index + 1))?;
-        tx.commit()?;
+        let target = index as i64 + 1;
+        let failed = |e: rusqlite::Error| InboxError::Migration {
+            database: conn.path().unwrap_or(":memory:").to_owned(),
+            target,
+            reason: e.to_string(),
+        };
+        let tx = conn.unchecked_transaction().map_err(failed)?;
+        tx.execute_batch(sql).map_err(failed)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {target}"))
+            .map_err(failed)?;
+        tx.commit().map_err(failed)?;
         if current > 0 {
             tracing::info!(version = index + 1, took = ?started.elapsed(), "schema version applied");
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn released_migrations_are_never_edited() {
+        crate::inbox::frozen::assert_migrations_pinned(
+            super::MIGRATIONS,
+            &[
+                "3b5d990f580a94c251f0b7772e1eb38052dddcb296b6a691ea6c677108e660a0",
+                "08475420abfa41e9016f46848276ebefe317ef428e25afcb9b0e24699eac10b2",
+                "e04672bd1f27537dc15d0df857976998be46f87d191238dea2a9702e023e8aa7",
+                "f9850f952dee7b692b5185f8dc732622ab4d24cd40359a2f3d34259a5fb9097f",
+                "2966be822840bdfd3899075ba4af17b69eb4c95ac9309a48b08cbbebe9b78629",
+                "0cb178afee1116a3767ff0323f94a2e4dd348268417ad65ecf0777f6d8869e22",
+                "003edad2a8c990a80a3825623121a7707e03ce7f158b12c152517688c3706623",
+                "f2c50cb4b5a53bdd4f48ba3cd0e1754d39efe72cb2b6e22466ca5237236e0b62",
+                "3f935d80efa87619112a6d29a4e17171ad6cab6bafe332e6c459a08e66a1c721",
+                "2065b75516fbdf12381ba2761d83a8eccdcaf59da184913d8e200fcc224e56cb",
+                "75ad33aa2f30ef4724dbca600e20b0cbd6285c474326b13d1024595be1a0e1c6",
+            ],
+        );
+    }
+
+    /// A migration that fails names the database and the version it was going to.
+    #[test]
+    fn a_failed_migration_names_its_database_and_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        super::migrate(&conn).unwrap();
+        let latest = super::MIGRATIONS.len();
+        // Recorded one version back, with what the last migration drops already gone.
+        conn.execute_batch(&format!("PRAGMA user_version = {}", latest - 1))
+            .unwrap();
+        let e = super::migrate(&conn).unwrap_err();
+        let shown = e.to_string();
+        assert!(
+            matches!(e, crate::inbox::InboxError::Migration { .. })
+                && shown.contains(&path.display().to_string())
+                && shown.contains(&format!("schema version {latest}"))
+                && shown.contains("deliveries_due"),
+            "{shown}"
+        );
+    }
 }
