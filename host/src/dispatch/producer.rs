@@ -121,6 +121,15 @@ impl Dispatcher {
         while self.in_flight.total() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let left = self.in_flight.total();
+        if left > 0 {
+            tracing::warn!(
+                running = left,
+                waited_secs = DRAIN_FOR.as_secs(),
+                "stopping with attempts still running: their leases lapse and the next start \
+                 takes them back (retried, or dead-lettered under at-most-once)"
+            );
+        }
     }
 
     /// Leases as many due deliveries as there are free workers, within each plugin's cap and

@@ -49,6 +49,17 @@ pub enum InboxError {
         path.display()
     )]
     ForeignDatabase { path: PathBuf, why: String },
+    /// The database file is missing, but its WAL is there: the file was deleted or moved while
+    /// a hookd had it open, and the WAL holds its last writes. A new database is not started
+    /// over them.
+    #[error(
+        "{} does not exist, but {} does: the database file was deleted or moved while hookd had \
+         it open, and that file holds its last writes; put the database file back, or move the \
+         -wal and -shm files aside to start a new database",
+        path.display(),
+        wal.display()
+    )]
+    OrphanedWal { path: PathBuf, wal: PathBuf },
     /// A file-system step of opening the database failed.
     #[error("{action} {}: {source}", path.display())]
     Io {

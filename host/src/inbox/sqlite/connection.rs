@@ -41,6 +41,13 @@ pub(super) const HOOKD_TABLES: [&str; 5] = [
 pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
     use std::io::Read as _;
     let Ok(meta) = std::fs::metadata(path) else {
+        let wal = beside(path, WAL);
+        if wal.exists() {
+            return Err(InboxError::OrphanedWal {
+                path: path.to_owned(),
+                wal,
+            });
+        }
         return Ok(());
     };
     let not_a_database = |why| InboxError::NotADatabase {
@@ -423,6 +430,38 @@ mod tests {
         let empty = dir.path().join("empty.db");
         std::fs::write(&empty, "").unwrap();
         Inbox::open(&empty, Durability::Full).unwrap().close();
+    }
+
+    /// A database file deleted while open takes SQLite's writes on where no later start finds
+    /// them: from then on nothing is answered as stored, and the next start does not begin a
+    /// new database over the WAL left behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_file_deleted_while_open_stores_nothing_more() {
+        use crate::inbox::contract::fixtures::{self, accept, event};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        accept(&inbox, event("kept")).await;
+        std::fs::remove_file(&path).unwrap();
+        let refused = inbox
+            .accept(
+                crate::ids::SourceName::new(fixtures::SOURCE),
+                event("after"),
+                fixtures::request(),
+                vec![crate::ids::PluginName::new(fixtures::HANDLER)],
+                None,
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("deleted or replaced")),
+            "{refused:?}"
+        );
+        inbox.close();
+        let Err(e) = Inbox::open(&path, Durability::Full) else {
+            panic!("a new database was started over the WAL");
+        };
+        assert!(matches!(e, InboxError::OrphanedWal { .. }), "{e}");
+        assert!(!path.exists(), "no new database file");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! SQLite's errors sorted into the inbox's: busy or locked is [`InboxError::Busy`], a full disk
-//! [`InboxError::Unavailable`] (both transient: 503 + `Retry-After`, nothing stored), the rest
-//! [`InboxError::Storage`].
+//! or failing storage (an I/O error, read-only, cannot open) [`InboxError::Unavailable`] (both
+//! transient: 503 + `Retry-After`, nothing stored), the rest [`InboxError::Storage`].
 //!
 //! Invariant: a `rusqlite::Error` never leaves this room as itself; it crosses only as the
 //! opaque [`StorageError`](crate::inbox::StorageError) inside an [`InboxError`].
@@ -15,8 +15,15 @@ pub(super) fn from_shared(e: Arc<rusqlite::Error>) -> InboxError {
         Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
             InboxError::Busy(e)
         }
-        // Space freed (retention, an operator) makes the same write succeed.
-        Some(rusqlite::ErrorCode::DiskFull) => InboxError::Unavailable(e),
+        // Space freed (retention, an operator) makes the same write succeed; so may the
+        // storage under the file once it is back (an I/O error, a file system remounted
+        // read-only, a file that cannot be opened now). SQLite rolls such a write back.
+        Some(
+            rusqlite::ErrorCode::DiskFull
+            | rusqlite::ErrorCode::SystemIoFailure
+            | rusqlite::ErrorCode::ReadOnly
+            | rusqlite::ErrorCode::CannotOpen,
+        ) => InboxError::Unavailable(e),
         _ => InboxError::Storage(e),
     }
 }
@@ -55,6 +62,20 @@ mod tests {
         assert!(matches!(e, InboxError::Unavailable(_)), "{e:?}");
         let answer = crate::error::ApiError::from(e);
         assert_eq!(answer.code(), "overloaded");
+    }
+
+    /// Failing storage under the file is as transient as a full disk: the provider retries.
+    #[test]
+    fn failing_storage_is_unavailable() {
+        for code in [
+            rusqlite::ffi::SQLITE_IOERR_WRITE,
+            rusqlite::ffi::SQLITE_IOERR_FSYNC,
+            rusqlite::ffi::SQLITE_READONLY,
+            rusqlite::ffi::SQLITE_CANTOPEN,
+        ] {
+            let e = InboxError::from(sqlite_failure(code));
+            assert!(matches!(e, InboxError::Unavailable(_)), "{code}: {e:?}");
+        }
     }
 
     #[test]

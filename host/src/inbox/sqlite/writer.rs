@@ -12,7 +12,9 @@
 //!   it may run twice, and only the run that commits counts. Unless the failure took the
 //!   transaction with it (SQLite rolls the whole transaction back on a full disk or an I/O
 //!   error): then the whole batch fails, each job answered with an error, none redone.
-//! - Every answer says what was committed: `Ok` only for a write its batch's `COMMIT` holds.
+//! - Every answer says what was committed: `Ok` only for a write its batch's `COMMIT` holds,
+//!   in the file the database's path still leads to (a database file deleted or replaced
+//!   while open takes SQLite's writes on, where no later start finds them: 503 instead).
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
 //!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
@@ -108,6 +110,9 @@ where
             // Not reachable: a batch is committed only after every job in it ran.
             (Ok(()), None) => Err(InboxError::WriterGone),
             (Err(Failed::Sqlite(e)), _) => Err(from_shared(e)),
+            (Err(moved @ Failed::Moved(_)), _) => Err(InboxError::Unavailable(Arc::new(
+                std::io::Error::other(moved.to_string()),
+            ))),
             // The write whose failure took the transaction with it says why.
             (Err(Failed::RolledBack), Some(Err(e))) => Err(e),
             (Err(Failed::RolledBack), _) => {
@@ -134,6 +139,10 @@ pub(super) enum Failed {
     /// error; it may do so for those): nothing of the batch is stored, and nothing can be
     /// redone in that transaction.
     RolledBack,
+    /// The database file was deleted or replaced while hookd had it open: SQLite goes on
+    /// writing to the open file, which no later start will find, so nothing is answered as
+    /// stored.
+    Moved(Arc<std::path::PathBuf>),
 }
 
 impl std::fmt::Display for Failed {
@@ -142,6 +151,12 @@ impl std::fmt::Display for Failed {
             Self::Sqlite(e) => e.fmt(f),
             Self::RolledBack => f.write_str(
                 "SQLite rolled the transaction back when a write in it failed (see its error)",
+            ),
+            Self::Moved(path) => write!(
+                f,
+                "the database file {} was deleted or replaced while hookd had it open; nothing \
+                 more is stored: put it back, or stop hookd and move its -wal and -shm aside",
+                path.display()
             ),
         }
     }
@@ -273,13 +288,44 @@ pub(super) fn spawn(
     checkpointer: Checkpointer,
 ) -> Result<std::thread::JoinHandle<()>, InboxError> {
     let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
+    let file = DatabaseFile::of(&conn);
     std::thread::Builder::new()
         .name("inbox-writer".into())
         .spawn(move || {
-            writer_loop(conn, jobs, &commits, max_batch, &checkpointer);
+            writer_loop(conn, jobs, &commits, max_batch, &checkpointer, &file);
             checkpointer.stop();
         })
         .map_err(InboxError::WriterSpawn)
+}
+
+/// The database file the writer opened, as the file system names it (device and inode), so a
+/// commit can tell that the path still leads to the file it wrote.
+struct DatabaseFile {
+    path: Arc<std::path::PathBuf>,
+    identity: Option<(u64, u64)>,
+}
+
+impl DatabaseFile {
+    fn of(conn: &Connection) -> Self {
+        let path = std::path::PathBuf::from(conn.path().unwrap_or_default());
+        let identity = Self::identity(&path);
+        Self {
+            path: Arc::new(path),
+            identity,
+        }
+    }
+
+    /// `(device, inode)` of `path`; `None` for a database with no file (in memory).
+    fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    /// Whether the path no longer leads to the file opened (deleted, or another put there).
+    fn moved(&self) -> bool {
+        self.identity
+            .is_some_and(|opened| Self::identity(&self.path) != Some(opened))
+    }
 }
 
 fn writer_loop(
@@ -288,6 +334,7 @@ fn writer_loop(
     commits: &Commits,
     max_batch: usize,
     checkpointer: &Checkpointer,
+    file: &DatabaseFile,
 ) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
     let mut deferred: std::collections::VecDeque<Box<dyn Job>> = Default::default();
@@ -333,7 +380,13 @@ fn writer_loop(
                 if commit.is_err() {
                     let _ = conn.execute_batch("ROLLBACK");
                 }
-                commit
+                // Checked after the commit, before anyone is answered: a write the path no
+                // longer leads to is not stored, whatever SQLite says of it.
+                if commit.is_ok() && changed && file.moved() {
+                    Err(Failed::Moved(Arc::clone(&file.path)))
+                } else {
+                    commit
+                }
             }
             Err(failed) => {
                 if !conn.is_autocommit() {
