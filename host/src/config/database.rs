@@ -67,7 +67,8 @@ pub enum DatabaseError {
     /// An `@` after the host, in the path or a parameter (the value is never shown).
     #[error(
         "has an unencoded `@` after its host, in its path or a parameter such as password= \
-         (write it as %40): the client would read everything before it as a user name"
+         (write it as %40; a `?` in a password as %3F): the client would read everything before \
+         it as a user name and password"
     )]
     AtAfterHost,
     /// A port that is not a number: most often a password given without `@host` after it (the
@@ -80,7 +81,7 @@ pub enum DatabaseError {
     /// `postgres:` or `postgresql:` without `//` (the value is never shown: taken for a file
     /// name it would be logged, and created, password and all).
     #[error(
-        "begins like a PostgreSQL URL but has no `//` after its scheme: write \
+        "begins like a PostgreSQL URL but not with `postgres://`: write \
          postgres://user:password@host:port/dbname"
     )]
     NoSlashes,
@@ -95,7 +96,8 @@ impl Database {
         }
         let Some((scheme, rest)) = value.split_once("://") else {
             let lower = value.to_ascii_lowercase();
-            if lower.starts_with("postgres:") || lower.starts_with("postgresql:") {
+            let url_like = ["postgres:", "postgresql:", "postgres//", "postgresql//"];
+            if url_like.iter().any(|start| lower.starts_with(start)) {
                 return Err(DatabaseError::NoSlashes);
             }
             // Not a path anyone means: a file named "host=… password=…" would be created.
@@ -225,17 +227,25 @@ fn authority(rest: &str) -> &str {
 }
 
 /// Whether a URL's user info (up to its first `@`) holds what only comes after the host: a
-/// path or a parameter. A user name has none of these; the `@` was in the query.
+/// path or a parameter in the user name, or a query (`?…=`) in the password. The `@` was in
+/// the path or the query, and the client would read host, path and query as user and
+/// password.
 fn beyond_host(user_info: &str) -> bool {
-    !user_info.contains(':') && user_info.contains(['/', '?', '&', '='])
+    let (user, password) = user_info.split_once(':').unwrap_or((user_info, ""));
+    user.contains(['/', '?', '&', '='])
+        || password
+            .split_once('?')
+            .is_some_and(|(_, query)| query.contains('='))
 }
 
-/// The port of one `host[:port]` of an authority, if it has one (`[v6]:port` too).
+/// The port of one `host[:port]` of an authority, as the client reads it: after the first `:`,
+/// or after `]` for a bracketed `[v6]:port`.
 fn port_of(host: &str) -> Option<&str> {
-    let after_bracket = host.rfind(']').map_or(0, |i| i + 1);
-    host[after_bracket..]
-        .rfind(':')
-        .map(|i| &host[after_bracket + i + 1..])
+    let after = match host.strip_prefix('[') {
+        Some(rest) => &rest[rest.find(']').map_or(rest.len(), |i| i + 1)..],
+        None => host,
+    };
+    after.find(':').map(|i| &after[i + 1..])
 }
 
 /// Whether a port is anything but a number.
@@ -319,6 +329,11 @@ mod tests {
                 "postgres://***@x",
             ),
             ("postgres://hookd:PW", "postgres://hookd:***"),
+            ("postgres://hookd:PW]x/db", "postgres://hookd:***/db"),
+            (
+                "postgres://localhost/h?user=u&password=Pa:ss@word",
+                "postgres://***@word",
+            ),
             (
                 "postgres://db1:5432,hookd:PW/h",
                 "postgres://db1:5432,hookd:***/h",
@@ -348,13 +363,33 @@ mod tests {
         // Nor an `@` after the host: the client would take host, path and query for the user.
         let err = parse("postgres://localhost/hookd?user=hookd&password=PW-1@x").unwrap_err();
         assert_eq!(err, DatabaseError::AtAfterHost);
+        // However the user info around it looks.
+        for value in [
+            "postgres://localhost/postgres?user=hookd&password=Pa:PW-1@word",
+            "postgres://127.0.0.1:5433/postgres?user=hookd&password=PW-1@nohost",
+        ] {
+            assert_eq!(
+                parse(value).unwrap_err(),
+                DatabaseError::AtAfterHost,
+                "{value}"
+            );
+        }
         // A password given without `@host` reads as a port.
-        let err = parse("postgres://hookd:PW-2").unwrap_err();
-        assert_eq!(err, DatabaseError::PortNotNumber);
+        for value in ["postgres://hookd:PW-2", "postgres://hookd:PW]2/db"] {
+            assert_eq!(
+                parse(value).unwrap_err(),
+                DatabaseError::PortNotNumber,
+                "{value}"
+            );
+        }
         assert!(parse("postgres://db1:5432,db2:5433/h").is_ok());
         assert!(parse("postgres://[::1]:5432/h").is_ok());
         // One slash is no URL, and no file name either (it would be created, password and all).
-        for value in ["postgres:/hookd:PW-3@db/hookd", "PostgreSQL:hookd:PW-3@db"] {
+        for value in [
+            "postgres:/hookd:PW-3@db/hookd",
+            "PostgreSQL:hookd:PW-3@db",
+            "postgres//hookd:PW-3@db/hookd",
+        ] {
             assert_eq!(
                 parse(value).unwrap_err(),
                 DatabaseError::NoSlashes,

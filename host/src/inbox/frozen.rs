@@ -4,9 +4,21 @@
 
 use sha2::{Digest as _, Sha256};
 
+#[test]
+fn released_sqlite_migrations_are_never_edited() {
+    use super::sqlite::schema;
+    assert_migrations_pinned(schema::MIGRATIONS, schema::RELEASED);
+}
+
+#[test]
+fn released_postgres_migrations_are_never_edited() {
+    use super::postgres::schema;
+    assert_migrations_pinned(schema::MIGRATIONS, schema::RELEASED);
+}
+
 /// Fails unless `migrations` are SQL whose SHA-256 (hex) are `pinned`, in order: none edited,
 /// every one pinned.
-pub(super) fn assert_migrations_pinned(migrations: &[&str], pinned: &[&str]) {
+fn assert_migrations_pinned(migrations: &[&str], pinned: &[&str]) {
     let hashes: Vec<String> = migrations
         .iter()
         .map(|sql| hex::encode(Sha256::digest(sql.as_bytes())))

@@ -199,18 +199,20 @@ mod tests {
         Credential::new(&allow(), entry, "Authorization", "API_KEY", "Bearer ", &env)
     }
 
+    /// Why a credential for `api.example.com:443` with these fields is refused.
+    fn refused(
+        header: &str,
+        var: &str,
+        prefix: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> CredentialError {
+        Credential::new(&allow(), "api.example.com:443", header, var, prefix, env).unwrap_err()
+    }
+
     /// A bad prefix is named as the prefix, not blamed on the variable's value.
     #[test]
     fn a_prefix_that_is_no_header_value_is_named() {
-        let err = Credential::new(
-            &allow(),
-            "api.example.com:443",
-            "authorization",
-            "API_KEY",
-            "Bearer\n",
-            &env,
-        )
-        .unwrap_err();
+        let err = refused("authorization", "API_KEY", "Bearer\n", &env);
         assert_eq!(
             err.to_string(),
             "api.example.com:443: prefix is not a valid header value (a control character or a \
@@ -222,15 +224,7 @@ mod tests {
     #[test]
     fn an_empty_variable_is_named() {
         let empty = |_: &str| Some(" ".to_owned());
-        let err = Credential::new(
-            &allow(),
-            "api.example.com:443",
-            "authorization",
-            "API_KEY",
-            "Bearer ",
-            &empty,
-        )
-        .unwrap_err();
+        let err = refused("authorization", "API_KEY", "Bearer ", &empty);
         assert_eq!(
             err.to_string(),
             "api.example.com:443: environment variable API_KEY is set but empty"
@@ -243,15 +237,7 @@ mod tests {
     fn a_variable_with_whitespace_around_it_is_refused() {
         for padded in ["sk-test-0123\n", " sk-test-0123", "sk-test-0123\t"] {
             let padded_env = |_: &str| Some(padded.to_owned());
-            let err = Credential::new(
-                &allow(),
-                "api.example.com:443",
-                "authorization",
-                "API_KEY",
-                "Bearer ",
-                &padded_env,
-            )
-            .unwrap_err();
+            let err = refused("authorization", "API_KEY", "Bearer ", &padded_env);
             assert!(matches!(err, CredentialError::Whitespace { .. }), "{err:?}");
             assert!(!err.to_string().contains("sk-test"), "{err}");
         }
@@ -260,30 +246,14 @@ mod tests {
     /// A value written as the header's name by mistake is not echoed.
     #[test]
     fn a_header_name_that_is_no_name_is_not_echoed() {
-        let err = Credential::new(
-            &allow(),
-            "api.example.com:443",
-            "Authorization: Bearer sk-live-9876",
-            "API_KEY",
-            "",
-            &env,
-        )
-        .unwrap_err();
+        let err = refused("Authorization: Bearer sk-live-9876", "API_KEY", "", &env);
         assert!(matches!(err, CredentialError::Header { .. }), "{err:?}");
         assert!(!err.to_string().contains("sk-live"), "{err}");
     }
 
     #[test]
     fn a_missing_variable_is_named() {
-        let err = Credential::new(
-            &allow(),
-            "api.example.com:443",
-            "authorization",
-            "NOPE",
-            "",
-            &env,
-        )
-        .unwrap_err();
+        let err = refused("authorization", "NOPE", "", &env);
         assert!(err.to_string().contains("NOPE"), "{err}");
     }
 
@@ -358,15 +328,7 @@ mod tests {
 
     #[test]
     fn host_set_headers_cannot_carry_a_credential() {
-        let err = Credential::new(
-            &allow(),
-            "api.example.com:443",
-            "Idempotency-Key",
-            "API_KEY",
-            "",
-            &env,
-        )
-        .unwrap_err();
+        let err = refused("Idempotency-Key", "API_KEY", "", &env);
         assert!(matches!(err, CredentialError::Reserved { .. }), "{err:?}");
     }
 }

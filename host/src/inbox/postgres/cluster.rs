@@ -29,32 +29,34 @@ fn release(row: &Row) -> Release {
 impl ClusterStore for PostgresStore {
     async fn heartbeat(&self, beat: NodeBeat, forget_before_ms: i64) -> Result<(), InboxError> {
         let live = serde_json::to_string(&beat.live).expect("a map of strings serialises");
-        let client = self.client().await?;
-        client
-            .execute(
-                "INSERT INTO nodes (id, listen, admin_listen, started_at, heartbeat_at, in_flight,
+        let mut client = self.client().await?;
+        // One transaction (at `READ COMMITTED`, whatever the database's default): another
+        // node forgetting the same silent row at once must not fail this one.
+        let tx = client.transaction().await?;
+        tx.execute(
+            "INSERT INTO nodes (id, listen, admin_listen, started_at, heartbeat_at, in_flight,
                                     live)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (id) DO UPDATE SET listen = EXCLUDED.listen,
                      admin_listen = EXCLUDED.admin_listen, heartbeat_at = EXCLUDED.heartbeat_at,
                      in_flight = EXCLUDED.in_flight, live = EXCLUDED.live",
-                &[
-                    &beat.id,
-                    &beat.listen,
-                    &beat.admin_listen,
-                    &beat.started_at_ms,
-                    &beat.at_ms,
-                    &(beat.in_flight as i64),
-                    &live,
-                ],
-            )
-            .await?;
-        client
-            .execute(
-                "DELETE FROM nodes WHERE heartbeat_at < $1",
-                &[&forget_before_ms],
-            )
-            .await?;
+            &[
+                &beat.id,
+                &beat.listen,
+                &beat.admin_listen,
+                &beat.started_at_ms,
+                &beat.at_ms,
+                &(beat.in_flight as i64),
+                &live,
+            ],
+        )
+        .await?;
+        tx.execute(
+            "DELETE FROM nodes WHERE heartbeat_at < $1",
+            &[&forget_before_ms],
+        )
+        .await?;
+        tx.commit().await?;
         Ok(())
     }
 

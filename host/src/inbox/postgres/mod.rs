@@ -54,7 +54,7 @@ mod lease;
 mod quarantine;
 mod replay;
 mod retention;
-mod schema;
+pub(in crate::inbox) mod schema;
 mod state;
 mod statements;
 mod statistics;
@@ -123,6 +123,13 @@ const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 /// until the server's TCP keepalive gave up on it: two hours by default.
 const IDLE_IN_TRANSACTION: &str = "idle_in_transaction_session_timeout=30s";
 
+/// The isolation level of every statement sent outside hookd's own transactions (a heartbeat,
+/// a notice), as its transactions name it themselves ([`statements::BEGIN`]): a database's or
+/// role's `REPEATABLE READ` default would fail a statement that waited for a row another node
+/// changed. Sent like [`IDLE_IN_TRANSACTION`], when connecting unless the URL's `options` set
+/// it (the space escaped as the server's option syntax wants).
+const READ_COMMITTED: &str = r"default_transaction_isolation=read\ committed";
+
 /// The inbox's PostgreSQL database, shared with whatever other nodes use it.
 pub(super) struct PostgresStore {
     connections: Arc<Connections>,
@@ -182,8 +189,10 @@ impl Connections {
 /// ([`tls`]).
 ///
 /// When hookd talks to PostgreSQL itself (`pooler` none), the server is also told to end a
-/// session idle inside a transaction ([`IDLE_IN_TRANSACTION`]); a pooler in any mode refuses
-/// that startup option (PgBouncer's own `idle_transaction_timeout` does the job there).
+/// session idle inside a transaction ([`IDLE_IN_TRANSACTION`]) and to run statements outside a
+/// transaction at `READ COMMITTED` ([`READ_COMMITTED`]); a pooler in any mode refuses those
+/// startup options (PgBouncer's own `idle_transaction_timeout` does the first's job there, and
+/// the few statements hookd sends outside a transaction then run at the database's default).
 fn connection_config(url: &str, pooler: Pooler) -> Result<(Config, tls::Connector), InboxError> {
     let (url, tls_options) = tls::split(url)?;
     let mut config: Config = url.parse().map_err(|e| InboxError::InvalidUrl {
@@ -201,9 +210,16 @@ fn connection_config(url: &str, pooler: Pooler) -> Result<(Config, tls::Connecto
         // tokio-postgres' default (two hours), so not set by the URL.
         config.keepalives_idle(KEEPALIVE_IDLE);
     }
-    let own = config.get_options().unwrap_or("");
-    if pooler == Pooler::None && !own.contains("idle_in_transaction_session_timeout") {
-        let options = format!("{own} -c {IDLE_IN_TRANSACTION}");
+    if pooler == Pooler::None {
+        let mut options = config.get_options().unwrap_or("").to_owned();
+        for (name, setting) in [
+            ("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION),
+            ("default_transaction_isolation", READ_COMMITTED),
+        ] {
+            if !options.contains(name) {
+                options = format!("{options} -c {setting}");
+            }
+        }
         config.options(options.trim_start());
     }
     Ok((config, connector))

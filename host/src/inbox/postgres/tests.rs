@@ -562,16 +562,24 @@ async fn every_transaction_is_read_committed_whatever_the_default_isolation() {
         return;
     };
     default_isolation(&db, "serializable").await;
+    let level = "SELECT current_setting('transaction_isolation')";
+    // Outside a transaction: hookd's own session setting, unless the URL's options set one.
     let store = PostgresStore::connect(db.url(), 1, Pooler::None)
         .await
         .unwrap();
-    let mut conn = store.client().await.unwrap();
-    let level = "SELECT current_setting('transaction_isolation')";
+    let conn = store.client().await.unwrap();
     let outside: String = conn.plain().query_one(level, &[]).await.unwrap().get(0);
-    assert_eq!(
-        outside, "serializable",
-        "the database's default is in force"
+    assert_eq!(outside, "read committed");
+    let url = format!(
+        "{}{}options=-c%20default_transaction_isolation%3Dserializable",
+        db.url(),
+        if db.url().contains('?') { '&' } else { '?' }
     );
+    let store = PostgresStore::connect(&url, 1, Pooler::None).await.unwrap();
+    let mut conn = store.client().await.unwrap();
+    let outside: String = conn.plain().query_one(level, &[]).await.unwrap().get(0);
+    assert_eq!(outside, "serializable", "the URL's own setting is kept");
+    // Inside one, whichever way it is begun: `READ COMMITTED` all the same.
     for begin in [statements::BEGIN, super::BEGIN_GENERIC] {
         let rows = conn.in_one_round_trip(begin, level, &[]).await.unwrap();
         assert_eq!(rows[0].get::<_, String>(0), "read committed", "{begin}");

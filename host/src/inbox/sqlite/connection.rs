@@ -81,12 +81,29 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
 }
 
 /// Refuses an SQLite database at `path` that holds tables but not hookd's, or a schema version
-/// hookd never wrote. Read through a read-only connection, which changes nothing in the file.
+/// hookd never wrote. Read through a read-only connection, which changes nothing in the file;
+/// and, unless its `-wal` and `-shm` are both there already, as an immutable file: a read-only
+/// connection to a database in WAL mode creates the two (and, unable to checkpoint, leaves
+/// them), which beside another program's database, owned by another user, would stop that
+/// program writing to it. The file alone is then read: what a `-wal` may hold beyond it is
+/// newer writes to tables the file already has, or the first tables of a new database, which
+/// a file with no tables counts as.
 fn check_tables(path: &Path) -> Result<(), InboxError> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let companions_there = beside(path, WAL).exists() && beside(path, SHM).exists();
+    let conn = match path.to_str() {
+        Some(name) if !companions_there => {
+            // `?`, `#` and `%` end or escape a URI's path; the rest is taken as written.
+            const URI_PATH: &percent_encoding::AsciiSet =
+                &percent_encoding::CONTROLS.add(b'?').add(b'#').add(b'%');
+            let uri = format!(
+                "file:{}?immutable=1",
+                percent_encoding::utf8_percent_encode(name, URI_PATH)
+            );
+            Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)?
+        }
+        _ => Connection::open_with_flags(path, flags)?,
+    };
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     let mut names = conn.prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")?;
     let tables = names
@@ -484,6 +501,10 @@ mod tests {
                 "lookalike.db",
                 "CREATE TABLE events (id INTEGER); PRAGMA user_version = 3",
             ),
+            made(
+                "wal?#%.db",
+                "PRAGMA journal_mode = WAL; CREATE TABLE users (name TEXT)",
+            ),
         ];
         for (path, bytes) in &cases {
             let Err(e) = Inbox::open(path, Durability::Full) else {
@@ -495,11 +516,10 @@ mod tests {
                     && e.to_string().contains("server.database"),
                 "{e}"
             );
-            assert!(
-                !beside(path, LOCK).exists(),
-                "no lock beside {}",
-                path.display()
-            );
+            for companion in [LOCK, WAL, SHM] {
+                let file = beside(path, companion);
+                assert!(!file.exists(), "{} made", file.display());
+            }
             let meta = std::fs::metadata(path).unwrap();
             assert_eq!(meta.permissions().mode() & 0o777, 0o644, "its mode is left");
             assert_eq!(

@@ -26,7 +26,7 @@ mod quarantine;
 mod queued;
 mod replay;
 mod retention;
-mod schema;
+pub(in crate::inbox) mod schema;
 mod sql;
 mod state;
 mod views;
