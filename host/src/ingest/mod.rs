@@ -30,7 +30,7 @@ use crate::{
     config::SourceConfig,
     error::ApiError,
     ids::EventId,
-    inbox::{Accepted, RawRequest},
+    inbox::{Accepted, InboxError, RawRequest},
     model::{Envelope, unix_ms},
     runtime::{CallContext, CallError, ParseRequest, ParseVerdict, ParserResponse},
     text,
@@ -111,10 +111,34 @@ async fn count_the_rest(
     response
 }
 
-/// How long an accept waits for a shared database (PostgreSQL) before the request is answered
-/// 503 instead. (The embedded database is not waited on: its writer is this process's own, and
-/// the counters it keeps in process must see every accept through.)
-const SHARED_STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long a request waits for its accept's commit before it is answered 503 instead: a
+/// shared database that stopped answering (an old primary's address gone dark), or a disk
+/// under the embedded one that stopped (frozen, a stalled device).
+const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits for `accept` (owned, so that it can go on alone) at most [`STORE_ANSWER`]; past it,
+/// the provider is told to retry rather than held for as long as TCP's own timeouts or a
+/// stalled disk. Were the event committed after all, the retry is a duplicate; a 202 still
+/// follows only a returned commit. The accept itself runs to its end in a task of its own, so
+/// the inbox's in-process counters see it through.
+async fn within_store_answer(
+    accept: impl Future<Output = Result<Accepted, InboxError>> + Send + 'static,
+) -> Result<Accepted, ApiError> {
+    let mut accept = Box::pin(accept);
+    match tokio::time::timeout(STORE_ANSWER, &mut accept).await {
+        Ok(accepted) => Ok(accepted?),
+        Err(_) => {
+            tokio::spawn(accept);
+            tracing::warn!(
+                waited_secs = STORE_ANSWER.as_secs(),
+                "the database did not answer the accept in time: answered 503"
+            );
+            Err(ApiError::Overloaded {
+                retry_after_secs: 1,
+            })
+        }
+    }
+}
 
 /// What the envelope step decided.
 #[derive(Debug)]
@@ -233,33 +257,12 @@ async fn answer(
                 }
                 return Ok(("duplicate", accepted_response(ack, &event_id, true)));
             }
-            let accept = shared.inbox.accept(
-                source.name.clone(),
-                envelope,
-                request,
-                source.handlers.clone(),
-                None,
-            );
-            let accepted = if shared.inbox.single_node() {
-                accept.await?
-            } else {
-                // A shared database that stopped answering without closing anything (an old
-                // primary's address gone dark) must not hold the request for as long as TCP's
-                // own timeouts: the provider is told to retry. Were the event committed after
-                // all, the retry is a duplicate; a 202 still follows only a returned commit.
-                match tokio::time::timeout(SHARED_STORE_ANSWER, accept).await {
-                    Ok(accepted) => accepted?,
-                    Err(_) => {
-                        tracing::warn!(
-                            waited_secs = SHARED_STORE_ANSWER.as_secs(),
-                            "the database did not answer the accept in time: answered 503"
-                        );
-                        return Err(ApiError::Overloaded {
-                            retry_after_secs: 1,
-                        });
-                    }
-                }
-            };
+            let inbox = shared.inbox.clone();
+            let (name, handlers) = (source.name.clone(), source.handlers.clone());
+            let accepted = within_store_answer(async move {
+                inbox.accept(name, envelope, request, handlers, None).await
+            })
+            .await?;
             let duplicate = accepted == Accepted::Duplicate;
             let outcome = if duplicate { "duplicate" } else { "accepted" };
             Ok((outcome, accepted_response(ack, &event_id, duplicate)))
@@ -496,7 +499,29 @@ fn envelope_from_headers(source: &SourceConfig, request: &RawRequest) -> Envelop
 
 #[cfg(test)]
 mod tests {
-    use super::json_type;
+    use super::{Accepted, ApiError, json_type, within_store_answer};
+
+    /// An accept the database does not answer is a 503 after the answer time, and still runs
+    /// to its end afterwards.
+    #[tokio::test(start_paused = true)]
+    async fn an_accept_past_the_answer_time_is_a_503_and_still_runs_to_its_end() {
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let (finished, ended) = tokio::sync::oneshot::channel();
+        let answer = within_store_answer(async move {
+            let _ = released.await;
+            let _ = finished.send(());
+            Ok(Accepted::New)
+        })
+        .await;
+        assert!(
+            matches!(answer, Err(ApiError::Overloaded { .. })),
+            "{answer:?}"
+        );
+        release.send(()).unwrap();
+        ended.await.expect("the accept cut short ran to its end");
+        let answer = within_store_answer(async { Ok(Accepted::Duplicate) }).await;
+        assert!(matches!(answer, Ok(Accepted::Duplicate)), "{answer:?}");
+    }
 
     #[test]
     fn the_type_of_a_json_body_is_its_top_level_string_type() {

@@ -227,7 +227,9 @@ fn a_claim_reads_index_ranges_never_the_whole_backlog() {
 #[test]
 fn a_claim_reuses_its_compiled_statement_whatever_it_binds() {
     let dir = tempfile::tempdir().unwrap();
-    let conn = open_connection(&dir.path().join("hookd.db"), Durability::Full).unwrap();
+    let path = dir.path().join("hookd.db");
+    std::fs::File::create(&path).unwrap();
+    let conn = open_connection(&path, Durability::Full).unwrap();
     schema::migrate(&conn).unwrap();
     for n in 0..20 {
         delivery(&conn, "h", n, Some("k"), Some(n), "pending");

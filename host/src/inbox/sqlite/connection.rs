@@ -279,11 +279,12 @@ pub(super) fn open_connection(
     path: &Path,
     durability: Durability,
 ) -> Result<Connection, InboxError> {
+    // Never `CREATE`: the file is made by `create_private` before the first connection, and
+    // a reader opened after it was deleted must fail, not start an empty database at its path
+    // (which the next start would take for a new one, beside the WAL holding the last writes).
     let conn = Connection::open_with_flags(
         path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     let synchronous = match durability {
         Durability::Full => "FULL",
@@ -460,6 +461,9 @@ mod tests {
         let inbox = Inbox::open(&path, Durability::Full).unwrap();
         accept(&inbox, event("kept")).await;
         std::fs::remove_file(&path).unwrap();
+        // A new connection (a reader's) fails rather than make an empty database there.
+        assert!(open_connection(&path, Durability::Normal).is_err());
+        assert!(!path.exists(), "a reader made a new database file");
         let refused = inbox
             .accept(
                 crate::ids::SourceName::new(fixtures::SOURCE),
@@ -473,6 +477,9 @@ mod tests {
             matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("deleted or replaced")),
             "{refused:?}"
         );
+        // Reads of the open file still work; readiness says the database takes no writes.
+        let ready = inbox.ready(std::time::Duration::from_secs(2)).await;
+        assert!(ready.is_err(), "ready after a failed write");
         inbox.close();
         let Err(e) = Inbox::open(&path, Durability::Full) else {
             panic!("a new database was started over the WAL");

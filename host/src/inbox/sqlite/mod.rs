@@ -72,6 +72,8 @@ struct Inner {
     commits: Arc<Commits>,
     /// Held while open: one hookd per database, because start-up takes back every lease.
     lock: Mutex<Option<std::fs::File>>,
+    /// What the writer's batches say of the storage, for readiness.
+    health: Arc<writer::Health>,
     /// Notices of work: in process, as no other process uses the database.
     work: tokio::sync::Notify,
     /// State writes queued but not committed yet, as reads see them, and the version clocks.
@@ -95,7 +97,15 @@ impl SqliteStore {
         let (tx, rx) = mpsc::channel();
         let commits = Arc::new(Commits::default());
         let checkpointer = checkpoint::Checkpointer::spawn(path, options.durability)?;
-        let handle = writer::spawn(conn, rx, Arc::clone(&commits), options, checkpointer)?;
+        let health = Arc::new(writer::Health::default());
+        let handle = writer::spawn(
+            conn,
+            rx,
+            Arc::clone(&commits),
+            options,
+            checkpointer,
+            Arc::clone(&health),
+        )?;
         Ok(Self {
             inner: Arc::new(Inner {
                 path: path.to_owned(),
@@ -106,6 +116,7 @@ impl SqliteStore {
                 lock: Mutex::new(lock),
                 work: tokio::sync::Notify::new(),
                 queued,
+                health,
             }),
         })
     }
@@ -152,6 +163,12 @@ impl Store for SqliteStore {
     }
 
     async fn ping(&self) -> Result<(), InboxError> {
+        // Reads may work while writes do not (a full, failing or stalled disk): the writer
+        // says so.
+        self.inner
+            .health
+            .check()
+            .map_err(|why| InboxError::Unavailable(Arc::new(std::io::Error::other(why))))?;
         self.read(|conn| Ok(conn.query_row("SELECT 1", [], |_| Ok(()))?))
             .await
     }

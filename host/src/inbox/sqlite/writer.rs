@@ -162,6 +162,58 @@ impl std::fmt::Display for Failed {
     }
 }
 
+/// What the writer's batches say of the storage under the database, for readiness
+/// (`GET /readyz`): a node whose disk stopped or keeps failing writes is taken out of rotation,
+/// though its reads still work.
+#[derive(Default)]
+pub(super) struct Health {
+    /// When the batch under way started; `None` between batches.
+    busy_since: std::sync::Mutex<Option<std::time::Instant>>,
+    /// The last batch that failed, and why; cleared by the next one that wrote.
+    failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+}
+
+/// A batch under way this long is a stalled disk (a commit takes milliseconds).
+const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+/// A failed batch this recent makes the database unready. Not for longer: a node out of
+/// rotation gets no writes that could show its disk is back.
+const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Health {
+    /// Why the database cannot take writes now, if the writer says so.
+    pub(super) fn check(&self) -> Result<(), String> {
+        if let Some(since) = *self.busy_since.lock().expect("poisoned")
+            && since.elapsed() >= STALLED_AFTER
+        {
+            return Err(format!(
+                "the database's writer has been inside one commit for {} ms (a stalled disk?)",
+                since.elapsed().as_millis()
+            ));
+        }
+        match &*self.failed.lock().expect("poisoned") {
+            Some((at, why)) if at.elapsed() < FAILED_WITHIN => Err(format!(
+                "the database's last write failed {} ms ago: {why}",
+                at.elapsed().as_millis()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn started(&self) {
+        *self.busy_since.lock().expect("poisoned") = Some(std::time::Instant::now());
+    }
+
+    fn ended(&self, commit: &Result<(), Failed>, wrote: bool) {
+        *self.busy_since.lock().expect("poisoned") = None;
+        let mut failed = self.failed.lock().expect("poisoned");
+        match commit {
+            Err(e) => *failed = Some((std::time::Instant::now(), e.to_string())),
+            Ok(()) if wrote => *failed = None,
+            Ok(()) => {}
+        }
+    }
+}
+
 /// Upper bound of jobs in one group commit; keeps a single transaction's latency bounded.
 const MAX_BATCH: usize = 2048;
 /// Upper bound of bulk bytes (plugin state writes) in one group commit, beyond a batch's first
@@ -286,13 +338,20 @@ pub(super) fn spawn(
     commits: Arc<Commits>,
     options: WriterOptions,
     checkpointer: Checkpointer,
+    health: Arc<Health>,
 ) -> Result<std::thread::JoinHandle<()>, InboxError> {
     let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
     let file = DatabaseFile::of(&conn);
     std::thread::Builder::new()
         .name("inbox-writer".into())
         .spawn(move || {
-            writer_loop(conn, jobs, &commits, max_batch, &checkpointer, &file);
+            let around = Around {
+                commits: &commits,
+                checkpointer: &checkpointer,
+                file: &file,
+                health: &health,
+            };
+            writer_loop(conn, jobs, max_batch, &around);
             checkpointer.stop();
         })
         .map_err(InboxError::WriterSpawn)
@@ -328,14 +387,26 @@ impl DatabaseFile {
     }
 }
 
+/// What the writer reports its batches to, and checks them against.
+struct Around<'a> {
+    commits: &'a Commits,
+    checkpointer: &'a Checkpointer,
+    file: &'a DatabaseFile,
+    health: &'a Health,
+}
+
 fn writer_loop(
     conn: Connection,
     jobs: mpsc::Receiver<Box<dyn Job>>,
-    commits: &Commits,
     max_batch: usize,
-    checkpointer: &Checkpointer,
-    file: &DatabaseFile,
+    around: &Around<'_>,
 ) {
+    let Around {
+        commits,
+        checkpointer,
+        file,
+        health,
+    } = around;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(max_batch.min(256));
     let mut deferred: std::collections::VecDeque<Box<dyn Job>> = Default::default();
     loop {
@@ -372,6 +443,7 @@ fn writer_loop(
             }
         }
         let started = std::time::Instant::now();
+        health.started();
         let mut wrote = false;
         let commit = match run_batch(&conn, &mut batch) {
             Ok(changed) => {
@@ -395,6 +467,7 @@ fn writer_loop(
                 Err(failed)
             }
         };
+        health.ended(&commit, wrote);
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
         } else if wrote {
@@ -469,6 +542,22 @@ mod tests {
             group_commit,
         };
         SqliteStore::open(&dir.path().join("hookd.db"), options).unwrap()
+    }
+
+    /// A writer inside one batch for longer than a commit takes makes the database unready
+    /// (a stalled disk), though reads still work; it is ready again once the batch ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_stuck_in_a_batch_makes_the_database_unready() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        inbox.ping().await.unwrap();
+        let (release, held) = hold(&inbox);
+        tokio::time::sleep(STALLED_AFTER + std::time::Duration::from_millis(100)).await;
+        let unready = inbox.ping().await.unwrap_err();
+        assert!(unready.to_string().contains("stalled disk"), "{unready}");
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        inbox.ping().await.unwrap();
     }
 
     /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.
