@@ -128,7 +128,16 @@ async fn within_store_answer(
     match tokio::time::timeout(STORE_ANSWER, &mut accept).await {
         Ok(accepted) => Ok(accepted?),
         Err(_) => {
-            tokio::spawn(accept);
+            tokio::spawn(async move {
+                match accept.await {
+                    Ok(accepted) => tracing::info!(
+                        ?accepted,
+                        "an accept answered 503 for want of time was committed after all: the \
+                         provider's retry is a duplicate"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "an accept answered 503 failed"),
+                }
+            });
             tracing::warn!(
                 waited_secs = STORE_ANSWER.as_secs(),
                 "the database did not answer the accept in time: answered 503"
@@ -218,8 +227,9 @@ async fn answer(
 ) -> Answered {
     let limits = BodyLimits::new(&shared.config.server, source.max_body_bytes);
     let declared = body::declared_length(&headers);
-    // Held until the request is answered: the body's bytes live that long.
-    let (body, _reservation) = body::read(body, declared, limits, budget).await?;
+    // Held until the request is answered, or an accept that holds the body ends: the bytes live
+    // that long.
+    let (body, reservation) = body::read(body, declared, limits, budget).await?;
 
     if let Some(answer) = handshake::post(source, &uri, &headers, &body, received) {
         return Ok(answer);
@@ -260,6 +270,9 @@ async fn answer(
             let inbox = shared.inbox.clone();
             let (name, handlers) = (source.name.clone(), source.handlers.clone());
             let accepted = within_store_answer(async move {
+                // The body's bytes stay counted for as long as the accept holds them, past a
+                // 503 too (in-flight memory stays bounded while the database is stuck).
+                let _held = reservation;
                 inbox.accept(name, envelope, request, handlers, None).await
             })
             .await?;

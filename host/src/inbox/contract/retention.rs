@@ -250,11 +250,18 @@ pub(super) async fn pruning_walks_in_batches_of_batch_size(db: &dyn Database) {
         batch_size: 2,
         ..an_hour()
     };
+    // A batch stops at `batch_size` events, or sooner at its time budget (real time, 1 ms on
+    // a single-writer store, which a loaded machine can use up on one event).
     let first = inbox.prune(&rules, None).await.unwrap();
-    assert_eq!(first.events, 2);
+    assert!(first.events <= 2, "{first:?}");
     assert!(first.more(2) && first.next.is_some(), "{first:?}");
-    let second = inbox.prune(&rules, first.next).await.unwrap();
-    assert_eq!((second.events, second.next), (1, None));
+    let (mut pruned, mut next) = (first.events, first.next);
+    while next.is_some() {
+        let batch = inbox.prune(&rules, next).await.unwrap();
+        assert!(batch.events <= 2, "{batch:?}");
+        (pruned, next) = (pruned + batch.events, batch.next);
+    }
+    assert_eq!(pruned, 3);
 }
 
 pub(super) async fn a_discarded_delivery_is_pruned_like_finished_work(db: &dyn Database) {

@@ -40,8 +40,14 @@ pub(super) const HOOKD_TABLES: [&str; 5] = [
 /// database with no tables at all, is a new database.
 pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
     use std::io::Read as _;
+    let not_a_database = |why| InboxError::NotADatabase {
+        path: path.to_owned(),
+        why,
+    };
     let Ok(meta) = std::fs::metadata(path) else {
-        let wal = beside(path, WAL);
+        // A new database, unless the files beside it say one was there: SQLite keeps them by
+        // the path with every link resolved (a link's target is created through it).
+        let wal = beside(&unresolved_target(path), WAL);
         if wal.exists() {
             return Err(InboxError::OrphanedWal {
                 path: path.to_owned(),
@@ -49,10 +55,6 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
             });
         }
         return Ok(());
-    };
-    let not_a_database = |why| InboxError::NotADatabase {
-        path: path.to_owned(),
-        why,
     };
     if !meta.is_file() {
         return Err(not_a_database("it is not a regular file"));
@@ -80,6 +82,28 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
     }
 }
 
+/// The file `path` (which does not exist) would be created as: its symbolic links followed
+/// (a link to a file not there yet), its directory resolved.
+fn unresolved_target(path: &Path) -> PathBuf {
+    let mut target = path.to_owned();
+    // As many links as the kernel follows before it gives up.
+    for _ in 0..40 {
+        let Ok(next) = std::fs::read_link(&target) else {
+            break;
+        };
+        target = match target.parent() {
+            Some(dir) => dir.join(next),
+            None => next,
+        };
+    }
+    match (target.parent(), target.file_name()) {
+        (Some(dir), Some(name)) => {
+            std::fs::canonicalize(dir).map_or(target.clone(), |dir| dir.join(name))
+        }
+        _ => target,
+    }
+}
+
 /// Refuses an SQLite database at `path` that holds tables but not hookd's, or a schema version
 /// hookd never wrote. Read through a read-only connection, which changes nothing in the file;
 /// and, unless its `-wal` and `-shm` are both there already, as an immutable file: a read-only
@@ -90,19 +114,26 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
 /// a file with no tables counts as.
 fn check_tables(path: &Path) -> Result<(), InboxError> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let companions_there = beside(path, WAL).exists() && beside(path, SHM).exists();
-    let conn = match path.to_str() {
+    // The file a symbolic link leads to, whose directory holds the `-wal` and `-shm`; and an
+    // absolute path, which a `file://` URI wants (`//srv/h.db` would name a host).
+    let real = std::fs::canonicalize(path).map_err(|source| InboxError::Io {
+        action: "resolving",
+        path: path.to_owned(),
+        source,
+    })?;
+    let companions_there = beside(&real, WAL).exists() && beside(&real, SHM).exists();
+    let conn = match real.to_str() {
         Some(name) if !companions_there => {
             // `?`, `#` and `%` end or escape a URI's path; the rest is taken as written.
             const URI_PATH: &percent_encoding::AsciiSet =
                 &percent_encoding::CONTROLS.add(b'?').add(b'#').add(b'%');
             let uri = format!(
-                "file:{}?immutable=1",
+                "file://{}?immutable=1",
                 percent_encoding::utf8_percent_encode(name, URI_PATH)
             );
             Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)?
         }
-        _ => Connection::open_with_flags(path, flags)?,
+        _ => Connection::open_with_flags(&real, flags)?,
     };
     let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
     let mut names = conn.prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")?;
@@ -337,6 +368,10 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, InboxError>,
     ) -> Result<T, InboxError> {
+        // A pooled connection still reads a deleted file: what it says is not the database's.
+        self.inner.health.still_there().map_err(|why| {
+            InboxError::Unavailable(std::sync::Arc::new(std::io::Error::other(why)))
+        })?;
         let pooled = self.inner.readers.lock().expect("poisoned").pop();
         let conn = match pooled {
             Some(conn) => conn,
@@ -455,37 +490,98 @@ mod tests {
     /// new database over the WAL left behind.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_file_deleted_while_open_stores_nothing_more() {
-        use crate::inbox::contract::fixtures::{self, accept, event};
+        use crate::{
+            ids::{PluginName, SourceName},
+            inbox::contract::fixtures::{self, accept, event},
+        };
         let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("data.db");
         let path = dir.path().join("hookd.db");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
         let inbox = Inbox::open(&path, Durability::Full).unwrap();
         accept(&inbox, event("kept")).await;
-        std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(&target).unwrap();
         // A new connection (a reader's) fails rather than make an empty database there.
         assert!(open_connection(&path, Durability::Normal).is_err());
-        assert!(!path.exists(), "a reader made a new database file");
+        assert!(!target.exists(), "a reader made a new database file");
+        // Neither a resend of the stored event (in the file still open it is a duplicate, and
+        // its batch changes nothing) nor a new one, nor any read, says anything of it now.
+        for id in ["kept", "after"] {
+            let refused = inbox
+                .accept(
+                    SourceName::new(fixtures::SOURCE),
+                    event(id),
+                    fixtures::request(),
+                    vec![PluginName::new(fixtures::HANDLER)],
+                    None,
+                )
+                .await;
+            assert!(
+                matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("deleted or replaced")),
+                "{id}: {refused:?}"
+            );
+        }
+        let read = inbox
+            .contains_event(fixtures::SOURCE.into(), "kept".into())
+            .await;
+        assert!(matches!(read, Err(InboxError::Unavailable(_))), "{read:?}");
+        assert!(
+            inbox
+                .ready(std::time::Duration::from_secs(2))
+                .await
+                .is_err()
+        );
+        inbox.close();
+        // The next start, through the link or not, does not start a new one over the WAL.
+        for opened in [&path, &target] {
+            let Err(e) = Inbox::open(opened, Durability::Full) else {
+                panic!("a new database was started over the WAL");
+            };
+            assert!(matches!(e, InboxError::OrphanedWal { .. }), "{e}");
+        }
+        assert!(!target.exists(), "no new database file");
+    }
+
+    /// A file moved away and back while open: the batches in between were refused before
+    /// their commit (a 503 is never a write that happened), and nothing more is stored until
+    /// a restart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_file_moved_away_and_back_keeps_what_was_answered() {
+        use crate::inbox::contract::fixtures::{accept, detail, event};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let aside = dir.path().join("aside.db");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        accept(&inbox, event("kept")).await;
+        std::fs::rename(&path, &aside).unwrap();
         let refused = inbox
             .accept(
-                crate::ids::SourceName::new(fixtures::SOURCE),
-                event("after"),
-                fixtures::request(),
-                vec![crate::ids::PluginName::new(fixtures::HANDLER)],
+                crate::ids::SourceName::new(crate::inbox::contract::fixtures::SOURCE),
+                event("refused"),
+                crate::inbox::contract::fixtures::request(),
+                Vec::new(),
                 None,
             )
             .await;
         assert!(
-            matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("deleted or replaced")),
+            matches!(refused, Err(InboxError::Unavailable(_))),
             "{refused:?}"
         );
-        // Reads of the open file still work; readiness says the database takes no writes.
-        let ready = inbox.ready(std::time::Duration::from_secs(2)).await;
-        assert!(ready.is_err(), "ready after a failed write");
+        std::fs::rename(&aside, &path).unwrap();
         inbox.close();
-        let Err(e) = Inbox::open(&path, Durability::Full) else {
-            panic!("a new database was started over the WAL");
-        };
-        assert!(matches!(e, InboxError::OrphanedWal { .. }), "{e}");
-        assert!(!path.exists(), "no new database file");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        detail(&inbox, "kept").await;
+        let refused = inbox
+            .contains_event(
+                crate::inbox::contract::fixtures::SOURCE.into(),
+                "refused".into(),
+            )
+            .await;
+        assert!(
+            matches!(refused, Ok(false)),
+            "a refused accept was stored: {refused:?}"
+        );
+        inbox.close();
     }
 
     #[test]

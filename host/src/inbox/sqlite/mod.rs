@@ -88,6 +88,7 @@ impl SqliteStore {
         let lock = connection::lock_database(path)?;
         connection::create_private(path)?;
         let conn = connection::open_connection(path, options.durability)?;
+        let file = writer::DatabaseFile::of(path)?;
         // Checkpoints run on a thread of their own (`checkpoint.rs`), soon after commits. The
         // writer's automatic one, inline after a commit, is the bound on the WAL (~8 MiB): it
         // copies what that thread has not, when it lags under steady load.
@@ -105,6 +106,7 @@ impl SqliteStore {
             options,
             checkpointer,
             Arc::clone(&health),
+            file,
         )?;
         Ok(Self {
             inner: Arc::new(Inner {

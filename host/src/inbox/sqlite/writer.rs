@@ -13,8 +13,10 @@
 //!   transaction with it (SQLite rolls the whole transaction back on a full disk or an I/O
 //!   error): then the whole batch fails, each job answered with an error, none redone.
 //! - Every answer says what was committed: `Ok` only for a write its batch's `COMMIT` holds,
-//!   in the file the database's path still leads to (a database file deleted or replaced
-//!   while open takes SQLite's writes on, where no later start finds them: 503 instead).
+//!   in the file the database's path still leads to. A database file deleted or replaced
+//!   while open would take SQLite's writes on, where no later start finds them: each batch
+//!   checks the path before its `COMMIT`, and once it finds the file gone it rolls back and
+//!   every batch and read after it fails (503), for good.
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
 //!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
@@ -155,7 +157,8 @@ impl std::fmt::Display for Failed {
             Self::Moved(path) => write!(
                 f,
                 "the database file {} was deleted or replaced while hookd had it open; nothing \
-                 more is stored: put it back, or stop hookd and move its -wal and -shm aside",
+                 more is stored until a restart: stop hookd, put the file back (or move its -wal \
+                 and -shm aside to start a new database) and start it again",
                 path.display()
             ),
         }
@@ -171,6 +174,9 @@ pub(super) struct Health {
     busy_since: std::sync::Mutex<Option<std::time::Instant>>,
     /// The last batch that failed, and why; cleared by the next one that wrote.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// Set for good once the database file was found deleted or replaced: nothing read or
+    /// written through the files still open is true of the database any more.
+    moved: std::sync::OnceLock<String>,
 }
 
 /// A batch under way this long is a stalled disk (a commit takes milliseconds).
@@ -182,6 +188,7 @@ const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 impl Health {
     /// Why the database cannot take writes now, if the writer says so.
     pub(super) fn check(&self) -> Result<(), String> {
+        self.still_there()?;
         if let Some(since) = *self.busy_since.lock().expect("poisoned")
             && since.elapsed() >= STALLED_AFTER
         {
@@ -196,6 +203,14 @@ impl Health {
                 at.elapsed().as_millis()
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// Refuses every read and write once the database file was found deleted or replaced.
+    pub(super) fn still_there(&self) -> Result<(), String> {
+        match self.moved.get() {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
         }
     }
 
@@ -339,9 +354,9 @@ pub(super) fn spawn(
     options: WriterOptions,
     checkpointer: Checkpointer,
     health: Arc<Health>,
+    file: DatabaseFile,
 ) -> Result<std::thread::JoinHandle<()>, InboxError> {
     let max_batch = if options.group_commit { MAX_BATCH } else { 1 };
-    let file = DatabaseFile::of(&conn);
     std::thread::Builder::new()
         .name("inbox-writer".into())
         .spawn(move || {
@@ -358,32 +373,35 @@ pub(super) fn spawn(
 }
 
 /// The database file the writer opened, as the file system names it (device and inode), so a
-/// commit can tell that the path still leads to the file it wrote.
-struct DatabaseFile {
+/// batch can tell that the configured path still leads to the file it writes.
+pub(super) struct DatabaseFile {
     path: Arc<std::path::PathBuf>,
-    identity: Option<(u64, u64)>,
+    identity: (u64, u64),
 }
 
 impl DatabaseFile {
-    fn of(conn: &Connection) -> Self {
-        let path = std::path::PathBuf::from(conn.path().unwrap_or_default());
-        let identity = Self::identity(&path);
-        Self {
-            path: Arc::new(path),
-            identity,
-        }
-    }
-
-    /// `(device, inode)` of `path`; `None` for a database with no file (in memory).
-    fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    /// The file `path` leads to now (taken when the writer's connection has just opened it).
+    pub(super) fn of(path: &std::path::Path) -> Result<Self, InboxError> {
         use std::os::unix::fs::MetadataExt as _;
-        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+        let meta = std::fs::metadata(path).map_err(|source| InboxError::Io {
+            action: "reading",
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Self {
+            path: Arc::new(path.to_owned()),
+            identity: (meta.dev(), meta.ino()),
+        })
     }
 
-    /// Whether the path no longer leads to the file opened (deleted, or another put there).
+    /// Whether the path no longer leads to the file opened: gone, or another file there. A
+    /// `stat` that fails otherwise (a passing I/O error) says nothing either way.
     fn moved(&self) -> bool {
-        self.identity
-            .is_some_and(|opened| Self::identity(&self.path) != Some(opened))
+        use std::os::unix::fs::MetadataExt as _;
+        match std::fs::metadata(&*self.path) {
+            Ok(meta) => (meta.dev(), meta.ino()) != self.identity,
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
     }
 }
 
@@ -446,19 +464,24 @@ fn writer_loop(
         health.started();
         let mut wrote = false;
         let commit = match run_batch(&conn, &mut batch) {
+            // Checked before the commit, for every batch (a duplicate's changes nothing, but
+            // its answer says the event is stored): what the path no longer leads to is not
+            // stored, and from then on nothing is.
+            Ok(_) if health.moved.get().is_some() || file.moved() => {
+                if !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                let moved = Failed::Moved(Arc::clone(&file.path));
+                let _ = health.moved.set(moved.to_string());
+                Err(moved)
+            }
             Ok(changed) => {
                 wrote = changed;
                 let commit = exec_cached(&conn, "COMMIT").map_err(|e| Failed::Sqlite(Arc::new(e)));
                 if commit.is_err() {
                     let _ = conn.execute_batch("ROLLBACK");
                 }
-                // Checked after the commit, before anyone is answered: a write the path no
-                // longer leads to is not stored, whatever SQLite says of it.
-                if commit.is_ok() && changed && file.moved() {
-                    Err(Failed::Moved(Arc::clone(&file.path)))
-                } else {
-                    commit
-                }
+                commit
             }
             Err(failed) => {
                 if !conn.is_autocommit() {
