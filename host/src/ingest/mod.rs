@@ -121,18 +121,18 @@ const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 /// stalled disk. Were the event committed after all, the retry is a duplicate; a 202 still
 /// follows only a returned commit. The accept itself runs to its end in a task of its own, so
 /// the inbox's in-process counters see it through.
-async fn within_store_answer(
-    accept: impl Future<Output = Result<Accepted, InboxError>> + Send + 'static,
-) -> Result<Accepted, ApiError> {
+async fn within_store_answer<T: std::fmt::Debug + Send + 'static>(
+    accept: impl Future<Output = Result<T, InboxError>> + Send + 'static,
+) -> Result<T, ApiError> {
     let mut accept = Box::pin(accept);
     match tokio::time::timeout(STORE_ANSWER, &mut accept).await {
         Ok(accepted) => Ok(accepted?),
         Err(_) => {
             tokio::spawn(async move {
                 match accept.await {
-                    Ok(accepted) => tracing::info!(
-                        ?accepted,
-                        "an accept answered 503 for want of time was committed after all: the \
+                    Ok(stored) => tracing::info!(
+                        ?stored,
+                        "a request answered 503 for want of time was stored after all: the \
                          provider's retry is a duplicate"
                     ),
                     Err(e) => tracing::warn!(error = %e, "an accept answered 503 failed"),
@@ -300,10 +300,12 @@ async fn answer(
             // Bounded like the backlog: a parser broken under a storm of requests must not
             // fill the disk; the provider gets a 503 and retries later.
             let max_held = shared.config.server.max_backlog;
-            let kept = shared
-                .inbox
-                .quarantine(source.name.clone(), request, reason.clone(), max_held)
-                .await?;
+            let (inbox, name, why) = (shared.inbox.clone(), source.name.clone(), reason.clone());
+            let kept = within_store_answer(async move {
+                let _held = reservation;
+                inbox.quarantine(name, request, why, max_held).await
+            })
+            .await?;
             if kept.is_none() {
                 tracing::warn!(reason, max_held, "quarantine full: request refused");
                 return Err(ApiError::Overloaded {

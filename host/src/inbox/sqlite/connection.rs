@@ -517,7 +517,7 @@ mod tests {
                 )
                 .await;
             assert!(
-                matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("deleted or replaced")),
+                matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("deleted, moved or replaced")),
                 "{id}: {refused:?}"
             );
         }
@@ -543,8 +543,8 @@ mod tests {
     }
 
     /// A file moved away and back while open: the batches in between were refused before
-    /// their commit (a 503 is never a write that happened), and nothing more is stored until
-    /// a restart.
+    /// they ran (a 503 is never a write that happened), and once it is back it is stored to
+    /// again, without a restart.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_database_file_moved_away_and_back_keeps_what_was_answered() {
         use crate::inbox::contract::fixtures::{accept, detail, event};
@@ -568,9 +568,11 @@ mod tests {
             "{refused:?}"
         );
         std::fs::rename(&aside, &path).unwrap();
+        accept(&inbox, event("back")).await;
         inbox.close();
         let inbox = Inbox::open(&path, Durability::Full).unwrap();
         detail(&inbox, "kept").await;
+        detail(&inbox, "back").await;
         let refused = inbox
             .contains_event(
                 crate::inbox::contract::fixtures::SOURCE.into(),

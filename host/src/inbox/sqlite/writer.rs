@@ -13,10 +13,10 @@
 //!   transaction with it (SQLite rolls the whole transaction back on a full disk or an I/O
 //!   error): then the whole batch fails, each job answered with an error, none redone.
 //! - Every answer says what was committed: `Ok` only for a write its batch's `COMMIT` holds,
-//!   in the file the database's path still leads to. A database file deleted or replaced
+//!   in the file the database's path leads to. A database file deleted, moved or replaced
 //!   while open would take SQLite's writes on, where no later start finds them: each batch
-//!   checks the path before its `COMMIT`, and once it finds the file gone it rolls back and
-//!   every batch and read after it fails (503), for good.
+//!   looks at the path before it runs and after its `COMMIT`, and while the path does not
+//!   lead to the file every batch and read fails (503); a deleted file never comes back.
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
 //!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
@@ -156,9 +156,9 @@ impl std::fmt::Display for Failed {
             ),
             Self::Moved(path) => write!(
                 f,
-                "the database file {} was deleted or replaced while hookd had it open; nothing \
-                 more is stored until a restart: stop hookd, put the file back (or move its -wal \
-                 and -shm aside to start a new database) and start it again",
+                "the database file {} was deleted, moved or replaced while hookd had it open; \
+                 nothing is stored until it is back (a deleted one cannot come back: stop hookd, \
+                 restore the file, or move its -wal and -shm aside to start a new database)",
                 path.display()
             ),
         }
@@ -174,9 +174,13 @@ pub(super) struct Health {
     busy_since: std::sync::Mutex<Option<std::time::Instant>>,
     /// The last batch that failed, and why; cleared by the next one that wrote.
     failed: std::sync::Mutex<Option<(std::time::Instant, String)>>,
-    /// Set for good once the database file was found deleted or replaced: nothing read or
-    /// written through the files still open is true of the database any more.
-    moved: std::sync::OnceLock<String>,
+    /// Set while the database's path does not lead to the file the writer opened (deleted,
+    /// moved away, another file there): nothing read or written through the files still open
+    /// is true of the database then. Cleared if the file comes back (a deleted one cannot:
+    /// held open, its inode is not reused).
+    moved: std::sync::atomic::AtomicBool,
+    /// Why, once it was found (the path is in it).
+    moved_why: std::sync::OnceLock<String>,
 }
 
 /// A batch under way this long is a stalled disk (a commit takes milliseconds).
@@ -206,12 +210,29 @@ impl Health {
         }
     }
 
-    /// Refuses every read and write once the database file was found deleted or replaced.
+    /// Refuses every read and write while the database's path does not lead to its file.
     pub(super) fn still_there(&self) -> Result<(), String> {
-        match self.moved.get() {
-            Some(why) => Err(why.clone()),
-            None => Ok(()),
+        if self.moved.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.moved_why.get().cloned().unwrap_or_default());
         }
+        Ok(())
+    }
+
+    /// Records whether `file`'s path still leads to it; logs the changes (not every batch
+    /// that fails meanwhile).
+    fn look(&self, file: &DatabaseFile) -> bool {
+        use std::sync::atomic::Ordering;
+        let moved = file.moved();
+        let was = self.moved.swap(moved, Ordering::AcqRel);
+        if moved && !was {
+            let why = self
+                .moved_why
+                .get_or_init(|| Failed::Moved(Arc::clone(&file.path)).to_string());
+            tracing::error!("{why}");
+        } else if was && !moved {
+            tracing::warn!(path = %file.path.display(), "the database file is back: storing again");
+        }
+        moved
     }
 
     fn started(&self) {
@@ -463,35 +484,39 @@ fn writer_loop(
         let started = std::time::Instant::now();
         health.started();
         let mut wrote = false;
-        let commit = match run_batch(&conn, &mut batch) {
-            // Checked before the commit, for every batch (a duplicate's changes nothing, but
-            // its answer says the event is stored): what the path no longer leads to is not
-            // stored, and from then on nothing is.
-            Ok(_) if health.moved.get().is_some() || file.moved() => {
-                if !conn.is_autocommit() {
-                    let _ = conn.execute_batch("ROLLBACK");
+        // The path is looked at before every batch (a duplicate's changes nothing, but its
+        // answer says the event is stored) and after every commit (it may go during one): a
+        // batch is answered as stored only if the path led to the file before and after it.
+        let moved = || Err(Failed::Moved(Arc::clone(&file.path)));
+        let commit = match health.look(file) {
+            true => moved(),
+            false => match run_batch(&conn, &mut batch) {
+                Ok(changed) => {
+                    wrote = changed;
+                    let commit =
+                        exec_cached(&conn, "COMMIT").map_err(|e| Failed::Sqlite(Arc::new(e)));
+                    if commit.is_err() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    match commit {
+                        // Committed to a file the path may no longer lead to: a 503, the
+                        // provider's retry finds it if it comes back (a duplicate).
+                        Ok(()) if health.look(file) => moved(),
+                        commit => commit,
+                    }
                 }
-                let moved = Failed::Moved(Arc::clone(&file.path));
-                let _ = health.moved.set(moved.to_string());
-                Err(moved)
-            }
-            Ok(changed) => {
-                wrote = changed;
-                let commit = exec_cached(&conn, "COMMIT").map_err(|e| Failed::Sqlite(Arc::new(e)));
-                if commit.is_err() {
-                    let _ = conn.execute_batch("ROLLBACK");
+                Err(failed) => {
+                    if !conn.is_autocommit() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                    Err(failed)
                 }
-                commit
-            }
-            Err(failed) => {
-                if !conn.is_autocommit() {
-                    let _ = conn.execute_batch("ROLLBACK");
-                }
-                Err(failed)
-            }
+            },
         };
         health.ended(&commit, wrote);
-        if let Err(e) = &commit {
+        if let Err(Failed::Moved(_)) = &commit {
+            // Logged once, when found (`Health::look`).
+        } else if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
         } else if wrote {
             commits.committed(batch.len(), started);
