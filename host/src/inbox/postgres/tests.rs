@@ -475,13 +475,7 @@ async fn migrations_run_by_two_nodes_at_once_both_succeed() {
     );
     first.unwrap();
     second.unwrap();
-    let version: i64 = testdb::connect(db.url())
-        .await
-        .query_one("SELECT version FROM hookd_schema", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(version, MIGRATIONS.len() as i64);
+    assert_eq!(recorded_version(&db).await, MIGRATIONS.len() as i64);
 }
 
 /// Sets `db`'s default isolation level for the sessions opened from now on.
@@ -497,7 +491,7 @@ async fn default_isolation(db: &TestDatabase, level: &str) {
 }
 
 /// The current schema version of `db`.
-async fn schema_version(db: &TestDatabase) -> i64 {
+async fn recorded_version(db: &TestDatabase) -> i64 {
     testdb::connect(db.url())
         .await
         .query_one("SELECT version FROM hookd_schema", &[])
@@ -551,7 +545,7 @@ async fn a_node_waiting_for_anothers_migration_starts_whatever_the_default_isola
         .unwrap();
     holder.commit().await.unwrap();
     assert!(waiting.await.unwrap(), "the waiting node failed to start");
-    assert_eq!(schema_version(&db).await, MIGRATIONS.len() as i64);
+    assert_eq!(recorded_version(&db).await, MIGRATIONS.len() as i64);
 }
 
 /// Every transaction, whichever way it is sent, runs at `READ COMMITTED`, the level the
@@ -609,7 +603,7 @@ async fn a_migrated_database_starts_for_a_role_that_may_create_nothing() {
     PostgresStore::connect(db.url(), 1, Pooler::None)
         .await
         .unwrap();
-    assert_eq!(schema_version(&db).await, MIGRATIONS.len() as i64);
+    assert_eq!(recorded_version(&db).await, MIGRATIONS.len() as i64);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

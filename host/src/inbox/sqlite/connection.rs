@@ -369,9 +369,7 @@ impl SqliteStore {
         f: impl FnOnce(&Connection) -> Result<T, InboxError>,
     ) -> Result<T, InboxError> {
         // A pooled connection still reads a deleted file: what it says is not the database's.
-        self.inner.health.still_there().map_err(|why| {
-            InboxError::Unavailable(std::sync::Arc::new(std::io::Error::other(why)))
-        })?;
+        self.inner.health.still_there()?;
         let pooled = self.inner.readers.lock().expect("poisoned").pop();
         let conn = match pooled {
             Some(conn) => conn,

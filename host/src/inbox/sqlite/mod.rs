@@ -167,10 +167,7 @@ impl Store for SqliteStore {
     async fn ping(&self) -> Result<(), InboxError> {
         // Reads may work while writes do not (a full, failing or stalled disk): the writer
         // says so.
-        self.inner
-            .health
-            .check()
-            .map_err(|why| InboxError::Unavailable(Arc::new(std::io::Error::other(why))))?;
+        self.inner.health.check()?;
         self.read(|conn| Ok(conn.query_row("SELECT 1", [], |_| Ok(()))?))
             .await
     }

@@ -112,9 +112,7 @@ where
             // Not reachable: a batch is committed only after every job in it ran.
             (Ok(()), None) => Err(InboxError::WriterGone),
             (Err(Failed::Sqlite(e)), _) => Err(from_shared(e)),
-            (Err(moved @ Failed::Moved(_)), _) => Err(InboxError::Unavailable(Arc::new(
-                std::io::Error::other(moved.to_string()),
-            ))),
+            (Err(moved @ Failed::Moved(_)), _) => Err(unavailable(moved.to_string())),
             // The write whose failure took the transaction with it says why.
             (Err(Failed::RolledBack), Some(Err(e))) => Err(e),
             (Err(Failed::RolledBack), _) => {
@@ -183,6 +181,11 @@ pub(super) struct Health {
     moved_why: std::sync::OnceLock<String>,
 }
 
+/// The storage under the database cannot serve now, for `why`.
+fn unavailable(why: String) -> InboxError {
+    InboxError::Unavailable(Arc::new(std::io::Error::other(why)))
+}
+
 /// A batch under way this long is a stalled disk (a commit takes milliseconds).
 const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 /// A failed batch this recent makes the database unready. Not for longer: a node out of
@@ -190,9 +193,13 @@ const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Health {
-    /// Why the database cannot take writes now, if the writer says so.
-    pub(super) fn check(&self) -> Result<(), String> {
-        self.still_there()?;
+    /// Why the database cannot take writes now, if the writer says so (the path's absence is
+    /// checked by every read, [`Health::still_there`]).
+    pub(super) fn check(&self) -> Result<(), InboxError> {
+        self.writes().map_err(unavailable)
+    }
+
+    fn writes(&self) -> Result<(), String> {
         if let Some(since) = *self.busy_since.lock().expect("poisoned")
             && since.elapsed() >= STALLED_AFTER
         {
@@ -211,9 +218,11 @@ impl Health {
     }
 
     /// Refuses every read and write while the database's path does not lead to its file.
-    pub(super) fn still_there(&self) -> Result<(), String> {
+    pub(super) fn still_there(&self) -> Result<(), InboxError> {
         if self.moved.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(self.moved_why.get().cloned().unwrap_or_default());
+            return Err(unavailable(
+                self.moved_why.get().cloned().unwrap_or_default(),
+            ));
         }
         Ok(())
     }
