@@ -45,9 +45,8 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
         why,
     };
     let Ok(meta) = std::fs::metadata(path) else {
-        // A new database, unless the files beside it say one was there: SQLite keeps them by
-        // the path with every link resolved (a link's target is created through it).
-        let wal = beside(&unresolved_target(path), WAL);
+        // A new database, unless the files beside it say one was there.
+        let wal = beside(&target_file(path), WAL);
         if wal.exists() {
             return Err(InboxError::OrphanedWal {
                 path: path.to_owned(),
@@ -82,9 +81,11 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
     }
 }
 
-/// The file `path` (which does not exist) would be created as: its symbolic links followed
-/// (a link to a file not there yet), its directory resolved.
-fn unresolved_target(path: &Path) -> PathBuf {
+/// The file `path` leads to, or would be created as: its symbolic links followed (a link to a
+/// file not there yet too), its directory resolved. SQLite keeps the `-wal` and `-shm` beside
+/// it, and hookd its `.lock`, so that a database named through a link and through its target
+/// has one lock, and the files beside it are the ones tightened.
+pub(super) fn target_file(path: &Path) -> PathBuf {
     let mut target = path.to_owned();
     // As many links as the kernel follows before it gives up.
     for _ in 0..40 {
@@ -184,9 +185,10 @@ pub(super) fn create_parent(path: &Path) -> Result<(), InboxError> {
 
 /// Takes an exclusive advisory lock on `<database>.lock` (released by the kernel if the process
 /// dies), so two hookd processes never share one database: the second would reclaim the first's
-/// live leases at start-up and run deliveries twice.
+/// live leases at start-up and run deliveries twice. The lock is beside the file `path` leads to
+/// ([`target_file`]), whichever symbolic link names it.
 pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
-    let lock_path = beside(path, LOCK);
+    let lock_path = beside(&target_file(path), LOCK);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -263,7 +265,8 @@ fn companions(path: &Path) -> impl Iterator<Item = PathBuf> + '_ {
 
 /// Creates the database file owner-only (0600) before SQLite opens it: SQLite creates the
 /// `-wal` and `-shm` files with the database file's mode, so they are owner-only too. Existing
-/// files readable by others are tightened to 0600.
+/// files readable by others (the database and the files beside the one `path` leads to) are
+/// tightened to 0600.
 pub(super) fn create_private(path: &Path) -> Result<(), InboxError> {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::OpenOptions::new()
@@ -278,7 +281,8 @@ pub(super) fn create_private(path: &Path) -> Result<(), InboxError> {
             path: path.to_owned(),
             source,
         })?;
-    for file in std::iter::once(path.to_owned()).chain(companions(path)) {
+    let target = target_file(path);
+    for file in std::iter::once(path.to_owned()).chain(companions(&target)) {
         let Ok(meta) = std::fs::metadata(&file) else {
             continue;
         };
@@ -400,6 +404,36 @@ mod tests {
         assert!(e.to_string().contains("in use by another hookd"), "{e}");
         first.close();
         Inbox::open(&path, Durability::Full).unwrap().close();
+    }
+
+    /// A database named through a symbolic link and through the file it leads to is one
+    /// database: one lock, beside the file (where SQLite keeps its `-wal`), whichever name
+    /// opened it first. (The lock went beside the name given, so a hookd configured with the
+    /// link and another with the target both ran on it, each taking the other's leases back.)
+    #[test]
+    fn a_database_named_through_a_link_has_the_lock_of_the_file_it_leads_to() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        let real = dir.path().join("data/hookd.db");
+        let link = dir.path().join("hookd.db");
+        // Relative, to a file not there yet: the first open creates it through the link.
+        std::os::unix::fs::symlink("data/hookd.db", &link).unwrap();
+        for (first, second) in [(&link, &real), (&real, &link)] {
+            let held = Inbox::open(first, Durability::Full).unwrap();
+            let Err(e) = Inbox::open(second, Durability::Full) else {
+                panic!("{} opened while {} is open", second.display(), first.display());
+            };
+            assert!(e.to_string().contains("in use by another hookd"), "{e}");
+            held.close();
+        }
+        assert!(beside(&real, LOCK).exists() && !beside(&link, LOCK).exists());
+        // The files beside the target are the ones tightened (the lock outlives a close).
+        let lock = beside(&real, LOCK);
+        std::fs::set_permissions(&lock, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Inbox::open(&link, Durability::Full).unwrap().close();
+        let mode = std::fs::metadata(&lock).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     /// The lock a closing holder's fork-to-exec child still holds for a moment is waited for,
