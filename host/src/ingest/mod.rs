@@ -119,25 +119,20 @@ const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 /// Waits for `accept` (owned, so that it can go on alone) at most [`STORE_ANSWER`]; past it,
 /// the provider is told to retry rather than held for as long as TCP's own timeouts or a
 /// stalled disk. Were the event committed after all, the retry is a duplicate; a 202 still
-/// follows only a returned commit. The accept itself runs to its end in a task of its own, so
-/// the inbox's in-process counters see it through.
+/// follows only a returned commit. An accept nobody waits for any more (past the answer time,
+/// or its client gone, which drops the request's handler) runs to its end in a task of its
+/// own, so the inbox's in-process counters and its dispatcher's wake-up see it through.
 async fn within_store_answer<T: std::fmt::Debug + Send + 'static>(
     accept: impl Future<Output = Result<T, InboxError>> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let mut accept = Box::pin(accept);
-    match tokio::time::timeout(STORE_ANSWER, &mut accept).await {
-        Ok(accepted) => Ok(accepted?),
+    let mut accept = RunsToItsEnd(Some(Box::pin(accept)));
+    let running = accept.0.as_mut().expect("set above");
+    match tokio::time::timeout(STORE_ANSWER, running).await {
+        Ok(accepted) => {
+            accept.0 = None;
+            Ok(accepted?)
+        }
         Err(_) => {
-            tokio::spawn(async move {
-                match accept.await {
-                    Ok(stored) => tracing::info!(
-                        ?stored,
-                        "a request answered 503 for want of time was stored after all: the \
-                         provider's retry is a duplicate"
-                    ),
-                    Err(e) => tracing::warn!(error = %e, "an accept answered 503 failed"),
-                }
-            });
             tracing::warn!(
                 waited_secs = STORE_ANSWER.as_secs(),
                 "the database did not answer the accept in time: answered 503"
@@ -146,6 +141,34 @@ async fn within_store_answer<T: std::fmt::Debug + Send + 'static>(
                 retry_after_secs: 1,
             })
         }
+    }
+}
+
+/// An accept under way, handed to a task of its own if dropped before its end.
+struct RunsToItsEnd<T: std::fmt::Debug + Send + 'static>(
+    Option<std::pin::Pin<Box<dyn Future<Output = Result<T, InboxError>> + Send>>>,
+);
+
+impl<T: std::fmt::Debug + Send + 'static> Drop for RunsToItsEnd<T> {
+    fn drop(&mut self) {
+        let Some(accept) = self.0.take() else { return };
+        // Outside a runtime (it is shutting down) there is nothing left to run it on.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            match accept.await {
+                Ok(stored) => tracing::info!(
+                    ?stored,
+                    "a request no longer waiting for its answer (a 503 for want of time, or \
+                     its client gone) was stored after all: the provider's retry is a duplicate"
+                ),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "the accept of a request no longer waiting for its answer failed"
+                ),
+            }
+        });
     }
 }
 
@@ -536,6 +559,25 @@ mod tests {
         ended.await.expect("the accept cut short ran to its end");
         let answer = within_store_answer(async { Ok(Accepted::Duplicate) }).await;
         assert!(matches!(answer, Ok(Accepted::Duplicate)), "{answer:?}");
+    }
+
+    /// An accept whose request is dropped before the commit answers (its client gone: hyper
+    /// drops the handler) still runs to its end, so what follows a commit (the backlog's count,
+    /// the dispatcher's wake-up) is not skipped for an event that was stored.
+    #[tokio::test(start_paused = true)]
+    async fn an_accept_whose_client_left_still_runs_to_its_end() {
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let (finished, ended) = tokio::sync::oneshot::channel();
+        let waiting = within_store_answer(async move {
+            let _ = released.await;
+            let _ = finished.send(());
+            Ok(Accepted::New)
+        });
+        // The client leaves a second in.
+        let left = tokio::time::timeout(std::time::Duration::from_secs(1), waiting).await;
+        assert!(left.is_err(), "answered before the commit");
+        release.send(()).unwrap();
+        ended.await.expect("the accept of a request dropped ran to its end");
     }
 
     #[test]
