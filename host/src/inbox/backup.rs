@@ -50,6 +50,28 @@ pub enum BackupError {
     Missing(PathBuf),
     #[error("{} already exists; refusing to overwrite it", .0.display())]
     Exists(PathBuf),
+    /// A log SQLite would replay into a copy written at `out` is beside it (a database that
+    /// was there, or a session that crashed).
+    #[error(
+        "{} ({what}) is beside {}: SQLite would replay it into the copy on its first open; move \
+         it away (it may hold the last writes of a database that was there)",
+        path.display(),
+        out.display()
+    )]
+    LogBeside {
+        path: PathBuf,
+        what: &'static str,
+        out: PathBuf,
+    },
+    /// `--force` replaces an earlier copy only, never a database a hookd serves or served.
+    #[error(
+        "{} is a database a hookd serves or has served ({} is beside it); a backup never \
+         replaces one: to start that database from a copy, stop its hookd and use `hookd \
+         restore`, or choose another path",
+        path.display(),
+        lock.display()
+    )]
+    Served { path: PathBuf, lock: PathBuf },
     #[error("{} is the database itself", .0.display())]
     SameFile(PathBuf),
     /// The copy would be written over a file the database's process keeps beside it.
@@ -83,6 +105,18 @@ pub enum BackupError {
         path: PathBuf,
         what: &'static str,
         database: PathBuf,
+    },
+    /// A backup with a `-wal` beside it could not be read: SQLite reads the log only with its
+    /// index (`-shm`) beside it, which it makes there if it can.
+    #[error(
+        "{error}; {} is beside the backup, and SQLite reads such a log only with its index \
+         (`-shm`) beside it, which it could not make there (read-only storage?): copy the backup \
+         and its -wal to a writable directory and restore from there",
+        wal.display()
+    )]
+    LogWithoutIndex {
+        wal: PathBuf,
+        error: Box<BackupError>,
     },
     #[error("no directory {} to write the copy in; create it first", .0.display())]
     NoDirectory(PathBuf),

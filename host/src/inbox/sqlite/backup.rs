@@ -27,7 +27,7 @@ use rusqlite::{
 };
 
 use super::{
-    connection::{self, COMPANIONS, HOOKD_TABLES, JOURNAL, SHM, WAL, beside},
+    connection::{self, COMPANIONS, HOOKD_TABLES, JOURNAL, LOCK, SHM, WAL, beside},
     schema,
 };
 use crate::inbox::{
@@ -53,8 +53,29 @@ pub(in crate::inbox) fn backup(
     }
     let temp = temporary_beside(out);
     refuse_live_files(database, kept, &[out, &temp])?;
-    if !replace && (out.exists() || beside(out, WAL).exists()) {
-        return Err(BackupError::Exists(out.to_owned()));
+    if !replace {
+        if out.exists() {
+            return Err(BackupError::Exists(out.to_owned()));
+        }
+        for (suffix, what) in COMPANIONS.iter().filter(|(s, _)| [WAL, JOURNAL].contains(s)) {
+            let path = beside(out, suffix);
+            if path.exists() {
+                return Err(BackupError::LogBeside {
+                    path,
+                    what,
+                    out: out.to_owned(),
+                });
+            }
+        }
+    }
+    // An earlier copy never has a lock beside it: a database with one is (or was) served, its
+    // `-wal` holding acknowledged events a replacement would delete.
+    let lock = beside(&connection::target_file(out), LOCK);
+    if replace && out.exists() && lock.exists() {
+        return Err(BackupError::Served {
+            path: out.to_owned(),
+            lock,
+        });
     }
     // What `--force` replaces is an earlier copy: never a directory, a pipe, a device (run as
     // root, `/dev/null` would become a file) or a link.
@@ -114,7 +135,18 @@ pub(in crate::inbox) fn restore(
         }
     }
     let partial = Partial::create(temporary_beside(database))?;
-    let copied = copy(copy_path, &partial.0, Source::Backup)?;
+    let (wal, shm) = (beside(copy_path, WAL), beside(copy_path, SHM));
+    let index_missing = wal.exists() && !shm.exists();
+    let copied = copy(copy_path, &partial.0, Source::Backup).map_err(|error| {
+        if index_missing && !shm.exists() {
+            BackupError::LogWithoutIndex {
+                wal,
+                error: Box::new(error),
+            }
+        } else {
+            error
+        }
+    })?;
     let replaced = if database.exists() {
         let aside = aside_name(database);
         rename(database, &aside)?;
@@ -452,7 +484,7 @@ fn inbox(action: &'static str, path: &Path) -> impl FnOnce(InboxError) -> Backup
 
 #[cfg(test)]
 mod tests {
-    use super::{connection::LOCK, *};
+    use super::*;
     use crate::{
         config::Durability,
         inbox::{
@@ -734,6 +766,53 @@ mod tests {
         assert!(directory.is_dir());
         assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
         assert_eq!(std::fs::read(&target).unwrap(), b"kept");
+    }
+
+    /// `--force` replaces an earlier copy, never another hookd's database, served now or
+    /// before (its `-wal` holds what it acknowledged; before, it was deleted and the file
+    /// replaced from under that hookd).
+    #[tokio::test]
+    async fn a_forced_backup_never_replaces_another_hookds_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, other) = (dir.path().join("hookd.db"), dir.path().join("other.db"));
+        inbox_with(&db, &["a"]).await.close();
+        let served = inbox_with(&other, &["mine"]).await;
+        let wal = std::fs::read(beside(&other, WAL)).unwrap();
+        for _ in ["served", "stopped"] {
+            let Err(BackupError::Served { path, lock }) = backup(&db, &other, true, &[]) else {
+                panic!("another hookd's database must be refused");
+            };
+            assert_eq!((path, lock), (other.clone(), beside(&other, LOCK)));
+            if beside(&other, WAL).exists() {
+                assert_eq!(std::fs::read(beside(&other, WAL)).unwrap(), wal);
+            }
+            served.close();
+        }
+        assert_eq!(holds(&other, &["mine", "a"]).await, [true, false]);
+    }
+
+    /// Without `--force` a log beside `OUT` is refused and named, not replayed into the copy
+    /// (a `-journal` was not looked for: the copy's first open rolled it in, corrupt).
+    #[tokio::test]
+    async fn a_log_beside_the_destination_is_refused_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, out) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
+        inbox_with(&db, &["a"]).await.close();
+        for suffix in [JOURNAL, WAL] {
+            let log = beside(&out, suffix);
+            std::fs::write(&log, b"a log of some other database").unwrap();
+            let Err(e @ BackupError::LogBeside { .. }) = backup(&db, &out, false, &[]) else {
+                panic!("{suffix} beside the destination must be refused");
+            };
+            assert!(
+                e.to_string().starts_with(&format!("{} (", log.display())),
+                "{e}"
+            );
+            assert!(!out.exists());
+            std::fs::remove_file(&log).unwrap();
+        }
+        backup(&db, &out, false, &[]).unwrap();
+        assert_eq!(holds(&out, &["a"]).await, [true]);
     }
 
     #[tokio::test]
