@@ -485,6 +485,27 @@ impl PluginConfig {
                 (key, text)
             })
             .collect();
+        // A retry at once would spend every attempt in moments; a cap below the first delay
+        // says one of the two is a mistake. (A cap alone below the default base stays a cap.)
+        for (key, ms) in [
+            ("backoff_base_ms", file.backoff_base_ms),
+            ("backoff_max_ms", file.backoff_max_ms),
+        ] {
+            if ms == Some(0) {
+                bail!(
+                    "plugins.{name}.{key} must be at least 1 (got 0): retries would follow their \
+                     failures at once and spend every attempt in moments"
+                );
+            }
+        }
+        if let (Some(base), Some(max)) = (file.backoff_base_ms, file.backoff_max_ms)
+            && base > max
+        {
+            bail!(
+                "plugins.{name}.backoff_max_ms ({max}) is below backoff_base_ms ({base}): the cap \
+                 on a retry's delay must be at least its first delay"
+            );
+        }
         let allow_hosts = AllowList::parse(&file.allow_hosts)
             .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?;
         let ca_file = file.ca_file.map(|path| base_dir.join(path));
@@ -1055,9 +1076,8 @@ fn check_admin_host(name: &str) -> anyhow::Result<String> {
 /// toml crate's own message shows the offending line, which may hold a secret (`secrets = [...`,
 /// `admin_token = ...`), and serde's messages quote the wrong-typed value.
 fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
-    let message = redacted_message(e);
     let Some(span) = e.span() else {
-        return anyhow::anyhow!("TOML parse error: {message}");
+        return anyhow::anyhow!("TOML parse error: {}", redacted_message(e));
     };
     let start = span.start.min(text.len());
     let before = &text.as_bytes()[..start];
@@ -1076,7 +1096,13 @@ fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
         (e.message() == "duplicate key" && !key.is_empty() && key.len() <= 128)
             .then(|| key.to_owned())
     };
-    match key_at(text, start).or_else(duplicate) {
+    let key = key_at(text, start).or_else(duplicate);
+    // A number or a boolean in a key that holds no secret is shown: it says what was wrong.
+    let message = match &key {
+        Some(key) if !may_hold_secret(key) => redact_quoted(&redact_scalars(e.message(), WORDS)),
+        _ => redacted_message(e),
+    };
+    match key {
         Some(key) => anyhow::anyhow!(
             "TOML parse error at line {line}, column {column} (key `{key}`): {message}"
         ),
@@ -1087,22 +1113,37 @@ fn redacted_toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
 /// The message of `e` without any value the file holds (a secret in the wrong key or of the
 /// wrong type would be echoed otherwise): [`redact_scalars`], then [`redact_quoted`].
 fn redacted_message(e: &toml::de::Error) -> String {
-    redact_quoted(&redact_scalars(e.message()))
+    redact_quoted(&redact_scalars(e.message(), SCALARS))
 }
 
-/// `` `…` `` for the value serde puts in backticks after `integer`, `floating point`, `boolean`,
-/// `character` and `unknown variant` (`` invalid type: integer `123456789012`, expected a
-/// string ``): a secret of digits, or one written where a word is expected, must not be echoed
-/// either. Other backticked text (key names, expected tokens) stays.
-fn redact_scalars(message: &str) -> String {
+/// The kinds of value serde puts in backticks (`` invalid type: integer `123456789012`,
+/// expected a string ``): a secret of digits, or one written where a word is expected, must
+/// not be echoed.
+const SCALARS: &[&str] = &[
+    "integer `",
+    "floating point `",
+    "boolean `",
+    "character `",
+    "unknown variant `",
+];
+/// Of [`SCALARS`], those that may be a word, redacted whatever the key (a secret pasted into
+/// `scheme` is an unknown variant).
+const WORDS: &[&str] = &["character `", "unknown variant `"];
+
+/// Whether a key's name says it may hold a secret (or a part of one), so that even a number
+/// given there is not echoed.
+fn may_hold_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    ["secret", "token", "password", "credential", "key", "auth", "header", "env"]
+        .iter()
+        .any(|word| key.contains(word))
+}
+
+/// `` `…` `` for the value serde puts in backticks after each of `kinds`. Other backticked
+/// text (key names, expected tokens) stays.
+fn redact_scalars(message: &str, kinds: &[&str]) -> String {
     let mut out = message.to_owned();
-    for kind in [
-        "integer `",
-        "floating point `",
-        "boolean `",
-        "character `",
-        "unknown variant `",
-    ] {
+    for kind in kinds {
         let mut from = 0;
         while let Some(at) = out[from..].find(kind) {
             let open = from + at + kind.len();
@@ -1918,6 +1959,18 @@ memory_mib = 32
                 "only applies",
             ),
             ("[plugins.p]\nmax_attempts = 0", "plugins.p.max_attempts"),
+            (
+                "[plugins.p]\nbackoff_base_ms = 0",
+                "plugins.p.backoff_base_ms must be at least 1 (got 0)",
+            ),
+            (
+                "[plugins.p]\nbackoff_max_ms = 0",
+                "plugins.p.backoff_max_ms must be at least 1 (got 0)",
+            ),
+            (
+                "[plugins.p]\nbackoff_base_ms = 2000\nbackoff_max_ms = 1000",
+                "plugins.p.backoff_max_ms (1000) is below backoff_base_ms (2000)",
+            ),
             ("[plugins.p]\noutput_kib = 0", "plugins.p.output_kib"),
             ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
             (
@@ -2255,6 +2308,15 @@ memory_mib = 32
         // Unknown keys are still named.
         let err = format!("{:#}", parse("[server]\nlisten_port = 1").unwrap_err());
         assert!(err.contains("listen_port"), "{err}");
+        // A number or boolean in a key that holds no secret is shown: it says what is wrong.
+        for (text, shown) in [
+            ("[plugins.p]\nmax_attempts = -1", "integer `-1`"),
+            ("[retention]\ndone_after = 30", "integer `30`"),
+            ("[server]\ngroup_commit = 1.5", "floating point `1.5`"),
+        ] {
+            let err = format!("{:#}", parse(text).unwrap_err());
+            assert!(err.contains(shown), "{text:?}: {err}");
+        }
     }
 
     /// The key an error names is the one TOML reads there, quoted parts and all (a line-based
