@@ -1134,9 +1134,18 @@ const WORDS: &[&str] = &["character `", "unknown variant `"];
 /// given there is not echoed.
 fn may_hold_secret(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    ["secret", "token", "password", "credential", "key", "auth", "header", "env"]
-        .iter()
-        .any(|word| key.contains(word))
+    [
+        "secret",
+        "token",
+        "password",
+        "credential",
+        "key",
+        "auth",
+        "header",
+        "env",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
 }
 
 /// `` `…` `` for the value serde puts in backticks after each of `kinds`. Other backticked

@@ -33,7 +33,7 @@ use tokio::{
 };
 use tower::ServiceExt as _;
 
-use crate::{config::ServerConfig, error::ApiError};
+use crate::{config::ServerConfig, error::ApiError, telemetry::Repeated};
 
 /// hyper's read buffer per connection, and so the largest request head (431 beyond): webhook
 /// heads are a few KiB; hyper's default (~400 KiB) let 4 096 slow heads hold 1.6 GiB.
@@ -217,7 +217,10 @@ pub async fn serve(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    static FAILED: Repeated = Repeated::new();
+                    if let Some(left_out) = FAILED.write() {
+                        tracing::warn!(error = %e, left_out, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }

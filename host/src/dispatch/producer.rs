@@ -20,6 +20,7 @@ use crate::{
     config::OnStale,
     ids::PluginName,
     inbox::{ClaimRequest, Claimed, InboxError},
+    telemetry::Repeated,
     text,
 };
 
@@ -72,14 +73,20 @@ impl Dispatcher {
             if last_reclaim.elapsed() >= RECLAIM_EVERY {
                 last_reclaim = tokio::time::Instant::now();
                 if let Err(e) = self.reclaim_expired().await {
-                    tracing::error!(error = %e, "reclaiming expired leases failed");
+                    static FAILED: Repeated = Repeated::new();
+                    if let Some(left_out) = FAILED.write() {
+                        tracing::error!(error = %e, left_out, "reclaiming expired leases failed");
+                    }
                 }
             }
             let (claimed, all_busy) = match self.claim().await {
                 Ok(Some(claimed)) => (claimed, false),
                 Ok(None) => (Vec::new(), true),
                 Err(e) => {
-                    tracing::error!(error = %e, "claiming deliveries failed");
+                    static FAILED: Repeated = Repeated::new();
+                    if let Some(left_out) = FAILED.write() {
+                        tracing::error!(error = %e, left_out, "claiming deliveries failed");
+                    }
                     (Vec::new(), false)
                 }
             };

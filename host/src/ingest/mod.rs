@@ -577,7 +577,9 @@ mod tests {
         let left = tokio::time::timeout(std::time::Duration::from_secs(1), waiting).await;
         assert!(left.is_err(), "answered before the commit");
         release.send(()).unwrap();
-        ended.await.expect("the accept of a request dropped ran to its end");
+        ended
+            .await
+            .expect("the accept of a request dropped ran to its end");
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //!   queried per scrape.
 
 mod recent;
+mod repeated;
 
 use std::{
     collections::HashMap,
@@ -28,6 +29,7 @@ use metrics_exporter_prometheus::{
 };
 
 pub use recent::{AttemptMinute, Minute, Recent, SourceMinute};
+pub use repeated::Repeated;
 
 use crate::{
     clock::Clock,

@@ -57,7 +57,10 @@ pub(in crate::inbox) fn backup(
         if out.exists() {
             return Err(BackupError::Exists(out.to_owned()));
         }
-        for (suffix, what) in COMPANIONS.iter().filter(|(s, _)| [WAL, JOURNAL].contains(s)) {
+        for (suffix, what) in COMPANIONS
+            .iter()
+            .filter(|(s, _)| [WAL, JOURNAL].contains(s))
+        {
             let path = beside(out, suffix);
             if path.exists() {
                 return Err(BackupError::LogBeside {

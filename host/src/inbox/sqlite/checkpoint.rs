@@ -21,7 +21,7 @@ use std::{
 use rusqlite::Connection;
 
 use super::connection::open_connection;
-use crate::{config::Durability, inbox::InboxError};
+use crate::{config::Durability, inbox::InboxError, telemetry::Repeated};
 
 /// How long after a commit the thread waits, so one checkpoint covers the commits that follow
 /// in a burst rather than one each (each checkpoint that copies anything syncs the file).
@@ -68,7 +68,10 @@ fn run(conn: &Connection, woken: &Receiver<()>) {
         }
         if let Err(e) = pass(conn) {
             // The writer's own automatic checkpoint still bounds the WAL.
-            tracing::warn!(error = %e, "inbox: background checkpoint failed");
+            static FAILED: Repeated = Repeated::new();
+            if let Some(left_out) = FAILED.write() {
+                tracing::warn!(error = %e, left_out, "inbox: background checkpoint failed");
+            }
         }
     }
 }

@@ -422,7 +422,11 @@ mod tests {
         for (first, second) in [(&link, &real), (&real, &link)] {
             let held = Inbox::open(first, Durability::Full).unwrap();
             let Err(e) = Inbox::open(second, Durability::Full) else {
-                panic!("{} opened while {} is open", second.display(), first.display());
+                panic!(
+                    "{} opened while {} is open",
+                    second.display(),
+                    first.display()
+                );
             };
             assert!(e.to_string().contains("in use by another hookd"), "{e}");
             held.close();

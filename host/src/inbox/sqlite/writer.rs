@@ -38,6 +38,7 @@ use super::{SqliteStore, checkpoint::Checkpointer, error::from_shared};
 use crate::{
     config::{Durability, ServerConfig},
     inbox::{Commits, InboxError},
+    telemetry::Repeated,
 };
 
 /// How the writer turns queued writes into transactions (`[server]` `durability` and
@@ -526,7 +527,10 @@ fn writer_loop(
         if let Err(Failed::Moved(_)) = &commit {
             // Logged once, when found (`Health::look`).
         } else if let Err(e) = &commit {
-            tracing::error!(error = %e, jobs = batch.len(), "inbox: group commit failed");
+            static FAILED: Repeated = Repeated::new();
+            if let Some(left_out) = FAILED.write() {
+                tracing::error!(error = %e, jobs = batch.len(), left_out, "inbox: group commit failed");
+            }
         } else if wrote {
             commits.committed(batch.len(), started);
             checkpointer.committed();
