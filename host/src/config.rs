@@ -837,6 +837,27 @@ impl Config {
                 );
             }
         }
+        for (key, value, zero_means) in [
+            (
+                "max_body_bytes",
+                s.max_body_bytes,
+                "every request with a body refused (413)",
+            ),
+            (
+                "max_inflight_body_bytes",
+                s.max_inflight_body_bytes,
+                "no body ever read",
+            ),
+            (
+                "max_backlog",
+                s.max_backlog,
+                "every new event refused (503)",
+            ),
+        ] {
+            if value == 0 {
+                bail!("server.{key} must be at least 1: 0 would mean {zero_means}");
+            }
+        }
         if s.max_body_bytes > s.max_inflight_body_bytes {
             bail!(
                 "server.max_body_bytes ({}) must not exceed server.max_inflight_body_bytes ({}): \
@@ -1328,6 +1349,15 @@ impl std::fmt::Debug for ClientSource {
 
 impl ClientSource {
     pub fn load(path: &Path, name: &str) -> anyhow::Result<Self> {
+        Self::load_with(path, name, &|var| std::env::var(var).ok())
+    }
+
+    /// [`Self::load`], `env` looking up `secrets_env` (injected for tests).
+    fn load_with(
+        path: &Path,
+        name: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
         let invalid = || format!("invalid config file {}", path.display());
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config file {}", path.display()))?;
@@ -1365,11 +1395,12 @@ impl ClientSource {
         let secret = match (file.secrets.first(), file.secrets_env.first()) {
             _ if !scheme.kind().signs() => None,
             (Some(secret), _) => Some(secret.clone()),
-            (None, Some(var)) => Some(std::env::var(var).map_err(|_| {
-                anyhow::anyhow!(
-                    "sources.{name}.secrets_env: environment variable {var} is not set here"
-                )
-            })?),
+            // Set, not empty, no whitespace around it: as `hookd serve` reads it.
+            (None, Some(var)) => Some(env_secret(
+                env,
+                &format!("sources.{name}.secrets_env"),
+                var,
+            )?),
             (None, None) => None,
         };
         Ok(Self {
@@ -1591,6 +1622,12 @@ fn source_config(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<SourceConfig> {
     let max_body_bytes = file.max_body_bytes.unwrap_or(server.max_body_bytes);
+    if max_body_bytes == 0 {
+        bail!(
+            "sources.{name}.max_body_bytes must be at least 1: 0 would mean every request with a \
+             body refused (413)"
+        );
+    }
     if max_body_bytes > server.max_inflight_body_bytes {
         bail!(
             "sources.{name}.max_body_bytes ({max_body_bytes}) must not exceed \
@@ -2092,6 +2129,18 @@ memory_mib = 32
                 "server.header_timeout_ms must be at least 1",
             ),
             (
+                "[server]\nmax_backlog = 0",
+                "server.max_backlog must be at least 1: 0 would mean every new event refused",
+            ),
+            (
+                "[server]\nmax_body_bytes = 0",
+                "server.max_body_bytes must be at least 1",
+            ),
+            (
+                "[sources.a]\nscheme = \"none\"\nmax_body_bytes = 0",
+                "sources.a.max_body_bytes must be at least 1",
+            ),
+            (
                 "[server]\nbody_timeout_ms = 0",
                 "server.body_timeout_ms must be at least 1",
             ),
@@ -2386,6 +2435,42 @@ memory_mib = 32
             );
             assert!(err.contains("durability") && !err.contains("MARK"), "{err}");
         }
+    }
+
+    /// `hookd send --config` reads a source's `secrets_env` as `hookd serve` does, naming the
+    /// variable (an empty one was "secrets[0] is empty", a key the file does not have).
+    #[test]
+    fn a_client_source_names_the_secrets_variable_it_could_not_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.toml");
+        std::fs::write(
+            &path,
+            "[sources.a]\nscheme = \"github\"\nsecrets_env = [\"GH_SECRET\"]",
+        )
+        .unwrap();
+        for (value, says) in [
+            (None, "environment variable GH_SECRET is not set"),
+            (Some(""), "environment variable GH_SECRET is set but empty"),
+            (
+                Some("s3cret\n"),
+                "environment variable GH_SECRET starts or ends with whitespace",
+            ),
+        ] {
+            let env = |var: &str| {
+                (var == "GH_SECRET")
+                    .then(|| value.map(str::to_owned))
+                    .flatten()
+            };
+            let e = format!(
+                "{:#}",
+                ClientSource::load_with(&path, "a", &env).unwrap_err()
+            );
+            assert!(e.contains(&format!("sources.a.secrets_env: {says}")), "{e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        let env = |var: &str| (var == "GH_SECRET").then(|| "s3cret".to_owned());
+        let source = ClientSource::load_with(&path, "a", &env).unwrap();
+        assert_eq!(source.secret.as_deref(), Some("s3cret"));
     }
 
     #[test]

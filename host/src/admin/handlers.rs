@@ -488,8 +488,10 @@ pub(super) async fn rollback_plugin(
         .plugins
         .get(name.as_str())
         .ok_or_else(|| ApiError::NotFound(format!("no plugin {name:?}")))?;
-    // The instance asked for and its file, which may be named otherwise.
+    // The instance asked for and its file, which may be named otherwise (the error names the
+    // file: the instance is said first only when its name is another).
     let named = |e: RollbackError| match ApiError::from(e) {
+        e if name == plugin.wasm.as_str() => e,
         ApiError::NotFound(d) => ApiError::NotFound(format!("plugin {name}: {d}")),
         ApiError::Conflict(d) => ApiError::Conflict(format!("plugin {name}: {d}")),
         other => other,

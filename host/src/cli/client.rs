@@ -698,6 +698,13 @@ fn admin_base(admin: &AdminArgs) -> anyhow::Result<String> {
 /// `--token`/`HOOKD_ADMIN_TOKEN`, else the config file's `server.admin_token`, else the token
 /// file hookd generated beside the config's database.
 fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
+    if admin.token.as_deref().is_some_and(str::is_empty) {
+        // An empty bearer is refused as any wrong token would be: say so before sending it.
+        anyhow::bail!(
+            "--token (or HOOKD_ADMIN_TOKEN) is set but empty: set the admin token there, or \
+             unset it to use the config's"
+        );
+    }
     if let Some(token) = &admin.token {
         return Ok((
             Some(token.clone()),
@@ -769,6 +776,17 @@ mod tests {
     struct Plugins {
         #[command(flatten)]
         args: PluginsArgs,
+    }
+
+    #[test]
+    fn an_empty_token_is_refused_before_anything_is_sent() {
+        let admin = AdminArgs {
+            admin_url: None,
+            token: Some(String::new()),
+            config: None,
+        };
+        let e = admin_token(&admin).unwrap_err().to_string();
+        assert!(e.contains("HOOKD_ADMIN_TOKEN) is set but empty"), "{e}");
     }
 
     #[test]

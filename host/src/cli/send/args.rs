@@ -42,7 +42,7 @@ pub struct SendArgs {
 
     /// The ingest URL, e.g. http://127.0.0.1:8080/hooks/stripe. Plain http only: https is out
     /// of scope.
-    #[arg(long, value_name = "URL", required_unless_present = "config")]
+    #[arg(long, value_name = "URL", required_unless_present_any = ["config", "source"])]
     pub(super) url: Option<String>,
 
     /// How to sign: the source's `scheme` from the config.
@@ -50,7 +50,9 @@ pub struct SendArgs {
         long,
         value_enum,
         value_name = "SCHEME",
-        required_unless_present = "config"
+        // With `--source` alone, what is missing is `--config` (which `--source` requires),
+        // not these: clap named all three.
+        required_unless_present_any = ["config", "source"]
     )]
     pub(super) scheme: Option<SchemeKind>,
 
@@ -224,6 +226,25 @@ mod tests {
             parse_header("X-Ctl: a\u{1}b")
                 .unwrap_err()
                 .contains("x-ctl")
+        );
+    }
+
+    /// `--source` without `--config` names `--config` as what is missing, not `--url` and
+    /// `--scheme` too (which `--config` makes unnecessary).
+    #[test]
+    fn a_source_without_a_config_asks_for_the_config_alone() {
+        let err = parse_argv(vec!["send", "--source", "github", "payload.json"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--config <FILE>"), "{err}");
+        assert!(!err.contains("--url") && !err.contains("--scheme"), "{err}");
+        // Without either, what a send needs is asked for.
+        let err = parse_argv(vec!["send", "payload.json"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--url <URL>") && err.contains("--scheme"),
+            "{err}"
         );
     }
 
