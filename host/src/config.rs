@@ -485,27 +485,6 @@ impl PluginConfig {
                 (key, text)
             })
             .collect();
-        // A retry at once would spend every attempt in moments; a cap below the first delay
-        // says one of the two is a mistake. (A cap alone below the default base stays a cap.)
-        for (key, ms) in [
-            ("backoff_base_ms", file.backoff_base_ms),
-            ("backoff_max_ms", file.backoff_max_ms),
-        ] {
-            if ms == Some(0) {
-                bail!(
-                    "plugins.{name}.{key} must be at least 1 (got 0): retries would follow their \
-                     failures at once and spend every attempt in moments"
-                );
-            }
-        }
-        if let (Some(base), Some(max)) = (file.backoff_base_ms, file.backoff_max_ms)
-            && base > max
-        {
-            bail!(
-                "plugins.{name}.backoff_max_ms ({max}) is below backoff_base_ms ({base}): the cap \
-                 on a retry's delay must be at least its first delay"
-            );
-        }
         let allow_hosts = AllowList::parse(&file.allow_hosts)
             .map_err(|e| anyhow::anyhow!("plugins.{name}.allow_hosts: {e}"))?;
         let ca_file = file.ca_file.map(|path| base_dir.join(path));
@@ -660,8 +639,13 @@ impl Config {
     /// What in this configuration is allowed but cannot work as it stands, one line each, for
     /// the start-up log: a source without a `parser` whose scheme carries no event-id header
     /// answers every event 400 (its handshakes still work, so it may be on its way).
+    ///
+    /// Settings that work as written but are more likely a slip than a wish are said too: a
+    /// zero backoff (every attempt spent in moments), a zero backlog bound (every new event
+    /// refused: a drain), a zero body cap (every request with a body refused).
     pub fn warnings(&self) -> Vec<String> {
-        self.sources
+        let mut warnings: Vec<String> = self
+            .sources
             .values()
             .filter(|s| s.parser.is_none() && s.verifier.scheme().id_header().is_none())
             .map(|s| {
@@ -672,7 +656,36 @@ impl Config {
                     s.verifier.scheme().name()
                 )
             })
-            .collect()
+            .collect();
+        for plugin in self.plugins.values() {
+            for (key, delay) in [
+                ("backoff_base_ms", plugin.backoff_base),
+                ("backoff_max_ms", plugin.backoff_max),
+            ] {
+                if delay.is_zero() {
+                    warnings.push(format!(
+                        "plugins.{}.{key} is 0: a failed attempt is retried at once, so all \
+                         {} attempts of a delivery can be spent in moments",
+                        plugin.name, plugin.max_attempts
+                    ));
+                }
+            }
+        }
+        if self.server.max_backlog == 0 {
+            warnings.push(
+                "server.max_backlog is 0: every new event is refused (503); only a provider's \
+                 retries of stored events are answered (202 duplicate)"
+                    .to_owned(),
+            );
+        }
+        for source in self.sources.values().filter(|s| s.max_body_bytes == 0) {
+            warnings.push(format!(
+                "sources.{}: its body cap (max_body_bytes) is 0, so every request with a body is \
+                 refused (413)",
+                source.name
+            ));
+        }
+        warnings
     }
 
     /// The plugin instances configured with file stem `wasm`, by name: what a new version or a
@@ -835,27 +848,6 @@ impl Config {
                      not arrive in one packet (these bounds cannot be turned off; raise them \
                      instead)"
                 );
-            }
-        }
-        for (key, value, zero_means) in [
-            (
-                "max_body_bytes",
-                s.max_body_bytes,
-                "every request with a body refused (413)",
-            ),
-            (
-                "max_inflight_body_bytes",
-                s.max_inflight_body_bytes,
-                "no body ever read",
-            ),
-            (
-                "max_backlog",
-                s.max_backlog,
-                "every new event refused (503)",
-            ),
-        ] {
-            if value == 0 {
-                bail!("server.{key} must be at least 1: 0 would mean {zero_means}");
             }
         }
         if s.max_body_bytes > s.max_inflight_body_bytes {
@@ -1164,6 +1156,7 @@ fn may_hold_secret(key: &str) -> bool {
         "auth",
         "header",
         "env",
+        "state",
     ]
     .iter()
     .any(|word| key.contains(word))
@@ -1622,12 +1615,6 @@ fn source_config(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<SourceConfig> {
     let max_body_bytes = file.max_body_bytes.unwrap_or(server.max_body_bytes);
-    if max_body_bytes == 0 {
-        bail!(
-            "sources.{name}.max_body_bytes must be at least 1: 0 would mean every request with a \
-             body refused (413)"
-        );
-    }
     if max_body_bytes > server.max_inflight_body_bytes {
         bail!(
             "sources.{name}.max_body_bytes ({max_body_bytes}) must not exceed \
@@ -1964,6 +1951,33 @@ memory_mib = 32
         );
     }
 
+    /// Zero backoffs, a zero backlog bound and a zero body cap start (they have a meaning, and
+    /// configurations that started keep starting) but are named in the start-up warnings.
+    #[test]
+    fn zero_backoffs_backlog_and_body_caps_start_with_a_warning() {
+        let config = parse(
+            "[server]\nmax_backlog = 0\n\
+             [sources.a]\nscheme = \"none\"\nparser = \"p\"\nmax_body_bytes = 0\n\
+             [plugins.p]\nbackoff_base_ms = 0\nbackoff_max_ms = 0\nmax_attempts = 3",
+        )
+        .unwrap();
+        let warnings = config.warnings().join("\n");
+        for said in [
+            "plugins.p.backoff_base_ms is 0: a failed attempt is retried at once, so all 3",
+            "plugins.p.backoff_max_ms is 0",
+            "server.max_backlog is 0: every new event is refused (503)",
+            "sources.a: its body cap (max_body_bytes) is 0",
+        ] {
+            assert!(warnings.contains(said), "{said}: {warnings}");
+        }
+        assert!(
+            parse("[plugins.p]\nbackoff_max_ms = 500")
+                .unwrap()
+                .warnings()
+                .is_empty()
+        );
+    }
+
     #[test]
     fn a_meta_verify_token_is_read_from_the_environment() {
         let config = parse(
@@ -2005,18 +2019,6 @@ memory_mib = 32
                 "only applies",
             ),
             ("[plugins.p]\nmax_attempts = 0", "plugins.p.max_attempts"),
-            (
-                "[plugins.p]\nbackoff_base_ms = 0",
-                "plugins.p.backoff_base_ms must be at least 1 (got 0)",
-            ),
-            (
-                "[plugins.p]\nbackoff_max_ms = 0",
-                "plugins.p.backoff_max_ms must be at least 1 (got 0)",
-            ),
-            (
-                "[plugins.p]\nbackoff_base_ms = 2000\nbackoff_max_ms = 1000",
-                "plugins.p.backoff_max_ms (1000) is below backoff_base_ms (2000)",
-            ),
             ("[plugins.p]\noutput_kib = 0", "plugins.p.output_kib"),
             ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
             (
@@ -2127,18 +2129,6 @@ memory_mib = 32
             (
                 "[server]\nheader_timeout_ms = 0",
                 "server.header_timeout_ms must be at least 1",
-            ),
-            (
-                "[server]\nmax_backlog = 0",
-                "server.max_backlog must be at least 1: 0 would mean every new event refused",
-            ),
-            (
-                "[server]\nmax_body_bytes = 0",
-                "server.max_body_bytes must be at least 1",
-            ),
-            (
-                "[sources.a]\nscheme = \"none\"\nmax_body_bytes = 0",
-                "sources.a.max_body_bytes must be at least 1",
             ),
             (
                 "[server]\nbody_timeout_ms = 0",
@@ -2375,6 +2365,16 @@ memory_mib = 32
             let err = format!("{:#}", parse(text).unwrap_err());
             assert!(err.contains(shown), "{text:?}: {err}");
         }
+        // Not in a key that holds a secret, whatever its name says of it: msgraph's
+        // `client_state` is one.
+        let err = format!(
+            "{:#}",
+            parse("[sources.g]\nscheme = \"msgraph\"\nclient_state = 8675309123").unwrap_err()
+        );
+        assert!(
+            err.contains("client_state") && !err.contains("8675309123"),
+            "{err}"
+        );
     }
 
     /// The key an error names is the one TOML reads there, quoted parts and all (a line-based

@@ -152,7 +152,12 @@ struct RunsToItsEnd<T: std::fmt::Debug + Send + 'static>(
 impl<T: std::fmt::Debug + Send + 'static> Drop for RunsToItsEnd<T> {
     fn drop(&mut self) {
         let Some(accept) = self.0.take() else { return };
-        // Outside a runtime (it is shutting down) there is nothing left to run it on.
+        // A future that panicked while polled cannot be polled again; outside a runtime there
+        // is nothing to run it on (in a runtime shutting down, the task is dropped unrun: the
+        // writer's queue still answers or fails a job already queued).
+        if std::thread::panicking() {
+            return;
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

@@ -72,9 +72,10 @@ pub(in crate::inbox) fn backup(
         }
     }
     // An earlier copy never has a lock beside it: a database with one is (or was) served, its
-    // `-wal` holding acknowledged events a replacement would delete.
+    // `-wal` holding acknowledged events a replacement would delete (the database file itself
+    // gone too: its `-wal` is then all that is left of its last writes).
     let lock = beside(&connection::target_file(out), LOCK);
-    if replace && out.exists() && lock.exists() {
+    if replace && lock.exists() {
         return Err(BackupError::Served {
             path: out.to_owned(),
             lock,
@@ -779,18 +780,30 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (db, other) = (dir.path().join("hookd.db"), dir.path().join("other.db"));
         inbox_with(&db, &["a"]).await.close();
-        let served = inbox_with(&other, &["mine"]).await;
-        let wal = std::fs::read(beside(&other, WAL)).unwrap();
-        for _ in ["served", "stopped"] {
+        let refused = |when: &str| {
             let Err(BackupError::Served { path, lock }) = backup(&db, &other, true, &[]) else {
-                panic!("another hookd's database must be refused");
+                panic!("another hookd's database must be refused ({when})");
             };
             assert_eq!((path, lock), (other.clone(), beside(&other, LOCK)));
-            if beside(&other, WAL).exists() {
-                assert_eq!(std::fs::read(beside(&other, WAL)).unwrap(), wal);
-            }
-            served.close();
-        }
+        };
+        let served = inbox_with(&other, &["mine"]).await;
+        let wal = std::fs::read(beside(&other, WAL)).unwrap();
+        refused("served");
+        assert_eq!(std::fs::read(beside(&other, WAL)).unwrap(), wal);
+        served.close();
+        drop(served);
+        refused("stopped");
+        // Its file gone, the log of its last writes left beside where it was.
+        let away = dir.path().join("away.db");
+        std::fs::rename(&other, &away).unwrap();
+        std::fs::write(beside(&other, WAL), b"the last writes").unwrap();
+        refused("its file gone");
+        assert_eq!(
+            std::fs::read(beside(&other, WAL)).unwrap(),
+            b"the last writes"
+        );
+        std::fs::remove_file(beside(&other, WAL)).unwrap();
+        std::fs::rename(&away, &other).unwrap();
         assert_eq!(holds(&other, &["mine", "a"]).await, [true, false]);
     }
 
