@@ -112,6 +112,9 @@ pub(in crate::inbox) fn restore(
     database: &Path,
     copy_path: &Path,
 ) -> Result<Restored, BackupError> {
+    // The file a symbolic link in the path leads to is the one replaced (its `-wal` and the
+    // lock are beside it): renaming the link aside left that file, and its log, in place.
+    let database = &connection::target_file(database);
     if !copy_path.is_file() {
         return Err(BackupError::Missing(copy_path.to_owned()));
     }
@@ -844,6 +847,28 @@ mod tests {
         assert_eq!(restored.copied.events, 1);
         assert_eq!(holds(&db, &["old", "new"]).await, [true, false]);
         let aside = restored.replaced.expect("the replaced database is kept");
+        assert_eq!(holds(&aside, &["old", "new"]).await, [true, true]);
+    }
+
+    /// A database named through a symbolic link is restored in the file the link leads to, the
+    /// link left as it is (it was renamed aside, and the file it led to kept its old events
+    /// and its log where a hookd given that file's own path served them on).
+    #[tokio::test]
+    async fn a_restore_through_a_link_replaces_the_file_it_leads_to() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        let (real, link) = (dir.path().join("data/hookd.db"), dir.path().join("hookd.db"));
+        std::os::unix::fs::symlink("data/hookd.db", &link).unwrap();
+        let copy = dir.path().join("copy.db");
+        inbox_with(&link, &["old"]).await.close();
+        backup(&link, &copy, false, &[]).unwrap();
+        inbox_with(&link, &["new"]).await.close();
+
+        let restored = restore(&link, &copy).unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+        assert_eq!(holds(&real, &["old", "new"]).await, [true, false]);
+        let aside = restored.replaced.expect("the replaced database is kept");
+        assert_eq!(aside.parent(), real.canonicalize().unwrap().parent());
         assert_eq!(holds(&aside, &["old", "new"]).await, [true, true]);
     }
 
