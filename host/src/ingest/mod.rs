@@ -144,10 +144,11 @@ async fn within_store_answer<T: std::fmt::Debug + Send + 'static>(
     }
 }
 
+/// An accept under way (boxed: it is moved into a task if dropped before its end).
+type Accepting<T> = std::pin::Pin<Box<dyn Future<Output = Result<T, InboxError>> + Send>>;
+
 /// An accept under way, handed to a task of its own if dropped before its end.
-struct RunsToItsEnd<T: std::fmt::Debug + Send + 'static>(
-    Option<std::pin::Pin<Box<dyn Future<Output = Result<T, InboxError>> + Send>>>,
-);
+struct RunsToItsEnd<T: std::fmt::Debug + Send + 'static>(Option<Accepting<T>>);
 
 impl<T: std::fmt::Debug + Send + 'static> Drop for RunsToItsEnd<T> {
     fn drop(&mut self) {

@@ -857,7 +857,10 @@ mod tests {
     async fn a_restore_through_a_link_replaces_the_file_it_leads_to() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("data")).unwrap();
-        let (real, link) = (dir.path().join("data/hookd.db"), dir.path().join("hookd.db"));
+        let (real, link) = (
+            dir.path().join("data/hookd.db"),
+            dir.path().join("hookd.db"),
+        );
         std::os::unix::fs::symlink("data/hookd.db", &link).unwrap();
         let copy = dir.path().join("copy.db");
         inbox_with(&link, &["old"]).await.close();
