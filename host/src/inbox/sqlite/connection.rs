@@ -81,11 +81,16 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
     }
 }
 
-/// The file `path` leads to, or would be created as: its symbolic links followed (a link to a
-/// file not there yet too), its directory resolved. SQLite keeps the `-wal` and `-shm` beside
-/// it, and hookd its `.lock`, so that a database named through a link and through its target
-/// has one lock, and the files beside it are the ones tightened.
+/// The file `path` leads to, or would be created as: `path` itself unless it is a symbolic
+/// link, else the link followed (a link to a file not there yet too), its directory resolved.
+/// SQLite keeps the `-wal` and `-shm` beside it, and hookd its `.lock`, so that a database named
+/// through a link and through its target has one lock, and the files beside it are the ones
+/// tightened. (A symbolic link among the directories needs nothing: the files beside the name
+/// are the files beside the target.)
 pub(super) fn target_file(path: &Path) -> PathBuf {
+    if !std::fs::symlink_metadata(path).is_ok_and(|meta| meta.is_symlink()) {
+        return path.to_owned();
+    }
     let mut target = path.to_owned();
     // As many links as the kernel follows before it gives up.
     for _ in 0..40 {
