@@ -132,7 +132,11 @@ pub(in crate::inbox) fn restore(
             .filter(|(s, _)| [WAL, JOURNAL].contains(s))
         {
             let left = beside(database, suffix);
-            if left.exists() {
+            // An empty one holds no writes (a read-only open of a stopped database, a backup's
+            // say, leaves an empty `-wal` beside it): it goes.
+            if std::fs::metadata(&left).is_ok_and(|meta| meta.len() == 0) {
+                remove_if_present(&left)?;
+            } else if left.exists() {
                 return Err(BackupError::Orphan {
                     path: left,
                     what,
@@ -746,7 +750,8 @@ mod tests {
             b"the last commits of a crashed hookd"
         );
 
-        std::fs::remove_file(&wal).unwrap();
+        // An empty log holds nothing (a backup of the stopped database left it): it goes.
+        std::fs::write(&wal, b"").unwrap();
         restore(&db, &copy).unwrap();
         assert_eq!(holds(&db, &["a"]).await, [true]);
     }
