@@ -90,6 +90,14 @@ pub enum InboxError {
         target: i64,
         reason: String,
     },
+    /// The role hookd logs in as lacks privileges hookd needs on its tables and sequences:
+    /// `missing` lists each as `table (PRIVILEGE)`.
+    #[error(
+        "the database {database} does not let hookd's role do all it needs: it lacks {missing}; \
+         grant SELECT, INSERT, UPDATE, DELETE on hookd's tables and USAGE on its sequences \
+         (see the README's PostgreSQL privileges)"
+    )]
+    MissingPrivileges { database: String, missing: String },
     /// The database was written by a newer hookd.
     #[error(
         "the database is at schema version {found}, newer than this hookd knows ({known}); \

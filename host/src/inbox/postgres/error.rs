@@ -19,6 +19,7 @@ use crate::inbox::InboxError;
 
 /// Where a database is, as errors and logs may name it: `user@host:port/name`, without the
 /// password (which is kept only to mask it should a server message ever quote it).
+#[derive(Clone)]
 pub(super) struct Target {
     shown: String,
     password: Option<String>,
@@ -99,14 +100,7 @@ impl Target {
 /// reach the server (PgBouncer: `08P01 server_login_retry`, `server conn crashed?`).
 fn server_away(e: &tokio_postgres::Error) -> bool {
     if let Some(code) = e.code() {
-        return code.code().starts_with("08")
-            || [
-                SqlState::ADMIN_SHUTDOWN,
-                SqlState::CRASH_SHUTDOWN,
-                SqlState::CANNOT_CONNECT_NOW,
-                SqlState::TOO_MANY_CONNECTIONS,
-            ]
-            .contains(code);
+        return away(code);
     }
     // The client's own errors: only the transport ones (not a row that fails to convert).
     let io = std::iter::successors(std::error::Error::source(e), |cause| cause.source())
@@ -170,6 +164,23 @@ impl From<PoolError> for InboxError {
     }
 }
 
+/// Whether a server's `code` says it is away for now: class 08, the shutdowns, too many
+/// connections, and class 28, a login refused to a new connection while hookd runs (a password
+/// being rotated, a `pg_hba.conf` being edited): answered 503 and retried like an outage, never
+/// a 500 nor an attempt's record given up. (At start-up the same refusal stops hookd, named as
+/// such: [`Target::connect_error`].)
+fn away(code: &SqlState) -> bool {
+    code.code().starts_with("08")
+        || code.code().starts_with("28")
+        || [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ]
+        .contains(code)
+}
+
 /// Whether `e` is a unique-index violation (a claim that lost a race for a key's one lease).
 pub(super) fn is_unique_violation(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
@@ -189,5 +200,33 @@ pub(super) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.shown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A login refused to a new connection while hookd runs (a rotated password) is the server
+    /// away for now, as a shutdown is: a 503 and a record sent again, not a 500 nor an
+    /// attempt's record given up. A missing privilege or a conflict is not.
+    #[test]
+    fn a_login_refused_while_running_is_the_server_away() {
+        for code in [
+            SqlState::INVALID_PASSWORD,
+            SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+            SqlState::CONNECTION_FAILURE,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ] {
+            assert!(away(&code), "{}", code.code());
+        }
+        for code in [
+            SqlState::INSUFFICIENT_PRIVILEGE,
+            SqlState::UNIQUE_VIOLATION,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+        ] {
+            assert!(!away(&code), "{}", code.code());
+        }
     }
 }

@@ -250,7 +250,10 @@ impl PostgresStore {
             .map_err(|e| InboxError::Storage(std::sync::Arc::new(e)))?;
         let statements = Arc::new(Statements::new(pooler));
         let client = pool.get().await.map_err(|e| target.pool_error(e))?;
-        schema::migrate(&mut Conn::new(client, Arc::clone(&statements)), &target).await?;
+        let mut conn = Conn::new(client, Arc::clone(&statements));
+        schema::migrate(&mut conn, &target).await?;
+        schema::check_privileges(&conn, &target).await?;
+        drop(conn);
         let work = Arc::new(tokio::sync::Notify::new());
         let mut tasks = Vec::new();
         // A pooler in transaction mode hands `LISTEN` a server connection only for that

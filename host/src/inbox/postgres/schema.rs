@@ -257,7 +257,17 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
         .map_err(failed)?
         .get::<_, bool>(0);
     if recorded {
-        let current = schema_version(client).await.map_err(failed)?;
+        let current = schema_version(client)
+            .await
+            .map_err(|e| InboxError::Migration {
+                database: target.to_string(),
+                target: latest,
+                reason: format!(
+                    "reading the version it is at (table hookd_schema, which the role must be \
+                     able to read): {}",
+                    target.reason(&e)
+                ),
+            })?;
         if current == latest {
             return Ok(());
         }
@@ -285,6 +295,51 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
         .await
         .map_err(failed)?;
     tx.commit().await.map_err(failed)
+}
+
+/// The tables a node reads and writes rows of (all of them, once migrated).
+const TABLES: [&str; 9] = [
+    "events",
+    "deliveries",
+    "attempts",
+    "quarantine",
+    "plugin_state",
+    "plugin_state_usage",
+    "nodes",
+    "plugin_files",
+    "plugin_releases",
+];
+/// The sequences a node draws from with `nextval` (an identity column's needs no grant).
+const SEQUENCES: [&str; 2] = ["plugin_state_versions", "plugin_release_versions"];
+
+/// Refuses a role that could start but not do its work: one without every row privilege on
+/// hookd's tables, or without `USAGE` on the sequences it draws versions from, failed later
+/// (a plugin's state never committed, its attempt taken back as a crash and run again; a
+/// cluster's sync, retention, a state delete failing) instead of at start-up.
+pub(super) async fn check_privileges(client: &Conn, target: &Target) -> Result<(), InboxError> {
+    let tables: Vec<&str> = TABLES.to_vec();
+    let sequences: Vec<&str> = SEQUENCES.to_vec();
+    let rows = client
+        .query(
+            "SELECT t.name || ' (' || p.privilege || ')'
+             FROM unnest($1::text[]) AS t(name)
+             CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p(privilege)
+             WHERE NOT has_table_privilege(t.name, p.privilege)
+             UNION ALL
+             SELECT s.name || ' (USAGE)' FROM unnest($2::text[]) AS s(name)
+             WHERE NOT has_sequence_privilege(s.name, 'USAGE')
+             ORDER BY 1",
+            &[&tables, &sequences],
+        )
+        .await?;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let missing: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    Err(InboxError::MissingPrivileges {
+        database: target.to_string(),
+        missing: missing.join(", "),
+    })
 }
 
 /// The version `hookd_schema` records.

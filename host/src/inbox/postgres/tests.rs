@@ -606,6 +606,45 @@ async fn a_migrated_database_starts_for_a_role_that_may_create_nothing() {
     assert_eq!(recorded_version(&db).await, MIGRATIONS.len() as i64);
 }
 
+/// A role that may not do all a node does (here: delete quarantined requests, draw state
+/// versions) is refused at start-up, each missing privilege named; it used to start and fail
+/// later, a plugin's state never committing and its attempt run again as after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_without_the_privileges_a_node_needs_is_refused_at_start_naming_them() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    fixtures::open(&db).await.close();
+    let owner = testdb::connect(db.url()).await;
+    owner
+        .batch_execute(
+            "REVOKE DELETE ON quarantine FROM CURRENT_USER;
+             REVOKE USAGE ON SEQUENCE plugin_state_versions FROM CURRENT_USER",
+        )
+        .await
+        .unwrap();
+    let Err(e @ InboxError::MissingPrivileges { .. }) =
+        PostgresStore::connect(db.url(), 1, Pooler::None).await
+    else {
+        panic!("a role without DELETE and USAGE started");
+    };
+    assert!(
+        e.to_string()
+            .contains("it lacks plugin_state_versions (USAGE), quarantine (DELETE);"),
+        "{e}"
+    );
+    owner
+        .batch_execute(
+            "GRANT DELETE ON quarantine TO CURRENT_USER;
+             GRANT USAGE ON SEQUENCE plugin_state_versions TO CURRENT_USER",
+        )
+        .await
+        .unwrap();
+    PostgresStore::connect(db.url(), 1, Pooler::None)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_of_a_newer_hookd_is_refused() {
     let Some(db) = TestDatabase::fresh().await else {

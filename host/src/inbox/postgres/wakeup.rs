@@ -58,7 +58,12 @@ pub(super) async fn listen(
         .map_err(|e| target.connect_error(e))?;
     let (listening, listened) = oneshot::channel();
     let task = tokio::spawn(listen_loop(
-        config, connector, client, connection, work, listening,
+        config,
+        connector,
+        (client, connection),
+        work,
+        listening,
+        target.clone(),
     ));
     match listened.await {
         Ok(Ok(())) => Ok(task),
@@ -74,13 +79,15 @@ pub(super) async fn listen(
 }
 
 /// Listens on `client`, then on every connection made again after it is lost.
+/// Its warnings say why, through `target` (the error's causes, the password masked: a
+/// `tokio_postgres::Error` shown alone says only "db error").
 async fn listen_loop(
     config: Config,
     connector: Connector,
-    client: Client,
-    connection: Connection<Socket, Stream>,
+    (client, connection): (Client, Connection<Socket, Stream>),
     work: Arc<Notify>,
     listening: oneshot::Sender<Result<(), tokio_postgres::Error>>,
+    target: Target,
 ) {
     let mut first = Some(listening);
     let mut connected = Some((client, connection));
@@ -91,7 +98,8 @@ async fn listen_loop(
         if let Some((client, connection)) = connected.take() {
             let listened = listen_until_lost(client, connection, &work, first.take()).await;
             if let Err(e) = listened {
-                tracing::warn!(error = %e, "inbox: lost the connection that hears other nodes' work");
+                let error = target.reason(&e);
+                tracing::warn!(%error, "inbox: lost the connection that hears other nodes' work");
             }
             wait = RECONNECT_AFTER;
         }
@@ -107,10 +115,12 @@ async fn listen_loop(
                 wait = (wait * 2).min(RECONNECT_AT_MOST);
                 if warned.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
                     warned = Some(tokio::time::Instant::now());
-                    tracing::warn!(error = %e, retry_in = ?wait,
+                    let error = target.reason(&e);
+                    tracing::warn!(%error, retry_in = ?wait,
                         "inbox: cannot reconnect to hear other nodes' work (said again at most once a minute)");
                 } else {
-                    tracing::debug!(error = %e, "inbox: cannot reconnect to hear other nodes' work");
+                    let error = target.reason(&e);
+                    tracing::debug!(%error, "inbox: cannot reconnect to hear other nodes' work");
                 }
             }
         }
