@@ -601,9 +601,11 @@ const MAX_WASM_THREADS: usize = 1024;
 /// Upper bound of `server.max_connections` and `max_connections_per_ip` (a semaphore's permits
 /// are bounded too; far beyond it one panicked at the first connection).
 const MAX_CONNECTIONS: usize = 1 << 20;
-/// Upper bound of a plugin's `timeout_ms` and `parser_timeout_ms` (a day): an attempt's lease is
-/// its timeout, kept in milliseconds beside the clock.
-const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+/// Upper bound of a plugin's `timeout_ms` and `parser_timeout_ms` (365 days): an attempt's
+/// lease is its timeout, kept in milliseconds beside the clock, where a value near 2^63 wrapped
+/// into the past. (It was a day for a while, which refused configurations that had started
+/// with more.)
+const MAX_TIMEOUT_MS: u64 = 365 * 24 * 60 * 60 * 1000;
 
 /// Upper bound of `server.plugin_memory_mib` (16 TiB).
 const MAX_PLUGIN_MEMORY_MIB: u64 = 1 << 24;
@@ -2023,7 +2025,7 @@ memory_mib = 32
             ("[plugins.p]\nlog_kib = 99999", "plugins.p.log_kib"),
             (
                 "[plugins.p]\ntimeout_ms = 9223372036854775807",
-                "plugins.p.timeout_ms must be between 1 and 86400000",
+                "plugins.p.timeout_ms must be between 1 and 31536000000",
             ),
             (
                 "[plugins.p]\nparser_timeout_ms = 0",
