@@ -680,6 +680,13 @@ impl Config {
                     .to_owned(),
             );
         }
+        if self.server.max_inflight_body_bytes == 0 {
+            warnings.push(
+                "server.max_inflight_body_bytes is 0: every request with a body, on the ingest \
+                 and the admin listener, is refused (503)"
+                    .to_owned(),
+            );
+        }
         for source in self.sources.values().filter(|s| s.max_body_bytes == 0) {
             warnings.push(format!(
                 "sources.{}: its body cap (max_body_bytes) is 0, so every request with a body is \
@@ -1977,6 +1984,15 @@ memory_mib = 32
                 .unwrap()
                 .warnings()
                 .is_empty()
+        );
+        let none_read = parse("[server]\nmax_inflight_body_bytes = 0\nmax_body_bytes = 0").unwrap();
+        assert!(
+            none_read
+                .warnings()
+                .join("\n")
+                .contains("server.max_inflight_body_bytes is 0"),
+            "{:?}",
+            none_read.warnings()
         );
     }
 

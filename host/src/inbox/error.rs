@@ -93,9 +93,8 @@ pub enum InboxError {
     /// The role hookd logs in as lacks privileges hookd needs on its tables and sequences:
     /// `missing` lists each as `table (PRIVILEGE)`.
     #[error(
-        "the database {database} does not let hookd's role do all it needs: it lacks {missing}; \
-         grant SELECT, INSERT, UPDATE, DELETE on hookd's tables and USAGE on its sequences \
-         (see the README's PostgreSQL privileges)"
+        "the database {database} does not let hookd's role do all it needs: it lacks {missing} \
+         (the README's Upgrading part lists the grants a node needs)"
     )]
     MissingPrivileges { database: String, missing: String },
     /// The database was written by a newer hookd.

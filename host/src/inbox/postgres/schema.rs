@@ -297,39 +297,44 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
     tx.commit().await.map_err(failed)
 }
 
-/// The tables a node reads and writes rows of (all of them, once migrated).
-const TABLES: [&str; 9] = [
-    "events",
-    "deliveries",
-    "attempts",
-    "quarantine",
-    "plugin_state",
-    "plugin_state_usage",
-    "nodes",
-    "plugin_files",
-    "plugin_releases",
+/// What a node does to the rows of each table (all of them, once migrated): the privileges its
+/// statements need, no more (`attempts` are never updated, `plugin_files` only inserted, ...;
+/// an upsert's `DO UPDATE` and a `FOR UPDATE` lock need `UPDATE`).
+const TABLES: [(&str, &[&str]); 9] = [
+    ("events", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+    ("deliveries", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+    ("attempts", &["SELECT", "INSERT", "DELETE"]),
+    ("quarantine", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+    ("plugin_state", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+    ("plugin_state_usage", &["SELECT", "INSERT", "UPDATE"]),
+    ("nodes", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
+    ("plugin_files", &["SELECT", "INSERT"]),
+    ("plugin_releases", &["SELECT", "INSERT", "UPDATE"]),
 ];
-/// The sequences a node draws from with `nextval` (an identity column's needs no grant).
+/// The sequences a node draws from with `nextval`, which `USAGE` or `UPDATE` allows (an
+/// identity column's needs no grant).
 const SEQUENCES: [&str; 2] = ["plugin_state_versions", "plugin_release_versions"];
 
-/// Refuses a role that could start but not do its work: one without every row privilege on
-/// hookd's tables, or without `USAGE` on the sequences it draws versions from, failed later
-/// (a plugin's state never committed, its attempt taken back as a crash and run again; a
-/// cluster's sync, retention, a state delete failing) instead of at start-up.
+/// Refuses a role that could start but not do its work: one without a row privilege a node's
+/// statements need on one of hookd's tables, or unable to draw versions from its sequences,
+/// failed later (a plugin's state never committed, its attempt taken back as a crash and run
+/// again; a cluster's sync, retention, a state delete failing) instead of at start-up.
 pub(super) async fn check_privileges(client: &Conn, target: &Target) -> Result<(), InboxError> {
-    let tables: Vec<&str> = TABLES.to_vec();
+    let (tables, privileges): (Vec<&str>, Vec<&str>) = TABLES
+        .iter()
+        .flat_map(|(table, needs)| needs.iter().map(move |privilege| (*table, *privilege)))
+        .unzip();
     let sequences: Vec<&str> = SEQUENCES.to_vec();
     let rows = client
         .query(
-            "SELECT t.name || ' (' || p.privilege || ')'
-             FROM unnest($1::text[]) AS t(name)
-             CROSS JOIN unnest(ARRAY['SELECT', 'INSERT', 'UPDATE', 'DELETE']) AS p(privilege)
-             WHERE NOT has_table_privilege(t.name, p.privilege)
+            "SELECT t.name || ' (' || t.privilege || ')'
+             FROM unnest($1::text[], $2::text[]) AS t(name, privilege)
+             WHERE NOT has_table_privilege(t.name, t.privilege)
              UNION ALL
-             SELECT s.name || ' (USAGE)' FROM unnest($2::text[]) AS s(name)
-             WHERE NOT has_sequence_privilege(s.name, 'USAGE')
+             SELECT s.name || ' (USAGE)' FROM unnest($3::text[]) AS s(name)
+             WHERE NOT has_sequence_privilege(s.name, 'USAGE, UPDATE')
              ORDER BY 1",
-            &[&tables, &sequences],
+            &[&tables, &privileges, &sequences],
         )
         .await?;
     if rows.is_empty() {

@@ -619,7 +619,7 @@ async fn a_role_without_the_privileges_a_node_needs_is_refused_at_start_naming_t
     owner
         .batch_execute(
             "REVOKE DELETE ON quarantine FROM CURRENT_USER;
-             REVOKE USAGE ON SEQUENCE plugin_state_versions FROM CURRENT_USER",
+             REVOKE USAGE, UPDATE ON SEQUENCE plugin_state_versions FROM CURRENT_USER",
         )
         .await
         .unwrap();
@@ -630,13 +630,16 @@ async fn a_role_without_the_privileges_a_node_needs_is_refused_at_start_naming_t
     };
     assert!(
         e.to_string()
-            .contains("it lacks plugin_state_versions (USAGE), quarantine (DELETE);"),
+            .contains("it lacks plugin_state_versions (USAGE), quarantine (DELETE) ("),
         "{e}"
     );
+    // What no statement needs is not asked for (attempts are never updated), and a sequence
+    // is drawn from with UPDATE as well as with USAGE.
     owner
         .batch_execute(
             "GRANT DELETE ON quarantine TO CURRENT_USER;
-             GRANT USAGE ON SEQUENCE plugin_state_versions TO CURRENT_USER",
+             GRANT UPDATE ON SEQUENCE plugin_state_versions TO CURRENT_USER;
+             REVOKE UPDATE ON attempts FROM CURRENT_USER",
         )
         .await
         .unwrap();

@@ -75,7 +75,7 @@ pub(in crate::inbox) fn backup(
     // `-wal` holding acknowledged events a replacement would delete (the database file itself
     // gone too: its `-wal` is then all that is left of its last writes).
     let lock = beside(&connection::target_file(out), LOCK);
-    if replace && lock.exists() {
+    if lock.exists() {
         return Err(BackupError::Served {
             path: out.to_owned(),
             lock,
