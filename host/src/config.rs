@@ -682,8 +682,8 @@ impl Config {
         }
         if self.server.max_inflight_body_bytes == 0 {
             warnings.push(
-                "server.max_inflight_body_bytes is 0: every request with a body, on the ingest \
-                 and the admin listener, is refused (503)"
+                "server.max_inflight_body_bytes is 0: every request with a body is refused, \
+                 413 at ingest (every body cap is 0 with it) and 503 at the admin listener"
                     .to_owned(),
             );
         }

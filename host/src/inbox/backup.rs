@@ -63,11 +63,12 @@ pub enum BackupError {
         what: &'static str,
         out: PathBuf,
     },
-    /// `--force` replaces an earlier copy only, never a database a hookd serves or served.
+    /// A copy never takes the place of a database a hookd serves or served (a `.lock` beside
+    /// the path), with `--force` or without: `--force` replaces an earlier copy only.
     #[error(
-        "{} is a database a hookd serves or has served ({} is beside it); a backup never \
-         replaces one: to start that database from a copy, stop its hookd and use `hookd \
-         restore`, or choose another path",
+        "{} is the path of a database a hookd serves or has served ({} is beside it); a backup \
+         never takes its place: to start that database from a copy, stop its hookd and use \
+         `hookd restore`, or choose another path",
         path.display(),
         lock.display()
     )]

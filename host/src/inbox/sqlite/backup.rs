@@ -811,6 +811,11 @@ mod tests {
             b"the last writes"
         );
         std::fs::remove_file(beside(&other, WAL)).unwrap();
+        // Without --force too: a copy named there would be what that hookd serves next.
+        let Err(BackupError::Served { .. }) = backup(&db, &other, false, &[]) else {
+            panic!("a copy must not take a served database's place");
+        };
+        assert!(!other.exists());
         std::fs::rename(&away, &other).unwrap();
         assert_eq!(holds(&other, &["mine", "a"]).await, [true, false]);
     }
