@@ -57,18 +57,12 @@ pub(in crate::inbox) fn backup(
         if out.exists() {
             return Err(BackupError::Exists(out.to_owned()));
         }
-        for (suffix, what) in COMPANIONS
-            .iter()
-            .filter(|(s, _)| [WAL, JOURNAL].contains(s))
-        {
-            let path = beside(out, suffix);
-            if path.exists() {
-                return Err(BackupError::LogBeside {
-                    path,
-                    what,
-                    out: out.to_owned(),
-                });
-            }
+        if let Some((path, what)) = logs_beside(out).find(|(path, _)| path.exists()) {
+            return Err(BackupError::LogBeside {
+                path,
+                what,
+                out: out.to_owned(),
+            });
         }
     }
     // An earlier copy never has a lock beside it: a database with one is (or was) served, its
@@ -127,11 +121,7 @@ pub(in crate::inbox) fn restore(
     if !database.exists() {
         // A log left by a database that is gone would be replayed into the copy on its first
         // open, as if it were the copy's own: a corrupt database, served.
-        for (suffix, what) in COMPANIONS
-            .iter()
-            .filter(|(s, _)| [WAL, JOURNAL].contains(s))
-        {
-            let left = beside(database, suffix);
+        for (left, what) in logs_beside(database) {
             // An empty one holds no writes (a read-only open of a stopped database, a backup's
             // say, leaves an empty `-wal` beside it): it goes.
             if std::fs::metadata(&left).is_ok_and(|meta| meta.len() == 0) {
@@ -174,6 +164,15 @@ pub(in crate::inbox) fn restore(
     rename(&partial.0, database)?;
     sync_parent(database)?;
     Ok(Restored { copied, replaced })
+}
+
+/// The logs SQLite would replay into a database at `path` on its first open (its `-wal` and
+/// `-journal`), with what each is, whether or not they exist.
+fn logs_beside(path: &Path) -> impl Iterator<Item = (PathBuf, &'static str)> + '_ {
+    COMPANIONS
+        .iter()
+        .filter(|(suffix, _)| [WAL, JOURNAL].contains(suffix))
+        .map(move |(suffix, what)| (beside(path, suffix), *what))
 }
 
 /// Refuses to write any of `writes` (with the files SQLite keeps beside each) where it would
