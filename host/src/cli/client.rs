@@ -407,6 +407,10 @@ pub async fn plugins(args: PluginsArgs) -> anyhow::Result<()> {
 /// `hookd state`: a plugin instance's durable state (`/admin/plugins/{name}/state`).
 #[derive(Debug, Args)]
 pub struct StateArgs {
+    /// Taken before the subcommand or after it (`hookd state --config X get ...` and `hookd
+    /// state get --config X ...` alike), as every other admin command takes them anywhere.
+    #[command(flatten)]
+    admin: AdminArgs,
     #[command(subcommand)]
     command: StateCommand,
 }
@@ -417,8 +421,6 @@ enum StateCommand {
     /// List the keys of PLUGIN (size, version, when written), a page at a time: the answer's
     /// `next_after` is the next page's --after.
     List {
-        #[command(flatten)]
-        admin: AdminArgs,
         /// The plugin instance (its `[plugins.<name>]` name).
         plugin: String,
         /// Only keys starting with this.
@@ -432,18 +434,11 @@ enum StateCommand {
         limit: Option<u32>,
     },
     /// Show KEY's value (as JSON when it is JSON, else base64) and its version.
-    Get {
-        #[command(flatten)]
-        admin: AdminArgs,
-        plugin: String,
-        key: String,
-    },
+    Get { plugin: String, key: String },
     /// Store VALUE (or the bytes of --file) under KEY, exactly as given. With --if-match only if
     /// KEY is still at that version (what `hookd state get` shows); without it only if KEY is
     /// absent.
     Set {
-        #[command(flatten)]
-        admin: AdminArgs,
         plugin: String,
         key: String,
         /// The value (JSON text, or any text).
@@ -458,8 +453,6 @@ enum StateCommand {
     },
     /// Delete KEY, only if it is still at version --if-match.
     Delete {
-        #[command(flatten)]
-        admin: AdminArgs,
         plugin: String,
         key: String,
         /// The version deleted (what `hookd state get` shows).
@@ -489,9 +482,9 @@ fn if_match(version: i64) -> HeaderMap {
 /// `hookd state`: `GET /admin/plugins/{name}/state[?...]`, `GET`, `PUT` or `DELETE
 /// /admin/plugins/{name}/state/{key}`.
 pub async fn state(args: StateArgs) -> anyhow::Result<()> {
+    let admin = args.admin;
     match args.command {
         StateCommand::List {
-            admin,
             plugin,
             prefix,
             after,
@@ -505,7 +498,7 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
             let path = format!("{}{}", state_path(&plugin, None), query(&filter.pairs()));
             admin_call::<api::StateKeys>(&admin, Method::GET, &path, NO_BODY).await
         }
-        StateCommand::Get { admin, plugin, key } => {
+        StateCommand::Get { plugin, key } => {
             let path = state_path(&plugin, Some(&key));
             let value: api::StateValue =
                 admin_request(&admin, Method::GET, &path, HeaderMap::new(), NO_BODY).await?;
@@ -514,7 +507,6 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
             Ok(())
         }
         StateCommand::Set {
-            admin,
             plugin,
             key,
             value,
@@ -553,7 +545,6 @@ pub async fn state(args: StateArgs) -> anyhow::Result<()> {
             Ok(())
         }
         StateCommand::Delete {
-            admin,
             plugin,
             key,
             if_match: version,
@@ -961,6 +952,33 @@ mod tests {
         );
         assert!(State::try_parse_from(["state", "delete", "counter", "count"]).is_err());
         assert!(State::try_parse_from(["state", "list", "counter", "--limit", "0"]).is_err());
+    }
+
+    #[test]
+    fn state_takes_the_admin_options_before_its_subcommand_or_after_it() {
+        for argv in [
+            &[
+                "state", "--config", "a.toml", "--token", "t", "get", "counter", "count",
+            ][..],
+            &[
+                "state", "get", "--config", "a.toml", "--token", "t", "counter", "count",
+            ][..],
+            &[
+                "state", "get", "counter", "count", "--config", "a.toml", "--token", "t",
+            ][..],
+        ] {
+            let parsed = State::try_parse_from(argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+            assert_eq!(
+                parsed.args.admin.config.as_deref(),
+                Some(std::path::Path::new("a.toml")),
+                "{argv:?}"
+            );
+            assert_eq!(parsed.args.admin.token.as_deref(), Some("t"), "{argv:?}");
+            assert!(
+                matches!(&parsed.args.command, StateCommand::Get { plugin, key } if plugin == "counter" && key == "count"),
+                "{argv:?}"
+            );
+        }
     }
 
     #[test]

@@ -90,20 +90,21 @@ pub enum Command {
     },
 }
 
-/// Where the admin API is and how to authenticate.
+/// Where the admin API is and how to authenticate. Global, so that a command with subcommands
+/// (`hookd state`) takes them before its subcommand or after it.
 #[derive(Debug, Clone, Args)]
 pub struct AdminArgs {
     /// Admin API base URL [default: `http://` + the config file's `server.admin_listen`, else
     /// http://127.0.0.1:8081].
-    #[arg(long, env = "HOOKD_ADMIN_URL")]
+    #[arg(long, env = "HOOKD_ADMIN_URL", global = true)]
     pub admin_url: Option<String>,
     /// Bearer token for the admin API. Without it: the `server.admin_token` of the config file
     /// (--config), else the token file hookd generated beside that config's database.
-    #[arg(long, env = "HOOKD_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "HOOKD_ADMIN_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
     /// The hookd.toml of the hookd to talk to, read for its admin address when no --admin-url
     /// is given and for its admin token when no --token is [default: hookd.toml, if it exists].
-    #[arg(long, env = "HOOKD_CONFIG")]
+    #[arg(long, env = "HOOKD_CONFIG", global = true)]
     pub config: Option<PathBuf>,
 }
 
