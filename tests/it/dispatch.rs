@@ -114,6 +114,52 @@ async fn retries_back_off_then_succeed_and_permanent_errors_dead_letter_at_once(
     assert_eq!(support::outcomes(&d), ["permanent"]);
 }
 
+/// A retry waiting out a long backoff (a downstream that was down, now fixed) runs at once when
+/// replayed with `state: retrying`, keeping its attempt budget; `pending` and `running` are
+/// still refused, naming what a replay takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_retrying_deliveries_runs_them_now_with_their_budget() {
+    let extra =
+        "[plugins.flaky]\nbackoff_base_ms = 3600000\nbackoff_max_ms = 3600000\nmax_attempts = 2";
+    let host = TestHost::start(&config(&["flaky"], extra), &[("flaky", plugins::FLAKY)]).await;
+    send(&host, "s", "msg_wait", json!({"fail_times": 2})).await;
+    let waiting = host
+        .wait_state("s", "msg_wait", "flaky", "retrying", WAIT)
+        .await;
+    let finished = waiting["history"][0]["finished_at"].as_i64().unwrap();
+    let due = waiting["next_attempt_at"].as_i64().unwrap();
+    assert!(due - finished >= 1_800_000, "{waiting:#}");
+
+    for state in ["pending", "running"] {
+        let (status, body) = host
+            .admin_post("/admin/replay", json!({"state": state}))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{state}: {body}");
+        let detail = body["detail"].as_str().unwrap();
+        assert!(detail.contains("retrying ones (run now)"), "{detail}");
+    }
+    let (status, body) = host
+        .admin_post("/admin/replay", json!({"state": "retrying", "source": "s"}))
+        .await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({"matched": 1, "replayed": 1}))
+    );
+    // Its budget was kept: the second attempt, failing too, was its last (`max_attempts = 2`),
+    // not the first of a fresh budget.
+    let dead = host
+        .wait_state("s", "msg_wait", "flaky", "dead", WAIT)
+        .await;
+    assert_eq!(support::outcomes(&dead), ["retry", "retry"]);
+    // A dead delivery replayed gets a fresh one, as before.
+    host.admin_post("/admin/replay", json!({"source": "s"}))
+        .await;
+    let done = host
+        .wait_state("s", "msg_wait", "flaky", "done", WAIT)
+        .await;
+    assert_eq!(support::outcomes(&done), ["retry", "retry", "ok"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn traps_dead_letter_after_max_attempts_and_replay_grants_a_fresh_budget() {
     let extra = "[plugins.crasher]\nbackoff_base_ms = 10\nbackoff_max_ms = 20\nmax_attempts = 3";

@@ -236,7 +236,8 @@ pub struct ReplayRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
     /// A delivery state name; `dead` when not given. A replay takes `dead`, `stale`, `done` or
-    /// `discarded`; a discard takes `dead`, and `pending` or `retrying` for a `handler` the
+    /// `discarded` (run again with a fresh attempt budget), and `retrying` (run now, instead of
+    /// after its backoff, with the budget it has); a discard takes `dead`, and `pending` or `retrying` for a `handler` the
     /// configuration no longer declares.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<StateName>)]

@@ -38,16 +38,17 @@ fn state_names() -> impl Iterator<Item = &'static str> {
     DeliveryState::ALL.into_iter().map(DeliveryState::as_str)
 }
 
-/// The states a replay may take (open ones are still being worked on).
+/// The states a replay may take: the finished ones, and `retrying` (run now); `pending` is
+/// due already and `running` is being worked on.
 fn replay_state_names() -> impl Iterator<Item = &'static str> {
     DeliveryState::ALL
         .into_iter()
-        .filter(|state| !state.is_open())
+        .filter(|state| !matches!(state, DeliveryState::Pending | DeliveryState::Running))
         .map(DeliveryState::as_str)
 }
 
-/// The states a discard may name: a replay's, and the waiting ones (`pending`, `retrying`),
-/// which the server takes only for a handler the configuration no longer declares.
+/// The states a discard may name: every one but `running`; the server takes the waiting ones
+/// (`pending`, `retrying`) only for a handler the configuration no longer declares.
 fn discard_state_names() -> impl Iterator<Item = &'static str> {
     DeliveryState::ALL
         .into_iter()
@@ -233,7 +234,9 @@ pub struct ReplayArgs {
     admin: AdminArgs,
     #[command(flatten)]
     filter: ReplayFilter,
-    /// Which deliveries (the server defaults to dead).
+    /// Which deliveries (the server defaults to dead): finished ones run again with a fresh
+    /// attempt budget; `retrying` ones run now instead of after their backoff, with the budget
+    /// they have.
     #[arg(long, value_parser = PossibleValuesParser::new(replay_state_names()))]
     state: Option<String>,
     /// Deliver each replayed delivery even if a newer sequence of its ordering key is done by

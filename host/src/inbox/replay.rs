@@ -1,8 +1,12 @@
-//! Replay: finished deliveries (dead, stale or done) become due again with a fresh budget.
+//! Replay: finished deliveries (dead, stale, done or discarded) become due again with a fresh
+//! budget; retrying ones, waiting out a backoff, become due now with the budget they have.
 //!
-//! Invariant: a replay never touches an open delivery (the store re-checks the state), and it
-//! resets the attempt budget, not the attempt count: `attempts` keeps counting every attempt
-//! (it is the lease token), `budget_base` moves up to it.
+//! Invariants:
+//! - A replay never touches a pending or running delivery, nor one that left the state it
+//!   selected (the store re-checks the state in its update).
+//! - It resets the attempt budget of a finished delivery, not the attempt count: `attempts`
+//!   keeps counting every attempt (it is the lease token), `budget_base` moves up to it. A
+//!   retrying delivery keeps both: running it sooner is not a fresh start.
 
 use super::{Inbox, InboxError};
 use crate::{model::DeliveryState, text};
@@ -62,31 +66,37 @@ impl ReplayFilter {
         Some(self)
     }
 
-    /// The state whose deliveries it replays: `dead` unless given; an open state is refused
-    /// (those deliveries are still being worked on), for every backend alike.
-    pub(super) fn finished_state(&self) -> Result<DeliveryState, InboxError> {
+    /// The state whose deliveries it replays: `dead` unless given; `pending` (already due) and
+    /// `running` are refused, for every backend alike.
+    pub(super) fn replayed_state(&self) -> Result<DeliveryState, InboxError> {
         let state = self.state.unwrap_or(DeliveryState::Dead);
-        if state.is_open() {
-            return Err(InboxError::InvalidFilter(format!(
-                "state {state} is still being worked on; replay takes dead, stale, done or discarded deliveries"
-            )));
-        }
-        Ok(state)
+        let why = match state {
+            DeliveryState::Pending => "is already due",
+            DeliveryState::Running => "is being worked on",
+            _ => return Ok(state),
+        };
+        Err(InboxError::InvalidFilter(format!(
+            "state {state} {why}; replay takes dead, stale, done or discarded deliveries, and \
+             retrying ones (run now)"
+        )))
     }
 }
 
 impl Inbox {
-    /// Sets deliveries matched by `filter` due again with a fresh attempt budget.
-    /// Returns `(matched, replayed)`; a dry run replays nothing.
+    /// Sets deliveries matched by `filter` due again: finished ones with a fresh attempt
+    /// budget, retrying ones now. Returns `(matched, replayed)`; a dry run replays nothing.
     pub async fn replay(&self, filter: ReplayFilter) -> Result<(usize, usize), InboxError> {
-        filter.finished_state()?;
+        let state = filter.replayed_state()?;
         let Some(filter) = filter.storable() else {
             return Ok((0, 0));
         };
         let now = self.now_ms();
         let (matched, replayed) = self.store().replay(filter, now).await?;
         if replayed > 0 {
-            self.add_backlog(replayed as i64);
+            // A retrying delivery is in the backlog already: it never left it.
+            if !state.is_open() {
+                self.add_backlog(replayed as i64);
+            }
             self.wake_workers();
         }
         Ok((matched, replayed))

@@ -160,9 +160,10 @@ pub(crate) trait Store: Send + Sync + 'static {
     /// [`Capabilities::single_node`] holds.
     async fn reclaim_all(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError>;
 
-    /// Sets the finished deliveries `filter` matches due at `now_ms` with a fresh attempt
-    /// budget (none on a dry run), passing over those of pruned events (they have no body);
-    /// returns `(matched, replayed)`. An open state in the filter is
+    /// Sets the deliveries `filter` matches due at `now_ms` (none on a dry run): finished ones
+    /// with a fresh attempt budget, passing over those of pruned events (they have no body),
+    /// retrying ones with the budget they have (unless due earlier already); returns
+    /// `(matched, replayed)`. `pending` or `running` in the filter is
     /// [`InboxError::InvalidFilter`].
     async fn replay(&self, filter: ReplayFilter, now_ms: i64)
     -> Result<(usize, usize), InboxError>;

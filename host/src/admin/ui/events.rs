@@ -334,7 +334,8 @@ fn shown_body(body: &[u8]) -> (String, bool) {
 }
 
 /// The button that replays one delivery (`[source, event id, handler, state, back]`) after
-/// the dry run's confirmation; `force`: "Deliver anyway", for a stale one.
+/// the dry run's confirmation; `force`: "Deliver anyway", for a stale one; "Run now" for a
+/// retrying one.
 fn replay_button(
     signed_in: &SignedIn,
     [source, event_id, handler, state, back]: [&str; 5],
@@ -354,6 +355,10 @@ fn replay_button(
                     title="Deliver it to the handler although a newer sequence of its key is done" {
                     "Deliver anyway…"
                 }
+            } @else if state == "retrying" {
+                button type="submit" title="Run its next attempt now instead of after its backoff" {
+                    "Run now…"
+                }
             } @else {
                 button type="submit" { "Replay…" }
             }
@@ -369,8 +374,10 @@ fn delivery_section(
     delivery: &DeliveryDetail,
     replayable: bool,
 ) -> Markup {
-    let finished = DeliveryState::parse(&delivery.state).is_some_and(|s| !s.is_open());
-    let finished = finished && replayable;
+    let state = DeliveryState::parse(&delivery.state);
+    // Finished: replayed with a fresh budget; retrying: run now, with the budget it has.
+    let replayable =
+        replayable && state.is_some_and(|s| !s.is_open() || s == DeliveryState::Retrying);
     let output_id = format!("output-{}", delivery.handler);
     html! {
         article.delivery aria-label={ "Delivery to " (delivery.handler) } {
@@ -381,7 +388,7 @@ fn delivery_section(
                 @if let Some(next) = delivery.next_attempt_at {
                     span.muted { "next attempt " (layout::time(next)) }
                 }
-                @if finished {
+                @if replayable {
                     (replay_button(signed_in, [source, event_id, &delivery.handler, &delivery.state, here], false))
                     @if delivery.state == "stale" {
                         (replay_button(signed_in, [source, event_id, &delivery.handler, &delivery.state, here], true))
@@ -448,6 +455,31 @@ mod tests {
         assert_eq!(filter.event_id.as_deref(), Some(" leading and trailing "));
         assert_eq!(filter.source.as_deref(), Some("gen"));
         assert_eq!(ListQuery::default().filter().unwrap().event_id, None);
+    }
+
+    /// A dead (or other finished) delivery has its replay button, a retrying one its "run
+    /// now"; a pending or running one, or one of a pruned event, none.
+    #[test]
+    fn a_retrying_delivery_can_be_run_now_and_a_pending_one_cannot() {
+        let signed_in = SignedIn::for_tests();
+        let page = |state: &str, replayable: bool| {
+            let delivery = DeliveryDetail {
+                handler: "h".into(),
+                state: state.into(),
+                attempts: 1,
+                output: None,
+                last_error: None,
+                next_attempt_at: Some(0),
+                history: Vec::new(),
+            };
+            delivery_section(&signed_in, "s", "e", "/e", &delivery, replayable).into_string()
+        };
+        assert!(page("retrying", true).contains("Run now…"));
+        assert!(page("dead", true).contains("Replay…"));
+        for (state, replayable) in [("pending", true), ("running", true), ("retrying", false)] {
+            let html = page(state, replayable);
+            assert!(!html.contains(r#"action="/replay""#), "{state}: {html}");
+        }
     }
 
     #[test]

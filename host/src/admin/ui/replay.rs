@@ -103,7 +103,12 @@ pub(super) async fn replay(
                 @if report.matched == 1 { "delivery matches" } @else { "deliveries match" }
                 @if report.matched == MAX_REPLAY { " (the most one replay takes)" }
                 ". Replaying sets " @if report.matched == 1 { "it" } @else { "them" }
-                " due now with a fresh attempt budget."
+                @if form.state == "retrying" {
+                    " due now instead of after " @if report.matched == 1 { "its" } @else { "their" }
+                    " backoff, with the attempt budget " @if report.matched == 1 { "it has." } @else { "they have." }
+                } @else {
+                    " due now with a fresh attempt budget."
+                }
                 @if form.force == "yes" {
                     " Forced: the handler gets " @if report.matched == 1 { "it" } @else { "them" }
                     " even if a newer sequence of the key is done (with the event marked stale)."

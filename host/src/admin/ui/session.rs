@@ -49,6 +49,17 @@ pub(super) struct SignedIn {
     key: [u8; 32],
 }
 
+#[cfg(test)]
+impl SignedIn {
+    /// A session for rendering a page in a test.
+    pub(in crate::admin::ui) fn for_tests() -> Self {
+        Self {
+            csrf: "csrf".into(),
+            key: [0; 32],
+        }
+    }
+}
+
 struct Session {
     csrf: Secret,
     csrf_text: String,

@@ -267,6 +267,44 @@ pub(super) async fn a_replay_gives_a_fresh_attempt_budget(db: &dyn Database) {
     assert_eq!((again.attempt, again.budget_used), (2, 1));
 }
 
+/// A retrying delivery replayed runs now instead of after its backoff, with the attempt budget
+/// it has (only a finished delivery gets a fresh one), and stays counted in the backlog once.
+pub(super) async fn a_retrying_delivery_replayed_is_due_now_with_its_budget(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let claimed = lease(&inbox, "a").await;
+    let in_an_hour = Clock::system().now_ms() + 3_600_000;
+    let retry = Disposition::RetryAt { at_ms: in_an_hour };
+    inbox.finish(finished(&claimed, retry)).await.unwrap();
+    assert!(claim(&inbox, Clock::system().now_ms()).await.is_empty());
+    let backlog = inbox.backlog();
+    let retrying = ReplayFilter {
+        state: Some(DeliveryState::Retrying),
+        ..dead()
+    };
+    let dry = ReplayFilter {
+        dry_run: true,
+        ..retrying.clone()
+    };
+    assert_eq!(inbox.replay(dry).await.unwrap(), (1, 0));
+    let before = Clock::system().now_ms();
+    assert_eq!(inbox.replay(retrying.clone()).await.unwrap(), (1, 1));
+    let after = Clock::system().now_ms();
+    let due = detail(&inbox, "a").await.deliveries[0].next_attempt_at;
+    assert!(
+        due.is_some_and(|due| (before..=after).contains(&due)),
+        "{due:?} not in {before}..={after}"
+    );
+    assert_eq!(
+        inbox.backlog(),
+        backlog,
+        "a retrying delivery is in the backlog already"
+    );
+    let again = claim(&inbox, Clock::system().now_ms()).await.remove(0);
+    assert_eq!((again.attempt, again.budget_used), (2, 2));
+    // Running now, it is no longer retrying: a second replay matches nothing.
+    assert_eq!(inbox.replay(retrying).await.unwrap(), (0, 0));
+}
+
 pub(super) async fn a_replay_touches_at_most_its_limit(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     for id in ["a", "b", "c"] {
@@ -287,9 +325,9 @@ pub(super) async fn a_dry_run_replays_nothing(db: &dyn Database) {
     assert_eq!(state_of(&inbox, "a").await, "dead");
 }
 
-pub(super) async fn replaying_an_open_state_is_an_invalid_filter(db: &dyn Database) {
+pub(super) async fn replaying_a_pending_or_running_state_is_an_invalid_filter(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
-    for state in DeliveryState::OPEN {
+    for state in [DeliveryState::Pending, DeliveryState::Running] {
         let filter = ReplayFilter {
             state: Some(state),
             ..dead()

@@ -1,8 +1,9 @@
-//! Replay in SQL: select the finished deliveries a filter matches, and set them due again.
+//! Replay in SQL: select the deliveries a filter matches, and set them due again (finished
+//! ones with a fresh budget, retrying ones now).
 //!
-//! Invariant: the update re-checks that a delivery is not open, so a delivery leased (by any
-//! node) between the select and the update is left alone; `budget_base` moves up to
-//! `attempts`, which keeps counting (it is the lease token).
+//! Invariant: the update re-checks the state (not open; still `retrying`), so a delivery leased
+//! (by any node) between the select and the update is left alone; `budget_base` moves up to
+//! `attempts`, which keeps counting (it is the lease token), for finished deliveries only.
 
 use super::{
     state_names,
@@ -13,16 +14,29 @@ use crate::{
     model::DeliveryState,
 };
 
-/// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
-/// run); returns `(matched, replayed)`.
+/// Sets the deliveries `filter` matches due at `now_ms`, finished ones with a fresh budget
+/// (none on a dry run); returns `(matched, replayed)`.
 pub(super) async fn replay_matching(
     tx: &Tx<'_>,
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
-    let ids = matching_deliveries(tx, filter, filter.finished_state()?).await?;
+    let state = filter.replayed_state()?;
+    let ids = matching_deliveries(tx, filter, state).await?;
     if filter.dry_run {
         return Ok((ids.len(), 0));
+    }
+    if state == DeliveryState::Retrying {
+        // Due now (unless already due earlier), with its attempt budget as it is.
+        let replayed = tx
+            .execute(
+                "UPDATE deliveries SET next_attempt_at = LEAST(next_attempt_at, $2),
+                     updated_at = $2, deliver_stale = deliver_stale OR $3
+                 WHERE id = ANY($1) AND state = 'retrying'",
+                &[&ids, &now_ms, &filter.force],
+            )
+            .await?;
+        return Ok((ids.len(), replayed as usize));
     }
     let replayed = tx
         .execute(

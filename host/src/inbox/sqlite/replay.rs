@@ -1,8 +1,9 @@
-//! Replay in SQL: select the finished deliveries a filter matches, and set them due again.
+//! Replay in SQL: select the deliveries a filter matches, and set them due again (finished
+//! ones with a fresh budget, retrying ones now).
 //!
-//! Invariant: the update re-checks that a delivery is not open, so a delivery leased between
-//! the select and the update is left alone; `budget_base` moves up to `attempts`, which keeps
-//! counting (it is the lease token).
+//! Invariant: the update re-checks the state (not open; still `retrying`), so a delivery leased
+//! between the select and the update is left alone; `budget_base` moves up to `attempts`, which
+//! keeps counting (it is the lease token), for finished deliveries only.
 
 use rusqlite::{Connection, params};
 
@@ -12,16 +13,30 @@ use crate::{
     model::DeliveryState,
 };
 
-/// Sets the deliveries `filter` matches due at `now_ms` with a fresh budget (none on a dry
-/// run); returns `(matched, replayed)`.
+/// Sets the deliveries `filter` matches due at `now_ms`, finished ones with a fresh budget
+/// (none on a dry run); returns `(matched, replayed)`.
 pub(super) fn replay_matching(
     conn: &Connection,
     filter: &ReplayFilter,
     now_ms: i64,
 ) -> Result<(usize, usize), InboxError> {
-    let ids = matching_deliveries(conn, filter, filter.finished_state()?)?;
+    let state = filter.replayed_state()?;
+    let ids = matching_deliveries(conn, filter, state)?;
     if filter.dry_run {
         return Ok((ids.len(), 0));
+    }
+    if state == DeliveryState::Retrying {
+        // Due now (unless already due earlier), with its attempt budget as it is.
+        let mut update = conn.prepare_cached(
+            "UPDATE deliveries SET next_attempt_at = MIN(next_attempt_at, ?2), updated_at = ?2,
+                 deliver_stale = MAX(deliver_stale, ?3)
+             WHERE id = ?1 AND state = 'retrying'",
+        )?;
+        let mut replayed = 0;
+        for id in &ids {
+            replayed += update.execute(params![id, now_ms, filter.force])?;
+        }
+        return Ok((ids.len(), replayed));
     }
     let mut update = conn.prepare_cached(concat!(
         "UPDATE deliveries SET state = 'pending', budget_base = attempts,
