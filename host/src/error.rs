@@ -38,6 +38,10 @@ pub enum ApiError {
     Overloaded { retry_after_secs: u64 },
     #[error("request body not received in time")]
     BodyTimeout,
+    /// The client closed its connection before its request's body ended: nobody reads the
+    /// answer (a 400, for the record), and it is not counted as an ingest request.
+    #[error("the client closed the connection before the request's body ended")]
+    ClientGone,
     #[error("unauthorized")]
     Unauthorized,
     #[error("not found: {0}")]
@@ -106,6 +110,7 @@ impl ApiError {
             Self::Unparsable(_) => "unparsable",
             Self::Overloaded { .. } => "overloaded",
             Self::BodyTimeout => "body_timeout",
+            Self::ClientGone => "client_gone",
             Self::Unauthorized => "unauthorized",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
@@ -162,6 +167,7 @@ impl IntoResponse for ApiError {
             ),
             Self::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, json!({"error": error})),
             Self::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, json!({"error": error})),
+            Self::ClientGone => (StatusCode::BAD_REQUEST, json!({"error": error})),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, json!({"error": error})),
             Self::NotFound(what) => (
                 StatusCode::NOT_FOUND,

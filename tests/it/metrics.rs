@@ -21,6 +21,40 @@ fn value(metrics: &str, series: &str) -> Option<f64> {
         .map(|v| v.trim().parse().expect("a number"))
 }
 
+/// A client that hangs up in the middle of its body is not counted (nobody reads the answer),
+/// as one gone before its answer was ready is not; a malformed body (a chunk size that is not
+/// hex) is a `bad_request`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_mid_body_is_not_counted_and_a_malformed_body_is() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let host = TestHost::start(&sw_source("s", &[], ""), &[]).await;
+    for _ in 0..3 {
+        let mut socket = tokio::net::TcpStream::connect(host.ingest).await.unwrap();
+        socket
+            .write_all(b"POST /hooks/s HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut socket = tokio::net::TcpStream::connect(host.ingest).await.unwrap();
+    socket
+        .write_all(b"POST /hooks/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(WAIT, socket.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let metrics = support::metrics_with(
+        async |path: &str| host.admin_get(path).await,
+        &["hookd_ingest_requests_total{source=\"s\",outcome=\"bad_request\"} 1"],
+    )
+    .await;
+    for line in metrics.lines().filter(|l| l.contains("client_gone")) {
+        panic!("a hang-up was counted: {line}");
+    }
+}
+
 /// Traffic of every kind moves exactly the series it should: three answered requests of
 /// source `s` (accepted, duplicate, a bad signature), one for an unknown source, a delivery that
 /// is retried once then done, one dead-lettered at once, and a handler whose outbound request

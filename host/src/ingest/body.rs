@@ -134,7 +134,8 @@ pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
 ///
 /// Errors: over the cap → 413 (from the declared length alone when there is one); the budget
 /// cannot hold it → 503 `overloaded` + Retry-After; idle too long, too slow or not complete in
-/// time → 408.
+/// time → 408; the client closed the connection before the body's end →
+/// [`ApiError::ClientGone`].
 pub async fn read(
     body: Body,
     declared: Option<u64>,
@@ -177,6 +178,7 @@ pub async fn read(
         let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
             Err(_) => return Err(ApiError::BodyTimeout),
             Ok(None) => break,
+            Ok(Some(Err(e))) if client_gone(&e) => return Err(ApiError::ClientGone),
             Ok(Some(Err(e))) => {
                 return Err(ApiError::BadRequest(format!(
                     "reading the body failed: {e}"
@@ -202,6 +204,30 @@ pub async fn read(
         received.extend_from_slice(&data);
     }
     Ok((received.freeze(), reservation))
+}
+
+/// Whether a body's read failed because its client closed (or reset) the connection before
+/// the body's end, not because the body was malformed: nobody is left to read its answer.
+/// (hyper reports an early end as an I/O error of kind `UnexpectedEof` under its body error,
+/// a malformed chunk as `InvalidInput`.)
+fn client_gone(e: &axum::Error) -> bool {
+    use std::io::ErrorKind;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = cause {
+        if error.downcast_ref::<std::io::Error>().is_some_and(|io| {
+            matches!(
+                io.kind(),
+                ErrorKind::UnexpectedEof
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+            )
+        }) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
 }
 
 #[cfg(test)]
