@@ -70,8 +70,14 @@ impl Inbox {
         match tokio::time::timeout(within, self.store().ping()).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "readiness: the database failed a trivial read");
+                tracing::warn!(error = %e, "readiness: the database is not ready");
                 Err(match e {
+                    // The embedded database (one node's file) is there while hookd runs: it is
+                    // unavailable when its writes fail (a full, failing or stalled disk) or its
+                    // path leads elsewhere, while reads may still work.
+                    InboxError::Unavailable(_) if self.store().capabilities().single_node => {
+                        "the database cannot take writes now (the log says why)"
+                    }
                     InboxError::Unreachable { .. } | InboxError::Unavailable(_) => {
                         "the database cannot be reached (the log says why)"
                     }
