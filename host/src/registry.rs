@@ -84,6 +84,9 @@ pub struct LoadedPlugin {
 #[derive(Default)]
 struct FileStatus {
     current: Option<Arc<LoadedPlugin>>,
+    /// When `current` went live here (its load, or the rollback that made it live again; its
+    /// `loaded_at_ms` is its first load's).
+    live_since_ms: i64,
     previous: Vec<Arc<LoadedPlugin>>,
     error: Option<String>,
     /// The sha256 of the file the last load refused, when it got as far as reading it.
@@ -231,6 +234,7 @@ pub fn check_expected(stem: &str, expected: Option<&str>, now: &str) -> Result<(
 pub struct PluginStatus {
     pub wasm: String,
     pub sha256: Option<String>,
+    /// When the live version went live: its load, or the rollback that made it live again.
     pub loaded_at: Option<i64>,
     pub exports: Vec<&'static str>,
     /// The `hookd:plugin` WIT version of the live version.
@@ -349,6 +353,7 @@ impl Registry {
                 {
                     entry.previous.insert(0, old);
                 }
+                entry.live_since_ms = loaded.loaded_at_ms;
                 // A version that comes back is live, not also a rollback target.
                 entry
                     .previous
@@ -446,6 +451,7 @@ impl Registry {
     fn step_back(&self, stem: &str, entry: &mut FileStatus, at: usize) -> Arc<LoadedPlugin> {
         let back = entry.previous.remove(at);
         entry.current = Some(back.clone());
+        entry.live_since_ms = unix_ms(std::time::SystemTime::now());
         entry.file_bytes = None;
         self.publish(stem, Some(back.clone()));
         tracing::warn!(
@@ -486,7 +492,7 @@ impl Registry {
                 let status = PluginStatus {
                     wasm: self.path_of(stem).display().to_string(),
                     sha256: s.current.as_ref().map(|c| c.plugin.sha256().to_owned()),
-                    loaded_at: s.current.as_ref().map(|c| c.loaded_at_ms),
+                    loaded_at: s.current.as_ref().map(|_| s.live_since_ms),
                     exports: s
                         .current
                         .as_ref()

@@ -520,8 +520,13 @@ async fn rollback_makes_the_previous_sha_live() {
     let v2 = versions[1].clone();
     assert_eq!(host.plugin("h").await["previous"], json!([v2, v1]));
 
-    // v3 -> v2 (v3 is dropped from the targets), then v2 -> v1.
+    // v3 -> v2 (v3 is dropped from the targets), then v2 -> v1; `loaded_at` says when the
+    // version went live again, not when it was first loaded.
     for (back, left) in [(&v2, json!([v1])), (&v1, json!([]))] {
+        let asked = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
         let (status, reply) = host
             .admin_post("/admin/plugins/h/rollback", json!({}))
             .await;
@@ -532,7 +537,9 @@ async fn rollback_makes_the_previous_sha_live() {
                 json!({"name": "h", "sha256": back, "instances": ["h"]})
             )
         );
-        assert_eq!(host.plugin("h").await["previous"], left);
+        let live = host.plugin("h").await;
+        assert_eq!(live["previous"], left);
+        assert!(live["loaded_at"].as_i64().unwrap() >= asked, "{live:#}");
         if back == &v2 {
             send(&host, "on_v2").await;
             let d = host.wait_state("s", "on_v2", "h", "done", WAIT).await;

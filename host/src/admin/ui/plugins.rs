@@ -38,7 +38,7 @@ pub(super) async fn page(
             section.delivery aria-labelledby={ "plugin-" (plugin.name) } {
                 header {
                     h2 id={ "plugin-" (plugin.name) } { (plugin.name) }
-                    @if plugin.error.is_some() { (layout::badge("dead")) } @else { (layout::badge("ok")) }
+                    (live_badge(plugin.sha256.is_some(), plugin.error.is_some()))
                 }
                 dl.envelope {
                     dt { "File" } dd.mono { (plugin.wasm) }
@@ -67,7 +67,7 @@ pub(super) async fn page(
                 }
                 h3 { "Previous versions" }
                 @if plugin.previous.is_empty() {
-                    p.muted { "None: this is the first version loaded since start." }
+                    p.muted { "None kept: a rollback has no version to return to." }
                 } @else {
                     ol {
                         @for sha in &plugin.previous { li.sha { (sha) } }
@@ -89,6 +89,17 @@ pub(super) async fn page(
     Ok(layout::page("Plugins", Nav::Plugins, &signed_in, body).into_response())
 }
 
+/// Whether a version serves: one whose file failed to load since (an error beside a live
+/// sha256) still does, and says so.
+fn live_badge(live: bool, error: bool) -> maud::Markup {
+    let (class, text) = match (live, error) {
+        (true, false) => ("badge ok", "live"),
+        (true, true) => ("badge warn", "live; its file was refused"),
+        (false, _) => ("badge bad", "not loaded"),
+    };
+    html! { span class=(class) { (text) } }
+}
+
 /// The rollback form: the version the page offered to return to.
 #[derive(Debug, Deserialize)]
 pub(super) struct RollbackForm {
@@ -105,4 +116,19 @@ pub(super) async fn rollback(
 ) -> Result<Response, UiError> {
     rollback_plugin(&ui.shared, name, form.expect.as_deref()).await?;
     Ok(Redirect::to("/plugins").into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A version still serving is never shown as dead because its file's last load failed.
+    #[test]
+    fn a_live_version_whose_file_was_refused_is_shown_live() {
+        let badge = |live, error| live_badge(live, error).into_string();
+        assert!(badge(true, false).contains(">live<"));
+        assert!(badge(true, true).contains("live; its file was refused"));
+        assert!(badge(false, true).contains("not loaded"));
+        assert!(badge(false, false).contains("not loaded"));
+    }
 }
