@@ -172,9 +172,14 @@ fn error_line(e: &anyhow::Error) -> String {
     line
 }
 
+/// The log filter without `HOOKD_LOG`: hookd's and its plugins' lines from `info`; the file
+/// watcher's crate only from `warn` (it reports a watch on a directory a build just removed,
+/// routine under `hookd dev`, at `info`).
+const DEFAULT_LOG_FILTER: &str = "info,notify=warn";
+
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("HOOKD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

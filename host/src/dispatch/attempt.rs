@@ -151,7 +151,16 @@ impl Dispatcher {
             counted = (finish.outcome, finish.disposition.clone());
             (result, sent) = self.record_until(finish, None, lease_bound).await?;
         }
+        let dead = matches!(counted.1, Disposition::Dead);
+        let last_outcome = counted.0;
         self.count(&claim, counted, &result, started);
+        if dead && matches!(result, Finished::Recorded | Finished::OverQuota(_)) {
+            tracing::warn!(
+                outcome = last_outcome.as_str(),
+                "delivery dead-lettered (a permanent error, or its last attempt under \
+                 max_attempts): `hookd replay` runs it again once the cause is fixed"
+            );
+        }
         match result {
             Finished::Recorded | Finished::OverQuota(_) => {}
             Finished::Conflict => {

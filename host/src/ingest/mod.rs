@@ -311,7 +311,15 @@ async fn answer(
             let outcome = if duplicate { "duplicate" } else { "accepted" };
             Ok((outcome, accepted_response(ack, &event_id, duplicate)))
         }
-        EnvelopeOutcome::Invalid(detail) => Err(ApiError::Unparsable(detail)),
+        EnvelopeOutcome::Invalid(detail) => {
+            // A verified request (its sender holds the secret) the parser refused: worth a
+            // line, as its author may be the one to fix (the sender gets the same detail).
+            tracing::info!(
+                detail = &*crate::error::cap_detail(&detail),
+                "request refused as unparsable (400)"
+            );
+            Err(ApiError::Unparsable(detail))
+        }
         EnvelopeOutcome::Ignore(reason) => {
             tracing::debug!(reason, "request ignored by its parser");
             let body = json!({"accepted": false, "ignored": true});
@@ -337,13 +345,13 @@ async fn answer(
                 inbox.quarantine(name, request, why, max_held).await
             })
             .await?;
-            if kept.is_none() {
+            let Some(quarantine_id) = kept else {
                 tracing::warn!(reason, max_held, "quarantine full: request refused");
                 return Err(ApiError::Overloaded {
                     retry_after_secs: 5,
                 });
-            }
-            tracing::warn!(reason, "request quarantined");
+            };
+            tracing::warn!(quarantine_id, reason, "request quarantined");
             let body = json!({"accepted": true, "quarantined": true});
             Ok((
                 "quarantined",

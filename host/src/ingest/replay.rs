@@ -49,6 +49,18 @@ pub enum ReplayError {
 pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
     known_names(shared, &filter)?;
     let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
+    if replayed > 0 {
+        tracing::info!(
+            source = filter.source.as_deref().unwrap_or("*"),
+            handler = filter.handler.as_deref().unwrap_or("*"),
+            state = filter
+                .state
+                .unwrap_or(crate::model::DeliveryState::Dead)
+                .as_str(),
+            deliveries = replayed,
+            "replayed deliveries"
+        );
+    }
 
     if filter.covers_quarantine() {
         let dry_run = filter.dry_run;
@@ -193,8 +205,8 @@ async fn reparse_one(shared: &Shared, id: i64) -> Result<Reparsed, InboxError> {
             }
             let duplicate = accepted == Accepted::Duplicate;
             tracing::info!(
-                source = %source.name, quarantine_id = item.id, duplicate,
-                "quarantined request replayed"
+                source = %source.name, quarantine_id = item.id, event = event_id.as_str(),
+                duplicate, "quarantined request replayed"
             );
             Ok(Reparsed::Accepted {
                 source: source.name.clone(),
