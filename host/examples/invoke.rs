@@ -204,6 +204,7 @@ fn load(runtime: &Runtime, path: &str) -> anyhow::Result<Plugin> {
 fn limits() -> Limits {
     Limits {
         timeout: Duration::from_secs(30),
+        timeout_key: "timeout_ms",
         memory_bytes: 64 << 20,
         memory_key: "memory_mib",
         output_bytes: 64 * 1024,

@@ -559,24 +559,33 @@ impl PluginConfig {
     /// [`PluginConfig::parser_limits_for`]).
     pub fn parser_limits(&self, body_len: usize) -> crate::runtime::Limits {
         let (timeout, memory_bytes) = self.parser_limits_for(body_len);
-        self.call_limits(timeout, memory_bytes, "parser_memory_mib")
+        self.call_limits(
+            (timeout, "parser_timeout_ms"),
+            memory_bytes,
+            "parser_memory_mib",
+        )
     }
 
     /// The budget of one handler attempt.
     pub fn handler_limits(&self) -> crate::runtime::Limits {
-        self.call_limits(self.timeout, self.memory_bytes, "memory_mib")
+        self.call_limits(
+            (self.timeout, "timeout_ms"),
+            self.memory_bytes,
+            "memory_mib",
+        )
     }
 
     /// A call's budget: its role's time and memory, and the output and log caps both roles
     /// share.
     fn call_limits(
         &self,
-        timeout: Duration,
+        (timeout, timeout_key): (Duration, &'static str),
         memory_bytes: u64,
         memory_key: &'static str,
     ) -> crate::runtime::Limits {
         crate::runtime::Limits {
             timeout,
+            timeout_key,
             memory_bytes,
             memory_key,
             output_bytes: self.output_bytes,

@@ -141,7 +141,11 @@ async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledgin
             ("timeout", "timeout"),
             "{error}"
         );
-        assert!(error.contains("timed out after 1.5s"), "{error}");
+        // Naming the setting to raise.
+        assert!(
+            error.contains("timed out after 1.5s (timeout_ms)"),
+            "{error}"
+        );
 
         let (outcome, kind, error, _) = dead("hog", id).await;
         assert_eq!(
@@ -169,7 +173,7 @@ async fn hostile_plugins_are_contained_while_a_healthy_source_keeps_acknowledgin
             "{error}"
         );
         assert!(
-            error.contains("10000000 bytes exceeds the 65536-byte cap"),
+            error.contains("10000000 bytes exceeds the 65536-byte cap (output_kib)"),
             "flood: {error}"
         );
     }

@@ -99,7 +99,7 @@ impl Classified {
             Err(CallError::StateRefused(refused)) => Self::state_refused(refused),
             Err(e) => {
                 let (outcome, attempted) = match e {
-                    CallError::Timeout(_) => (AttemptOutcome::Timeout, Attempted::Failed),
+                    CallError::Timeout { .. } => (AttemptOutcome::Timeout, Attempted::Failed),
                     CallError::MissingRole(_) => (AttemptOutcome::Permanent, Attempted::Permanent),
                     _ => (AttemptOutcome::Trap, Attempted::Failed),
                 };
@@ -248,7 +248,10 @@ mod tests {
 
     #[test]
     fn a_timeout_is_a_failure_retried_with_backoff() {
-        let classified = Classified::from_call(Err(CallError::Timeout(Duration::from_secs(1))));
+        let classified = Classified::from_call(Err(CallError::Timeout {
+            limit: Duration::from_secs(1),
+            key: "timeout_ms",
+        }));
         assert_eq!(
             (classified.outcome, classified.attempted),
             (AttemptOutcome::Timeout, Attempted::Failed)

@@ -48,6 +48,9 @@ const MAX_RANDOM_BYTES: u64 = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub timeout: Duration,
+    /// The setting `timeout` comes from (`timeout_ms`, `parser_timeout_ms`), named when a call
+    /// runs out of it.
+    pub timeout_key: &'static str,
     pub memory_bytes: u64,
     /// The setting `memory_bytes` comes from (`memory_mib`, `parser_memory_mib`), named when a
     /// call exceeds it.
@@ -60,13 +63,13 @@ pub struct Limits {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
     /// The deadline passed (epoch interruption or wall clock).
-    #[error("timed out after {0:?}")]
-    Timeout(Duration),
+    #[error("timed out after {limit:?} ({key})")]
+    Timeout { limit: Duration, key: &'static str },
     /// The guest trapped: panic, out of memory, stack overflow, or a host-side refusal.
     #[error("{0}")]
     Trap(String),
     /// The output exceeded its cap; it is an error, never silently truncated.
-    #[error("output of {size} bytes exceeds the {limit}-byte cap")]
+    #[error("output of {size} bytes exceeds the {limit}-byte cap (output_kib)")]
     OutputTooLarge { size: usize, limit: usize },
     /// The component lacks the role asked for.
     #[error("the plugin does not export the {0} role")]
@@ -84,7 +87,7 @@ impl CallError {
     /// The `error_kind` stored on an attempt.
     pub fn kind(&self) -> &'static str {
         match self {
-            Self::Timeout(_) => "timeout",
+            Self::Timeout { .. } => "timeout",
             Self::Trap(_) | Self::HostMemory(_) => "trap",
             Self::OutputTooLarge { .. } => "output_too_large",
             Self::MissingRole(_) => "missing_role",
@@ -403,7 +406,7 @@ impl Runtime {
             store.data_mut().outbound.grant(grant);
         }
         let stderr = store.data().stderr.clone();
-        let result = bounded(ctx.limits.timeout, &stderr, pre.call(&mut store, input)).await;
+        let result = bounded(&ctx.limits, &stderr, pre.call(&mut store, input)).await;
         let changes = store.data_mut().take_state_changes();
         let refused = store.data().outbound.first_refusal();
         let limit = ctx.limits.output_bytes;
@@ -524,20 +527,21 @@ fn with_refusal(error: String, refused: Option<&(String, u64)>) -> String {
     }
 }
 
-/// Runs a guest call with a wall-clock bound on top of the epoch deadline (which cannot fire
-/// while the guest is blocked in a host call), mapping traps to [`CallError`]; `stderr` is the
-/// call's, read to explain a trap.
+/// Runs a guest call with a wall-clock bound (`limits.timeout`) on top of the epoch deadline
+/// (which cannot fire while the guest is blocked in a host call), mapping traps to
+/// [`CallError`]; `stderr` is the call's, read to explain a trap.
 pub(super) async fn bounded<T>(
-    limit: Duration,
+    limits: &Limits,
     stderr: &GuestStderr,
     call: impl Future<Output = wasmtime::Result<T>>,
 ) -> Result<T, CallError> {
+    let (limit, key) = (limits.timeout, limits.timeout_key);
     match tokio::time::timeout(limit + TICK * 5, call).await {
-        Err(_) => Err(CallError::Timeout(limit)),
+        Err(_) => Err(CallError::Timeout { limit, key }),
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => {
             if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                Err(CallError::Timeout(limit))
+                Err(CallError::Timeout { limit, key })
             } else if let Some(exceeded) = e.downcast_ref::<LimitExceeded>() {
                 Err(match exceeded {
                     LimitExceeded::HostWide { .. } => CallError::HostMemory(exceeded.to_string()),

@@ -267,6 +267,7 @@ mod tests {
             event: None,
             limits: Limits {
                 timeout: Duration::from_secs(1),
+                timeout_key: "timeout_ms",
                 memory_bytes: 1 << 20,
                 memory_key: "memory_mib",
                 output_bytes: 1024,

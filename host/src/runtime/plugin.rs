@@ -254,6 +254,7 @@ impl Runtime {
             event: None,
             limits: Limits {
                 timeout: Duration::from_secs(5),
+                timeout_key: "the 5 s a load gives a component's start",
                 memory_bytes,
                 memory_key,
                 output_bytes: 0,
@@ -291,7 +292,7 @@ impl Runtime {
             let mut store = self.store(ctx, None);
             let stderr = store.data().stderr.clone();
             let started_role = bounded(
-                ctx.limits.timeout,
+                &ctx.limits,
                 &stderr,
                 pre.linked().instantiate_async(&mut store),
             )
