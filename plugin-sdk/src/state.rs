@@ -24,6 +24,15 @@ use serde::de::DeserializeOwned;
 
 use crate::HandleError;
 
+/// The longest key hookd stores, in bytes. A longer key, an empty one (for [`set`]) or one
+/// holding a NUL character stops the attempt at that call: `permanent`, error kind
+/// `state_limit`.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// The largest value hookd stores under one key, in bytes; [`set`] of a larger one stops the
+/// attempt as [`MAX_KEY_BYTES`] says.
+pub const MAX_VALUE_BYTES: usize = 1024 * 1024;
+
 /// The value stored under `key`, if any.
 ///
 /// # Panics

@@ -27,7 +27,14 @@
 //! - [`state`](crate::state): reads see the committed state plus this call's own writes;
 //!   writes are buffered and committed only when the handler returns `Ok`. An `Err` or a panic
 //!   leaves no trace, as a failed or trapped attempt does in hookd. A parser has no state
-//!   (hookd's parser world does not import it), so a state call from one panics.
+//!   (hookd's parser world does not import it), so a state call from one panics. A key or
+//!   value hookd refuses (an empty key to `set`, a key holding a NUL character or over
+//!   [`state::MAX_KEY_BYTES`], a value over [`state::MAX_VALUE_BYTES`]) stops the call there
+//!   with a panic naming it, where hookd stops the attempt (`permanent`, `state_limit`).
+//! - An [`Envelope`] hookd would not store (an empty event id; an id, type or ordering key
+//!   holding a NUL character or over 1 KiB; a sequence over 2^63 - 1) makes
+//!   [`Harness::parse`] return the [`ParseError::Invalid`] hookd answers the request with
+//!   (`400 unparsable`).
 //! - [`config`](crate::config): the values given with [`Harness::with_config`].
 //! - [`log`](crate::log): lines are kept, in order, in [`Harness::logs`].
 //! - [`http`](crate::http): a request is answered by the stub registered for its method and
@@ -72,6 +79,7 @@ use crate::{
     Envelope, Event, HandleError, Handler, Header, ParseError, Parser, Request,
     http::{self, HttpError, Method, Url},
     log::Level,
+    state,
 };
 
 /// The most requests one call may send; hookd refuses the next ones the same way.
@@ -245,7 +253,12 @@ impl Harness {
         let call = Call::enter(self, Role::Parser);
         let result = P::parse(req);
         call.exit(false);
-        result
+        let envelope = result?;
+        match unstorable(&envelope) {
+            // hookd answers such an envelope `400 unparsable` with this detail.
+            Some(why) => Err(ParseError::Invalid(format!("parser plugin {why}"))),
+            None => Ok(envelope),
+        }
     }
 
     /// The committed value of state `key`.
@@ -280,6 +293,45 @@ impl Harness {
     pub fn requests(&self) -> &[SentRequest] {
         &self.world.requests
     }
+}
+
+/// The longest event id, event type or ordering key hookd stores, in bytes.
+const MAX_ENVELOPE_FIELD_BYTES: usize = 1024;
+
+/// Why hookd would refuse `envelope` from a parser (it answers the request `400 unparsable`),
+/// if it would.
+fn unstorable(envelope: &Envelope) -> Option<String> {
+    if envelope.event_id.is_empty() {
+        return Some("returned an empty event id".to_owned());
+    }
+    if envelope.sequence.is_some_and(|s| s > i64::MAX as u64) {
+        return Some(format!(
+            "returned sequence {}, over the largest hookd stores (2^63 - 1)",
+            envelope.sequence.unwrap_or_default()
+        ));
+    }
+    let fields = [
+        ("event id", envelope.event_id.as_str()),
+        ("event type", envelope.event_type.as_str()),
+        (
+            "ordering key",
+            envelope.ordering_key.as_deref().unwrap_or_default(),
+        ),
+    ];
+    fields.into_iter().find_map(|(field, value)| {
+        if value.contains('\0') {
+            Some(format!(
+                "gave an {field} holding a NUL character (U+0000), which hookd does not store"
+            ))
+        } else if value.len() > MAX_ENVELOPE_FIELD_BYTES {
+            Some(format!(
+                "gave an {field} of {} bytes, over the {MAX_ENVELOPE_FIELD_BYTES} hookd stores",
+                value.len()
+            ))
+        } else {
+            None
+        }
+    })
 }
 
 /// What the running call may use.
@@ -386,7 +438,57 @@ pub(crate) fn state_get(key: &str) -> Option<Option<Vec<u8>>> {
         (active.role, value)
     })?;
     handler_only(role, "state::get", key);
+    refuse_as_hookd("state::get", key, usable_key(key));
     Some(value)
+}
+
+/// Why hookd refuses `key` in any state call, if it does.
+fn usable_key(key: &str) -> Result<(), String> {
+    if key.contains('\0') {
+        return Err(format!(
+            "state key {key:?} holds a NUL character (U+0000), which hookd's databases do not store"
+        ));
+    }
+    if key.len() > state::MAX_KEY_BYTES {
+        return Err(format!(
+            "state key of {} bytes exceeds the {}-byte cap on a key",
+            key.len(),
+            state::MAX_KEY_BYTES
+        ));
+    }
+    Ok(())
+}
+
+/// Why hookd refuses `state::set(key, value)`, if it does.
+fn storable(key: &str, value: &[u8]) -> Result<(), String> {
+    usable_key(key)?;
+    if key.is_empty() {
+        return Err(
+            "state key \"\" is empty: a key an operator could not name in the admin \
+                    API, so hookd does not store one"
+                .to_owned(),
+        );
+    }
+    if value.len() > state::MAX_VALUE_BYTES {
+        return Err(format!(
+            "state value of {} bytes for key {key:?} exceeds the {}-byte cap on a value",
+            value.len(),
+            state::MAX_VALUE_BYTES
+        ));
+    }
+    Ok(())
+}
+
+/// Stops the call as hookd would stop the attempt at a refused state call: the harness
+/// panics (the call's writes are discarded), naming what hookd would record.
+#[track_caller]
+fn refuse_as_hookd(what: &str, key: &str, verdict: Result<(), String>) {
+    if let Err(why) = verdict {
+        panic!(
+            "plugin_sdk::{what}({key:?}): hookd stops the attempt here ({why}); it is recorded \
+             `permanent` with error kind `state_limit`"
+        );
+    }
 }
 
 /// `state::set` (`Some`) or `state::delete` (`None`) during a call, buffered; `false` when no
@@ -401,6 +503,11 @@ pub(crate) fn state_write(key: &str, value: Option<&[u8]>) -> bool {
         "state::delete"
     };
     handler_only(role, what, key);
+    let verdict = match value {
+        Some(value) => storable(key, value),
+        None => usable_key(key),
+    };
+    refuse_as_hookd(what, key, verdict);
     with_active(|active| {
         active
             .writes
@@ -579,6 +686,117 @@ mod tests {
         let message = touched.unwrap_err();
         let message = message.downcast_ref::<String>().unwrap();
         assert!(message.contains("only handlers have state"), "{message}");
+    }
+
+    /// Writes the key and value sizes the event type names.
+    struct Writer;
+
+    impl Handler for Writer {
+        fn handle(event: Event) -> Result<Option<String>, HandleError> {
+            state::set("kept", b"1");
+            match event.event_type.as_str() {
+                "empty-key" => state::set("", b"v"),
+                "nul-key" => state::delete("a\0b"),
+                "long-key" => {
+                    state::get(&"k".repeat(state::MAX_KEY_BYTES + 1));
+                }
+                "big-value" => state::set("v", &vec![0; state::MAX_VALUE_BYTES + 1]),
+                _ => {
+                    state::set(
+                        &"k".repeat(state::MAX_KEY_BYTES),
+                        &vec![0; state::MAX_VALUE_BYTES],
+                    );
+                    state::delete("");
+                }
+            }
+            Ok(None)
+        }
+    }
+
+    /// What hookd refuses in a state call stops the harness's call there, naming the rule, and
+    /// keeps none of its writes; what hookd takes (a key and a value at their caps, deleting
+    /// the empty key) the harness takes too.
+    #[test]
+    fn state_calls_hookd_refuses_stop_the_call() {
+        for (kind, needle) in [
+            ("empty-key", "is empty"),
+            ("nul-key", "NUL character"),
+            ("long-key", "1025 bytes exceeds the 1024-byte cap on a key"),
+            ("big-value", "exceeds the 1048576-byte cap on a value"),
+        ] {
+            let mut hookd = Harness::new();
+            let stopped = catch_unwind(AssertUnwindSafe(|| {
+                hookd.handle::<Writer>(Event::new("s", "e", kind, "{}"))
+            }));
+            let message = stopped.unwrap_err();
+            let message = message.downcast_ref::<String>().unwrap();
+            assert!(
+                message.contains(needle) && message.contains("state_limit"),
+                "{kind}: {message}"
+            );
+            assert_eq!(hookd.state_keys().count(), 0, "{kind}");
+        }
+        let mut hookd = Harness::new();
+        assert_eq!(
+            hookd.handle::<Writer>(Event::new("s", "e", "at-the-caps", "{}")),
+            Ok(None)
+        );
+        assert_eq!(hookd.state_keys().count(), 2);
+    }
+
+    /// Returns the envelope the request's body names.
+    struct Echo;
+
+    impl Parser for Echo {
+        fn parse(req: Request) -> Result<Envelope, ParseError> {
+            let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap();
+            let mut envelope = Envelope::new(
+                body["id"].as_str().unwrap_or_default(),
+                body["type"].as_str().unwrap_or_default(),
+            );
+            if let Some(key) = body["key"].as_str() {
+                envelope = envelope.ordering_key(key);
+            }
+            if let Some(sequence) = body["seq"].as_u64() {
+                envelope = envelope.sequence(sequence);
+            }
+            Ok(envelope)
+        }
+    }
+
+    /// An envelope hookd would not store is the `Invalid` hookd answers with.
+    #[test]
+    fn an_envelope_hookd_would_not_store_is_invalid() {
+        let mut hookd = Harness::new();
+        let long = "x".repeat(1025);
+        for (body, needle) in [
+            (serde_json::json!({"id": ""}), "empty event id"),
+            (
+                serde_json::json!({"id": "a\u{0}"}),
+                "event id holding a NUL",
+            ),
+            (
+                serde_json::json!({"id": "a", "type": long}),
+                "event type of 1025 bytes",
+            ),
+            (
+                serde_json::json!({"id": "a", "key": long}),
+                "ordering key of 1025 bytes",
+            ),
+            (
+                serde_json::json!({"id": "a", "seq": u64::MAX}),
+                "over the largest",
+            ),
+        ] {
+            let parsed = hookd.parse::<Echo>(Request::new("s", body.to_string()));
+            assert!(
+                matches!(&parsed, Err(ParseError::Invalid(m)) if m.contains(needle)),
+                "{body}: {parsed:?}"
+            );
+        }
+        let at_the_cap = serde_json::json!({"id": "x".repeat(1024), "seq": i64::MAX});
+        let parsed = hookd.parse::<Echo>(Request::new("s", at_the_cap.to_string()));
+        assert!(parsed.is_ok(), "{parsed:?}");
     }
 
     /// Posts the event id to config `url` and reports the status.
