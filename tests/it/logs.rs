@@ -113,6 +113,68 @@ async fn an_ingest_log_line_names_its_source_from_the_receive_span() {
         .find(|l| l["fields"]["message"] == "request quarantined")
         .unwrap();
     assert_eq!(span(held, "receive")["source"], "q", "{held}");
+    // The id a replay or a discard of it names.
+    assert!(held["fields"]["quarantine_id"].is_number(), "{held}");
+}
+
+/// A delivery dead-lettered says so, in its attempt's span (source, event, handler), and a
+/// replay of it is logged with what it took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_and_its_replay_are_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("f", plugins::FLAKY)]);
+    let config = sw_source("s", &["f"], "");
+    let host =
+        ProcessHost::start_with_env(dir.path(), &config, &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let body = json!({"permanent": true}).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "doomed", body.as_bytes())
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{status} {reply}");
+    let log = host.wait_log("delivery dead-lettered", WAIT).await;
+    let lines = json_lines(&log);
+    let dead = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("delivery dead-lettered"))
+        })
+        .unwrap();
+    assert_eq!(dead["fields"]["outcome"], "permanent", "{dead}");
+    let attempt = span(dead, "attempt");
+    assert_eq!(
+        (&attempt["source"], &attempt["event"], &attempt["handler"]),
+        (&json!("s"), &json!("doomed"), &json!("f")),
+        "{dead}"
+    );
+    let (status, reply) = host
+        .admin(
+            http::Method::POST,
+            "/admin/replay",
+            Some(crate::support::ADMIN_TOKEN),
+            Some(json!({"source": "s"})),
+        )
+        .await;
+    assert_eq!(
+        (status, reply),
+        (http::StatusCode::OK, json!({"matched": 1, "replayed": 1}))
+    );
+    let log = host.wait_log("replayed deliveries", WAIT).await;
+    let lines = json_lines(&log);
+    let replayed = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "replayed deliveries")
+        .unwrap();
+    assert_eq!(
+        (
+            &replayed["fields"]["source"],
+            &replayed["fields"]["state"],
+            &replayed["fields"]["deliveries"]
+        ),
+        (&json!("s"), &json!("dead"), &json!(1)),
+        "{replayed}"
+    );
 }
 
 /// A quarantined request was acknowledged (202), so when a replay finds its parser now refuses
