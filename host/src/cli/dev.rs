@@ -351,23 +351,25 @@ impl Workspace {
             .join("release");
         std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
         for package in packages {
-            let file = format!("{}.wasm", package.replace('-', "_"));
-            let from = built.join(&file);
-            // Copy then rename, so the watcher never sees a half-written plugin; an unchanged
-            // build is left alone (nothing to reload).
-            let to = dest.join(format!("{package}.wasm"));
-            let bytes =
-                std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
-            if std::fs::read(&to).ok() == Some(bytes) {
-                continue;
-            }
-            let tmp = dest.join(format!(".{package}.wasm.tmp"));
-            std::fs::copy(&from, &tmp)
-                .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
-            std::fs::rename(&tmp, &to).with_context(|| format!("placing {}", to.display()))?;
+            place(&built, dest, package)?;
         }
         Ok(())
     }
+}
+
+/// Copies `package`'s build from `built` into `dest` as `<package>.wasm`: copy then rename, so
+/// the watcher never sees a half-written plugin. Placed even when the file there has the same
+/// bytes: after a rollback the version live is not the file's, and a rebuild of the sources
+/// (byte for byte the file, as Rust builds are reproducible) must make the file's live again.
+/// (A file that is the live version already is loaded as a no-op.)
+fn place(built: &Path, dest: &Path, package: &str) -> anyhow::Result<()> {
+    let from = built.join(format!("{}.wasm", package.replace('-', "_")));
+    let to = dest.join(format!("{package}.wasm"));
+    let tmp = dest.join(format!(".{package}.wasm.tmp"));
+    std::fs::copy(&from, &tmp)
+        .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
+    std::fs::rename(&tmp, &to).with_context(|| format!("placing {}", to.display()))?;
+    Ok(())
 }
 
 /// `cargo`: the one running this hookd (`CARGO`) or the one on the `PATH`.
@@ -459,6 +461,25 @@ mod tests {
 
     /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
     /// spec: by name, `cargo build -p serde` is ambiguous and fails.
+    /// A build whose bytes are the file's is placed all the same (a new file renamed in, which
+    /// the watcher sees), so a rebuild after a rollback makes the file's version live again.
+    #[test]
+    fn an_unchanged_build_is_placed_again() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let (built, dest) = (dir.path().join("built"), dir.path().join("plugins"));
+        std::fs::create_dir_all(&built).unwrap();
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::write(built.join("my_plugin.wasm"), b"same bytes").unwrap();
+        place(&built, &dest, "my-plugin").unwrap();
+        let placed = dest.join("my-plugin.wasm");
+        let first = std::fs::metadata(&placed).unwrap().ino();
+        place(&built, &dest, "my-plugin").unwrap();
+        assert_ne!(std::fs::metadata(&placed).unwrap().ino(), first);
+        assert_eq!(std::fs::read(&placed).unwrap(), b"same bytes");
+        assert!(!dest.join(".my-plugin.wasm.tmp").exists());
+    }
+
     #[test]
     fn a_member_is_built_by_its_package_id() {
         let id = "path+file:///tmp/serde#0.1.0";
