@@ -754,8 +754,7 @@ impl Config {
 
     /// Reads and validates `path`; relative paths inside are taken relative to its directory.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
+        let text = read_config_file(path)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let base = if base.as_os_str().is_empty() {
             Path::new(".")
@@ -1370,8 +1369,7 @@ impl ClientSource {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
         let invalid = || format!("invalid config file {}", path.display());
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
+        let text = read_config_file(path)?;
         let mut table: toml::Table = toml::from_str(&text)
             .map_err(|e| redacted_toml_error(&text, &e))
             .with_context(invalid)?;
@@ -1453,8 +1451,7 @@ struct ServerTable {
 
 impl ServerTable {
     fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config file {}", path.display()))?;
+        let text = read_config_file(path)?;
         let mut table: toml::Table = toml::from_str(&text)
             .map_err(|e| redacted_toml_error(&text, &e))
             .with_context(|| format!("invalid config file {}", path.display()))?;
@@ -1693,6 +1690,18 @@ fn source_config(
     })
 }
 
+/// The text of the configuration file `path`; a missing one says how to name another.
+fn read_config_file(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::NotFound {
+            " (give the file with --config, or run where it is)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("reading config file {}: {e}{hint}", path.display())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1701,6 +1710,22 @@ mod tests {
         Config::parse(text, Path::new("/srv/hookd"), &|name| {
             (name == "GH_SECRET").then(|| "from-env".to_string())
         })
+    }
+
+    #[test]
+    fn a_missing_config_file_is_named_with_how_to_name_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("hookd.toml");
+        let error = format!("{:#}", Config::load(&missing).unwrap_err());
+        assert!(
+            error.starts_with(&format!("reading config file {}: ", missing.display()))
+                && error.ends_with("(give the file with --config, or run where it is)"),
+            "{error}"
+        );
+        // A file that is there but unreadable as text is named without that hint.
+        std::fs::write(&missing, [0xff, 0xfe]).unwrap();
+        let error = format!("{:#}", Config::load(&missing).unwrap_err());
+        assert!(!error.contains("--config"), "{error}");
     }
 
     /// `HOOKD_ADMIN_TOKEN` replaces the file's `server.admin_token`, as `HOOKD_DATABASE_URL`
