@@ -144,9 +144,10 @@ fn live_part(ui: &Ui) -> Markup {
         @if requests.is_empty() { p.notice { "No request in the last hour." } }
         div.charts {
             @for (source, chart) in &requests {
-                (figure(&format!("{source}: requests per minute by outcome"), chart, start, n, ""))
+                @let name = source_label(source);
+                (figure(&format!("{name}: requests per minute by outcome"), chart, start, n, ""))
                 @if let Some(lat) = latency.get(source) {
-                    (figure(&format!("{source}: acknowledgement time"), lat, start, n, " ms"))
+                    (figure(&format!("{name}: acknowledgement time"), lat, start, n, " ms"))
                 }
             }
         }
@@ -256,5 +257,25 @@ fn line_chart(series: &Series, start_ms: i64, minutes: usize, unit: &str, label:
                 text x=(W / 2.0) y=(H / 2.0) text-anchor="middle" font-size="13" fill="#57606a" { "Nothing in the last hour" }
             }
         }
+    }
+}
+
+/// A source's name in a chart's caption; the requests counted under no source (an unknown
+/// source, a path that is no route) are named for what they are.
+fn source_label(source: &str) -> &str {
+    if source.is_empty() {
+        "No configured source (unknown sources, paths that are no route)"
+    } else {
+        source
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A chart of the requests under no source has a caption, not a blank name.
+    #[test]
+    fn the_requests_of_no_source_are_named_in_their_caption() {
+        assert_eq!(super::source_label("github"), "github");
+        assert!(super::source_label("").starts_with("No configured source"));
     }
 }
