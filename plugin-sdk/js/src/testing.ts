@@ -14,8 +14,12 @@
  * - HTTP: `respondTo`/`respondWith`/`failWith` answer every request to that method and URL
  *   (the latest stub wins); any other URL is refused like a host missing from `allow_hosts`,
  *   and so is the 65th request of a call.
- * - It does not model hookd's caps, time limits or re-runs; the built component meets those
- *   in hookd.
+ * - A state call hookd refuses (an empty key to `state.set`, a key holding a NUL character or
+ *   over {@link MAX_KEY_BYTES} of UTF-8, a value over {@link MAX_VALUE_BYTES}) throws
+ *   {@link StateRefused} there, and `handle` throws it even if the handler caught it: hookd
+ *   stops the attempt at that call (`permanent`, error kind `state_limit`).
+ * - It does not model hookd's other caps, time limits or re-runs; the built component meets
+ *   those in hookd.
  *
  * Tests import the SDK from their bundle (see `scripts/test.mjs`), where the WIT imports are
  * stubs that refuse to run outside a harness call.
@@ -28,6 +32,35 @@ import { HttpError, type Method, Response, urlToString } from "./http-core.js";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
+
+/** The longest state key hookd stores, in UTF-8 bytes. */
+export const MAX_KEY_BYTES = 1024;
+/** The largest value hookd stores under one state key, in bytes. */
+export const MAX_VALUE_BYTES = 1024 * 1024;
+
+/**
+ * A state call hookd refuses: in hookd it stops the attempt there, recorded `permanent` with
+ * error kind `state_limit`, and none of the attempt's writes are kept.
+ */
+export class StateRefused extends Error {
+  override name = "StateRefused";
+}
+
+/** Why hookd refuses a state call on `key` (with `value`, for a set), if it does. */
+function refusal(key: string, value?: Uint8Array): string | undefined {
+  if (key.includes("\0")) {
+    return `state key ${JSON.stringify(key)} holds a NUL character (U+0000), which hookd's databases do not store`;
+  }
+  const size = encoder.encode(key).length;
+  if (size > MAX_KEY_BYTES) return `state key of ${size} bytes exceeds the ${MAX_KEY_BYTES}-byte cap on a key`;
+  if (value !== undefined && key === "") {
+    return 'state key "" is empty: a key an operator could not name in the admin API, so hookd does not store one';
+  }
+  if (value !== undefined && value.length > MAX_VALUE_BYTES) {
+    return `state value of ${value.length} bytes for key ${JSON.stringify(key)} exceeds the ${MAX_VALUE_BYTES}-byte cap on a value`;
+  }
+  return undefined;
+}
 
 /** What one call returned: `ok` with the output, or the handler's error. */
 export type Outcome = { ok: true; output: string | undefined } | { ok: false; error: HandleError };
@@ -111,6 +144,7 @@ export class Harness {
       }
       return call.finish({ ok: true, output: result });
     } catch (e) {
+      call.stopped();
       return call.finish(outcomeOf(e));
     } finally {
       call.end();
@@ -124,6 +158,7 @@ export class Harness {
       const output = await handler.handle(event instanceof Event ? event : new Event(event));
       return call.finish({ ok: true, output });
     } catch (e) {
+      call.stopped();
       return call.finish(outcomeOf(e));
     } finally {
       call.end();
@@ -133,13 +168,29 @@ export class Harness {
   private begin() {
     const writes = new Map<string, Uint8Array | undefined>();
     let requests = 0;
+    // The first state call hookd would have stopped the attempt at.
+    let refused: string | undefined;
+    const refuse = (why: string | undefined) => {
+      if (why === undefined) return;
+      refused ??= why;
+      throw new StateRefused(why);
+    };
     const harness = this;
     const host: Host = {
       log: (level, message) => harness.lines.push({ level, message }),
       configGet: (key) => harness.config.get(key),
-      stateGet: (key) => (writes.has(key) ? writes.get(key) : harness.committed.get(key)),
-      stateSet: (key, value) => void writes.set(key, value.slice()),
-      stateDelete: (key) => void writes.set(key, undefined),
+      stateGet: (key) => {
+        refuse(refusal(key));
+        return writes.has(key) ? writes.get(key) : harness.committed.get(key);
+      },
+      stateSet: (key, value) => {
+        refuse(refusal(key, value));
+        writes.set(key, value.slice());
+      },
+      stateDelete: (key) => {
+        refuse(refusal(key));
+        writes.set(key, undefined);
+      },
       send(request: OutgoingRequest): Response {
         const url = urlToString(request.url);
         harness.sent.push({
@@ -168,7 +219,13 @@ export class Harness {
     };
     const previous = swapHost(host);
     return {
+      /** Throws the refusal hookd would have stopped the attempt at, if there was one. */
+      stopped() {
+        if (refused !== undefined) throw new StateRefused(refused);
+      },
       finish(outcome: Outcome): Outcome {
+        // Caught by the handler, it went on; hookd had stopped the attempt there.
+        this.stopped();
         if (outcome.ok) {
           for (const [key, value] of writes) {
             if (value === undefined) harness.committed.delete(key);

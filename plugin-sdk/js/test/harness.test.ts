@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { HandleError, config, defineHandler, http, log, output, state } from "@hookd/plugin-sdk";
-import { Event, Harness, HttpError, Response } from "@hookd/plugin-sdk/testing";
+import { Event, Harness, HttpError, MAX_KEY_BYTES, MAX_VALUE_BYTES, Response, StateRefused } from "@hookd/plugin-sdk/testing";
 
 // The Rust SDK's README example, in TypeScript.
 const notify = defineHandler((event) => {
@@ -146,6 +146,39 @@ test("state: get/set/delete and JSON, committed on success only", () => {
     () => state.set("n", 5 as unknown as string),
     /state.set takes a Uint8Array or a string, not number \(state.setJson stores any JSON value\)/,
   );
+});
+
+test("a state call hookd refuses stops the attempt, even if the handler catches it", () => {
+  const refused: Array<[() => unknown, RegExp]> = [
+    [() => state.set("", "v"), /is empty/],
+    [() => state.delete("a\0b"), /NUL character/],
+    [() => state.get("k".repeat(MAX_KEY_BYTES + 1)), /1025 bytes exceeds the 1024-byte cap on a key/],
+    [() => state.set("v", new Uint8Array(MAX_VALUE_BYTES + 1)), /1048577 bytes/],
+  ];
+  for (const [call, message] of refused) {
+    for (const swallow of [false, true]) {
+      const hookd = new Harness();
+      const h = defineHandler(() => {
+        state.set("kept", "1");
+        try {
+          call();
+        } catch (e) {
+          if (!swallow) throw e;
+        }
+        return "went on";
+      });
+      assert.throws(() => hookd.handle(h, event), (e: unknown) => e instanceof StateRefused && message.test(e.message));
+      assert.deepEqual(hookd.stateKeys(), []);
+    }
+  }
+  const hookd = new Harness();
+  const caps = defineHandler(() => {
+    state.set("k".repeat(MAX_KEY_BYTES), new Uint8Array(MAX_VALUE_BYTES));
+    state.delete("");
+    return undefined;
+  });
+  assert.deepEqual(hookd.handle(caps, event), { ok: true, output: undefined });
+  assert.deepEqual(hookd.stateKeys(), ["k".repeat(MAX_KEY_BYTES)]);
 });
 
 test("async handlers work through handleAsync", async () => {

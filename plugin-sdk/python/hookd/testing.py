@@ -36,7 +36,10 @@ It keeps hookd's rules:
 `handle(handler, event)` takes the handler's module, its `Handler` class or a function of one
 event, and returns the output hookd would store, or raises the `Retry`/`Permanent` hookd would
 record (an uncaught `http.HttpError` becomes one, as in hookd); any other exception propagates
-(in hookd: a trap). It does not model hookd's per-call caps, time and memory limits or the re-run
+(in hookd: a trap). A state call hookd refuses (an empty key to `state.set`, a key holding a
+NUL character or over `MAX_KEY_BYTES` of UTF-8, a value over `MAX_VALUE_BYTES`) raises
+`StateRefused` there, and `handle` raises it even if the handler caught it: hookd stops the
+attempt at that call (`permanent`, error kind `state_limit`). It does not model hookd's per-call caps, time and memory limits or the re-run
 of an attempt whose keys another delivery changed: the built component meets those in hookd.
 """
 
@@ -47,6 +50,38 @@ from .http import Denied, HttpError, Response, _Url
 
 #: Requests one call may send before hookd refuses the rest.
 MAX_REQUESTS = 64
+
+#: The longest state key hookd stores, in UTF-8 bytes.
+MAX_KEY_BYTES = 1024
+
+#: The largest value hookd stores under one state key, in bytes.
+MAX_VALUE_BYTES = 1024 * 1024
+
+
+class StateRefused(Exception):
+    """A state call hookd refuses: in hookd it stops the attempt there, recorded `permanent`
+    with error kind `state_limit`, and none of the attempt's writes are kept."""
+
+
+def _refusal(key, value=None, setting=False):
+    """Why hookd refuses a state call on `key` (with `value`, for a set), or None."""
+    if "\0" in key:
+        return "state key %r holds a NUL character (U+0000), which hookd's databases do not store" % key
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        return "state key of %d bytes exceeds the %d-byte cap on a key" % (size, MAX_KEY_BYTES)
+    if setting and key == "":
+        return (
+            'state key "" is empty: a key an operator could not name in the admin API, so hookd '
+            "does not store one"
+        )
+    if value is not None and len(value) > MAX_VALUE_BYTES:
+        return "state value of %d bytes for key %r exceeds the %d-byte cap on a value" % (
+            len(value),
+            key,
+            MAX_VALUE_BYTES,
+        )
+    return None
 
 
 class SentRequest:
@@ -88,6 +123,7 @@ class Harness:
         self._stubs = {}
         self._requests = []
         self._sent_this_call = 0
+        self._refused = None
 
     # -- set-up -------------------------------------------------------------------------------
 
@@ -132,14 +168,21 @@ class Harness:
         fn = _dispatch.handler_of(handler)
         self._pending = {}
         self._sent_this_call = 0
+        self._refused = None
         _host.harness = self
         try:
             output = _dispatch.run(fn, event)
-        except BaseException:
+        except BaseException as e:
             self._pending = None
+            if self._refused is not None and not isinstance(e, StateRefused):
+                raise StateRefused(self._refused) from e
             raise
         finally:
             _host.harness = None
+        if self._refused is not None:
+            # The handler caught it and went on; hookd had stopped the attempt there.
+            self._pending = None
+            raise StateRefused(self._refused)
         for key, value in self._pending.items():
             if value is None:
                 self._committed.pop(key, None)
@@ -179,12 +222,20 @@ class Harness:
     def _config_get(self, key):
         return self._config.get(key)
 
+    def _refuse(self, why):
+        if why is not None:
+            if self._refused is None:
+                self._refused = why
+            raise StateRefused(why)
+
     def _state_get(self, key):
+        self._refuse(_refusal(key))
         if key in self._pending:
             return self._pending[key]
         return self._committed.get(key)
 
     def _state_write(self, key, value):
+        self._refuse(_refusal(key, value, setting=value is not None))
         self._pending[key] = value
 
     def _send(self, method, url, headers, body, body_limit=None):

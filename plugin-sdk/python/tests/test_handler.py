@@ -3,7 +3,7 @@ import unittest
 
 from hookd import Event, Permanent, Retry, config, log, output, state
 from hookd._dispatch import crash_report
-from hookd.testing import Harness
+from hookd.testing import MAX_KEY_BYTES, MAX_VALUE_BYTES, Harness, StateRefused
 
 
 class Counter:
@@ -43,6 +43,42 @@ class StateTest(unittest.TestCase):
         hookd = Harness().with_state("a", "0")
         self.assertEqual(hookd.handle(handle, Event("s", "e", "t")), repr([b"1", b"\x00\xff", None]))
         self.assertEqual(hookd.state_keys(), ["b"])
+
+    def test_a_state_call_hookd_refuses_stops_the_attempt_even_if_caught(self):
+        refused = (
+            (lambda: state.set("", "v"), "is empty"),
+            (lambda: state.delete("a\0b"), "NUL character"),
+            (lambda: state.get("k" * (MAX_KEY_BYTES + 1)), "1025 bytes exceeds the 1024-byte cap"),
+            (lambda: state.set("v", b"x" * (MAX_VALUE_BYTES + 1)), "1048577 bytes"),
+        )
+        for call, needle in refused:
+
+            def handle(ev, call=call):
+                state.set("kept", "1")
+                call()
+
+            def swallows(ev, call=call):
+                state.set("kept", "1")
+                try:
+                    call()
+                except StateRefused:
+                    pass
+                return "went on"
+
+            for handler in (handle, swallows):
+                hookd = Harness()
+                with self.assertRaises(StateRefused) as caught:
+                    hookd.handle(handler, Event("s", "e", "t"))
+                self.assertIn(needle, str(caught.exception))
+                self.assertEqual(hookd.state_keys(), [])
+
+        def at_the_caps(ev):
+            state.set("k" * MAX_KEY_BYTES, b"x" * MAX_VALUE_BYTES)
+            state.delete("")
+
+        hookd = Harness()
+        hookd.handle(at_the_caps, Event("s", "e", "t"))
+        self.assertEqual(hookd.state_keys(), ["k" * MAX_KEY_BYTES])
 
     def test_a_crash_leaves_no_trace_and_propagates(self):
         def handle(ev):
