@@ -38,9 +38,9 @@ pub enum ApiError {
     Overloaded { retry_after_secs: u64 },
     #[error("request body not received in time")]
     BodyTimeout,
-    /// The client closed its connection before its request's body ended: nobody reads the
+    /// The client's connection was reset before its request's body ended: nobody reads the
     /// answer (a 400, for the record), and it is not counted as an ingest request.
-    #[error("the client closed the connection before the request's body ended")]
+    #[error("the client's connection was reset before the request's body ended")]
     ClientGone,
     #[error("unauthorized")]
     Unauthorized,

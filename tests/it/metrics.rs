@@ -21,37 +21,49 @@ fn value(metrics: &str, series: &str) -> Option<f64> {
         .map(|v| v.trim().parse().expect("a number"))
 }
 
-/// A client that hangs up in the middle of its body is not counted (nobody reads the answer),
-/// as one gone before its answer was ready is not; a malformed body (a chunk size that is not
-/// hex) is a `bad_request`.
+/// A client whose connection is reset in the middle of its body is not counted (nobody reads
+/// the answer), as one gone before its answer was ready is not. One that closes only its
+/// sending side mid-body still reads its answer (a half-closed connection is served): a 400
+/// saying the body ended early, counted as a `bad_request`, as a malformed body (a chunk size
+/// that is not hex) is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_gone_mid_body_is_not_counted_and_a_malformed_body_is() {
+async fn a_client_reset_mid_body_is_not_counted_and_a_cut_or_malformed_body_is() {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let host = TestHost::start(&sw_source("s", &[], ""), &[]).await;
+    let head = b"POST /hooks/s HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123";
     for _ in 0..3 {
         let mut socket = tokio::net::TcpStream::connect(host.ingest).await.unwrap();
-        socket
-            .write_all(b"POST /hooks/s HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123")
-            .await
-            .unwrap();
+        socket.write_all(head).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
+        socket.set_zero_linger().unwrap(); // dropped: a reset, not a close
     }
-    let mut socket = tokio::net::TcpStream::connect(host.ingest).await.unwrap();
-    socket
-        .write_all(b"POST /hooks/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    let _ = tokio::time::timeout(WAIT, socket.read_to_end(&mut answer)).await;
-    let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let answer = |request: &'static [u8], half_close: bool| {
+        let ingest = host.ingest;
+        async move {
+            let mut socket = tokio::net::TcpStream::connect(ingest).await.unwrap();
+            socket.write_all(request).await.unwrap();
+            if half_close {
+                socket.shutdown().await.unwrap();
+            }
+            let mut answer = Vec::new();
+            let _ = tokio::time::timeout(WAIT, socket.read_to_end(&mut answer)).await;
+            String::from_utf8_lossy(&answer).into_owned()
+        }
+    };
+    let cut = answer(head, true).await;
+    assert!(cut.starts_with("HTTP/1.1 400"), "{cut}");
+    assert!(cut.contains("ended after 4 bytes"), "{cut}");
+    let malformed =
+        b"POST /hooks/s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+    let malformed = answer(malformed, false).await;
+    assert!(malformed.starts_with("HTTP/1.1 400"), "{malformed}");
     let metrics = support::metrics_with(
         async |path: &str| host.admin_get(path).await,
-        &["hookd_ingest_requests_total{source=\"s\",outcome=\"bad_request\"} 1"],
+        &["hookd_ingest_requests_total{source=\"s\",outcome=\"bad_request\"} 2"],
     )
     .await;
     let gone = metrics.lines().find(|l| l.contains("client_gone"));
-    assert_eq!(gone, None, "a hang-up was counted");
+    assert_eq!(gone, None, "a reset was counted");
 }
 
 /// Traffic of every kind moves exactly the series it should: three answered requests of

@@ -85,7 +85,7 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
                     args.plugins
                 };
                 let sources = workspace.source_dirs(&packages)?;
-                workspace.build_plugins(&packages, &dest)?;
+                workspace.build_plugins(&packages, &dest, &|_| false)?;
                 Some((workspace, packages, sources))
             }
             None => None,
@@ -151,7 +151,21 @@ impl Builds {
             && touched(&|p| is_source(p, sources))
         {
             tracing::info!("plugin sources changed; rebuilding the crates");
-            if let Err(e) = workspace.build_plugins(packages, &self.dest) {
+            // A package whose own directory changed is placed even if its build is the file
+            // byte for byte (after a rollback, saving it must make the file's version live
+            // again); the others only when their build changed, so a rollback of a plugin
+            // nobody touched stays.
+            let edited = |package: &str| {
+                paths.is_some_and(|paths| {
+                    let dir = workspace.members.iter().find(|m| m.name == package);
+                    dir.is_some_and(|m| {
+                        paths
+                            .iter()
+                            .any(|p| is_source(p, std::slice::from_ref(&m.dir)))
+                    })
+                })
+            };
+            if let Err(e) = workspace.build_plugins(packages, &self.dest, &edited) {
                 tracing::error!("rebuild failed; the running plugins stay: {e:#}");
             }
         }
@@ -324,8 +338,14 @@ impl Workspace {
             .map_or(package, |m| m.id.as_str())
     }
 
-    /// Builds `packages` for wasm32-wasip2 (release) and copies each `<name>.wasm` into `dest`.
-    fn build_plugins(&self, packages: &[String], dest: &Path) -> anyhow::Result<()> {
+    /// Builds `packages` for wasm32-wasip2 (release) and copies each `<name>.wasm` into `dest`
+    /// whose build differs from the file there, or that `edited` names.
+    fn build_plugins(
+        &self,
+        packages: &[String],
+        dest: &Path,
+        edited: &dyn Fn(&str) -> bool,
+    ) -> anyhow::Result<()> {
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
         super::wasm_target::ensure(Path::new(&rustc), &self.root).map_err(anyhow::Error::msg)?;
         let mut command = cargo();
@@ -351,20 +371,26 @@ impl Workspace {
             .join("release");
         std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
         for package in packages {
-            place(&built, dest, package)?;
+            place(&built, dest, package, edited(package))?;
         }
         Ok(())
     }
 }
 
 /// Copies `package`'s build from `built` into `dest` as `<package>.wasm`: copy then rename, so
-/// the watcher never sees a half-written plugin. Placed even when the file there has the same
-/// bytes: after a rollback the version live is not the file's, and a rebuild of the sources
-/// (byte for byte the file, as Rust builds are reproducible) must make the file's live again.
-/// (A file that is the live version already is loaded as a no-op.)
-fn place(built: &Path, dest: &Path, package: &str) -> anyhow::Result<()> {
+/// the watcher never sees a half-written plugin. A build that is the file byte for byte is left
+/// alone unless `always` (its sources were edited: after a rollback the version live is not the
+/// file's, and Rust builds are reproducible, so saving must place it again; a file that is the
+/// live version already loads as a no-op).
+fn place(built: &Path, dest: &Path, package: &str, always: bool) -> anyhow::Result<()> {
     let from = built.join(format!("{}.wasm", package.replace('-', "_")));
     let to = dest.join(format!("{package}.wasm"));
+    if !always {
+        let bytes = std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+        if std::fs::read(&to).ok() == Some(bytes) {
+            return Ok(());
+        }
+    }
     let tmp = dest.join(format!(".{package}.wasm.tmp"));
     std::fs::copy(&from, &tmp)
         .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
@@ -461,20 +487,28 @@ mod tests {
 
     /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
     /// spec: by name, `cargo build -p serde` is ambiguous and fails.
-    /// A build whose bytes are the file's is placed all the same (a new file renamed in, which
-    /// the watcher sees), so a rebuild after a rollback makes the file's version live again.
+    /// A build whose bytes are the file's is left alone, unless its sources were edited: then
+    /// it is placed all the same (a new file renamed in, which the watcher sees), so saving
+    /// after a rollback makes the file's version live again, while a rollback of a plugin
+    /// nobody touched stays.
     #[test]
-    fn an_unchanged_build_is_placed_again() {
+    fn an_unchanged_build_is_placed_again_only_when_its_sources_were_edited() {
         use std::os::unix::fs::MetadataExt as _;
         let dir = tempfile::tempdir().unwrap();
         let (built, dest) = (dir.path().join("built"), dir.path().join("plugins"));
         std::fs::create_dir_all(&built).unwrap();
         std::fs::create_dir_all(&dest).unwrap();
         std::fs::write(built.join("my_plugin.wasm"), b"same bytes").unwrap();
-        place(&built, &dest, "my-plugin").unwrap();
+        place(&built, &dest, "my-plugin", false).unwrap();
         let placed = dest.join("my-plugin.wasm");
         let first = std::fs::metadata(&placed).unwrap().ino();
-        place(&built, &dest, "my-plugin").unwrap();
+        place(&built, &dest, "my-plugin", false).unwrap();
+        assert_eq!(
+            std::fs::metadata(&placed).unwrap().ino(),
+            first,
+            "untouched: left alone"
+        );
+        place(&built, &dest, "my-plugin", true).unwrap();
         assert_ne!(std::fs::metadata(&placed).unwrap().ino(), first);
         assert_eq!(std::fs::read(&placed).unwrap(), b"same bytes");
         assert!(!dest.join(".my-plugin.wasm.tmp").exists());

@@ -134,8 +134,8 @@ pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
 ///
 /// Errors: over the cap → 413 (from the declared length alone when there is one); the budget
 /// cannot hold it → 503 `overloaded` + Retry-After; idle too long, too slow or not complete in
-/// time → 408; the client closed the connection before the body's end →
-/// [`ApiError::ClientGone`].
+/// time → 408; the body ended before its end (its sender closed its side) → 400; the
+/// connection was reset → [`ApiError::ClientGone`].
 pub async fn read(
     body: Body,
     declared: Option<u64>,
@@ -179,6 +179,15 @@ pub async fn read(
             Err(_) => return Err(ApiError::BodyTimeout),
             Ok(None) => break,
             Ok(Some(Err(e))) if client_gone(&e) => return Err(ApiError::ClientGone),
+            Ok(Some(Err(e))) if ended_early(&e) => {
+                // The client closed its sending side before the body's end: it may still read
+                // the answer (a half-closed connection is served), so it gets one, counted.
+                return Err(ApiError::BadRequest(format!(
+                    "the request's body ended after {} bytes, before its end (its sender \
+                     closed the connection early, or declared a longer body than it sent)",
+                    received.len()
+                )));
+            }
             Ok(Some(Err(e))) => {
                 return Err(ApiError::BadRequest(format!(
                     "reading the body failed: {e}"
@@ -206,28 +215,35 @@ pub async fn read(
     Ok((received.freeze(), reservation))
 }
 
-/// Whether a body's read failed because its client closed (or reset) the connection before
-/// the body's end, not because the body was malformed: nobody is left to read its answer.
-/// (hyper reports an early end as an I/O error of kind `UnexpectedEof` under its body error,
-/// a malformed chunk as `InvalidInput`.)
+/// Whether a body's read failed because its client's connection is gone (reset or aborted),
+/// not because the body was malformed or cut short: nobody is left to read its answer.
 fn client_gone(e: &axum::Error) -> bool {
     use std::io::ErrorKind;
+    io_error_of(e).is_some_and(|kind| {
+        matches!(
+            kind,
+            ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe
+        )
+    })
+}
+
+/// Whether a body's read failed because the body ended before its declared length or its
+/// last chunk (hyper reports it as an I/O error of kind `UnexpectedEof` under its body error;
+/// a malformed chunk is `InvalidInput` or `InvalidData`).
+fn ended_early(e: &axum::Error) -> bool {
+    io_error_of(e) == Some(std::io::ErrorKind::UnexpectedEof)
+}
+
+/// The kind of the I/O error among `e`'s causes, if there is one.
+fn io_error_of(e: &axum::Error) -> Option<std::io::ErrorKind> {
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(error) = cause {
-        if error.downcast_ref::<std::io::Error>().is_some_and(|io| {
-            matches!(
-                io.kind(),
-                ErrorKind::UnexpectedEof
-                    | ErrorKind::ConnectionReset
-                    | ErrorKind::ConnectionAborted
-                    | ErrorKind::BrokenPipe
-            )
-        }) {
-            return true;
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
         }
         cause = error.source();
     }
-    false
+    None
 }
 
 #[cfg(test)]
