@@ -1694,7 +1694,7 @@ fn source_config(
 fn read_config_file(path: &Path) -> anyhow::Result<String> {
     std::fs::read_to_string(path).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::NotFound {
-            " (give the file with --config, or run where it is)"
+            " (name an existing file with --config, or run where it is)"
         } else {
             ""
         };
@@ -1719,7 +1719,7 @@ mod tests {
         let error = format!("{:#}", Config::load(&missing).unwrap_err());
         assert!(
             error.starts_with(&format!("reading config file {}: ", missing.display()))
-                && error.ends_with("(give the file with --config, or run where it is)"),
+                && error.ends_with("(name an existing file with --config, or run where it is)"),
             "{error}"
         );
         // A file that is there but unreadable as text is named without that hint.

@@ -353,7 +353,9 @@ impl Registry {
                 {
                     entry.previous.insert(0, old);
                 }
-                entry.live_since_ms = loaded.loaded_at_ms;
+                // Now, not the version's first load: a version loaded before a rollback came in
+                // between goes live only here.
+                entry.live_since_ms = unix_ms(std::time::SystemTime::now());
                 // A version that comes back is live, not also a rollback target.
                 entry
                     .previous

@@ -25,11 +25,7 @@ mod producer;
 #[cfg(test)]
 mod tests;
 
-use std::{
-    collections::{BTreeMap, HashSet},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashSet, sync::Arc, time::Duration};
 
 use self::{
     hot::Hot,
@@ -164,35 +160,12 @@ impl Dispatcher {
     async fn reclaim(self: &Arc<Self>, all: bool) -> anyhow::Result<usize> {
         let now = self.clock.now_ms();
         let this = self.clone();
-        // Per handler: how many were taken back to be retried, and how many dead-lettered.
-        let decided = Arc::new(Mutex::new(BTreeMap::<String, (usize, usize)>::new()));
-        let tally = decided.clone();
-        let decide = move |handler: &str, used| {
-            let disposition = this.abandoned_disposition(handler, used, now);
-            let mut tally = tally.lock().expect("poisoned");
-            let (retried, dead) = tally.entry(handler.to_owned()).or_default();
-            match disposition {
-                Disposition::Dead => *dead += 1,
-                _ => *retried += 1,
-            }
-            disposition
-        };
-        let count = if all {
+        let decide = move |handler: &str, used| this.abandoned_disposition(handler, used, now);
+        // The inbox logs what it took back, per handler.
+        Ok(if all {
             self.inbox.reclaim_all_at_startup(decide).await?
         } else {
             self.inbox.reclaim_expired(now, decide).await?
-        };
-        if count > 0 {
-            for (handler, (retried, dead)) in decided.lock().expect("poisoned").iter() {
-                tracing::warn!(
-                    handler = handler.as_str(),
-                    retried,
-                    dead,
-                    "reclaimed deliveries whose worker stopped mid-attempt (their attempt is \
-                     recorded abandoned: `hookd events --handler` lists them)"
-                );
-            }
-        }
-        Ok(count)
+        })
     }
 }

@@ -72,11 +72,11 @@ impl Inbox {
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "readiness: the database is not ready");
                 Err(match e {
-                    // The embedded database (one node's file) is there while hookd runs: it is
-                    // unavailable when its writes fail (a full, failing or stalled disk) or its
-                    // path leads elsewhere, while reads may still work.
+                    // The embedded database (one node's file) is not reached over a network: it
+                    // is unavailable when its writes fail (a full, failing or stalled disk),
+                    // its path leads elsewhere, or a read fails.
                     InboxError::Unavailable(_) if self.store().capabilities().single_node => {
-                        "the database cannot take writes now (the log says why)"
+                        "the database is unavailable (the log says why)"
                     }
                     InboxError::Unreachable { .. } | InboxError::Unavailable(_) => {
                         "the database cannot be reached (the log says why)"

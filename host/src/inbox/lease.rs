@@ -387,11 +387,22 @@ impl Inbox {
         Ok(self.reclaimed(reclaimed))
     }
 
-    /// Keeps the backlog and the wake-up after a reclaim; returns the leases taken back.
+    /// Keeps the backlog and the wake-up after a reclaim, and says per handler what it took
+    /// back; returns the leases taken back.
     fn reclaimed(&self, reclaimed: Reclaimed) -> usize {
         self.add_backlog(-(reclaimed.closed as i64));
         if reclaimed.taken_back > 0 {
             self.wake_workers();
+        }
+        for (handler, (taken_back, dead)) in &reclaimed.by_handler {
+            tracing::warn!(
+                handler = handler.as_str(),
+                taken_back,
+                dead,
+                "took back the leases of deliveries whose worker stopped mid-attempt (each \
+                 attempt recorded `abandoned`, the rest due again: `hookd events --handler` \
+                 lists them)"
+            );
         }
         reclaimed.taken_back
     }

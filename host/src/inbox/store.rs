@@ -54,11 +54,35 @@ pub(crate) struct ClaimOutcome {
 }
 
 /// What one reclaim did: the leases it took back, and how many of those deliveries it closed
-/// (dead instead of due again: they left the backlog).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// (dead instead of due again: they left the backlog), in all and per handler.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Reclaimed {
     pub taken_back: usize,
     pub closed: usize,
+    /// Handler → (leases taken back, deliveries closed).
+    pub by_handler: std::collections::BTreeMap<String, (usize, usize)>,
+}
+
+impl Reclaimed {
+    /// What recording `abandoned` (each a lease taken back) does: a backend builds it from
+    /// the finishes of the run that commits (a job run again after a failed batch counts once).
+    pub(crate) fn of(abandoned: &[super::Finish]) -> Self {
+        let mut reclaimed = Self {
+            taken_back: abandoned.len(),
+            ..Self::default()
+        };
+        for finish in abandoned {
+            let closes = usize::from(finish.closes());
+            reclaimed.closed += closes;
+            let handler = reclaimed
+                .by_handler
+                .entry(finish.plugin.to_string())
+                .or_default();
+            handler.0 += 1;
+            handler.1 += closes;
+        }
+        reclaimed
+    }
 }
 
 /// Where a delivery whose lease is taken back goes next: `decide(handler, budget_used)`.
@@ -290,4 +314,28 @@ pub(crate) trait Store: Send + Sync + 'static {
 
     /// Finishes the writes already queued, then refuses new ones and releases the database.
     fn close(&self);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reclaimed;
+    use crate::{inbox::Finish, model::Disposition};
+
+    /// Counted from the finishes a run records, per handler: leases taken back, and the
+    /// deliveries closed (dead) rather than due again.
+    #[test]
+    fn a_reclaim_counts_what_it_took_back_per_handler() {
+        let abandoned =
+            |id, handler, disposition| Finish::abandoned(id, handler, 1, 0, 10, disposition);
+        let reclaimed = Reclaimed::of(&[
+            abandoned(1, "a", Disposition::RetryAt { at_ms: 20 }),
+            abandoned(2, "a", Disposition::Dead),
+            abandoned(3, "b", Disposition::RetryAt { at_ms: 20 }),
+        ]);
+        assert_eq!((reclaimed.taken_back, reclaimed.closed), (3, 1));
+        assert_eq!(
+            reclaimed.by_handler,
+            [("a".to_owned(), (2, 1)), ("b".to_owned(), (1, 0))].into()
+        );
+    }
 }

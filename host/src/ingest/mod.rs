@@ -312,12 +312,17 @@ async fn answer(
             Ok((outcome, accepted_response(ack, &event_id, duplicate)))
         }
         EnvelopeOutcome::Invalid(detail) => {
-            // A verified request (its sender holds the secret) the parser refused: worth a
-            // line, as its author may be the one to fix (the sender gets the same detail).
-            tracing::info!(
-                detail = &*crate::error::cap_detail(&detail),
-                "request refused as unparsable (400)"
-            );
+            // Worth a line, as the parser's author may be the one to fix (the sender gets the
+            // same detail); at most one per 10 s, since a source without a signature lets
+            // anyone send these.
+            static REFUSED: crate::telemetry::Repeated = crate::telemetry::Repeated::new();
+            if let Some(left_out) = REFUSED.write() {
+                tracing::info!(
+                    detail = &*crate::error::cap_detail(&detail),
+                    left_out,
+                    "request refused as unparsable (400)"
+                );
+            }
             Err(ApiError::Unparsable(detail))
         }
         EnvelopeOutcome::Ignore(reason) => {

@@ -45,7 +45,7 @@ pub(super) async fn page(
                     dt { "Live sha256" } dd.sha { (plugin.sha256.as_deref().unwrap_or("— (not loaded)")) }
                     dt { "Interface" } dd { @if let Some(v) = &plugin.wit_version { "hookd:plugin@" (v) } @else { "—" } }
                     dt { "Roles" } dd { @if plugin.exports.is_empty() { "—" } @else { (plugin.exports.join(", ")) } }
-                    dt { "Loaded at" } dd { @if let Some(at) = plugin.loaded_at { (layout::time(at)) } @else { "—" } }
+                    dt { "Live since" } dd { @if let Some(at) = plugin.loaded_at { (layout::time(at)) } @else { "—" } }
                     @if let Some(error) = &plugin.error {
                         dt { "Error" } dd.mono { (error) }
                     }
@@ -89,12 +89,12 @@ pub(super) async fn page(
     Ok(layout::page("Plugins", Nav::Plugins, &signed_in, body).into_response())
 }
 
-/// Whether a version serves: one whose file failed to load since (an error beside a live
-/// sha256) still does, and says so.
+/// Whether a version serves: one whose file failed to load or was removed since (an error
+/// beside a live sha256) still does, and says so.
 fn live_badge(live: bool, error: bool) -> maud::Markup {
     let (class, text) = match (live, error) {
         (true, false) => ("badge ok", "live"),
-        (true, true) => ("badge warn", "live; its file was refused"),
+        (true, true) => ("badge warn", "live, with an error"),
         (false, _) => ("badge bad", "not loaded"),
     };
     html! { span class=(class) { (text) } }
@@ -127,7 +127,7 @@ mod tests {
     fn a_live_version_whose_file_was_refused_is_shown_live() {
         let badge = |live, error| live_badge(live, error).into_string();
         assert!(badge(true, false).contains(">live<"));
-        assert!(badge(true, true).contains("live; its file was refused"));
+        assert!(badge(true, true).contains("live, with an error"));
         assert!(badge(false, true).contains("not loaded"));
         assert!(badge(false, false).contains("not loaded"));
     }

@@ -812,15 +812,10 @@ pub(super) async fn take_back(
             )
         })
         .collect();
-    let mut closed = 0;
     for finish in &abandoned {
-        closed += usize::from(finish.closes());
         finish_attempt(tx, finish).await?;
     }
-    Ok(Reclaimed {
-        taken_back: abandoned.len(),
-        closed,
-    })
+    Ok(Reclaimed::of(&abandoned))
 }
 
 /// The earliest `next_attempt_at` of a waiting delivery that is `bound` (`<= $1` or `> $1`):

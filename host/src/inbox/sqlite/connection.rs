@@ -567,11 +567,11 @@ mod tests {
             .contains_event(fixtures::SOURCE.into(), "kept".into())
             .await;
         assert!(matches!(read, Err(InboxError::Unavailable(_))), "{read:?}");
-        // Unready, saying what it lacks: the file is not unreachable, it cannot be written.
+        // Unready, without calling a file on this machine unreachable.
         let unready = inbox.ready(std::time::Duration::from_secs(2)).await;
         assert_eq!(
             unready,
-            Err("the database cannot take writes now (the log says why)".to_owned())
+            Err("the database is unavailable (the log says why)".to_owned())
         );
         inbox.close();
         // The next start, through the link or not, does not start a new one over the WAL.

@@ -76,17 +76,14 @@ pub(super) fn take_back(
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
         })?
         .collect::<Result<_, _>>()?;
-    let mut closed = 0;
+    let mut abandoned = Vec::with_capacity(rows.len());
     for (id, handler, attempt, used, leased_at) in &rows {
         let disposition = decide(handler, *used);
         let finish = Finish::abandoned(*id, handler, *attempt, *leased_at, now_ms, disposition);
-        closed += usize::from(finish.closes());
         finish_attempt(conn, &finish, 0)?; // abandoned: no state to stamp
+        abandoned.push(finish);
     }
-    Ok(Reclaimed {
-        taken_back: rows.len(),
-        closed,
-    })
+    Ok(Reclaimed::of(&abandoned))
 }
 
 /// A due delivery that may be leased: the head of its key, if it has one.
