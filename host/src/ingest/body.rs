@@ -182,10 +182,13 @@ pub async fn read(
             Ok(Some(Err(e))) if ended_early(&e) => {
                 // The client closed its sending side before the body's end: it may still read
                 // the answer (a half-closed connection is served), so it gets one, counted.
+                let short = match declared {
+                    Some(len) => format!("{} of its declared {len} bytes", received.len()),
+                    None => format!("{} bytes, before its last chunk", received.len()),
+                };
                 return Err(ApiError::BadRequest(format!(
-                    "the request's body ended after {} bytes, before its end (its sender \
-                     closed the connection early, or declared a longer body than it sent)",
-                    received.len()
+                    "the request's body ended after {short} (its sender closed the connection \
+                     early)"
                 )));
             }
             Ok(Some(Err(e))) => {

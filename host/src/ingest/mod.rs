@@ -231,7 +231,7 @@ async fn receive(
     let answered = answer(&edge, config, received, uri, headers, body).await;
     let (outcome, response) = match answered {
         Ok(answer) => answer,
-        // Gone before its body ended, as one gone before its answer was ready: not counted.
+        // Reset before its body ended, as one gone before its answer was ready: not counted.
         Err(e @ ApiError::ClientGone) => return counted(e.into_response()),
         Err(e) => (e.code(), e.into_response()),
     };
