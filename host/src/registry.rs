@@ -78,14 +78,12 @@ impl FileNeeds {
 pub struct LoadedPlugin {
     pub stem: String,
     pub plugin: Plugin,
-    pub loaded_at_ms: i64,
 }
 
 #[derive(Default)]
 struct FileStatus {
     current: Option<Arc<LoadedPlugin>>,
-    /// When `current` went live here (its load, or the rollback that made it live again; its
-    /// `loaded_at_ms` is its first load's).
+    /// When `current` went live here: its load, or the rollback that made it live again.
     live_since_ms: i64,
     previous: Vec<Arc<LoadedPlugin>>,
     error: Option<String>,
@@ -600,7 +598,6 @@ impl Registry {
         Ok(Arc::new(LoadedPlugin {
             stem: stem.to_owned(),
             plugin: built.plugin,
-            loaded_at_ms: unix_ms(std::time::SystemTime::now()),
         }))
     }
 }
