@@ -152,12 +152,15 @@ impl From<tokio_postgres::Error> for Described {
 }
 
 /// A pool that is closed has stopped taking work ([`InboxError::WriterGone`], as a closed
-/// SQLite writer); one with no connection free in time is busy.
+/// SQLite writer); one with no connection free in time is busy. A backend error is a new
+/// connection that could not be made: whatever the server said (a database taken offline,
+/// `ALLOW_CONNECTIONS false`, answers with no connection-class code), the server is away for
+/// this node while it lasts. (At start-up, [`Target::connect_error`] names it instead.)
 impl From<PoolError> for InboxError {
     fn from(e: PoolError) -> Self {
         match e {
             PoolError::Closed => InboxError::WriterGone,
-            PoolError::Backend(e) => e.into(),
+            PoolError::Backend(e) => InboxError::Unavailable(Arc::new(Described::from(e))),
             timeout @ PoolError::Timeout(_) => InboxError::Busy(Arc::new(timeout)),
             other => InboxError::Storage(Arc::new(other)),
         }

@@ -75,6 +75,29 @@ impl TestDatabase {
         &self.url
     }
 
+    /// Makes the server refuse every new connection to this database (and ends those it has),
+    /// as a database taken offline does; or take them again.
+    pub(in crate::inbox) async fn refuse_connections(&self, refuse: bool) {
+        let admin = connect(&self.server).await;
+        let name = &self.name;
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {name} ALLOW_CONNECTIONS {}",
+                !refuse
+            ))
+            .await
+            .unwrap();
+        if refuse {
+            admin
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                    &[name],
+                )
+                .await
+                .unwrap();
+        }
+    }
+
     /// The test server's URL with `password` instead of the one it has (for tests of what a
     /// refused login says).
     pub(in crate::inbox) fn url_with_password(&self, password: &str) -> String {

@@ -933,6 +933,60 @@ async fn accept_many(inbox: &Inbox, n: usize) {
 /// A failed statement's error says what the server said, not only "db error" (which is all a
 /// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
 /// the error's text.
+/// A database that refuses new connections while hookd runs (taken offline: `ALLOW_CONNECTIONS
+/// false`, a server error of no connection class) is the server away: an accept is
+/// `Unavailable` (a 503; an attempt's record is sent again), not a storage error (a 500, and
+/// the record given up, so the attempt ran again after its lease). Once it takes them again,
+/// so does the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_refusing_new_connections_is_the_server_away() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    fixtures::accept(&inbox, event("before")).await;
+    db.refuse_connections(true).await;
+    // The first tries meet the pooled connections the server ended; the later ones, new
+    // connections it refuses.
+    for i in 0..5 {
+        let refused = inbox
+            .accept(
+                fixtures::SOURCE.into(),
+                event(&format!("during-{i}")),
+                fixtures::request(),
+                vec![HANDLER.into()],
+                None,
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(InboxError::Unavailable(_))),
+            "try {i}: {refused:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(inbox.ready(Duration::from_secs(5)).await.is_err());
+    db.refuse_connections(false).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = inbox
+            .accept(
+                fixtures::SOURCE.into(),
+                event("after"),
+                fixtures::request(),
+                vec![HANDLER.into()],
+                None,
+            )
+            .await;
+        match again {
+            Ok(accepted) => break assert_eq!(accepted, Accepted::New),
+            Err(InboxError::Unavailable(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_statement_says_what_the_server_said() {
     let Some((_db, _inbox, client)) = store_and_client().await else {
