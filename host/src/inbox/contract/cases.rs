@@ -268,7 +268,8 @@ pub(super) async fn a_replay_gives_a_fresh_attempt_budget(db: &dyn Database) {
 }
 
 /// A retrying delivery replayed runs now instead of after its backoff, with the attempt budget
-/// it has (only a finished delivery gets a fresh one), and stays counted in the backlog once.
+/// it has (only a finished delivery gets a fresh one), and stays counted in the backlog once; a
+/// second replay finds it due already and replays nothing.
 pub(super) async fn a_retrying_delivery_replayed_is_due_now_with_its_budget(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let claimed = lease(&inbox, "a").await;
@@ -299,6 +300,8 @@ pub(super) async fn a_retrying_delivery_replayed_is_due_now_with_its_budget(db: 
         backlog,
         "a retrying delivery is in the backlog already"
     );
+    // Due already: matched, not replayed again (replays racing for it count it once).
+    assert_eq!(inbox.replay(retrying.clone()).await.unwrap(), (1, 0));
     let again = claim(&inbox, Clock::system().now_ms()).await.remove(0);
     assert_eq!((again.attempt, again.budget_used), (2, 2));
     // Running now, it is no longer retrying: a second replay matches nothing.

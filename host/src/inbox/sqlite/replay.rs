@@ -26,11 +26,12 @@ pub(super) fn replay_matching(
         return Ok((ids.len(), 0));
     }
     if state == DeliveryState::Retrying {
-        // Due now (unless already due earlier), with its attempt budget as it is.
+        // Due now, with its attempt budget as it is; one due already is matched, not replayed
+        // (so replays racing for one delivery count it once).
         let mut update = conn.prepare_cached(
-            "UPDATE deliveries SET next_attempt_at = MIN(next_attempt_at, ?2), updated_at = ?2,
+            "UPDATE deliveries SET next_attempt_at = ?2, updated_at = ?2,
                  deliver_stale = MAX(deliver_stale, ?3)
-             WHERE id = ?1 AND state = 'retrying'",
+             WHERE id = ?1 AND state = 'retrying' AND next_attempt_at > ?2",
         )?;
         let mut replayed = 0;
         for id in &ids {
