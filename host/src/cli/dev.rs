@@ -144,7 +144,8 @@ struct Builds {
 
 impl Builds {
     /// Rebuilds what the changed `paths` call for (`None`: everything, as the watcher may
-    /// have missed changes).
+    /// have missed changes; then only the builds that changed are placed, since no plugin is
+    /// known to have been edited).
     fn rebuild(&self, paths: Option<&[PathBuf]>) {
         let touched = |is: &dyn Fn(&Path) -> bool| paths.is_none_or(|p| p.iter().any(|p| is(p)));
         if let Some((workspace, packages, sources)) = &self.cargo
@@ -156,14 +157,7 @@ impl Builds {
             // again); the others only when their build changed, so a rollback of a plugin
             // nobody touched stays.
             let edited = |package: &str| {
-                paths.is_some_and(|paths| {
-                    let dir = workspace.members.iter().find(|m| m.name == package);
-                    dir.is_some_and(|m| {
-                        paths
-                            .iter()
-                            .any(|p| is_source(p, std::slice::from_ref(&m.dir)))
-                    })
-                })
+                paths.is_some_and(|paths| paths.iter().any(|p| workspace.owner(p) == Some(package)))
             };
             if let Err(e) = workspace.build_plugins(packages, &self.dest, &edited) {
                 tracing::error!("rebuild failed; the running plugins stay: {e:#}");
@@ -329,6 +323,16 @@ impl Workspace {
         Ok(dirs.into_iter().collect())
     }
 
+    /// The member whose own source `path` is: of the members whose directory holds it (a root
+    /// crate's holds the others'), the innermost.
+    fn owner(&self, path: &Path) -> Option<&str> {
+        self.members
+            .iter()
+            .filter(|m| is_source(path, std::slice::from_ref(&m.dir)))
+            .max_by_key(|m| m.dir.components().count())
+            .map(|m| m.name.as_str())
+    }
+
     /// What names `package` to `cargo build -p`: its package ID spec when it is a member (a
     /// plugin named like a crate it depends on is ambiguous by name), else the name as given.
     fn package_spec<'a>(&'a self, package: &'a str) -> &'a str {
@@ -454,10 +458,12 @@ fn is_source(path: &Path, dirs: &[PathBuf]) -> bool {
 
 /// Rebuilds after each burst of source changes, until the watcher goes away.
 fn rebuild_loop((_watcher, events): (notify::RecommendedWatcher, SourceEvents), builds: &Builds) {
-    // The paths an event names (none for an access, or for a watcher error: then every
-    // build runs, as something may have been missed).
+    // The paths an event names (none for an access, or for a watcher error or overflow: then
+    // every build runs, as something may have been missed, and places what changed).
     let changed = |event: notify::Result<notify::Event>| match event {
         Ok(event) if matches!(event.kind, notify::EventKind::Access(_)) => Some(Vec::new()),
+        // The watcher's queue overflowed: changes were lost.
+        Ok(event) if event.need_rescan() => None,
         Ok(event) => Some(event.paths),
         Err(_) => None,
     };
@@ -485,8 +491,6 @@ fn rebuild_loop((_watcher, events): (notify::RecommendedWatcher, SourceEvents), 
 mod tests {
     use super::*;
 
-    /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
-    /// spec: by name, `cargo build -p serde` is ambiguous and fails.
     /// A build whose bytes are the file's is left alone, unless its sources were edited: then
     /// it is placed all the same (a new file renamed in, which the watcher sees), so saving
     /// after a rollback makes the file's version live again, while a rollback of a plugin
@@ -514,6 +518,8 @@ mod tests {
         assert!(!dest.join(".my-plugin.wasm.tmp").exists());
     }
 
+    /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
+    /// spec: by name, `cargo build -p serde` is ambiguous and fails.
     #[test]
     fn a_member_is_built_by_its_package_id() {
         let id = "path+file:///tmp/serde#0.1.0";
@@ -531,6 +537,30 @@ mod tests {
         };
         assert_eq!(workspace.package_spec("serde"), id);
         assert_eq!(workspace.package_spec("elsewhere"), "elsewhere");
+    }
+
+    /// A source belongs to the innermost member holding it: a save in a crate nested in a root
+    /// crate's directory is that crate's edit, not the root's (whose rollback it would undo).
+    #[test]
+    fn a_nested_members_source_is_its_own() {
+        let member = |name: &str, dir: &str| Member {
+            name: name.into(),
+            id: format!("path+file://{dir}#0.1.0"),
+            dir: PathBuf::from(dir),
+            cdylib: true,
+            path_deps: Vec::new(),
+        };
+        let workspace = Workspace {
+            manifest: PathBuf::from("/w/Cargo.toml"),
+            root: PathBuf::from("/w"),
+            target_dir: PathBuf::from("/w/target"),
+            members: vec![member("root", "/w"), member("other", "/w/other")],
+        };
+        let owner = |path: &str| workspace.owner(Path::new(path));
+        assert_eq!(owner("/w/other/src/lib.rs"), Some("other"));
+        assert_eq!(owner("/w/src/lib.rs"), Some("root"));
+        assert_eq!(owner("/w/other/target/x.rs"), None);
+        assert_eq!(owner("/elsewhere/src/lib.rs"), None);
     }
 
     /// Saving `hookd.toml` rebuilt and reloaded a TypeScript or Python plugin, which looked like

@@ -300,8 +300,15 @@ pub(super) async fn a_retrying_delivery_replayed_is_due_now_with_its_budget(db: 
         backlog,
         "a retrying delivery is in the backlog already"
     );
-    // Due already: matched, not replayed again (replays racing for it count it once).
+    // Due already: matched, not replayed again (replays racing for it count it once); unless
+    // forced, which a replay of a delivery due already still sets, once.
     assert_eq!(inbox.replay(retrying.clone()).await.unwrap(), (1, 0));
+    let forced = ReplayFilter {
+        force: true,
+        ..retrying.clone()
+    };
+    assert_eq!(inbox.replay(forced.clone()).await.unwrap(), (1, 1));
+    assert_eq!(inbox.replay(forced).await.unwrap(), (1, 0));
     let again = claim(&inbox, Clock::system().now_ms()).await.remove(0);
     assert_eq!((again.attempt, again.budget_used), (2, 2));
     // Running now, it is no longer retrying: a second replay matches nothing.

@@ -27,13 +27,15 @@ pub(super) async fn replay_matching(
         return Ok((ids.len(), 0));
     }
     if state == DeliveryState::Retrying {
-        // Due now, with its attempt budget as it is; one due already is matched, not replayed
-        // (so replays racing for one delivery, on any nodes, count it once).
+        // Due now, with its attempt budget as it is (and forced, if asked); one due (and
+        // forced) already is matched, not replayed, so replays racing for it on any nodes
+        // count it once.
         let replayed = tx
             .execute(
-                "UPDATE deliveries SET next_attempt_at = $2, updated_at = $2,
-                     deliver_stale = deliver_stale OR $3
-                 WHERE id = ANY($1) AND state = 'retrying' AND next_attempt_at > $2",
+                "UPDATE deliveries SET next_attempt_at = LEAST(next_attempt_at, $2),
+                     updated_at = $2, deliver_stale = deliver_stale OR $3
+                 WHERE id = ANY($1) AND state = 'retrying'
+                   AND (next_attempt_at > $2 OR ($3 AND NOT deliver_stale))",
                 &[&ids, &now_ms, &filter.force],
             )
             .await?;

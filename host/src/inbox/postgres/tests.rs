@@ -930,9 +930,6 @@ async fn accept_many(inbox: &Inbox, n: usize) {
     }
 }
 
-/// A failed statement's error says what the server said, not only "db error" (which is all a
-/// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
-/// the error's text.
 /// A database that refuses new connections while hookd runs (taken offline: `ALLOW_CONNECTIONS
 /// false`, a server error of no connection class) is the server away: an accept is
 /// `Unavailable` (a 503; an attempt's record is sent again), not a storage error (a 500, and
@@ -987,6 +984,9 @@ async fn a_database_refusing_new_connections_is_the_server_away() {
     }
 }
 
+/// A failed statement's error says what the server said, not only "db error" (which is all a
+/// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
+/// the error's text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_statement_says_what_the_server_said() {
     let Some((_db, _inbox, client)) = store_and_client().await else {

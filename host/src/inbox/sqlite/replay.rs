@@ -26,12 +26,13 @@ pub(super) fn replay_matching(
         return Ok((ids.len(), 0));
     }
     if state == DeliveryState::Retrying {
-        // Due now, with its attempt budget as it is; one due already is matched, not replayed
-        // (so replays racing for one delivery count it once).
+        // Due now, with its attempt budget as it is (and forced, if asked); one due (and
+        // forced) already is matched, not replayed, so replays racing for it count it once.
         let mut update = conn.prepare_cached(
-            "UPDATE deliveries SET next_attempt_at = ?2, updated_at = ?2,
+            "UPDATE deliveries SET next_attempt_at = MIN(next_attempt_at, ?2), updated_at = ?2,
                  deliver_stale = MAX(deliver_stale, ?3)
-             WHERE id = ?1 AND state = 'retrying' AND next_attempt_at > ?2",
+             WHERE id = ?1 AND state = 'retrying'
+               AND (next_attempt_at > ?2 OR (?3 AND NOT deliver_stale))",
         )?;
         let mut replayed = 0;
         for id in &ids {
