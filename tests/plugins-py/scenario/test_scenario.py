@@ -8,7 +8,7 @@ import json
 import unittest
 
 from hookd import Event, Permanent, Retry, http
-from hookd.testing import Harness
+from hookd.testing import Harness, StateRefused
 
 import scenario
 
@@ -50,8 +50,10 @@ class ScenarioTest(unittest.TestCase):
         self.assertEqual(hookd.handle(scenario, ev({"do": "log", "bytes": "9"})), "logged")
         self.assertEqual(hookd.logs(), [])
         self.assertEqual(hookd.handle(scenario, ev({"do": "fail"})), '{"attempt":1}')
-        self.assertEqual(hookd.handle(scenario, ev({"do": "count"})), '{"count":1}')
-        self.assertEqual(hookd.state_keys(), [""])
+        # An empty key is one hookd does not store: the attempt stops there, nothing kept.
+        with self.assertRaises(StateRefused):
+            hookd.handle(scenario, ev({"do": "count"}))
+        self.assertEqual(hookd.state_keys(), [])
         with self.assertRaises(Permanent) as caught:
             hookd.handle(scenario, ev({"do": "fetch"}))
         self.assertTrue(caught.exception.reason.startswith("invalid request: URL"), caught.exception)
