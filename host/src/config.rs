@@ -561,8 +561,7 @@ impl PluginConfig {
         let (timeout, memory_bytes) = self.parser_limits_for(body_len);
         self.call_limits(
             (timeout, "parser_timeout_ms"),
-            memory_bytes,
-            "parser_memory_mib",
+            (memory_bytes, "parser_memory_mib"),
         )
     }
 
@@ -570,18 +569,16 @@ impl PluginConfig {
     pub fn handler_limits(&self) -> crate::runtime::Limits {
         self.call_limits(
             (self.timeout, "timeout_ms"),
-            self.memory_bytes,
-            "memory_mib",
+            (self.memory_bytes, "memory_mib"),
         )
     }
 
-    /// A call's budget: its role's time and memory, and the output and log caps both roles
-    /// share.
+    /// A call's budget: its role's time and memory, each with the setting it comes from, and
+    /// the output and log caps both roles share.
     fn call_limits(
         &self,
         (timeout, timeout_key): (Duration, &'static str),
-        memory_bytes: u64,
-        memory_key: &'static str,
+        (memory_bytes, memory_key): (u64, &'static str),
     ) -> crate::runtime::Limits {
         crate::runtime::Limits {
             timeout,

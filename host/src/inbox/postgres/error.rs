@@ -113,9 +113,9 @@ fn server_away(e: &tokio_postgres::Error) -> bool {
         || text.starts_with("timeout")
 }
 
-/// Lets the room's SQL use `?`: a server that is away is [`InboxError::Unavailable`], lock and
-/// serialization failures are [`InboxError::Busy`] (the operation may be tried again), the rest
-/// [`InboxError::Storage`].
+/// Lets the room's SQL use `?`: a server that is away is [`InboxError::Unavailable`] (too many
+/// connections included, see [`away`]), lock and serialization failures are
+/// [`InboxError::Busy`] (the operation may be tried again), the rest [`InboxError::Storage`].
 impl From<tokio_postgres::Error> for InboxError {
     fn from(e: tokio_postgres::Error) -> Self {
         if server_away(&e) {
@@ -126,7 +126,6 @@ impl From<tokio_postgres::Error> for InboxError {
                 SqlState::T_R_SERIALIZATION_FAILURE,
                 SqlState::T_R_DEADLOCK_DETECTED,
                 SqlState::LOCK_NOT_AVAILABLE,
-                SqlState::TOO_MANY_CONNECTIONS,
             ]
             .contains(code)
         });
