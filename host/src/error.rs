@@ -11,6 +11,8 @@ use axum::{
 };
 use serde_json::json;
 
+use crate::telemetry::Repeated;
+
 /// Longest `detail` sent in an error body; a longer one (a parser's message can be any size)
 /// is cut at a character boundary and ends with a marker giving the full length.
 pub const MAX_DETAIL_BYTES: usize = 4096;
@@ -82,14 +84,30 @@ impl From<crate::inbox::InboxError> for ApiError {
         use crate::inbox::InboxError;
         match e {
             InboxError::InvalidFilter(message) => Self::BadRequest(message),
+            // Every request a lasting fault refuses would write these (a full disk, a database
+            // down): one line per period each, counting those left out.
             InboxError::Busy(cause) => {
-                tracing::warn!(error = %cause, "database busy; asking the client to retry");
+                static BUSY: Repeated = Repeated::new();
+                if let Some(left_out) = BUSY.write() {
+                    tracing::warn!(
+                        error = %cause,
+                        left_out,
+                        "database busy; asking the client to retry"
+                    );
+                }
                 Self::Overloaded {
                     retry_after_secs: BUSY_RETRY_AFTER_SECS,
                 }
             }
             InboxError::Unavailable(cause) => {
-                tracing::warn!(error = %cause, "database unavailable; asking the client to retry");
+                static UNAVAILABLE: Repeated = Repeated::new();
+                if let Some(left_out) = UNAVAILABLE.write() {
+                    tracing::warn!(
+                        error = %cause,
+                        left_out,
+                        "database unavailable; asking the client to retry"
+                    );
+                }
                 Self::Overloaded {
                     retry_after_secs: BUSY_RETRY_AFTER_SECS,
                 }

@@ -459,9 +459,23 @@ async fn a_database_outage_is_503s_then_a_reconnect_with_nothing_acknowledged_lo
         .filter(|i| !stored.contains(i))
         .collect();
     assert!(lost.is_empty(), "acknowledged but not stored: {lost:?}");
+    // Each refused request does not write a line of its own: a 5 s outage is a line or two
+    // per node (at most one per 10 s), however many requests it refused.
+    let lines: usize = hosts
+        .iter()
+        .map(|h| {
+            h.log()
+                .matches("database unavailable; asking the client to retry")
+                .count()
+        })
+        .sum();
     eprintln!(
-        "outage run: {} acknowledged, {unavailable} answered 503",
+        "outage run: {} acknowledged, {unavailable} answered 503, {lines} lines saying so",
         acknowledged.len()
+    );
+    assert!(
+        lines <= 2 * hosts.len() && (lines < unavailable || unavailable <= 2),
+        "{lines} lines for {unavailable} refusals"
     );
 }
 

@@ -255,3 +255,39 @@ async fn warnings_keep_their_spans_when_the_log_is_filtered_to_warnings() {
     assert_eq!(span(guest, "attempt")["event"], "log-1", "{guest}");
     assert_eq!(span(guest, "call")["plugin"], "h", "{guest}");
 }
+
+/// Any web page open in the operator's browser can send cross-origin requests to the admin
+/// listener without end, with paths as long as it likes: each is refused (403), but they write
+/// one line per period between them, counting the rest, and a line quotes at most 256 bytes of
+/// the path. (Before, a line each, the whole path in it: 60 KB of log per request.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_cross_origin_admin_requests_cannot_flood_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = start(dir.path(), &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let path = format!("/admin/events/{}", "a".repeat(20_000));
+    for _ in 0..40 {
+        let (status, _, _) = crate::support::admin_call_with(
+            host.admin,
+            http::Method::GET,
+            &path,
+            None,
+            &[(http::header::ORIGIN, "http://evil.example")],
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, http::StatusCode::FORBIDDEN);
+    }
+    let log = host.log();
+    let refused: Vec<Value> = json_lines(&log)
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == "admin request refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{log}");
+    let quoted = refused[0]["fields"]["path"].as_str().unwrap();
+    assert!(
+        quoted.starts_with("/admin/events/aaa") && quoted.len() <= 256 + "…".len(),
+        "{quoted}"
+    );
+    assert!(log.len() < 16 * 1024, "{} bytes of log", log.len());
+}

@@ -43,6 +43,7 @@ use crate::{
     Shared,
     error::ApiError,
     ingest::body::{self, BodyBudget, BodyLimits},
+    telemetry::Repeated,
 };
 use handlers::{
     discard, event_detail, healthz, list_events, nodes, plugins, readyz, replay, rollback,
@@ -167,7 +168,8 @@ async fn read_body(
 
 async fn refuse_cross_origin(request: Request, next: Next) -> Response {
     if let Err(detail) = guard::Guard::check_origin(request.headers(), request.uri()) {
-        tracing::warn!(path = %request.uri().path(), detail, "admin request refused");
+        static REFUSED: Repeated = Repeated::new();
+        log_refused(&REFUSED, request.uri().path(), detail);
         return guard::forbidden(detail);
     }
     next.run(request).await
@@ -179,10 +181,25 @@ async fn require_host(
     next: Next,
 ) -> Response {
     if let Err(detail) = guard.check_host(request.headers(), request.uri()) {
-        tracing::warn!(path = %request.uri().path(), detail, "admin request refused");
+        static REFUSED: Repeated = Repeated::new();
+        log_refused(&REFUSED, request.uri().path(), detail);
         return guard::forbidden(detail);
     }
     next.run(request).await
+}
+
+/// Longest part of a refused request's path a log line quotes.
+const LOGGED_PATH_BYTES: usize = 256;
+
+/// The line for a request the Host or Origin guard refused. Any web page the operator has open
+/// can send such requests without end, so at most one line per period is written for each
+/// guard ([`Repeated`]), counting those left out, and a long path is cut.
+fn log_refused(repeated: &Repeated, path: &str, detail: &str) {
+    if let Some(left_out) = repeated.write() {
+        let (path, whole) = crate::text::escape_within(path, LOGGED_PATH_BYTES);
+        let path = if whole { path } else { path + "…" };
+        tracing::warn!(path, detail, left_out, "admin request refused");
+    }
 }
 
 async fn require_token(
