@@ -291,3 +291,44 @@ async fn refused_cross_origin_admin_requests_cannot_flood_the_log() {
     );
     assert!(log.len() < 16 * 1024, "{} bytes of log", log.len());
 }
+
+/// The line giving a refused certificate's exact reason (the code the plugin gets carries no
+/// text) names the source, the event and the plugin from its spans, as every line of an attempt
+/// does, though the request runs outside the call's own poll. (Before, it had no spans.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_certificate_is_logged_with_its_attempt() {
+    use crate::tls::{Pki, TlsServer, allow_localhost, hello};
+    let server = TlsServer::start(Pki::new().leaf(&["localhost"], false), hello).await;
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("netprobe", plugins::NETPROBE)]);
+    let config = sw_source(
+        "p",
+        &["netprobe"],
+        &format!(
+            "[plugins.netprobe]\nmax_attempts = 1\n{}\n",
+            allow_localhost(port)
+        ),
+    );
+    let host =
+        ProcessHost::start_with_env(dir.path(), &config, &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let url = format!("https://localhost:{port}/ok");
+    let body = json!({ "urls": [url] }).to_string();
+    let (status, reply) = post_sw(host.ingest, "p", "tls-1", body.as_bytes())
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{status} {reply}");
+    let log = host.wait_log("UnknownIssuer", WAIT).await;
+    let lines = json_lines(&log);
+    let refused = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("UnknownIssuer"))
+        })
+        .unwrap();
+    assert_eq!(span(refused, "attempt")["event"], "tls-1", "{refused}");
+    assert_eq!(span(refused, "attempt")["source"], "p", "{refused}");
+    assert_eq!(span(refused, "call")["plugin"], "netprobe", "{refused}");
+}

@@ -89,13 +89,32 @@ pub(crate) struct TlsServer {
 
 impl TlsServer {
     pub(crate) async fn start(leaf: Leaf, answer: fn(&str) -> String) -> Self {
+        Self::start_with(leaf, answer, None).await
+    }
+
+    /// [`TlsServer::start`], demanding a client certificate `clients` issued: over TLS 1.3 a
+    /// client without one learns it only after its side of the handshake, from the server's
+    /// `certificate_required` alert.
+    async fn start_with(leaf: Leaf, answer: fn(&str) -> String, clients: Option<&Pki>) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ServerConfig::builder_with_provider(provider)
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![leaf.cert], leaf.key)
             .unwrap();
+        let builder = match clients {
+            None => builder.with_no_client_auth(),
+            Some(pki) => {
+                let mut roots = rustls::RootCertStore::empty();
+                roots.add(pki.ca.der().clone()).unwrap();
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .unwrap();
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let config = builder.with_single_cert(vec![leaf.cert], leaf.key).unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -258,6 +277,28 @@ async fn without_the_ca_file_the_private_certificate_is_refused() {
     .await;
     let url = format!("https://localhost:{port}/ok");
     assert_certificate_error(&probe_one(&host, &url).await);
+    assert!(server.seen().is_empty());
+}
+
+/// A TLS 1.3 server that wants a client certificate refuses the client after the handshake,
+/// with an alert: the guest gets it as `TLS-alert-received` naming it, as an alert during the
+/// handshake is, not as an HTTP protocol error (before, retried to dead as one), and the
+/// request never reached the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alert_after_the_handshake_is_a_tls_alert() {
+    let pki = Pki::new();
+    let server = TlsServer::start_with(pki.leaf(&["localhost"], false), hello, Some(&pki)).await;
+    let port = server.port();
+    let plugin = format!(
+        "max_attempts = 1\nca_file = \"ca.pem\"\n{}",
+        allow_localhost(port)
+    );
+    let host = probe_host(&plugin, Some(&pki), &[]).await;
+    let verdict = probe_one(&host, &format!("https://localhost:{port}/ok")).await;
+    assert!(
+        verdict.starts_with("tls: ") && verdict.contains("TLS alert 116 (CertificateRequired)"),
+        "{verdict}"
+    );
     assert!(server.seen().is_empty());
 }
 

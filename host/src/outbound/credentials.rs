@@ -33,7 +33,10 @@ pub enum CredentialError {
          comes from env)"
     )]
     Header { target: HostPort },
-    #[error("{target}: {header} is set by the host itself and cannot carry a credential")]
+    #[error(
+        "{target}: {header} is set by the host itself (the request's idempotency key, its \
+         framing or its connection) and cannot carry a credential"
+    )]
     Reserved {
         target: HostPort,
         header: HeaderName,
@@ -89,7 +92,9 @@ impl Credential {
         let header = HeaderName::try_from(header).map_err(|_| CredentialError::Header {
             target: target.clone(),
         })?;
-        if [super::policy::IDEMPOTENCY_KEY, http::header::HOST].contains(&header) {
+        if header == super::policy::IDEMPOTENCY_KEY
+            || super::policy::CONNECTION_HEADERS.contains(&header.as_str())
+        {
             return Err(CredentialError::Reserved { target, header });
         }
         if HeaderValue::try_from(prefix).is_err() {
@@ -328,7 +333,16 @@ mod tests {
 
     #[test]
     fn host_set_headers_cannot_carry_a_credential() {
-        let err = refused("Idempotency-Key", "API_KEY", "", &env);
-        assert!(matches!(err, CredentialError::Reserved { .. }), "{err:?}");
+        for header in [
+            "Idempotency-Key",
+            "Host",
+            "Content-Length",
+            "Transfer-Encoding",
+            "Connection",
+            "Upgrade",
+        ] {
+            let err = refused(header, "API_KEY", "", &env);
+            assert!(matches!(err, CredentialError::Reserved { .. }), "{err:?}");
+        }
     }
 }

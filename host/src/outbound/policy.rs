@@ -30,6 +30,21 @@ pub const REQUESTS_PER_CALL: u32 = 64;
 /// The header every outgoing request carries.
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 
+/// The headers of a message's framing and its connection (RFC 9110 §7.6.1 and RFC 9112),
+/// which hyper writes: neither a parser's answer nor a credential the host injects may set
+/// one.
+pub const CONNECTION_HEADERS: [&str; 9] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "host",
+];
+
 /// A host as written in an allow-list entry or a request URL.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Host {

@@ -86,14 +86,38 @@ pub enum TransportError {
 }
 
 impl TransportError {
-    /// A hyper error, with its own timeouts counted as the response's.
+    /// A hyper error, with its own timeouts counted as the response's, and TLS's errors after
+    /// the handshake (a TLS 1.3 server's alert refusing the client, sent once the client has
+    /// finished its side: `certificate_required`) as TLS's, not HTTP's.
     fn from_hyper(e: hyper::Error) -> Self {
         if e.is_timeout() {
             Self::ResponseTimeout
+        } else if let Some(tls) = tls_cause(&e) {
+            Self::Tls(tls.clone())
         } else {
             Self::Http(e)
         }
     }
+}
+
+/// The rustls error under `error`, if any. An `io::Error` holding one is looked into, since
+/// its `source()` skips the error it holds.
+fn tls_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        let held = error
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::get_ref)
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+        if held.is_some() {
+            return held;
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// The timeouts a request asked for (`wasi:http` request options); `None` is the default.
@@ -249,7 +273,7 @@ where
     )
     .await
     .map_err(|_| TransportError::ConnectTimeout)?
-    .map_err(TransportError::Http)?;
+    .map_err(TransportError::from_hyper)?;
 
     // The request line carries only the path; the authority went into the Host header.
     let path = request
@@ -305,7 +329,7 @@ where
         let Some(conn) = conn else { return Ok(()) };
         match tokio::time::timeout_at(done_by, conn).await {
             Err(_) => Err(TransportError::ResponseTimeout),
-            Ok(Err(e)) => Err(TransportError::Http(e)),
+            Ok(Err(e)) => Err(TransportError::from_hyper(e)),
             Ok(Ok(())) => Ok(()),
         }
     });

@@ -683,20 +683,6 @@ fn is_machinery(name: &str) -> bool {
     .any(|prefix| name.starts_with(prefix))
 }
 
-/// Headers a parser's `respond` may not set: the message's framing and the connection's
-/// (RFC 9110 §7.6.1 and RFC 9112), which hyper writes.
-const CONNECTION_HEADERS: [&str; 9] = [
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "upgrade",
-    "te",
-    "trailer",
-    "proxy-connection",
-    "host",
-];
-
 /// A parser's `respond`, checked: a response hookd could not send as given is the parser's
 /// failure (the request is quarantined like any other failed parse, never half-answered).
 fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError> {
@@ -712,7 +698,7 @@ fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError>
         let (Ok(name), Ok(value)) = (name, value) else {
             return Err(refuse(format!("has an invalid header {:?}", h.name)));
         };
-        if CONNECTION_HEADERS.contains(&name.as_str()) {
+        if crate::outbound::policy::CONNECTION_HEADERS.contains(&name.as_str()) {
             // The answer's framing and the connection are hookd's: set by a plugin, they could
             // make one request's answer read as the next one's (behind a proxy, another
             // sender's).

@@ -328,66 +328,73 @@ impl WasiHttpHooks for OutboundHooks {
         let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
         let sockets = self.sockets.clone();
-        Box::new(async move {
-            let mut count = |result| outcome.count(result);
-            let (target, allow, connector) = admitted?;
-            let options = options.unwrap_or_default();
-            let asked = Asked {
-                connect: options.connect_timeout,
-                first_byte: options.first_byte_timeout,
-                between_bytes: options.between_bytes_timeout,
-            };
-            let timeouts = Timeouts::new(asked, deadline);
-            let addrs = transport::resolve(&target, &timeouts).await.map_err(|e| {
-                count(counted(&e));
-                transport_error(e)
-            })?;
-            let addrs = usable_addrs(&allow, &target, &addrs).map_err(|denied| {
-                count(OutboundResult::Denied);
-                refusals.deny(&denied)
-            })?;
-            // Held as long as the connection is: it rides with the connection's driver.
-            let slot = sockets.take().ok_or_else(|| {
-                count(OutboundResult::Denied);
-                refusals.deny(&Denied::HostSockets(sockets.cap()))
-            })?;
-            // The call's refusal line is due when the call ends, not when this response does.
-            drop(refusals);
-            let method = request.method().clone();
-            let result = transport::send(&connector, &target, request, &addrs, timeouts).await;
-            match &result {
-                Ok((response, _)) => {
-                    count(OutboundResult::Ok);
-                    tracing::debug!(
-                        target: "plugin", plugin = %plugin, host = %target,
-                        "outbound {method} answered {}", response.status()
-                    )
+        // The request may be driven outside the call's poll (wasmtime-wasi-http spawns it):
+        // its lines keep the attempt's and the call's spans all the same.
+        let span = tracing::Span::current();
+        Box::new(tracing::Instrument::instrument(
+            async move {
+                let mut count = |result| outcome.count(result);
+                let (target, allow, connector) = admitted?;
+                let options = options.unwrap_or_default();
+                let asked = Asked {
+                    connect: options.connect_timeout,
+                    first_byte: options.first_byte_timeout,
+                    between_bytes: options.between_bytes_timeout,
+                };
+                let timeouts = Timeouts::new(asked, deadline);
+                let addrs = transport::resolve(&target, &timeouts).await.map_err(|e| {
+                    count(counted(&e));
+                    transport_error(e)
+                })?;
+                let addrs = usable_addrs(&allow, &target, &addrs).map_err(|denied| {
+                    count(OutboundResult::Denied);
+                    refusals.deny(&denied)
+                })?;
+                // Held as long as the connection is: it rides with the connection's driver.
+                let slot = sockets.take().ok_or_else(|| {
+                    count(OutboundResult::Denied);
+                    refusals.deny(&Denied::HostSockets(sockets.cap()))
+                })?;
+                // The call's refusal line is due when the call ends, not when this response does.
+                drop(refusals);
+                let method = request.method().clone();
+                let result = transport::send(&connector, &target, request, &addrs, timeouts).await;
+                match &result {
+                    Ok((response, _)) => {
+                        count(OutboundResult::Ok);
+                        tracing::debug!(
+                            target: "plugin", plugin = %plugin, host = %target,
+                            "outbound {method} answered {}", response.status()
+                        )
+                    }
+                    // A certificate or handshake refusal is a configuration to fix, and the code
+                    // the guest gets carries no text: the reason is logged where it is seen.
+                    Err(e @ TransportError::Tls(_)) => {
+                        count(counted(e));
+                        tracing::warn!(
+                            target: "plugin", plugin = %plugin, host = %target,
+                            "outbound {method} failed: {e}"
+                        )
+                    }
+                    Err(e) => {
+                        count(counted(e));
+                        tracing::debug!(
+                            target: "plugin", plugin = %plugin, host = %target,
+                            "outbound {method} failed: {e}"
+                        )
+                    }
                 }
-                // A certificate or handshake refusal is a configuration to fix, and the code
-                // the guest gets carries no text: the reason is logged where it is seen.
-                Err(e @ TransportError::Tls(_)) => {
-                    count(counted(e));
-                    tracing::warn!(
-                        target: "plugin", plugin = %plugin, host = %target,
-                        "outbound {method} failed: {e}"
-                    )
-                }
-                Err(e) => {
-                    count(counted(e));
-                    tracing::debug!(
-                        target: "plugin", plugin = %plugin, host = %target,
-                        "outbound {method} failed: {e}"
-                    )
-                }
-            }
-            let (response, driver) = result.map_err(transport_error)?;
-            let response = response.map(|body| body.map_err(transport_error).boxed_unsync());
-            let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> = Box::new(async move {
-                let _slot = slot;
-                driver.await.map_err(transport_error)
-            });
-            Ok((response, io))
-        })
+                let (response, driver) = result.map_err(transport_error)?;
+                let response = response.map(|body| body.map_err(transport_error).boxed_unsync());
+                let io: Box<dyn Future<Output = Result<(), HttpError>> + Send> =
+                    Box::new(async move {
+                        let _slot = slot;
+                        driver.await.map_err(transport_error)
+                    });
+                Ok((response, io))
+            },
+            span,
+        ))
     }
 
     fn p2_outgoing_body_chunk_size(&mut self) -> usize {
