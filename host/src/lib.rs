@@ -271,6 +271,11 @@ pub async fn run_with(
         listeners.admin.local_addr()?,
         &options.clock,
     ));
+    // On a shared database, the cluster's versions before any request or claim.
+    let memory = match inbox.cluster() {
+        Some(store) => Some(cluster::catch_up(&node, &*store, &registry, &options.clock).await),
+        None => None,
+    };
     let shared = Arc::new(Shared {
         config: config.clone(),
         inbox: inbox.clone(),
@@ -332,7 +337,7 @@ pub async fn run_with(
             .sample_loop(inbox.clone(), stopped(stop_rx.clone())),
     );
     // On a shared database: the heartbeat, and this node's plugin files kept the cluster's.
-    let sync = inbox.cluster().map(|store| {
+    let sync = inbox.cluster().zip(memory).map(|(store, memory)| {
         let in_flight = {
             let dispatcher = dispatcher.clone();
             move || dispatcher.in_flight() as u64
@@ -343,6 +348,7 @@ pub async fn run_with(
             shared.registry.clone(),
             in_flight,
             options.clock.clone(),
+            memory,
             stopped(stop_rx.clone()),
         ))
     });

@@ -779,6 +779,10 @@ async fn a_rollback_follows_the_clusters_history_on_every_node() {
         "{reply}"
     );
     hosts.push(ProcessHost::start(dirs[1].path(), &config).await);
+    // From its first answer on, not a tick later: it never serves the version rolled back from,
+    // which its file still held (before, it did until its first sync, and claimed meanwhile).
+    let restarted = counter_on(&hosts[1]).await;
+    assert_eq!(restarted["sha256"], json!(first), "{restarted:#}");
     wait_everywhere(&hosts, &first, "after node 1 came back").await;
 
     for (n, host) in hosts.iter().enumerate() {

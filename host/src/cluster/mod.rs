@@ -16,8 +16,9 @@
 //! - A publish or adoption that failed is planned again next tick (`Memory::failed`): what the
 //!   planner remembers is what happened, never what was only planned.
 //! - At start-up the cluster's choice wins over the files a node finds: a node that was down
-//!   through a change (or a rollback) catches up instead of undoing it. A file with no release
-//!   yet is published.
+//!   through a change (or a rollback) catches up instead of undoing it, and does so before it
+//!   serves a request or claims a delivery ([`catch_up`]). A file with no release yet is
+//!   published.
 //! - A release is written into the plugins directory once per release version, so a version that
 //!   cannot load on this node is not retried in a loop; a newer release is. Such a version's
 //!   file is given back the live version's bytes, so the directory holds what runs and a
@@ -216,21 +217,49 @@ pub fn refused_adoptions(
 
 /// Runs the node's heartbeat and plugin sync until `shutdown`. Storage errors (the database
 /// away) are logged once per outage and retried each tick.
+/// The node's first sync, run at start-up before it serves a request or claims a delivery: a
+/// node that was down through a release (or a rollback) writes the cluster's version into its
+/// file and loads it here, so it never runs the version it found in its file once the cluster
+/// has moved on. A version that does not load here leaves the file's version live, and the
+/// next tick gives the file back to it. A database that cannot be reached now is retried by
+/// [`run`]; the node starts on its files meanwhile. Returns what [`run`] goes on from.
+pub async fn catch_up(
+    node: &Node,
+    store: &dyn ClusterStore,
+    registry: &Registry,
+    clock: &Clock,
+) -> Memory {
+    let mut memory = Memory::default();
+    match tick(node, store, registry, 0, clock, &mut memory).await {
+        Ok(adopted) => {
+            for stem in adopted {
+                // A failure is logged by the load and answered by the next tick.
+                let _ = registry.load(&stem).await;
+            }
+        }
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cluster sync failed at start-up; serving the plugin files found until it works"
+        ),
+    }
+    memory
+}
+
 pub async fn run(
     node: Arc<Node>,
     store: Arc<dyn ClusterStore>,
     registry: Arc<Registry>,
     in_flight: impl Fn() -> u64 + Send + 'static,
     clock: Clock,
+    mut memory: Memory,
     shutdown: impl Future<Output = ()>,
 ) {
-    let mut memory = Memory::default();
     let mut failing = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let result = tick(&node, &*store, &registry, in_flight(), &clock, &mut memory).await;
         match (result, failing) {
-            (Ok(()), true) => {
+            (Ok(_), true) => {
                 tracing::info!("cluster sync works again");
                 failing = false;
             }
@@ -254,7 +283,7 @@ async fn tick(
     in_flight: u64,
     clock: &Clock,
     memory: &mut Memory,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<String>> {
     let live: BTreeMap<String, String> = registry
         .statuses()
         .into_iter()
@@ -283,11 +312,19 @@ async fn tick(
         .collect();
     let before = memory.seen.clone();
     let mut failed = None;
+    let mut adopted = Vec::new();
     for action in plan(&releases, &live, memory) {
-        if let Err(e) = act(&action, node, store, registry).await {
-            // Planned again next tick; the other files' actions go ahead.
-            memory.failed(&action, before.as_ref());
-            failed.get_or_insert(e);
+        match act(&action, node, store, registry).await {
+            Ok(()) => {
+                if let Action::Adopt(release) = &action {
+                    adopted.push(release.stem.clone());
+                }
+            }
+            Err(e) => {
+                // Planned again next tick; the other files' actions go ahead.
+                memory.failed(&action, before.as_ref());
+                failed.get_or_insert(e);
+            }
         }
     }
     if let Some(e) = failed {
@@ -305,7 +342,7 @@ async fn tick(
              its file holds the live version again, so a restart serves it too"
         );
     }
-    Ok(())
+    Ok(adopted)
 }
 
 /// Carries out one planned action; errors name the plugin.
