@@ -237,7 +237,9 @@ async fn a_scaffolded_handler_passes_its_test_and_handles_an_event_under_hookd_d
         .unwrap();
     let stdout = String::from_utf8_lossy(&tested.stdout);
     assert!(
-        tested.status.success() && stdout.contains("each_event_type_is_counted_in_state ... ok"),
+        tested.status.success()
+            && stdout.contains("each_event_type_is_counted_in_state ... ok")
+            && stdout.contains("a_failed_notification_is_retried_and_counts_nothing ... ok"),
         "{stdout}\n{}",
         String::from_utf8_lossy(&tested.stderr)
     );

@@ -403,9 +403,11 @@ fn lib_rs(role: Role, name: &str) -> String {
 
 const HANDLER_RS: &str = r##"//! NAME: a hookd handler. It counts the events of each type in plugin state, logs a line
 //! with the configured `greeting`, and returns `{"count": N, "event_type": "..."}`, which hookd
-//! stores on the delivery.
+//! stores on the delivery. With `notify_url` in its config (and that URL's `host:port` in its
+//! `allow_hosts`), it first POSTs the event's id and count there: a 5xx answer retries the event
+//! later, and the count is kept only once the POST succeeded.
 
-use plugin_sdk::{Event, HandleError, Handler, config, log, output, serde_json::json, state};
+use plugin_sdk::{Event, HandleError, Handler, config, http, log, output, serde_json::json, state};
 
 /// The handler.
 pub struct TYPE;
@@ -416,6 +418,12 @@ impl Handler for TYPE {
         // Reads see committed state; the write is committed only if this attempt succeeds.
         let count = state::get_json::<u64>(&key)?.unwrap_or(0) + 1;
         state::set_json(&key, &count)?;
+        if let Some(url) = config::get("notify_url") {
+            http::post(&url)
+                .json(&json!({ "event_id": event.event_id, "count": count }))
+                .send()?
+                .error_for_status()?;
+        }
         let greeting = config::get("greeting").unwrap_or_else(|| "hello".to_owned());
         log::info(format!(
             "{greeting}: {} is {} number {count}",
@@ -433,10 +441,13 @@ mod tests {
 
     use super::*;
 
+    fn event(id: &str) -> Event {
+        Event::new("NAME", id, "order.paid", r#"{"type":"order.paid"}"#)
+    }
+
     #[test]
     fn each_event_type_is_counted_in_state() {
         let mut hookd = Harness::new().with_config("greeting", "hi");
-        let event = |id: &str| Event::new("NAME", id, "order.paid", r#"{"type":"order.paid"}"#);
         hookd.handle::<TYPE>(event("evt_1")).unwrap();
         let output = hookd.handle::<TYPE>(event("evt_2")).unwrap();
         assert_eq!(
@@ -445,6 +456,23 @@ mod tests {
         );
         assert_eq!(hookd.state_json::<u64>("count/order.paid"), Some(2));
         assert_eq!(hookd.logs()[1].message, "hi: evt_2 is order.paid number 2");
+    }
+
+    #[test]
+    fn a_failed_notification_is_retried_and_counts_nothing() {
+        let url = "https://hooks.example.com/orders";
+        let mut hookd = Harness::new()
+            .with_config("notify_url", url)
+            .respond_to("POST", url, 503);
+        let result = hookd.handle::<TYPE>(event("evt_1"));
+        assert!(matches!(result, Err(HandleError::Retry { .. })), "{result:?}");
+        assert_eq!(hookd.state_json::<u64>("count/order.paid"), None);
+
+        let mut hookd = hookd.respond_to("POST", url, 200);
+        hookd.handle::<TYPE>(event("evt_1")).unwrap();
+        assert_eq!(hookd.state_json::<u64>("count/order.paid"), Some(1));
+        let sent: plugin_sdk::serde_json::Value = hookd.requests()[1].json();
+        assert_eq!(sent, json!({ "event_id": "evt_1", "count": 1 }));
     }
 }
 "##;
