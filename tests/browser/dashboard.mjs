@@ -5,11 +5,14 @@
 //   HOOKD_TOKEN          the admin token
 //   HOOKD_SOURCE         the source of HOOKD_DEAD_EVENT
 //   HOOKD_DEAD_EVENT     an event whose delivery to HOOKD_PLUGIN is dead, and succeeds if replayed
+//   HOOKD_DISCARD_EVENT  another event of HOOKD_SOURCE whose delivery to HOOKD_PLUGIN is dead, in
+//                        the same dead-letter group, to discard
 //   HOOKD_PLUGIN         a plugin instance with a previous version
 //   HOOKD_PREVIOUS_SHA   that previous version's sha256
 //   HOOKD_CHROMIUM       the browser binary
 //   HOOKD_PROFILE_DIR    a fresh, empty directory for the browser profile
 //   HOOKD_SCREENSHOTS    where the screenshots go
+// The quarantine holds two requests whose parser still traps: one is discarded, one stays.
 // Exits non-zero, saying which step failed, on the first failure.
 import { chromium } from "playwright-core";
 import path from "node:path";
@@ -23,6 +26,7 @@ const base = env("HOOKD_URL");
 const token = env("HOOKD_TOKEN");
 const source = env("HOOKD_SOURCE");
 const deadEvent = env("HOOKD_DEAD_EVENT");
+const discardEvent = env("HOOKD_DISCARD_EVENT");
 const plugin = env("HOOKD_PLUGIN");
 const previousSha = env("HOOKD_PREVIOUS_SHA");
 const shots = env("HOOKD_SCREENSHOTS");
@@ -59,7 +63,12 @@ context.on("console", (message) => {
 context.on("weberror", (error) => problems.push(`page error: ${error.error().message}`));
 
 const page = context.pages()[0] ?? (await context.newPage());
-page.on("dialog", (dialog) => dialog.accept());
+// Confirmations (data-confirm) are accepted; what they asked is kept.
+const dialogs = [];
+page.on("dialog", (dialog) => {
+  dialogs.push(dialog.message());
+  dialog.accept();
+});
 
 /** Saves `name` at desktop width, then at a phone's, and back. */
 async function screenshot(name) {
@@ -138,14 +147,28 @@ try {
   await page.getByRole("link", { name: "Dead letters" }).first().click();
   await page.getByRole("heading", { name: "Dead letters" }).waitFor();
   const group = page.locator("tbody tr").filter({ hasText: plugin }).filter({ hasText: "permanent" });
-  check((await group.locator("td.num").innerText()).trim() === "1", "the group counts 1");
+  check((await group.locator("td.num").innerText()).trim() === "2", "the group counts 2");
+  await group.getByRole("button", { name: `Replay the 2 permanent dead letters of ${plugin}` }).waitFor();
   await checkLabels();
   await screenshot("dead-letters");
 
-  step = "quarantine lists the held request";
+  step = "a group's discard counts the group first, and Cancel discards nothing";
+  await group.getByRole("button", { name: `Discard the 2 permanent dead letters of ${plugin}` }).click();
+  await page.getByRole("heading", { name: "Discard?" }).waitFor();
+  const groupNotice = await page.locator(".notice").innerText();
+  check(groupNotice.includes("2 deliveries match"), `2 matches: ${groupNotice}`);
+  check(groupNotice.includes("Discarding closes them as discarded"), `what it does: ${groupNotice}`);
+  await page.getByRole("button", { name: "Discard 2" }).waitFor();
+  await page.getByRole("link", { name: "Cancel" }).click();
+  await page.getByRole("heading", { name: "Dead letters" }).waitFor();
+  check((await group.locator("td.num").innerText()).trim() === "2", "still 2 after Cancel");
+
+  step = "quarantine lists the held requests";
   await page.getByRole("link", { name: "Quarantine" }).click();
   await page.locator("tbody tr").first().waitFor();
+  check((await page.locator("tbody tr").count()) === 2, "two held");
   check((await page.locator("tbody").innerText()).includes("trap"), "the reason names the trap");
+  await checkLabels();
   await screenshot("quarantine");
 
   step = "replaying a request its parser still cannot parse says it stays held";
@@ -155,6 +178,19 @@ try {
   check((await kept.innerText()).includes("trap"), "the page gives the reason");
   await page.getByRole("link", { name: "Back to the quarantine" }).click();
   await page.locator("tbody tr").first().waitFor();
+
+  step = "discard a held request: asked first, then gone from the list";
+  const heldIds = await page.locator("tbody tr td.num").allInnerTexts();
+  const [discardedId, keptId] = heldIds.map((id) => id.trim());
+  await page.getByRole("button", { name: `Discard request ${discardedId}` }).click();
+  await page.getByRole("status").filter({ hasText: "Discarded" }).waitFor();
+  check(dialogs.some((d) => d.startsWith(`Discard request ${discardedId} `)), `asked: ${dialogs}`);
+  await screenshot("quarantine-discarded");
+  await page.getByRole("link", { name: "Back to the quarantine" }).click();
+  await page.locator("tbody tr").first().waitFor();
+  const left = (await page.locator("tbody tr td.num").allInnerTexts()).map((id) => id.trim());
+  check(left.length === 1 && left[0] === keptId, `left held: ${left} (discarded ${discardedId})`);
+  await page.getByText("1 held in all.").waitFor();
 
   step = "find an event by id";
   await page.getByRole("link", { name: "Events", exact: true }).click();
@@ -206,6 +242,30 @@ try {
   }
   await screenshot("event-replayed");
 
+  step = "discard the other dead letter from its event page: the dry-run count first";
+  await page.goto(`${base}/events/${source}/${discardEvent}`);
+  const doomed = page.getByRole("article", { name: `Delivery to ${plugin}` });
+  check((await doomed.locator(".badge").first().innerText()) === "dead", "the delivery is dead");
+  await doomed.getByRole("button", { name: "Replay…" }).waitFor();
+  await doomed.getByRole("button", { name: "Discard…" }).click();
+  await page.getByRole("heading", { name: "Discard?" }).waitFor();
+  const discardNotice = await page.locator(".notice").innerText();
+  check(discardNotice.includes("1 delivery matches"), `1 match: ${discardNotice}`);
+  check(discardNotice.includes("Discarding closes it as discarded"), `what it does: ${discardNotice}`);
+  await checkLabels();
+  await screenshot("discard-confirm");
+
+  step = "confirm the discard and see it discarded";
+  await page.getByRole("button", { name: "Discard 1" }).click();
+  await page.getByRole("heading", { name: `Event ${discardEvent}` }).waitFor();
+  const discarded = page.getByRole("article", { name: `Delivery to ${plugin}` });
+  const discardedState = await discarded.locator(".badge").first().innerText();
+  check(discardedState === "discarded", `the delivery is ${discardedState}`);
+  check((await discarded.getByRole("button", { name: "Discard…" }).count()) === 0, "no discard of a discarded one");
+  await screenshot("event-discarded");
+  await page.getByRole("link", { name: "Dead letters" }).first().click();
+  await page.getByText("No dead letters.").waitFor();
+
   step = "open the plugin's state and edit a key";
   await page.getByRole("link", { name: "Plugins" }).click();
   await page.getByRole("link", { name: `Keys of ${plugin}` }).click();
@@ -236,6 +296,11 @@ try {
   });
   check(notHeld.status() === 404, `not held: status ${notHeld.status()}`);
   check((await notHeld.text()).includes("no quarantined request 999999999 is held"), "not held: no message");
+  const discardedAgain = await page.request.post(`${base}/quarantine/${discardedId}/discard`, {
+    form: { csrf },
+    maxRedirects: 0,
+  });
+  check(discardedAgain.status() === 404, `discarded again: status ${discardedAgain.status()}`);
 
   step = "a POST without the CSRF token is refused";
   const noCsrf = await page.request.post(base + "/replay", {
@@ -243,6 +308,12 @@ try {
     maxRedirects: 0,
   });
   check(noCsrf.status() === 403, `status ${noCsrf.status()}`);
+  // The request still held stays held (this test's Rust side counts it).
+  const noCsrfDiscard = await page.request.post(`${base}/quarantine/${keptId}/discard`, {
+    form: {},
+    maxRedirects: 0,
+  });
+  check(noCsrfDiscard.status() === 403, `discard without a token: status ${noCsrfDiscard.status()}`);
   const wrongCsrf = await page.request.post(`${base}/plugins/${plugin}/rollback`, {
     form: { csrf: "0".repeat(64) },
     maxRedirects: 0,

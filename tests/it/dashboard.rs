@@ -2,11 +2,14 @@
 //! Playwright (`tests/browser/dashboard.mjs`) against a real host seeded through real HTTP.
 //!
 //! The script signs in (a wrong token first, refused), finds an event by id and opens it,
-//! replays a dead letter (dry-run count first) and sees it become `done`, edits the plugin's
+//! replays a dead letter (dry-run count first) and sees it become `done`, discards another
+//! (dry-run count first) and sees it `discarded`, discards a held quarantined request and sees
+//! it leave the list, edits the plugin's
 //! state key (and sees a save at a stale version refused), rolls a plugin back, checks that a POST without (or with a wrong) CSRF token is refused and that the
 //! token never appears in a URL, signs out, and saves a screenshot of every page (desktop and
 //! phone) to `target/dashboard-screenshots/`. This test then checks the same outcomes through
-//! the admin API.
+//! the admin API. A second test posts the dashboard's discard forms over plain HTTP: refused
+//! without the CSRF token, and refused when they would reach more than dead letters.
 //!
 //! Needs `/usr/bin/chromium` and `tests/browser/node_modules` (`npm ci --prefix
 //! tests/browser`); without them it says it is skipped, unless `HOOKD_TEST_BROWSER_REQUIRED=1`
@@ -20,8 +23,11 @@ use std::{
 
 use serde_json::json;
 
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, StatusCode, header};
+
 use crate::support::{
-    ADMIN_TOKEN, AdminApi, TestHost, plugins, post_sw, replace_atomically, sha, sw_source,
+    self, ADMIN_TOKEN, AdminApi, TestHost, plugins, post_sw, replace_atomically, sha, sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -55,21 +61,26 @@ fn browser_available() -> bool {
     false
 }
 
+/// A host with source `t` → handler `h`, the flaky plugin (a `{"permanent": true}` body dies
+/// at once), and source `q`, whose parser always traps, so what it receives is held in
+/// quarantine.
+async fn start_host() -> TestHost {
+    let config = sw_source("t", &["h"], "")
+        + &sw_source("q", &[], "parser = \"trapper\"")
+        + "\n[plugins.h]\nmax_attempts = 1\n";
+    TestHost::start(
+        &config,
+        &[("h", plugins::FLAKY), ("trapper", plugins::TRAPPER)],
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_in_a_real_browser() {
     if !browser_available() {
         return;
     }
-    // `h` is the flaky plugin (a `{"permanent": true}` body dies at once); source `q`'s parser
-    // always traps, so what it receives is held in quarantine.
-    let config = sw_source("t", &["h"], "")
-        + &sw_source("q", &[], "parser = \"trapper\"")
-        + "\n[plugins.h]\nmax_attempts = 1\n";
-    let host = TestHost::start(
-        &config,
-        &[("h", plugins::FLAKY), ("trapper", plugins::TRAPPER)],
-    )
-    .await;
+    let host = start_host().await;
     for i in 1..=3 {
         host.accept_event(
             "t",
@@ -78,17 +89,21 @@ async fn the_dashboard_works_in_a_real_browser() {
         )
         .await;
     }
-    host.accept_event(
-        "t",
-        "evt-dead",
-        &json!({"permanent": true, "why": "<script>alert(1)</script>"}),
-    )
-    .await;
-    host.wait_state("t", "evt-dead", "h", "dead", WAIT).await;
-    let (status, reply) = post_sw(host.ingest, "q", "held-1", b"{\"x\":1}")
-        .await
-        .unwrap();
-    assert_eq!(reply["quarantined"], true, "{status} {reply}");
+    // Two dead letters of one group: one to replay, one to discard.
+    for id in ["evt-dead", "evt-discard"] {
+        host.accept_event(
+            "t",
+            id,
+            &json!({"permanent": true, "why": "<script>alert(1)</script>"}),
+        )
+        .await;
+        host.wait_state("t", id, "h", "dead", WAIT).await;
+    }
+    // Two held requests: one to discard, one that stays.
+    for id in ["held-1", "held-2"] {
+        let (status, reply) = post_sw(host.ingest, "q", id, b"{\"x\":1}").await.unwrap();
+        assert_eq!(reply["quarantined"], true, "{status} {reply}");
+    }
 
     // A deploy replaces `h` with a handler that succeeds: the dead letter can be replayed, and
     // the flaky version is the one to roll back to.
@@ -113,6 +128,7 @@ async fn the_dashboard_works_in_a_real_browser() {
         .env("HOOKD_TOKEN", ADMIN_TOKEN)
         .env("HOOKD_SOURCE", "t")
         .env("HOOKD_DEAD_EVENT", "evt-dead")
+        .env("HOOKD_DISCARD_EVENT", "evt-discard")
         .env("HOOKD_PLUGIN", "h")
         .env("HOOKD_PREVIOUS_SHA", &flaky_sha)
         .env("HOOKD_CHROMIUM", CHROMIUM)
@@ -135,6 +151,14 @@ async fn the_dashboard_works_in_a_real_browser() {
 
     // What the browser did, seen from the server.
     host.wait_state("t", "evt-dead", "h", "done", WAIT).await;
+    host.wait_state("t", "evt-discard", "h", "discarded", WAIT)
+        .await;
+    let session = support::dashboard_session(host.admin).await;
+    let (_, quarantine) = dashboard_get(&host, &session, "/quarantine").await;
+    assert!(
+        quarantine.contains("1 held in all."),
+        "one discarded, one still held: {quarantine}"
+    );
     let (_, count) = host.admin_get("/admin/plugins/h/state/count").await;
     assert_eq!(
         count["value"], 5,
@@ -150,5 +174,173 @@ async fn the_dashboard_works_in_a_real_browser() {
             .iter()
             .any(|s| *s == deployed_sha),
         "{after}"
+    );
+}
+
+/// A GET of the dashboard's `path` with the session cookie `session`: status and page.
+async fn dashboard_get(
+    host: &TestHost,
+    session: &[(HeaderName, HeaderValue)],
+    path: &str,
+) -> (StatusCode, String) {
+    let url = format!("http://{}{path}", host.admin);
+    let (status, _, body) = support::send(Method::GET, &url, session, Bytes::new())
+        .await
+        .unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A form POST to the dashboard's `path` with the session cookie `session`: status, headers
+/// and page.
+async fn dashboard_post(
+    host: &TestHost,
+    session: &[(HeaderName, HeaderValue)],
+    path: &str,
+    form: &[(&str, &str)],
+) -> (StatusCode, http::HeaderMap, String) {
+    let url = format!("http://{}{path}", host.admin);
+    let mut headers = session.to_vec();
+    headers.push((
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    ));
+    let body = form
+        .iter()
+        .map(|(name, value)| format!("{name}={}", form_encode(value)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let (status, headers, body) = support::send(Method::POST, &url, &headers, Bytes::from(body))
+        .await
+        .unwrap();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `text` as a form value: every byte but ASCII letters, digits and `-._~/` percent-encoded.
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                char::from(b).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The text between `before` and the next `after` in `page`.
+fn between<'a>(page: &'a str, before: &str, after: &str) -> &'a str {
+    let start = page
+        .find(before)
+        .unwrap_or_else(|| panic!("no {before:?} in {page}"))
+        + before.len();
+    let len = page[start..].find(after).unwrap();
+    &page[start..start + len]
+}
+
+/// The dashboard's discard forms over plain HTTP: without the session's CSRF token they are
+/// refused and discard nothing; a dead-letter discard that would name no handler (and so reach
+/// held quarantined requests) is refused too; with the token, the dry run counts, the
+/// confirmation discards, and a held request is discarded once (then it is not held: 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dashboard_discard_needs_the_csrf_token_and_takes_only_what_it_names() {
+    let host = start_host().await;
+    host.accept_event("t", "d1", &json!({"permanent": true}))
+        .await;
+    host.wait_state("t", "d1", "h", "dead", WAIT).await;
+    let (status, reply) = post_sw(host.ingest, "q", "held-1", b"{}").await.unwrap();
+    assert_eq!(reply["quarantined"], true, "{status} {reply}");
+
+    let session = support::dashboard_session(host.admin).await;
+    let (status, page) = dashboard_get(&host, &session, "/quarantine").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let csrf = between(&page, "name=\"csrf\" value=\"", "\"").to_owned();
+    let csrf = csrf.as_str();
+    let held = between(&page, "action=\"/quarantine/", "/replay\"").to_owned();
+    let held_discard = format!("/quarantine/{held}/discard");
+    let dead_letter = [
+        ("handler", "h"),
+        ("state", "dead"),
+        ("error_kind", "permanent"),
+        ("back", "/dead-letters"),
+    ];
+    let still_held = async || {
+        let (_, page) = dashboard_get(&host, &session, "/quarantine").await;
+        page.contains("1 held in all.")
+    };
+
+    // Without the token (or with a wrong one): refused, nothing discarded.
+    let wrong = "0".repeat(64);
+    for token in [vec![], vec![("csrf", wrong.as_str())]] {
+        let form = [&dead_letter[..], &[("confirm", "yes")], &token].concat();
+        let (status, _, page) = dashboard_post(&host, &session, "/discard", &form).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+        let (status, _, page) = dashboard_post(&host, &session, &held_discard, &token).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{page}");
+    }
+    host.wait_state("t", "d1", "h", "dead", WAIT).await;
+    assert!(still_held().await);
+
+    // A discard naming no handler, or another state, would reach further than dead letters
+    // (a source's held requests): refused, nothing discarded.
+    for form in [
+        vec![("source", "q"), ("confirm", "yes"), ("csrf", csrf)],
+        vec![
+            ("source", "t"),
+            ("state", "dead"),
+            ("confirm", "yes"),
+            ("csrf", csrf),
+        ],
+        vec![
+            ("handler", "h"),
+            ("state", "done"),
+            ("confirm", "yes"),
+            ("csrf", csrf),
+        ],
+    ] {
+        let (status, _, page) = dashboard_post(&host, &session, "/discard", &form).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{form:?}: {page}");
+        assert!(page.contains("nothing was discarded"), "{page}");
+    }
+    host.wait_state("t", "d1", "h", "dead", WAIT).await;
+    assert!(still_held().await);
+
+    // With the token: the dry run counts and discards nothing...
+    let dry = [&dead_letter[..], &[("csrf", csrf)]].concat();
+    let (status, _, page) = dashboard_post(&host, &session, "/discard", &dry).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        page.contains("<strong>1</strong> delivery matches"),
+        "{page}"
+    );
+    assert!(page.contains("Discard 1"), "{page}");
+    host.wait_state("t", "d1", "h", "dead", WAIT).await;
+    // ...and the confirmation discards, then goes back.
+    let (status, headers, page) = dashboard_post(
+        &host,
+        &session,
+        "/discard",
+        &[dry, vec![("confirm", "yes")]].concat(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{page}");
+    assert_eq!(headers[header::LOCATION], "/dead-letters");
+    host.wait_state("t", "d1", "h", "discarded", WAIT).await;
+    assert!(
+        still_held().await,
+        "a dead-letter discard leaves quarantine alone"
+    );
+
+    // A held request is discarded once; then it is not held.
+    let form = [("csrf", csrf)];
+    let (status, _, page) = dashboard_post(&host, &session, &held_discard, &form).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Discarded"), "{page}");
+    let (_, quarantine) = dashboard_get(&host, &session, "/quarantine").await;
+    assert!(quarantine.contains("0 held in all."), "{quarantine}");
+    let (status, _, page) = dashboard_post(&host, &session, &held_discard, &form).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{page}");
+    assert!(
+        page.contains(&format!("no quarantined request {held} is held")),
+        "{page}"
     );
 }

@@ -60,6 +60,7 @@ use std::{
 
 use tokio::{sync::Notify, task::JoinHandle};
 
+pub(crate) use self::retention::DISCARDED_RESOLUTION;
 pub use self::{
     accept::Accepted,
     commits::{CommitObserver, Commits},

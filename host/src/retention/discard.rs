@@ -1,5 +1,6 @@
 //! Discard as a service: close dead deliveries (`discarded`) and held quarantined requests
-//! (resolved as discarded) for whichever front end asks (the admin API today).
+//! (resolved as discarded) for whichever front end asks (the admin API, and the dashboard's
+//! discard buttons).
 //!
 //! Invariants:
 //! - It takes replay's filter and refusals (an unknown source, a state other than `dead`), and
@@ -9,11 +10,13 @@
 //!   run them.
 //! - Held quarantined requests are discarded only when the filter names nothing they lack
 //!   (handler, state, event ids), exactly as replay re-parses them.
+//! - One held quarantined request can also be discarded by its id ([`run_held`]): resolved only
+//!   while it is held, so a replay or discard racing it counts it once.
 //! - Every discard that changed something is logged: what and how many, never a payload.
 
 use crate::{
     Shared,
-    inbox::ReplayFilter,
+    inbox::{DISCARDED_RESOLUTION, ReplayFilter},
     ingest::replay::{ReplayError, known_names, orphaned_handler},
 };
 
@@ -52,5 +55,28 @@ pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<DiscardRep
     Ok(DiscardReport {
         matched: deliveries + held,
         discarded: closed + resolved,
+    })
+}
+
+/// Discards the held quarantined request `id` (the dashboard's discard of one request):
+/// matched and discarded 1 if it was held and is now resolved as discarded, 0 if it was not
+/// held (no such request, or replayed or discarded already).
+pub async fn run_held(shared: &Shared, id: i64) -> Result<DiscardReport, ReplayError> {
+    let resolved = shared
+        .inbox
+        .resolve_quarantine(id, DISCARDED_RESOLUTION.to_owned())
+        .await?;
+    if resolved {
+        shared.inbox.recount_quarantine().await?;
+        tracing::info!(
+            quarantine_id = id,
+            quarantined = 1,
+            "discarded a held quarantined request"
+        );
+    }
+    let n = usize::from(resolved);
+    Ok(DiscardReport {
+        matched: n,
+        discarded: n,
     })
 }

@@ -6,7 +6,8 @@
 //! (one writer job on SQLite, so ingest's commits queue behind at most one batch), and after a
 //! batch that found more to do it pauses at least as long as the batch took, so pruning uses at
 //! most about half of the store's write time while it catches up. Once caught up it rests
-//! `retention.interval`. [`discard`] is the service behind `POST /admin/discard`.
+//! `retention.interval`. [`discard`] is the service behind `POST /admin/discard` and the
+//! dashboard's discards.
 //!
 //! Invariants:
 //! - Nothing here decides what may be pruned: the store does, in the batch's transaction

@@ -1,8 +1,10 @@
 //! The dead letters page: dead deliveries grouped by handler and the error kind of their last
-//! attempt, each group with its count and a replay of the whole group (dry run first).
+//! attempt, each group with its count, a replay and a discard of the whole group (dry run
+//! first, [`super::replay`]).
 //!
 //! Invariant: the groups are the inbox's ([`crate::inbox::Inbox::dead_letter_groups`]); a
-//! group's replay filters by exactly its handler, `dead` and its error kind.
+//! group's replay and discard filter by exactly its handler, `dead` and its error kind, so a
+//! group without an error kind (which no filter can name) has neither.
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use maud::html;
 use super::{
     Ui, UiError,
     layout::{self, Nav},
+    replay::Action,
     session::SignedIn,
 };
 use crate::cli::client::query;
@@ -61,23 +64,24 @@ pub(super) async fn page(
                                     @if error.chars().count() > EXAMPLE_CHARS { "…" }
                                 }
                             }
-                            td data-label="Actions" {
+                            td data-label="Actions" { div.buttons {
                                 a href=(events) { "Events" }
-                                " "
                                 @if !kind.is_empty() {
-                                    form.inline method="post" action="/replay" {
-                                        (layout::csrf_field(&signed_in))
-                                        input type="hidden" name="handler" value=(group.handler);
-                                        input type="hidden" name="state" value="dead";
-                                        input type="hidden" name="error_kind" value=(kind);
-                                        input type="hidden" name="back" value="/dead-letters";
-                                        button type="submit"
-                                            aria-label={ "Replay the " (group.count) " " (kind) " dead letters of " (group.handler) } {
-                                            "Replay group…"
+                                    @for action in [Action::Replay, Action::Discard] {
+                                        form.inline method="post" action=(action.path()) {
+                                            (layout::csrf_field(&signed_in))
+                                            input type="hidden" name="handler" value=(group.handler);
+                                            input type="hidden" name="state" value="dead";
+                                            input type="hidden" name="error_kind" value=(kind);
+                                            input type="hidden" name="back" value="/dead-letters";
+                                            button type="submit"
+                                                aria-label={ (action.verb()) " the " (group.count) " " (kind) " dead letters of " (group.handler) } {
+                                                (action.verb()) " group…"
+                                            }
                                         }
                                     }
                                 }
-                            }
+                            } }
                         }
                     }
                 }

@@ -1,11 +1,13 @@
 //! The events pages: the filtered, cursor-paginated list, and one event's detail (envelope,
-//! headers, body, every delivery with its attempt timeline, and replay).
+//! headers, body, every delivery with its attempt timeline, and replay or discard).
 //!
 //! Invariants:
 //! - The list asks the inbox exactly as `GET /admin/events` does (one [`EventFilter`]), a page
 //!   of [`PAGE`] at a time, never a count of everything.
 //! - A body is shown up to [`MAX_BODY_SHOWN`] bytes; headers that carry credentials
 //!   (`authorization`, cookies) are shown as `[redacted]`; everything is escaped.
+//! - A delivery's buttons post to the two-step replay and discard ([`super::replay`]) with
+//!   its source, event id, handler and state: discard only for a `dead` one.
 
 use std::sync::Arc;
 
@@ -20,6 +22,7 @@ use serde::Deserialize;
 use super::{
     Ui, UiError, exact, format, given,
     layout::{self, Nav},
+    replay::Action,
     session::SignedIn,
 };
 use crate::{
@@ -333,34 +336,55 @@ fn shown_body(body: &[u8]) -> (String, bool) {
     (text[..end].to_owned(), true)
 }
 
-/// The button that replays one delivery (`[source, event id, handler, state, back]`) after
-/// the dry run's confirmation; `force`: "Deliver anyway", for a stale one; "Run now" for a
-/// retrying one.
-fn replay_button(
+/// Which of a delivery's buttons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Button {
+    /// "Replay…" ("Run now…" for a retrying one).
+    Replay,
+    /// "Deliver anyway…", for a stale one: a forced replay.
+    DeliverAnyway,
+    /// "Discard…", for a dead one.
+    Discard,
+}
+
+/// The button that replays or discards one delivery (`[source, event id, handler, state,
+/// back]`) after the dry run's confirmation.
+fn delivery_button(
     signed_in: &SignedIn,
     [source, event_id, handler, state, back]: [&str; 5],
-    force: bool,
+    button: Button,
 ) -> Markup {
+    let action = match button {
+        Button::Discard => Action::Discard,
+        Button::Replay | Button::DeliverAnyway => Action::Replay,
+    };
     html! {
-        form.inline method="post" action="/replay" {
+        form.inline method="post" action=(action.path()) {
             (layout::csrf_field(signed_in))
             input type="hidden" name="source" value=(source);
             input type="hidden" name="event_id" value=(event_id);
             input type="hidden" name="handler" value=(handler);
             input type="hidden" name="state" value=(state);
             input type="hidden" name="back" value=(back);
-            @if force {
-                input type="hidden" name="force" value="yes";
-                button type="submit"
-                    title="Deliver it to the handler although a newer sequence of its key is done" {
-                    "Deliver anyway…"
+            @match button {
+                Button::DeliverAnyway => {
+                    input type="hidden" name="force" value="yes";
+                    button type="submit"
+                        title="Deliver it to the handler although a newer sequence of its key is done" {
+                        "Deliver anyway…"
+                    }
                 }
-            } @else if state == "retrying" {
-                button type="submit" title="Run its next attempt now instead of after its backoff" {
-                    "Run now…"
+                Button::Discard => {
+                    button type="submit" title="Close it as discarded: no handler runs it" {
+                        "Discard…"
+                    }
                 }
-            } @else {
-                button type="submit" { "Replay…" }
+                Button::Replay if state == "retrying" => {
+                    button type="submit" title="Run its next attempt now instead of after its backoff" {
+                        "Run now…"
+                    }
+                }
+                Button::Replay => { button type="submit" { "Replay…" } }
             }
         }
     }
@@ -389,9 +413,13 @@ fn delivery_section(
                     span.muted { "next attempt " (layout::time(next)) }
                 }
                 @if replayable {
-                    (replay_button(signed_in, [source, event_id, &delivery.handler, &delivery.state, here], false))
-                    @if delivery.state == "stale" {
-                        (replay_button(signed_in, [source, event_id, &delivery.handler, &delivery.state, here], true))
+                    @let fields = [source, event_id, delivery.handler.as_str(), delivery.state.as_str(), here];
+                    (delivery_button(signed_in, fields, Button::Replay))
+                    @if state == Some(DeliveryState::Stale) {
+                        (delivery_button(signed_in, fields, Button::DeliverAnyway))
+                    }
+                    @if state == Some(DeliveryState::Dead) {
+                        (delivery_button(signed_in, fields, Button::Discard))
                     }
                 }
             }
@@ -458,7 +486,8 @@ mod tests {
     }
 
     /// A dead (or other finished) delivery has its replay button, a retrying one its "run
-    /// now"; a pending or running one, or one of a pruned event, none.
+    /// now"; a pending or running one, or one of a pruned event, none. Only a dead one can be
+    /// discarded.
     #[test]
     fn a_retrying_delivery_can_be_run_now_and_a_pending_one_cannot() {
         let signed_in = SignedIn::for_tests();
@@ -475,10 +504,22 @@ mod tests {
             delivery_section(&signed_in, "s", "e", "/e", &delivery, replayable).into_string()
         };
         assert!(page("retrying", true).contains("Run now…"));
-        assert!(page("dead", true).contains("Replay…"));
-        for (state, replayable) in [("pending", true), ("running", true), ("retrying", false)] {
+        let dead = page("dead", true);
+        assert!(dead.contains("Replay…"), "{dead}");
+        assert!(dead.contains(r#"action="/discard""#), "{dead}");
+        for state in ["done", "stale", "discarded", "retrying"] {
+            let html = page(state, true);
+            assert!(!html.contains(r#"action="/discard""#), "{state}: {html}");
+        }
+        for (state, replayable) in [
+            ("pending", true),
+            ("running", true),
+            ("retrying", false),
+            ("dead", false),
+        ] {
             let html = page(state, replayable);
             assert!(!html.contains(r#"action="/replay""#), "{state}: {html}");
+            assert!(!html.contains(r#"action="/discard""#), "{state}: {html}");
         }
     }
 

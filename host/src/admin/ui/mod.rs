@@ -1,6 +1,6 @@
 //! The operator's dashboard on the admin listener: server-rendered HTML pages over the same
-//! inbox reads, replay service and registry calls the JSON API uses, behind a sign-in with
-//! the admin token.
+//! inbox reads, replay and discard services and registry calls the JSON API uses, behind a
+//! sign-in with the admin token.
 //!
 //! Invariants:
 //! - Every route checks the `Host` as `/admin/*` does (against DNS rebinding), and the admin
@@ -92,6 +92,7 @@ pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Share
         .route("/dead-letters", get(dead_letters::page))
         .route("/quarantine", get(quarantine::page))
         .route("/quarantine/{id}/replay", post(quarantine::replay))
+        .route("/quarantine/{id}/discard", post(quarantine::discard))
         .route("/plugins", get(plugins::page))
         .route("/plugins/{name}/rollback", post(plugins::rollback))
         .route("/plugins/{name}/state", get(state::list))
@@ -103,6 +104,7 @@ pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Share
         )
         .route("/plugins/{name}/state/{key}/delete", post(state::delete))
         .route("/replay", post(replay::replay))
+        .route("/discard", post(replay::discard))
         .route("/sign-out", post(sign_out))
         .route_layer(middleware::from_fn(refusals_as_pages))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
@@ -364,6 +366,7 @@ mod tests {
         assert_eq!(form_limit("/plugins/c/state/count"), MAX_STATE_FORM_BYTES);
         assert_eq!(form_limit("/plugins/c/rollback"), MAX_FORM_BYTES);
         assert_eq!(form_limit("/replay"), MAX_FORM_BYTES);
+        assert_eq!(form_limit("/discard"), MAX_FORM_BYTES);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 // hookd dashboard: progressive enhancement only. Every page works without this script; it adds
-// the live refresh of the overview, the copy buttons, and a confirmation before a rollback.
+// the live refresh of the overview, the copy buttons, and a confirmation before a rollback, a
+// state key's delete or a held request's discard (forms with data-confirm).
 "use strict";
 
 // Copy buttons: <button data-copy="ID" hidden> copies the text of element ID.
