@@ -506,6 +506,22 @@ impl Url {
 }
 
 impl Url {
+    /// `host:port`, the port spelled out when the URL leaves it to the scheme: how hookd names
+    /// a target in its refusals (and its `allow_hosts` lists it).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub(crate) fn host_port(&self) -> String {
+        // A port follows the last `:`, after any bracketed IPv6 address.
+        let has_port =
+            self.authority.rsplit_once(':').is_some_and(|(_, port)| {
+                !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+            }) && !self.authority.ends_with(']');
+        if has_port {
+            self.authority.clone()
+        } else {
+            format!("{}:{}", self.authority, if self.https { 443 } else { 80 })
+        }
+    }
+
     /// `url` as an error message may show it: the scheme and the host, with any user
     /// information and everything after the host cut to `…`. A webhook URL often carries its
     /// secret in the path or the query (Discord, Slack, signed links), and error messages reach

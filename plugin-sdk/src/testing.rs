@@ -549,8 +549,9 @@ pub(crate) fn send(
         active.sent += 1;
         if active.role == Role::Parser {
             return Err(HttpError::Denied(format!(
-                "hookd refused the request to {}: parsers never get network",
-                url.authority
+                "hookd refused the request to {}: parsers never get network (not even {})",
+                url.authority,
+                url.host_port()
             )));
         }
         if active.sent > MAX_REQUESTS_PER_CALL {
@@ -568,10 +569,11 @@ pub(crate) fn send(
             Some(stub) => stub.answer.clone(),
             None => Err(HttpError::Denied(format!(
                 "hookd refused the request to {}: the test harness has no stub for {} {printed} \
-                 (as hookd refuses a host not in the plugin's allow_hosts; add one with \
+                 (as hookd refuses {} when it is not in the plugin's allow_hosts; add one with \
                  Harness::respond_to)",
                 url.authority,
-                method.as_str()
+                method.as_str(),
+                url.host_port()
             ))),
         }
     })
@@ -861,6 +863,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(hookd.requests().len(), 4);
+        // Named as hookd names a target, the scheme's port spelled out.
+        let mut hookd = hookd.with_config("url", "https://other.test/in");
+        match hookd.handle::<Poster>(event("t", 4)) {
+            Err(HandleError::Permanent(reason)) => assert!(
+                reason.contains("hookd refuses other.test:443 when it is not in"),
+                "{reason}"
+            ),
+            other => panic!("{other:?}"),
+        }
         let mut hookd = Harness::new().with_config("url", url).fail_with(
             "POST",
             url,
