@@ -723,6 +723,7 @@ impl Config {
                 ..FileNeeds::default()
             });
             need.max_bytes = plugin.max_file_bytes.max(need.max_bytes);
+            need.instances.push(plugin.name.to_string());
         }
         for source in self.sources.values() {
             let parser = source.parser.iter().map(|p| (p, true));

@@ -48,6 +48,8 @@ pub struct FileNeeds {
     pub handler: Option<String>,
     /// The memory each role may start in: the least its instances may hold.
     pub start: runtime::StartLimits,
+    /// The plugin instances (`[plugins.NAME]`) that load the file, by name.
+    pub instances: Vec<String>,
 }
 
 impl Default for FileNeeds {
@@ -57,6 +59,7 @@ impl Default for FileNeeds {
             parser: None,
             handler: None,
             start: runtime::StartLimits::default(),
+            instances: Vec::new(),
         }
     }
 }
@@ -373,7 +376,14 @@ impl Registry {
                 Ok(loaded)
             }
             Err(error) => {
-                tracing::error!(plugin = stem, file = %path.display(), "{error}");
+                // The configuration names instances, which may load a file of another name.
+                let instances = self
+                    .needs
+                    .get(stem)
+                    .map(|n| n.instances.as_slice())
+                    .filter(|names| *names != [stem])
+                    .map(|names| names.join(", "));
+                tracing::error!(plugin = stem, instances, file = %path.display(), "{error}");
                 entry.error = Some(error.to_string());
                 entry.refused = read;
                 Err(error)

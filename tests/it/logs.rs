@@ -332,3 +332,26 @@ async fn a_refused_certificate_is_logged_with_its_attempt() {
     assert_eq!(span(refused, "attempt")["source"], "p", "{refused}");
     assert_eq!(span(refused, "call")["plugin"], "netprobe", "{refused}");
 }
+
+/// A plugin file that fails to load is named by its file, and its line names the configured
+/// instances that load it too, when they are named otherwise (`[plugins.h] wasm = "absent"`):
+/// the operator looks for `h` in the configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_does_not_load_names_the_instances_that_use_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = sw_source("s", &["h"], "[plugins.h]\nwasm = \"absent\"\n");
+    let host =
+        ProcessHost::start_with_env(dir.path(), &config, &[("HOOKD_LOG_FORMAT", "json")]).await;
+    let log = host.wait_log("does not exist", WAIT).await;
+    let lines = json_lines(&log);
+    let missing = lines
+        .iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("does not exist"))
+        })
+        .unwrap();
+    assert_eq!(missing["fields"]["plugin"], "absent", "{missing}");
+    assert_eq!(missing["fields"]["instances"], "h", "{missing}");
+}
