@@ -56,8 +56,12 @@ const urls = [];
 const problems = [];
 context.on("request", (request) => urls.push(request.url()));
 context.on("console", (message) => {
-  // The refused sign-in's 401 is expected (and logged by Chromium as a failed load).
-  const expected = /status of 401/.test(message.text());
+  // The refused sign-in's 401 and a refused state save's 400 are expected (and logged by
+  // Chromium as failed loads).
+  const text = message.text();
+  const expected =
+    /status of 401/.test(text) ||
+    (/status of 400/.test(text) && /\/state\//.test(message.location().url ?? ""));
   if (message.type() === "error" && !expected) problems.push(`console: ${message.text()}`);
 });
 context.on("weberror", (error) => problems.push(`page error: ${error.error().message}`));
@@ -288,6 +292,15 @@ try {
   });
   check(stale.status() === 409, `stale save: status ${stale.status()}`);
   check((await stale.text()).includes("Your edit was not saved"), "stale save: no message");
+
+  step = "a value that is not JSON is refused, the typed text kept to mend";
+  await page.getByLabel("Value", { exact: true }).fill("{\"total\": 5,");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByText("Your edit was not saved").waitFor();
+  const unsaved = await page.getByLabel("Your unsaved text").inputValue();
+  check(unsaved === "{\"total\": 5,", `unsaved text: ${unsaved}`);
+  const unchanged = await page.getByLabel("Value", { exact: true }).inputValue();
+  check(unchanged === "5", `value after a refused save: ${unchanged}`);
 
   step = "replaying a quarantined request that is not held says so";
   const notHeld = await page.request.post(`${base}/quarantine/999999999/replay`, {

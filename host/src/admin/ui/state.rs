@@ -223,7 +223,16 @@ pub(super) async fn save(
     Path((name, key)): Path<(String, String)>,
     Form(form): Form<EditForm>,
 ) -> Result<Response, UiError> {
-    let bytes = form_bytes(&name, &key, &form)?;
+    let bytes = match form_bytes(&name, &key, &form) {
+        Ok(bytes) => bytes,
+        // The page again, the operator's text kept: not JSON is a typo to mend, not a loss.
+        Err(ApiError::BadRequest(message)) => {
+            let text = &form.value;
+            let refused = refused_page(&ui, &signed_in, &name, &key, text, &message).await?;
+            return Ok((StatusCode::BAD_REQUEST, refused).into_response());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let written = state::write(&ui.shared, &name, &key, form.version, Some(bytes)).await;
     refused_or(&ui, &signed_in, &name, &key, &form.value, written, || {
         Redirect::to(&href(&name, Some(&key))).into_response()
@@ -259,24 +268,34 @@ async fn refused_or(
     match written {
         Ok(_) => Ok(done()),
         Err(ApiError::VersionConflict(message)) => {
-            let current = match state::read_value(&ui.shared, name, key).await {
-                Ok(current) => current,
-                Err(ApiError::NotFound(_)) => {
-                    return Err(UiError(ApiError::VersionConflict(format!(
-                        "{message}. The key has been deleted meanwhile."
-                    ))));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let refused = Refused {
-                message: &message,
-                text,
-            };
-            let page = key_page(signed_in, &current, Some(refused));
+            let page = refused_page(ui, signed_in, name, key, text, &message).await?;
             Ok((StatusCode::CONFLICT, page).into_response())
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The key's page with an edit refused for `message`: its current value, and `text` (the
+/// operator's own) above it to copy from; an error page if the key is gone meanwhile.
+async fn refused_page(
+    ui: &Ui,
+    signed_in: &SignedIn,
+    name: &str,
+    key: &str,
+    text: &str,
+    message: &str,
+) -> Result<Markup, UiError> {
+    let current = match state::read_value(&ui.shared, name, key).await {
+        Ok(current) => current,
+        Err(ApiError::NotFound(_)) => {
+            return Err(UiError(ApiError::VersionConflict(format!(
+                "{message}. The key has been deleted meanwhile."
+            ))));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let refused = Refused { message, text };
+    Ok(key_page(signed_in, &current, Some(refused)))
 }
 
 #[cfg(test)]
