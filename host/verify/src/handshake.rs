@@ -178,7 +178,9 @@ impl Verifier {
                 let plain = field("/payload/plainToken")
                     .ok_or(HandshakeError::Missing("payload.plainToken"))?;
                 let plain = capped("plainToken", plain)?;
-                let tag = self.keys[0].tag(&[plain.as_bytes()]);
+                // With the secret Zoom signed with: it checks the answer with that one.
+                let key = schemes::signing_key(self, headers, body, now).unwrap_or(&self.keys[0]);
+                let tag = key.tag(&[plain.as_bytes()]);
                 json!({"plainToken": plain, "encryptedToken": hex::encode(tag)})
             }
             _ => json!({"type": 1}),

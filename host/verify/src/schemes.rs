@@ -95,7 +95,7 @@ pub(crate) fn verify(
     body: &[u8],
     now: SystemTime,
 ) -> Result<(), VerifyError> {
-    signature(verifier, headers, body, now)?;
+    signature(verifier, &verifier.keys, headers, body, now)?;
     // After the signature: a signed request whose id header is unusable is a bad request, not
     // a forgery.
     for id in verifier.scheme.kind().id_headers() {
@@ -113,14 +113,30 @@ pub(crate) fn verify(
     Ok(())
 }
 
-/// The signature check of [`verify`], by scheme.
+/// The first of the verifier's keys that signed the request, if one did: the one a signed
+/// handshake is answered with, since during a rotation the provider checks the answer with the
+/// secret it signed with, whichever of the configured ones that is.
+pub(crate) fn signing_key<'v>(
+    verifier: &'v Verifier,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+) -> Option<&'v Key> {
+    verifier
+        .keys
+        .iter()
+        .find(|key| signature(verifier, std::slice::from_ref(*key), headers, body, now).is_ok())
+}
+
+/// The signature check of [`verify`], by scheme, against `keys` (the verifier's, or some).
 fn signature(
     verifier: &Verifier,
+    keys: &[Key],
     headers: &HeaderMap,
     body: &[u8],
     now: SystemTime,
 ) -> Result<(), VerifyError> {
-    let (scheme, keys, tolerance) = (&verifier.scheme, &verifier.keys[..], verifier.tolerance);
+    let (scheme, tolerance) = (&verifier.scheme, verifier.tolerance);
     match scheme {
         Scheme::None => Ok(()),
         Scheme::StandardWebhooks => standard_webhooks(keys, tolerance, headers, body, now),

@@ -140,6 +140,31 @@ fn zoom_url_validation_answers_the_hmac_of_the_plain_token() {
     );
 }
 
+/// During a rotation (the new secret listed beside the old), Zoom signs with whichever it
+/// has now and checks the answer with that one: the answer is made with the secret that
+/// signed, here the second (before, always the first, and the validation failed).
+#[test]
+fn zoom_url_validation_is_answered_with_the_secret_that_signed_it() {
+    let v = verifier(Scheme::Zoom, &["old_secret", "zoom_secret_token"], None);
+    let body = br#"{"payload":{"plainToken":"qgg8vlvZRS6UYooatFL8Aw"},"event_ts":1700000000000,"event":"endpoint.url_validation"}"#;
+    let signed = sign(
+        &Scheme::Zoom,
+        &Secret::new("zoom_secret_token".into()),
+        "",
+        body,
+        at(TS),
+    )
+    .unwrap();
+    let mut map = HeaderMap::new();
+    map.extend(signed);
+    let reply = v.answer_post(&[], &map, body, at(TS)).unwrap().unwrap();
+    let answer: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(
+        answer["encryptedToken"],
+        "bd48235863f4a6323ccc4963c594908b7c97f88b4a6a95278f4f093690b12726"
+    );
+}
+
 #[test]
 fn zoom_event_signature_matches_the_documented_v0_construction() {
     let v = verifier(Scheme::Zoom, &["zoom_secret_token"], None);
