@@ -3,7 +3,9 @@
 //! (`tests/plugins-js/scenario`) and Python (`tests/plugins-py/scenario`) twins run against a
 //! real `hookd serve`, one test per language, through the same checks: the handler never sees
 //! a duplicate, retry and permanent failures, state atomic with `done` and no lost update, the
-//! `Idempotency-Key` on outbound calls, a host not listed refused, an infinite loop timed out,
+//! `Idempotency-Key` on outbound calls, the event's body stored, read back, stored again and
+//! posted byte for byte (the bytes a component's JavaScript gets are of another realm of the
+//! engine, which the JavaScript SDK once took for an object), a host not listed refused, an infinite loop timed out,
 //! unbounded memory growth trapped, output and log caps. And what an author does: `hookd new
 //! handler --lang ts|python`, the scaffold's unit test, `hookd dev` building and serving it,
 //! an edit rebuilt and hot-swapped.
@@ -28,7 +30,9 @@ use serde_json::{Value, json};
 
 use crate::{
     outbound::{Mock, Reply, header},
-    support::{AdminApi, ProcessHost, install_plugins, plugins, post_sw, sw_source},
+    support::{
+        ADMIN_TOKEN, AdminApi, ProcessHost, install_plugins, plugins, post_sw, send, sw_source,
+    },
 };
 
 const WAIT: Duration = Duration::from_secs(300);
@@ -319,6 +323,16 @@ async fn keeps_every_guarantee(wasm: &Path, language: &Language) {
     post("write", json!({"do": "write-then-fail", "key": "w"})).await;
     let url = format!("http://127.0.0.1:{}/hook", mock.port());
     post("fetch", json!({"do": "fetch", "url": url})).await;
+    // The body as bytes: stored, read back and stored again, posted with `http.post(url, body)`.
+    // Spaces, a non-ASCII character and a JSON escape: re-encoding it would change its bytes.
+    let copy_url = format!("http://127.0.0.1:{}/copy", mock.port());
+    let copied = format!(
+        r#"{{"do": "copy", "key": "b", "copy": "b2", "url": "{copy_url}", "text": "é \u00e9 😀"}}"#
+    );
+    let (status, reply) = post_sw(host.ingest, "s", "copy", copied.as_bytes())
+        .await
+        .unwrap();
+    assert!(status.is_success(), "{lang} copy: {status} {reply}");
     let large = format!("http://127.0.0.1:{}/large", mock.port());
     post("peek", json!({"do": "peek", "url": large, "bytes": 4096})).await;
     post(
@@ -390,6 +404,45 @@ async fn keeps_every_guarantee(wasm: &Path, language: &Language) {
         serde_json::from_slice::<Value>(&calls[0].body).unwrap(),
         json!({"do": "fetch", "url": url}),
         "{lang}: the event's body, byte for byte"
+    );
+
+    // Done, not dead: the JavaScript SDK once refused these bytes (`state.set takes a
+    // Uint8Array or a string, not object`) and posted them as JSON (`{"0":123,...}`).
+    let d = host
+        .wait_delivery("s", "copy", "h", WAIT, |d| {
+            d["state"] == "done" || d["state"] == "dead"
+        })
+        .await;
+    assert_eq!(d["state"], "done", "{lang}: {:?} {d:#}", errors(&d));
+    assert_eq!(
+        output(&d),
+        json!({"status": 200, "bytes": copied.len()}),
+        "{lang}: {d:#}"
+    );
+    for key in ["b", "b2"] {
+        let stored = state_bytes(&host, key).await;
+        assert_eq!(
+            stored.as_deref().map(String::from_utf8_lossy),
+            Some(copied.as_str().into()),
+            "{lang}: state {key} holds the event's body byte for byte"
+        );
+    }
+    let calls: Vec<_> = mock
+        .seen()
+        .into_iter()
+        .filter(|c| c.path == "/copy")
+        .collect();
+    assert_eq!(calls.len(), 1, "{lang}: {calls:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&calls[0].body),
+        copied,
+        "{lang}: the event's body, posted byte for byte"
+    );
+    assert_eq!(calls[0].body, copied.as_bytes(), "{lang}");
+    assert_eq!(
+        header(&calls[0], "content-type"),
+        Vec::<&str>::new(),
+        "{lang}: posted as it is, not as JSON"
     );
 
     let d = dead("denied").await;
@@ -469,6 +522,31 @@ async fn state(host: &ProcessHost, key: &str) -> Option<Value> {
         StatusCode::NOT_FOUND => None,
         StatusCode::OK => Some(body["value"].clone()),
         other => panic!("state {key}: {other} {body}"),
+    }
+}
+
+/// The bytes of state key `key` of instance `h`, exactly as stored, or None if it is not set
+/// (the admin API carries UTF-8 JSON as its own text, other bytes as base64: read raw, not
+/// through a parsed `Value`, which would re-encode the JSON).
+async fn state_bytes(host: &ProcessHost, key: &str) -> Option<Vec<u8>> {
+    let url = format!("http://{}/admin/plugins/h/state/{key}", host.admin);
+    let auth = [(
+        http::header::AUTHORIZATION,
+        http::HeaderValue::from_str(&format!("Bearer {ADMIN_TOKEN}")).unwrap(),
+    )];
+    let (status, _, body) = send(http::Method::GET, &url, &auth, Default::default())
+        .await
+        .unwrap();
+    match status {
+        StatusCode::NOT_FOUND => None,
+        StatusCode::OK => {
+            let value: ::host::admin::api::StateValue = serde_json::from_slice(&body)
+                .unwrap_or_else(|e| panic!("state {key}: {e}: {body:?}"));
+            let bytes = value.encoding.decode(&value.value).unwrap();
+            assert_eq!(value.size, bytes.len() as u64, "state {key}: {value:?}");
+            Some(bytes)
+        }
+        other => panic!("state {key}: {other} {body:?}"),
     }
 }
 

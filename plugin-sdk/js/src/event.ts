@@ -2,6 +2,7 @@
 import type { Event as WitEvent, Header } from "hookd:plugin/types@0.3.0";
 
 import { BodyError } from "./error.js";
+import { errorMessage, isBytes, kindOf, localBytes } from "./realm.js";
 
 export type { Header };
 
@@ -42,7 +43,7 @@ export class Event implements WitEvent {
   readonly receivedAtMs: bigint;
   /** The original request headers, names lower-cased. */
   readonly headers: Header[];
-  /** The original raw request body. */
+  /** The original raw request body (a `Uint8Array` of the handler's realm, whatever realm the bytes came from). */
   readonly body: Uint8Array;
   /** A newer `sequence` of this ordering key was already handled (`on_stale = "deliver"`, or a forced replay). */
   readonly stale: boolean;
@@ -56,8 +57,12 @@ export class Event implements WitEvent {
     this.attempt = init.attempt ?? 1;
     this.receivedAtMs = BigInt(init.receivedAtMs ?? 0);
     this.headers = (init.headers ?? []).map((h) => ({ name: h.name.toLowerCase(), value: h.value }));
-    const body = init.body ?? new Uint8Array();
-    this.body = typeof body === "string" ? new TextEncoder().encode(body) : body;
+    // In a component the WIT bindings hand the body in as a Uint8Array of another realm, which
+    // `instanceof Uint8Array` (the handler's, a library's) does not recognise: copied here, once.
+    const body: unknown = init.body ?? new Uint8Array();
+    if (typeof body === "string") this.body = new TextEncoder().encode(body);
+    else if (isBytes(body)) this.body = localBytes(body);
+    else throw new TypeError(`an event's body is a Uint8Array or a string, not ${kindOf(body)}`);
     this.stale = init.stale ?? false;
   }
 
@@ -72,7 +77,7 @@ export class Event implements WitEvent {
     try {
       return decoder.decode(this.body);
     } catch (e) {
-      throw new BodyError(`body is not valid UTF-8: ${e instanceof Error ? e.message : e}`);
+      throw new BodyError(`body is not valid UTF-8: ${errorMessage(e)}`);
     }
   }
 
@@ -82,7 +87,7 @@ export class Event implements WitEvent {
     try {
       return JSON.parse(text) as T;
     } catch (e) {
-      throw new BodyError(`body is not valid JSON: ${e instanceof Error ? e.message : e}`);
+      throw new BodyError(`body is not valid JSON: ${errorMessage(e)}`);
     }
   }
 }

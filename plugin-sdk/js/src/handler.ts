@@ -18,6 +18,7 @@ import type { Event as WitEvent, HandleError as WitHandleError } from "hookd:plu
 import { BodyError, HandleError } from "./error.js";
 import { Event } from "./event.js";
 import { HttpError } from "./http-core.js";
+import { isError } from "./realm.js";
 
 /** What a handler returns: the output stored on the delivery, or nothing. */
 export type Output = string | undefined | null | void;
@@ -92,7 +93,8 @@ function isPromise(v: unknown): v is Promise<Output> {
  * (`panicked at LOCATION:\nMESSAGE`), then the call traps.
  */
 function crash(e: unknown): never {
-  const err = e instanceof Error ? e : undefined;
+  // Of any realm: an error the engine's bindings throw may come from another one.
+  const err = isError(e) ? e : undefined;
   const stack = err?.stack ?? "";
   const location = /([^\s@()]+:\d+:\d+)/.exec(stack)?.[1] ?? "the handler";
   const message = err ? `${err.name}: ${err.message}` : `uncaught ${describe(e)}`;

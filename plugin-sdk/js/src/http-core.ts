@@ -4,6 +4,7 @@
  * exactly, so a handler behaves the same in either language.
  */
 import { HandleError } from "./error.js";
+import { errorMessage as errorText, isBytes, kindOf, localBytes } from "./realm.js";
 
 /** The most response body bytes the client reads (the host enforces the same cap). */
 export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
@@ -117,12 +118,15 @@ export class Response {
   readonly status: number;
   /** The response headers, names lower-cased, in the order received. */
   readonly headers: Header[];
-  /** The body. */
+  /** The body (a `Uint8Array` of the handler's realm). */
   readonly body: Uint8Array;
 
   constructor(status: number, body: Uint8Array | string = new Uint8Array(), headers: Header[] = []) {
     this.status = status;
-    this.body = typeof body === "string" ? new TextEncoder().encode(body) : body;
+    const given: unknown = body;
+    if (typeof given === "string") this.body = new TextEncoder().encode(given);
+    else if (isBytes(given)) this.body = localBytes(given);
+    else throw new TypeError(`a response's body is a Uint8Array or a string, not ${kindOf(given)}`);
     this.headers = headers.map((h) => ({ name: h.name.toLowerCase(), value: h.value }));
   }
 
@@ -372,8 +376,4 @@ export function errorFromBodyMessage(debug: string, authority: string): HttpErro
   if (what.includes("body size exceeds limit")) return new HttpError("too-large", what);
   if (what.includes("timeout")) return new HttpError("timeout", what);
   return new HttpError("body", what);
-}
-
-function errorText(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

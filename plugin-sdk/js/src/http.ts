@@ -20,6 +20,7 @@
  */
 import { host } from "./host.js";
 import { HttpError, MAX_RESPONSE_BYTES, type Method, Response, type Url, methodFromName, parseUrl } from "./http-core.js";
+import { errorMessage, isBinary, isBytes, kindOf, localBytes } from "./realm.js";
 
 export {
   HttpError,
@@ -39,14 +40,17 @@ export function get(url: string): RequestBuilder {
 }
 
 /**
- * Starts a `POST` request to `url`. With a `body` (a string, bytes, or any other value sent as
- * JSON) and `headers`, it is ready to `.send()`.
+ * Starts a `POST` request to `url`. With a `body` (a string or a `Uint8Array`, sent as they are;
+ * any other value is sent as JSON) and `headers`, it is ready to `.send()`. Other binary data (an
+ * `ArrayBuffer`, a `DataView`, another typed array) is refused, not sent as JSON.
  */
 export function post(url: string, body?: unknown, headers?: Record<string, string>): RequestBuilder {
   let builder = request("POST", url);
   for (const [name, value] of Object.entries(headers ?? {})) builder = builder.header(name, value);
   if (body === undefined) return builder;
-  if (typeof body === "string" || body instanceof Uint8Array) return builder.body(body);
+  // Not `instanceof`: `event.body` and `state.get`'s bytes come from the WIT bindings, a
+  // Uint8Array of another realm, and were once sent as `{"0":123,...}` with a JSON content type.
+  if (typeof body === "string" || isBinary(body)) return builder.body(body as Uint8Array | string);
   return builder.json(body);
 }
 
@@ -88,9 +92,18 @@ export class RequestBuilder {
     return this.header("authorization", `Bearer ${token}`);
   }
 
-  /** Sets the body, as is (a string as UTF-8). */
+  /**
+   * Sets the body, as is: a `Uint8Array` (of any realm), or a string as UTF-8. Anything else is an
+   * `invalid-request` error when sent.
+   */
   body(body: Uint8Array | string): this {
-    this.payload = typeof body === "string" ? encoder.encode(body) : body;
+    const given: unknown = body;
+    if (typeof given === "string") this.payload = encoder.encode(given);
+    else if (isBytes(given)) this.payload = localBytes(given);
+    else {
+      const hint = isBinary(given) ? "wrap it in a Uint8Array to send its bytes" : ".json(value) sends a value as JSON";
+      this.error ??= new HttpError("invalid-request", `the body must be a Uint8Array or a string, not ${kindOf(given)} (${hint})`);
+    }
     return this;
   }
 
@@ -100,7 +113,7 @@ export class RequestBuilder {
     try {
       text = JSON.stringify(value);
     } catch (e) {
-      this.error ??= new HttpError("invalid-request", `the JSON body does not serialise: ${e instanceof Error ? e.message : e}`);
+      this.error ??= new HttpError("invalid-request", `the JSON body does not serialise: ${errorMessage(e)}`);
       return this;
     }
     if (text === undefined) {

@@ -3,6 +3,7 @@
  * and shows in the admin API (capped, 64 KiB by default: `output_kib`).
  */
 import { HandleError } from "./error.js";
+import { errorMessage } from "./realm.js";
 
 /** `value` as JSON, as a handler's successful result. */
 export function json(value: unknown): string {
@@ -10,7 +11,7 @@ export function json(value: unknown): string {
   try {
     text = JSON.stringify(value);
   } catch (e) {
-    throw HandleError.permanent(`cannot encode output as JSON: ${e instanceof Error ? e.message : e}`);
+    throw HandleError.permanent(`cannot encode output as JSON: ${errorMessage(e)}`);
   }
   if (text === undefined) {
     throw HandleError.permanent(`cannot encode output as JSON: ${typeof value}`);

@@ -12,6 +12,7 @@
  */
 import { HandleError } from "./error.js";
 import { host } from "./host.js";
+import { errorMessage as message, isBytes, kindOf, localBytes } from "./realm.js";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder("utf-8", { fatal: true });
@@ -39,22 +40,29 @@ function utf8(text: string, what: () => string): string {
 
 const keyed = (key: string) => () => `state key ${JSON.stringify(key).slice(0, 200)}`;
 
-/** The bytes stored under `key`, if any. */
+/** The bytes stored under `key`, if any (a `Uint8Array` of the handler's realm). */
 export function get(key: string): Uint8Array | undefined {
-  return host().stateGet(utf8(key, keyed(key)));
+  const value = host().stateGet(utf8(key, keyed(key)));
+  // The WIT bindings (and the testing Harness, as they do) hand the bytes in as a Uint8Array of
+  // another realm: copied into this one, so `instanceof Uint8Array` holds for what a handler gets.
+  return value === undefined || value === null ? undefined : localBytes(value);
 }
 
-/** Stores `value` under `key` (a string is stored as its UTF-8 bytes). */
+/**
+ * Stores `value` under `key` (a string is stored as its UTF-8 bytes). A `Uint8Array` of any realm
+ * is bytes: `state.set(k, event.body)` and `state.set(k, state.get(j)!)` store them as they are.
+ */
 export function set(key: string, value: Uint8Array | string): void {
-  if (typeof value !== "string" && !(value instanceof Uint8Array)) {
+  // Not `instanceof`: bytes from the WIT bindings are a Uint8Array of another realm.
+  if (typeof value !== "string" && !isBytes(value)) {
     // Said as the Python SDK says it (a number here failed deep in the bindings, unexplained).
-    const kind = value === null ? "null" : typeof value;
     throw new TypeError(
-      `state.set takes a Uint8Array or a string, not ${kind} (state.setJson stores any JSON value)`,
+      `state.set takes a Uint8Array or a string, not ${kindOf(value)} (state.setJson stores any JSON value)`,
     );
   }
   utf8(key, keyed(key));
-  const bytes = typeof value === "string" ? encoder.encode(utf8(value, () => `the value of ${keyed(key)()}`)) : value;
+  const bytes =
+    typeof value === "string" ? encoder.encode(utf8(value, () => `the value of ${keyed(key)()}`)) : localBytes(value);
   host().stateSet(key, bytes);
 }
 
@@ -101,8 +109,4 @@ export function setJson(key: string, value: unknown): void {
     throw HandleError.permanent(`cannot encode state key \`${key}\` as JSON: ${typeof value}`);
   }
   set(key, text);
-}
-
-function message(e: unknown): string {
-  return e instanceof Error ? e.message : String(e);
 }

@@ -18,17 +18,27 @@
  *   over {@link MAX_KEY_BYTES} of UTF-8, a value over {@link MAX_VALUE_BYTES}) throws
  *   {@link StateRefused} there, and `handle` throws it even if the handler caught it: hookd
  *   stops the attempt at that call (`permanent`, error kind `state_limit`).
+ * - Bytes: as hookd's bindings do, it hands the event's body to the handler's export, and state
+ *   values to `state.get`, as Uint8Arrays of another realm (made with `node:vm`), for which
+ *   `instanceof Uint8Array` is false; the SDK copies them into the handler's realm. A handler
+ *   that imports the WIT modules itself, bypassing the SDK, meets them as they are.
  * - It does not model hookd's other caps, time limits or re-runs; the built component meets
  *   those in hookd.
  *
  * Tests import the SDK from their bundle (see `scripts/test.mjs`), where the WIT imports are
  * stubs that refuse to run outside a harness call.
  */
+/// <reference path="./node-vm.d.ts" />
+import { runInNewContext } from "node:vm";
+
+import type { Event as WitEvent } from "hookd:plugin/types@0.3.0";
+
 import { HandleError } from "./error.js";
 import { Event, type EventInit } from "./event.js";
 import { type HandlerExport, TRAP, lastPanic, toHandleError } from "./handler.js";
 import { type Host, type OutgoingRequest, swapHost } from "./host.js";
 import { HttpError, type Method, Response, urlToString } from "./http-core.js";
+import { copyBytes, isBytes, kindOf } from "./realm.js";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -62,6 +72,40 @@ function refusal(key: string, value?: Uint8Array): string | undefined {
   return undefined;
 }
 
+let otherRealm: ((length: number) => Uint8Array) | undefined;
+
+/**
+ * A copy of `bytes` in a Uint8Array of another realm, as hookd's WIT bindings hand bytes to a
+ * component's JavaScript (`x instanceof Uint8Array` is false for it, its `Object.prototype.toString`
+ * is `[object Uint8Array]`).
+ */
+function inOtherRealm(bytes: Uint8Array): Uint8Array {
+  otherRealm ??= runInNewContext("(length) => new Uint8Array(length)") as (length: number) => Uint8Array;
+  const copy = otherRealm(bytes.length);
+  copy.set(bytes);
+  return copy;
+}
+
+/** `event` as the WIT bindings hand it to the export: a plain record, its body of another realm. */
+function witEvent(event: Event): WitEvent {
+  return {
+    source: event.source,
+    eventId: event.eventId,
+    eventType: event.eventType,
+    orderingKey: event.orderingKey,
+    sequence: event.sequence,
+    attempt: event.attempt,
+    receivedAtMs: event.receivedAtMs,
+    headers: event.headers.map((h) => ({ name: h.name, value: h.value })),
+    body: inOtherRealm(event.body),
+    stale: event.stale,
+  };
+}
+
+function isThenable(v: unknown): v is PromiseLike<unknown> {
+  return v !== null && typeof v === "object" && typeof (v as { then?: unknown }).then === "function";
+}
+
 /** What one call returned: `ok` with the output, or the handler's error. */
 export type Outcome = { ok: true; output: string | undefined } | { ok: false; error: HandleError };
 
@@ -90,7 +134,10 @@ export class Harness {
   }
 
   withState(key: string, value: Uint8Array | string): this {
-    this.committed.set(key, typeof value === "string" ? encoder.encode(value) : value);
+    const given: unknown = value;
+    if (typeof given === "string") this.committed.set(key, encoder.encode(given));
+    else if (isBytes(given)) this.committed.set(key, copyBytes(given));
+    else throw new TypeError(`withState takes a Uint8Array or a string, not ${kindOf(given)}`);
     return this;
   }
 
@@ -138,8 +185,8 @@ export class Harness {
   handle(handler: HandlerExport, event: Event | EventInit): Outcome {
     const call = this.begin();
     try {
-      const result = handler.handle(event instanceof Event ? event : new Event(event));
-      if (result instanceof Promise) {
+      const result = handler.handle(witEvent(event instanceof Event ? event : new Event(event)));
+      if (isThenable(result)) {
         throw new TypeError("the handler is async: use handleAsync");
       }
       return call.finish({ ok: true, output: result });
@@ -155,7 +202,7 @@ export class Harness {
   async handleAsync(handler: HandlerExport, event: Event | EventInit): Promise<Outcome> {
     const call = this.begin();
     try {
-      const output = await handler.handle(event instanceof Event ? event : new Event(event));
+      const output = await handler.handle(witEvent(event instanceof Event ? event : new Event(event)));
       return call.finish({ ok: true, output });
     } catch (e) {
       call.stopped();
@@ -181,11 +228,13 @@ export class Harness {
       configGet: (key) => harness.config.get(key),
       stateGet: (key) => {
         refuse(refusal(key));
-        return writes.has(key) ? writes.get(key) : harness.committed.get(key);
+        const value = writes.has(key) ? writes.get(key) : harness.committed.get(key);
+        // A copy, of another realm: as hookd's bindings hand it in.
+        return value === undefined ? undefined : inOtherRealm(value);
       },
       stateSet: (key, value) => {
         refuse(refusal(key, value));
-        writes.set(key, value.slice());
+        writes.set(key, copyBytes(value));
       },
       stateDelete: (key) => {
         refuse(refusal(key));

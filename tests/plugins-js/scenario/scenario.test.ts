@@ -46,6 +46,25 @@ test("fetch posts the body; denied is permanent, 503 a retry", () => {
   assert.ok(!busy.ok && busy.error.kind === "retry" && busy.error.afterMs === 2000);
 });
 
+test("copy stores, copies and posts the body byte for byte", () => {
+  // The harness hands the body (and state values) in as Uint8Arrays of another realm, as hookd
+  // does: each of these once failed in hookd (a TypeError, or the bytes posted as JSON).
+  const url = "http://127.0.0.1:9000/copy";
+  const body = `{"do": "copy", "key": "b", "copy": "b2", "url": "${url}", "text": "é \\u00e9"}`;
+  const bytes = new TextEncoder().encode(body);
+  const hookd = new Harness().respondTo("POST", url, 200);
+  const r = hookd.handle(handler, new Event({ source: "s", eventId: "e", eventType: "t", body }));
+  assert.deepEqual(r, { ok: true, output: `{"status":200,"bytes":${bytes.length}}` });
+  assert.deepEqual(hookd.state("b"), bytes);
+  assert.deepEqual(hookd.state("b2"), bytes);
+  assert.deepEqual(hookd.requests()[0].body, bytes);
+  assert.deepEqual(hookd.requests()[0].headers, [], "sent as it is, not as JSON");
+  // A failed post keeps neither key.
+  const down = new Harness().respondTo("POST", url, 503);
+  assert.ok(!down.handle(handler, new Event({ source: "s", eventId: "e", eventType: "t", body })).ok);
+  assert.deepEqual(down.stateKeys(), []);
+});
+
 test("output, log, stale", () => {
   assert.deepEqual(new Harness().handle(handler, ev({ do: "output", bytes: 5 })), { ok: true, output: "xxxxx" });
   const hookd = new Harness();

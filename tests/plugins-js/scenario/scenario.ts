@@ -9,6 +9,7 @@
 // | `permanent`       |         | permanent "asked to fail for good"                              |
 // | `write-then-fail` | `key`   | stores `"written"` (JSON) under `key`, then retry "wrote then failed" |
 // | `fetch`           | `url`   | POSTs the event body to `url`; 2xx: `{"status": s}`; else the SDK's verdict |
+// | `copy`            | `key`, `copy`, `url` | stores the body under `key`, stores `state.get(key)` under `copy`, `http.post(url, body)`; 2xx: `{"status": s, "bytes": n}` (n: the bytes read back) |
 // | `peek`            | `url`, `bytes` | GETs `url` reading at most `bytes` of the body; `{"status": s, "bytes": n}` |
 // | `spin`            |         | loops forever (the timeout stops it)                            |
 // | `grow`            |         | allocates without bound (the memory limit stops it)             |
@@ -27,6 +28,7 @@ import { HandleError, defineHandler, http, log, output, state } from "@hookd/plu
 interface Op {
   do?: string;
   key?: string;
+  copy?: string;
   until?: number;
   url?: string;
   bytes?: number;
@@ -54,6 +56,16 @@ export const handler = defineHandler((event) => {
     case "fetch": {
       const response = http.post(field(op, "url", "string")).body(event.body).send().errorForStatus();
       return output.json({ status: response.status });
+    }
+    case "copy": {
+      // The bytes the engine's bindings hand in (the body, a state value) are Uint8Arrays of
+      // another realm: each call below once took them for an object (a TypeError, or JSON).
+      const key = field(op, "key", "string");
+      state.set(key, event.body);
+      const stored = state.get(key)!;
+      state.set(field(op, "copy", "string"), stored);
+      const response = http.post(field(op, "url", "string"), event.body).send().errorForStatus();
+      return output.json({ status: response.status, bytes: stored.length });
     }
     case "peek": {
       const response = http.get(field(op, "url", "string")).responseBodyLimit(field(op, "bytes", "number")).send();

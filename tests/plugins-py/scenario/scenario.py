@@ -8,6 +8,7 @@ what to do, so a test can drive every path of the handler contract through one c
 | `permanent`       |           | permanent error `asked to fail for good`                           |
 | `write-then-fail` | `key`     | sets state `key` to `"written"`, then retry `wrote then failed`    |
 | `fetch`           | `url`     | POSTs the event body to `url`; a 2xx outputs `{"status":s}`, else the SDK's error mapping |
+| `copy`            | `key`, `copy`, `url` | stores the event body under `key`, stores `state.get(key)` under `copy`, POSTs the body to `url`; a 2xx outputs `{"status":s,"bytes":n}` (n: the bytes read back) |
 | `peek`            | `url`, `bytes` | GETs `url` reading at most `bytes` of the body; outputs `{"status":s,"bytes":n}` |
 | `spin`            |           | loops forever (hookd's timeout ends it)                            |
 | `grow`            |           | allocates memory without bound (hookd's memory limit traps it)     |
@@ -66,6 +67,15 @@ def fetch(ev, args):
     return {"status": response.status}
 
 
+def copy(ev, args):
+    key = text(args, "key")
+    state.set(key, ev.body)
+    stored = state.get(key) or b""
+    state.set(text(args, "copy"), stored)
+    response = http.post(text(args, "url"), ev.body).error_for_status()
+    return {"status": response.status, "bytes": len(stored)}
+
+
 def peek(ev, args):
     response = http.get(text(args, "url"), response_body_limit=number(args, "bytes"))
     return {"status": response.status, "bytes": len(response.body)}
@@ -105,6 +115,7 @@ OPS = {
     "permanent": permanent,
     "write-then-fail": write_then_fail,
     "fetch": fetch,
+    "copy": copy,
     "peek": peek,
     "spin": spin,
     "grow": grow,

@@ -83,6 +83,19 @@ class ScenarioTest(unittest.TestCase):
             Harness().handle(scenario, ev(body))
         self.assertTrue(caught.exception.reason.startswith("denied: hookd refused the request to 127.0.0.1:9100: "))
 
+    def test_copy(self):
+        url = "http://127.0.0.1:9100/copy"
+        body = ('{"do": "copy", "key": "b", "copy": "b2", "url": "%s", "text": "\u00e9 \\u00e9"}' % url).encode()
+        hookd = Harness().respond_to("POST", url, 200)
+        self.assertEqual(hookd.handle(scenario, ev(body)), '{"status":200,"bytes":%d}' % len(body))
+        self.assertEqual((hookd.state("b"), hookd.state("b2")), (body, body))
+        sent = hookd.requests()[0]
+        self.assertEqual((sent.body, sent.header("content-type")), (body, None))
+        down = Harness().respond_to("POST", url, 503)
+        with self.assertRaises(Retry):
+            down.handle(scenario, ev(body))
+        self.assertEqual(down.state_keys(), [])
+
     def test_output_log_and_stale(self):
         self.assertEqual(Harness().handle(scenario, ev({"do": "output", "bytes": 5})), "xxxxx")
         hookd = Harness()

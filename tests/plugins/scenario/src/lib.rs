@@ -14,6 +14,11 @@
 //!   `wrote then failed` (so the write must not persist).
 //! - `fetch` with `url`: POSTs the body to `url`; a 2xx outputs `{"status": S}`; failures map
 //!   as the SDK maps them (5xx, 408, 429 retry; a refusal and other statuses are permanent).
+//! - `copy` with `key`, `copy` and `url`: stores the event's body under `key`, reads it back
+//!   and stores what it read under `copy`, POSTs the body to `url` as it is; a 2xx outputs
+//!   `{"status": S, "bytes": N}` (N: the bytes read back). Both keys and the request hold the
+//!   body byte for byte (the JavaScript twin once JSON-encoded it, its bytes being of another
+//!   realm of the engine).
 //! - `peek` with `url` and `bytes`: GETs `url` reading at most `bytes` of the answer's body
 //!   (however long it is), outputs `{"status": S, "bytes": N}` (N: the bytes read).
 //! - `spin`: loops forever. `grow`: allocates without bound.
@@ -57,6 +62,17 @@ impl Handler for Scenario {
                     .send()?
                     .error_for_status()?;
                 output::json(&json!({ "status": response.status }))
+            }
+            "copy" => {
+                let key = text("key");
+                state::set(&key, &event.body);
+                let stored = state::get(&key).unwrap_or_default();
+                state::set(&text("copy"), &stored);
+                let response = http::post(&text("url"))
+                    .body(event.body.clone())
+                    .send()?
+                    .error_for_status()?;
+                output::json(&json!({ "status": response.status, "bytes": stored.len() }))
             }
             "peek" => {
                 let limit = usize::try_from(number("bytes")).unwrap_or(usize::MAX);
