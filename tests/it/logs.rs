@@ -355,3 +355,31 @@ async fn a_file_that_does_not_load_names_the_instances_that_use_it() {
     assert_eq!(missing["fields"]["plugin"], "absent", "{missing}");
     assert_eq!(missing["fields"]["instances"], "h", "{missing}");
 }
+
+/// A parser's 400 is logged at most once per 10 s for each source: a flood of refusals on one
+/// source (anyone can send them to a source without a signature) leaves another source's
+/// refusal its own line. (Before, one limiter for all sources: the second source's was only
+/// counted in the first's `left_out`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parsers_refusals_are_logged_for_each_source() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("rambler", plugins::RAMBLER)]);
+    let config = "[sources.r1]\nscheme = \"none\"\nparser = \"rambler\"\n\
+                  [sources.r2]\nscheme = \"none\"\nparser = \"rambler\"\n";
+    let host =
+        ProcessHost::start_with_env(dir.path(), config, &[("HOOKD_LOG_FORMAT", "json")]).await;
+    for source in ["r1", "r1", "r1", "r2"] {
+        let (status, reply) = host.post(source, &[], b"{}").await.unwrap();
+        assert_eq!(status, http::StatusCode::BAD_REQUEST, "{reply}");
+    }
+    let log = host.log();
+    let refused: Vec<Value> = json_lines(&log)
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == "request refused as unparsable (400)")
+        .collect();
+    let sources: Vec<&Value> = refused
+        .iter()
+        .map(|l| &span(l, "receive")["source"])
+        .collect();
+    assert_eq!(sources, [&json!("r1"), &json!("r2")], "{log}");
+}

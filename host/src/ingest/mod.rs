@@ -11,6 +11,7 @@
 //!   raw request (202 `quarantined`), to be parsed again by `POST /admin/replay`.
 
 use std::{
+    collections::HashMap,
     sync::Arc,
     time::{Instant, SystemTime},
 };
@@ -29,10 +30,11 @@ use crate::{
     Shared,
     config::SourceConfig,
     error::ApiError,
-    ids::EventId,
+    ids::{EventId, SourceName},
     inbox::{Accepted, InboxError, RawRequest},
     model::{Envelope, unix_ms},
     runtime::{CallContext, CallError, ParseRequest, ParseVerdict, ParserResponse},
+    telemetry::Repeated,
     text,
     verify::Reply,
 };
@@ -50,17 +52,33 @@ pub const MAX_SEQUENCE: u64 = i64::MAX as u64;
 /// of bytes; without a bound a sender could make every event list row carry a body-sized type.
 pub const MAX_ENVELOPE_FIELD_BYTES: usize = 1024;
 
-/// What the ingest handler shares: the host, and the in-flight body budget of this listener.
+/// What the ingest handler shares: the host, the in-flight body budget of this listener, and
+/// each source's limiter of parser-refusal lines.
 #[derive(Clone)]
 struct Edge {
     shared: Arc<Shared>,
     budget: Arc<BodyBudget>,
+    /// Each source's line for a request its parser refused (one per period per source, so a
+    /// flood to one source leaves another's broken parser its own line).
+    unparsable: Arc<HashMap<SourceName, Repeated>>,
 }
 
 /// The ingest routes.
 pub fn router(shared: Arc<Shared>) -> Router {
     let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
-    let edge = Edge { shared, budget };
+    let unparsable = Arc::new(
+        shared
+            .config
+            .sources
+            .values()
+            .map(|source| (source.name.clone(), Repeated::new()))
+            .collect(),
+    );
+    let edge = Edge {
+        shared,
+        budget,
+        unparsable,
+    };
     Router::new()
         .route(
             "/hooks/{source}",
@@ -249,7 +267,11 @@ pub(super) fn counted(mut response: Response) -> Response {
 
 /// [`receive`] for a configured source.
 async fn answer(
-    Edge { shared, budget }: &Edge,
+    Edge {
+        shared,
+        budget,
+        unparsable,
+    }: &Edge,
     source: &SourceConfig,
     received: SystemTime,
     uri: Uri,
@@ -313,10 +335,10 @@ async fn answer(
         }
         EnvelopeOutcome::Invalid(detail) => {
             // Worth a line, as the parser's author may be the one to fix (the sender gets the
-            // same detail); at most one per 10 s, since a source without a signature lets
-            // anyone send these.
-            static REFUSED: crate::telemetry::Repeated = crate::telemetry::Repeated::new();
-            if let Some(left_out) = REFUSED.write() {
+            // same detail); at most one per 10 s per source, since a source without a
+            // signature lets anyone send these.
+            let written = unparsable.get(&source.name).and_then(Repeated::write);
+            if let Some(left_out) = written {
                 tracing::info!(
                     detail = &*crate::error::cap_detail(&detail),
                     left_out,
