@@ -285,6 +285,11 @@ impl Registry {
         &self.dir
     }
 
+    /// Whether the configuration uses file `stem` (some `[plugins.NAME]` loads it).
+    pub fn configured(&self, stem: &str) -> bool {
+        self.needs.contains_key(stem)
+    }
+
     pub fn path_of(&self, stem: &str) -> PathBuf {
         self.dir.join(format!("{stem}.wasm"))
     }

@@ -794,6 +794,47 @@ async fn a_rollback_follows_the_clusters_history_on_every_node() {
     wait_everywhere(&hosts, &first, "after the refused rollbacks").await;
 }
 
+/// A release of a file a node's configuration does not use is written into that node's
+/// directory (there if its configuration comes to use it) but never loaded: the node neither
+/// runs it nor reports it live. (Before, a node starting after the release compiled and loaded
+/// it, and reported that version live ever after, whatever newer one came.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_loads_only_the_plugin_files_its_configuration_uses() {
+    let Some(db) =
+        TestDatabase::create("a_node_loads_only_the_plugin_files_its_configuration_uses")
+    else {
+        return;
+    };
+    let config = node_config(&db.url, 1);
+    let dirs = [node_dir(), node_dir()];
+    install_plugins(dirs[0].path(), &[("flaky", plugins::FLAKY)]);
+    let mut hosts =
+        vec![ProcessHost::start(dirs[0].path(), &format!("{config}\n[plugins.flaky]\n")).await];
+    hosts.push(ProcessHost::start(dirs[1].path(), &config).await);
+    let first = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
+    wait_everywhere(&hosts, &first, "both nodes up").await;
+    assert!(
+        dirs[1].path().join("plugins/flaky.wasm").exists(),
+        "the release was not written"
+    );
+    let (status, list) = hosts[0].admin_get("/admin/plugins").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let flaky = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "flaky")
+        .unwrap();
+    // Every node is listed; one that does not run the file, with `null`.
+    let running = flaky["nodes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|sha| !sha.is_null())
+        .count();
+    assert_eq!(running, 1, "{flaky:#}");
+}
+
 /// A version the cluster publishes that one node cannot run (here: a parser-only file, where
 /// that node's configuration feeds `counter` events as a handler, while the publishing node only
 /// declares it) is refused there, and that node's file is given back the version it runs: a

@@ -215,36 +215,60 @@ pub fn refused_adoptions(
     restore
 }
 
-/// Runs the node's heartbeat and plugin sync until `shutdown`. Storage errors (the database
-/// away) are logged once per outage and retried each tick.
+/// How long start-up waits for the versions [`catch_up`] adopted to compile before it serves
+/// anyway (each goes live when built).
+const CATCH_UP_WAIT: Duration = Duration::from_secs(30);
+
 /// The node's first sync, run at start-up before it serves a request or claims a delivery: a
 /// node that was down through a release (or a rollback) writes the cluster's version into its
-/// file and loads it here, so it never runs the version it found in its file once the cluster
+/// file and loads it here (the files its configuration uses, several at once, waiting at most
+/// [`CATCH_UP_WAIT`]), so it does not run the version it found in its file once the cluster
 /// has moved on. A version that does not load here leaves the file's version live, and the
-/// next tick gives the file back to it. A database that cannot be reached now is retried by
-/// [`run`]; the node starts on its files meanwhile. Returns what [`run`] goes on from.
+/// next tick gives the file back to it. A sync that fails is retried by [`run`] every tick.
+/// Returns what [`run`] goes on from.
 pub async fn catch_up(
     node: &Node,
     store: &dyn ClusterStore,
-    registry: &Registry,
+    registry: &Arc<Registry>,
     clock: &Clock,
 ) -> Memory {
     let mut memory = Memory::default();
-    match tick(node, store, registry, 0, clock, &mut memory).await {
-        Ok(adopted) => {
-            for stem in adopted {
+    let mut adopted = Vec::new();
+    if let Err(e) = tick(node, store, registry, 0, clock, &mut memory, &mut adopted).await {
+        tracing::warn!(error = %e, "cluster sync failed at start-up; retrying every second");
+    }
+    // A release of a file this node's configuration does not use is written, never loaded.
+    adopted.retain(|stem| registry.configured(stem));
+    let permits = Arc::new(tokio::sync::Semaphore::new(crate::config::cores()));
+    let loads: Vec<_> = adopted
+        .into_iter()
+        .map(|stem| {
+            let (registry, permits) = (registry.clone(), permits.clone());
+            // Spawned: one still compiling when start-up stops waiting goes on, and goes live.
+            tokio::spawn(async move {
+                let _permit = permits.acquire_owned().await;
                 // A failure is logged by the load and answered by the next tick.
                 let _ = registry.load(&stem).await;
-            }
+            })
+        })
+        .collect();
+    let all = async {
+        for load in loads {
+            let _ = load.await;
         }
-        Err(e) => tracing::warn!(
-            error = %e,
-            "cluster sync failed at start-up; serving the plugin files found until it works"
-        ),
+    };
+    if tokio::time::timeout(CATCH_UP_WAIT, all).await.is_err() {
+        tracing::warn!(
+            waited_secs = CATCH_UP_WAIT.as_secs(),
+            "plugin versions adopted from the cluster are still compiling; serving meanwhile \
+             with the versions found, each replaced once built"
+        );
     }
     memory
 }
 
+/// Runs the node's heartbeat and plugin sync until `shutdown`. Storage errors (the database
+/// away) are logged once per outage and retried each tick.
 pub async fn run(
     node: Arc<Node>,
     store: Arc<dyn ClusterStore>,
@@ -257,9 +281,19 @@ pub async fn run(
     let mut failing = false;
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let result = tick(&node, &*store, &registry, in_flight(), &clock, &mut memory).await;
+        let mut adopted = Vec::new();
+        let result = tick(
+            &node,
+            &*store,
+            &registry,
+            in_flight(),
+            &clock,
+            &mut memory,
+            &mut adopted,
+        )
+        .await;
         match (result, failing) {
-            (Ok(_), true) => {
+            (Ok(()), true) => {
                 tracing::info!("cluster sync works again");
                 failing = false;
             }
@@ -283,7 +317,8 @@ async fn tick(
     in_flight: u64,
     clock: &Clock,
     memory: &mut Memory,
-) -> anyhow::Result<Vec<String>> {
+    adopted: &mut Vec<String>,
+) -> anyhow::Result<()> {
     let live: BTreeMap<String, String> = registry
         .statuses()
         .into_iter()
@@ -312,7 +347,6 @@ async fn tick(
         .collect();
     let before = memory.seen.clone();
     let mut failed = None;
-    let mut adopted = Vec::new();
     for action in plan(&releases, &live, memory) {
         match act(&action, node, store, registry).await {
             Ok(()) => {
@@ -342,7 +376,7 @@ async fn tick(
              its file holds the live version again, so a restart serves it too"
         );
     }
-    Ok(adopted)
+    Ok(())
 }
 
 /// Carries out one planned action; errors name the plugin.

@@ -138,14 +138,10 @@ pub(super) async fn discard(
     if report.matched == 0 {
         return Err(not_held(id));
     }
-    tracing::info!(
-        quarantine_id = id,
-        discarded = report.discarded,
-        "quarantined request discarded from the dashboard"
-    );
+    // Logged by the service, once.
     let said = html! {
         "Discarded: it left quarantine without becoming an event; retention deletes it after "
-        code { "retention.done_after" } "."
+        code { "retention.done_after" } " (unless that is " code { "\"forever\"" } ")."
     };
     Ok(outcome_page(&signed_in, id, said))
 }
