@@ -344,3 +344,58 @@ async fn a_dashboard_discard_needs_the_csrf_token_and_takes_only_what_it_names()
         "{page}"
     );
 }
+
+/// A state save whose text is not JSON is refused on the key's page with the text kept; when
+/// the key has also changed since the form was shown, the page says so, since its form is at
+/// the current version and would not refuse text made on the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_state_save_says_when_the_key_changed_meanwhile() {
+    let host = start_host().await;
+    let key = "/admin/plugins/h/state/k";
+    let put = async |precondition: (HeaderName, &str), value: i64| {
+        let (status, headers, body) = support::admin_call_with(
+            host.admin,
+            Method::PUT,
+            key,
+            Some(ADMIN_TOKEN),
+            &[precondition],
+            Some(json!({"encoding": "json", "value": value})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+        headers[header::ETAG]
+            .to_str()
+            .unwrap()
+            .trim_matches('"')
+            .to_owned()
+    };
+    let shown = put((header::IF_NONE_MATCH, "*"), 1).await;
+    let session = support::dashboard_session(host.admin).await;
+    let (status, page) = dashboard_get(&host, &session, "/plugins/h/state/k").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let csrf = between(&page, "name=\"csrf\" value=\"", "\"").to_owned();
+    let save = async |version: &str| {
+        let form = [
+            ("csrf", csrf.as_str()),
+            ("version", version),
+            ("encoding", "json"),
+            ("value", "{\"total\": 5,"),
+        ];
+        dashboard_post(&host, &session, "/plugins/h/state/k", &form).await
+    };
+
+    let (status, _, page) = save(&shown).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    assert!(page.contains("Your edit was not saved"), "{page}");
+    assert!(page.contains("{&quot;total&quot;: 5,"), "{page}");
+    assert!(!page.contains("has also changed"), "{page}");
+
+    put((header::IF_MATCH, &format!("\"{shown}\"")), 2).await;
+    let (status, _, page) = save(&shown).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+    assert!(
+        page.contains("The key has also changed since you opened it"),
+        "{page}"
+    );
+}

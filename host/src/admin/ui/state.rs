@@ -228,7 +228,8 @@ pub(super) async fn save(
         // The page again, the operator's text kept: not JSON is a typo to mend, not a loss.
         Err(ApiError::BadRequest(message)) => {
             let text = &form.value;
-            let refused = refused_page(&ui, &signed_in, &name, &key, text, &message).await?;
+            let shown = Some(form.version);
+            let refused = refused_page(&ui, &signed_in, &name, &key, text, &message, shown).await?;
             return Ok((StatusCode::BAD_REQUEST, refused).into_response());
         }
         Err(e) => return Err(e.into()),
@@ -268,7 +269,7 @@ async fn refused_or(
     match written {
         Ok(_) => Ok(done()),
         Err(ApiError::VersionConflict(message)) => {
-            let page = refused_page(ui, signed_in, name, key, text, &message).await?;
+            let page = refused_page(ui, signed_in, name, key, text, &message, None).await?;
             Ok((StatusCode::CONFLICT, page).into_response())
         }
         Err(e) => Err(e.into()),
@@ -276,7 +277,9 @@ async fn refused_or(
 }
 
 /// The key's page with an edit refused for `message`: its current value, and `text` (the
-/// operator's own) above it to copy from; an error page if the key is gone meanwhile.
+/// operator's own) above it to copy from; an error page if the key is gone meanwhile. When the
+/// form was `shown` at a version the key has left since, the message says so: the form below
+/// is at the current version, so a save of text made on the old one would not be refused.
 async fn refused_page(
     ui: &Ui,
     signed_in: &SignedIn,
@@ -284,6 +287,7 @@ async fn refused_page(
     key: &str,
     text: &str,
     message: &str,
+    shown: Option<i64>,
 ) -> Result<Markup, UiError> {
     let current = match state::read_value(&ui.shared, name, key).await {
         Ok(current) => current,
@@ -294,7 +298,18 @@ async fn refused_page(
         }
         Err(e) => return Err(e.into()),
     };
-    let refused = Refused { message, text };
+    let message = match shown {
+        Some(shown) if shown != current.version => format!(
+            "{message}. The key has also changed since you opened it (version {shown}, now {}): \
+             check your text against its current value below.",
+            current.version
+        ),
+        _ => message.to_owned(),
+    };
+    let refused = Refused {
+        message: &message,
+        text,
+    };
     Ok(key_page(signed_in, &current, Some(refused)))
 }
 
