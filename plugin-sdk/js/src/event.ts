@@ -58,7 +58,8 @@ export class Event implements WitEvent {
     this.receivedAtMs = BigInt(init.receivedAtMs ?? 0);
     this.headers = (init.headers ?? []).map((h) => ({ name: h.name.toLowerCase(), value: h.value }));
     // In a component the WIT bindings hand the body in as a Uint8Array of another realm, which
-    // `instanceof Uint8Array` (the handler's, a library's) does not recognise: copied here, once.
+    // `instanceof Uint8Array` (the handler's, a library's) does not recognise: made this realm's
+    // here (its prototype set, not a copy).
     const body: unknown = init.body ?? new Uint8Array();
     if (typeof body === "string") this.body = new TextEncoder().encode(body);
     else if (isBytes(body)) this.body = localBytes(body);

@@ -7,8 +7,9 @@
  * `x instanceof Uint8Array` is false (its prototype is the other realm's), though
  * `Object.prototype.toString` says `[object Uint8Array]`. So the SDK
  *
- * - copies such bytes into a `Uint8Array` of the handler's realm where they enter (`Event`,
- *   `state.get`; a response body is assembled in a new array anyway), so that a handler's own
+ * - makes such bytes a `Uint8Array` of the handler's realm where they enter (`Event`,
+ *   `state.get`: given this realm's prototype, not copied, so a large body does not cost its
+ *   size twice; a response body is assembled in a new array anyway), so that a handler's own
  *   `instanceof` checks, and any library's, hold for every bytes value the SDK hands out;
  * - and never uses `instanceof` to recognise bytes a handler hands in (`state.set`,
  *   `http.post`, `.body`, `Event`, `Response`): {@link isBytes} takes a `Uint8Array` of any realm.
@@ -50,9 +51,20 @@ export function copyBytes(bytes: Uint8Array): Uint8Array {
   return copy;
 }
 
-/** `bytes` as a `Uint8Array` of this realm: itself if it is one, else a copy. */
+/**
+ * `bytes` as a `Uint8Array` of this realm: itself, given this realm's prototype if it had
+ * another's (an event's body may be much of the plugin's memory: not copied), else a copy.
+ */
 export function localBytes(bytes: Uint8Array): Uint8Array {
-  return bytes instanceof Uint8Array ? bytes : copyBytes(bytes);
+  // Typed as an object: to TypeScript every Uint8Array is this realm's.
+  const value: object = bytes;
+  if (value instanceof Uint8Array) return value;
+  try {
+    Object.setPrototypeOf(value, Uint8Array.prototype);
+  } catch {
+    // Frozen, or a wrapper that refuses: copied below.
+  }
+  return value instanceof Uint8Array ? value : copyBytes(bytes);
 }
 
 /** What `value` is, for an error message: `number`, `null`, `object`, or a built-in's name (`ArrayBuffer`, `Int16Array`, `Array`). */

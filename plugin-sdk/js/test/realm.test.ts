@@ -108,6 +108,15 @@ test("an Event, a Response and a Harness's state take bytes of another realm", (
   assert.deepEqual(new Harness().withState("k", foreign("ab")).handle(h, event), { ok: true, output: "ab" });
 });
 
+test("an event body of another realm is made this realm's without a copy", () => {
+  // A body may be much of the plugin's memory: holding it twice could exhaust it.
+  const body = foreign("a large body");
+  const e = new Event({ source: "s", eventId: "e", eventType: "t", body });
+  assert.equal(e.body, body);
+  assert.ok(sameBytes(e.body, local("a large body")));
+  assert.equal(e.body.subarray(2, 7) instanceof Uint8Array, true);
+});
+
 test("other binary values are refused by name, not sent as JSON", () => {
   const cases: Array<[unknown, string]> = [
     [new Uint16Array([1]), "Uint16Array"],
