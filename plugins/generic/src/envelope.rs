@@ -54,9 +54,7 @@ impl Settings {
         if let Some(p) = &self.key_pointer
             && let Some(value) = body.pointer(p)?
         {
-            let key = scalar(value)
-                .ok_or_else(|| ParseError::invalid(format!("`{p}` is not a string or number")))?;
-            envelope = envelope.ordering_key(key);
+            envelope = envelope.ordering_key(exact_scalar(p, value)?);
         }
         if let Some(p) = &self.sequence_pointer
             && let Some(value) = body.pointer(p)?
@@ -133,27 +131,29 @@ impl<'a> Body<'a> {
                 let value = self
                     .pointer(p)?
                     .ok_or_else(|| ParseError::invalid(format!("missing `{p}` in the body")))?;
-                if matches!(value, Value::Number(n) if n.is_f64()) {
-                    // Read through a float, two different numbers could become one id.
-                    return Err(ParseError::invalid(format!(
-                        "`{p}` is a number no id can keep exactly (not a whole number, or past \
-                         64 bits): send it as a string"
-                    )));
-                }
-                scalar(value)
+                Some(exact_scalar(p, value)?)
                     .filter(|s| !s.is_empty())
-                    .ok_or_else(|| ParseError::invalid(format!("`{p}` is not a string or number")))
+                    .ok_or_else(|| ParseError::invalid(format!("`{p}` is empty")))
             }
         }
     }
 }
 
-/// A string or a whole number as text.
-fn scalar(value: &Value) -> Option<String> {
+/// The string, or the whole number within 64 bits, at pointer `p`, as text; else an `invalid`
+/// naming `p`. Another number is refused: read through a float, two different numbers could
+/// become one id (one event a duplicate of another) or one ordering key (one object's event
+/// stale behind another's).
+fn exact_scalar(p: &str, value: &Value) -> Result<String, ParseError> {
     match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
+        Value::String(s) => Ok(s.clone()),
+        Value::Number(n) if n.is_f64() => Err(ParseError::invalid(format!(
+            "`{p}` is a number no id or key can keep exactly (not a whole number, or past 64 \
+             bits): send it as a string"
+        ))),
+        Value::Number(n) => Ok(n.to_string()),
+        _ => Err(ParseError::invalid(format!(
+            "`{p}` is not a string or number"
+        ))),
     }
 }
 
@@ -321,5 +321,34 @@ mod tests {
                 "{body}: {err}"
             );
         }
+    }
+
+    /// So are they as an ordering key: two objects' keys past 64 bits would be one key, and
+    /// one object's event stale behind the other's sequence (before, they were).
+    #[test]
+    fn a_number_no_key_can_keep_exactly_is_invalid() {
+        let config = [("id_pointer", "/id"), ("key_pointer", "/subject")];
+        for subject in ["12345678901234567890123", "1.5"] {
+            let body = format!(r#"{{"id":"e1","subject":{subject}}}"#);
+            let err = parse(&config, Request::new("acme", body.as_str())).unwrap_err();
+            assert!(
+                matches!(&err, ParseError::Invalid(m) if m.contains("`/subject`") && m.contains("send it as a string")),
+                "{body}: {err}"
+            );
+        }
+        let whole = parse(&config, Request::new("acme", r#"{"id":"e1","subject":42}"#));
+        assert_eq!(
+            whole.unwrap(),
+            Envelope::new("e1", "event").ordering_key("42")
+        );
+    }
+
+    #[test]
+    fn an_empty_id_is_invalid() {
+        let err = parse(
+            &[("id_pointer", "/id")],
+            Request::new("acme", r#"{"id":""}"#),
+        );
+        assert_eq!(err.unwrap_err(), ParseError::invalid("`/id` is empty"));
     }
 }
