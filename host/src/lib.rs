@@ -11,8 +11,9 @@
 //!   or a scheme name, and the only way to make a [`verify::Verified`] request.
 //! - [`ingest`]: the HTTP edge, `POST /hooks/{source}`: body caps and timeouts, verify, envelope
 //!   (parser plugin), durable accept, the contract's status codes.
-//! - [`inbox`]: the durable store, one storage contract with SQLite behind it (`inbox/sqlite/`,
-//!   the only code that speaks SQL; one writer thread, group commit).
+//! - [`inbox`]: the durable store, one storage contract with two backends behind it, the only
+//!   code that speaks SQL: SQLite (`inbox/sqlite/`, one writer thread, group commit) and
+//!   PostgreSQL (`inbox/postgres/`, for nodes sharing one database).
 //! - [`dispatch`]: workers that lease due deliveries (its producer loop), run each attempt and
 //!   record its outcome; [`dispatch::policy`] classifies results and decides retries, purely.
 //! - [`runtime`]: wasmtime. The only module that imports it: compile, type-check, sandbox, call.
@@ -27,7 +28,7 @@
 //! - [`telemetry`]: every metric's name and labels, the host's own Prometheus recorder, the
 //!   sampled database figures, and the last hour in memory for the dashboard.
 //! - [`server`]: the hardened accept loop both listeners use.
-//! - [`cli`]: `hookd serve | dev | send | events | replay | discard | plugins`.
+//! - [`cli`]: the `hookd` commands (listed in its own docs).
 //! - [`clock`]: where "now" comes from (the system, or tokio's clock in tests).
 //! - [`model`], [`ids`], [`error`]: shared vocabulary, newtypes, and the one HTTP error type.
 //! - [`text`]: untrusted text capped and escaped before it is stored or logged.

@@ -158,7 +158,8 @@ fn check(cases: Vec<Case>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Published and self-made vectors (signatures.md), clock = the vector's timestamp.
+// Vectors published in the providers' documentation (Standard Webhooks, Stripe, GitHub,
+// Slack, Shopify) and self-made ones computed with Python's hmac, clock = the vector's timestamp.
 
 struct Vector {
     name: &'static str,

@@ -15,8 +15,8 @@
 //! connection of each store's own; none behind a pooler in transaction mode, where `LISTEN`
 //! cannot pass and the nodes find each other's work by polling).
 //!
-//! The connection to the database is not encrypted (`NoTls`): the database must be reached
-//! over a trusted network or a local socket until TLS to it is configurable.
+//! The connection is encrypted as the URL's libpq options say (`sslmode`, `sslrootcert`,
+//! `sslcert`, `sslkey`; `tls.rs`), over the trust every TLS client of hookd shares.
 //!
 //! Invariants:
 //! - This room is the only code that names `tokio_postgres` or `deadpool_postgres`.

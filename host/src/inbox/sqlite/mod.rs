@@ -9,7 +9,8 @@
 //! the inbox's.
 //!
 //! Invariants:
-//! - This room is the only code that speaks SQL or names rusqlite.
+//! - This room is the only code that names rusqlite, and with `inbox/postgres/` the only code
+//!   that speaks SQL.
 //! - Every write goes through the one writer, so a caller is answered only after the commit
 //!   that holds its change, and the writer is the only connection that writes (which keeps the
 //!   head-of-key check race-free).
