@@ -40,7 +40,7 @@ pub const MAX_REPLAY: usize = 10_000;
 
 /// Events listed when the query sets no `limit`, and the most it may ask for.
 const DEFAULT_EVENTS: usize = 100;
-const MAX_EVENTS: usize = 10_000;
+pub const MAX_EVENTS: usize = 10_000;
 
 /// An admin request refused before it reached the inbox, answered exactly as its cause says:
 /// axum's own 4xx for a malformed query or body, else the contract's JSON error.

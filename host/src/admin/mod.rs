@@ -37,7 +37,8 @@ use axum::{
     routing::{get, post},
 };
 
-pub use handlers::{MAX_REPLAY, Rejection, events_filter, replay_filter};
+pub use handlers::{MAX_EVENTS, MAX_REPLAY, Rejection, events_filter, replay_filter};
+pub use state::MAX_KEYS;
 
 use crate::{
     Shared,

@@ -35,7 +35,7 @@ use crate::{
 
 /// Keys listed when the query sets no `limit`, and the most it may ask for.
 pub(super) const DEFAULT_KEYS: usize = 100;
-const MAX_KEYS: usize = 1000;
+pub const MAX_KEYS: usize = 1000;
 
 /// The largest `PUT` body: the largest value as base64 or as escaped JSON text, with room to
 /// spare.

@@ -208,7 +208,7 @@ pub struct EventsArgs {
     #[arg(long)]
     handler: Option<String>,
     /// List at most N events (the server defaults to 100).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::admin::MAX_EVENTS as i64))]
     limit: Option<u32>,
     /// List only events of this type.
     #[arg(long, value_name = "TYPE")]
@@ -433,7 +433,7 @@ enum StateCommand {
         #[arg(long, value_name = "KEY")]
         after: Option<String>,
         /// At most N keys (the server defaults to 100).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::admin::MAX_KEYS as i64))]
         limit: Option<u32>,
     },
     /// Show KEY's value (as JSON when it is JSON, else base64) and its version.
