@@ -60,6 +60,18 @@ impl DeliveryState {
     /// Open states not leased: they wait for their `next_attempt_at` (and their key's head).
     pub const WAITING: [DeliveryState; 2] = [Self::Pending, Self::Retrying];
 
+    /// The states besides `done` a delivery that was done once may be in (replayed since:
+    /// waiting, running, retrying, dead or discarded again); its event was handled all the
+    /// same, so it still makes older sequences of its key stale. (`stale` is not one: a stale
+    /// delivery was never run.)
+    pub const ONCE_DONE: [DeliveryState; 5] = [
+        Self::Pending,
+        Self::Running,
+        Self::Retrying,
+        Self::Dead,
+        Self::Discarded,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",

@@ -185,6 +185,30 @@ const WINDOW_PER_WANTED: usize = 4;
 /// followed by another (the key's next delivery may be its head now).
 const PASSES: usize = 4;
 
+/// The newest sequence of key `$3` (source `$1`, handler `$2`) handled: `done` now, or done
+/// once and in another state since (`DeliveryState::ONCE_DONE`: replayed, then waiting,
+/// retrying, dead or discarded again), whose event was handled all the same. A test holds the
+/// state list to that constant.
+const NEWEST_HANDLED: &str = "SELECT GREATEST(
+     (SELECT MAX(sequence) FROM deliveries
+      WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'),
+     (SELECT MAX(d.sequence) FROM deliveries d
+      WHERE d.source = $1 AND d.handler = $2 AND d.ordering_key = $3
+        AND d.state IN ('pending', 'running', 'retrying', 'dead', 'discarded')
+        AND EXISTS (SELECT 1 FROM attempts a
+                    WHERE a.delivery = d.id AND a.outcome = 'ok')))";
+
+#[cfg(test)]
+#[test]
+fn the_newest_handled_state_list_is_delivery_state_once_done() {
+    let quoted: Vec<String> = crate::model::DeliveryState::ONCE_DONE
+        .iter()
+        .map(|s| format!("'{s}'"))
+        .collect();
+    let list = format!("d.state IN ({})", quoted.join(", "));
+    assert!(NEWEST_HANDLED.contains(&list), "{NEWEST_HANDLED}");
+}
+
 /// The `IN` list of `states` as SQL, so the planner can match the partial indexes' predicates.
 fn sql_states(states: &[DeliveryState]) -> String {
     let names: Vec<String> = states.iter().map(|s| format!("'{}'", s.as_str())).collect();
@@ -471,17 +495,7 @@ async fn staleness(
     // The newest sequence handled: `done` now, or done once and replayed since (waiting,
     // retrying, dead or discarded again), whose event was handled all the same.
     let newest_done: Option<i64> = tx
-        .query_one(
-            "SELECT GREATEST(
-                 (SELECT MAX(sequence) FROM deliveries
-                  WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'),
-                 (SELECT MAX(d.sequence) FROM deliveries d
-                  WHERE d.source = $1 AND d.handler = $2 AND d.ordering_key = $3
-                    AND d.state IN ('pending', 'running', 'retrying', 'dead', 'discarded')
-                    AND EXISTS (SELECT 1 FROM attempts a
-                                WHERE a.delivery = d.id AND a.outcome = 'ok')))",
-            &[&candidate.source, &handler, key],
-        )
+        .query_one(NEWEST_HANDLED, &[&candidate.source, &handler, key])
         .await?
         .get(0);
     let Some(done) = crate::dispatch::policy::superseded_by(sequence, newest_done) else {

@@ -13,7 +13,10 @@ use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{
-    sql::{distinct_by_seeks, each_waiting_state, headers_from_json, open_states, waiting_states},
+    sql::{
+        distinct_by_seeks, each_waiting_state, headers_from_json, once_done_states, open_states,
+        waiting_states,
+    },
     state::{apply_state, first_changed},
 };
 use crate::{
@@ -197,11 +200,14 @@ pub(super) const NEWEST_DONE: &str = "SELECT sequence FROM deliveries
 /// was handled, so they still make older ones stale. A seek per such state in
 /// `deliveries_key_state`, and a look at each one's attempts (there are few: a replay is an
 /// operator's act).
-pub(super) const NEWEST_ONCE_DONE: &str = "SELECT MAX(d.sequence) FROM deliveries d
+pub(super) const NEWEST_ONCE_DONE: &str = concat!(
+    "SELECT MAX(d.sequence) FROM deliveries d
      WHERE d.source = ?1 AND d.handler = ?2 AND d.ordering_key = ?3
-       AND d.state IN ('pending', 'running', 'retrying', 'dead', 'discarded')
-       AND d.sequence IS NOT NULL
-       AND EXISTS (SELECT 1 FROM attempts a WHERE a.delivery = d.id AND a.outcome = 'ok')";
+       AND d.state IN ",
+    once_done_states!(),
+    " AND d.sequence IS NOT NULL
+       AND EXISTS (SELECT 1 FROM attempts a WHERE a.delivery = d.id AND a.outcome = 'ok')"
+);
 
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One

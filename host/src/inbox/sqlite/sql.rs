@@ -35,6 +35,14 @@ macro_rules! each_waiting_state {
 }
 pub(super) use each_waiting_state;
 
+/// `DeliveryState::ONCE_DONE` as an SQL list (see [`open_states!`]).
+macro_rules! once_done_states {
+    () => {
+        "('pending', 'running', 'retrying', 'dead', 'discarded')"
+    };
+}
+pub(super) use once_done_states;
+
 /// `DeliveryState::FINISHED` as an SQL list (see [`open_states!`]).
 macro_rules! finished_states {
     () => {
@@ -89,6 +97,11 @@ mod tests {
     #[test]
     fn the_sql_open_set_is_delivery_state_open() {
         assert_eq!(open_states!(), sql_list(&DeliveryState::OPEN));
+    }
+
+    #[test]
+    fn the_sql_once_done_set_is_delivery_state_once_done() {
+        assert_eq!(once_done_states!(), sql_list(&DeliveryState::ONCE_DONE));
     }
 
     #[test]
