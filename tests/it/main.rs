@@ -31,6 +31,7 @@ mod panics;
 mod plugins;
 mod postgres;
 mod retention;
+mod sdk_limits;
 mod state;
 mod tls;
 mod wit_versions;

@@ -47,6 +47,8 @@ const decoder = new TextDecoder();
 export const MAX_KEY_BYTES = 1024;
 /** The largest value hookd stores under one state key, in bytes. */
 export const MAX_VALUE_BYTES = 1024 * 1024;
+/** Requests one call may send, as hookd counts them (more are refused). */
+export const MAX_REQUESTS = 64;
 
 /**
  * A state call hookd refuses: in hookd it stops the attempt there, recorded `permanent` with
@@ -252,8 +254,11 @@ export class Harness {
         });
         requests += 1;
         const target = withPort(request.url.authority, request.url.https);
-        if (requests > 64) {
-          throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: more than 64 requests in one call`);
+        if (requests > MAX_REQUESTS) {
+          throw new HttpError(
+            "denied",
+            `hookd refused the request to ${request.url.authority}: more than ${MAX_REQUESTS} requests in one call`,
+          );
         }
         const stub = harness.stubs.get(`${request.method} ${url}`);
         if (stub === undefined) {

@@ -1,0 +1,85 @@
+//! The limits hookd enforces on plugins, restated by each SDK's test harness (so a unit test
+//! refuses what hookd would) and by the Rust SDK's own checks, held to hookd's values: a
+//! limit changed in the host and not in an SDK fails here, instead of letting an SDK's tests
+//! approve what hookd refuses. The SDKs are other languages (and the Rust one another
+//! target), so their sources are read as text: each constant by its name.
+
+use std::path::Path;
+
+use crate::support::plugins;
+
+/// The integer a constant named `name` is given in `file` (relative to the workspace):
+/// `NAME: usize = 8 * 1024 * 1024;`, `NAME = 1024;`, a product of integers.
+fn constant(file: &str, name: &str) -> u64 {
+    let path = Path::new(plugins::WORKSPACE_ROOT).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let line = text
+        .lines()
+        .map(str::trim_start)
+        .find(|line| {
+            let line = line
+                .trim_start_matches("pub ")
+                .trim_start_matches("export ")
+                .trim_start_matches("const ");
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ="))
+        })
+        .unwrap_or_else(|| panic!("{file} defines no {name}"));
+    let value = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
+    value
+        .split('*')
+        .map(|factor| {
+            factor
+                .trim()
+                .replace('_', "")
+                .parse::<u64>()
+                .unwrap_or_else(|e| panic!("{file}: {name} = {value}: {e}"))
+        })
+        .product()
+}
+
+#[test]
+fn every_sdk_restates_hookds_limits_exactly() {
+    let key = host::model::MAX_STATE_KEY_BYTES as u64;
+    let value = host::model::MAX_STATE_VALUE_BYTES as u64;
+    let requests = u64::from(host::outbound::policy::REQUESTS_PER_CALL);
+    let envelope_field = host::ingest::MAX_ENVELOPE_FIELD_BYTES as u64;
+    let response = host::outbound::transport::RESPONSE_BYTES;
+    let restated = [
+        ("plugin-sdk/src/state.rs", "MAX_KEY_BYTES", key),
+        ("plugin-sdk/src/state.rs", "MAX_VALUE_BYTES", value),
+        ("plugin-sdk/js/src/testing.ts", "MAX_KEY_BYTES", key),
+        ("plugin-sdk/js/src/testing.ts", "MAX_VALUE_BYTES", value),
+        ("plugin-sdk/python/hookd/testing.py", "MAX_KEY_BYTES", key),
+        (
+            "plugin-sdk/python/hookd/testing.py",
+            "MAX_VALUE_BYTES",
+            value,
+        ),
+        ("plugin-sdk/js/src/testing.ts", "MAX_REQUESTS", requests),
+        (
+            "plugin-sdk/python/hookd/testing.py",
+            "MAX_REQUESTS",
+            requests,
+        ),
+        (
+            "plugin-sdk/src/testing.rs",
+            "MAX_REQUESTS_PER_CALL",
+            requests,
+        ),
+        (
+            "plugin-sdk/src/testing.rs",
+            "MAX_ENVELOPE_FIELD_BYTES",
+            envelope_field,
+        ),
+        ("plugin-sdk/src/http.rs", "MAX_RESPONSE_BYTES", response),
+        (
+            "plugin-sdk/python/hookd/http.py",
+            "MAX_RESPONSE_BYTES",
+            response,
+        ),
+    ];
+    for (file, name, hookd) in restated {
+        assert_eq!(constant(file, name), hookd, "{file}: {name}");
+    }
+}
