@@ -63,7 +63,7 @@ impl DeliveryState {
     /// The states besides `done` a delivery that was done once may be in (replayed since:
     /// waiting, running, retrying, dead or discarded again); its event was handled all the
     /// same, so it still makes older sequences of its key stale. (`stale` is not one: a stale
-    /// delivery was never run.)
+    /// delivery's sequence is below one already handled, so it can make nothing stale.)
     pub const ONCE_DONE: [DeliveryState; 5] = [
         Self::Pending,
         Self::Running,

@@ -8,15 +8,15 @@ use std::path::Path;
 
 use crate::support::plugins;
 
-/// The integer a constant named `name` is given in `file` (relative to the workspace):
-/// `NAME: usize = 8 * 1024 * 1024;`, `NAME = 1024;`, a product of integers.
+/// The integer a constant named `name` is given in `file` (relative to the workspace), on the
+/// one line at the file's top level that defines it: `NAME: usize = 8 * 1024 * 1024;`,
+/// `NAME = 1024;`, a product of integers.
 fn constant(file: &str, name: &str) -> u64 {
     let path = Path::new(plugins::WORKSPACE_ROOT).join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let line = text
+    let defining: Vec<&str> = text
         .lines()
-        .map(str::trim_start)
-        .find(|line| {
+        .filter(|line| {
             let line = line
                 .trim_start_matches("pub ")
                 .trim_start_matches("export ")
@@ -24,7 +24,13 @@ fn constant(file: &str, name: &str) -> u64 {
             line.strip_prefix(name)
                 .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ="))
         })
-        .unwrap_or_else(|| panic!("{file} defines no {name}"));
+        .collect();
+    let [line] = defining[..] else {
+        panic!(
+            "{file} defines {name} {} times at its top level, not once",
+            defining.len()
+        );
+    };
     let value = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
     value
         .split('*')
@@ -75,6 +81,11 @@ fn every_sdk_restates_hookds_limits_exactly() {
         ("plugin-sdk/src/http.rs", "MAX_RESPONSE_BYTES", response),
         (
             "plugin-sdk/python/hookd/http.py",
+            "MAX_RESPONSE_BYTES",
+            response,
+        ),
+        (
+            "plugin-sdk/js/src/http-core.ts",
             "MAX_RESPONSE_BYTES",
             response,
         ),

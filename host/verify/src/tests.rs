@@ -158,8 +158,9 @@ fn check(cases: Vec<Case>) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Vectors published in the providers' documentation (Standard Webhooks, Stripe, GitHub,
-// Slack, Shopify) and self-made ones computed with Python's hmac, clock = the vector's timestamp.
+// Vectors published in the providers' documentation (Standard Webhooks, GitHub, Slack) and
+// self-made ones computed with Python's hmac (Stripe, Shopify, and the others), clock = the
+// vector's timestamp.
 
 struct Vector {
     name: &'static str,

@@ -54,7 +54,7 @@ impl Settings {
         if let Some(p) = &self.key_pointer
             && let Some(value) = body.pointer(p)?
         {
-            envelope = envelope.ordering_key(exact_scalar(p, value)?);
+            envelope = envelope.ordering_key(key(p, value)?);
         }
         if let Some(p) = &self.sequence_pointer
             && let Some(value) = body.pointer(p)?
@@ -154,6 +154,23 @@ fn exact_scalar(p: &str, value: &Value) -> Result<String, ParseError> {
         _ => Err(ParseError::invalid(format!(
             "`{p}` is not a string or number"
         ))),
+    }
+}
+
+/// The ordering key at pointer `p`, as text: as [`exact_scalar`], but a number with a fraction
+/// or an exponent below 2^53 keeps its float text (`42.0`, `1.5`), as keys always have: such a
+/// number is one float exactly, and an existing key must stay the key it was. Past 2^53 floats
+/// stop telling whole numbers apart, so two objects' keys could become one: refused.
+fn key(p: &str, value: &Value) -> Result<String, ParseError> {
+    const EXACT_BELOW: f64 = 9_007_199_254_740_992.0; // 2^53
+    match value {
+        Value::Number(n)
+            if n.as_f64()
+                .is_some_and(|f| n.is_f64() && f.abs() < EXACT_BELOW) =>
+        {
+            Ok(n.to_string())
+        }
+        other => exact_scalar(p, other),
     }
 }
 
@@ -328,7 +345,7 @@ mod tests {
     #[test]
     fn a_number_no_key_can_keep_exactly_is_invalid() {
         let config = [("id_pointer", "/id"), ("key_pointer", "/subject")];
-        for subject in ["12345678901234567890123", "1.5"] {
+        for subject in ["12345678901234567890123", "1e300"] {
             let body = format!(r#"{{"id":"e1","subject":{subject}}}"#);
             let err = parse(&config, Request::new("acme", body.as_str())).unwrap_err();
             assert!(
@@ -341,6 +358,16 @@ mod tests {
             whole.unwrap(),
             Envelope::new("e1", "event").ordering_key("42")
         );
+        // A float a key was before keeps being that key.
+        for (subject, key) in [("42.0", "42.0"), ("1.5", "1.5"), ("-7", "-7")] {
+            let body = format!(r#"{{"id":"e1","subject":{subject}}}"#);
+            let env = parse(&config, Request::new("acme", body.as_str())).unwrap();
+            assert_eq!(
+                env,
+                Envelope::new("e1", "event").ordering_key(key),
+                "{subject}"
+            );
+        }
     }
 
     #[test]

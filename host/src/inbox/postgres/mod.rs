@@ -16,7 +16,8 @@
 //! cannot pass and the nodes find each other's work by polling).
 //!
 //! The connection is encrypted as the URL's libpq options say (`sslmode`, `sslrootcert`,
-//! `sslcert`, `sslkey`; `tls.rs`), over the trust every TLS client of hookd shares.
+//! `sslcert`, `sslkey`; `tls.rs`): the roots every TLS client of hookd trusts, or only the
+//! `sslrootcert` file when one is named.
 //!
 //! Invariants:
 //! - This room is the only code that names `tokio_postgres` or `deadpool_postgres`.
