@@ -599,12 +599,17 @@ async fn rollback(node: &ProcessHost) -> (StatusCode, Value) {
 
 /// Plugin `counter` as node `asked`'s `/admin/plugins` shows it.
 async fn counter_on(asked: &ProcessHost) -> Value {
+    plugin_on(asked, "counter").await
+}
+
+/// Plugin `name` as node `asked`'s `/admin/plugins` shows it.
+async fn plugin_on(asked: &ProcessHost, name: &str) -> Value {
     let (status, list) = asked.admin_get("/admin/plugins").await;
     assert_eq!(status, StatusCode::OK, "{list}");
     list.as_array()
         .unwrap()
         .iter()
-        .find(|p| p["name"] == "counter")
+        .find(|p| p["name"] == name)
         .unwrap()
         .clone()
 }
@@ -817,14 +822,7 @@ async fn a_node_loads_only_the_plugin_files_its_configuration_uses() {
         dirs[1].path().join("plugins/flaky.wasm").exists(),
         "the release was not written"
     );
-    let (status, list) = hosts[0].admin_get("/admin/plugins").await;
-    assert_eq!(status, StatusCode::OK, "{list}");
-    let flaky = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "flaky")
-        .unwrap();
+    let flaky = plugin_on(&hosts[0], "flaky").await;
     // Every node is listed; one that does not run the file, with `null`.
     let running = flaky["nodes"]
         .as_object()
