@@ -88,32 +88,26 @@ impl From<crate::inbox::InboxError> for ApiError {
             // down): one line per period each, counting those left out.
             InboxError::Busy(cause) => {
                 static BUSY: Repeated = Repeated::new();
-                if let Some(left_out) = BUSY.write() {
-                    tracing::warn!(
-                        error = %cause,
-                        left_out,
-                        "database busy; asking the client to retry"
-                    );
-                }
-                Self::Overloaded {
-                    retry_after_secs: BUSY_RETRY_AFTER_SECS,
-                }
+                overloaded(&BUSY, &cause, "database busy; asking the client to retry")
             }
             InboxError::Unavailable(cause) => {
                 static UNAVAILABLE: Repeated = Repeated::new();
-                if let Some(left_out) = UNAVAILABLE.write() {
-                    tracing::warn!(
-                        error = %cause,
-                        left_out,
-                        "database unavailable; asking the client to retry"
-                    );
-                }
-                Self::Overloaded {
-                    retry_after_secs: BUSY_RETRY_AFTER_SECS,
-                }
+                let line = "database unavailable; asking the client to retry";
+                overloaded(&UNAVAILABLE, &cause, line)
             }
             other => Self::Internal(other.into()),
         }
+    }
+}
+
+/// The 503 for a database that cannot take the request now, its line written through
+/// `repeated`.
+fn overloaded(repeated: &Repeated, cause: &dyn std::fmt::Display, line: &str) -> ApiError {
+    if let Some(left_out) = repeated.write() {
+        tracing::warn!(error = %cause, left_out, "{line}");
+    }
+    ApiError::Overloaded {
+        retry_after_secs: BUSY_RETRY_AFTER_SECS,
     }
 }
 

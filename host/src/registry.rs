@@ -285,6 +285,26 @@ impl Registry {
         &self.dir
     }
 
+    /// Loads each of `stems` ([`Registry::load`]) on a task of its own, at most one per core at
+    /// once; the tasks to wait on. A task goes on when its handle is dropped, so a caller may
+    /// stop waiting and the version still goes live once built. Failures are logged by the load.
+    pub fn spawn_loads(
+        self: &Arc<Self>,
+        stems: impl IntoIterator<Item = String>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        let permits = Arc::new(tokio::sync::Semaphore::new(crate::config::cores()));
+        stems
+            .into_iter()
+            .map(|stem| {
+                let (registry, permits) = (self.clone(), permits.clone());
+                tokio::spawn(async move {
+                    let _permit = permits.acquire_owned().await;
+                    let _ = registry.load(&stem).await;
+                })
+            })
+            .collect()
+    }
+
     /// Whether the configuration uses file `stem` (some `[plugins.NAME]` loads it).
     pub fn configured(&self, stem: &str) -> bool {
         self.needs.contains_key(stem)

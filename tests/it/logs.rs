@@ -71,6 +71,19 @@ fn json_lines(log: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The first line of `host`'s JSON log whose message contains `needle`, once there is one.
+async fn line_containing(host: &ProcessHost, needle: &str) -> Value {
+    let log = host.wait_log(needle, WAIT).await;
+    json_lines(&log)
+        .into_iter()
+        .find(|l| {
+            l["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(needle))
+        })
+        .unwrap_or_else(|| panic!("no line's message says {needle:?} in:\n{log}"))
+}
+
 /// The span named `name` among the spans a JSON log line ran in.
 fn span<'a>(line: &'a Value, name: &str) -> &'a Value {
     line["spans"]
@@ -318,16 +331,7 @@ async fn a_refused_certificate_is_logged_with_its_attempt() {
         .await
         .unwrap();
     assert!(status.is_success(), "{status} {reply}");
-    let log = host.wait_log("UnknownIssuer", WAIT).await;
-    let lines = json_lines(&log);
-    let refused = lines
-        .iter()
-        .find(|l| {
-            l["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("UnknownIssuer"))
-        })
-        .unwrap();
+    let refused = &line_containing(&host, "UnknownIssuer").await;
     assert_eq!(span(refused, "attempt")["event"], "tls-1", "{refused}");
     assert_eq!(span(refused, "attempt")["source"], "p", "{refused}");
     assert_eq!(span(refused, "call")["plugin"], "netprobe", "{refused}");
@@ -342,16 +346,7 @@ async fn a_file_that_does_not_load_names_the_instances_that_use_it() {
     let config = sw_source("s", &["h"], "[plugins.h]\nwasm = \"absent\"\n");
     let host =
         ProcessHost::start_with_env(dir.path(), &config, &[("HOOKD_LOG_FORMAT", "json")]).await;
-    let log = host.wait_log("does not exist", WAIT).await;
-    let lines = json_lines(&log);
-    let missing = lines
-        .iter()
-        .find(|l| {
-            l["fields"]["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("does not exist"))
-        })
-        .unwrap();
+    let missing = &line_containing(&host, "does not exist").await;
     assert_eq!(missing["fields"]["plugin"], "absent", "{missing}");
     assert_eq!(missing["fields"]["instances"], "h", "{missing}");
 }

@@ -239,19 +239,9 @@ pub async fn catch_up(
     }
     // A release of a file this node's configuration does not use is written, never loaded.
     adopted.retain(|stem| registry.configured(stem));
-    let permits = Arc::new(tokio::sync::Semaphore::new(crate::config::cores()));
-    let loads: Vec<_> = adopted
-        .into_iter()
-        .map(|stem| {
-            let (registry, permits) = (registry.clone(), permits.clone());
-            // Spawned: one still compiling when start-up stops waiting goes on, and goes live.
-            tokio::spawn(async move {
-                let _permit = permits.acquire_owned().await;
-                // A failure is logged by the load and answered by the next tick.
-                let _ = registry.load(&stem).await;
-            })
-        })
-        .collect();
+    // One still compiling when start-up stops waiting goes on, and goes live; a failure is
+    // logged by the load and answered by the next tick.
+    let loads = registry.spawn_loads(adopted);
     let all = async {
         for load in loads {
             let _ = load.await;

@@ -114,20 +114,14 @@ impl Reloader {
     /// a handful of milliseconds per plugin. A missing or broken file is reported, and the host
     /// still starts (its deliveries wait).
     pub async fn load_all(&mut self) {
-        let parallel = crate::config::cores();
-        let permits = Arc::new(tokio::sync::Semaphore::new(parallel));
-        let mut loads = JoinSet::new();
         for stem in &self.stems {
             // Fingerprint before reading: a change during the load is seen as a change.
             self.seen
                 .insert(stem.clone(), fingerprint(&self.registry.path_of(stem)));
-            let (registry, stem, permits) = (self.registry.clone(), stem.clone(), permits.clone());
-            loads.spawn(async move {
-                let _permit = permits.acquire_owned().await;
-                let _ = registry.load(&stem).await;
-            });
         }
-        while loads.join_next().await.is_some() {}
+        for load in self.registry.spawn_loads(self.stems.iter().cloned()) {
+            let _ = load.await;
+        }
     }
 
     /// Runs until `shutdown` resolves.
