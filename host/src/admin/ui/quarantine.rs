@@ -157,9 +157,9 @@ fn not_held(id: i64) -> UiError {
 /// The page saying what became of request `id`.
 fn outcome_page(signed_in: &SignedIn, id: i64, said: maud::Markup) -> Response {
     let body = html! {
-        h1 { "Quarantined request " (id) }
         p role="status" { (said) }
         p { a href="/quarantine" { "Back to the quarantine" } }
     };
-    layout::page("Quarantine", Nav::Quarantine, signed_in, body).into_response()
+    let title = format!("Quarantined request {id}");
+    layout::page(&title, Nav::Quarantine, signed_in, body).into_response()
 }
