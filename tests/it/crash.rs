@@ -3,7 +3,8 @@
 //!
 //! Invariant checked: an attempt is counted at lease time and its state writes land only with
 //! its `done`; a killed attempt is recorded as `abandoned` at the restart, then retried
-//! (at-least-once) or dead-lettered and never re-run (at-most-once).
+//! (at-least-once) or dead-lettered and never re-run (at-most-once, or a handler the restarted
+//! configuration no longer declares).
 
 use std::{
     collections::BTreeSet,
@@ -296,6 +297,56 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     // Meanwhile (a retry, a replay and two 1.5 s attempts later) the at-most-once delivery
     // was never run again.
     let later = second.delivery("s", "slow", "once").await.unwrap();
+    assert_eq!(
+        (
+            &later["state"],
+            &later["attempts"],
+            support::outcomes(&later)
+        ),
+        (&json!("dead"), &json!(1), vec!["abandoned"]),
+        "{later:#}"
+    );
+}
+
+/// An at-most-once attempt cut short by a kill, then a restart whose configuration no longer
+/// declares its handler: the delivery is dead (`abandoned`), not retried under the defaults
+/// (at-least-once) a name the configuration lacks would get; declared again, the handler never
+/// runs it a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_then_a_configuration_without_the_handler_never_runs_an_attempt_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    install(dir.path(), ("flaky", plugins::FLAKY));
+    let once = r#"
+        [plugins.once]
+        wasm = "flaky"
+        delivery = "at-most-once"
+        timeout_ms = 10000
+        backoff_base_ms = 100
+        backoff_max_ms = 200
+        "#;
+    let with = config(&["once"], once);
+    let first = ProcessHost::start(dir.path(), &with).await;
+    post_event(first.ingest, "slow".into(), json!({"sleep_ms": 3000}))
+        .await
+        .unwrap();
+    first
+        .wait_delivery("s", "slow", "once", WAIT, |d| d["state"] == "running")
+        .await;
+    first.kill();
+
+    let without = ProcessHost::start(dir.path(), &config(&[], "")).await;
+    let dead = without.delivery("s", "slow", "once").await.unwrap();
+    assert_eq!(
+        (&dead["state"], support::outcomes(&dead)),
+        (&json!("dead"), vec!["abandoned"]),
+        "{dead:#}"
+    );
+    without.kill();
+
+    let again = ProcessHost::start(dir.path(), &with).await;
+    // Longer than a retry's backoff and the attempt's 3 s: a re-run would have started by now.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let later = again.delivery("s", "slow", "once").await.unwrap();
     assert_eq!(
         (
             &later["state"],

@@ -199,3 +199,49 @@ async fn the_waiting_deliveries_of_a_removed_handler_can_be_discarded() {
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
 }
+
+/// A replay naming no handler takes the dead letters of the handlers the configuration
+/// declares and passes over a removed one's: queued again, nothing would ever run them, and
+/// they would leave the dead letters an operator watches for a `pending` nobody serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_of_every_handler_passes_over_a_removed_handlers_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::install_plugins(dir.path(), &[("flaky", plugins::FLAKY)]);
+    let table = |name: &str| format!("\n[plugins.{name}]\nwasm = \"flaky\"\n");
+    let with = sw_source("s", &["kept", "gone"], "") + &table("kept") + &table("gone");
+    let host = ProcessHost::start(dir.path(), &with).await;
+    let (status, reply) = post_sw(host.ingest, "s", "p-1", br#"{"permanent": true}"#)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    for handler in ["kept", "gone"] {
+        host.wait_delivery("s", "p-1", handler, WAIT, |d| d["state"] == "dead")
+            .await;
+    }
+    host.kill();
+
+    let without = sw_source("s", &["kept"], "") + &table("kept");
+    let host = ProcessHost::start(dir.path(), &without).await;
+    let (status, reply) = host
+        .admin(
+            http::Method::POST,
+            "/admin/replay",
+            Some(ADMIN_TOKEN),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(
+        (status, reply),
+        (StatusCode::OK, json!({"matched": 1, "replayed": 1}))
+    );
+    host.wait_delivery("s", "p-1", "kept", WAIT, |d| {
+        d["state"] == "dead" && d["attempts"] == 2
+    })
+    .await;
+    let gone = host.delivery("s", "p-1", "gone").await.unwrap();
+    assert_eq!(
+        (&gone["state"], &gone["attempts"]),
+        (&json!("dead"), &json!(1)),
+        "{gone:#}"
+    );
+}

@@ -233,6 +233,8 @@ impl From<inbox::AttemptRecord> for AttemptRecord {
 pub struct ReplayRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// A handler instance. A replay without one takes the deliveries of every handler the
+    /// configuration declares (not those of a removed one: nothing would run them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
     /// A delivery state name; `dead` when not given. A replay takes `dead`, `stale`, `done` or

@@ -281,6 +281,7 @@ pub async fn replay_filter(request: Request) -> Result<ReplayFilter, Rejection> 
         dry_run: body.dry_run,
         force: body.force,
         orphaned: false,
+        declared_handlers: None,
     })
 }
 

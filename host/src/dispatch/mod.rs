@@ -131,13 +131,19 @@ impl Dispatcher {
         )
     }
 
-    /// Where a delivery whose worker vanished goes: at-most-once plugins never re-run it.
+    /// Where a delivery whose worker vanished goes: at-most-once plugins never re-run it, and
+    /// neither does a handler the configuration no longer declares. How that one was declared
+    /// when its attempt started is not known; dead is the outcome safe under either delivery
+    /// mode (an at-most-once handler is never run twice), and a replay, once the handler is
+    /// declared again, runs it if it should.
     fn abandoned_disposition(&self, handler: &str, budget_used: u32, now_ms: i64) -> Disposition {
-        let plugin = self.config.plugin(&PluginName::from(handler));
+        let Some(plugin) = self.config.plugins.get(&PluginName::from(handler)) else {
+            return Disposition::Dead;
+        };
         if plugin.delivery == DeliveryMode::AtMostOnce {
             return Disposition::Dead;
         }
-        self.dispose(&plugin, Attempted::Failed, budget_used, now_ms)
+        self.dispose(plugin, Attempted::Failed, budget_used, now_ms)
     }
 
     /// Takes back every lease a previous process left (at start-up, before any worker runs).

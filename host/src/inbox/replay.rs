@@ -32,6 +32,11 @@ pub struct ReplayFilter {
     /// `retrying`) deliveries nothing will ever run: a discard may close those too. Set by the
     /// service that checked the name, never by a client.
     pub orphaned: bool,
+    /// When set, only the deliveries of these handlers. The replay service sets it to the
+    /// handlers the configuration declares when `handler` names none, so a replay of every
+    /// handler's dead letters leaves a removed instance's as they are (queued again, nothing
+    /// would ever run them). Never set by a client.
+    pub declared_handlers: Option<Vec<String>>,
 }
 
 impl ReplayFilter {

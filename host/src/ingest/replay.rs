@@ -3,6 +3,8 @@
 //!
 //! Invariants:
 //! - One call touches at most `filter.limit` deliveries and quarantined requests together.
+//! - A replay naming no handler takes only deliveries of handlers the configuration declares: a
+//!   removed instance's are never queued again with nothing to run them.
 //! - At most one quarantined body is in memory at a time; a dry run reads none (it counts).
 //! - A re-parsed request is accepted (deduped like any other) or, if its parser now refuses or
 //!   ignores it, resolved with the parser's reason; one that still cannot be parsed stays held.
@@ -44,10 +46,16 @@ pub enum ReplayError {
     Inbox(#[from] InboxError),
 }
 
-/// Replays what `filter` selects: its deliveries, then (when it filters by nothing a
-/// quarantined request lacks) the held quarantined requests of its source and time range.
-pub async fn run(shared: &Shared, filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
+/// Replays what `filter` selects: its deliveries (with no handler named, those of the handlers
+/// the configuration declares), then (when it filters by nothing a quarantined request lacks)
+/// the held quarantined requests of its source and time range.
+pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
     known_names(shared, &filter)?;
+    if filter.handler.is_none() {
+        // Not a removed instance's: nothing would run them (naming one is refused, with advice).
+        let declared = shared.config.plugins.keys().map(|name| name.to_string());
+        filter.declared_handlers = Some(declared.collect());
+    }
     let (mut matched, mut replayed) = shared.inbox.replay(filter.clone()).await?;
     if replayed > 0 {
         tracing::info!(

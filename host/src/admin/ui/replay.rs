@@ -109,6 +109,7 @@ impl ActionForm {
             dry_run: !self.confirmed(),
             force: self.force == "yes",
             orphaned: false,
+            declared_handlers: None,
         };
         let dead_letters = filter.handler.is_some()
             && filter.state == Some(DeliveryState::Dead)

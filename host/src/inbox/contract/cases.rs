@@ -324,6 +324,23 @@ pub(super) async fn a_replay_touches_at_most_its_limit(db: &dyn Database) {
     assert_eq!(inbox.replay(two).await.unwrap(), (2, 2));
 }
 
+pub(super) async fn a_replay_takes_only_the_handlers_it_is_limited_to(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    dead_letter(&inbox, "a").await;
+    let elsewhere = ReplayFilter {
+        declared_handlers: Some(vec!["another".into()]),
+        ..dead()
+    };
+    assert_eq!(inbox.replay(elsewhere).await.unwrap(), (0, 0));
+    assert_eq!(state_of(&inbox, "a").await, "dead");
+    let among = ReplayFilter {
+        declared_handlers: Some(vec!["another".into(), HANDLER.into()]),
+        ..dead()
+    };
+    assert_eq!(inbox.replay(among).await.unwrap(), (1, 1));
+    assert_eq!(state_of(&inbox, "a").await, "pending");
+}
+
 pub(super) async fn a_dry_run_replays_nothing(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     dead_letter(&inbox, "a").await;

@@ -76,6 +76,7 @@ macro_rules! suite {
             a_conflicted_attempt_runs_again_without_using_its_budget,
             a_replay_gives_a_fresh_attempt_budget,
             a_replay_touches_at_most_its_limit,
+            a_replay_takes_only_the_handlers_it_is_limited_to,
             a_dry_run_replays_nothing,
             replaying_a_pending_or_running_state_is_an_invalid_filter,
             a_retrying_delivery_replayed_is_due_now_with_its_budget,

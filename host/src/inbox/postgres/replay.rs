@@ -78,6 +78,7 @@ pub(super) async fn matching_deliveries(
                AND ($8::text IS NULL OR (SELECT a.error_kind FROM attempts a
                                          WHERE a.delivery = d.id
                                          ORDER BY a.id DESC LIMIT 1) = $8)
+               AND ($9::text[] IS NULL OR d.handler = ANY($9))
              ORDER BY d.id LIMIT $7
              FOR SHARE OF e",
             &[
@@ -89,6 +90,7 @@ pub(super) async fn matching_deliveries(
                 &filter.until_ms,
                 &(filter.limit as i64),
                 &filter.error_kind,
+                &filter.declared_handlers,
             ],
         )
         .await?

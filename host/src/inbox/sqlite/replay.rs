@@ -64,6 +64,10 @@ pub(super) fn matching_deliveries(
         .event_ids
         .as_ref()
         .map(|ids| serde_json::to_string(ids).expect("strings serialize"));
+    let handlers_json = filter
+        .declared_handlers
+        .as_ref()
+        .map(|names| serde_json::to_string(names).expect("strings serialize"));
     let ids = conn
         .prepare_cached(
             "SELECT d.id FROM deliveries d JOIN events e ON e.id = d.event
@@ -75,6 +79,7 @@ pub(super) fn matching_deliveries(
                AND (?6 IS NULL OR e.received_at <= ?6)
                AND (?8 IS NULL OR (SELECT a.error_kind FROM attempts a WHERE a.delivery = d.id
                                    ORDER BY a.id DESC LIMIT 1) = ?8)
+               AND (?9 IS NULL OR d.handler IN (SELECT value FROM json_each(?9)))
              ORDER BY d.id LIMIT ?7",
         )?
         .query_map(
@@ -87,6 +92,7 @@ pub(super) fn matching_deliveries(
                 filter.until_ms,
                 filter.limit as i64,
                 filter.error_kind,
+                handlers_json,
             ],
             |r| r.get(0),
         )?
