@@ -33,12 +33,13 @@ use crate::{
     name = "handshake", level = "error", skip_all, fields(source = source.as_str())
 )]
 pub(super) async fn get(
-    State(super::Edge { shared, .. }): State<super::Edge>,
+    State(edge): State<super::Edge>,
     Path(source): Path<String>,
     uri: Uri,
 ) -> Response {
     let started = std::time::Instant::now();
-    let (label, refusal, response) = answer_get(&shared, &source, &uri);
+    let (label, refusal, response) = answer_get(&edge, &source, &uri);
+    let shared = &edge.shared;
     // An answered handshake is not counted among the ingest answers (a provider's set-up step,
     // not an event); a refusal is, as on `POST`.
     if let Some(outcome) = refusal {
@@ -52,11 +53,11 @@ pub(super) async fn get(
 /// The answer to a `GET`, with the source label to count it under and, for a refusal, its
 /// outcome.
 fn answer_get<'c>(
-    shared: &'c crate::Shared,
+    edge: &'c super::Edge,
     source: &str,
     uri: &Uri,
 ) -> (&'c str, Option<&'static str>, Response) {
-    let Some(source) = shared.config.sources.get(source) else {
+    let Some(source) = edge.shared.config.sources.get(source) else {
         let refusal = ApiError::UnknownSource;
         return ("", Some(refusal.code()), refusal.into_response());
     };
@@ -75,7 +76,7 @@ fn answer_get<'c>(
         return (label, Some(refusal.code()), refusal.into_response());
     };
     match source.verifier.answer_get(&query) {
-        Ok(Some(reply)) => (label, None, handshake_answered(reply)),
+        Ok(Some(reply)) => (label, None, handshake_answered(edge, source, reply)),
         Ok(None) => not_allowed(),
         Err(e) => {
             let (outcome, response) = refused(&e);
@@ -120,6 +121,7 @@ fn with_allow(refusal: ApiError, allow: &'static str) -> Response {
 /// The handshake step of `POST /hooks/{source}`, before the request is verified as an event:
 /// if the request is a handshake, its outcome (`responded`, or the refusal's) and response.
 pub(super) fn post(
+    edge: &super::Edge,
     source: &SourceConfig,
     uri: &Uri,
     headers: &HeaderMap,
@@ -131,13 +133,21 @@ pub(super) fn post(
         .map(|Query(query)| query)
         .unwrap_or_default();
     match source.verifier.answer_post(&query, headers, body, received) {
-        Ok(reply) => reply.map(|reply| ("responded", handshake_answered(reply))),
+        Ok(reply) => reply.map(|reply| ("responded", handshake_answered(edge, source, reply))),
         Err(e) => Some(refused(&e)),
     }
 }
 
-fn handshake_answered(reply: Reply) -> Response {
-    tracing::info!("provider handshake answered");
+/// A handshake's answer, logged at most once per period per source: several handshakes need
+/// no signature (Twitter's CRC, Microsoft Graph's and Dropbox's challenges), so anyone may send
+/// them at request rate.
+fn handshake_answered(edge: &super::Edge, source: &SourceConfig, reply: Reply) -> Response {
+    let written = edge
+        .line(&source.name, |lines| &lines.handshake)
+        .and_then(crate::telemetry::Repeated::write);
+    if let Some(left_out) = written {
+        tracing::info!(left_out, "provider handshake answered");
+    }
     answered(reply)
 }
 

@@ -53,31 +53,47 @@ pub const MAX_SEQUENCE: u64 = i64::MAX as u64;
 pub const MAX_ENVELOPE_FIELD_BYTES: usize = 1024;
 
 /// What the ingest handler shares: the host, the in-flight body budget of this listener, and
-/// each source's limiter of parser-refusal lines.
+/// each source's limiters of the lines anyone may cause.
 #[derive(Clone)]
 struct Edge {
     shared: Arc<Shared>,
     budget: Arc<BodyBudget>,
-    /// Each source's line for a request its parser refused (one per period per source, so a
-    /// flood to one source leaves another's broken parser its own line).
-    unparsable: Arc<HashMap<SourceName, Repeated>>,
+    lines: Arc<HashMap<SourceName, SourceLines>>,
+}
+
+/// A source's lines that its requests write, one per period per source (so a flood to one
+/// source leaves another its own line): what a source without a signature, or a handshake
+/// without one, lets anyone send at request rate.
+#[derive(Default)]
+struct SourceLines {
+    /// A request its parser refused.
+    unparsable: Repeated,
+    /// A provider's handshake answered.
+    handshake: Repeated,
+}
+
+impl Edge {
+    /// `source`'s limiter of `line` (none for a name that is not a configured source's).
+    fn line(&self, source: &SourceName, line: fn(&SourceLines) -> &Repeated) -> Option<&Repeated> {
+        self.lines.get(source).map(line)
+    }
 }
 
 /// The ingest routes.
 pub fn router(shared: Arc<Shared>) -> Router {
     let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
-    let unparsable = Arc::new(
+    let lines = Arc::new(
         shared
             .config
             .sources
             .values()
-            .map(|source| (source.name.clone(), Repeated::new()))
+            .map(|source| (source.name.clone(), SourceLines::default()))
             .collect(),
     );
     let edge = Edge {
         shared,
         budget,
-        unparsable,
+        lines,
     };
     Router::new()
         .route(
@@ -267,11 +283,7 @@ pub(super) fn counted(mut response: Response) -> Response {
 
 /// [`receive`] for a configured source.
 async fn answer(
-    Edge {
-        shared,
-        budget,
-        unparsable,
-    }: &Edge,
+    edge @ Edge { shared, budget, .. }: &Edge,
     source: &SourceConfig,
     received: SystemTime,
     uri: Uri,
@@ -284,7 +296,7 @@ async fn answer(
     // that long.
     let (body, reservation) = body::read(body, declared, limits, budget).await?;
 
-    if let Some(answer) = handshake::post(source, &uri, &headers, &body, received) {
+    if let Some(answer) = handshake::post(edge, source, &uri, &headers, &body, received) {
         return Ok(answer);
     }
     let verified = source
@@ -337,7 +349,9 @@ async fn answer(
             // Worth a line, as the parser's author may be the one to fix (the sender gets the
             // same detail); at most one per 10 s per source, since a source without a
             // signature lets anyone send these.
-            let written = unparsable.get(&source.name).and_then(Repeated::write);
+            let written = edge
+                .line(&source.name, |lines| &lines.unparsable)
+                .and_then(Repeated::write);
             if let Some(left_out) = written {
                 tracing::info!(
                     detail = &*crate::error::cap_detail(&detail),
