@@ -138,6 +138,9 @@ impl Verifier {
         body: &[u8],
         now: SystemTime,
     ) -> Result<Option<Reply>, HandshakeError> {
+        if body.len() > MAX_HANDSHAKE_BODY {
+            return Ok(None);
+        }
         if self.scheme == Scheme::Msgraph {
             // Graph validates a subscription with an empty, unsigned POST carrying the token.
             return match query.iter().find(|(name, _)| name == "validationToken") {
@@ -145,9 +148,7 @@ impl Verifier {
                 None => Ok(None),
             };
         }
-        if !matches!(self.scheme, Scheme::Slack | Scheme::Discord | Scheme::Zoom)
-            || body.len() > MAX_HANDSHAKE_BODY
-        {
+        if !matches!(self.scheme, Scheme::Slack | Scheme::Discord | Scheme::Zoom) {
             return Ok(None);
         }
         let Ok(value) = serde_json::from_slice::<Value>(body) else {

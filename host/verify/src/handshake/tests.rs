@@ -366,6 +366,25 @@ fn msgraph_validation_token_is_echoed_as_plain_text() {
     );
 }
 
+/// A body over the handshake bound is an event whatever its query says: a validation token
+/// beside it must not make hookd answer, and drop, what may be a notification.
+#[test]
+fn a_large_body_is_never_a_handshake_even_with_a_validation_token() {
+    let v = verifier(Scheme::Msgraph, &[], Some("state-42"));
+    let q = query(&[("validationToken", "x")]);
+    let body = vec![b' '; MAX_HANDSHAKE_BODY + 1];
+    assert_eq!(
+        v.answer_post(&q, &HeaderMap::new(), &body, at(TS)),
+        Ok(None)
+    );
+    let fits = vec![b' '; MAX_HANDSHAKE_BODY];
+    assert!(
+        v.answer_post(&q, &HeaderMap::new(), &fits, at(TS))
+            .unwrap()
+            .is_some()
+    );
+}
+
 #[test]
 fn msgraph_notifications_must_all_carry_the_client_state() {
     let v = verifier(Scheme::Msgraph, &[], Some("state-42"));
