@@ -399,3 +399,25 @@ async fn a_refused_state_save_says_when_the_key_changed_meanwhile() {
         "{page}"
     );
 }
+
+/// A bidi control in an event id reorders only the id, in the page's `<title>` and heading
+/// too, which no style isolates: the id is written between FIRST STRONG ISOLATE and POP
+/// DIRECTIONAL ISOLATE there (before, the override ran on past the id, over ` · hookd`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_id_s_bidi_controls_stay_inside_it_in_the_title() {
+    let config = sw_source("g", &[], support::KEYED_BY_BODY);
+    let host = TestHost::start(&config, &[("generic", plugins::GENERIC)]).await;
+    let id = "abc\u{202e}dcba";
+    let body = json!({"id": id, "key": "k", "seq": 1}).to_string();
+    let (status, reply) = post_sw(host.ingest, "g", "m-1", body.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let session = support::dashboard_session(host.admin).await;
+    let path = format!("/events/g/{}", form_encode(id));
+    let (status, page) = dashboard_get(&host, &session, &path).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let isolated = format!("Event \u{2068}{id}\u{2069}");
+    assert_eq!(between(&page, "<title>", " · hookd"), isolated, "{page}");
+    assert_eq!(between(&page, "<h1>", "</h1>"), isolated, "{page}");
+}

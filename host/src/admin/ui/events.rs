@@ -306,7 +306,7 @@ pub(super) async fn detail(
         }
         }
     };
-    let title = format!("Event {}", event.event_id);
+    let title = format!("Event {}", format::isolated(event.event_id.as_str()));
     Ok(layout::page(&title, Nav::Events, &signed_in, body).into_response())
 }
 
