@@ -102,6 +102,9 @@ struct ServerFile {
     /// Bytes of request bodies held in memory at once across all connections (reserved from
     /// `Content-Length` before reading, else grown chunk by chunk); beyond it 503.
     max_inflight_body_bytes: u64,
+    /// Of those, the bytes one client address (IPv6: one /64) may hold; default a quarter of
+    /// them, and at least the largest source's `max_body_bytes`.
+    max_inflight_body_bytes_per_ip: Option<u64>,
     /// Connections at once from one client address (IPv6: one /64); more are refused with 503.
     max_connections_per_ip: usize,
     /// Longest wait for the first body byte and between body bytes.
@@ -137,6 +140,7 @@ impl Default for ServerFile {
             body_timeout_ms: 30_000,
             max_connections: 4096,
             max_inflight_body_bytes: 128 * 1024 * 1024,
+            max_inflight_body_bytes_per_ip: None,
             max_connections_per_ip: 256,
             body_idle_timeout_ms: 5_000,
             min_body_bytes_per_sec: 16 * 1024,
@@ -323,6 +327,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Body bytes held at once across all requests (the in-flight body budget).
     pub max_inflight_body_bytes: u64,
+    /// Of the budget, the bytes one client address (IPv6: one /64) may hold at once.
+    pub max_inflight_body_bytes_per_ip: u64,
     pub max_connections_per_ip: usize,
     pub body_idle_timeout: Duration,
     /// 0 = no minimum rate.
@@ -937,7 +943,8 @@ impl Config {
             ),
             None => memory_available().map_or(DEFAULT_PLUGIN_MEMORY_BYTES, |bytes| bytes / 2),
         };
-        let server = ServerConfig {
+        let s_per_ip = s.max_inflight_body_bytes_per_ip;
+        let mut server = ServerConfig {
             listen: s.listen,
             admin_listen: s.admin_listen,
             admin_token: admin_token.map(Secret::new),
@@ -962,6 +969,8 @@ impl Config {
             body_timeout: Duration::from_millis(s.body_timeout_ms),
             max_connections: s.max_connections,
             max_inflight_body_bytes: s.max_inflight_body_bytes,
+            // Set once the sources are read (its default depends on their body caps).
+            max_inflight_body_bytes_per_ip: s.max_inflight_body_bytes,
             max_connections_per_ip: s.max_connections_per_ip,
             body_idle_timeout: Duration::from_millis(s.body_idle_timeout_ms),
             min_body_bytes_per_sec: s.min_body_bytes_per_sec,
@@ -986,6 +995,11 @@ impl Config {
             }
             sources.insert(config.name.clone(), Arc::new(config));
         }
+        server.max_inflight_body_bytes_per_ip = body_share(
+            &server,
+            s_per_ip,
+            sources.values().map(|s| s.max_body_bytes),
+        )?;
         let retention = file.retention.validate()?;
         Ok(Self {
             server,
@@ -1619,6 +1633,31 @@ fn env_secret(
         );
     }
     Ok(value)
+}
+
+/// `server.max_inflight_body_bytes_per_ip` as given (`per_ip`), or its default: a quarter of
+/// the budget, and at least the largest body any source takes (`caps`), so one address can
+/// always send one; never more than the budget.
+fn body_share(
+    server: &ServerConfig,
+    per_ip: Option<u64>,
+    caps: impl Iterator<Item = u64>,
+) -> anyhow::Result<u64> {
+    let total = server.max_inflight_body_bytes;
+    let largest = caps.max().unwrap_or(0);
+    match per_ip {
+        None => Ok((total / 4).max(largest)),
+        Some(share) if share > total => bail!(
+            "server.max_inflight_body_bytes_per_ip ({share}) must not exceed \
+             server.max_inflight_body_bytes ({total})"
+        ),
+        Some(share) if share < largest => bail!(
+            "server.max_inflight_body_bytes_per_ip ({share}) must be at least the largest body a \
+             source takes ({largest}, max_body_bytes): a body that large could never be \
+             admitted from one address"
+        ),
+        Some(share) => Ok(share),
+    }
 }
 
 fn source_config(
@@ -2645,6 +2684,33 @@ memory_mib = 32
                 max_bytes: 2 << 20
             }
         );
+    }
+
+    /// One address's share of the body budget: a quarter of it, at least the largest body a
+    /// source takes; a share set outside those bounds is refused, naming the key.
+    #[test]
+    fn an_addresss_share_of_the_body_budget_defaults_to_a_quarter_and_fits_a_whole_body() {
+        let share = |text: &str| parse(text).map(|c| c.server.max_inflight_body_bytes_per_ip);
+        assert_eq!(share("").unwrap(), 32 << 20);
+        let large = "[server]\nmax_inflight_body_bytes = 100000000\n\
+                     [sources.s]\nscheme = \"none\"\nmax_body_bytes = 40000000";
+        assert_eq!(share(large).unwrap(), 40_000_000);
+        let set = "[server]\nmax_inflight_body_bytes_per_ip = 30000000\nmax_body_bytes = 1000";
+        assert_eq!(share(set).unwrap(), 30_000_000);
+        for (text, expected) in [
+            (
+                "[server]\nmax_inflight_body_bytes_per_ip = 1000",
+                "server.max_inflight_body_bytes_per_ip (1000) must be at least the largest body",
+            ),
+            (
+                "[server]\nmax_inflight_body_bytes_per_ip = 999999999999",
+                "must not exceed server.max_inflight_body_bytes",
+            ),
+        ] {
+            let text = format!("{text}\n[sources.s]\nscheme = \"none\"");
+            let e = format!("{:#}", share(&text).unwrap_err());
+            assert!(e.contains(expected), "{e}");
+        }
     }
 
     #[test]

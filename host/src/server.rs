@@ -91,21 +91,30 @@ struct AddressSlot {
     _hold: AddressHold,
 }
 
-impl PerAddress {
-    /// The address a client is counted under: IPv4 as is (also when IPv4-mapped), IPv6 by its
-    /// /64, since one host is usually given a whole /64.
-    fn key(ip: IpAddr) -> IpAddr {
-        match ip {
-            IpAddr::V4(_) => ip,
-            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => IpAddr::V4(v4),
-                None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !((1u128 << 64) - 1))),
-            },
-        }
-    }
+/// The address of the peer a request came from, as [`serve_connection`] put it in the
+/// request's extensions (none for a request that did not come through it).
+pub fn peer(extensions: &http::Extensions) -> Option<IpAddr> {
+    extensions
+        .get::<ConnectInfo<std::net::SocketAddr>>()
+        .map(|ConnectInfo(peer)| peer.ip())
+}
 
+/// The address a client is counted under, by every per-address bound (connections, body
+/// bytes, failed sign-ins): IPv4 as is (also when IPv4-mapped), IPv6 by its /64, since one host
+/// is usually given a whole /64.
+pub fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !((1u128 << 64) - 1))),
+        },
+    }
+}
+
+impl PerAddress {
     fn hold(self: &Arc<Self>, ip: IpAddr) -> AddressHold {
-        let key = Self::key(ip);
+        let key = client_key(ip);
         let mut addresses = self.addresses.lock().expect("never poisoned");
         let address = addresses
             .entry(key)
@@ -401,7 +410,7 @@ mod tests {
 
     #[tokio::test]
     async fn clients_are_counted_per_ipv4_address_and_per_ipv6_64_and_a_few_wait() {
-        let key = |s: &str| PerAddress::key(s.parse().unwrap()).to_string();
+        let key = |s: &str| client_key(s.parse().unwrap()).to_string();
         assert_eq!(key("203.0.113.7"), "203.0.113.7");
         assert_eq!(key("::ffff:203.0.113.7"), "203.0.113.7");
         assert_eq!(key("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");

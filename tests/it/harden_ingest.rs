@@ -771,3 +771,45 @@ async fn admin_bodies_that_stall_or_declare_too_much_are_refused_without_holding
         );
     }
 }
+
+/// One address sending large bodies on many connections at the pace the rules ask holds at
+/// most its share of the body budget (a quarter of it by default): its further bodies get 503,
+/// and a real webhook from another address is accepted meanwhile. Before, nine such bodies
+/// held the whole budget, and every webhook was answered 503 for as long as they went on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_its_share_of_the_body_budget() {
+    let config = format!(
+        "[server]\nmax_inflight_body_bytes = 8388608\nmax_body_bytes = 1048576\n{}",
+        github_source("gh", "")
+    );
+    let host = TestHost::start(&config, &[]).await;
+    let from = Ipv4Addr::new(127, 0, 3, 1);
+    let mut hoarders = Vec::new();
+    for _ in 0..9 {
+        let mut stream = connect_from(from, host.ingest).await.unwrap();
+        stream.write_all(&head("gh", &[], 1 << 20)).await.unwrap();
+        // 600 KB at once: the pace of a 1 MiB body for the next several seconds.
+        let _ = stream.write_all(&vec![b'x'; 600_000]).await;
+        hoarders.push(stream);
+    }
+    // The bodies are read (and counted) as they arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (answer, _) = post_github_from(
+        Ipv4Addr::new(127, 0, 0, 2),
+        host.ingest,
+        "gh",
+        "past-the-hoarder",
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(answer.map(|a| a.status), Some(202), "a real webhook");
+    let mut refused = 0;
+    for stream in &mut hoarders {
+        if let Some(answer) = read_answer(stream, Duration::from_millis(200)).await {
+            assert_eq!(answer.status, 503, "{answer:?}");
+            refused += 1;
+        }
+    }
+    // A quarter of 8 MiB holds two of the 1 MiB bodies (and a third's first steps).
+    assert!(refused >= 6, "{refused} of 9 bodies refused");
+}

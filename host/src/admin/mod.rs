@@ -83,7 +83,10 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route_layer(middleware::from_fn_with_state(guard, require_host));
     let bodies = Bodies {
         limits: BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
-        budget: BodyBudget::new(shared.config.server.max_inflight_body_bytes),
+        budget: BodyBudget::new(
+            shared.config.server.max_inflight_body_bytes,
+            shared.config.server.max_inflight_body_bytes_per_ip,
+        ),
     };
     // `/healthz`, `/readyz` and `/metrics` (counts only, nothing secret) stay open to probes and scrapers
     // under whatever name they use, so they get the Origin check but not the Host check.
@@ -160,8 +163,9 @@ async fn read_body(
     let (parts, received) = request.into_parts();
     let declared = body::declared_length(&parts.headers);
     // Held until the request is answered: the body's bytes live that long.
+    let client = crate::server::peer(&parts.extensions);
     let (bytes, _reservation) =
-        body::read(received, declared, bodies.limits, &bodies.budget).await?;
+        body::read(received, declared, bodies.limits, &bodies.budget, client).await?;
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await)

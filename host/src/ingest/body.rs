@@ -11,11 +11,15 @@
 //! length, so six head-only connections kept every webhook at 503). A declared length the
 //! budget cannot hold now is refused from the head alone. A reservation is given back when the
 //! request is done with its body, whatever the outcome. A client that stops sending, or sends
-//! slower than the minimum rate, is cut off with 408 long before the total bound.
+//! slower than the minimum rate, is cut off with 408 long before the total bound. One client
+//! address (IPv6: one /64) holds at most its share of the budget, so a sender keeping the pace
+//! on many connections cannot hold all of it and refuse everyone else.
 
 use std::{
+    collections::HashMap,
+    net::IpAddr,
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -32,16 +36,25 @@ use crate::error::ApiError;
 /// a stalled body has given its reservation back.
 const BUDGET_RETRY_AFTER_SECS: u64 = 5;
 
-/// The bytes of request bodies that may be in memory at once, across all connections.
+/// The bytes of request bodies that may be in memory at once, across all connections, and of
+/// those, the bytes one client address may hold.
 #[derive(Debug)]
 pub struct BodyBudget {
     available: AtomicU64,
+    /// The most one address may hold; at least the total turns the share off.
+    share: u64,
+    /// Bytes held by each address holding any (kept only while there is a share to keep).
+    held: Mutex<HashMap<IpAddr, u64>>,
 }
 
 impl BodyBudget {
-    pub fn new(total: u64) -> Arc<Self> {
+    /// `total` bytes, of which one address (its [`crate::server::client_key`]) may hold
+    /// `share`.
+    pub fn new(total: u64, share: u64) -> Arc<Self> {
         Arc::new(Self {
             available: AtomicU64::new(total),
+            share: if share >= total { u64::MAX } else { share },
+            held: Mutex::new(HashMap::new()),
         })
     }
 
@@ -50,7 +63,26 @@ impl BodyBudget {
         self.available.load(Ordering::Relaxed)
     }
 
-    fn take(&self, bytes: u64) -> bool {
+    /// Bytes `client` could reserve now: what is left, and of its share.
+    fn available_to(&self, client: Option<IpAddr>) -> u64 {
+        let left = self.available();
+        match self.shared_by(client) {
+            Some(client) => {
+                let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+                left.min(self.share - held.get(&client).copied().unwrap_or(0))
+            }
+            None => left,
+        }
+    }
+
+    /// The key `client`'s bytes are counted under, if they are (there is a share to keep).
+    fn shared_by(&self, client: Option<IpAddr>) -> Option<IpAddr> {
+        client
+            .filter(|_| self.share != u64::MAX)
+            .map(crate::server::client_key)
+    }
+
+    fn take_from_total(&self, bytes: u64) -> bool {
         self.available
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
                 a.checked_sub(bytes)
@@ -58,26 +90,58 @@ impl BodyBudget {
             .is_ok()
     }
 
-    /// Reserves `bytes`, or None if the budget cannot hold them now.
-    pub fn reserve(self: &Arc<Self>, bytes: u64) -> Option<Reservation> {
-        self.take(bytes).then(|| Reservation {
+    /// Takes `bytes` for `key` (its share first, then the total); false, with nothing taken,
+    /// if either cannot hold them.
+    fn take(&self, key: Option<IpAddr>, bytes: u64) -> bool {
+        let Some(key) = key.filter(|_| bytes > 0) else {
+            return self.take_from_total(bytes);
+        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let had = held.get(&key).copied().unwrap_or(0);
+        if bytes > self.share - had || !self.take_from_total(bytes) {
+            return false;
+        }
+        held.insert(key, had + bytes);
+        true
+    }
+
+    fn give_back(&self, key: Option<IpAddr>, bytes: u64) {
+        if let Some(key) = key.filter(|_| bytes > 0) {
+            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(had) = held.get_mut(&key) {
+                *had -= bytes.min(*had);
+                if *had == 0 {
+                    held.remove(&key);
+                }
+            }
+        }
+        self.available.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// Reserves `bytes` for a request from `client` (none: counted in the total only), or None
+    /// if the budget or the client's share cannot hold them now.
+    pub fn reserve(self: &Arc<Self>, client: Option<IpAddr>, bytes: u64) -> Option<Reservation> {
+        let key = self.shared_by(client);
+        self.take(key, bytes).then(|| Reservation {
             budget: self.clone(),
+            key,
             bytes,
         })
     }
 }
 
-/// Bytes taken from a [`BodyBudget`]; given back on drop.
+/// Bytes taken from a [`BodyBudget`] (and from its client's share); given back on drop.
 #[derive(Debug)]
 pub struct Reservation {
     budget: Arc<BodyBudget>,
+    key: Option<IpAddr>,
     bytes: u64,
 }
 
 impl Reservation {
     /// Takes `more` bytes on top; false (and nothing taken) if the budget cannot hold them.
     fn grow(&mut self, more: u64) -> bool {
-        let ok = self.budget.take(more);
+        let ok = self.budget.take(self.key, more);
         if ok {
             self.bytes += more;
         }
@@ -87,9 +151,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.budget
-            .available
-            .fetch_add(self.bytes, Ordering::AcqRel);
+        self.budget.give_back(self.key, self.bytes);
     }
 }
 
@@ -129,8 +191,8 @@ pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<u64> {
         .and_then(|v| v.parse::<u64>().ok())
 }
 
-/// Reads the whole body under `limits`, counted in `budget`. The reservation must be kept as
-/// long as the bytes are.
+/// Reads the whole body of a request from `client` under `limits`, counted in `budget` (and in
+/// the client's share of it). The reservation must be kept as long as the bytes are.
 ///
 /// Errors: over the cap → 413 (from the declared length alone when there is one); the budget
 /// cannot hold it → 503 `overloaded` + Retry-After; idle too long, too slow or not complete in
@@ -141,6 +203,7 @@ pub async fn read(
     declared: Option<u64>,
     limits: BodyLimits,
     budget: &Arc<BodyBudget>,
+    client: Option<IpAddr>,
 ) -> Result<(Bytes, Reservation), ApiError> {
     if declared.is_some_and(|len| len > limits.max_bytes) {
         return Err(ApiError::PayloadTooLarge);
@@ -148,10 +211,10 @@ pub async fn read(
     let overloaded = || ApiError::Overloaded {
         retry_after_secs: BUDGET_RETRY_AFTER_SECS,
     };
-    if declared.is_some_and(|len| len > budget.available()) {
+    if declared.is_some_and(|len| len > budget.available_to(client)) {
         return Err(overloaded());
     }
-    let mut reservation = budget.reserve(0).expect("nothing always fits");
+    let mut reservation = budget.reserve(client, 0).expect("nothing always fits");
     // The most this body can hold: its declared length, else its cap.
     let most = declared.unwrap_or(limits.max_bytes);
     let start = Instant::now();
@@ -255,17 +318,46 @@ mod tests {
 
     #[test]
     fn reservations_are_given_back_and_never_overdraw() {
-        let budget = BodyBudget::new(100);
-        let mut a = budget.reserve(60).unwrap();
-        assert!(budget.reserve(41).is_none());
+        let budget = BodyBudget::new(100, 100);
+        let mut a = budget.reserve(None, 60).unwrap();
+        assert!(budget.reserve(None, 41).is_none());
         assert!(!a.grow(41), "growing past the budget fails");
         assert!(a.grow(40));
         assert_eq!(budget.available(), 0);
-        assert!(budget.reserve(1).is_none());
+        assert!(budget.reserve(None, 1).is_none());
         drop(a);
         assert_eq!(budget.available(), 100);
-        let _b = budget.reserve(100).unwrap();
+        let _b = budget.reserve(None, 100).unwrap();
         assert_eq!(budget.available(), 0);
+    }
+
+    /// One address holds at most its share, counted by its /64 for IPv6; another address
+    /// still has the rest, and what one gives back is its own again.
+    #[test]
+    fn one_address_holds_at_most_its_share() {
+        let budget = BodyBudget::new(100, 40);
+        let (a, a_too): (IpAddr, IpAddr) = (
+            "2001:db8::1".parse().unwrap(),
+            "2001:db8::2".parse().unwrap(),
+        );
+        let b: IpAddr = "192.0.2.7".parse().unwrap();
+        let mut first = budget.reserve(Some(a), 30).unwrap();
+        assert!(budget.reserve(Some(a_too), 11).is_none(), "the same /64");
+        assert!(!first.grow(11));
+        assert_eq!(budget.available_to(Some(a_too)), 10);
+        let second = budget.reserve(Some(b), 40).unwrap();
+        assert!(budget.reserve(Some(b), 1).is_none());
+        assert_eq!(budget.available(), 30);
+        drop(first);
+        assert_eq!(budget.available_to(Some(a)), 40);
+        drop(second);
+        assert_eq!(budget.available(), 100);
+        assert!(
+            budget.held.lock().unwrap().is_empty(),
+            "no address is remembered once done"
+        );
+        // Without an address, the total alone counts.
+        assert!(budget.reserve(None, 100).is_some());
     }
 
     const LIMITS: BodyLimits = BodyLimits {
@@ -292,12 +384,12 @@ mod tests {
     #[tokio::test]
     async fn a_declared_length_is_reserved_as_its_bytes_arrive() {
         let total = 4 << 20;
-        let budget = BodyBudget::new(total);
+        let budget = BodyBudget::new(total, total);
         let (mut tx, body) =
             http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
         let reading = tokio::spawn({
             let budget = budget.clone();
-            async move { read(Body::new(body), Some(1 << 20), LIMITS, &budget).await }
+            async move { read(Body::new(body), Some(1 << 20), LIMITS, &budget, None).await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(budget.available(), total, "a head alone reserves nothing");
@@ -318,7 +410,7 @@ mod tests {
     /// the total bound is cut off once the idle allowance has passed, not at the total bound.
     #[tokio::test(start_paused = true)]
     async fn a_declared_body_behind_its_pace_is_cut_off_after_the_idle_allowance() {
-        let budget = BodyBudget::new(4 << 20);
+        let budget = BodyBudget::new(4 << 20, 4 << 20);
         let limits = BodyLimits {
             min_rate: 1,
             ..LIMITS
@@ -328,7 +420,7 @@ mod tests {
         let started = Instant::now();
         let reading = tokio::spawn({
             let budget = budget.clone();
-            async move { read(Body::new(body), Some(1 << 20), limits, &budget).await }
+            async move { read(Body::new(body), Some(1 << 20), limits, &budget, None).await }
         });
         // 1 000 bytes a second: a thousand times the minimum rate, 2% of the pace.
         let sending = tokio::spawn(async move {
@@ -349,10 +441,10 @@ mod tests {
     /// A declared length the budget cannot hold now is refused from the head alone.
     #[tokio::test]
     async fn a_declared_length_over_what_is_left_is_refused_at_once() {
-        let budget = BodyBudget::new(1000);
+        let budget = BodyBudget::new(1000, 1000);
         let (_tx, body) =
             http_body_util::channel::Channel::<Bytes, std::convert::Infallible>::new(1);
-        let refused = read(Body::new(body), Some(1001), LIMITS, &budget).await;
+        let refused = read(Body::new(body), Some(1001), LIMITS, &budget, None).await;
         assert!(
             matches!(refused, Err(ApiError::Overloaded { .. })),
             "{refused:?}"

@@ -81,7 +81,11 @@ impl Edge {
 
 /// The ingest routes.
 pub fn router(shared: Arc<Shared>) -> Router {
-    let budget = BodyBudget::new(shared.config.server.max_inflight_body_bytes);
+    let server = &shared.config.server;
+    let budget = BodyBudget::new(
+        server.max_inflight_body_bytes,
+        server.max_inflight_body_bytes_per_ip,
+    );
     let lines = Arc::new(
         shared
             .config
@@ -250,7 +254,16 @@ async fn receive(
     Path(source): Path<String>,
     request: Request,
 ) -> Response {
-    let (Parts { uri, headers, .. }, body) = request.into_parts();
+    let (
+        Parts {
+            uri,
+            headers,
+            extensions,
+            ..
+        },
+        body,
+    ) = request.into_parts();
+    let client = crate::server::peer(&extensions);
     let started = Instant::now();
     let received = SystemTime::now();
     let Some(config) = edge.shared.config.sources.get(source.as_str()) else {
@@ -262,7 +275,7 @@ async fn receive(
         );
         return counted(ApiError::UnknownSource.into_response());
     };
-    let answered = answer(&edge, config, received, uri, headers, body).await;
+    let answered = answer(&edge, config, received, uri, headers, body, client).await;
     let (outcome, response) = match answered {
         Ok(answer) => answer,
         // Reset before its body ended, as one gone before its answer was ready: not counted.
@@ -289,12 +302,13 @@ async fn answer(
     uri: Uri,
     headers: HeaderMap,
     body: Body,
+    client: Option<std::net::IpAddr>,
 ) -> Answered {
     let limits = BodyLimits::new(&shared.config.server, source.max_body_bytes);
     let declared = body::declared_length(&headers);
     // Held until the request is answered, or an accept that holds the body ends: the bytes live
     // that long.
-    let (body, reservation) = body::read(body, declared, limits, budget).await?;
+    let (body, reservation) = body::read(body, declared, limits, budget, client).await?;
 
     if let Some(answer) = handshake::post(edge, source, &uri, &headers, &body, received) {
         return Ok(answer);
