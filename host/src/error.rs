@@ -46,6 +46,12 @@ pub enum ApiError {
     ClientGone,
     #[error("unauthorized")]
     Unauthorized,
+    /// A client refused for a while (429, with `Retry-After`): too many wrong admin tokens.
+    #[error("too many requests: {detail}")]
+    TooManyRequests {
+        detail: String,
+        retry_after_secs: u64,
+    },
     #[error("not found: {0}")]
     NotFound(String),
     /// The path is served, but not with this method (405, with the `Allow` header).
@@ -124,6 +130,7 @@ impl ApiError {
             Self::BodyTimeout => "body_timeout",
             Self::ClientGone => "client_gone",
             Self::Unauthorized => "unauthorized",
+            Self::TooManyRequests { .. } => "too_many_requests",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::BadRequest(_) => "bad_request",
@@ -181,6 +188,10 @@ impl IntoResponse for ApiError {
             Self::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, json!({"error": error})),
             Self::ClientGone => (StatusCode::BAD_REQUEST, json!({"error": error})),
             Self::Unauthorized => (StatusCode::UNAUTHORIZED, json!({"error": error})),
+            Self::TooManyRequests { detail, .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                json!({"error": error, "detail": cap_detail(detail)}),
+            ),
             Self::NotFound(what) => (
                 StatusCode::NOT_FOUND,
                 json!({"error": error, "detail": cap_detail(what)}),
@@ -215,7 +226,11 @@ impl IntoResponse for ApiError {
             }
         };
         let mut response = (status, Json(body)).into_response();
-        if let Self::Overloaded { retry_after_secs } = self {
+        if let Self::Overloaded { retry_after_secs }
+        | Self::TooManyRequests {
+            retry_after_secs, ..
+        } = self
+        {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));

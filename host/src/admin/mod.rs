@@ -6,7 +6,7 @@
 //! Invariants:
 //! - Every `/admin/*` route checks the `Host` (against DNS rebinding, [`guard`]) and the token
 //!   (constant time; there always is one: configured or generated, [`token`]) before doing
-//!   anything.
+//!   anything; an address that keeps presenting wrong tokens is locked out ([`lockout`]).
 //! - No route answers a browser's cross-origin request.
 //! - Replay and discard are bounded per call ([`MAX_REPLAY`]); their rules are
 //!   [`crate::ingest::replay`]'s and [`crate::retention::discard`]'s.
@@ -19,6 +19,7 @@
 pub mod api;
 pub mod guard;
 mod handlers;
+pub mod lockout;
 mod metrics;
 pub mod openapi;
 mod state;
@@ -57,7 +58,8 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         local,
         names: shared.config.server.admin_hosts.clone(),
     });
-    let dashboard = ui::router(shared.clone(), guard.clone());
+    let lockout = Arc::new(lockout::Lockout::default());
+    let dashboard = ui::router(shared.clone(), guard.clone(), lockout.clone());
     let admin = Router::new()
         .route("/admin/events", get(list_events))
         .route("/admin/events/{source}/{event_id}", get(event_detail))
@@ -77,7 +79,10 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         // The extractors' own cap is the gate's ([`read_body`]), not axum's 2 MiB default.
         .route_layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .route_layer(middleware::from_fn_with_state(
-            shared.clone(),
+            TokenGate {
+                shared: shared.clone(),
+                lockout,
+            },
             require_token,
         ))
         .route_layer(middleware::from_fn_with_state(guard, require_host));
@@ -207,8 +212,15 @@ fn log_refused(repeated: &Repeated, path: &str, detail: &str) {
     }
 }
 
+/// What the bearer-token check needs: the token, and the listener's wrong tokens per address.
+#[derive(Clone)]
+struct TokenGate {
+    shared: Arc<Shared>,
+    lockout: Arc<lockout::Lockout>,
+}
+
 async fn require_token(
-    State(shared): State<Arc<Shared>>,
+    State(TokenGate { shared, lockout }): State<TokenGate>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
@@ -216,6 +228,14 @@ async fn require_token(
     let Some(token) = &shared.config.server.admin_token else {
         return Err(ApiError::Unauthorized);
     };
+    let client = crate::server::peer(request.extensions());
+    let now = std::time::Instant::now();
+    if let Some(wait) = client.and_then(|client| lockout.locked_out(client, now)) {
+        return Err(ApiError::TooManyRequests {
+            detail: "too many wrong admin tokens from this address".into(),
+            retry_after_secs: wait.as_secs() + 1,
+        });
+    }
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -225,7 +245,32 @@ async fn require_token(
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map_or("", |(_, token)| token.trim_start());
     if !token.matches(presented.as_bytes()) {
+        if let Some(client) = client.filter(|_| !presented.is_empty()) {
+            wrong_token(&lockout, client, now, "admin API");
+        }
         return Err(ApiError::Unauthorized);
     }
+    if let Some(client) = client {
+        lockout.succeeded(client);
+    }
     Ok(next.run(request).await)
+}
+
+/// Counts a wrong admin token from `client` (presented to `to`), and says so when it locks the
+/// address out: once per address and window, however many it sends.
+pub(crate) fn wrong_token(
+    lockout: &lockout::Lockout,
+    client: std::net::IpAddr,
+    now: std::time::Instant,
+    to: &str,
+) {
+    if lockout.failed(client, now) {
+        tracing::warn!(
+            address = %client,
+            to,
+            failures = lockout::MAX_FAILURES,
+            window_secs = lockout::FAILURE_WINDOW.as_secs(),
+            "admin token: address locked out after too many wrong tokens"
+        );
+    }
 }

@@ -103,6 +103,7 @@ impl Modify for Refusals {
                         Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
                     refusals.extend([
                         ("401", "No bearer token, or the wrong one"),
+                        ("429", "Too many wrong tokens from this address (5 within 5 minutes): refused until `Retry-After` seconds have passed, whatever token it sends"),
                         ("500", "An internal failure (logged by the host; nothing of it is sent)"),
                         ("503", "The database is busy or unavailable, or the listener holds as many request bodies as it may; retry after `Retry-After` seconds"),
                     ]);

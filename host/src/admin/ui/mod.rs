@@ -31,12 +31,12 @@ mod replay;
 mod session;
 mod state;
 
-use std::{net::SocketAddr, sync::Arc, time::Instant};
+use std::{sync::Arc, time::Instant};
 
 use axum::{
     Router,
     body::{Body, to_bytes},
-    extract::{ConnectInfo, DefaultBodyLimit, Form, FromRequest, Request, State},
+    extract::{DefaultBodyLimit, Form, FromRequest, Request, State},
     http::{HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Redirect, Response},
@@ -53,6 +53,8 @@ use session::{FAILURE_DELAY, Sessions, SignedIn};
 pub(super) struct Ui {
     shared: Arc<Shared>,
     sessions: Sessions,
+    /// Wrong admin tokens per address, shared with the API's bearer check.
+    lockout: Arc<super::lockout::Lockout>,
 }
 
 type UiState = State<Arc<Ui>>;
@@ -79,10 +81,15 @@ const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The dashboard's routes, for the admin listener's router to merge.
-pub(super) fn router(shared: Arc<Shared>, guard: Arc<Guard>) -> Router<Arc<Shared>> {
+pub(super) fn router(
+    shared: Arc<Shared>,
+    guard: Arc<Guard>,
+    lockout: Arc<super::lockout::Lockout>,
+) -> Router<Arc<Shared>> {
     let ui = Arc::new(Ui {
         shared,
         sessions: Sessions::default(),
+        lockout,
     });
     let signed_in = Router::new()
         .route("/", get(overview::page))
@@ -264,12 +271,9 @@ struct SignInForm {
 
 /// `POST /sign-in`: the admin token from the form, checked as the bearer token is.
 async fn sign_in(State(ui): UiState, request: Request) -> Response {
-    let address = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+    let address = crate::server::peer(request.extensions());
     let now = Instant::now();
-    if let Some(wait) = address.and_then(|a| ui.sessions.locked_out(a, now)) {
+    if let Some(wait) = address.and_then(|a| ui.lockout.locked_out(a, now)) {
         let message = format!(
             "Too many failed sign-ins from this address: try again in {} s.",
             wait.as_secs() + 1
@@ -299,14 +303,14 @@ async fn sign_in(State(ui): UiState, request: Request) -> Response {
             "dashboard sign-in refused: wrong admin token"
         );
         if let Some(address) = address {
-            ui.sessions.failed(address, now);
+            super::wrong_token(&ui.lockout, address, now, "dashboard sign-in");
         }
         tokio::time::sleep(FAILURE_DELAY).await;
         let form = layout::sign_in_form(Some("That is not the admin token."));
         return (StatusCode::UNAUTHORIZED, layout::bare("Sign in", form)).into_response();
     }
     if let Some(address) = address {
-        ui.sessions.succeeded(address);
+        ui.lockout.succeeded(address);
     }
     let id = ui.sessions.create(now);
     let mut response = Redirect::to("/").into_response();

@@ -10,12 +10,11 @@
 //!   A session unused for [`IDLE`] is gone; signing out removes it at once.
 //! - Every state-changing request of a signed-in page carries the session's CSRF token in its
 //!   form, compared in constant time ([`Sessions::csrf_matches`]).
-//! - An address with [`MAX_FAILURES`] failed sign-ins within [`FAILURE_WINDOW`] is refused
-//!   until the window passes, and every failure is answered only after [`FAILURE_DELAY`].
+//! - A failed sign-in counts against its address as a wrong bearer token does
+//!   ([`crate::admin::lockout`]), and is answered only after [`FAILURE_DELAY`].
 
 use std::{
     collections::HashMap,
-    net::IpAddr,
     sync::Mutex,
     time::{Duration, Instant},
 };
@@ -32,13 +31,8 @@ pub(super) const COOKIE: &str = "hookd_session";
 pub(super) const IDLE: Duration = Duration::from_secs(12 * 60 * 60);
 /// Sessions kept at most; signing in beyond it drops the least recently used one.
 const MAX_SESSIONS: usize = 1024;
-/// Failed sign-ins an address may make within [`FAILURE_WINDOW`].
-pub(super) const MAX_FAILURES: u32 = 5;
-pub(super) const FAILURE_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// How long a failed sign-in waits before it is answered.
 pub(super) const FAILURE_DELAY: Duration = Duration::from_secs(1);
-/// Addresses whose failures are remembered at most (the oldest are forgotten first).
-const MAX_TRACKED_ADDRESSES: usize = 4096;
 
 /// A signed-in session as a page sees it.
 #[derive(Clone)]
@@ -66,16 +60,10 @@ struct Session {
     last_used: Instant,
 }
 
-struct Failures {
-    count: u32,
-    since: Instant,
-}
-
-/// The live sessions and the failed sign-ins per address.
+/// The live sessions.
 #[derive(Default)]
 pub(super) struct Sessions {
     sessions: Mutex<HashMap<[u8; 32], Session>>,
-    failures: Mutex<HashMap<IpAddr, Failures>>,
 }
 
 fn random_hex() -> String {
@@ -145,39 +133,6 @@ impl Sessions {
             .lock()
             .expect("poisoned")
             .remove(&signed_in.key);
-    }
-
-    /// How long `address` must still wait before it may try to sign in, if it is locked out.
-    pub fn locked_out(&self, address: IpAddr, now: Instant) -> Option<Duration> {
-        let failures = self.failures.lock().expect("poisoned");
-        let f = failures.get(&address)?;
-        let elapsed = now.duration_since(f.since);
-        (f.count >= MAX_FAILURES && elapsed < FAILURE_WINDOW).then(|| FAILURE_WINDOW - elapsed)
-    }
-
-    /// Counts a failed sign-in of `address` at `now`.
-    pub fn failed(&self, address: IpAddr, now: Instant) {
-        let mut failures = self.failures.lock().expect("poisoned");
-        failures.retain(|_, f| now.duration_since(f.since) < FAILURE_WINDOW);
-        if failures.len() >= MAX_TRACKED_ADDRESSES
-            && !failures.contains_key(&address)
-            && let Some(oldest) = failures
-                .iter()
-                .min_by_key(|(_, f)| f.since)
-                .map(|(a, _)| *a)
-        {
-            failures.remove(&oldest);
-        }
-        let entry = failures.entry(address).or_insert(Failures {
-            count: 0,
-            since: now,
-        });
-        entry.count += 1;
-    }
-
-    /// Forgets `address`'s failures (it signed in).
-    pub fn succeeded(&self, address: IpAddr) {
-        self.failures.lock().expect("poisoned").remove(&address);
     }
 }
 
@@ -260,22 +215,6 @@ mod tests {
         assert!(!sessions.csrf_matches(&a, &b.csrf));
         assert!(!sessions.csrf_matches(&a, ""));
         assert!(!sessions.csrf_matches(&a, &a.csrf[1..]));
-    }
-
-    #[test]
-    fn an_address_is_locked_out_after_its_failures_until_the_window_passes() {
-        let sessions = Sessions::default();
-        let now = Instant::now();
-        let address: IpAddr = "192.0.2.1".parse().unwrap();
-        for _ in 0..MAX_FAILURES - 1 {
-            sessions.failed(address, now);
-        }
-        assert_eq!(sessions.locked_out(address, now), None);
-        sessions.failed(address, now);
-        assert!(sessions.locked_out(address, now).is_some());
-        let other: IpAddr = "192.0.2.2".parse().unwrap();
-        assert_eq!(sessions.locked_out(other, now), None);
-        assert_eq!(sessions.locked_out(address, now + FAILURE_WINDOW), None);
     }
 
     #[test]
