@@ -51,10 +51,11 @@ impl RawRequest {
 }
 
 /// A header value as text: UTF-8 when it is, else read as ISO-8859-1 (each byte one character,
-/// as HTTP/1.1 defined header text). Never lossy: two values that differ stay different, so an
-/// event id a parser takes from a header names one event (with U+FFFD for every byte that is
-/// not UTF-8, `q-\xe9` and `q-\xe8` were one event, the second acknowledged as a duplicate and
-/// never delivered).
+/// as HTTP/1.1 defined header text). No byte is lost: two values that differ and are both UTF-8,
+/// or both not, stay different (with U+FFFD for every byte that is not UTF-8, `q-\xe9` and
+/// `q-\xe8` were one event id, the second acknowledged as a duplicate and never delivered). A
+/// value that is not UTF-8 may read as one that is does (`\xff\xfe` and the UTF-8 of `ÿþ` both
+/// read `ÿþ`): HTTP gives header bytes no other meaning, and providers' ids are ASCII.
 pub fn header_text(value: &[u8]) -> String {
     match std::str::from_utf8(value) {
         Ok(text) => text.to_owned(),

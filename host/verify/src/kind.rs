@@ -326,10 +326,18 @@ impl fmt::Display for SchemeKind {
 
 /// A scheme name that is not one of [`SchemeKind::ALL`]; the message lists them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{given:?} is not one of {}", list(&SchemeKind::ALL.map(SchemeKind::name), false))]
+#[error("{given:?} is not one of {}", Self::choices())]
 pub struct UnknownScheme {
     /// The name as given.
     pub given: String,
+}
+
+impl UnknownScheme {
+    /// The names a scheme may have, as the message lists them (for a message that must not
+    /// show what was given: a secret written in the wrong place).
+    pub fn choices() -> String {
+        list(&SchemeKind::ALL.map(SchemeKind::name), false)
+    }
 }
 
 impl FromStr for SchemeKind {
@@ -383,10 +391,17 @@ impl fmt::Display for Encoding {
 
 /// An encoding name that is not one of [`Encoding::ALL`]; the message lists them.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{given:?} is not one of {}", list(&Encoding::ALL.map(Encoding::name), true))]
+#[error("{given:?} is not one of {}", Self::choices())]
 pub struct UnknownEncoding {
     /// The name as given.
     pub given: String,
+}
+
+impl UnknownEncoding {
+    /// The names an encoding may have, as the message lists them.
+    pub fn choices() -> String {
+        list(&Encoding::ALL.map(Encoding::name), true)
+    }
 }
 
 impl FromStr for Encoding {
