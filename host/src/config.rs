@@ -1649,7 +1649,7 @@ fn body_share(
     caps: impl Iterator<Item = u64>,
 ) -> anyhow::Result<u64> {
     let total = server.max_inflight_body_bytes;
-    let largest = caps.max().unwrap_or(0);
+    let largest = caps.max().unwrap_or(0).max(1);
     match per_ip {
         None => Ok((total / 4).max(largest)),
         Some(share) if share > total => bail!(

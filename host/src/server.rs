@@ -272,8 +272,8 @@ pub async fn serve(
 
 /// Serves one connection until it closes, or drains it once `closing` turns true; `_slots`
 /// (its connection and address slots) are given back when it ends. Each request carries the
-/// peer's address as axum's `ConnectInfo<SocketAddr>` (the dashboard limits failed sign-ins
-/// per address).
+/// peer's address as axum's `ConnectInfo<SocketAddr>` ([`peer`]: the body budget's share and
+/// the admin token's lockout count per address).
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,

@@ -130,17 +130,26 @@ async fn every_admin_route_refuses_a_missing_or_wrong_token() {
             StatusCode::CONFLICT,
         ),
     ];
-    let wrong = [
+    // No bearer token: refused on every route. Wrong ones: the check every route shares, tried
+    // on the replay (each counts against this address: five would lock it out for 5 minutes).
+    let none = [
         None,
-        Some("Bearer not-the-token".to_string()),
         Some("Bearer ".to_string()),
-        Some(format!("Bearer {ADMIN_TOKEN}x")),
-        Some(format!("Bearer {}", &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1])),
         Some(ADMIN_TOKEN.to_string()),
         Some(format!("Basic {ADMIN_TOKEN}")),
     ];
+    let wrong = [
+        Some("Bearer not-the-token".to_string()),
+        Some(format!("Bearer {ADMIN_TOKEN}x")),
+        Some(format!("Bearer {}", &ADMIN_TOKEN[..ADMIN_TOKEN.len() - 1])),
+    ];
     for (method, path, body, _) in &routes {
-        for auth in &wrong {
+        let tried = if *path == "/admin/replay" {
+            &wrong[..]
+        } else {
+            &[]
+        };
+        for auth in none.iter().chain(tried) {
             let (status, reply) = call(
                 host.admin,
                 method.clone(),
@@ -155,18 +164,6 @@ async fn every_admin_route_refuses_a_missing_or_wrong_token() {
                 "{method} {path} with Authorization {auth:?}"
             );
         }
-        // Three of those are wrong tokens (the others present none): the right one clears the
-        // address's count before it reaches the five that lock it out.
-        let right = format!("Bearer {ADMIN_TOKEN}");
-        let (status, _) = call(
-            host.admin,
-            Method::GET,
-            "/admin/plugins",
-            Some(&right),
-            None,
-        )
-        .await;
-        assert_eq!(status, StatusCode::OK);
     }
     // The refused replay did nothing.
     let d = host

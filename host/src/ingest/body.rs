@@ -75,6 +75,30 @@ impl BodyBudget {
         }
     }
 
+    /// Why a request from `client` that the budget could not hold was refused: when it is its
+    /// address's share (not the whole budget), that is said, once per period for all
+    /// addresses, naming the address, so an operator can tell it from the budget running out
+    /// (a proxy or a NAT whose clients all come from one address needs a larger share).
+    fn refused(&self, client: Option<IpAddr>) -> ApiError {
+        if let Some(key) = self.shared_by(client)
+            && self.available_to(Some(key)) < self.available()
+        {
+            static SHARE_FULL: crate::telemetry::Repeated = crate::telemetry::Repeated::new();
+            if let Some(left_out) = SHARE_FULL.write() {
+                tracing::warn!(
+                    address = %key,
+                    share = self.share,
+                    left_out,
+                    "a client address holds its whole share of the in-flight body budget \
+                     (server.max_inflight_body_bytes_per_ip): its request answered 503"
+                );
+            }
+        }
+        ApiError::Overloaded {
+            retry_after_secs: BUDGET_RETRY_AFTER_SECS,
+        }
+    }
+
     /// The key `client`'s bytes are counted under, if they are (there is a share to keep).
     fn shared_by(&self, client: Option<IpAddr>) -> Option<IpAddr> {
         client
@@ -208,11 +232,8 @@ pub async fn read(
     if declared.is_some_and(|len| len > limits.max_bytes) {
         return Err(ApiError::PayloadTooLarge);
     }
-    let overloaded = || ApiError::Overloaded {
-        retry_after_secs: BUDGET_RETRY_AFTER_SECS,
-    };
     if declared.is_some_and(|len| len > budget.available_to(client)) {
-        return Err(overloaded());
+        return Err(budget.refused(client));
     }
     let mut reservation = budget.reserve(client, 0).expect("nothing always fits");
     // The most this body can hold: its declared length, else its cap.
@@ -272,7 +293,7 @@ pub async fn read(
             // What arrived, or twice the last step if more: a frame of one byte holds one.
             let step = len.max(reservation.bytes * 2).min(most).max(len);
             if !reservation.grow(step - reservation.bytes) {
-                return Err(overloaded());
+                return Err(budget.refused(client));
             }
             received.reserve(step as usize - received.len());
         }

@@ -306,8 +306,14 @@ pub(super) async fn detail(
         }
         }
     };
-    let title = format!("Event {}", format::isolated(event.event_id.as_str()));
-    Ok(layout::page(&title, Nav::Events, &signed_in, body).into_response())
+    let page = layout::page_naming(
+        "Event ",
+        event.event_id.as_str(),
+        Nav::Events,
+        &signed_in,
+        body,
+    );
+    Ok(page.into_response())
 }
 
 /// The body as shown: JSON indented (a `clientState` string, Microsoft Graph's shared secret,

@@ -1,19 +1,10 @@
 //! How the dashboard writes and reads times and shortens long values: unix milliseconds as
 //! UTC calendar times (and back, from a form's `datetime-local` field), durations, sha256s,
-//! JSON indented without changing a token of it, and chosen text isolated where no style can
-//! reach (a page's title).
+//! and JSON indented without changing a token of it.
 //!
 //! Invariant: pure functions of their arguments; every time on a page is UTC and says so.
 //! (Writing a calendar date is Howard Hinnant's `civil_from_days`, total over every `i64`;
 //! reading one is humantime's, which checks it.)
-
-/// `text` between FIRST STRONG ISOLATE and POP DIRECTIONAL ISOLATE: a bidi control a sender or
-/// a plugin put in it reorders only `text`, never what is written beside it. For text outside
-/// the page's styled elements (its `<title>`, its heading), which `unicode-bidi: isolate`
-/// cannot reach or does not cover.
-pub(super) fn isolated(text: &str) -> String {
-    format!("\u{2068}{text}\u{2069}")
-}
 
 /// `2026-12-02 02:30:05` (UTC) for unix ms `ms`.
 pub(super) fn utc(ms: i64) -> String {

@@ -64,6 +64,37 @@ fn head(title: &str) -> Markup {
 
 /// A signed-in page: navigation (`current` marked), sign-out, then `body` under `title`.
 pub(super) fn page(title: &str, current: Nav, signed_in: &SignedIn, body: Markup) -> Markup {
+    framed(title, html! { (title) }, current, signed_in, body)
+}
+
+/// [`page`] titled `prefix` and then `chosen`, text a sender or a plugin chose (an event id, a
+/// state key): isolated, so a bidi control in it reorders only it, in the heading (`<bdi>`)
+/// and in the window's title (where no element can: between FSI and PDI).
+pub(super) fn page_naming(
+    prefix: &str,
+    chosen: &str,
+    current: Nav,
+    signed_in: &SignedIn,
+    body: Markup,
+) -> Markup {
+    let title = format!("{prefix}\u{2068}{chosen}\u{2069}");
+    framed(
+        &title,
+        html! { (prefix) bdi { (chosen) } },
+        current,
+        signed_in,
+        body,
+    )
+}
+
+/// The frame of a signed-in page: `title` for the window, `heading` for its `h1`.
+fn framed(
+    title: &str,
+    heading: Markup,
+    current: Nav,
+    signed_in: &SignedIn,
+    body: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -90,7 +121,7 @@ pub(super) fn page(title: &str, current: Nav, signed_in: &SignedIn, body: Markup
                     }
                 }
                 main #main {
-                    h1 { (title) }
+                    h1 { (heading) }
                     (body)
                 }
             }

@@ -275,7 +275,7 @@ async fn sign_in(State(ui): UiState, request: Request) -> Response {
     let now = Instant::now();
     if let Some(wait) = address.and_then(|a| ui.lockout.locked_out(a, now)) {
         let message = format!(
-            "Too many failed sign-ins from this address: try again in {} s.",
+            "Too many wrong admin tokens from this address: try again in {} s.",
             wait.as_secs() + 1
         );
         let mut response = error_page(StatusCode::TOO_MANY_REQUESTS, &message);
@@ -296,21 +296,20 @@ async fn sign_in(State(ui): UiState, request: Request) -> Response {
         .admin_token
         .as_ref()
         .is_some_and(|t| t.matches(token.as_bytes()));
+    // An empty form guessed nothing: refused, not counted (as a bearer check without a token).
+    let guessed = !token.is_empty();
     drop(token);
     if !right {
         tracing::warn!(
             address = %address.map_or("unknown".to_owned(), |a| a.to_string()),
             "dashboard sign-in refused: wrong admin token"
         );
-        if let Some(address) = address {
+        if let Some(address) = address.filter(|_| guessed) {
             super::wrong_token(&ui.lockout, address, now, "dashboard sign-in");
         }
         tokio::time::sleep(FAILURE_DELAY).await;
         let form = layout::sign_in_form(Some("That is not the admin token."));
         return (StatusCode::UNAUTHORIZED, layout::bare("Sign in", form)).into_response();
-    }
-    if let Some(address) = address {
-        ui.lockout.succeeded(address);
     }
     let id = ui.sessions.create(now);
     let mut response = Redirect::to("/").into_response();

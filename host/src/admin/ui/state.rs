@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{
-    Ui, UiError, exact, format,
+    Ui, UiError, exact,
     layout::{self, Nav},
     session::SignedIn,
 };
@@ -178,8 +178,7 @@ fn key_page(signed_in: &SignedIn, value: &api::StateValue, refused: Option<Refus
             button.danger type="submit" { "Delete key" }
         }
     };
-    let title = format!("{name}: {}", format::isolated(key));
-    layout::page(&title, Nav::Plugins, signed_in, body)
+    layout::page_naming(&format!("{name}: "), key, Nav::Plugins, signed_in, body)
 }
 
 /// The edit form.
