@@ -17,13 +17,13 @@ use std::{
     pin::Pin,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicUsize, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     task::{Context, Poll},
     time::Duration,
 };
 
-use axum::{Router, extract::ConnectInfo, response::IntoResponse};
+use axum::{Router, response::IntoResponse};
 use hyper::{body::Incoming, server::conn::http1};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::{
@@ -75,6 +75,25 @@ struct PerAddress {
 struct Address {
     slots: Arc<Semaphore>,
     waiting: AtomicUsize,
+    /// The request body bytes its requests hold now (the ingest budget's share per address).
+    body_bytes: Arc<AtomicU64>,
+}
+
+/// The client a request came from: its address, the key every per-address bound counts it
+/// under ([`client_key`]), and the body bytes that key's requests hold now (shared by all
+/// connections of the address). Put in each request's extensions by [`serve_connection`].
+#[derive(Clone, Debug)]
+pub struct Client {
+    pub peer: IpAddr,
+    pub key: IpAddr,
+    pub body_bytes: Arc<AtomicU64>,
+}
+
+impl Client {
+    /// The client of a request, if it came through [`serve_connection`].
+    pub fn of(extensions: &http::Extensions) -> Option<&Client> {
+        extensions.get::<Client>()
+    }
 }
 
 /// One connection's hold on its address: a served slot, or a place in its queue. Either way,
@@ -88,15 +107,25 @@ struct AddressHold {
 /// One served connection counted against its address; uncounted on drop.
 struct AddressSlot {
     _permit: OwnedSemaphorePermit,
-    _hold: AddressHold,
+    hold: AddressHold,
+}
+
+impl AddressSlot {
+    /// The client of this connection from `peer`, for its requests.
+    fn client(&self, peer: IpAddr) -> Client {
+        let address = self.hold.address.as_ref().expect("held while the slot is");
+        Client {
+            peer,
+            key: self.hold.key,
+            body_bytes: address.body_bytes.clone(),
+        }
+    }
 }
 
 /// The address of the peer a request came from, as [`serve_connection`] put it in the
 /// request's extensions (none for a request that did not come through it).
 pub fn peer(extensions: &http::Extensions) -> Option<IpAddr> {
-    extensions
-        .get::<ConnectInfo<std::net::SocketAddr>>()
-        .map(|ConnectInfo(peer)| peer.ip())
+    Client::of(extensions).map(|client| client.peer)
 }
 
 /// The address a client is counted under, by every per-address bound (connections, body
@@ -122,6 +151,7 @@ impl PerAddress {
                 Arc::new(Address {
                     slots: Arc::new(Semaphore::new(self.max)),
                     waiting: AtomicUsize::new(0),
+                    body_bytes: Arc::default(),
                 })
             })
             .clone();
@@ -141,7 +171,7 @@ impl PerAddress {
         if let Ok(permit) = address.slots.clone().try_acquire_owned() {
             return Some(AddressSlot {
                 _permit: permit,
-                _hold: hold,
+                hold,
             });
         }
         if address.waiting.fetch_add(1, Ordering::SeqCst) >= self.max {
@@ -153,7 +183,7 @@ impl PerAddress {
         match permit {
             Ok(Ok(permit)) => Some(AddressSlot {
                 _permit: permit,
-                _hold: hold,
+                hold,
             }),
             _ => None,
         }
@@ -270,20 +300,20 @@ pub async fn serve(
     .await;
 }
 
-/// Serves one connection until it closes, or drains it once `closing` turns true; `_slots`
-/// (its connection and address slots) are given back when it ends. Each request carries the
-/// peer's address as axum's `ConnectInfo<SocketAddr>` ([`peer`]: the body budget's share and
-/// the admin token's lockout count per address).
+/// Serves one connection until it closes, or drains it once `closing` turns true; `slots`
+/// (its connection and address slots) are given back when it ends. Each request carries its
+/// [`Client`] (the admin token's lockout and the body budget's share count per address).
 async fn serve_connection(
     stream: TcpStream,
     peer: SocketAddr,
     router: Router,
     limits: ServeLimits,
     mut closing: tokio::sync::watch::Receiver<bool>,
-    _slots: (OwnedSemaphorePermit, AddressSlot),
+    slots: (OwnedSemaphorePermit, AddressSlot),
 ) {
+    let client = slots.1.client(peer.ip());
     let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
-        request.extensions_mut().insert(ConnectInfo(peer));
+        request.extensions_mut().insert(client.clone());
         router.clone().oneshot(request)
     });
     let connection = http1::Builder::new()

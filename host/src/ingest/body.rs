@@ -16,10 +16,8 @@
 //! on many connections cannot hold all of it and refuse everyone else.
 
 use std::{
-    collections::HashMap,
-    net::IpAddr,
     sync::{
-        Arc, Mutex, PoisonError,
+        Arc,
         atomic::{AtomicU64, Ordering},
     },
     time::Duration,
@@ -30,7 +28,7 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use tokio::time::Instant;
 
-use crate::error::ApiError;
+use crate::{error::ApiError, server::Client};
 
 /// Seconds a client refused by the budget is told to wait: about the idle bound, after which
 /// a stalled body has given its reservation back.
@@ -43,18 +41,15 @@ pub struct BodyBudget {
     available: AtomicU64,
     /// The most one address may hold; at least the total turns the share off.
     share: u64,
-    /// Bytes held by each address holding any (kept only while there is a share to keep).
-    held: Mutex<HashMap<IpAddr, u64>>,
 }
 
 impl BodyBudget {
-    /// `total` bytes, of which one address (its [`crate::server::client_key`]) may hold
-    /// `share`.
+    /// `total` bytes, of which one address ([`Client`]: every connection of it counts in one
+    /// sum) may hold `share`.
     pub fn new(total: u64, share: u64) -> Arc<Self> {
         Arc::new(Self {
             available: AtomicU64::new(total),
             share: if share >= total { u64::MAX } else { share },
-            held: Mutex::new(HashMap::new()),
         })
     }
 
@@ -64,29 +59,34 @@ impl BodyBudget {
     }
 
     /// Bytes `client` could reserve now: what is left, and of its share.
-    fn available_to(&self, client: Option<IpAddr>) -> u64 {
+    fn available_to(&self, client: Option<&Client>) -> u64 {
         let left = self.available();
-        match self.shared_by(client) {
-            Some(client) => {
-                let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-                left.min(self.share - held.get(&client).copied().unwrap_or(0))
-            }
+        match self.counted(client) {
+            Some(client) => left.min(
+                self.share
+                    .saturating_sub(client.body_bytes.load(Ordering::Relaxed)),
+            ),
             None => left,
         }
+    }
+
+    /// `client`, if its bytes are counted against a share (there is one to keep).
+    fn counted<'c>(&self, client: Option<&'c Client>) -> Option<&'c Client> {
+        client.filter(|_| self.share != u64::MAX)
     }
 
     /// Why a request from `client` that the budget could not hold was refused: when it is its
     /// address's share (not the whole budget), that is said, once per period for all
     /// addresses, naming the address, so an operator can tell it from the budget running out
     /// (a proxy or a NAT whose clients all come from one address needs a larger share).
-    fn refused(&self, client: Option<IpAddr>) -> ApiError {
-        if let Some(key) = self.shared_by(client)
-            && self.available_to(Some(key)) < self.available()
+    fn refused(&self, client: Option<&Client>) -> ApiError {
+        if let Some(client) = self.counted(client)
+            && self.available_to(Some(client)) < self.available()
         {
             static SHARE_FULL: crate::telemetry::Repeated = crate::telemetry::Repeated::new();
             if let Some(left_out) = SHARE_FULL.write() {
                 tracing::warn!(
-                    address = %key,
+                    address = %client.key,
                     share = self.share,
                     left_out,
                     "a client address holds its whole share of the in-flight body budget \
@@ -99,13 +99,6 @@ impl BodyBudget {
         }
     }
 
-    /// The key `client`'s bytes are counted under, if they are (there is a share to keep).
-    fn shared_by(&self, client: Option<IpAddr>) -> Option<IpAddr> {
-        client
-            .filter(|_| self.share != u64::MAX)
-            .map(crate::server::client_key)
-    }
-
     fn take_from_total(&self, bytes: u64) -> bool {
         self.available
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
@@ -114,41 +107,41 @@ impl BodyBudget {
             .is_ok()
     }
 
-    /// Takes `bytes` for `key` (its share first, then the total); false, with nothing taken,
-    /// if either cannot hold them.
-    fn take(&self, key: Option<IpAddr>, bytes: u64) -> bool {
-        let Some(key) = key.filter(|_| bytes > 0) else {
+    /// Takes `bytes` for `held` (an address's sum: its share first, then the total); false,
+    /// with nothing taken, if either cannot hold them. Two atomic updates, no lock: every
+    /// request takes this path.
+    fn take(&self, held: Option<&AtomicU64>, bytes: u64) -> bool {
+        let Some(held) = held.filter(|_| bytes > 0) else {
             return self.take_from_total(bytes);
         };
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let had = held.get(&key).copied().unwrap_or(0);
-        if bytes > self.share - had || !self.take_from_total(bytes) {
+        let share = self.share;
+        let within = held.fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+            h.checked_add(bytes).filter(|&sum| sum <= share)
+        });
+        if within.is_err() {
             return false;
         }
-        held.insert(key, had + bytes);
+        if !self.take_from_total(bytes) {
+            held.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
         true
     }
 
-    fn give_back(&self, key: Option<IpAddr>, bytes: u64) {
-        if let Some(key) = key.filter(|_| bytes > 0) {
-            let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(had) = held.get_mut(&key) {
-                *had -= bytes.min(*had);
-                if *had == 0 {
-                    held.remove(&key);
-                }
-            }
+    fn give_back(&self, held: Option<&AtomicU64>, bytes: u64) {
+        if let Some(held) = held {
+            held.fetch_sub(bytes, Ordering::AcqRel);
         }
         self.available.fetch_add(bytes, Ordering::AcqRel);
     }
 
     /// Reserves `bytes` for a request from `client` (none: counted in the total only), or None
     /// if the budget or the client's share cannot hold them now.
-    pub fn reserve(self: &Arc<Self>, client: Option<IpAddr>, bytes: u64) -> Option<Reservation> {
-        let key = self.shared_by(client);
-        self.take(key, bytes).then(|| Reservation {
+    pub fn reserve(self: &Arc<Self>, client: Option<&Client>, bytes: u64) -> Option<Reservation> {
+        let held = self.counted(client).map(|c| c.body_bytes.clone());
+        self.take(held.as_deref(), bytes).then(|| Reservation {
             budget: self.clone(),
-            key,
+            held,
             bytes,
         })
     }
@@ -158,14 +151,15 @@ impl BodyBudget {
 #[derive(Debug)]
 pub struct Reservation {
     budget: Arc<BodyBudget>,
-    key: Option<IpAddr>,
+    /// The sum of its address, when it counts against a share.
+    held: Option<Arc<AtomicU64>>,
     bytes: u64,
 }
 
 impl Reservation {
     /// Takes `more` bytes on top; false (and nothing taken) if the budget cannot hold them.
     fn grow(&mut self, more: u64) -> bool {
-        let ok = self.budget.take(self.key, more);
+        let ok = self.budget.take(self.held.as_deref(), more);
         if ok {
             self.bytes += more;
         }
@@ -175,7 +169,7 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        self.budget.give_back(self.key, self.bytes);
+        self.budget.give_back(self.held.as_deref(), self.bytes);
     }
 }
 
@@ -227,7 +221,7 @@ pub async fn read(
     declared: Option<u64>,
     limits: BodyLimits,
     budget: &Arc<BodyBudget>,
-    client: Option<IpAddr>,
+    client: Option<&Client>,
 ) -> Result<(Bytes, Reservation), ApiError> {
     if declared.is_some_and(|len| len > limits.max_bytes) {
         return Err(ApiError::PayloadTooLarge);
@@ -352,33 +346,36 @@ mod tests {
         assert_eq!(budget.available(), 0);
     }
 
-    /// One address holds at most its share, counted by its /64 for IPv6; another address
-    /// still has the rest, and what one gives back is its own again.
+    /// One address holds at most its share, whichever of its connections asks; another
+    /// address still has the rest, and what one gives back is its own again.
     #[test]
     fn one_address_holds_at_most_its_share() {
         let budget = BodyBudget::new(100, 40);
-        let (a, a_too): (IpAddr, IpAddr) = (
-            "2001:db8::1".parse().unwrap(),
-            "2001:db8::2".parse().unwrap(),
+        let client = |key: &str| Client {
+            peer: key.parse().unwrap(),
+            key: key.parse().unwrap(),
+            body_bytes: Arc::default(),
+        };
+        let (a, b) = (client("2001:db8::"), client("192.0.2.7"));
+        let mut first = budget.reserve(Some(&a), 30).unwrap();
+        assert!(
+            budget.reserve(Some(&a.clone()), 11).is_none(),
+            "another of its connections"
         );
-        let b: IpAddr = "192.0.2.7".parse().unwrap();
-        let mut first = budget.reserve(Some(a), 30).unwrap();
-        assert!(budget.reserve(Some(a_too), 11).is_none(), "the same /64");
         assert!(!first.grow(11));
-        assert_eq!(budget.available_to(Some(a_too)), 10);
-        let second = budget.reserve(Some(b), 40).unwrap();
-        assert!(budget.reserve(Some(b), 1).is_none());
+        assert_eq!(budget.available_to(Some(&a)), 10);
+        let second = budget.reserve(Some(&b), 40).unwrap();
+        assert!(budget.reserve(Some(&b), 1).is_none());
         assert_eq!(budget.available(), 30);
         drop(first);
-        assert_eq!(budget.available_to(Some(a)), 40);
+        assert_eq!(budget.available_to(Some(&a)), 40);
         drop(second);
         assert_eq!(budget.available(), 100);
-        assert!(
-            budget.held.lock().unwrap().is_empty(),
-            "no address is remembered once done"
-        );
-        // Without an address, the total alone counts.
-        assert!(budget.reserve(None, 100).is_some());
+        assert_eq!(a.body_bytes.load(Ordering::Relaxed), 0);
+        // A share the total cannot hold takes nothing from the address either.
+        let _all = budget.reserve(None, 95).unwrap();
+        assert!(budget.reserve(Some(&b), 10).is_none());
+        assert_eq!(b.body_bytes.load(Ordering::Relaxed), 0);
     }
 
     const LIMITS: BodyLimits = BodyLimits {

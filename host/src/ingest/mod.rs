@@ -263,7 +263,7 @@ async fn receive(
         },
         body,
     ) = request.into_parts();
-    let client = crate::server::peer(&extensions);
+    let client = crate::server::Client::of(&extensions);
     let started = Instant::now();
     let received = SystemTime::now();
     let Some(config) = edge.shared.config.sources.get(source.as_str()) else {
@@ -302,7 +302,7 @@ async fn answer(
     uri: Uri,
     headers: HeaderMap,
     body: Body,
-    client: Option<std::net::IpAddr>,
+    client: Option<&crate::server::Client>,
 ) -> Answered {
     let limits = BodyLimits::new(&shared.config.server, source.max_body_bytes);
     let declared = body::declared_length(&headers);
