@@ -29,6 +29,25 @@ fn config(handlers: &[&str], plugins: &str) -> String {
     )
 }
 
+/// `flaky` as the at-most-once instance `once`, its attempts given 10 s, its retries 100–200 ms.
+const ONCE: &str = r#"
+        [plugins.once]
+        wasm = "flaky"
+        delivery = "at-most-once"
+        timeout_ms = 10000
+        backoff_base_ms = 100
+        backoff_max_ms = 200
+        "#;
+
+/// Asserts that delivery `d` is dead after one attempt, the one a kill cut short.
+fn dead_after_its_one_abandoned_attempt(d: &Value) {
+    assert_eq!(
+        (&d["state"], &d["attempts"], support::outcomes(d)),
+        (&json!("dead"), &json!(1), vec!["abandoned"]),
+        "{d:#}"
+    );
+}
+
 /// Signs `body` as standard-webhooks message `id` and POSTs it to source `s`; Ok only on a 202.
 async fn post_event(ingest: SocketAddr, id: String, body: Value) -> anyhow::Result<Value> {
     let (status, reply) = support::post_sw(ingest, "s", &id, body.to_string().as_bytes()).await?;
@@ -213,21 +232,15 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     install(dir.path(), ("flaky", plugins::FLAKY));
     let config = config(
         &["once", "twice"],
-        r#"
-        [plugins.once]
-        wasm = "flaky"
-        delivery = "at-most-once"
-        timeout_ms = 10000
-        backoff_base_ms = 100
-        backoff_max_ms = 200
-
+        &(ONCE.to_owned()
+            + r#"
         [plugins.twice]
         wasm = "flaky"
         delivery = "at-least-once"
         timeout_ms = 10000
         backoff_base_ms = 100
         backoff_max_ms = 200
-        "#,
+        "#),
     );
     let first = ProcessHost::start(dir.path(), &config).await;
     let body = json!({"sleep_ms": 1500, "remember": "last"});
@@ -297,15 +310,7 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
     // Meanwhile (a retry, a replay and two 1.5 s attempts later) the at-most-once delivery
     // was never run again.
     let later = second.delivery("s", "slow", "once").await.unwrap();
-    assert_eq!(
-        (
-            &later["state"],
-            &later["attempts"],
-            support::outcomes(&later)
-        ),
-        (&json!("dead"), &json!(1), vec!["abandoned"]),
-        "{later:#}"
-    );
+    dead_after_its_one_abandoned_attempt(&later);
 }
 
 /// An at-most-once attempt cut short by a kill, then a restart whose configuration no longer
@@ -316,15 +321,7 @@ async fn a_kill_mid_attempt_dead_letters_at_most_once_and_retries_at_least_once(
 async fn a_kill_then_a_configuration_without_the_handler_never_runs_an_attempt_twice() {
     let dir = tempfile::tempdir().unwrap();
     install(dir.path(), ("flaky", plugins::FLAKY));
-    let once = r#"
-        [plugins.once]
-        wasm = "flaky"
-        delivery = "at-most-once"
-        timeout_ms = 10000
-        backoff_base_ms = 100
-        backoff_max_ms = 200
-        "#;
-    let with = config(&["once"], once);
+    let with = config(&["once"], ONCE);
     let first = ProcessHost::start(dir.path(), &with).await;
     post_event(first.ingest, "slow".into(), json!({"sleep_ms": 3000}))
         .await
@@ -336,24 +333,12 @@ async fn a_kill_then_a_configuration_without_the_handler_never_runs_an_attempt_t
 
     let without = ProcessHost::start(dir.path(), &config(&[], "")).await;
     let dead = without.delivery("s", "slow", "once").await.unwrap();
-    assert_eq!(
-        (&dead["state"], support::outcomes(&dead)),
-        (&json!("dead"), vec!["abandoned"]),
-        "{dead:#}"
-    );
+    dead_after_its_one_abandoned_attempt(&dead);
     without.kill();
 
     let again = ProcessHost::start(dir.path(), &with).await;
     // Longer than a retry's backoff and the attempt's 3 s: a re-run would have started by now.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let later = again.delivery("s", "slow", "once").await.unwrap();
-    assert_eq!(
-        (
-            &later["state"],
-            &later["attempts"],
-            support::outcomes(&later)
-        ),
-        (&json!("dead"), &json!(1), vec!["abandoned"]),
-        "{later:#}"
-    );
+    dead_after_its_one_abandoned_attempt(&later);
 }

@@ -71,6 +71,14 @@ fn json_lines(log: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The lines of the JSON log `log` whose message is `message`.
+fn lines_saying(log: &str, message: &str) -> Vec<Value> {
+    json_lines(log)
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == message)
+        .collect()
+}
+
 /// The first line of `host`'s JSON log whose message contains `needle`, once there is one.
 async fn line_containing(host: &ProcessHost, needle: &str) -> Value {
     let log = host.wait_log(needle, WAIT).await;
@@ -292,10 +300,7 @@ async fn refused_cross_origin_admin_requests_cannot_flood_the_log() {
         assert_eq!(status, http::StatusCode::FORBIDDEN);
     }
     let log = host.log();
-    let refused: Vec<Value> = json_lines(&log)
-        .into_iter()
-        .filter(|l| l["fields"]["message"] == "admin request refused")
-        .collect();
+    let refused: Vec<Value> = lines_saying(&log, "admin request refused");
     assert_eq!(refused.len(), 1, "{log}");
     let quoted = refused[0]["fields"]["path"].as_str().unwrap();
     assert!(
@@ -368,10 +373,7 @@ async fn a_parsers_refusals_are_logged_for_each_source() {
         assert_eq!(status, http::StatusCode::BAD_REQUEST, "{reply}");
     }
     let log = host.log();
-    let refused: Vec<Value> = json_lines(&log)
-        .into_iter()
-        .filter(|l| l["fields"]["message"] == "request refused as unparsable (400)")
-        .collect();
+    let refused: Vec<Value> = lines_saying(&log, "request refused as unparsable (400)");
     let sources: Vec<&Value> = refused
         .iter()
         .map(|l| &span(l, "receive")["source"])
@@ -404,10 +406,7 @@ async fn answered_handshakes_are_logged_once_per_period_for_each_source() {
         assert_eq!(status, http::StatusCode::OK, "{path}: {body:?}");
     }
     let log = host.log();
-    let answered: Vec<Value> = json_lines(&log)
-        .into_iter()
-        .filter(|l| l["fields"]["message"] == "provider handshake answered")
-        .collect();
+    let answered: Vec<Value> = lines_saying(&log, "provider handshake answered");
     let sources: Vec<&Value> = answered
         .iter()
         // A GET is answered in its own span; a POST's handshake step in the request's.
