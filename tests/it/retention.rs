@@ -245,3 +245,45 @@ async fn a_replay_of_every_handler_passes_over_a_removed_handlers_dead_letters()
         "{gone:#}"
     );
 }
+
+/// A source removed from the configuration leaves its dead letters and held quarantined
+/// requests behind; a discard naming it still closes them (its name is known: things are
+/// stored under it), a replay naming it is refused, and a name never stored is still a typo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_sources_dead_letters_and_held_requests_can_be_discarded_by_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    crate::support::install_plugins(dir.path(), &[("flaky", plugins::FLAKY)]);
+    let kept = sw_source("kept", &[], "");
+    let with = kept.clone()
+        + &sw_source("gone", &["flaky"], "")
+        + &sw_source("held", &[], "parser = \"absent\"");
+    let host = ProcessHost::start(dir.path(), &with).await;
+    let (status, reply) = post_sw(host.ingest, "gone", "g-1", br#"{"permanent": true}"#)
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let (status, reply) = post_sw(host.ingest, "held", "h-1", b"{}").await.unwrap();
+    assert_eq!(reply["quarantined"], true, "{status} {reply}");
+    host.wait_delivery("gone", "g-1", "flaky", WAIT, |d| d["state"] == "dead")
+        .await;
+    host.kill();
+
+    let host = ProcessHost::start(dir.path(), &kept).await;
+    let post = |path: &'static str, body: Value| {
+        host.admin(http::Method::POST, path, Some(ADMIN_TOKEN), Some(body))
+    };
+    let (status, reply) = post("/admin/replay", json!({"source": "gone"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
+    for source in ["gone", "held"] {
+        let (status, reply) = post("/admin/discard", json!({"source": source})).await;
+        assert_eq!(
+            (status, reply),
+            (StatusCode::OK, json!({"matched": 1, "discarded": 1})),
+            "{source}"
+        );
+    }
+    let gone = host.delivery("gone", "g-1", "flaky").await.unwrap();
+    assert_eq!(gone["state"], "discarded", "{gone:#}");
+    let (status, reply) = post("/admin/discard", json!({"source": "never"})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{reply}");
+}

@@ -50,7 +50,7 @@ pub enum ReplayError {
 /// the configuration declares), then (when it filters by nothing a quarantined request lacks)
 /// the held quarantined requests of its source and time range.
 pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<ReplayReport, ReplayError> {
-    known_names(shared, &filter)?;
+    known_names(shared, &filter, false)?;
     if filter.handler.is_none() {
         // Not a removed instance's: nothing would run them (naming one is refused, with advice).
         let declared = shared.config.plugins.keys().map(|name| name.to_string());
@@ -93,11 +93,16 @@ pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<ReplayRepo
 
 /// Refuses a filter naming a source or a handler that is not configured (replay's and
 /// discard's check): a typo would otherwise match nothing and look like an empty result. An
-/// [orphaned](ReplayFilter::orphaned) handler is known: it has stored deliveries.
-pub fn known_names(shared: &Shared, filter: &ReplayFilter) -> Result<(), ReplayError> {
+/// [orphaned](ReplayFilter::orphaned) handler is known: it has stored deliveries; so is a
+/// `removed_source` (see [`removed_source`]).
+pub fn known_names(
+    shared: &Shared,
+    filter: &ReplayFilter,
+    removed_source: bool,
+) -> Result<(), ReplayError> {
     let config = &shared.config;
     match (&filter.source, &filter.handler) {
-        (Some(source), _) if !config.sources.contains_key(source.as_str()) => {
+        (Some(source), _) if !removed_source && !config.sources.contains_key(source.as_str()) => {
             Err(ReplayError::UnknownSource(source.clone()))
         }
         (_, Some(handler))
@@ -120,16 +125,51 @@ pub async fn orphaned_handler(shared: &Shared, filter: &ReplayFilter) -> Result<
     if shared.config.plugins.contains_key(handler.as_str()) {
         return Ok(false);
     }
-    let stored = shared
-        .inbox
-        .list_events(crate::inbox::EventFilter {
-            handler: Some(handler.clone()),
-            limit: 1,
-            ..Default::default()
-        })
-        .await?;
-    if stored.is_empty() {
+    let stored = crate::inbox::EventFilter {
+        handler: Some(handler.clone()),
+        ..Default::default()
+    };
+    if !any_event(shared, stored).await? {
         return Err(ReplayError::UnknownHandler(handler.clone()));
+    }
+    Ok(true)
+}
+
+/// Whether any stored event matches `filter`.
+async fn any_event(
+    shared: &Shared,
+    filter: crate::inbox::EventFilter,
+) -> Result<bool, ReplayError> {
+    let limit = 1;
+    Ok(!shared
+        .inbox
+        .list_events(crate::inbox::EventFilter { limit, ..filter })
+        .await?
+        .is_empty())
+}
+
+/// Whether `filter` names a source the configuration no longer declares but events or held
+/// quarantined requests are stored for (a removed or renamed source): its dead letters and
+/// held requests may still be discarded by its name. A name neither declared nor stored is
+/// [`ReplayError::UnknownSource`], like any typo.
+pub async fn removed_source(shared: &Shared, filter: &ReplayFilter) -> Result<bool, ReplayError> {
+    let Some(source) = &filter.source else {
+        return Ok(false);
+    };
+    if shared.config.sources.contains_key(source.as_str()) {
+        return Ok(false);
+    }
+    let events = crate::inbox::EventFilter {
+        source: Some(source.clone()),
+        ..Default::default()
+    };
+    let held = ReplayFilter {
+        source: Some(source.clone()),
+        limit: 1,
+        ..Default::default()
+    };
+    if !any_event(shared, events).await? && shared.inbox.held_quarantine_count(held).await? == 0 {
+        return Err(ReplayError::UnknownSource(source.clone()));
     }
     Ok(true)
 }

@@ -7,7 +7,8 @@
 //!   one call touches at most `filter.limit` deliveries and quarantined requests together. A
 //!   handler the configuration no longer declares, with deliveries stored, is no unknown name
 //!   here: its waiting (`pending`, `retrying`) deliveries can be discarded, since nothing will
-//!   run them.
+//!   run them. Nor is a source the configuration no longer declares, with events or held
+//!   quarantined requests stored: its dead letters and held requests can be discarded by name.
 //! - Held quarantined requests are discarded only when the filter names nothing they lack
 //!   (handler, state, event ids), exactly as replay re-parses them.
 //! - One held quarantined request can also be discarded by its id ([`run_held`]): resolved only
@@ -17,7 +18,7 @@
 use crate::{
     Shared,
     inbox::{DISCARDED_RESOLUTION, ReplayFilter},
-    ingest::replay::{ReplayError, known_names, orphaned_handler},
+    ingest::replay::{ReplayError, known_names, orphaned_handler, removed_source},
 };
 
 /// What one discard did.
@@ -33,7 +34,8 @@ pub struct DiscardReport {
 /// quarantined request lacks) the held quarantined requests of its source and time range.
 pub async fn run(shared: &Shared, mut filter: ReplayFilter) -> Result<DiscardReport, ReplayError> {
     filter.orphaned = orphaned_handler(shared, &filter).await?;
-    known_names(shared, &filter)?;
+    let removed = removed_source(shared, &filter).await?;
+    known_names(shared, &filter, removed)?;
     let (deliveries, closed) = shared.inbox.discard(filter.clone()).await?;
     let (mut held, mut resolved) = (0, 0);
     if filter.covers_quarantine() {
