@@ -53,9 +53,22 @@ impl Lockout {
         (f.count >= MAX_FAILURES && elapsed < FAILURE_WINDOW).then(|| FAILURE_WINDOW - elapsed)
     }
 
-    /// Counts a wrong token from `client` at `now`; true if it locked the address out (so the
-    /// caller says so, once).
-    pub fn failed(&self, client: IpAddr, now: Instant) -> bool {
+    /// Counts a wrong token from `client` (presented to `to`) at `now`, and says so when it
+    /// locks the address out: once per address and window, however many it sends.
+    pub fn wrong_token(&self, client: IpAddr, now: Instant, to: &str) {
+        if self.failed(client, now) {
+            tracing::warn!(
+                address = %client,
+                to,
+                failures = MAX_FAILURES,
+                window_secs = FAILURE_WINDOW.as_secs(),
+                "admin token: address locked out after too many wrong tokens"
+            );
+        }
+    }
+
+    /// Counts a wrong token from `client` at `now`; true if it locked the address out.
+    fn failed(&self, client: IpAddr, now: Instant) -> bool {
         let key = client_key(client);
         let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
         failures.retain(|_, f| now.duration_since(f.since) < FAILURE_WINDOW);

@@ -247,28 +247,9 @@ async fn require_token(
         .map_or("", |(_, token)| token.trim_start());
     if !token.matches(presented.as_bytes()) {
         if let Some(client) = client.filter(|_| !presented.is_empty()) {
-            wrong_token(&lockout, client, now, "admin API");
+            lockout.wrong_token(client, now, "admin API");
         }
         return Err(ApiError::Unauthorized);
     }
     Ok(next.run(request).await)
-}
-
-/// Counts a wrong admin token from `client` (presented to `to`), and says so when it locks the
-/// address out: once per address and window, however many it sends.
-pub(crate) fn wrong_token(
-    lockout: &lockout::Lockout,
-    client: std::net::IpAddr,
-    now: std::time::Instant,
-    to: &str,
-) {
-    if lockout.failed(client, now) {
-        tracing::warn!(
-            address = %client,
-            to,
-            failures = lockout::MAX_FAILURES,
-            window_secs = lockout::FAILURE_WINDOW.as_secs(),
-            "admin token: address locked out after too many wrong tokens"
-        );
-    }
 }

@@ -305,7 +305,7 @@ async fn sign_in(State(ui): UiState, request: Request) -> Response {
             "dashboard sign-in refused: wrong admin token"
         );
         if let Some(address) = address.filter(|_| guessed) {
-            super::wrong_token(&ui.lockout, address, now, "dashboard sign-in");
+            ui.lockout.wrong_token(address, now, "dashboard sign-in");
         }
         tokio::time::sleep(FAILURE_DELAY).await;
         let form = layout::sign_in_form(Some("That is not the admin token."));
