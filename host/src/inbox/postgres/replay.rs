@@ -1,14 +1,12 @@
 //! Replay in SQL: select the deliveries a filter matches, and set them due again (finished
 //! ones with a fresh budget, retrying ones now).
 //!
-//! Invariant: the update re-checks the state (not open; still `retrying`), so a delivery leased
-//! (by any node) between the select and the update is left alone; `budget_base` moves up to
+//! Invariant: the update re-checks the state it selected, so a delivery that left it between
+//! the select and the update (leased, discarded, or replayed and run by any node; under READ
+//! COMMITTED the update sees that row's latest commit) is left alone; `budget_base` moves up to
 //! `attempts`, which keeps counting (it is the lease token), for finished deliveries only.
 
-use super::{
-    state_names,
-    statements::{Run, Tx},
-};
+use super::statements::{Run, Tx};
 use crate::{
     inbox::{InboxError, ReplayFilter},
     model::DeliveryState,
@@ -45,13 +43,8 @@ pub(super) async fn replay_matching(
         .execute(
             "UPDATE deliveries SET state = 'pending', budget_base = attempts,
                  next_attempt_at = $2, lease_until = NULL, updated_at = $2, deliver_stale = $4
-             WHERE id = ANY($1) AND state <> ALL($3)",
-            &[
-                &ids,
-                &now_ms,
-                &state_names(&DeliveryState::OPEN),
-                &filter.force,
-            ],
+             WHERE id = ANY($1) AND state = $3",
+            &[&ids, &now_ms, &state.as_str(), &filter.force],
         )
         .await?;
     Ok((ids.len(), replayed as usize))

@@ -377,6 +377,64 @@ async fn a_lease_the_database_refuses_costs_that_delivery_alone() {
         let inbox = inbox.clone();
         async move { fixtures::claim(&inbox, LEASED_MS).await }
     });
+    // The claim's lease of `head` waits on the other transaction.
+    wait_for_a_lock_wait(&db).await;
+    out_of_turn.commit().await.unwrap();
+    let mut leased: Vec<String> = claim
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.event_id.to_string())
+        .collect();
+    leased.sort();
+    assert_eq!(leased, ["other", "plain"]);
+    let head = fixtures::detail(&inbox, "head").await.deliveries[0].clone();
+    assert_eq!((head.state.as_str(), head.attempts), ("pending", 0));
+}
+
+/// A replay selects its deliveries, then sets them due. A discard of a selected one that commits
+/// in between (here: on another connection, holding the row until the replay's update waits on
+/// it) wins: the update re-checks the state it selected, so the discarded delivery stays
+/// discarded and is never run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_discarded_while_a_replay_selected_it_stays_discarded() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    let claimed = lease(&inbox, "x").await;
+    inbox
+        .finish(finished(&claimed, Disposition::Dead))
+        .await
+        .unwrap();
+    let mut other = testdb::connect(db.url()).await;
+    let discard = other.transaction().await.unwrap();
+    discard
+        .execute("UPDATE deliveries SET state = 'discarded'", &[])
+        .await
+        .unwrap();
+    let replay = tokio::spawn({
+        let inbox = inbox.clone();
+        async move {
+            let dead = crate::inbox::ReplayFilter {
+                limit: 100,
+                ..Default::default()
+            };
+            inbox.replay(dead).await.unwrap()
+        }
+    });
+    wait_for_a_lock_wait(&db).await;
+    discard.commit().await.unwrap();
+    let (matched, replayed) = replay.await.unwrap();
+    let delivery = fixtures::detail(&inbox, "x").await.deliveries[0].clone();
+    assert_eq!(
+        (matched, replayed, delivery.state.as_str()),
+        (1, 0, "discarded")
+    );
+}
+
+/// Returns once a statement on `db` waits for a row lock (within 30 s, or panics).
+async fn wait_for_a_lock_wait(db: &TestDatabase) {
     let watcher = testdb::connect(db.url()).await;
     let waiting = async {
         loop {
@@ -389,25 +447,14 @@ async fn a_lease_the_database_refuses_costs_that_delivery_alone() {
                 .await
                 .unwrap();
             if row.get::<_, i64>(0) > 0 {
-                break;
+                return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(30), waiting)
         .await
-        .expect("the claim's lease of `head` waits on the other transaction");
-    out_of_turn.commit().await.unwrap();
-    let mut leased: Vec<String> = claim
-        .await
-        .unwrap()
-        .iter()
-        .map(|c| c.event_id.to_string())
-        .collect();
-    leased.sort();
-    assert_eq!(leased, ["other", "plain"]);
-    let head = fixtures::detail(&inbox, "head").await.deliveries[0].clone();
-    assert_eq!((head.state.as_str(), head.attempts), ("pending", 0));
+        .expect("a statement waits on another transaction's lock");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,13 @@
 //! Replay in SQL: select the deliveries a filter matches, and set them due again (finished
 //! ones with a fresh budget, retrying ones now).
 //!
-//! Invariant: the update re-checks the state (not open; still `retrying`), so a delivery leased
-//! between the select and the update is left alone; `budget_base` moves up to `attempts`, which
+//! Invariant: the update re-checks the state it selected, so a delivery that left it between
+//! the select and the update is left alone (on the one writer nothing comes in between; the
+//! check is PostgreSQL's, where something can); `budget_base` moves up to `attempts`, which
 //! keeps counting (it is the lease token), for finished deliveries only.
 
 use rusqlite::{Connection, params};
 
-use super::sql::open_states;
 use crate::{
     inbox::{InboxError, ReplayFilter},
     model::DeliveryState,
@@ -40,15 +40,14 @@ pub(super) fn replay_matching(
         }
         return Ok((ids.len(), replayed));
     }
-    let mut update = conn.prepare_cached(concat!(
+    let mut update = conn.prepare_cached(
         "UPDATE deliveries SET state = 'pending', budget_base = attempts,
              next_attempt_at = ?2, lease_until = NULL, updated_at = ?2, deliver_stale = ?3
-         WHERE id = ?1 AND state NOT IN ",
-        open_states!()
-    ))?;
+         WHERE id = ?1 AND state = ?4",
+    )?;
     let mut replayed = 0;
     for id in &ids {
-        replayed += update.execute(params![id, now_ms, filter.force])?;
+        replayed += update.execute(params![id, now_ms, filter.force, state.as_str()])?;
     }
     Ok((ids.len(), replayed))
 }
