@@ -250,13 +250,17 @@ pub enum Durability {
     Normal,
 }
 
-/// What happens when a handler's process died mid-attempt and nobody knows whether it acted.
+/// What happens when an attempt ended without the handler's own verdict and nobody knows
+/// whether it acted: its worker died (crash, kill), or the host stopped it (timeout, trap,
+/// memory, an output over its cap, a state write over the plugin's total).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeliveryMode {
     /// Re-run it: effects may happen twice unless the handler is idempotent (the default).
     AtLeastOnce,
-    /// Never re-run it: dead-letter it as `abandoned` for a human to replay.
+    /// Never re-run it: dead-letter it (a dead worker's attempt as `abandoned`) for a human to
+    /// replay. A handler's own `retry` is still retried, and a state conflict still runs it
+    /// again (its writes were not kept).
     AtMostOnce,
 }
 

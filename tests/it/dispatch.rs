@@ -204,6 +204,53 @@ async fn traps_dead_letter_after_max_attempts_and_replay_grants_a_fresh_budget()
     assert_eq!(attempts, [1, 2, 3, 4, 5, 6]);
 }
 
+/// An attempt the host stopped (a timeout, a trap) may have acted before it was stopped (an
+/// outbound call made): an at-most-once handler's is dead-lettered at once, never run again,
+/// where an at-least-once instance of the same plugin retries it up to `max_attempts`. A
+/// handler's own retry is retried under either mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_at_most_once_handler_is_never_run_again_after_an_attempt_the_host_stopped() {
+    let instances = r#"
+        [plugins.once]
+        wasm = "flaky"
+        delivery = "at-most-once"
+        timeout_ms = 300
+        memory_mib = 16
+        max_attempts = 3
+        backoff_base_ms = 10
+        backoff_max_ms = 20
+        [plugins.again]
+        wasm = "flaky"
+        timeout_ms = 300
+        memory_mib = 16
+        max_attempts = 3
+        backoff_base_ms = 10
+        backoff_max_ms = 20
+        "#;
+    let host = TestHost::start(
+        &config(&["once", "again"], instances),
+        &[("flaky", plugins::FLAKY)],
+    )
+    .await;
+    send(&host, "s", "slow", json!({"sleep_ms": 5000})).await;
+    send(&host, "s", "big", json!({"hold_mib": 64})).await;
+    send(&host, "s", "asks", json!({"fail_times": 1})).await;
+    for (event, outcome) in [("slow", "timeout"), ("big", "trap")] {
+        let again = host.wait_state("s", event, "again", "dead", WAIT).await;
+        assert_eq!(support::outcomes(&again), [outcome; 3], "{again:#}");
+        let once = host.wait_state("s", event, "once", "dead", WAIT).await;
+        assert_eq!(
+            (support::outcomes(&once), &once["attempts"]),
+            (vec![outcome], &json!(1)),
+            "{once:#}"
+        );
+    }
+    for handler in ["once", "again"] {
+        let d = host.wait_state("s", "asks", handler, "done", WAIT).await;
+        assert_eq!(support::outcomes(&d), ["retry", "ok"], "{handler}: {d:#}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failing_handler_never_holds_back_another() {
     let host = TestHost::start(

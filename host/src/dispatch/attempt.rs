@@ -157,8 +157,9 @@ impl Dispatcher {
         if dead && matches!(result, Finished::Recorded | Finished::OverQuota(_)) {
             tracing::warn!(
                 outcome = last_outcome.as_str(),
-                "delivery dead-lettered (a permanent error, or its last attempt under \
-                 max_attempts): `hookd replay` runs it again once the cause is fixed"
+                "delivery dead-lettered (a permanent error, its last attempt under \
+                 max_attempts, or an at-most-once handler's attempt that ended without its \
+                 verdict): `hookd replay` runs it again once the cause is fixed"
             );
         }
         match result {

@@ -34,7 +34,7 @@ use self::{
 };
 use crate::{
     clock::Clock,
-    config::{Config, DeliveryMode, PluginConfig},
+    config::{Config, PluginConfig},
     ids::PluginName,
     inbox::Inbox,
     model::{Disposition, StateLimits, StateUsage},
@@ -131,18 +131,16 @@ impl Dispatcher {
         )
     }
 
-    /// Where a delivery whose worker vanished goes: at-most-once plugins never re-run it, and
-    /// neither does a handler the configuration no longer declares. How that one was declared
-    /// when its attempt started is not known; dead is the outcome safe under either delivery
-    /// mode (an at-most-once handler is never run twice), and a replay, once the handler is
-    /// declared again, runs it if it should.
+    /// Where a delivery whose worker vanished goes: as any attempt that ended without the
+    /// handler's verdict (so never run again under at-most-once), except for a handler the
+    /// configuration no longer declares. How that one was declared when its attempt started is
+    /// not known; dead is the outcome safe under either delivery mode (an at-most-once handler
+    /// is never run twice), and a replay, once the handler is declared again, runs it if it
+    /// should.
     fn abandoned_disposition(&self, handler: &str, budget_used: u32, now_ms: i64) -> Disposition {
         let Some(plugin) = self.config.plugins.get(&PluginName::from(handler)) else {
             return Disposition::Dead;
         };
-        if plugin.delivery == DeliveryMode::AtMostOnce {
-            return Disposition::Dead;
-        }
         self.dispose(plugin, Attempted::Failed, budget_used, now_ms)
     }
 

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::{
-    config::PluginConfig,
+    config::{DeliveryMode, PluginConfig},
     model::{AttemptOutcome, Disposition},
     runtime::{CallError, HandleVerdict, StateLimit, StateRefused},
     text,
@@ -19,6 +19,9 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// `delivery = "at-most-once"`: an attempt that ended without the handler's own verdict
+    /// ([`Attempted::Failed`]) is never run again by the host.
+    pub at_most_once: bool,
 }
 
 impl From<&PluginConfig> for RetryPolicy {
@@ -27,6 +30,7 @@ impl From<&PluginConfig> for RetryPolicy {
             max_attempts: plugin.max_attempts,
             backoff_base: plugin.backoff_base,
             backoff_max: plugin.backoff_max,
+            at_most_once: plugin.delivery == DeliveryMode::AtMostOnce,
         }
     }
 }
@@ -40,7 +44,10 @@ pub enum Attempted {
     Retry {
         after: Option<Duration>,
     },
-    /// A trap, timeout or other failure of the attempt itself: retried with backoff.
+    /// The attempt ended without the handler's own verdict, at a point the host cannot know: a
+    /// trap, a timeout, its host memory refused, an output over its cap, a state write over the
+    /// plugin's total, its worker gone. Whether the handler acted (an outbound call made) is
+    /// unknown: retried with backoff, or dead at once under at-most-once.
     Failed,
     /// Never retry.
     Permanent,
@@ -163,6 +170,7 @@ pub fn decide(
     let delay = match attempted {
         Attempted::Ok(output) => return Disposition::Done { output },
         Attempted::Permanent => return Disposition::Dead,
+        Attempted::Failed if policy.at_most_once => return Disposition::Dead,
         _ if budget_used >= policy.max_attempts => return Disposition::Dead,
         // The plugin's own wish is honoured (a service's `Retry-After` may bring a retry sooner
         // than the backoff), within the plugin's configured maximum and no sooner than
@@ -201,6 +209,7 @@ mod tests {
         max_attempts: 4,
         backoff_base: Duration::from_millis(1000),
         backoff_max: Duration::from_millis(5000),
+        at_most_once: false,
     };
 
     #[test]

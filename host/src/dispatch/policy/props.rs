@@ -11,17 +11,20 @@ use proptest::prelude::*;
 use super::*;
 
 /// Any policy `config.rs` accepts: `max_attempts` ≥ 1, any base and max in milliseconds (the
-/// two are independent keys, so base > max is possible too).
+/// two are independent keys, so base > max is possible too), either delivery mode.
 fn policies() -> impl Strategy<Value = RetryPolicy> {
     let ms = prop_oneof![
         4 => 0u64..10_000_000,
         1 => any::<u64>(),
     ];
-    (1u32..=64, ms.clone(), ms).prop_map(|(max_attempts, base, max)| RetryPolicy {
-        max_attempts,
-        backoff_base: Duration::from_millis(base),
-        backoff_max: Duration::from_millis(max),
-    })
+    (1u32..=64, ms.clone(), ms, any::<bool>()).prop_map(
+        |(max_attempts, base, max, at_most_once)| RetryPolicy {
+            max_attempts,
+            backoff_base: Duration::from_millis(base),
+            backoff_max: Duration::from_millis(max),
+            at_most_once,
+        },
+    )
 }
 
 /// Every f64 a caller could hand over, not only the `[0, 1)` that `rand::random` draws.
@@ -108,6 +111,7 @@ proptest! {
                 prop_assert_eq!(output, &got);
             }
             (Attempted::Permanent, Disposition::Dead) => {}
+            (Attempted::Failed, Disposition::Dead) if policy.at_most_once => {}
             (Attempted::Retry { .. } | Attempted::Failed, Disposition::Dead) => {
                 prop_assert!(used >= policy.max_attempts, "dead after {used} attempts");
             }
@@ -129,6 +133,7 @@ proptest! {
                 }
             }
             (Attempted::Failed, Disposition::RetryAt { at_ms }) => {
+                prop_assert!(!policy.at_most_once, "at-most-once never runs a failed attempt again");
                 prop_assert!(used < policy.max_attempts);
                 prop_assert!(at_ms >= now, "a retry is never scheduled in the past");
                 let wait = Duration::from_millis((at_ms - now) as u64);
@@ -138,8 +143,8 @@ proptest! {
         }
     }
 
-    /// A delivery that keeps failing runs exactly `max_attempts` times, then is dead; a replay
-    /// (which restarts `budget_used` at 0) buys exactly `max_attempts` more.
+    /// A delivery that keeps failing runs exactly `max_attempts` times (at-least-once), then is
+    /// dead; a replay (which restarts `budget_used` at 0) buys exactly `max_attempts` more.
     #[test]
     fn failures_are_dead_exactly_at_max_attempts_and_replay_restarts_the_budget(
         policy in policies(),
@@ -151,6 +156,7 @@ proptest! {
         replays in 0usize..3,
         jitter in jitters(),
     ) {
+        let policy = RetryPolicy { at_most_once: false, ..policy };
         let mut endings = endings.into_iter().cycle();
         for _ in 0..=replays {
             let mut runs = 0u32;
