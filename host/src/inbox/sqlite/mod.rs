@@ -233,8 +233,10 @@ impl Store for SqliteStore {
             });
             (answer, version)
         };
+        // Answered (the queued writes forgotten) whatever became of the job, a writer gone
+        // included: a write left queued would make every later reader of its keys conflict.
         let result = match answer {
-            Ok(answer) => answer.await.map_err(|_| InboxError::WriterGone)?,
+            Ok(answer) => answer.await.unwrap_or(Err(InboxError::WriterGone)),
             Err(e) => Err(e),
         };
         self.inner.queued.answered(&plugin, &keys, version);
