@@ -470,6 +470,7 @@ async fn one_replay_call_touches_at_most_max_replay_deliveries() {
                         disposition: Disposition::Dead,
                         plugin: claim.handler,
                         state: Default::default(),
+                        uncounted: false,
                     })
                     .await
             })

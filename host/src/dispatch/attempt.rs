@@ -58,6 +58,7 @@ impl Dispatcher {
         let Some(loaded) = self.registry.get(&plugin.wasm) else {
             // Unloaded between claim and call: give the attempt back, untouched by the handler.
             let finish = Finish {
+                uncounted: true,
                 outcome: AttemptOutcome::Abandoned,
                 error_kind: Some("plugin_unavailable".into()),
                 error: Some(format!("plugin file {}.wasm is not loaded", plugin.wasm)),
@@ -291,6 +292,7 @@ impl Dispatcher {
             disposition: Disposition::Dead,
             plugin: plugin.name.clone(),
             state: Default::default(),
+            uncounted: false,
         }
     }
 }

@@ -226,6 +226,10 @@ pub struct Finish {
     /// Namespace of the state writes: the plugin instance.
     pub plugin: PluginName,
     pub state: StateChanges,
+    /// The host gave the attempt back before the handler ran (its plugin was unloaded between
+    /// the claim and the call): recorded, but not counted against `max_attempts`. Its attempt
+    /// number stays used, as a conflict's does: it is the lease token.
+    pub uncounted: bool,
 }
 
 /// What every backend records of an attempt, beside its row.
@@ -256,6 +260,7 @@ impl Finish {
             disposition,
             plugin: PluginName::new(handler),
             state: StateChanges::default(),
+            uncounted: false,
         }
     }
 
@@ -276,6 +281,7 @@ impl Finish {
             disposition: self.disposition.clone(),
             plugin: self.plugin.clone(),
             state: StateChanges::default(),
+            uncounted: false,
         }
     }
 

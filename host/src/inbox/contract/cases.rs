@@ -241,6 +241,28 @@ pub(super) async fn a_conflicted_attempt_runs_again_without_using_its_budget(db:
     );
 }
 
+/// An attempt the host gave back before its handler ran (its plugin unloaded between the claim
+/// and the call) is recorded, and due again with its budget as it was.
+pub(super) async fn an_attempt_given_back_runs_again_without_using_its_budget(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let claimed = lease(&inbox, "a").await;
+    let given_back = Finish {
+        outcome: AttemptOutcome::Abandoned,
+        uncounted: true,
+        ..finished(
+            &claimed,
+            Disposition::RetryAt {
+                at_ms: LEASED_MS + 2,
+            },
+        )
+    };
+    assert_eq!(inbox.finish(given_back).await.unwrap(), Finished::Recorded);
+    let again = claim(&inbox, LEASED_MS + 5).await.remove(0);
+    assert_eq!((again.attempt, again.budget_used), (2, 1));
+    let delivery = detail(&inbox, "a").await.deliveries[0].clone();
+    assert_eq!(delivery.history[0].outcome, "abandoned");
+}
+
 pub(super) async fn a_conflicted_attempt_applies_none_of_its_writes(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let b = both_read_then_a_writes(&inbox).await;

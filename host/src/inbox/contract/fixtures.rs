@@ -184,6 +184,7 @@ pub(in crate::inbox) fn record(
         disposition,
         plugin: PluginName::new(handler),
         state: StateChanges::default(),
+        uncounted: false,
     }
 }
 

@@ -74,6 +74,7 @@ macro_rules! suite {
             a_done_delivery_replayed_into_a_dead_end_still_makes_older_ones_stale,
             the_second_of_two_attempts_writing_one_key_conflicts,
             a_conflicted_attempt_runs_again_without_using_its_budget,
+            an_attempt_given_back_runs_again_without_using_its_budget,
             a_replay_gives_a_fresh_attempt_budget,
             a_replay_touches_at_most_its_limit,
             a_replay_takes_only_the_handlers_it_is_limited_to,

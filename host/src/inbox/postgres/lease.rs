@@ -623,7 +623,8 @@ pub(super) async fn finish_attempt(tx: &Tx<'_>, f: &Finish) -> Result<Finished, 
     let (state, output, next_at) = f.next_state();
     tx.execute(
         "UPDATE deliveries SET state = $2, output = COALESCE($3, output), last_error = $4,
-             next_attempt_at = $5, lease_until = NULL, updated_at = $6
+             next_attempt_at = $5, lease_until = NULL, updated_at = $6,
+             budget_base = budget_base + $7
          WHERE id = $1",
         &[
             &f.delivery_id,
@@ -632,6 +633,7 @@ pub(super) async fn finish_attempt(tx: &Tx<'_>, f: &Finish) -> Result<Finished, 
             &f.last_error(),
             &next_at,
             &f.finished_at_ms,
+            &i64::from(f.uncounted),
         ],
     )
     .await?;
@@ -713,13 +715,13 @@ pub(super) async fn commit_finishes(
 const FINISH_SQL: &str = "WITH u AS (
          SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::text[],
                               $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::text[],
-                              $11::text[], $12::text[])
+                              $11::text[], $12::text[], $14::bigint[])
               AS u (id, attempt, state, output, last_error, next_at, started, ended, outcome,
-                    error_kind, error, plugin_sha256)
+                    error_kind, error, plugin_sha256, uncounted)
      ), moved AS (
          UPDATE deliveries d SET state = u.state, output = COALESCE(u.output, d.output),
              last_error = u.last_error, next_attempt_at = u.next_at, lease_until = NULL,
-             updated_at = u.ended
+             updated_at = u.ended, budget_base = d.budget_base + u.uncounted
          FROM u
          WHERE d.id = u.id AND d.state = 'running' AND d.attempts = u.attempt
          RETURNING d.id, d.attempts
@@ -756,6 +758,7 @@ async fn finish_together(
     let kinds = column(finishes, |f| f.error_kind.as_deref());
     let messages = column(finishes, |f| f.error.as_deref());
     let shas = column(finishes, |f| f.plugin_sha256.as_deref());
+    let uncounted = column(finishes, |f| i64::from(f.uncounted));
     let client = pool.get().await?;
     let updated: HashSet<(i64, i64)> = client
         .in_one_round_trip(
@@ -775,6 +778,7 @@ async fn finish_together(
                 &messages,
                 &shas,
                 &wakeup::CHANNEL,
+                &uncounted,
             ],
         )
         .await?

@@ -401,7 +401,8 @@ pub(super) fn finish_attempt(
     let last_error = f.last_error();
     conn.prepare_cached(
         "UPDATE deliveries SET state = ?2, output = COALESCE(?3, output), last_error = ?4,
-             next_attempt_at = ?5, lease_until = NULL, updated_at = ?6
+             next_attempt_at = ?5, lease_until = NULL, updated_at = ?6,
+             budget_base = budget_base + ?7
          WHERE id = ?1",
     )?
     .execute(params![
@@ -410,7 +411,8 @@ pub(super) fn finish_attempt(
         output,
         last_error,
         next_at,
-        f.finished_at_ms
+        f.finished_at_ms,
+        i64::from(f.uncounted),
     ])?;
     insert_attempt(conn, f.delivery_id, f)?;
     Ok(Finished::Recorded)
