@@ -419,6 +419,66 @@ fn unspecified_addresses_in_allow_hosts_are_a_config_error() {
     }
 }
 
+/// A handler that cannot even be started while the calls in flight hold the host's plugin
+/// memory (`bulky` starts with 16 MiB) never ran: its attempt is recorded `abandoned`
+/// (`plugin_memory`), not counted, and it runs once memory is free, even with
+/// `max_attempts = 1` and at-most-once. Before, that attempt was a `trap` counted like any,
+/// and one plugin hoarding the pool dead-lettered another's events without them ever running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_the_host_memory_could_not_start_is_not_counted_and_runs_later() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(
+        dir.path(),
+        &[("h", plugins::FLAKY), ("bulky", plugins::BULKY)],
+    );
+    let config = format!(
+        "[server]\nplugin_memory_mib = 64\n{}{}",
+        sw_source("s", &["h"], "[plugins.h]\nmemory_mib = 128\n"),
+        sw_source(
+            "b",
+            &["bulky"],
+            "[plugins.bulky]\nmax_attempts = 1\ndelivery = \"at-most-once\"\n\
+             backoff_base_ms = 300\nbackoff_max_ms = 300\n"
+        ),
+    );
+    let host = ProcessHost::start(dir.path(), &config).await;
+    let hold = json!({"hold_mib": 56, "sleep_ms": 3000}).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "holder", hold.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    host.wait_state("s", "holder", "h", "running", WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (status, reply) = post_sw(host.ingest, "b", "crowded", b"{}").await.unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let done = host
+        .wait_delivery("b", "crowded", "bulky", WAIT, |d| {
+            d["state"] != "pending" && d["state"] != "running" && d["state"] != "retrying"
+        })
+        .await;
+    assert_eq!(done["state"], "done", "{done:#}");
+    let history = done["history"].as_array().unwrap();
+    let first = &history[0];
+    assert_eq!(
+        (&first["outcome"], &first["error_kind"]),
+        (&json!("abandoned"), &json!("plugin_memory")),
+        "{done:#}"
+    );
+    assert!(
+        first["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("server.plugin_memory_mib")),
+        "{done:#}"
+    );
+    assert_eq!(
+        crate::support::outcomes(&done).last(),
+        Some(&"ok"),
+        "{done:#}"
+    );
+    host.wait_state("s", "holder", "h", "done", WAIT).await;
+}
+
 /// Every call in flight draws its linear memory from one host-wide pool
 /// (`server.plugin_memory_mib`), so the host's memory is not the sum of every call's own limit.
 /// While one attempt holds most of the pool: another attempt's growth fails with an error

@@ -20,7 +20,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use super::{Dispatcher, LEASE_MARGIN, PluginState, hot::Hot, policy::Classified};
+use super::{
+    Dispatcher, LEASE_MARGIN, PluginState,
+    hot::Hot,
+    policy::{Attempted, Classified},
+};
 use crate::{
     config::PluginConfig,
     inbox::{Claimed, Finish, Finished, InboxError},
@@ -259,6 +263,8 @@ impl Dispatcher {
         classified: Classified,
         now_ms: i64,
     ) -> Finish {
+        // An attempt the host could not start ran nothing: its budget is given back.
+        let uncounted = classified.attempted == Attempted::NotStarted;
         let disposition = self.dispose(plugin, classified.attempted, claim.budget_used, now_ms);
         let (error_kind, error) = classified
             .error
@@ -268,6 +274,7 @@ impl Dispatcher {
             outcome: classified.outcome,
             error_kind,
             error,
+            uncounted,
             disposition,
             ..self.finish_record(claim, plugin, sha256)
         }

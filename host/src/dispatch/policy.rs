@@ -51,6 +51,10 @@ pub enum Attempted {
     Failed,
     /// Never retry.
     Permanent,
+    /// The host could not start the handler (the calls in flight held its plugin memory): it
+    /// never ran, so the attempt is not counted against `max_attempts` under either delivery
+    /// mode, and is due again after the first backoff step.
+    NotStarted,
 }
 
 /// An attempt's result as its history row records it and as [`decide`] is given it.
@@ -104,6 +108,11 @@ impl Classified {
                 AttemptError::new("permanent", reason),
             ),
             Err(CallError::StateRefused(refused)) => Self::state_refused(refused),
+            Err(e @ CallError::NoMemoryToStart(_)) => failed(
+                AttemptOutcome::Abandoned,
+                Attempted::NotStarted,
+                AttemptError::new(e.kind(), e.to_string()),
+            ),
             Err(e) => {
                 let (outcome, attempted) = match e {
                     CallError::Timeout { .. } => (AttemptOutcome::Timeout, Attempted::Failed),
@@ -170,6 +179,7 @@ pub fn decide(
     let delay = match attempted {
         Attempted::Ok(output) => return Disposition::Done { output },
         Attempted::Permanent => return Disposition::Dead,
+        Attempted::NotStarted => backoff(policy, 1, jitter),
         Attempted::Failed if policy.at_most_once => return Disposition::Dead,
         _ if budget_used >= policy.max_attempts => return Disposition::Dead,
         // The plugin's own wish is honoured (a service's `Retry-After` may bring a retry sooner
@@ -379,12 +389,42 @@ mod tests {
                 4,
                 Disposition::Dead,
             ),
+            // Not started: never dead, due again after the first step, whatever was used.
+            (
+                Attempted::NotStarted,
+                4,
+                Disposition::RetryAt { at_ms: now + 1000 },
+            ),
         ];
         for (attempted, used, expected) in cases {
             assert_eq!(
                 decide(&POLICY, attempted.clone(), used, now, 1.0),
                 expected,
                 "{attempted:?} used={used}"
+            );
+        }
+        // At-most-once: what ended without the handler's verdict is dead at once; the handler's
+        // own retry and an attempt that never started are still due again.
+        let once = RetryPolicy {
+            at_most_once: true,
+            ..POLICY
+        };
+        let cases = [
+            (Attempted::Failed, Disposition::Dead),
+            (
+                Attempted::Retry { after: None },
+                Disposition::RetryAt { at_ms: now + 1000 },
+            ),
+            (
+                Attempted::NotStarted,
+                Disposition::RetryAt { at_ms: now + 1000 },
+            ),
+        ];
+        for (attempted, expected) in cases {
+            assert_eq!(
+                decide(&once, attempted.clone(), 1, now, 1.0),
+                expected,
+                "{attempted:?}"
             );
         }
     }

@@ -503,7 +503,7 @@ pub async fn envelope_of(
         Ok(ParseVerdict::Invalid(message)) => EnvelopeOutcome::Invalid(message),
         Ok(ParseVerdict::Ignore(message)) => EnvelopeOutcome::Ignore(message),
         Ok(ParseVerdict::Respond(answer)) => EnvelopeOutcome::Respond(answer),
-        Err(CallError::HostMemory(reason)) => {
+        Err(CallError::HostMemory(reason) | CallError::NoMemoryToStart(reason)) => {
             EnvelopeOutcome::Overloaded(format!("parser plugin {parser} could not run: {reason}"))
         }
         Err(e) => EnvelopeOutcome::Quarantine(format!(

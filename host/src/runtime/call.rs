@@ -81,6 +81,9 @@ pub enum CallError {
     /// a trap of this call's growth, but not its fault, so it may succeed later.
     #[error("{0}")]
     HostMemory(String),
+    /// [`CallError::HostMemory`] while the instance was being made: the guest never ran.
+    #[error("{0}")]
+    NoMemoryToStart(String),
 }
 
 impl CallError {
@@ -89,6 +92,7 @@ impl CallError {
         match self {
             Self::Timeout { .. } => "timeout",
             Self::Trap(_) | Self::HostMemory(_) => "trap",
+            Self::NoMemoryToStart(_) => "plugin_memory",
             Self::OutputTooLarge { .. } => "output_too_large",
             Self::MissingRole(_) => "missing_role",
             Self::StateRefused(refused) => match refused.limit {
@@ -365,6 +369,7 @@ impl Runtime {
                 self.sockets.clone(),
             ),
             _live: self.live_store(),
+            started: false,
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|s| &mut s.limits);
@@ -406,7 +411,12 @@ impl Runtime {
             store.data_mut().outbound.grant(grant);
         }
         let stderr = store.data().stderr.clone();
-        let result = bounded(&ctx.limits, &stderr, pre.call(&mut store, input)).await;
+        let result = match bounded(&ctx.limits, &stderr, pre.call(&mut store, input)).await {
+            Err(CallError::HostMemory(message)) if !store.data().started => {
+                Err(CallError::NoMemoryToStart(message))
+            }
+            result => result,
+        };
         let changes = store.data_mut().take_state_changes();
         let refused = store.data().outbound.first_refusal();
         let limit = ctx.limits.output_bytes;

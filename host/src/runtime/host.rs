@@ -260,6 +260,9 @@ pub struct HostState {
     pub budget: super::budget::HostBudget,
     /// Keeps the epoch advancing while this store lives (see `super::engine`).
     pub(super) _live: super::engine::LiveStore,
+    /// The instance is made and its export about to be called: from here the guest may act
+    /// (before it, a failure left nothing done).
+    pub started: bool,
 }
 
 impl HostState {

@@ -43,6 +43,7 @@ fn endings() -> impl Strategy<Value = Attempted> {
         ".{0,8}".prop_map(|s| Attempted::Ok(Some(s))),
         Just(Attempted::Permanent),
         Just(Attempted::Failed),
+        Just(Attempted::NotStarted),
         Just(Attempted::Retry { after: None }),
         any::<u64>().prop_map(|ms| Attempted::Retry {
             after: Some(Duration::from_millis(ms)),
@@ -131,6 +132,12 @@ proptest! {
                 } else {
                     prop_assert!(wait <= cap(&policy, used));
                 }
+            }
+            (Attempted::NotStarted, Disposition::RetryAt { at_ms }) => {
+                // Never dead, whatever the budget used and the delivery mode.
+                prop_assert!(at_ms >= now, "a retry is never scheduled in the past");
+                let wait = Duration::from_millis((at_ms - now) as u64);
+                prop_assert!(wait <= cap(&policy, 1));
             }
             (Attempted::Failed, Disposition::RetryAt { at_ms }) => {
                 prop_assert!(!policy.at_most_once, "at-most-once never runs a failed attempt again");

@@ -34,6 +34,7 @@ pub async fn parse(
         received_at_ms: input.received_at_ms,
     };
     let instance = pre.instantiate_async(&mut *store).await?;
+    store.data_mut().started = true;
     let result = instance
         .hookd_plugin_parser()
         .call_parse(store, &request)
@@ -84,6 +85,7 @@ pub async fn handle(
         body: input.body.clone(),
     };
     let instance = pre.instantiate_async(&mut *store).await?;
+    store.data_mut().started = true;
     let result = instance
         .hookd_plugin_handler()
         .call_handle(store, &event)

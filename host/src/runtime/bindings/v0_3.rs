@@ -20,6 +20,7 @@ pub async fn parse(
     input: &types::Request,
 ) -> wasmtime::Result<Result<types::Envelope, types::ParseError>> {
     let instance = pre.instantiate_async(&mut *store).await?;
+    store.data_mut().started = true;
     instance
         .hookd_plugin_parser()
         .call_parse(store, input)
@@ -33,6 +34,7 @@ pub async fn handle(
     input: &types::Event,
 ) -> wasmtime::Result<Result<Option<String>, types::HandleError>> {
     let instance = pre.instantiate_async(&mut *store).await?;
+    store.data_mut().started = true;
     instance
         .hookd_plugin_handler()
         .call_handle(store, input)
