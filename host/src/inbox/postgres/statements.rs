@@ -10,15 +10,18 @@
 //!   statement prepared in one is unknown in the next. Each statement is sent unnamed with its
 //!   parameter types (`Parse`, `Bind`, `Execute` and `Sync` together: one round trip, as a cached
 //!   statement takes, but parsed and planned by the server each time). The types of each
-//!   statement text are learned once per store, by preparing it inside a transaction and
-//!   closing it there.
+//!   statement text with parameters are learned once per store, by an SQL `PREPARE` under a
+//!   name of hookd's own inside a transaction, deallocated there.
 //!
 //! Invariants:
 //! - No other code of the room prepares a statement or sends one with parameters: [`Conn`] and
 //!   [`Tx`] hand out no client, so the compiler holds that wall.
-//! - In transaction mode no named statement outlives its transaction: one is prepared only to
-//!   learn its types, inside a transaction, and dropped (its `Close` sent) before anything else
-//!   is sent on that connection.
+//! - In transaction mode hookd sends no protocol-level named statement, and no statement of
+//!   its own outlives its transaction: one is prepared (SQL `PREPARE`, named
+//!   `hookd_describe_<random>`) only to learn its types, inside a transaction, and deallocated
+//!   before the transaction goes on. Named statements another client left on a server
+//!   connection (tokio-postgres names its own `s0`, `s1`, …; a node run without
+//!   `database_pooler`, say) can then never collide with hookd's.
 //! - Statement texts are the room's constants or built from them, never from input: the types
 //!   learned (as deadpool's cache) stay as many as the texts.
 //! - Every transaction runs at `READ COMMITTED` ([`BEGIN`], [`Conn::transaction`]), whatever
@@ -223,7 +226,7 @@ pub(super) trait Run: Sync {
         let types = match self.statements().known(sql) {
             Some(types) => types,
             None => {
-                let types = self.describe(sql).await?;
+                let types = self.describe(sql, params.len()).await?;
                 self.statements().learn(sql, Arc::clone(&types));
                 types
             }
@@ -236,16 +239,41 @@ pub(super) trait Run: Sync {
     }
 
     /// `sql`'s parameter types, from the server: the statement is prepared inside a transaction
-    /// (this one, or one of its own) and closed before that transaction goes on, so no pooler
-    /// moves the connection between the two.
-    async fn describe(&self, sql: &str) -> Result<Arc<[Type]>, Error> {
+    /// (this one, or one of its own) and deallocated before that transaction goes on, so no
+    /// pooler moves the connection between the two. By SQL (`PREPARE`, then its row of
+    /// `pg_prepared_statements`), under a random name of hookd's own: tokio-postgres' `prepare`
+    /// names its statements `s0`, `s1`, … from a counter every process starts at 0, and another
+    /// client's statement of that name, left on the server connection, refused it. A statement
+    /// without parameters needs no types (and may be one `PREPARE` does not take, as `LOCK`).
+    async fn describe(&self, sql: &str, params: usize) -> Result<Arc<[Type]>, Error> {
+        if params == 0 {
+            return Ok(Arc::from([]));
+        }
         let plain = self.plain();
+        let name = format!("hookd_describe_{:016x}", rand::random::<u64>());
+        let describe = async {
+            plain
+                .batch_execute(&format!("PREPARE {name} AS {sql}"))
+                .await?;
+            let row = plain
+                .query_typed_one(
+                    "SELECT parameter_types::oid[] FROM pg_prepared_statements WHERE name = $1",
+                    &[(&name, Type::TEXT)],
+                )
+                .await?;
+            plain.batch_execute(&format!("DEALLOCATE {name}")).await?;
+            let oids: Vec<u32> = row.get(0);
+            Ok::<_, Error>(
+                oids.into_iter()
+                    .map(|oid| Type::from_oid(oid).unwrap_or(Type::UNKNOWN))
+                    .collect(),
+            )
+        };
         if Self::IN_TRANSACTION {
-            // Dropped at once: its `Close` is sent before the transaction's next statement.
-            return Ok(plain.prepare(sql).await?.params().into());
+            return describe.await;
         }
         plain.batch_execute(BEGIN).await?;
-        let described = plain.prepare(sql).await.map(|s| s.params().into());
+        let described = describe.await;
         let ended = plain.batch_execute("COMMIT").await;
         let types = described?;
         ended?;

@@ -392,6 +392,62 @@ async fn a_lease_the_database_refuses_costs_that_delivery_alone() {
     assert_eq!((head.state.as_str(), head.attempts), ("pending", 0));
 }
 
+/// Behind PgBouncer in transaction mode a server connection keeps the named statements another
+/// client left on it (a node run without `database_pooler`, any other program). tokio-postgres
+/// names the statements it prepares `s0`, `s1`, … from one counter per process, so another
+/// process's leftovers are the very names this one's next statements would take: planted here
+/// on every server connection of the pool (PgBouncer's `default_pool_size` is 4 in
+/// `.ci/pgbouncer.sh`), they refused a node's migration and its statements (`prepared statement
+/// "sN" already exists`). hookd's own statements never collide with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_statements_another_client_left_on_pooled_connections_do_not_collide() {
+    let Some(db) = TestDatabase::behind_pooler().await else {
+        return;
+    };
+    // The counter's last value: the name of a statement prepared now, read in its transaction.
+    let mut probe = testdb::connect(db.url()).await;
+    let tx = probe.transaction().await.unwrap();
+    let _kept = tx.prepare("SELECT 1").await.unwrap();
+    let named = tx
+        .simple_query(
+            "SELECT max(substr(name, 2)::bigint) FROM pg_prepared_statements
+             WHERE NOT from_sql AND name ~ '^s[0-9]+$'",
+        )
+        .await
+        .unwrap();
+    let last: usize = named
+        .iter()
+        .find_map(|message| match message {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0)?.parse().ok(),
+            _ => None,
+        })
+        .expect("the statement just prepared is listed");
+    drop(tx);
+    let plant: String = (last + 1..last + 5_000)
+        .map(|n| format!("PREPARE s{n} AS SELECT 1;"))
+        .collect();
+    let mut planters = Vec::new();
+    for _ in 0..4 {
+        let planter = testdb::connect(db.url()).await;
+        planter.batch_execute("BEGIN").await.unwrap();
+        planter.batch_execute(&plant).await.unwrap();
+        planters.push(planter);
+    }
+    for planter in &planters {
+        planter.batch_execute("COMMIT").await.unwrap();
+    }
+    let inbox = fixtures::open(&db).await;
+    let claimed = lease(&inbox, "b").await;
+    inbox
+        .finish(finished(&claimed, Disposition::Dead))
+        .await
+        .unwrap();
+    assert_eq!(
+        fixtures::detail(&inbox, "b").await.deliveries[0].state,
+        "dead"
+    );
+}
+
 /// A replay selects its deliveries, then sets them due. A discard of a selected one that commits
 /// in between (here: on another connection, holding the row until the replay's update waits on
 /// it) wins: the update re-checks the state it selected, so the discarded delivery stays
