@@ -227,7 +227,8 @@ impl From<inbox::AttemptRecord> for AttemptRecord {
 }
 
 /// `POST /admin/replay` body (optional as a whole: no body or `null`; absent fields do not
-/// filter); also the body of `POST /admin/discard`, whose `state` may only be `dead`.
+/// filter); also the body of `POST /admin/discard`, whose `state` may only be `dead`, or
+/// `pending` or `retrying` for a `handler` the configuration no longer declares.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReplayRequest {

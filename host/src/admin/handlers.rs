@@ -334,7 +334,8 @@ pub(super) async fn replay(
 
 #[utoipa::path(post, path = "/admin/discard", tag = "replay",
     request_body(content = Option<api::ReplayRequest>, content_type = "application/json",
-        description = "What to discard (replay's filter; `state` may only be `dead`), the only \
+        description = "What to discard (replay's filter; `state` may only be `dead`, or `pending` \
+                       or `retrying` for a `handler` the configuration no longer declares), the only \
                        place a filter is read (a query string is refused); no body (or an empty \
                        one), or `null`, discards every dead delivery and every held quarantined \
                        request"),

@@ -47,13 +47,16 @@ fn replay_state_names() -> impl Iterator<Item = &'static str> {
         .map(DeliveryState::as_str)
 }
 
-/// The states a discard may name: every one but `running`; the server takes the waiting ones
-/// (`pending`, `retrying`) only for a handler the configuration no longer declares.
+/// The states a discard may name: `dead`, and the waiting ones (`pending`, `retrying`), which
+/// the server takes only for a handler the configuration no longer declares.
 fn discard_state_names() -> impl Iterator<Item = &'static str> {
-    DeliveryState::ALL
-        .into_iter()
-        .filter(|state| *state != DeliveryState::Running)
-        .map(DeliveryState::as_str)
+    [
+        DeliveryState::Dead,
+        DeliveryState::Pending,
+        DeliveryState::Retrying,
+    ]
+    .into_iter()
+    .map(DeliveryState::as_str)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -243,10 +246,6 @@ pub struct ReplayArgs {
     /// then: the handler gets it with `event.stale` set, instead of it being marked `stale`.
     #[arg(long)]
     force: bool,
-    /// Only deliveries whose last attempt failed with this error kind (`trap`, `timeout`,
-    /// `permanent`, `state_limit`, …).
-    #[arg(long, value_name = "KIND")]
-    error_kind: Option<String>,
 }
 
 /// `hookd discard`: which dead deliveries (and held quarantined requests) to close for good.
@@ -284,6 +283,10 @@ struct ReplayFilter {
     /// Only events received at or before this time, in ms since the Unix epoch.
     #[arg(long, value_name = "MS")]
     until: Option<i64>,
+    /// Only deliveries whose last attempt failed with this error kind (`trap`, `timeout`,
+    /// `permanent`, `state_limit`, …).
+    #[arg(long, value_name = "KIND")]
+    error_kind: Option<String>,
     /// Only count what would be replayed or discarded (`matched`); change nothing.
     #[arg(long)]
     dry_run: bool,
@@ -299,7 +302,7 @@ impl From<ReplayFilter> for api::ReplayRequest {
             event_ids: (!f.event_ids.is_empty()).then_some(f.event_ids),
             since: f.since,
             until: f.until,
-            error_kind: None,
+            error_kind: f.error_kind,
             dry_run: f.dry_run,
             force: false,
         }
@@ -364,22 +367,15 @@ pub async fn events(args: EventsArgs) -> anyhow::Result<()> {
 
 /// `hookd replay`: `POST /admin/replay` with the filter as JSON.
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<()> {
-    let body = replay_request(args.filter, args.state, args.force, args.error_kind);
+    let body = replay_request(args.filter, args.state, args.force);
     admin_call::<api::ReplayAnswer>(&args.admin, Method::POST, "/admin/replay", Some(&body)).await
 }
 
-/// The `POST /admin/replay` body: the filter, whether to deliver stale deliveries anyway, and
-/// the last attempt's error kind to match.
-fn replay_request(
-    filter: ReplayFilter,
-    state: Option<String>,
-    force: bool,
-    error_kind: Option<String>,
-) -> api::ReplayRequest {
+/// The `POST /admin/replay` body: the filter, and whether to deliver stale deliveries anyway.
+fn replay_request(filter: ReplayFilter, state: Option<String>, force: bool) -> api::ReplayRequest {
     api::ReplayRequest {
         state,
         force,
-        error_kind,
         ..filter.into()
     }
 }
@@ -833,7 +829,7 @@ mod tests {
         ])
         .unwrap();
         let args = full.args;
-        let request = replay_request(args.filter, args.state, args.force, args.error_kind);
+        let request = replay_request(args.filter, args.state, args.force);
         assert_eq!(
             serde_json::to_value(request).unwrap(),
             json!({
@@ -853,13 +849,7 @@ mod tests {
         .unwrap();
         let args = forced.args;
         assert_eq!(
-            serde_json::to_value(replay_request(
-                args.filter,
-                args.state,
-                args.force,
-                args.error_kind
-            ))
-            .unwrap(),
+            serde_json::to_value(replay_request(args.filter, args.state, args.force)).unwrap(),
             json!({"state": "stale", "force": true, "error_kind": "trap"})
         );
 
@@ -876,10 +866,11 @@ mod tests {
         assert!(err.to_string().contains("pending"), "{err}");
     }
 
-    /// A discard may name the waiting states (the server takes them for a handler no longer
-    /// configured), never `running`.
+    /// A discard may name `dead` and the waiting states (the server takes them for a handler no
+    /// longer configured), never `running` nor a finished state (the server refuses them), and
+    /// takes a dead-letter group by its error kind as a replay does.
     #[test]
-    fn discard_takes_waiting_states_but_not_running() {
+    fn discard_takes_dead_and_waiting_states_and_an_error_kind() {
         #[derive(Debug, Parser)]
         struct Discard {
             #[command(flatten)]
@@ -888,7 +879,14 @@ mod tests {
         let waiting =
             Discard::try_parse_from(["discard", "--handler", "old", "--state", "pending"]);
         assert_eq!(waiting.unwrap().args.state.as_deref(), Some("pending"));
-        assert!(Discard::try_parse_from(["discard", "--state", "running"]).is_err());
+        for never in ["running", "done", "stale", "discarded"] {
+            assert!(Discard::try_parse_from(["discard", "--state", never]).is_err());
+        }
+        let group = Discard::try_parse_from(["discard", "--error-kind", "trap"]).unwrap();
+        assert_eq!(
+            serde_json::to_value(api::ReplayRequest::from(group.args.filter)).unwrap(),
+            json!({"error_kind": "trap"})
+        );
     }
 
     #[test]
