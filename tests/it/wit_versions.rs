@@ -189,6 +189,28 @@ async fn a_parser_answer_over_the_output_cap_is_not_sent() {
     host.stop().await;
 }
 
+/// A parser's answer carries `X-Content-Type-Options: nosniff` whatever the parser set, and a
+/// 204 or 304 goes without the body (and the `Content-Length`) HTTP says it has none of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parser_answer_is_nosniff_and_bodiless_where_http_says() {
+    let host = TestHost::start(RESPONDER, &[("responder", plugins::RESPONDER)]).await;
+    for (status, body) in [(204, ""), (304, ""), (200, "no body, please")] {
+        let asked = json!({"type": "status", "status": status});
+        let (got, headers, sent) = post_custom(&host, "", &asked).await;
+        assert_eq!(got.as_u16(), status);
+        assert_eq!(sent, body.as_bytes(), "{status}");
+        assert_eq!(
+            headers.get("x-content-type-options").unwrap(),
+            "nosniff",
+            "{status}: {headers:?}"
+        );
+        let length = headers.get("content-length").map(|v| v.to_str().unwrap());
+        let expected = (status == 200).then(|| body.len().to_string());
+        assert_eq!(length, expected.as_deref(), "{status}: {headers:?}");
+    }
+    host.stop().await;
+}
+
 /// `/admin/plugins` names the WIT version each plugin was built against.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_plugins_shows_each_plugin_s_wit_version() {

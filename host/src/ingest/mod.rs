@@ -439,9 +439,23 @@ fn accepted_response(ack: Option<Reply>, event_id: &EventId, duplicate: bool) ->
 }
 
 /// A parser's `respond`, as the provider receives it (the runtime checked its status and
-/// headers and capped its size).
+/// headers and capped its size): with `X-Content-Type-Options: nosniff`, as every answer of
+/// hookd's own (a parser's own value replaced), and without a body (nor its `Content-Length`)
+/// on a 204 or 304, which HTTP says have none.
 fn parser_answer(answer: ParserResponse) -> Response {
-    (answer.status, answer.headers, answer.body).into_response()
+    let ParserResponse {
+        status,
+        mut headers,
+        body,
+    } = answer;
+    headers.insert(
+        http::header::X_CONTENT_TYPE_OPTIONS,
+        http::HeaderValue::from_static("nosniff"),
+    );
+    if matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED) {
+        return (status, headers).into_response();
+    }
+    (status, headers, body).into_response()
 }
 
 /// [`envelope_of`] a stored `POST` (quarantine replay): its query was not kept, so the parser

@@ -6,6 +6,8 @@
 //!   as-is and that the parser was given the request's method and query.
 //! - A body `{"type": "big", "size": N}` is answered with an N-byte body, to test the host's
 //!   cap on an answer.
+//! - A body `{"type": "status", "status": S}` is answered with status S, the body `no body,
+//!   please` and `x-content-type-options: sniff-me`, to test what the host makes of them.
 //! - Anything else is an event whose id is the `x-event-id` header.
 
 use plugin_sdk::{Envelope, ParseError, Parser, Request, Response};
@@ -28,6 +30,13 @@ impl Parser for Responder {
                     Response::new(200, answer.to_string())
                         .with_header("content-type", "application/json")
                         .with_header("x-challenge", "answered"),
+                ))
+            }
+            Some("status") => {
+                let status = body["status"].as_u64().unwrap_or(200) as u16;
+                Err(ParseError::respond(
+                    Response::new(status, "no body, please")
+                        .with_header("x-content-type-options", "sniff-me"),
                 ))
             }
             Some("big") => {
