@@ -284,6 +284,7 @@ fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
         (192, 168) => "private (192.168.0.0/16)",
         (169, 254) => "link-local (169.254.0.0/16, cloud metadata)",
         (100, 64..=127) => "shared address space (CGNAT, 100.64.0.0/10)",
+        (198, 18..=19) => "benchmarking (198.18.0.0/15)",
         (224..=239, _) => "multicast (224.0.0.0/4)",
         (255, 255) if ip.is_broadcast() => "broadcast",
         (240..=255, _) => "reserved (240.0.0.0/4)",
@@ -321,6 +322,7 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
     Some(match segments[0] {
         _ if ip.is_unspecified() => "unspecified (::)",
+        _ if segments[..3] == [0x64, 0xff9b, 1] => "local-use NAT64 (64:ff9b:1::/48)",
         _ if ip.is_loopback() => "loopback (::1)",
         s if s & 0xfe00 == 0xfc00 => "unique-local (fc00::/7)",
         s if s & 0xffc0 == 0xfe80 => "link-local (fe80::/10)",
@@ -334,7 +336,10 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denied {
     /// The plugin has no grant: a parser, or a handler with an empty `allow_hosts`.
-    #[error("the plugin has no network grant (allow_hosts is empty)")]
+    #[error(
+        "the plugin has no network grant here (parsers never have one; a handler has one only \
+         with a non-empty allow_hosts)"
+    )]
     NoNetwork,
     /// Only `http` and `https` are spoken.
     #[error("scheme {0:?} is not supported: hookd's outbound HTTP speaks http and https")]
@@ -543,6 +548,8 @@ mod tests {
             "169.254.169.254",
             "100.64.0.1",
             "100.127.255.255",
+            "198.18.0.1",
+            "198.19.255.255",
             "224.0.0.1",
             "255.255.255.255",
             "240.0.0.1",
@@ -558,6 +565,7 @@ mod tests {
             "::ffff:10.0.0.1",
             "::127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::808:808",
             "2002:7f00:1::",
         ];
         for ip in refused {
@@ -573,6 +581,8 @@ mod tests {
             "100.128.0.1",
             "169.253.0.1",
             "192.169.0.1",
+            "198.17.255.255",
+            "198.20.0.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",
