@@ -208,6 +208,25 @@ async fn a_role_that_cannot_start_within_its_instances_memory_is_refused_at_load
         ..Default::default()
     };
     runtime.typecheck(&plugin, &roomy).await.unwrap();
+
+    // A role no instance uses starts within a fixed 256 MiB, and the error says so rather than
+    // name a setting no instance has.
+    let huge = multimem_wat(1, 1).replacen(
+        "(memory (export \"memory\") 1)\n    (global",
+        "(memory (export \"memory\") 5000)\n    (global",
+        1,
+    );
+    let plugin = runtime.compile(&wat::parse_str(huge).unwrap()).unwrap();
+    let refused = runtime
+        .typecheck(&plugin, &Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("(the 256 MiB a role no instance uses may start in)")
+            && !refused.contains("memory_mib"),
+        "{refused}"
+    );
 }
 
 /// A good file checked while the calls in flight hold the host's plugin memory waits for it

@@ -261,14 +261,25 @@ impl Runtime {
                 log_bytes: 0,
             },
         };
-        let parser = ctx(limits.parser_memory, "parser_memory_mib");
+        // A role no instance uses has no setting of its own to name.
+        let key = |instance: &Option<String>, setting| match instance {
+            Some(_) => setting,
+            None => UNUSED_ROLE_KEY,
+        };
+        let parser = ctx(
+            limits.parser_memory,
+            key(&limits.parser_instance, "parser_memory_mib"),
+        );
         self.typecheck_role(
             plugin.parser.as_ref(),
             &parser,
             limits.parser_instance.as_deref(),
         )
         .await?;
-        let handler = ctx(limits.handler_memory, "memory_mib");
+        let handler = ctx(
+            limits.handler_memory,
+            key(&limits.handler_instance, "memory_mib"),
+        );
         self.typecheck_role(
             plugin.handler.as_ref(),
             &handler,
@@ -353,6 +364,8 @@ impl Default for StartLimits {
 
 /// The memory a role no instance uses may start in: enough for any component's start-up.
 const UNUSED_ROLE_MEMORY: u64 = 256 * 1024 * 1024;
+/// What a memory error names as the limit of such a role.
+const UNUSED_ROLE_KEY: &str = "the 256 MiB a role no instance uses may start in";
 
 /// How long a load waits for the host's plugin memory, held by the calls in flight, before it
 /// refuses the file for want of it.
