@@ -372,6 +372,8 @@ async fn netprobe_reaches_only_its_listed_host() {
 
     let expected: BTreeMap<String, &str> = [
         (format!("http://127.0.0.1:{m}/ok"), "ok"),
+        // The listed port, spelled otherwise: reached, and named as listed (below).
+        (format!("http://127.0.0.1:0{m}/spelled"), "ok"),
         (format!("http://127.0.0.1:{m}/redirect"), "ok"),
         (
             "http://169.254.169.254/latest/meta-data/".to_owned(),
@@ -448,12 +450,18 @@ async fn netprobe_reaches_only_its_listed_host() {
     let seen = mock.seen();
     let mut paths: Vec<&str> = seen.iter().map(|s| s.path.as_str()).collect();
     paths.sort();
-    assert_eq!(paths, ["/big", "/ok", "/redirect", "/stream"]);
+    assert_eq!(paths, ["/big", "/ok", "/redirect", "/spelled", "/stream"]);
     assert!(by_name.seen().is_empty(), "{:?}", by_name.seen());
     for call in &seen {
         assert_eq!(
             header(call, "idempotency-key"),
             ["p:probe-1:netprobe"],
+            "{}",
+            call.path
+        );
+        assert_eq!(
+            header(call, "host"),
+            [format!("127.0.0.1:{m}")],
             "{}",
             call.path
         );

@@ -259,7 +259,20 @@ impl OutboundHooks {
         self.requests_left -= 1;
         let key = HeaderValue::from_str(&grant.idempotency_key)
             .expect("idempotency_key() yields visible ASCII only");
+        // The server is told the host it was checked as, not the plugin's spelling of it (a
+        // port `019110` or `+19110` is the checked port to the allow-list, another string to
+        // a server reading its `Host`).
+        let default_port = if https { 443 } else { 80 };
+        let checked = if target.port == default_port {
+            target.host.to_string()
+        } else {
+            target.to_string()
+        };
         let headers = request.headers_mut();
+        headers.insert(
+            http::header::HOST,
+            HeaderValue::from_str(&checked).expect("a checked host:port is a valid header value"),
+        );
         headers.insert(IDEMPOTENCY_KEY, key);
         if let Some((name, value)) = credential {
             // `insert` drops every value the plugin set for this header.
