@@ -113,7 +113,9 @@ pub enum AttemptOutcome {
     Permanent,
     Trap,
     Timeout,
-    /// The worker running it died (its lease expired); nobody knows if the handler acted.
+    /// The attempt ended without running to a verdict, for want of what runs it: its worker
+    /// died (`lease_expired`: nobody knows if the handler acted), or the host gave it back
+    /// before the handler could act (`plugin_unavailable`, `plugin_memory`: not counted).
     Abandoned,
     /// The handler's state writes lost a race; the attempt is re-run and not counted.
     Conflict,

@@ -263,7 +263,7 @@ pub struct DiscardArgs {
 }
 
 /// The replay (or discard) selection, sent as the `POST /admin/replay` (`/admin/discard`) body
-/// ([`api::ReplayRequest`]). With no `--handler`, `--state` or `--event-id`, held quarantined
+/// ([`api::ReplayRequest`]). With no `--handler`, `--state`, `--event-id` or `--error-kind`, held quarantined
 /// requests matching the source and time range are re-parsed (discarded) too. At most 10 000
 /// per call.
 #[derive(Debug, Clone, Default, Args)]

@@ -263,9 +263,18 @@ impl Dispatcher {
         classified: Classified,
         now_ms: i64,
     ) -> Finish {
-        // An attempt the host could not start ran nothing: its budget is given back.
-        let uncounted = classified.attempted == Attempted::NotStarted;
-        let disposition = self.dispose(plugin, classified.attempted, claim.budget_used, now_ms);
+        // An attempt the host could not start did nothing: its budget is given back, and its
+        // retries slow down with the delivery's attempts.
+        let (attempted, uncounted) = match classified.attempted {
+            Attempted::NotStarted { .. } => (
+                Attempted::NotStarted {
+                    tries: claim.attempt,
+                },
+                true,
+            ),
+            attempted => (attempted, false),
+        };
+        let disposition = self.dispose(plugin, attempted, claim.budget_used, now_ms);
         let (error_kind, error) = classified
             .error
             .map(|error| (error.kind.to_owned(), error.message))

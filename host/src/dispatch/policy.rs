@@ -51,10 +51,14 @@ pub enum Attempted {
     Failed,
     /// Never retry.
     Permanent,
-    /// The host could not start the handler (the calls in flight held its plugin memory): it
-    /// never ran, so the attempt is not counted against `max_attempts` under either delivery
-    /// mode, and is due again after the first backoff step.
-    NotStarted,
+    /// The host could not start the handler (the calls in flight held its plugin memory) and
+    /// nothing of the call went out: the attempt is not counted against `max_attempts` under
+    /// either delivery mode. It is due again after the backoff of its `tries` (the delivery's
+    /// attempts so far, these included), no sooner than [`MIN_WISH`]: repeated refusals wait
+    /// longer and longer, up to `backoff_max`.
+    NotStarted {
+        tries: u32,
+    },
 }
 
 /// An attempt's result as its history row records it and as [`decide`] is given it.
@@ -110,7 +114,8 @@ impl Classified {
             Err(CallError::StateRefused(refused)) => Self::state_refused(refused),
             Err(e @ CallError::NoMemoryToStart(_)) => failed(
                 AttemptOutcome::Abandoned,
-                Attempted::NotStarted,
+                // Its tries are the delivery's: the dispatcher, which knows them, sets them.
+                Attempted::NotStarted { tries: 1 },
                 AttemptError::new(e.kind(), e.to_string()),
             ),
             Err(e) => {
@@ -179,7 +184,7 @@ pub fn decide(
     let delay = match attempted {
         Attempted::Ok(output) => return Disposition::Done { output },
         Attempted::Permanent => return Disposition::Dead,
-        Attempted::NotStarted => backoff(policy, 1, jitter),
+        Attempted::NotStarted { tries } => backoff(policy, tries, jitter).max(MIN_WISH),
         Attempted::Failed if policy.at_most_once => return Disposition::Dead,
         _ if budget_used >= policy.max_attempts => return Disposition::Dead,
         // The plugin's own wish is honoured (a service's `Retry-After` may bring a retry sooner
@@ -389,11 +394,22 @@ mod tests {
                 4,
                 Disposition::Dead,
             ),
-            // Not started: never dead, due again after the first step, whatever was used.
+            // Not started: never dead, whatever was used; later as it is tried again, never
+            // sooner than 1 s.
             (
-                Attempted::NotStarted,
+                Attempted::NotStarted { tries: 1 },
                 4,
                 Disposition::RetryAt { at_ms: now + 1000 },
+            ),
+            (
+                Attempted::NotStarted { tries: 3 },
+                4,
+                Disposition::RetryAt { at_ms: now + 4000 },
+            ),
+            (
+                Attempted::NotStarted { tries: 30 },
+                4,
+                Disposition::RetryAt { at_ms: now + 5000 },
             ),
         ];
         for (attempted, used, expected) in cases {
@@ -416,7 +432,7 @@ mod tests {
                 Disposition::RetryAt { at_ms: now + 1000 },
             ),
             (
-                Attempted::NotStarted,
+                Attempted::NotStarted { tries: 1 },
                 Disposition::RetryAt { at_ms: now + 1000 },
             ),
         ];

@@ -226,9 +226,10 @@ pub struct Finish {
     /// Namespace of the state writes: the plugin instance.
     pub plugin: PluginName,
     pub state: StateChanges,
-    /// The host gave the attempt back before the handler ran (its plugin was unloaded between
-    /// the claim and the call): recorded, but not counted against `max_attempts`. Its attempt
-    /// number stays used, as a conflict's does: it is the lease token.
+    /// The host gave the attempt back before the handler could act (its plugin was unloaded
+    /// between the claim and the call, or the host's plugin memory could not start it):
+    /// recorded, but not counted against `max_attempts`. Its attempt number stays used, as a
+    /// conflict's does: it is the lease token.
     pub uncounted: bool,
 }
 

@@ -441,7 +441,7 @@ fn accepted_response(ack: Option<Reply>, event_id: &EventId, duplicate: bool) ->
 /// A parser's `respond`, as the provider receives it (the runtime checked its status and
 /// headers and capped its size): with `X-Content-Type-Options: nosniff`, as every answer of
 /// hookd's own (a parser's own value replaced), and without a body (nor its `Content-Length`)
-/// on a 204 or 304, which HTTP says have none.
+/// on a 204, 205 or 304, which HTTP says have none.
 fn parser_answer(answer: ParserResponse) -> Response {
     let ParserResponse {
         status,
@@ -452,7 +452,10 @@ fn parser_answer(answer: ParserResponse) -> Response {
         http::header::X_CONTENT_TYPE_OPTIONS,
         http::HeaderValue::from_static("nosniff"),
     );
-    if matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED) {
+    if matches!(
+        status,
+        StatusCode::NO_CONTENT | StatusCode::RESET_CONTENT | StatusCode::NOT_MODIFIED
+    ) {
         return (status, headers).into_response();
     }
     (status, headers, body).into_response()

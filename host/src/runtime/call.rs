@@ -81,7 +81,9 @@ pub enum CallError {
     /// a trap of this call's growth, but not its fault, so it may succeed later.
     #[error("{0}")]
     HostMemory(String),
-    /// [`CallError::HostMemory`] while the instance was being made: the guest never ran.
+    /// [`CallError::HostMemory`] while the instance was being made (before its export was
+    /// called) and before any request of the call went out: nothing it did can have reached the
+    /// world (a start function may have run, but only its state, never committed, is touched).
     #[error("{0}")]
     NoMemoryToStart(String),
 }
@@ -412,7 +414,9 @@ impl Runtime {
         }
         let stderr = store.data().stderr.clone();
         let result = match bounded(&ctx.limits, &stderr, pre.call(&mut store, input)).await {
-            Err(CallError::HostMemory(message)) if !store.data().started => {
+            Err(CallError::HostMemory(message))
+                if !store.data().started && !store.data().outbound.sent_any() =>
+            {
                 Err(CallError::NoMemoryToStart(message))
             }
             result => result,

@@ -260,8 +260,8 @@ pub struct HostState {
     pub budget: super::budget::HostBudget,
     /// Keeps the epoch advancing while this store lives (see `super::engine`).
     pub(super) _live: super::engine::LiveStore,
-    /// The instance is made and its export about to be called: from here the guest may act
-    /// (before it, a failure left nothing done).
+    /// The instance is made and its export about to be called. (Making it may already run a
+    /// component's start functions: what a call did to the world is what `outbound` let out.)
     pub started: bool,
 }
 

@@ -225,6 +225,12 @@ impl OutboundHooks {
     }
 
     /// Why the first refused request of this call was refused, if one was, and how many were.
+    /// Whether the call let any request out (past the allow-list, to be sent): what a plugin
+    /// can do to the world beyond its state, which commits only with a success.
+    pub fn sent_any(&self) -> bool {
+        self.requests_left < REQUESTS_PER_CALL
+    }
+
     pub fn first_refusal(&self) -> Option<(String, u64)> {
         let refusals = self.lock();
         refusals.first.clone().map(|first| (first, refusals.count))

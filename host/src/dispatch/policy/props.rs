@@ -43,7 +43,7 @@ fn endings() -> impl Strategy<Value = Attempted> {
         ".{0,8}".prop_map(|s| Attempted::Ok(Some(s))),
         Just(Attempted::Permanent),
         Just(Attempted::Failed),
-        Just(Attempted::NotStarted),
+        any::<u32>().prop_map(|tries| Attempted::NotStarted { tries }),
         Just(Attempted::Retry { after: None }),
         any::<u64>().prop_map(|ms| Attempted::Retry {
             after: Some(Duration::from_millis(ms)),
@@ -133,11 +133,14 @@ proptest! {
                     prop_assert!(wait <= cap(&policy, used));
                 }
             }
-            (Attempted::NotStarted, Disposition::RetryAt { at_ms }) => {
-                // Never dead, whatever the budget used and the delivery mode.
+            (Attempted::NotStarted { tries }, Disposition::RetryAt { at_ms }) => {
+                // Never dead, whatever the budget used and the delivery mode; within its tries'
+                // cap, but never sooner than `MIN_WISH` (or the end of time).
                 prop_assert!(at_ms >= now, "a retry is never scheduled in the past");
                 let wait = Duration::from_millis((at_ms - now) as u64);
-                prop_assert!(wait <= cap(&policy, 1));
+                let room = Duration::from_millis((i64::MAX - now) as u64);
+                prop_assert!(wait >= MIN_WISH.min(room), "{wait:?}");
+                prop_assert!(wait <= cap(&policy, *tries).max(MIN_WISH));
             }
             (Attempted::Failed, Disposition::RetryAt { at_ms }) => {
                 prop_assert!(!policy.at_most_once, "at-most-once never runs a failed attempt again");

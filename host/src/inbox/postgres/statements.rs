@@ -249,6 +249,12 @@ pub(super) trait Run: Sync {
         if params == 0 {
             return Ok(Arc::from([]));
         }
+        // Sent by the simple protocol inside `PREPARE`, where a `;` would end it and run the
+        // rest: a statement with parameters is one statement (the extended protocol's rule).
+        assert!(
+            !sql.contains(';'),
+            "a statement with parameters holds no `;`: {sql}"
+        );
         let plain = self.plain();
         let name = format!("hookd_describe_{:016x}", rand::random::<u64>());
         let describe = async {
