@@ -438,6 +438,36 @@ fn unspecified_addresses_in_allow_hosts_are_a_config_error() {
     }
 }
 
+/// A host whose plugins share a 64 MiB pool of memory (`server.plugin_memory_mib`), with
+/// `other` (a source and its plugin `file`, installed beside `flaky`) and, once this returns,
+/// 60 MiB of the pool held for 4 s by handler `h` (`flaky`, `memory_mib = 128` and `h_extra`)
+/// of source `s` (event `holder`).
+async fn pool_held(
+    dir: &std::path::Path,
+    file: (&str, &str),
+    h_extra: &str,
+    other: String,
+) -> ProcessHost {
+    install_plugins(dir, &[("h", plugins::FLAKY), file]);
+    let config = format!(
+        "[server]\nplugin_memory_mib = 64\n{}{other}",
+        sw_source(
+            "s",
+            &["h"],
+            &format!("[plugins.h]\nmemory_mib = 128\n{h_extra}")
+        ),
+    );
+    let host = ProcessHost::start(dir, &config).await;
+    let hold = json!({"hold_mib": 60, "sleep_ms": 4000}).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "holder", hold.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    host.wait_state("s", "holder", "h", "running", WAIT).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    host
+}
+
 /// A handler that cannot even be started while the calls in flight hold the host's plugin
 /// memory (`bulky` starts with 16 MiB) never ran: its attempt is recorded `abandoned`
 /// (`plugin_memory`), not counted, and it runs once memory is free, even with
@@ -446,28 +476,18 @@ fn unspecified_addresses_in_allow_hosts_are_a_config_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_the_host_memory_could_not_start_is_not_counted_and_runs_later() {
     let dir = tempfile::tempdir().unwrap();
-    install_plugins(
+    let host = pool_held(
         dir.path(),
-        &[("h", plugins::FLAKY), ("bulky", plugins::BULKY)],
-    );
-    let config = format!(
-        "[server]\nplugin_memory_mib = 64\n{}{}",
-        sw_source("s", &["h"], "[plugins.h]\nmemory_mib = 128\n"),
+        ("bulky", plugins::BULKY),
+        "",
         sw_source(
             "b",
             &["bulky"],
             "[plugins.bulky]\nmax_attempts = 1\ndelivery = \"at-most-once\"\n\
-             backoff_base_ms = 300\nbackoff_max_ms = 300\n"
+             backoff_base_ms = 300\nbackoff_max_ms = 300\n",
         ),
-    );
-    let host = ProcessHost::start(dir.path(), &config).await;
-    let hold = json!({"hold_mib": 56, "sleep_ms": 3000}).to_string();
-    let (status, reply) = post_sw(host.ingest, "s", "holder", hold.as_bytes())
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    host.wait_state("s", "holder", "h", "running", WAIT).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    )
+    .await;
 
     let (status, reply) = post_sw(host.ingest, "b", "crowded", b"{}").await.unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
@@ -507,32 +527,17 @@ async fn a_handler_the_host_memory_could_not_start_is_not_counted_and_runs_later
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_share_one_host_wide_memory_pool() {
     let dir = tempfile::tempdir().unwrap();
-    install_plugins(
+    let host = pool_held(
         dir.path(),
-        &[("h", plugins::FLAKY), ("g", plugins::GENERIC)],
-    );
-    let config = format!(
-        "[server]\nplugin_memory_mib = 64\n{}{}",
-        sw_source(
-            "s",
-            &["h"],
-            "[plugins.h]\nmemory_mib = 128\nbackoff_base_ms = 500\nbackoff_max_ms = 2000\n"
-        ),
+        ("g", plugins::GENERIC),
+        "backoff_base_ms = 500\nbackoff_max_ms = 2000\n",
         sw_source(
             "p",
             &[],
-            "parser = \"g\"\n[plugins.g]\nconfig = { id_pointer = \"/id\" }\n"
+            "parser = \"g\"\n[plugins.g]\nconfig = { id_pointer = \"/id\" }\n",
         ),
-    );
-    let host = ProcessHost::start(dir.path(), &config).await;
-
-    let hold = json!({"hold_mib": 60, "sleep_ms": 4000}).to_string();
-    let (status, reply) = post_sw(host.ingest, "s", "holder", hold.as_bytes())
-        .await
-        .unwrap();
-    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    host.wait_state("s", "holder", "h", "running", WAIT).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    )
+    .await;
 
     let small = json!({"hold_mib": 8}).to_string();
     let (status, reply) = post_sw(host.ingest, "s", "squeezed", small.as_bytes())
