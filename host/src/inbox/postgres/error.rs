@@ -51,9 +51,15 @@ impl Target {
         Self { shown, password }
     }
 
-    /// The error's cause chain as text, the password masked should any part quote it.
+    /// The error's cause chain as text, the password masked should any part quote it (and what
+    /// to set, for a prepared statement a pooler lost).
     pub(super) fn reason(&self, e: &(dyn std::error::Error + 'static)) -> String {
-        let reason = chain(e);
+        let mut reason = chain(e);
+        if e.downcast_ref::<tokio_postgres::Error>()
+            .is_some_and(pooled_statement_lost)
+        {
+            let _ = write!(reason, ": {POOLER_HINT}");
+        }
         match &self.password {
             Some(password) => reason.replace(password.as_str(), "***"),
             None => reason,
@@ -121,6 +127,14 @@ impl From<tokio_postgres::Error> for InboxError {
         if server_away(&e) {
             return InboxError::Unavailable(Arc::new(Described::from(e)));
         }
+        if pooled_statement_lost(&e) {
+            // Answered 503 (the provider retries, an attempt's record is sent again), never a
+            // 500, and said in words the operator can act on.
+            return InboxError::Unavailable(Arc::new(Described(format!(
+                "{}: {POOLER_HINT}",
+                chain(&e)
+            ))));
+        }
         let busy = e.code().is_some_and(|code| {
             [
                 SqlState::T_R_SERIALIZATION_FAILURE,
@@ -181,6 +195,26 @@ fn away(code: &SqlState) -> bool {
             SqlState::TOO_MANY_CONNECTIONS,
         ]
         .contains(code)
+}
+
+/// What an error whose prepared statement was lost between transactions says: the one cause
+/// hookd knows of.
+const POOLER_HINT: &str = "hookd's prepared statements do not survive from one transaction to \
+     the next, as behind a pooler in transaction mode (PgBouncer's pool_mode = transaction): set \
+     server.database_pooler = \"transaction\"";
+
+/// Whether `e` says a statement hookd prepared is missing, or a name it prepared one under is
+/// taken: without `database_pooler`, hookd keeps its statements prepared on its connections, so
+/// that happens only when a pooler in transaction mode runs them on other server connections
+/// (with it, hookd prepares no statement of those names).
+fn pooled_statement_lost(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|code| {
+        [
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            SqlState::DUPLICATE_PSTATEMENT,
+        ]
+        .contains(code)
+    })
 }
 
 /// Whether `e` is a unique-index violation (a claim that lost a race for a key's one lease).

@@ -448,6 +448,91 @@ async fn named_statements_another_client_left_on_pooled_connections_do_not_colli
     );
 }
 
+/// A node behind PgBouncer in transaction mode without `database_pooler` keeps statements
+/// prepared that the pooler runs on other server connections: what fails for it (its start, or
+/// its accepts) fails as the database unavailable (503, never a 500), saying what to set, and
+/// nothing it acknowledged is missing. To make the loss certain, the statements are deallocated
+/// on every server connection of the pool (PgBouncer's `default_pool_size` is 4 in
+/// `.ci/pgbouncer.sh`) once each of the node's connections has prepared its accept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_behind_a_transaction_pooler_without_the_setting_is_told_what_to_set() {
+    let Some(db) = TestDatabase::behind_pooler().await else {
+        return;
+    };
+    let options = OpenOptions {
+        writer: WriterOptions::new(Durability::Normal),
+        clock: Clock::system(),
+        pooler: Pooler::None,
+    };
+    let said = |e: &InboxError| {
+        matches!(e, InboxError::Unavailable(_))
+            && e.to_string().contains("database_pooler = \"transaction\"")
+    };
+    let inbox = match Inbox::open_postgres(db.url(), options).await {
+        Ok(inbox) => inbox,
+        Err(e) => {
+            assert!(
+                e.to_string().contains("database_pooler = \"transaction\""),
+                "{e}"
+            );
+            return;
+        }
+    };
+    // Whether `id` was accepted; a refusal must say what to set.
+    let accept = async |id: &str| -> bool {
+        let accepted = inbox
+            .accept(
+                fixtures::SOURCE.into(),
+                event(id),
+                fixtures::request(),
+                vec![],
+                None,
+            )
+            .await;
+        accepted.map_err(|e| assert!(said(&e), "{e}")).is_ok()
+    };
+    let mut stored = Vec::new();
+    for i in 0..64 {
+        let id = format!("before-{i}");
+        if accept(&id).await {
+            stored.push(id);
+        }
+    }
+    let mut cleaners = Vec::new();
+    for _ in 0..4 {
+        let cleaner = testdb::connect(db.url()).await;
+        cleaner
+            .batch_execute("BEGIN; DEALLOCATE ALL")
+            .await
+            .unwrap();
+        cleaners.push(cleaner);
+    }
+    for cleaner in &cleaners {
+        cleaner.batch_execute("COMMIT").await.unwrap();
+    }
+    let mut refused = 0;
+    for i in 0..16 {
+        let id = format!("after-{i}");
+        if accept(&id).await {
+            stored.push(id);
+        } else {
+            refused += 1;
+        }
+    }
+    assert!(
+        refused > 0,
+        "every accept went through with its statements deallocated"
+    );
+    let checked = fixtures::open(&db).await;
+    for id in stored {
+        let detail = checked
+            .event_detail(fixtures::SOURCE.into(), id.clone())
+            .await
+            .unwrap();
+        assert!(detail.is_some(), "{id} was acknowledged, so it is stored");
+    }
+}
+
 /// A replay selects its deliveries, then sets them due. A discard of a selected one that commits
 /// in between (here: on another connection, holding the row until the replay's update waits on
 /// it) wins: the update re-checks the state it selected, so the discarded delivery stays
