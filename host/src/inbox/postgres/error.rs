@@ -1,5 +1,6 @@
 //! PostgreSQL's errors sorted into the inbox's: what a user can act on at connect (unreachable,
-//! refused credentials, a bad URL) by name, lock and serialization failures as
+//! refused credentials, a bad URL) by name, a server away and a prepared statement a pooler
+//! lost (saying what to set) as [`InboxError::Unavailable`], lock and serialization failures as
 //! [`InboxError::Busy`], the pool's closing as [`InboxError::WriterGone`], the rest as
 //! [`InboxError::Storage`].
 //!
