@@ -6,8 +6,8 @@
 use super::{
     Database,
     fixtures::{
-        self, HANDLER, LEASED_MS, SOURCE, accept, accept_from, claim, detail, done, event,
-        finished, keyed, lease, quarantine, state_of,
+        self, HANDLER, LEASED_MS, SOURCE, accept, accept_from, claim, dead_letter, detail, done,
+        event, finished, keyed, lease, quarantine, state_of,
     },
 };
 pub(super) use super::{retention::*, state::*};
@@ -50,15 +50,6 @@ async fn older_after_newer_done(inbox: &Inbox) {
     let record = finished(&newer, Disposition::Done { output: None });
     inbox.finish(record).await.unwrap();
     accept(inbox, keyed("older", "k", 4)).await;
-}
-
-/// Accepts event `id` and leases it once: its first attempt fails for good.
-async fn dead_letter(inbox: &Inbox, id: &str) {
-    let claimed = lease(inbox, id).await;
-    inbox
-        .finish(finished(&claimed, Disposition::Dead))
-        .await
-        .unwrap();
 }
 
 /// Leases `a` and `b`, which both read state key `k` while absent; `a` commits a write to it

@@ -188,6 +188,15 @@ pub(in crate::inbox) fn record(
     }
 }
 
+/// Accepts event `id` and leases it once: its first attempt fails for good.
+pub(in crate::inbox) async fn dead_letter(inbox: &Inbox, id: &str) {
+    let claimed = lease(inbox, id).await;
+    inbox
+        .finish(finished(&claimed, Disposition::Dead))
+        .await
+        .unwrap();
+}
+
 /// `claim` finished with `disposition` just after it was leased.
 pub(in crate::inbox) fn finished(claim: &Claimed, disposition: Disposition) -> Finish {
     record(

@@ -426,22 +426,9 @@ async fn named_statements_another_client_left_on_pooled_connections_do_not_colli
     let plant: String = (last + 1..last + 5_000)
         .map(|n| format!("PREPARE s{n} AS SELECT 1;"))
         .collect();
-    let mut planters = Vec::new();
-    for _ in 0..4 {
-        let planter = testdb::connect(db.url()).await;
-        planter.batch_execute("BEGIN").await.unwrap();
-        planter.batch_execute(&plant).await.unwrap();
-        planters.push(planter);
-    }
-    for planter in &planters {
-        planter.batch_execute("COMMIT").await.unwrap();
-    }
+    on_every_pooled_connection(&db, &plant).await;
     let inbox = fixtures::open(&db).await;
-    let claimed = lease(&inbox, "b").await;
-    inbox
-        .finish(finished(&claimed, Disposition::Dead))
-        .await
-        .unwrap();
+    fixtures::dead_letter(&inbox, "b").await;
     assert_eq!(
         fixtures::detail(&inbox, "b").await.deliveries[0].state,
         "dead"
@@ -498,18 +485,7 @@ async fn a_node_behind_a_transaction_pooler_without_the_setting_is_told_what_to_
             stored.push(id);
         }
     }
-    let mut cleaners = Vec::new();
-    for _ in 0..4 {
-        let cleaner = testdb::connect(db.url()).await;
-        cleaner
-            .batch_execute("BEGIN; DEALLOCATE ALL")
-            .await
-            .unwrap();
-        cleaners.push(cleaner);
-    }
-    for cleaner in &cleaners {
-        cleaner.batch_execute("COMMIT").await.unwrap();
-    }
+    on_every_pooled_connection(&db, "DEALLOCATE ALL").await;
     let mut refused = 0;
     for i in 0..16 {
         let id = format!("after-{i}");
@@ -543,11 +519,7 @@ async fn a_delivery_discarded_while_a_replay_selected_it_stays_discarded() {
         return;
     };
     let inbox = fixtures::open(&db).await;
-    let claimed = lease(&inbox, "x").await;
-    inbox
-        .finish(finished(&claimed, Disposition::Dead))
-        .await
-        .unwrap();
+    fixtures::dead_letter(&inbox, "x").await;
     let mut other = testdb::connect(db.url()).await;
     let discard = other.transaction().await.unwrap();
     discard
@@ -572,6 +544,22 @@ async fn a_delivery_discarded_while_a_replay_selected_it_stays_discarded() {
         (matched, replayed, delivery.state.as_str()),
         (1, 0, "discarded")
     );
+}
+
+/// Runs `sql` (by the simple protocol) on every server connection of PgBouncer's pool for
+/// `db` (`default_pool_size` is 4 in `.ci/pgbouncer.sh`): in four transactions open at once, so
+/// each holds one of them.
+async fn on_every_pooled_connection(db: &TestDatabase, sql: &str) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let client = testdb::connect(db.url()).await;
+        client.batch_execute("BEGIN").await.unwrap();
+        client.batch_execute(sql).await.unwrap();
+        clients.push(client);
+    }
+    for client in &clients {
+        client.batch_execute("COMMIT").await.unwrap();
+    }
 }
 
 /// Returns once a statement on `db` waits for a row lock (within 30 s, or panics).
