@@ -55,12 +55,10 @@ impl Target {
     /// The error's cause chain as text, the password masked should any part quote it (and what
     /// to set, for a prepared statement a pooler lost).
     pub(super) fn reason(&self, e: &(dyn std::error::Error + 'static)) -> String {
-        let mut reason = chain(e);
-        if e.downcast_ref::<tokio_postgres::Error>()
-            .is_some_and(pooled_statement_lost)
-        {
-            let _ = write!(reason, ": {POOLER_HINT}");
-        }
+        let reason = match e.downcast_ref::<tokio_postgres::Error>() {
+            Some(e) => described(e),
+            None => chain(e),
+        };
         match &self.password {
             Some(password) => reason.replace(password.as_str(), "***"),
             None => reason,
@@ -130,11 +128,8 @@ impl From<tokio_postgres::Error> for InboxError {
         }
         if pooled_statement_lost(&e) {
             // Answered 503 (the provider retries, an attempt's record is sent again), never a
-            // 500, and said in words the operator can act on.
-            return InboxError::Unavailable(Arc::new(Described(format!(
-                "{}: {POOLER_HINT}",
-                chain(&e)
-            ))));
+            // 500; its text says what to set.
+            return InboxError::Unavailable(Arc::new(Described::from(e)));
         }
         let busy = e.code().is_some_and(|code| {
             [
@@ -161,7 +156,17 @@ struct Described(String);
 
 impl From<tokio_postgres::Error> for Described {
     fn from(e: tokio_postgres::Error) -> Self {
-        Self(chain(&e))
+        Self(described(&e))
+    }
+}
+
+/// `e` as text: its cause chain, and what to set when a pooler lost a prepared statement.
+fn described(e: &tokio_postgres::Error) -> String {
+    let text = chain(e);
+    if pooled_statement_lost(e) {
+        format!("{text}: {POOLER_HINT}")
+    } else {
+        text
     }
 }
 
