@@ -18,7 +18,7 @@ use std::{
 
 use http::StatusCode;
 
-use crate::support::{ProcessHost, free_port, hookd_cli, post_sw, sw_source};
+use crate::support::{ProcessHost, free_ports, hookd_cli, post_sw, sw_source};
 
 /// Senders posting at once.
 const SENDERS: usize = 4;
@@ -233,12 +233,12 @@ fn inode(path: &Path) -> u64 {
 /// refused: its stderr. One that starts anyway is killed and fails the test.
 async fn second_serve_refused(dir: &Path) -> String {
     let config = std::fs::read_to_string(dir.join("hookd.toml")).unwrap();
+    let [listen, admin_listen] = free_ports();
     let config: String = config
         .lines()
         .map(|line| match line.split_once(" = ") {
-            Some((key @ ("listen" | "admin_listen"), _)) => {
-                format!("{key} = \"{}\"\n", free_port())
-            }
+            Some(("listen", _)) => format!("listen = \"{listen}\"\n"),
+            Some(("admin_listen", _)) => format!("admin_listen = \"{admin_listen}\"\n"),
             _ => format!("{line}\n"),
         })
         .collect();

@@ -1065,15 +1065,12 @@ async fn a_node_reaches_its_database_over_verified_tls_or_not_at_all() {
     drop(node);
 
     let refused = node_dir();
+    let [listen, admin_listen] = support::free_ports();
     std::fs::write(
         refused.path().join("hookd.toml"),
         support::config_text(&node_config(&format!("{}?{tls}", db.url), 2)).replacen(
             "[server]",
-            &format!(
-                "[server]\nlisten = \"{}\"\nadmin_listen = \"{}\"",
-                support::free_port(),
-                support::free_port()
-            ),
+            &format!("[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin_listen}\""),
             1,
         ),
     )

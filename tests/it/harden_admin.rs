@@ -21,8 +21,8 @@ use http::{HeaderName, HeaderValue, Method, StatusCode, header};
 use serde_json::{Value, json};
 
 use crate::support::{
-    self, ADMIN_TOKEN, AdminApi, ProcessHost, TestHost, free_port, hookd_cli, install_plugins,
-    json_or_text, plugins, replace_atomically, sha, sw_source,
+    self, ADMIN_TOKEN, AdminApi, ProcessHost, TestHost, free_port, free_ports, hookd_cli,
+    install_plugins, json_or_text, plugins, replace_atomically, sha, sw_source,
 };
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -302,10 +302,11 @@ async fn cross_origin_requests_and_foreign_hosts_are_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_weak_token_on_a_public_address_refuses_to_start() {
     for token in ["change-me", "x", "changeme-changeme-changeme"] {
+        let [listen, admin] = free_ports();
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:{}\"\nadmin_listen = \"0.0.0.0:{}\"\nadmin_token = \"{token}\"\n",
-            free_port().port(),
-            free_port().port()
+            listen.port(),
+            admin.port()
         );
         let (status, stderr) = serve_refused(&config).await;
         assert!(!status.success(), "{token}: {stderr}");

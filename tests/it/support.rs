@@ -642,10 +642,17 @@ pub struct ProcessHost {
 
 /// A loopback address with a port nothing listens on now (for a `hookd serve` to bind).
 pub fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
+    let [addr] = free_ports();
+    addr
+}
+
+/// `N` loopback addresses with ports nothing listens on now, all different: each is held until
+/// all are chosen (the kernel may hand a port it just released out again, and a config with the
+/// same port twice is refused).
+pub fn free_ports<const N: usize>() -> [SocketAddr; N] {
+    let held: [std::net::TcpListener; N] =
+        std::array::from_fn(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+    held.map(|listener| listener.local_addr().unwrap())
 }
 
 impl ProcessHost {
@@ -725,7 +732,7 @@ impl ProcessHost {
         healthy_within: Duration,
         open_files: Option<u64>,
     ) -> Self {
-        let (ingest, admin) = (free_port(), free_port());
+        let [ingest, admin] = free_ports();
         let listen = format!("[server]\nlisten = \"{ingest}\"\nadmin_listen = \"{admin}\"");
         let text = if config.contains("[server]") {
             config.replacen("[server]", &listen, 1)
@@ -763,7 +770,7 @@ impl ProcessHost {
             .stderr(log)
             .spawn()
             .expect("starting hookd");
-        let host = Self {
+        let mut host = Self {
             ingest,
             admin,
             dir: dir.to_owned(),
@@ -774,6 +781,12 @@ impl ProcessHost {
             let url = format!("http://{admin}/healthz");
             if let Ok((StatusCode::OK, _, _)) = send(Method::GET, &url, &[], Bytes::new()).await {
                 return host;
+            }
+            if let Ok(Some(status)) = host.child.try_wait() {
+                panic!(
+                    "hookd exited ({status}) before it was healthy; log:\n{}",
+                    host.log()
+                );
             }
             assert!(
                 Instant::now() < deadline,
