@@ -8,6 +8,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
+    path::Path,
     sync::{
         Arc, RwLock,
         atomic::{AtomicUsize, Ordering},
@@ -21,6 +22,7 @@ use tempfile::TempDir;
 use tokio::sync::Semaphore;
 
 use crate::{
+    outbound::{Mock, Reply},
     postgres::{PrivatePostgres, TestDatabase, pgbouncer_url, psql, server_ca},
     support::{self, KEYED_BY_BODY, ProcessHost, install_plugins, plugins, sw_source},
 };
@@ -1086,4 +1088,85 @@ async fn a_node_reaches_its_database_over_verified_tls_or_not_at_all() {
         !stderr.contains("hookd:hookd@"),
         "the password is never shown: {stderr}"
     );
+}
+
+/// libfaketime's preload library (Debian's `libfaketime`), which runs a process on a shifted
+/// clock; `None` after saying why the test is skipped, and a failure where the PostgreSQL
+/// tests are required (CI installs it).
+fn libfaketime(test: &str) -> Option<&'static str> {
+    const LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    if Path::new(LIBRARY).exists() {
+        return Some(LIBRARY);
+    }
+    assert!(
+        std::env::var("HOOKD_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
+        "{test}: {LIBRARY} is missing (apt-get install libfaketime)"
+    );
+    eprintln!("{test}: skipped: {LIBRARY} is missing");
+    None
+}
+
+/// A node whose own clock runs two minutes ahead (libfaketime) takes back no lease another node
+/// still holds: every node stamps and compares leases on the database server's clock. Node 1
+/// runs an attempt whose outbound call is answered only after 60 s (a lease of 70 s, its
+/// timeout plus the margin); node 2 starts meanwhile on the skewed clock, and after its start-up
+/// reclaim and a few of its periodic ones the attempt is still node 1's first, never abandoned,
+/// and the call was made once. On its own clock node 2 saw that lease expired at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
+    const TEST: &str = "a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held";
+    let Some(db) = TestDatabase::create(TEST) else {
+        return;
+    };
+    let Some(faketime) = libfaketime(TEST) else {
+        return;
+    };
+    let mock =
+        Mock::start(|_, _| Reply::new(StatusCode::OK, "ok").after(Duration::from_secs(60))).await;
+    let extra = format!(
+        "[plugins.h]\ntimeout_ms = 60000\nallow_hosts = [\"127.0.0.1:{}\"]\n",
+        mock.port()
+    );
+    let config = format!(
+        "[server]\ndatabase = \"{}\"\n{}",
+        db.url,
+        sw_source("s", &["h"], &extra)
+    );
+    let dirs: Vec<TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    for dir in &dirs {
+        install_plugins(dir.path(), &[("h", plugins::SCENARIO)]);
+    }
+    let one = ProcessHost::start(dirs[0].path(), &config).await;
+    let url = format!("http://127.0.0.1:{}/slow", mock.port());
+    let body = json!({"do": "fetch", "url": url}).to_string();
+    let (status, reply) = support::post_sw(one.ingest, "s", "evt_1", body.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while mock.seen().is_empty() {
+        assert!(Instant::now() < deadline, "node 1 never made the call");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let ahead = [
+        ("LD_PRELOAD", faketime),
+        ("FAKETIME", "+120"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ];
+    let two = ProcessHost::start_with_env(dirs[1].path(), &config, &ahead).await;
+    two.wait_log("ms ahead of the database server's", Duration::from_secs(10))
+        .await;
+    // The start-up reclaim has run; so do three periodic ones (one a second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (status, event) = two.admin_get("/admin/events/s/evt_1").await;
+    assert_eq!(status, StatusCode::OK, "{event}");
+    let delivery = support::delivery_of(&event, "h").unwrap();
+    assert_eq!(delivery["state"], "running", "{delivery:#}");
+    assert_eq!(delivery["attempts"], 1, "{delivery:#}");
+    assert!(
+        support::outcomes(&delivery).is_empty(),
+        "an attempt was ended under node 1: {delivery:#}"
+    );
+    assert_eq!(mock.seen().len(), 1, "the call was made again");
 }

@@ -64,7 +64,7 @@ impl Reply {
         reply
     }
 
-    fn after(mut self, delay: Duration) -> Self {
+    pub(crate) fn after(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
     }

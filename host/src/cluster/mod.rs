@@ -25,6 +25,11 @@
 //!   restart serves it (never the refused file: a broken file never evicts a working one).
 //! - A rollback goes only to a version the cluster stores (the admin API checks before it acts):
 //!   a release always has bytes every node can fetch.
+//! - Each tick first reads the database's clock, and the node's [`Clock`] follows it
+//!   ([`follow_database_clock`]): a lease stamped by one node is compared by another on the same
+//!   clock, so a node whose own clock runs ahead does not take back leases still held, and one
+//!   that runs behind does not hold on to expired ones. [`catch_up`] does so before the node
+//!   claims anything.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -49,6 +54,12 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub const ALIVE_WITHIN_MS: i64 = 5_000;
 /// A node silent this long is forgotten.
 const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
+/// A reading of the database's clock that took longer than this is not used: half the round
+/// trip is how far off it may be.
+const CLOCK_READING_MAX_MS: i64 = 1_000;
+/// A difference from the database's clock from which a node's own clock is called out of step
+/// in the log.
+const CLOCK_WARN_MS: i64 = 1_000;
 
 /// This process's identity in the cluster.
 #[derive(Debug, Clone)]
@@ -314,6 +325,7 @@ async fn tick(
         .into_iter()
         .filter_map(|(stem, status)| Some((stem, status.sha256?)))
         .collect();
+    follow_database_clock(store, clock).await?;
     let now = clock.now_ms();
     store
         .heartbeat(
@@ -365,6 +377,41 @@ async fn tick(
             "the cluster's version of this plugin does not load on this node (see its error); \
              its file holds the live version again, so a restart serves it too"
         );
+    }
+    Ok(())
+}
+
+/// Reads the database's clock and makes `clock` follow it (see [`Clock::follow`]); a reading
+/// whose round trip took over [`CLOCK_READING_MAX_MS`] is dropped. A move is logged, as a
+/// warning when this node's own clock is [`CLOCK_WARN_MS`] or more out of step.
+pub(crate) async fn follow_database_clock(
+    store: &dyn ClusterStore,
+    clock: &Clock,
+) -> anyhow::Result<()> {
+    let before = clock.local_ms();
+    let database = store
+        .database_time_ms()
+        .await
+        .context("reading the database's clock")?;
+    let after = clock.local_ms();
+    if after - before > CLOCK_READING_MAX_MS {
+        return Ok(());
+    }
+    let offset_ms = database - (before + after) / 2;
+    if !clock.follow(offset_ms) {
+        return Ok(());
+    }
+    let (direction, by_ms) = match offset_ms {
+        ..0 => ("ahead of", -offset_ms),
+        _ => ("behind", offset_ms),
+    };
+    if by_ms >= CLOCK_WARN_MS {
+        tracing::warn!(
+            offset_ms,
+            "this node's clock is {by_ms} ms {direction} the database server's: hookd stamps              and compares leases, due times and receipt times on the database's clock              meanwhile; fix this machine's time sync (NTP)"
+        );
+    } else {
+        tracing::info!(offset_ms, "following the database server's clock");
     }
     Ok(())
 }

@@ -60,6 +60,9 @@ pub trait ClusterStore: Send + Sync + 'static {
     /// Every node's latest heartbeat, oldest start first.
     async fn nodes(&self) -> Result<Vec<NodeBeat>, InboxError>;
 
+    /// The database server's clock, in unix milliseconds: the one clock every node follows.
+    async fn database_time_ms(&self) -> Result<i64, InboxError>;
+
     /// Makes `sha256` the cluster's version of `stem`, storing `bytes` under it first when given
     /// (a version already stored, as for a rollback, needs none). Returns the new release, or
     /// the current one unchanged if it already names `sha256`. Refused if the bytes are

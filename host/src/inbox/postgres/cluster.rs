@@ -86,6 +86,20 @@ impl ClusterStore for PostgresStore {
             .collect())
     }
 
+    async fn database_time_ms(&self) -> Result<i64, InboxError> {
+        // `clock_timestamp()`, not `now()`: the time of the reading, not of a transaction's
+        // start.
+        let row = self
+            .client()
+            .await?
+            .query_one(
+                "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8",
+                &[],
+            )
+            .await?;
+        Ok(row.get(0))
+    }
+
     async fn publish(
         &self,
         stem: &str,
