@@ -24,7 +24,7 @@ use tokio::sync::Semaphore;
 use crate::{
     outbound::{Mock, Reply},
     postgres::{PrivatePostgres, TestDatabase, pgbouncer_url, psql, server_ca},
-    support::{self, KEYED_BY_BODY, ProcessHost, install_plugins, plugins, sw_source},
+    support::{self, AdminApi, KEYED_BY_BODY, ProcessHost, install_plugins, plugins, sw_source},
 };
 
 /// Ordering keys the events are spread over.
@@ -1111,7 +1111,8 @@ fn libfaketime(test: &str) -> Option<&'static str> {
 /// runs an attempt whose outbound call is answered only after 60 s (a lease of 70 s, its
 /// timeout plus the margin); node 2 starts meanwhile on the skewed clock, and after its start-up
 /// reclaim and a few of its periodic ones the attempt is still node 1's first, never abandoned,
-/// and the call was made once. On its own clock node 2 saw that lease expired at once.
+/// and the call was made once (on its own clock node 2 saw that lease expired at once). An
+/// event node 2 accepts is handled at once, and its `/metrics` show the offset it follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
     const TEST: &str = "a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held";
@@ -1169,4 +1170,26 @@ async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
         "an attempt was ended under node 1: {delivery:#}"
     );
     assert_eq!(mock.seen().len(), 1, "the call was made again");
+
+    // What node 2 accepts is due at once on every node: its receipt time is the database's
+    // clock too (on its own clock the delivery would wait two minutes).
+    let body = json!({"do": "count", "key": "k"}).to_string();
+    let (status, reply) = support::post_sw(two.ingest, "s", "evt_2", body.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    two.wait_state("s", "evt_2", "h", "done", Duration::from_secs(30))
+        .await;
+    // And its metrics say how far out its clock is.
+    let (_, metrics) = two.admin_get("/metrics").await;
+    let offset: f64 = metrics
+        .as_str()
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("hookd_clock_offset_seconds "))
+        .expect("the clock offset series")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((-125.0..-115.0).contains(&offset), "offset {offset} s");
 }

@@ -10,7 +10,7 @@
 //!   query string, or a body not sent as `application/json`, is refused in the contract's JSON
 //!   (400, 415) instead of being ignored, which would widen the call to everything.
 
-use std::{sync::Arc, time::SystemTime};
+use std::sync::Arc;
 
 use axum::{
     Json,
@@ -30,7 +30,7 @@ use crate::{
     error::ApiError,
     inbox::{EventFilter, InboxError, ReplayFilter, cluster::NodeBeat},
     ingest::replay::{self, ReplayError},
-    model::{DeliveryState, unix_ms},
+    model::DeliveryState,
     registry::RollbackError,
     retention::discard,
 };
@@ -423,7 +423,8 @@ pub(super) async fn nodes(
 /// The cluster's nodes as of now: their heartbeats on a shared database; on SQLite this node
 /// alone, as it is now.
 async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
-    let now = unix_ms(SystemTime::now());
+    // The clock the heartbeats are stamped with.
+    let now = shared.inbox.clock().now_ms();
     let this = &shared.node;
     let beats = match shared.inbox.cluster() {
         Some(cluster) => cluster.nodes().await?,

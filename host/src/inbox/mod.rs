@@ -287,6 +287,13 @@ impl Inbox {
         self.inner.clock.now_ms()
     }
 
+    /// The clock the inbox stamps and compares with: on a shared database it follows the
+    /// database server's, so what else stamps rows or reads their times (ingest's receipt
+    /// time, the nodes' liveness) uses it too.
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
     /// Deliveries not yet finished. Never below 0: on a shared database a recount can land
     /// between a finish's commit and its own decrement, which then takes one too many.
     pub fn backlog(&self) -> i64 {

@@ -265,7 +265,8 @@ async fn receive(
     ) = request.into_parts();
     let client = crate::server::Client::of(&extensions);
     let started = Instant::now();
-    let received = SystemTime::now();
+    // The inbox's clock: the receipt time is when the event's deliveries become due.
+    let received = edge.shared.inbox.clock().now();
     let Some(config) = edge.shared.config.sources.get(source.as_str()) else {
         // Not a label: the name is the requester's, not the configuration's.
         edge.shared.telemetry.ingest_answered(

@@ -162,6 +162,12 @@ pub const SERIES: &[(&str, Kind, &str)] = &[
         "How long the waiting delivery due longest ago has been due (0 when none is).",
     ),
     (
+        CLOCK_OFFSET,
+        Kind::Gauge,
+        "The database server's clock minus this host's, as far as the host follows it (0 in \
+         step, and on SQLite).",
+    ),
+    (
         ATTEMPTS,
         Kind::Counter,
         "Handler attempts recorded, by plugin and outcome.",
@@ -208,6 +214,7 @@ const DELIVERIES: &str = "hookd_deliveries";
 const BACKLOG: &str = "hookd_backlog";
 const QUARANTINED: &str = "hookd_quarantined";
 const OLDEST_DUE: &str = "hookd_oldest_due_seconds";
+const CLOCK_OFFSET: &str = "hookd_clock_offset_seconds";
 const ATTEMPTS: &str = "hookd_attempts_total";
 const ATTEMPT_DURATION: &str = "hookd_attempt_duration_seconds";
 const RETRIES: &str = "hookd_retries_scheduled_total";
@@ -319,6 +326,7 @@ pub struct Telemetry {
     deliveries: [Gauge; DeliveryState::ALL.len()],
     quarantined: Gauge,
     oldest_due: Gauge,
+    clock_offset: Gauge,
     gauges: ArcSwap<InboxGauges>,
     recent: recent::History,
 }
@@ -361,6 +369,7 @@ impl Telemetry {
             deliveries,
             quarantined: gauge(&recorder, QUARANTINED, &[]),
             oldest_due: gauge(&recorder, OLDEST_DUE, &[]),
+            clock_offset: gauge(&recorder, CLOCK_OFFSET, &[]),
             recorder,
             clock,
             process,
@@ -551,6 +560,8 @@ impl Telemetry {
             .oldest_due_ms
             .map_or(0, |due| (self.clock.now_ms() - due).max(0));
         self.oldest_due.set(lag_ms as f64 / 1000.0);
+        self.clock_offset
+            .set(self.clock.offset_ms() as f64 / 1000.0);
         self.commits.absolute(inbox.commits().max(0) as u64);
         metrics::with_local_recorder(&self.recorder, || {
             self.process.collect();

@@ -7,7 +7,7 @@
 //! Invariant: every figure comes from [`crate::telemetry`] (`recent`, `inbox_gauges`) or the
 //! inbox façade; the charts are plain SVG drawn here (no chart library, no script).
 
-use std::{collections::BTreeMap, sync::Arc, time::SystemTime};
+use std::{collections::BTreeMap, sync::Arc};
 
 use axum::{
     Extension,
@@ -21,10 +21,7 @@ use super::{
     layout::{self, Nav},
     session::SignedIn,
 };
-use crate::{
-    model::unix_ms,
-    telemetry::{Minute, Recent},
-};
+use crate::telemetry::{Minute, Recent};
 
 /// Seconds between refreshes of the live part.
 const REFRESH_SECS: u32 = 10;
@@ -66,7 +63,7 @@ fn add(series: &mut Series, name: &str, minutes: usize, slot: usize, value: f64)
 
 fn live_part(ui: &Ui) -> Markup {
     let shared = &ui.shared;
-    let now = unix_ms(SystemTime::now());
+    let now = shared.inbox.clock().now_ms();
     let Recent { minutes } = shared.telemetry.recent(now);
     let gauges = shared.telemetry.inbox_gauges();
     let start = minutes.first().map_or(now, |m| m.start_ms);
