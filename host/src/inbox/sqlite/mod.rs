@@ -258,8 +258,18 @@ impl Store for SqliteStore {
         filter: ReplayFilter,
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
-        self.write(move |conn| replay::replay_matching(conn, &filter, now_ms))
-            .await
+        let state = filter.replayed_state()?;
+        let (ids, filter) = self
+            .read(move |conn| Ok((replay::matching_deliveries(conn, &filter, state)?, filter)))
+            .await?;
+        let matched = ids.len();
+        if filter.dry_run || ids.is_empty() {
+            return Ok((matched, 0));
+        }
+        let replayed = self
+            .write(move |conn| replay::replay_ids(conn, &ids, &filter, state, now_ms))
+            .await?;
+        Ok((matched, replayed))
     }
 
     async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError> {
@@ -275,8 +285,21 @@ impl Store for SqliteStore {
         filter: ReplayFilter,
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
-        self.write(move |conn| retention::discard(conn, &filter, now_ms))
-            .await
+        let state = filter.discardable_state()?;
+        let (ids, dry_run) = self
+            .read(move |conn| {
+                let ids = replay::matching_deliveries(conn, &filter, state)?;
+                Ok((ids, filter.dry_run))
+            })
+            .await?;
+        let matched = ids.len();
+        if dry_run || ids.is_empty() {
+            return Ok((matched, 0));
+        }
+        let discarded = self
+            .write(move |conn| retention::discard_ids(conn, &ids, state, now_ms))
+            .await?;
+        Ok((matched, discarded))
     }
 
     async fn discard_quarantine(
@@ -284,8 +307,17 @@ impl Store for SqliteStore {
         filter: ReplayFilter,
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
-        self.write(move |conn| retention::discard_quarantine(conn, &filter, now_ms))
-            .await
+        let (ids, dry_run) = self
+            .read(move |conn| Ok((quarantine::held_ids(conn, &filter)?, filter.dry_run)))
+            .await?;
+        let matched = ids.len();
+        if dry_run || ids.is_empty() {
+            return Ok((matched, 0));
+        }
+        let discarded = self
+            .write(move |conn| retention::discard_held(conn, &ids, now_ms))
+            .await?;
+        Ok((matched, discarded))
     }
 
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {

@@ -1,10 +1,13 @@
 //! Replay in SQL: select the deliveries a filter matches, and set them due again (finished
 //! ones with a fresh budget, retrying ones now).
 //!
-//! Invariant: the update re-checks the state it selected, so a delivery that left it between
-//! the select and the update is left alone (on the one writer nothing comes in between; the
-//! check is PostgreSQL's, where something can); `budget_base` moves up to `attempts`, which
-//! keeps counting (it is the lease token), for finished deliveries only.
+//! Invariants:
+//! - The select runs on a read connection, never on the writer: over a large inbox it can take
+//!   a second, and the writer is what every `202` waits for. A dry run is the select alone.
+//! - The update, on the writer, re-checks what the select found (the state, and that the event
+//!   is not pruned), so a delivery that changed in between is left alone; `budget_base` moves
+//!   up to `attempts`, which keeps counting (it is the lease token), for finished deliveries
+//!   only.
 
 use rusqlite::{Connection, params};
 
@@ -13,18 +16,16 @@ use crate::{
     model::DeliveryState,
 };
 
-/// Sets the deliveries `filter` matches due at `now_ms`, finished ones with a fresh budget
-/// (none on a dry run); returns `(matched, replayed)`.
-pub(super) fn replay_matching(
+/// Sets deliveries `ids`, which [`matching_deliveries`] found in `state` for `filter`, due at
+/// `now_ms`, finished ones with a fresh budget; returns how many it replayed (those still in
+/// `state`, of an event not pruned meanwhile).
+pub(super) fn replay_ids(
     conn: &Connection,
+    ids: &[i64],
     filter: &ReplayFilter,
+    state: DeliveryState,
     now_ms: i64,
-) -> Result<(usize, usize), InboxError> {
-    let state = filter.replayed_state()?;
-    let ids = matching_deliveries(conn, filter, state)?;
-    if filter.dry_run {
-        return Ok((ids.len(), 0));
-    }
+) -> Result<usize, InboxError> {
     if state == DeliveryState::Retrying {
         // Due now, with its attempt budget as it is (and forced, if asked); one due (and
         // forced) already is matched, not replayed, so replays racing for it count it once.
@@ -35,21 +36,22 @@ pub(super) fn replay_matching(
                AND (next_attempt_at > ?2 OR (?3 AND NOT deliver_stale))",
         )?;
         let mut replayed = 0;
-        for id in &ids {
+        for id in ids {
             replayed += update.execute(params![id, now_ms, filter.force])?;
         }
-        return Ok((ids.len(), replayed));
+        return Ok(replayed);
     }
     let mut update = conn.prepare_cached(
         "UPDATE deliveries SET state = 'pending', budget_base = attempts,
              next_attempt_at = ?2, lease_until = NULL, updated_at = ?2, deliver_stale = ?3
-         WHERE id = ?1 AND state = ?4",
+         WHERE id = ?1 AND state = ?4
+           AND (SELECT pruned_at FROM events WHERE events.id = deliveries.event) IS NULL",
     )?;
     let mut replayed = 0;
-    for id in &ids {
+    for id in ids {
         replayed += update.execute(params![id, now_ms, filter.force, state.as_str()])?;
     }
-    Ok((ids.len(), replayed))
+    Ok(replayed)
 }
 
 /// The deliveries in `state` that `filter` selects, oldest first, at most `filter.limit`; those

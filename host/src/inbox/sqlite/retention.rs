@@ -11,15 +11,20 @@
 //! - An event is pruned only if none of its deliveries is outside `DeliveryState::FINISHED` and
 //!   none finished after the cut-off; the writer being the only connection that writes, no
 //!   replay or claim can come between that check and the prune.
+//! - A discard's select runs on a read connection (see `replay`), its update on the writer,
+//!   re-checking the state (or that the request is still held) the select found.
 
 use std::time::Instant;
 
 use rusqlite::{Connection, params};
 
-use super::{quarantine, replay::matching_deliveries, sql::finished_states};
-use crate::inbox::{
-    InboxError, PruneCursor, Pruned, ReplayFilter,
-    retention::{DISCARDED_RESOLUTION, PruneBatch},
+use super::sql::finished_states;
+use crate::{
+    inbox::{
+        InboxError, PruneCursor, Pruned,
+        retention::{DISCARDED_RESOLUTION, PruneBatch},
+    },
+    model::DeliveryState,
 };
 
 /// Runs one batch of retention (see `Store::prune`).
@@ -163,47 +168,41 @@ fn forget(
     Ok((ids.len(), false))
 }
 
-/// Sets the dead deliveries `filter` matches to `discarded` at `now_ms` (none on a dry run).
-pub(super) fn discard(
+/// Sets deliveries `ids`, which [`matching_deliveries`](super::replay::matching_deliveries)
+/// found in `state`, to `discarded` at `now_ms`, those still in `state`; returns how many.
+pub(super) fn discard_ids(
     conn: &Connection,
-    filter: &ReplayFilter,
+    ids: &[i64],
+    state: DeliveryState,
     now_ms: i64,
-) -> Result<(usize, usize), InboxError> {
-    let state = filter.discardable_state()?;
-    let ids = matching_deliveries(conn, filter, state)?;
-    if filter.dry_run {
-        return Ok((ids.len(), 0));
-    }
+) -> Result<usize, InboxError> {
     let mut update = conn.prepare_cached(
         "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = ?2
          WHERE id = ?1 AND state = ?3",
     )?;
     let mut discarded = 0;
-    for id in &ids {
+    for id in ids {
         discarded += update.execute(params![id, now_ms, state.as_str()])?;
     }
-    Ok((ids.len(), discarded))
+    Ok(discarded)
 }
 
-/// Resolves the held quarantined requests `filter` matches as discarded (none on a dry run).
-pub(super) fn discard_quarantine(
+/// Resolves the held quarantined requests `ids` (as [`quarantine::held_ids`] found them) as
+/// discarded, those still held; returns how many.
+pub(super) fn discard_held(
     conn: &Connection,
-    filter: &ReplayFilter,
+    ids: &[i64],
     now_ms: i64,
-) -> Result<(usize, usize), InboxError> {
-    let ids = quarantine::held_ids(conn, filter)?;
-    if filter.dry_run {
-        return Ok((ids.len(), 0));
-    }
+) -> Result<usize, InboxError> {
     let mut resolve = conn.prepare_cached(
         "UPDATE quarantine SET resolved_at = ?2, resolution = ?3
          WHERE id = ?1 AND resolved_at IS NULL",
     )?;
     let mut discarded = 0;
-    for id in &ids {
+    for id in ids {
         discarded += resolve.execute(params![id, now_ms, DISCARDED_RESOLUTION])?;
     }
-    Ok((ids.len(), discarded))
+    Ok(discarded)
 }
 
 #[cfg(test)]

@@ -621,6 +621,42 @@ mod tests {
         inbox.ping().await.unwrap();
     }
 
+    /// A replay's or a discard's select runs beside the writer, not on it: over a large inbox it
+    /// can take a second, and every `202` waits for the writer. With the writer held, dry runs
+    /// (the select alone) still answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_selects_of_replays_and_discards_do_not_wait_for_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = open(&dir, true);
+        let (release, held) = hold(&inbox);
+        let dry = crate::inbox::ReplayFilter {
+            limit: 100,
+            dry_run: true,
+            ..Default::default()
+        };
+        let within = std::time::Duration::from_secs(10);
+        let answered = |what: &str, result: Result<Result<(usize, usize), InboxError>, _>| {
+            let counts = result
+                .unwrap_or_else(|_| panic!("a dry {what} waited for the held writer"))
+                .unwrap();
+            assert_eq!(counts, (0, 0), "{what}");
+        };
+        answered(
+            "replay",
+            tokio::time::timeout(within, inbox.replay(dry.clone(), 0)).await,
+        );
+        answered(
+            "discard",
+            tokio::time::timeout(within, inbox.discard(dry.clone(), 0)).await,
+        );
+        answered(
+            "quarantine discard",
+            tokio::time::timeout(within, inbox.discard_quarantine(dry, 0)).await,
+        );
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+    }
+
     /// Queues a write that stores a quarantine row with `reason`, failing afterwards if `fail`.
     fn insert(inbox: &SqliteStore, reason: &str, fail: bool) -> Answer<()> {
         let reason = reason.to_owned();
