@@ -130,8 +130,17 @@ impl TestHost {
     ) -> Self {
         let text = config_text(config);
         std::fs::write(dir.path().join("hookd.toml"), &text).unwrap();
-        let config = host::config::Config::parse(&text, dir.path(), env)
+        let mut config = host::config::Config::parse(&text, dir.path(), env)
             .unwrap_or_else(|e| panic!("test config invalid: {e:#}"));
+        // A parse instantiates its component too: in a debug build on a loaded machine that can
+        // take longer than the 50 ms default, and a parse out of time is quarantined (and
+        // acknowledged), which these tests do not ask about. Budgets a test sets are kept, and
+        // the default still grows with the body.
+        for plugin in config.plugins.values_mut() {
+            if plugin.parser_limits_scale {
+                std::sync::Arc::make_mut(plugin).parser_timeout = Duration::from_secs(10);
+            }
+        }
         let ingest = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (ingest_addr, admin_addr) = (ingest.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -640,19 +649,42 @@ pub struct ProcessHost {
     child: std::process::Child,
 }
 
-/// A loopback address with a port nothing listens on now (for a `hookd serve` to bind).
+/// A loopback address with a port nothing listens on now, for another process to bind (a
+/// `hookd serve`, a PostgreSQL server of a test's own); see [`free_ports`].
 pub fn free_port() -> SocketAddr {
     let [addr] = free_ports();
     addr
 }
 
-/// `N` loopback addresses with ports nothing listens on now, all different: each is held until
-/// all are chosen (the kernel may hand a port it just released out again, and a config with the
-/// same port twice is refused).
+/// `N` loopback addresses with ports nothing listens on now, all different (each is held until
+/// all are chosen), for other processes to bind later. They are drawn at random from below the
+/// kernel's ephemeral range, which `bind` to port 0 and outgoing connections never hand out: so
+/// no listener or connection of the tests running meanwhile takes one between its choice here
+/// and the bind of the process it is for, however long that process takes to start, or to
+/// come back after a test stopped it.
 pub fn free_ports<const N: usize>() -> [SocketAddr; N] {
-    let held: [std::net::TcpListener; N] =
-        std::array::from_fn(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap());
-    held.map(|listener| listener.local_addr().unwrap())
+    use std::hash::{BuildHasher as _, RandomState};
+    let ephemeral_from: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    assert!(
+        ephemeral_from > 11_000,
+        "the ephemeral port range starts at {ephemeral_from}: no room below it for test ports"
+    );
+    let random = RandomState::new();
+    let mut held: Vec<std::net::TcpListener> = Vec::new();
+    for draw in 0u64.. {
+        if held.len() == N {
+            break;
+        }
+        assert!(draw < 10_000, "no free port below {ephemeral_from}");
+        let port = 10_000 + (random.hash_one(draw) % u64::from(ephemeral_from - 10_000)) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            held.push(listener);
+        }
+    }
+    std::array::from_fn(|i| held[i].local_addr().unwrap())
 }
 
 impl ProcessHost {
