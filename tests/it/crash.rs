@@ -84,7 +84,7 @@ async fn the_counter_stays_exact_across_a_kill_mid_processing() {
         &["counter"],
         r#"
         [plugins.counter]
-        timeout_ms = 2000
+        timeout_ms = 10000
         "#,
     );
     let first = ProcessHost::start(dir.path(), &config).await;
