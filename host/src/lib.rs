@@ -197,6 +197,10 @@ pub async fn run_with(
         Database::Postgres(url) => Inbox::open_postgres(url.expose(), open).await,
     }
     .with_context(|| format!("opening the database {}", config.server.database))?;
+    // On a shared database, the database server's clock before anything is stamped or claimed.
+    if let Some(store) = inbox.cluster() {
+        cluster::follow_database_clock_at_start(&*store, &options.clock).await?;
+    }
     let telemetry = Telemetry::new(options.clock.clone());
     telemetry.observe(&inbox);
     telemetry.expect(

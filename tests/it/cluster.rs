@@ -8,12 +8,12 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
-    path::Path,
+    path::PathBuf,
     sync::{
         Arc, RwLock,
         atomic::{AtomicUsize, Ordering},
     },
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use http::StatusCode;
@@ -24,7 +24,9 @@ use tokio::sync::Semaphore;
 use crate::{
     outbound::{Mock, Reply},
     postgres::{PrivatePostgres, TestDatabase, pgbouncer_url, psql, server_ca},
-    support::{self, AdminApi, KEYED_BY_BODY, ProcessHost, install_plugins, plugins, sw_source},
+    support::{
+        self, AdminApi, KEYED_BY_BODY, ProcessHost, Scheme, install_plugins, plugins, sw_source,
+    },
 };
 
 /// Ordering keys the events are spread over.
@@ -1093,29 +1095,34 @@ async fn a_node_reaches_its_database_over_verified_tls_or_not_at_all() {
 /// libfaketime's preload library (Debian's `libfaketime`), which runs a process on a shifted
 /// clock; `None` after saying why the test is skipped, and a failure where the PostgreSQL
 /// tests are required (CI installs it).
-fn libfaketime(test: &str) -> Option<&'static str> {
-    const LIBRARY: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-    if Path::new(LIBRARY).exists() {
-        return Some(LIBRARY);
+fn libfaketime(test: &str) -> Option<PathBuf> {
+    let found = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+            .find(|library| library.exists())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("HOOKD_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
+            "{test}: no /usr/lib/*/faketime/libfaketime.so.1 (apt-get install libfaketime)"
+        );
+        eprintln!("{test}: skipped: libfaketime is not installed");
     }
-    assert!(
-        std::env::var("HOOKD_TEST_POSTGRES_REQUIRED").as_deref() != Ok("1"),
-        "{test}: {LIBRARY} is missing (apt-get install libfaketime)"
-    );
-    eprintln!("{test}: skipped: {LIBRARY} is missing");
-    None
+    found
 }
 
-/// A node whose own clock runs two minutes ahead (libfaketime) takes back no lease another node
+/// A node whose own clock runs ten minutes ahead (libfaketime) takes back no lease another node
 /// still holds: every node stamps and compares leases on the database server's clock. Node 1
-/// runs an attempt whose outbound call is answered only after 60 s (a lease of 70 s, its
-/// timeout plus the margin); node 2 starts meanwhile on the skewed clock, and after its start-up
-/// reclaim and a few of its periodic ones the attempt is still node 1's first, never abandoned,
-/// and the call was made once (on its own clock node 2 saw that lease expired at once). An
-/// event node 2 accepts is handled at once, and its `/metrics` show the offset it follows.
+/// runs an attempt whose outbound call is never answered while the test runs (a lease of its
+/// 5-minute timeout plus the margin); node 2 starts meanwhile on the skewed clock, and after
+/// its start-up reclaim and a few of its periodic ones the attempt is still node 1's first,
+/// never abandoned, and the call was made once (on its own clock node 2 saw that lease expired
+/// at once). An event node 2 accepts (signed by its own clock, which the signature check
+/// reads) is handled at once, and its `/metrics` show the offset it follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
     const TEST: &str = "a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held";
+    const AHEAD: Duration = Duration::from_secs(600);
     let Some(db) = TestDatabase::create(TEST) else {
         return;
     };
@@ -1123,9 +1130,9 @@ async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
         return;
     };
     let mock =
-        Mock::start(|_, _| Reply::new(StatusCode::OK, "ok").after(Duration::from_secs(60))).await;
+        Mock::start(|_, _| Reply::new(StatusCode::OK, "ok").after(Duration::from_secs(3600))).await;
     let extra = format!(
-        "[plugins.h]\ntimeout_ms = 60000\nallow_hosts = [\"127.0.0.1:{}\"]\n",
+        "[plugins.h]\ntimeout_ms = 300000\nallow_hosts = [\"127.0.0.1:{}\"]\n",
         mock.port()
     );
     let config = format!(
@@ -1144,15 +1151,16 @@ async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while mock.seen().is_empty() {
         assert!(Instant::now() < deadline, "node 1 never made the call");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    let offset = format!("+{}", AHEAD.as_secs());
     let ahead = [
-        ("LD_PRELOAD", faketime),
-        ("FAKETIME", "+120"),
+        ("LD_PRELOAD", faketime.to_str().unwrap()),
+        ("FAKETIME", offset.as_str()),
         ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
     ];
     let two = ProcessHost::start_with_env(dirs[1].path(), &config, &ahead).await;
@@ -1172,11 +1180,16 @@ async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
     assert_eq!(mock.seen().len(), 1, "the call was made again");
 
     // What node 2 accepts is due at once on every node: its receipt time is the database's
-    // clock too (on its own clock the delivery would wait two minutes).
+    // clock (on its own clock the delivery would wait ten minutes).
     let body = json!({"do": "count", "key": "k"}).to_string();
-    let (status, reply) = support::post_sw(two.ingest, "s", "evt_2", body.as_bytes())
-        .await
-        .unwrap();
+    let headers = support::sign(
+        &Scheme::StandardWebhooks,
+        support::SW_SECRET,
+        "evt_2",
+        body.as_bytes(),
+        SystemTime::now() + AHEAD,
+    );
+    let (status, reply) = two.post("s", &headers, body.as_bytes()).await.unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
     two.wait_state("s", "evt_2", "h", "done", Duration::from_secs(30))
         .await;
@@ -1191,5 +1204,5 @@ async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
         .trim()
         .parse()
         .unwrap();
-    assert!((-125.0..-115.0).contains(&offset), "offset {offset} s");
+    assert!((-605.0..-595.0).contains(&offset), "offset {offset} s");
 }

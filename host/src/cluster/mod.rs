@@ -28,8 +28,8 @@
 //! - Each tick first reads the database's clock, and the node's [`Clock`] follows it
 //!   ([`follow_database_clock`]): a lease stamped by one node is compared by another on the same
 //!   clock, so a node whose own clock runs ahead does not take back leases still held, and one
-//!   that runs behind does not hold on to expired ones. [`catch_up`] does so before the node
-//!   claims anything.
+//!   that runs behind does not hold on to expired ones. A start follows it before the node
+//!   claims anything ([`follow_database_clock_at_start`]), or fails.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -60,6 +60,8 @@ const CLOCK_READING_MAX_MS: i64 = 1_000;
 /// A difference from the database's clock from which a node's own clock is called out of step
 /// in the log.
 const CLOCK_WARN_MS: i64 = 1_000;
+/// How long a start tries to read the database's clock before it gives up.
+const CLOCK_START_WAIT: Duration = Duration::from_secs(10);
 
 /// This process's identity in the cluster.
 #[derive(Debug, Clone)]
@@ -382,25 +384,24 @@ async fn tick(
 }
 
 /// Reads the database's clock and makes `clock` follow it (see [`Clock::follow`]); a reading
-/// whose round trip took over [`CLOCK_READING_MAX_MS`] is dropped. A move is logged, as a
-/// warning when this node's own clock is [`CLOCK_WARN_MS`] or more out of step.
+/// whose round trip took over [`CLOCK_READING_MAX_MS`] is dropped, and an error says so. A
+/// change is logged, as a warning when the two clocks are [`CLOCK_WARN_MS`] or more apart.
 pub(crate) async fn follow_database_clock(
     store: &dyn ClusterStore,
     clock: &Clock,
 ) -> anyhow::Result<()> {
-    let before = clock.local_ms();
-    let database = store
-        .database_time_ms()
+    let reading = store
+        .database_clock()
         .await
-        .context("reading the database's clock")?;
-    let after = clock.local_ms();
-    if after - before > CLOCK_READING_MAX_MS {
+        .context("reading the database server's clock")?;
+    let round_trip_ms = reading.round_trip.as_millis();
+    anyhow::ensure!(
+        round_trip_ms <= CLOCK_READING_MAX_MS as u128,
+        "reading the database server's clock took {round_trip_ms} ms, too long to follow it"
+    );
+    let Some(offset_ms) = clock.follow(reading) else {
         return Ok(());
-    }
-    let offset_ms = database - (before + after) / 2;
-    if !clock.follow(offset_ms) {
-        return Ok(());
-    }
+    };
     let (direction, by_ms) = match offset_ms {
         ..0 => ("ahead of", -offset_ms),
         _ => ("behind", offset_ms),
@@ -408,12 +409,44 @@ pub(crate) async fn follow_database_clock(
     if by_ms >= CLOCK_WARN_MS {
         tracing::warn!(
             offset_ms,
-            "this node's clock is {by_ms} ms {direction} the database server's: hookd stamps              and compares leases, due times and receipt times on the database's clock              meanwhile; fix this machine's time sync (NTP)"
+            "this machine's clock is {by_ms} ms {direction} the database server's: this node \
+             stamps and compares leases, due times and receipt times on the database server's \
+             clock meanwhile; fix the time sync (NTP) of whichever of the two is wrong"
         );
     } else {
-        tracing::info!(offset_ms, "following the database server's clock");
+        tracing::info!(
+            offset_ms,
+            "this machine's clock is {by_ms} ms {direction} the database server's: following \
+             the database server's"
+        );
     }
     Ok(())
+}
+
+/// Follows the database server's clock before the node claims anything: tries for up to
+/// [`CLOCK_START_WAIT`], then fails the start (a node that claimed on a clock it could not check
+/// could take back leases still held elsewhere).
+pub async fn follow_database_clock_at_start(
+    store: &dyn ClusterStore,
+    clock: &Clock,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + CLOCK_START_WAIT;
+    loop {
+        match follow_database_clock(store, clock).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(e.context(format!(
+                    "no usable reading of the database server's clock within {} s; a node \
+                     claims nothing before it follows that clock",
+                    CLOCK_START_WAIT.as_secs()
+                )));
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "retrying");
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
 }
 
 /// Carries out one planned action; errors name the plugin.

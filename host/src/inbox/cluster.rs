@@ -60,8 +60,9 @@ pub trait ClusterStore: Send + Sync + 'static {
     /// Every node's latest heartbeat, oldest start first.
     async fn nodes(&self) -> Result<Vec<NodeBeat>, InboxError>;
 
-    /// The database server's clock, in unix milliseconds: the one clock every node follows.
-    async fn database_time_ms(&self) -> Result<i64, InboxError>;
+    /// A reading of the database server's clock, the one clock every node follows: the best
+    /// (shortest round trip) of a few, timed on a connection already held.
+    async fn database_clock(&self) -> Result<crate::clock::Reading, InboxError>;
 
     /// Makes `sha256` the cluster's version of `stem`, storing `bytes` under it first when given
     /// (a version already stored, as for a rollback, needs none). Returns the new release, or

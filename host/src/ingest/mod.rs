@@ -32,7 +32,7 @@ use crate::{
     error::ApiError,
     ids::{EventId, SourceName},
     inbox::{Accepted, InboxError, RawRequest},
-    model::{Envelope, unix_ms},
+    model::Envelope,
     runtime::{CallContext, CallError, ParseRequest, ParseVerdict, ParserResponse},
     telemetry::Repeated,
     text,
@@ -265,8 +265,11 @@ async fn receive(
     ) = request.into_parts();
     let client = crate::server::Client::of(&extensions);
     let started = Instant::now();
-    // The inbox's clock: the receipt time is when the event's deliveries become due.
-    let received = edge.shared.inbox.clock().now();
+    // A signature's timestamp is checked against this machine's own clock, which needs no
+    // agreement between nodes; the receipt time stored is the inbox's (on a shared database
+    // the database server's), since it is when the event's deliveries become due.
+    let received = SystemTime::now();
+    let received_at_ms = edge.shared.inbox.clock().now_ms();
     let Some(config) = edge.shared.config.sources.get(source.as_str()) else {
         // Not a label: the name is the requester's, not the configuration's.
         edge.shared.telemetry.ingest_answered(
@@ -276,7 +279,16 @@ async fn receive(
         );
         return counted(ApiError::UnknownSource.into_response());
     };
-    let answered = answer(&edge, config, received, uri, headers, body, client).await;
+    let answered = answer(
+        &edge,
+        config,
+        (received, received_at_ms),
+        uri,
+        headers,
+        body,
+        client,
+    )
+    .await;
     let (outcome, response) = match answered {
         Ok(answer) => answer,
         // Reset before its body ended, as one gone before its answer was ready: not counted.
@@ -295,11 +307,12 @@ pub(super) fn counted(mut response: Response) -> Response {
     response
 }
 
-/// [`receive`] for a configured source.
+/// [`receive`] for a configured source, `received` at this machine's time and at the inbox's
+/// (in unix milliseconds).
 async fn answer(
     edge @ Edge { shared, budget, .. }: &Edge,
     source: &SourceConfig,
-    received: SystemTime,
+    (received, received_at_ms): (SystemTime, i64),
     uri: Uri,
     headers: HeaderMap,
     body: Body,
@@ -325,7 +338,7 @@ async fn answer(
                 ApiError::InvalidSignature(e.to_string())
             }
         })?;
-    let request = RawRequest::from_verified(verified, unix_ms(received));
+    let request = RawRequest::from_verified(verified, received_at_ms);
     let query = uri.query().unwrap_or_default().to_owned();
     match envelope_of(shared, source, "POST", &query, &request).await {
         EnvelopeOutcome::Envelope(envelope) => {
