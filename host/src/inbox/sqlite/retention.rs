@@ -12,7 +12,8 @@
 //!   none finished after the cut-off; the writer being the only connection that writes, no
 //!   replay or claim can come between that check and the prune.
 //! - A discard's select runs on a read connection (see `replay`), its update on the writer,
-//!   re-checking the state (or that the request is still held) the select found.
+//!   re-checking what the select found (the state and an unpruned event, or a request still
+//!   held).
 
 use std::time::Instant;
 
@@ -169,7 +170,8 @@ fn forget(
 }
 
 /// Sets deliveries `ids`, which [`matching_deliveries`](super::replay::matching_deliveries)
-/// found in `state`, to `discarded` at `now_ms`, those still in `state`; returns how many.
+/// found in `state`, to `discarded` at `now_ms`, those still in `state` (of an event not pruned
+/// meanwhile, as the select never picks one); returns how many.
 pub(super) fn discard_ids(
     conn: &Connection,
     ids: &[i64],
@@ -178,7 +180,8 @@ pub(super) fn discard_ids(
 ) -> Result<usize, InboxError> {
     let mut update = conn.prepare_cached(
         "UPDATE deliveries SET state = 'discarded', lease_until = NULL, updated_at = ?2
-         WHERE id = ?1 AND state = ?3",
+         WHERE id = ?1 AND state = ?3
+           AND (SELECT pruned_at FROM events WHERE events.id = deliveries.event) IS NULL",
     )?;
     let mut discarded = 0;
     for id in ids {
