@@ -379,12 +379,13 @@ fn wakeups(pid: u32) -> BTreeMap<String, u64> {
         .collect()
 }
 
-/// The wake-ups between two [`wakeups`] readings: of the threads in both (one that ended
-/// meanwhile, such as an idle blocking-pool thread, takes its count with it).
+/// The wake-ups between two [`wakeups`] readings, of the threads alive at the second (one that
+/// ended meanwhile, such as an idle blocking-pool thread, takes its count with it; one that
+/// started meanwhile counts all of its own).
 fn woken_between(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> u64 {
     after
         .iter()
-        .filter_map(|(tid, n)| Some(n.saturating_sub(*before.get(tid)?)))
+        .map(|(tid, n)| n.saturating_sub(before.get(tid).copied().unwrap_or(0)))
         .sum()
 }
 
