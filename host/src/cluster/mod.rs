@@ -26,7 +26,8 @@
 //! - A rollback goes only to a version the cluster stores (the admin API checks before it acts):
 //!   a release always has bytes every node can fetch.
 //! - Each tick first reads the database's clock, and the node's [`Clock`] follows it
-//!   ([`follow_database_clock`]): a lease stamped by one node is compared by another on the same
+//!   ([`follow_database_clock`]; a reading that fails or comes too slowly changes nothing, and
+//!   the tick goes on): a lease stamped by one node is compared by another on the same
 //!   clock, so a node whose own clock runs ahead does not take back leases still held, and one
 //!   that runs behind does not hold on to expired ones. A start follows it before the node
 //!   claims anything ([`follow_database_clock_at_start`]), or fails.
@@ -327,7 +328,11 @@ async fn tick(
         .into_iter()
         .filter_map(|(stem, status)| Some((stem, status.sha256?)))
         .collect();
-    follow_database_clock(store, clock).await?;
+    // A reading that failed or came too slowly leaves the clock as it was (the next tick reads
+    // again); the heartbeat and the plugin sync go on, and say so if the database is away.
+    if let Err(e) = follow_database_clock(store, clock).await {
+        tracing::debug!(error = %format!("{e:#}"), "the database server's clock was not read this tick");
+    }
     let now = clock.now_ms();
     store
         .heartbeat(
@@ -442,7 +447,10 @@ pub async fn follow_database_clock_at_start(
                 )));
             }
             Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "retrying");
+                tracing::warn!(
+                    error = %format!("{e:#}"),
+                    "could not read the database server's clock at start-up; retrying"
+                );
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         }
