@@ -12,18 +12,24 @@
 //!   the reading it came from, so a step of this machine's own clock (an NTP correction, a
 //!   manual `date`) changes nothing until a reading says so. While the two are within
 //!   [`FOLLOW_STEP_MS`] the system clock is used as it is. A tokio clock never follows.
+//! - What makes a reading good enough to act on is decided here alone ([`Clock::judge`]): a
+//!   round trip within [`READING_MAX_ROUND_TRIP`], and a difference beyond the noise band.
+//! - Reading "now" takes no lock: the followed reading sits in an `ArcSwapOption`, written at
+//!   most once per reading.
 
 use std::{
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
+
+use arc_swap::ArcSwapOption;
 
 /// Where "now" comes from. Cheap to clone; clones share what [`Clock::follow`] sets.
 #[derive(Debug, Clone, Default)]
 pub struct Clock {
     source: Source,
     /// The other clock's time at a monotonic instant, once it is followed.
-    followed: Arc<Mutex<Option<Reading>>>,
+    followed: Arc<ArcSwapOption<Reading>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -81,7 +87,7 @@ impl Clock {
     }
 
     fn followed(&self) -> Option<Reading> {
-        *self.followed.lock().unwrap_or_else(|e| e.into_inner())
+        self.followed.load().as_deref().copied()
     }
 
     /// Now by the clock this one reads, before any [`Clock::follow`].
@@ -95,28 +101,36 @@ impl Clock {
         }
     }
 
-    /// Follows the clock `reading` was taken of, from now on (every clone too), if it is worth
-    /// acting on: only when this clock's time at the reading differs from it by more than
-    /// [`FOLLOW_STEP_MS`] plus half the reading's round trip (less is the reading's own noise,
-    /// and following it would only add jitter). Where the system clock is itself that close,
-    /// it is used again as it is. A tokio clock never follows (its time is the test's).
-    /// Returns the other clock's time minus this machine's, in milliseconds, if this changed
-    /// what the clock follows.
-    pub fn follow(&self, reading: Reading) -> Option<i64> {
+    /// Whether `reading` agrees with this clock: `Ok(true)` when this clock's time at the
+    /// reading is within [`FOLLOW_STEP_MS`] plus half the reading's round trip of it (less is
+    /// the reading's own noise, and following it would only add jitter), `Ok(false)` when it
+    /// differs by more, and an error when its round trip took over
+    /// [`READING_MAX_ROUND_TRIP`] (half the round trip is how far off it may be). A tokio
+    /// clock agrees with every reading (its time is the test's).
+    pub fn judge(&self, reading: &Reading) -> Result<bool, SlowReading> {
+        if reading.round_trip > READING_MAX_ROUND_TRIP {
+            return Err(SlowReading(reading.round_trip));
+        }
         if !matches!(self.source, Source::System) {
-            return None;
+            return Ok(true);
         }
-        let since = reading.at.elapsed();
-        let local_at_reading = unix_ms(self.local()) - since.as_millis() as i64;
-        let ours_at_reading = unix_ms(self.now()) - since.as_millis() as i64;
-        let noise = FOLLOW_STEP_MS + (reading.round_trip.as_millis() as i64) / 2;
-        if (reading.time_ms - ours_at_reading).abs() <= noise {
-            return None;
+        let ours_at_reading = unix_ms(self.now()) - reading.at.elapsed().as_millis() as i64;
+        Ok((reading.time_ms - ours_at_reading).abs() <= noise_ms(reading))
+    }
+
+    /// Follows the clock `reading` was taken of, from now on (every clone too), if
+    /// [`Clock::judge`] finds it differs; where the system clock is itself within the noise
+    /// band of it, the system clock is used again as it is. Returns the other clock's time
+    /// minus this machine's, in milliseconds, if this changed what the clock follows.
+    pub fn follow(&self, reading: Reading) -> Result<Option<i64>, SlowReading> {
+        if self.judge(&reading)? {
+            return Ok(None);
         }
+        let local_at_reading = unix_ms(self.local()) - reading.at.elapsed().as_millis() as i64;
         let offset_ms = reading.time_ms - local_at_reading;
-        let follow = (offset_ms.abs() > noise).then_some(reading);
-        *self.followed.lock().unwrap_or_else(|e| e.into_inner()) = follow;
-        Some(offset_ms)
+        let follow = (offset_ms.abs() > noise_ms(&reading)).then(|| Arc::new(reading));
+        self.followed.store(follow);
+        Ok(Some(offset_ms))
     }
 
     /// The followed clock's time minus this machine's, in milliseconds (0 while the system
@@ -135,6 +149,19 @@ impl Clock {
 /// The difference from a followed clock below which a reading is noise, in milliseconds: far
 /// below a lease's margin, far above a loopback or LAN round trip.
 pub const FOLLOW_STEP_MS: i64 = 100;
+
+/// The longest round trip of a reading that is acted on.
+pub const READING_MAX_ROUND_TRIP: Duration = Duration::from_secs(1);
+
+/// A reading whose round trip took over [`READING_MAX_ROUND_TRIP`].
+#[derive(Debug, thiserror::Error)]
+#[error("the reading took {} ms, too long to follow it", .0.as_millis())]
+pub struct SlowReading(pub Duration);
+
+/// How far off a reading may be by itself, in milliseconds.
+fn noise_ms(reading: &Reading) -> i64 {
+    FOLLOW_STEP_MS + (reading.round_trip.as_millis() as i64) / 2
+}
 
 /// Unix milliseconds as a time (times before 1970 as 1970).
 fn from_unix_ms(ms: i64) -> SystemTime {
@@ -180,24 +207,31 @@ mod tests {
     fn a_followed_clock_moves_every_clone_and_noise_moves_nothing() {
         let clock = Clock::system();
         let clone = clock.clone();
-        assert_eq!(clock.follow(reading(FOLLOW_STEP_MS - 20, 2)), None, "noise");
         assert_eq!(
-            clock.follow(reading(FOLLOW_STEP_MS + 300, 900)),
+            clock.follow(reading(FOLLOW_STEP_MS - 20, 2)).unwrap(),
+            None,
+            "noise"
+        );
+        assert_eq!(
+            clock.follow(reading(FOLLOW_STEP_MS + 300, 900)).unwrap(),
             None,
             "a slow reading's noise"
         );
         assert_eq!(clone.offset_ms(), 0);
-        let offset = clock.follow(reading(-60_000, 2)).unwrap();
+        let offset = clock.follow(reading(-60_000, 2)).unwrap().unwrap();
         assert!((-60_100..-59_900).contains(&offset), "{offset}");
         let behind = unix_ms(SystemTime::now()) - clone.now_ms();
         assert!((59_000..61_000).contains(&behind), "{behind}");
         assert!((-61_000..-59_000).contains(&clone.offset_ms()));
         assert_eq!(
-            clone.follow(reading(-60_000 + 50, 2)),
+            clone.follow(reading(-60_000 + 50, 2)).unwrap(),
             None,
             "noise around the followed"
         );
-        assert!(clone.follow(reading(0, 2)).is_some(), "back in step");
+        assert!(
+            clone.follow(reading(0, 2)).unwrap().is_some(),
+            "back in step"
+        );
         assert_eq!(clock.offset_ms(), 0);
         assert!((clock.now_ms() - unix_ms(SystemTime::now())).abs() < 1_000);
     }
@@ -212,7 +246,7 @@ mod tests {
             at: Instant::now() - Duration::from_secs(5),
             round_trip: Duration::from_millis(1),
         };
-        clock.follow(taken).unwrap();
+        clock.follow(taken).unwrap().unwrap();
         let now = clock.now_ms();
         assert!((1_005_000..1_006_000).contains(&now), "{now}");
     }
@@ -220,7 +254,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_tokio_clock_never_follows() {
         let clock = Clock::tokio();
-        assert_eq!(clock.follow(reading(60_000, 1)), None);
+        assert_eq!(clock.follow(reading(60_000, 1)).unwrap(), None);
         assert_eq!(clock.offset_ms(), 0);
+    }
+
+    /// A reading that took too long is refused whatever it says, and changes nothing; one
+    /// within the bound that agrees is judged so.
+    #[test]
+    fn a_slow_reading_is_refused_and_a_close_one_agrees() {
+        let clock = Clock::system();
+        let slow = reading(-60_000, READING_MAX_ROUND_TRIP.as_millis() as u64 + 1);
+        let refused = clock.follow(slow).unwrap_err();
+        assert!(refused.to_string().contains("1001 ms"), "{refused}");
+        assert_eq!(clock.offset_ms(), 0);
+        assert!(clock.judge(&reading(10, 2)).unwrap());
+        assert!(!clock.judge(&reading(-60_000, 2)).unwrap());
     }
 }

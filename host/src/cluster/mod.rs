@@ -55,9 +55,8 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub const ALIVE_WITHIN_MS: i64 = 5_000;
 /// A node silent this long is forgotten.
 const FORGET_AFTER_MS: i64 = 24 * 3600 * 1000;
-/// A reading of the database's clock that took longer than this is not used: half the round
-/// trip is how far off it may be.
-const CLOCK_READING_MAX_MS: i64 = 1_000;
+/// How many round trips a reading of the database's clock that is acted on takes the best of.
+const CLOCK_TRIES: usize = 3;
 /// A difference from the database's clock from which a node's own clock is called out of step
 /// in the log.
 const CLOCK_WARN_MS: i64 = 1_000;
@@ -388,23 +387,21 @@ async fn tick(
     Ok(())
 }
 
-/// Reads the database's clock and makes `clock` follow it (see [`Clock::follow`]); a reading
-/// whose round trip took over [`CLOCK_READING_MAX_MS`] is dropped, and an error says so. A
-/// change is logged, as a warning when the two clocks are [`CLOCK_WARN_MS`] or more apart.
+/// Reads the database's clock and makes `clock` follow it (see [`Clock::follow`]): one round
+/// trip while the two agree, the best of [`CLOCK_TRIES`] before anything changes; a reading
+/// too slow to act on is an error that says so. A change is logged, as a warning when the two
+/// clocks are [`CLOCK_WARN_MS`] or more apart.
 pub(crate) async fn follow_database_clock(
     store: &dyn ClusterStore,
     clock: &Clock,
 ) -> anyhow::Result<()> {
-    let reading = store
-        .database_clock()
-        .await
-        .context("reading the database server's clock")?;
-    let round_trip_ms = reading.round_trip.as_millis();
-    anyhow::ensure!(
-        round_trip_ms <= CLOCK_READING_MAX_MS as u128,
-        "reading the database server's clock took {round_trip_ms} ms, too long to follow it"
-    );
-    let Some(offset_ms) = clock.follow(reading) else {
+    const READING: &str = "reading the database server's clock";
+    let reading = store.database_clock(1).await.context(READING)?;
+    if clock.judge(&reading).unwrap_or(false) {
+        return Ok(());
+    }
+    let reading = store.database_clock(CLOCK_TRIES).await.context(READING)?;
+    let Some(offset_ms) = clock.follow(reading).context(READING)? else {
         return Ok(());
     };
     let (direction, by_ms) = match offset_ms {

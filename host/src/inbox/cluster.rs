@@ -61,8 +61,8 @@ pub trait ClusterStore: Send + Sync + 'static {
     async fn nodes(&self) -> Result<Vec<NodeBeat>, InboxError>;
 
     /// A reading of the database server's clock, the one clock every node follows: the best
-    /// (shortest round trip) of a few, timed on a connection already held.
-    async fn database_clock(&self) -> Result<crate::clock::Reading, InboxError>;
+    /// (shortest round trip) of `tries` (at least one), timed on a connection already held.
+    async fn database_clock(&self, tries: usize) -> Result<crate::clock::Reading, InboxError>;
 
     /// Makes `sha256` the cluster's version of `stem`, storing `bytes` under it first when given
     /// (a version already stored, as for a rollback, needs none). Returns the new release, or
