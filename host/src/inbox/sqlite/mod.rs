@@ -259,17 +259,13 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
         let state = filter.replayed_state()?;
-        let (ids, filter) = self
-            .read(move |conn| Ok((replay::matching_deliveries(conn, &filter, state)?, filter)))
-            .await?;
-        let matched = ids.len();
-        if filter.dry_run || ids.is_empty() {
-            return Ok((matched, 0));
-        }
-        let replayed = self
-            .write(move |conn| replay::replay_ids(conn, &ids, &filter, state, now_ms))
-            .await?;
-        Ok((matched, replayed))
+        let selecting = filter.clone();
+        self.select_then_write(
+            filter.dry_run,
+            move |conn| replay::matching_deliveries(conn, &selecting, state),
+            move |conn, ids| replay::replay_ids(conn, ids, &filter, state, now_ms),
+        )
+        .await
     }
 
     async fn oldest_due(&self, now_ms: i64) -> Result<Option<i64>, InboxError> {
@@ -286,20 +282,13 @@ impl Store for SqliteStore {
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
         let state = filter.discardable_state()?;
-        let (ids, dry_run) = self
-            .read(move |conn| {
-                let ids = replay::matching_deliveries(conn, &filter, state)?;
-                Ok((ids, filter.dry_run))
-            })
-            .await?;
-        let matched = ids.len();
-        if dry_run || ids.is_empty() {
-            return Ok((matched, 0));
-        }
-        let discarded = self
-            .write(move |conn| retention::discard_ids(conn, &ids, state, now_ms))
-            .await?;
-        Ok((matched, discarded))
+        let dry_run = filter.dry_run;
+        self.select_then_write(
+            dry_run,
+            move |conn| replay::matching_deliveries(conn, &filter, state),
+            move |conn, ids| retention::discard_ids(conn, ids, state, now_ms),
+        )
+        .await
     }
 
     async fn discard_quarantine(
@@ -307,17 +296,13 @@ impl Store for SqliteStore {
         filter: ReplayFilter,
         now_ms: i64,
     ) -> Result<(usize, usize), InboxError> {
-        let (ids, dry_run) = self
-            .read(move |conn| Ok((quarantine::held_ids(conn, &filter)?, filter.dry_run)))
-            .await?;
-        let matched = ids.len();
-        if dry_run || ids.is_empty() {
-            return Ok((matched, 0));
-        }
-        let discarded = self
-            .write(move |conn| retention::discard_held(conn, &ids, now_ms))
-            .await?;
-        Ok((matched, discarded))
+        let dry_run = filter.dry_run;
+        self.select_then_write(
+            dry_run,
+            move |conn| quarantine::held_ids(conn, &filter),
+            move |conn, ids| retention::discard_held(conn, ids, now_ms),
+        )
+        .await
     }
 
     async fn next_due_after(&self, after_ms: i64) -> Result<Option<i64>, InboxError> {

@@ -278,6 +278,25 @@ impl SqliteStore {
             .map_err(|_| InboxError::WriterGone)?
     }
 
+    /// An operator's bulk action in two steps: `select` finds the ids on the read pool (so a
+    /// large selection holds up no accept), then, unless this is a dry run or it found none,
+    /// `apply` changes them on the writer, re-checking each (it may have changed in between).
+    /// Answers how many were found and how many were changed.
+    pub(super) async fn select_then_write(
+        &self,
+        dry_run: bool,
+        select: impl FnOnce(&Connection) -> Result<Vec<i64>, InboxError> + Send + 'static,
+        apply: impl Fn(&Connection, &[i64]) -> Result<usize, InboxError> + Send + 'static,
+    ) -> Result<(usize, usize), InboxError> {
+        let ids = self.read(select).await?;
+        let matched = ids.len();
+        if dry_run || ids.is_empty() {
+            return Ok((matched, 0));
+        }
+        let applied = self.write(move |conn| apply(conn, &ids)).await?;
+        Ok((matched, applied))
+    }
+
     /// [`SqliteStore::write`] for a job that writes `weight` bulk bytes (see [`MAX_BATCH_WEIGHT`]).
     pub(super) async fn write_weighted<T: Send + 'static>(
         &self,
