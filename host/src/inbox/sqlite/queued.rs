@@ -141,7 +141,7 @@ mod tests {
         clock::Clock,
         config::Durability,
         inbox::{
-            Finished, Inbox,
+            Finished, Inbox, InboxError,
             contract::fixtures::{HANDLER, done, lease, state_writes},
         },
         model::StateLimits,
@@ -226,6 +226,40 @@ mod tests {
             Finished::Conflict,
             "what it read never committed"
         );
+        assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap(), (None, 0));
+    }
+
+    /// A state commit whose writer went away is answered so, and its queued writes go with it:
+    /// one left queued would be what every later read of its keys sees, and conflicts on, for
+    /// good. Both ways it can go: the writer dies with the commit queued (a panic in an
+    /// earlier job of its batch), or is gone before it is queued (the store closed).
+    #[tokio::test]
+    async fn a_state_commit_whose_writer_is_gone_leaves_no_queued_write() {
+        let db = TempDatabase::new();
+        let (inbox, store) = open(&db);
+        let limits = StateLimits::DEFAULT;
+        let (a, b) = (lease(&inbox, "a").await, lease(&inbox, "b").await);
+        let (release, held) = hold(&store);
+        let dies = store.enqueue(0, |_| -> Result<(), _> { panic!("the writer dies here") });
+        let first = done(&a, state_writes(&inbox, &[("k", Some(3))], limits));
+        let mut first = pin!(inbox.finish(first));
+        assert!(queue(first.as_mut()).await.is_pending());
+        assert_eq!(
+            inbox.state_get_blocking(HANDLER, "k").unwrap().1,
+            1,
+            "queued"
+        );
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert!(dies.unwrap().await.is_err(), "the writer died");
+        assert!(matches!(first.await, Err(InboxError::WriterGone)));
+        assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap(), (None, 0));
+        let second = done(&b, state_writes(&inbox, &[("k", Some(5))], limits));
+        assert!(matches!(
+            inbox.finish(second).await,
+            Err(InboxError::WriterGone)
+        ));
+        assert!(store.inner.queued.lock().writes.is_empty());
         assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap(), (None, 0));
     }
 
