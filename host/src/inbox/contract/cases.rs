@@ -10,7 +10,7 @@ use super::{
         event, finished, keyed, lease, quarantine, state_of,
     },
 };
-pub(super) use super::{retention::*, state::*};
+pub(super) use super::{retention::*, state::*, upgrade::*};
 use crate::{
     clock::Clock,
     ids::{PluginName, SourceName},

@@ -6,7 +6,8 @@
 //! Invariants:
 //! - A case sees the backend only through [`Database`]: a fresh, empty database it opens
 //!   inboxes on (a backend that is not available here makes none, and its cases pass as
-//!   skipped, saying so). What only one backend has (SQLite's writer, lock file, pragmas, migrations)
+//!   skipped, saying so), or makes what the backend's first release left (`upgrade.rs`, whose
+//!   rows are the one SQL text outside the backends' rooms: test data both first schemas take). What only one backend has (SQLite's writer, lock file, pragmas, migrations)
 //!   is tested in that backend's room instead.
 //! - A case that is written but not listed in [`suite!`] is dead code, which the lints refuse,
 //!   so no case is left out of a backend's run.
@@ -16,6 +17,7 @@ pub(super) mod fixtures;
 mod ordering;
 mod retention;
 mod state;
+mod upgrade;
 
 use super::Inbox;
 use crate::clock::Clock;
@@ -25,6 +27,11 @@ use crate::clock::Clock;
 pub(super) trait Database: Send + Sync {
     /// Opens the inbox on this database (again, after a close), stamping times with `clock`.
     async fn open(&self, clock: Clock) -> Inbox;
+
+    /// Makes this fresh database what this backend's first release left: its first schema,
+    /// recorded as such, holding `rows` (SQL in PostgreSQL's spelling; a blob is
+    /// `decode('<hex>', 'hex')`).
+    async fn at_first_schema(&self, rows: &str);
 }
 
 /// Runs `case` on a fresh database (none: skipped) in a runtime of its own built by `runtime`,
@@ -58,6 +65,7 @@ macro_rules! suite {
             threaded: [
                 a_conflicted_attempt_applies_none_of_its_writes,
                 the_commit_refuses_writes_that_take_the_plugin_over_its_total,
+                work_stored_under_the_first_schema_goes_on_after_every_migration,
             ]
             current: [
             a_later_sequence_waits_for_its_head,

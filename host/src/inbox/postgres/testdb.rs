@@ -163,6 +163,29 @@ impl Database for TestDatabase {
             .await
             .unwrap_or_else(|e| panic!("opening the inbox on {}: {e}", self.name))
     }
+
+    async fn at_first_schema(&self, rows: &str) {
+        // The first release kept each plugin's state usage and version clock beside its keys.
+        let usage = "INSERT INTO plugin_state_usage (plugin, keys, bytes, clock)
+                     SELECT plugin, COUNT(*), SUM(octet_length(key) + octet_length(value)),
+                            MAX(version)
+                     FROM plugin_state GROUP BY plugin;";
+        connect(&with_database(&self.server, &self.name))
+            .await
+            .batch_execute(&format!(
+                "BEGIN;
+                 CREATE TABLE hookd_schema (
+                     one     BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (one),
+                     version BIGINT  NOT NULL
+                 );
+                 INSERT INTO hookd_schema (version) VALUES (1);
+                 {} {rows} {usage}
+                 COMMIT;",
+                super::schema::MIGRATIONS[0]
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("making {} a first-schema database: {e:?}", self.name));
+    }
 }
 
 impl Drop for TestDatabase {

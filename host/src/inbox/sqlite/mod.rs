@@ -462,4 +462,15 @@ impl super::contract::Database for TempDatabase {
         };
         super::Inbox::open_with(&self.path(), options).unwrap()
     }
+
+    async fn at_first_schema(&self, rows: &str) {
+        // SQLite spells a blob from hex `unhex('<hex>')`.
+        let rows = rows.replace("decode(", "unhex(").replace(", 'hex')", ")");
+        let conn = rusqlite::Connection::open(self.path()).unwrap();
+        conn.execute_batch(&format!(
+            "BEGIN; {} {rows} PRAGMA user_version = 1; COMMIT;",
+            schema::MIGRATIONS[0]
+        ))
+        .unwrap();
+    }
 }
