@@ -4,12 +4,15 @@
 //! once here and never sent, a `detail` is at most [`MAX_DETAIL_BYTES`] (plus a truncation
 //! marker), and nothing secret is ever part of a message.
 
+use std::sync::LazyLock;
+
 use axum::{
     Json,
     http::{HeaderValue, Method, StatusCode, Uri, header},
     response::{IntoResponse, Response},
 };
 use serde_json::json;
+use tracing::Level;
 
 use crate::telemetry::Repeated;
 
@@ -93,11 +96,15 @@ impl From<crate::inbox::InboxError> for ApiError {
             // Every request a lasting fault refuses would write these (a full disk, a database
             // down): one line per period each, counting those left out.
             InboxError::Busy(cause) => {
-                static BUSY: Repeated = Repeated::new();
+                static BUSY: LazyLock<Repeated> = LazyLock::new(|| {
+                    Repeated::new(Level::WARN, "requests answered 503: database busy")
+                });
                 overloaded(&BUSY, &cause, "database busy; asking the client to retry")
             }
             InboxError::Unavailable(cause) => {
-                static UNAVAILABLE: Repeated = Repeated::new();
+                static UNAVAILABLE: LazyLock<Repeated> = LazyLock::new(|| {
+                    Repeated::new(Level::WARN, "requests answered 503: database unavailable")
+                });
                 let line = "database unavailable; asking the client to retry";
                 overloaded(&UNAVAILABLE, &cause, line)
             }

@@ -9,6 +9,8 @@
 //! requests and never reads held its slot for good); on shutdown no new connection is accepted
 //! and open ones finish their request.
 
+use std::sync::LazyLock;
+
 use std::{
     collections::HashMap,
     convert::Infallible,
@@ -22,6 +24,7 @@ use std::{
     task::{Context, Poll},
     time::Duration,
 };
+use tracing::Level;
 
 use axum::{Router, response::IntoResponse};
 use hyper::{body::Incoming, server::conn::http1};
@@ -256,7 +259,9 @@ pub async fn serve(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    static FAILED: Repeated = Repeated::new();
+                    static FAILED: LazyLock<Repeated> = LazyLock::new(|| {
+                        Repeated::new(Level::WARN, "accepting connections failed")
+                    });
                     if let Some(left_out) = FAILED.write() {
                         tracing::warn!(error = %e, left_out, "accept failed");
                     }

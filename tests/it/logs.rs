@@ -359,7 +359,9 @@ async fn a_file_that_does_not_load_names_the_instances_that_use_it() {
 /// A parser's 400 is logged at most once per 10 s for each source: a flood of refusals on one
 /// source (anyone can send them to a source without a signature) leaves another source's
 /// refusal its own line. (Before, one limiter for all sources: the second source's was only
-/// counted in the first's `left_out`.)
+/// counted in the first's `left_out`.) Those left out after a source's last line are reported
+/// by a line of their own once its 10 s are over, naming the source (before, only a later
+/// refusal's line would have counted them, and none came).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parsers_refusals_are_logged_for_each_source() {
     let dir = tempfile::tempdir().unwrap();
@@ -379,6 +381,20 @@ async fn a_parsers_refusals_are_logged_for_each_source() {
         .map(|l| &span(l, "receive")["source"])
         .collect();
     assert_eq!(sources, [&json!("r1"), &json!("r2")], "{log}");
+    let more = line_containing(
+        &host,
+        "source r1: requests refused as unparsable (400): 2 more",
+    )
+    .await;
+    assert_eq!(
+        (&more["level"], &more["fields"]["left_out"]),
+        (&json!("INFO"), &json!(2)),
+        "{more}"
+    );
+    assert!(
+        !host.log().contains("source r2: requests refused"),
+        "nothing left out of r2's"
+    );
 }
 
 /// An answered handshake is logged at most once per 10 s for each source: Twitter's CRC and

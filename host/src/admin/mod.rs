@@ -26,7 +26,10 @@ mod state;
 pub mod token;
 mod ui;
 
+use std::sync::LazyLock;
+
 use std::{net::SocketAddr, sync::Arc};
+use tracing::Level;
 
 use axum::{
     Router,
@@ -179,7 +182,9 @@ async fn read_body(
 
 async fn refuse_cross_origin(request: Request, next: Next) -> Response {
     if let Err(detail) = guard::Guard::check_origin(request.headers(), request.uri()) {
-        static REFUSED: Repeated = Repeated::new();
+        static REFUSED: LazyLock<Repeated> = LazyLock::new(|| {
+            Repeated::new(Level::WARN, "admin requests refused by the Origin check")
+        });
         log_refused(&REFUSED, request.uri().path(), detail);
         return guard::forbidden(detail);
     }
@@ -192,7 +197,9 @@ async fn require_host(
     next: Next,
 ) -> Response {
     if let Err(detail) = guard.check_host(request.headers(), request.uri()) {
-        static REFUSED: Repeated = Repeated::new();
+        static REFUSED: LazyLock<Repeated> = LazyLock::new(|| {
+            Repeated::new(Level::WARN, "admin requests refused by the Host check")
+        });
         log_refused(&REFUSED, request.uri().path(), detail);
         return guard::forbidden(detail);
     }

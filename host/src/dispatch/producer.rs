@@ -7,11 +7,14 @@
 //! - An idle loop sleeps until the next retry falls due or new work arrives, bounded by
 //!   [`IDLE_POLL`]: deliveries due but blocked never turn it into a busy loop.
 
+use std::sync::LazyLock;
+
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
     time::Duration,
 };
+use tracing::Level;
 
 use tokio::{runtime::Handle, sync::Notify};
 
@@ -73,7 +76,9 @@ impl Dispatcher {
             if last_reclaim.elapsed() >= RECLAIM_EVERY {
                 last_reclaim = tokio::time::Instant::now();
                 if let Err(e) = self.reclaim_expired().await {
-                    static FAILED: Repeated = Repeated::new();
+                    static FAILED: LazyLock<Repeated> = LazyLock::new(|| {
+                        Repeated::new(Level::ERROR, "reclaiming expired leases failed")
+                    });
                     if let Some(left_out) = FAILED.write() {
                         tracing::error!(error = %e, left_out, "reclaiming expired leases failed");
                     }
@@ -83,7 +88,8 @@ impl Dispatcher {
                 Ok(Some(claimed)) => (claimed, false),
                 Ok(None) => (Vec::new(), true),
                 Err(e) => {
-                    static FAILED: Repeated = Repeated::new();
+                    static FAILED: LazyLock<Repeated> =
+                        LazyLock::new(|| Repeated::new(Level::ERROR, "claiming deliveries failed"));
                     if let Some(left_out) = FAILED.write() {
                         tracing::error!(error = %e, left_out, "claiming deliveries failed");
                     }

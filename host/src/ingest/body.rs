@@ -83,7 +83,14 @@ impl BodyBudget {
         if let Some(client) = self.counted(client)
             && self.available_to(Some(client)) < self.available()
         {
-            static SHARE_FULL: crate::telemetry::Repeated = crate::telemetry::Repeated::new();
+            static SHARE_FULL: std::sync::LazyLock<crate::telemetry::Repeated> =
+                std::sync::LazyLock::new(|| {
+                    crate::telemetry::Repeated::new(
+                        tracing::Level::WARN,
+                        "requests answered 503 for a client address holding its whole share of \
+                         the in-flight body budget",
+                    )
+                });
             if let Some(left_out) = SHARE_FULL.write() {
                 tracing::warn!(
                     address = %client.key,

@@ -64,12 +64,22 @@ struct Edge {
 /// A source's lines that its requests write, one per period per source (so a flood to one
 /// source leaves another its own line): what a source without a signature, or a handshake
 /// without one, lets anyone send at request rate.
-#[derive(Default)]
 struct SourceLines {
     /// A request its parser refused.
     unparsable: Repeated,
     /// A provider's handshake answered.
     handshake: Repeated,
+}
+
+impl SourceLines {
+    fn new(source: &SourceName) -> Self {
+        let line =
+            |what: &str| Repeated::new(tracing::Level::INFO, format!("source {source}: {what}"));
+        Self {
+            unparsable: line("requests refused as unparsable (400)"),
+            handshake: line("provider handshakes answered"),
+        }
+    }
 }
 
 impl Edge {
@@ -91,7 +101,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
             .config
             .sources
             .values()
-            .map(|source| (source.name.clone(), SourceLines::default()))
+            .map(|source| (source.name.clone(), SourceLines::new(&source.name)))
             .collect(),
     );
     let edge = Edge {

@@ -11,12 +11,15 @@
 //!   while it ran, and only that automatic checkpoint closes the gap.
 //! - The thread ends once the writer is gone (its wake-up channel closes); the writer joins it.
 
+use std::sync::LazyLock;
+
 use std::{
     path::Path,
     sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
     thread::JoinHandle,
     time::Duration,
 };
+use tracing::Level;
 
 use rusqlite::Connection;
 
@@ -68,7 +71,8 @@ fn run(conn: &Connection, woken: &Receiver<()>) {
         }
         if let Err(e) = pass(conn) {
             // The writer's own automatic checkpoint still bounds the WAL.
-            static FAILED: Repeated = Repeated::new();
+            static FAILED: LazyLock<Repeated> =
+                LazyLock::new(|| Repeated::new(Level::WARN, "inbox: background checkpoint failed"));
             if let Some(left_out) = FAILED.write() {
                 tracing::warn!(error = %e, left_out, "inbox: background checkpoint failed");
             }

@@ -29,7 +29,10 @@
 //!   page neither appends to the WAL nor syncs, and it is not counted as a commit. An idle host
 //!   makes no commits.
 
+use std::sync::LazyLock;
+
 use std::sync::{Arc, mpsc};
+use tracing::Level;
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -546,7 +549,8 @@ fn writer_loop(
         if let Err(Failed::Moved(_)) = &commit {
             // Logged once, when found (`Health::look`).
         } else if let Err(e) = &commit {
-            static FAILED: Repeated = Repeated::new();
+            static FAILED: LazyLock<Repeated> =
+                LazyLock::new(|| Repeated::new(Level::ERROR, "inbox: group commit failed"));
             if let Some(left_out) = FAILED.write() {
                 tracing::error!(error = %e, jobs = batch.len(), left_out, "inbox: group commit failed");
             }
