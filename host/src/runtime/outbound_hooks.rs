@@ -339,6 +339,8 @@ impl WasiHttpHooks for OutboundHooks {
     ) -> Box<dyn Future<Output = SendResult> + Send> {
         let meter = self.grant.as_ref().map(|grant| grant.meter.clone());
         let deadline = self.deadline;
+        // Its TLS failures' line, which `outcome` (taking the meter as it counts) cannot give.
+        let tls_line = meter.clone();
         let mut outcome = Outcome { meter, deadline };
         let admitted = self.admit(&mut request).map_err(|denied| {
             outcome.count(OutboundResult::Denied);
@@ -387,13 +389,17 @@ impl WasiHttpHooks for OutboundHooks {
                         )
                     }
                     // A certificate or handshake refusal is a configuration to fix, and the code
-                    // the guest gets carries no text: the reason is logged where it is seen.
+                    // the guest gets carries no text: the reason is logged where it is seen, at
+                    // most once per period for the plugin (counting those left out).
                     Err(e @ TransportError::Tls(_)) => {
                         count(counted(e));
-                        tracing::warn!(
-                            target: "plugin", plugin = %plugin, host = %target,
-                            "outbound {method} failed: {e}"
-                        )
+                        let written = tls_line.as_ref().map_or(Some(0), |m| m.tls_failure_line());
+                        if let Some(left_out) = written {
+                            tracing::warn!(
+                                target: "plugin", plugin = %plugin, host = %target, left_out,
+                                "outbound {method} failed: {e}"
+                            )
+                        }
                     }
                     Err(e) => {
                         count(counted(e));

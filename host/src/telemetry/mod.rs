@@ -272,6 +272,9 @@ struct PluginMeters {
     retries: Counter,
     dead: Counter,
     outbound: [Counter; OutboundResult::ALL.len()],
+    /// The plugin's failed TLS handshakes' log line, at most one per period (a call may make
+    /// as many requests to a host whose certificate is refused as its time allows).
+    tls_failures: Repeated,
 }
 
 /// The outbound counters of one plugin, handed to its calls' `wasi:http` hooks.
@@ -292,6 +295,12 @@ impl OutboundMeter {
             .position(|r| *r == result)
             .expect("every result is listed");
         self.0.outbound[i].increment(1);
+    }
+
+    /// Whether this failed TLS handshake of the plugin's is logged: `Some(failures left out
+    /// since the line before)`, or `None` (counted; see [`Repeated`]).
+    pub fn tls_failure_line(&self) -> Option<u64> {
+        self.0.tls_failures.write()
     }
 
     /// A meter that counts into nothing (a call outside any host, in unit tests).
@@ -671,6 +680,10 @@ impl PluginMeters {
                     &[("plugin", plugin), ("result", result.as_str())],
                 )
             }),
+            tls_failures: Repeated::new(
+                tracing::Level::WARN,
+                format!("plugin {plugin}: outbound requests failed in the TLS handshake"),
+            ),
         }
     }
 }
