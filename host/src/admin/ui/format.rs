@@ -109,8 +109,16 @@ pub(super) fn indent_json(json: &str, redacts: impl Fn(&str) -> bool, limit: usi
     out
 }
 
-/// `850 ms`, `12.3 s`, `4 min 2 s`, `3 h 5 min`.
+/// `850 ms`, `12.3 s`, `4 min 2 s`, `3 h 5 min`, `30 d` (`2 d 6 h`).
 pub(super) fn duration(ms: i64) -> String {
+    const DAY: i64 = 86_400_000;
+    if ms >= DAY {
+        let (days, hours) = (ms / DAY, ms % DAY / 3_600_000);
+        return match hours {
+            0 => format!("{days} d"),
+            _ => format!("{days} d {hours} h"),
+        };
+    }
     if ms < 1_000 {
         format!("{ms} ms")
     } else if ms < 60_000 {
@@ -238,5 +246,7 @@ mod tests {
         assert_eq!(duration(12_345), "12.3 s");
         assert_eq!(duration(242_000), "4 min 2 s");
         assert_eq!(duration(11_100_000), "3 h 5 min");
+        assert_eq!(duration(30 * 86_400_000), "30 d");
+        assert_eq!(duration(54 * 3_600_000), "2 d 6 h");
     }
 }

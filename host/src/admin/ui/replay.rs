@@ -24,7 +24,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::{
-    Ui, UiError, exact, given,
+    Ui, UiError, exact, format, given,
     layout::{self, Nav},
     local_path,
     session::SignedIn,
@@ -234,7 +234,7 @@ fn confirmation(
                         (them) "; "
                         @if let Some(after) = done_after {
                             @if one { "it is" } @else { "they are" } " pruned after "
-                            code { "retention.done_after" } " (" (humantime::format_duration(after)) "),"
+                            code { "retention.done_after" } " (" (format::duration(after.as_millis() as i64)) "),"
                         } @else {
                             "retention keeps " (them) " (" code { "retention.done_after" } " is forever),"
                         }
