@@ -75,6 +75,20 @@ impl TestDatabase {
         &self.url
     }
 
+    /// Sets this database's default of `setting` (`ALTER DATABASE … SET`), which sessions take
+    /// when they start: sent to the server itself, so a pooler's server connections made
+    /// afterwards take it too.
+    pub(in crate::inbox) async fn set_default(&self, setting: &str, value: &str) {
+        connect(&with_database(&self.server, &self.name))
+            .await
+            .batch_execute(&format!(
+                "ALTER DATABASE {} SET {setting} = '{value}'",
+                self.name
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("setting {setting} on {}: {e:?}", self.name));
+    }
+
     /// Makes the server refuse every new connection to this database (and ends those it has),
     /// as a database taken offline does; or take them again.
     pub(in crate::inbox) async fn refuse_connections(&self, refuse: bool) {
