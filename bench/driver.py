@@ -259,10 +259,12 @@ def thread_jiffies(pid: int) -> dict:
 
 
 def wrk(url: str, script: str, args: list, threads: int, connections: int, duration: str,
-        host: "Host | None" = None, quota: int = 0, stop_file: "Path | None" = None) -> dict:
-    """Runs wrk; with `host`, also reports the CPU hookd, wrk and everything else used meanwhile
-    (in cores), so a figure taken while other work shared the machine is visible as such, and
-    the receiver's CPU per answered request by thread name (in µs), which says where it goes."""
+        host: "Host | None" = None, quota: int = 0, stop_file: "Path | None" = None,
+        env: "dict | None" = None) -> dict:
+    """Runs wrk (with `env` added to its environment); with `host`, also reports the CPU hookd,
+    wrk and everything else used meanwhile (in cores), so a figure taken while other work shared
+    the machine is visible as such, and the receiver's CPU per answered request by thread name
+    (in µs), which says where it goes."""
     done_file = stop_file
     if quota:
         done_file = WORK / f"wrk-done-{os.getpid()}-{time.time_ns()}"
@@ -275,7 +277,8 @@ def wrk(url: str, script: str, args: list, threads: int, connections: int, durat
     hookd0 = proc_jiffies(host.hookd_pid()) if host else 0
     threads0 = thread_jiffies(host.hookd_pid()) if host else {}
     children0 = os.times()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **(env or {})))
     if done_file is not None:
         # A quota run: wrk would wait out its whole -d; interrupt it once the quota is sent.
         while proc.poll() is None and not done_file.exists():
@@ -680,8 +683,9 @@ def cluster_handled(hosts, backend, events: int):
     def query(sql):  # what the nodes stored, whichever backend they share
         return count(backend, hosts, sql)
 
-    stored = query("SELECT COUNT(*) FROM deliveries")
-    done = "SELECT COUNT(*) FROM deliveries WHERE state = 'done'"
+    # The handler's deliveries (a backlog row's other handler's stay waiting).
+    stored = query("SELECT COUNT(*) FROM deliveries WHERE handler = 'flaky'")
+    done = "SELECT COUNT(*) FROM deliveries WHERE handler = 'flaky' AND state = 'done'"
     wait_for(lambda: {"done": query(done)}, stored, timeout=600, poll=0.1)
     elapsed = done_span(query)[1] - start
     posting = max(result["seconds"] for result, _ in posted)
@@ -693,6 +697,26 @@ def cluster_handled(hosts, backend, events: int):
     return stored / elapsed, stored, cpu
 
 
+# A second source whose events are for a handler with no file: they stay waiting, as behind a
+# handler that failed to load, and only add rows.
+BACKLOG_SOURCE = f"""
+[sources.bulk]
+scheme = "github"
+secrets = ["{SECRET}"]
+parser = "github"
+handlers = ["absent"]
+"""
+
+
+def fill_backlog(host: Host, corpus: Path, events: int) -> None:
+    """Posts `events` of the ingest corpus to BACKLOG_SOURCE (64 connections)."""
+    started = time.time()
+    result = wrk(host.url, "ingest.lua", [corpus, f"backlog-{time.time_ns()}", 0], 1, 64, "900s",
+                 quota=events, env={"HOOK_PATH": "/hooks/bulk"})
+    log(f"cluster backlog: {int(result['accepted'])} events waiting for a handler that is not "
+        f"loaded, posted in {time.time() - started:.1f} s")
+
+
 def cluster(args) -> None:
     url = os.environ.get("HOOKD_BENCH_POSTGRES_URL")
     if not url:
@@ -701,6 +725,9 @@ def cluster(args) -> None:
     runs = [("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)]
     if pooler:
         runs.append(("pgbouncer-1", 1))
+    # One node handling behind BACKLOG waiting deliveries of a handler that is not loaded (its
+    # events keep coming): the claim's plan is costed by them (see BACKLOG_SOURCE).
+    runs.append(("postgres-1-backlog", 1))
     # CLUSTER_ROWS=postgres-1,postgres-3 runs those rows only (the ratios need postgres-1).
     only = [r for r in os.environ.get("CLUSTER_ROWS", "").split(",") if r]
     unknown = sorted(set(only) - {label for label, _ in runs})
@@ -714,7 +741,8 @@ def cluster(args) -> None:
     corpus = ingest_corpus()
     rows = []
     for label, nodes in runs:
-        for what in ("ingest", "handled"):
+        backlog = label.endswith("-backlog")
+        for what in ("handled",) if backlog else ("ingest", "handled"):
             name = f"hookd_bench_{label.replace('-', '_')}_{what}"
             database = pg.fresh(name) if nodes else "hookd.db"
             through_pooler = label.startswith("pgbouncer")
@@ -725,6 +753,8 @@ def cluster(args) -> None:
                 # offers it, as Debian's cluster does), as every figure before TLS existed.
                 database += "?sslmode=disable"
             sources = INGEST_SOURCES if what == "ingest" else dispatch_sources("flaky")
+            if backlog:
+                sources += BACKLOG_SOURCE
             plugins = {"github": "github"} if what == "ingest" else {"github": "github",
                                                                       "flaky": "flaky"}
             # SQLite's durability is its default ("full"); PostgreSQL's is the server's
@@ -748,6 +778,8 @@ def cluster(args) -> None:
                     rows.append((label, "accepted/s", r["accepted_per_s"]))
                 else:
                     backend = (pg, name) if nodes else None
+                    if backlog:
+                        fill_backlog(hosts[0], corpus, args.backlog)
                     rate, stored, cpu = cluster_handled(hosts, backend, args.events)
                     log(f"cluster {label:10}  {rate:8.0f} handled/s  ({stored} events posted and "
                         f"handled, stateless flaky; {cpu})")
@@ -1114,6 +1146,7 @@ def main() -> None:
     parser.add_argument("--fsync-requests", type=int,
                         default=int(os.environ.get("FSYNC_REQUESTS", "2000")))
     parser.add_argument("--events", type=int, default=int(os.environ.get("EVENTS", "20000")))
+    parser.add_argument("--backlog", type=int, default=int(os.environ.get("BACKLOG", "100000")))
     parser.add_argument("--in-flight", type=int, default=int(os.environ.get("IN_FLIGHT", "1000")))
     parser.add_argument("--sleep-ms", type=int, default=int(os.environ.get("SLEEP_MS", "20000")))
     parser.add_argument("--retention-duration",

@@ -13,6 +13,7 @@
 -- and creates DONE_FILE (wrk only exits at the end of -d or on SIGINT: the driver waits for the
 -- file, then interrupts it). Count what the server stored: one webhook may be left unsent.
 -- At the end the totals of 202s, `duplicate:true` answers and other statuses are printed.
+-- HOOK_PATH (environment) names another path to post to than /hooks/github (a second source).
 
 local threads = {}
 local counter = 1
@@ -29,6 +30,7 @@ function init(args)
   quota = tonumber(args[4] or "0")
   done_file = args[5]
   run_id = run or tostring(os.time())
+  hook_path = os.getenv("HOOK_PATH") or "/hooks/github"
   sigs, bodies = {}, {}
   for line in io.lines(corpus) do
     local sig, body = line:match("^([^\t]+)\t(.*)$")
@@ -58,7 +60,7 @@ function request()
   local i = (seq % #bodies) + 1
   headers["X-GitHub-Delivery"] = run_id .. "-" .. tid .. "-" .. seq
   headers["X-Hub-Signature-256"] = sigs[i]
-  return wrk.format("POST", "/hooks/github", headers, bodies[i])
+  return wrk.format("POST", hook_path, headers, bodies[i])
 end
 
 function response(status, headers, body)

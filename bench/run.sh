@@ -13,7 +13,8 @@
 #             a local PostgreSQL (.ci/postgres.sh --bench: Debian's default cluster and settings)
 #             unless HOOKD_BENCH_POSTGRES_URL is set,
 #             and PgBouncer in transaction mode before it (.ci/pgbouncer.sh) for a fourth row,
-#             one node through it, unless HOOKD_BENCH_PGBOUNCER_URL is set
+#             one node through it, unless HOOKD_BENCH_PGBOUNCER_URL is set; and handled events/s
+#             of one node behind BACKLOG (100000) waiting deliveries of a handler not loaded
 #   retention database size on disk and ingest p99 under a steady load (bench/steady.lua), with
 #             retention off, on (done_after 30s) and on with ids forgotten (dedupe_for 30s), side by side,
 #             RETENTION_DURATION (default 600s) per host, sampled every RETENTION_WINDOW (10s)
@@ -33,7 +34,7 @@
 # WARMUP=5s THREADS=2 CONNECTIONS=64 FSYNC_REQUESTS=2000 EVENTS=20000 IN_FLIGHT=1000
 # SLEEP_MS=20000 CALLS=20000 QUIET_WAIT=300 (seconds to wait for an idle machine before each
 # measurement) BENCH_KEEP=1 (keep the databases) CLUSTER_ROWS=postgres-1,postgres-3 (cluster: only
-# these rows of sqlite, postgres-1, postgres-3, pgbouncer-1). Everything runs on 127.0.0.1; each
+# these rows of sqlite, postgres-1, postgres-3, pgbouncer-1, postgres-1-backlog) BACKLOG=100000. Everything runs on 127.0.0.1; each
 # host lives in target/bench/<scenario>/.
 set -euo pipefail
 
