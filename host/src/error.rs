@@ -97,13 +97,16 @@ impl From<crate::inbox::InboxError> for ApiError {
             // down): one line per period each, counting those left out.
             InboxError::Busy(cause) => {
                 static BUSY: LazyLock<Repeated> = LazyLock::new(|| {
-                    Repeated::new(Level::WARN, "requests answered 503: database busy")
+                    Repeated::new(Level::WARN, "database busy; asking the client to retry")
                 });
                 overloaded(&BUSY, &cause, "database busy; asking the client to retry")
             }
             InboxError::Unavailable(cause) => {
                 static UNAVAILABLE: LazyLock<Repeated> = LazyLock::new(|| {
-                    Repeated::new(Level::WARN, "requests answered 503: database unavailable")
+                    Repeated::new(
+                        Level::WARN,
+                        "database unavailable; asking the client to retry",
+                    )
                 });
                 let line = "database unavailable; asking the client to retry";
                 overloaded(&UNAVAILABLE, &cause, line)

@@ -260,7 +260,7 @@ pub async fn serve(
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     static FAILED: LazyLock<Repeated> = LazyLock::new(|| {
-                        Repeated::new(Level::WARN, "accepting connections failed")
+                        Repeated::new(Level::WARN, "accept failed")
                     });
                     if let Some(left_out) = FAILED.write() {
                         tracing::warn!(error = %e, left_out, "accept failed");

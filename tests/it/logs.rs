@@ -347,7 +347,7 @@ async fn a_refused_certificate_is_logged_with_its_attempt() {
     assert_eq!(span(refused, "call")["plugin"], "netprobe", "{refused}");
     let more = line_containing(
         &host,
-        "plugin netprobe: outbound requests failed in the TLS handshake: 29 more",
+        "outbound request failed in the TLS handshake, plugin netprobe: 29 more",
     )
     .await;
     assert_eq!(more["fields"]["left_out"], 29, "{more}");
@@ -396,7 +396,7 @@ async fn a_parsers_refusals_are_logged_for_each_source() {
     assert_eq!(sources, [&json!("r1"), &json!("r2")], "{log}");
     let more = line_containing(
         &host,
-        "source r1: requests refused as unparsable (400): 2 more",
+        "request refused as unparsable (400), source r1: 2 more",
     )
     .await;
     assert_eq!(
@@ -405,7 +405,7 @@ async fn a_parsers_refusals_are_logged_for_each_source() {
         "{more}"
     );
     assert!(
-        !host.log().contains("source r2: requests refused"),
+        !host.log().contains("(400), source r2:"),
         "nothing left out of r2's"
     );
 }

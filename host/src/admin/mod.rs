@@ -182,9 +182,8 @@ async fn read_body(
 
 async fn refuse_cross_origin(request: Request, next: Next) -> Response {
     if let Err(detail) = guard::Guard::check_origin(request.headers(), request.uri()) {
-        static REFUSED: LazyLock<Repeated> = LazyLock::new(|| {
-            Repeated::new(Level::WARN, "admin requests refused by the Origin check")
-        });
+        static REFUSED: LazyLock<Repeated> =
+            LazyLock::new(|| Repeated::new(Level::WARN, "admin request refused (Origin check)"));
         log_refused(&REFUSED, request.uri().path(), detail);
         return guard::forbidden(detail);
     }
@@ -197,9 +196,8 @@ async fn require_host(
     next: Next,
 ) -> Response {
     if let Err(detail) = guard.check_host(request.headers(), request.uri()) {
-        static REFUSED: LazyLock<Repeated> = LazyLock::new(|| {
-            Repeated::new(Level::WARN, "admin requests refused by the Host check")
-        });
+        static REFUSED: LazyLock<Repeated> =
+            LazyLock::new(|| Repeated::new(Level::WARN, "admin request refused (Host check)"));
         log_refused(&REFUSED, request.uri().path(), detail);
         return guard::forbidden(detail);
     }

@@ -87,8 +87,7 @@ impl BodyBudget {
                 std::sync::LazyLock::new(|| {
                     crate::telemetry::Repeated::new(
                         tracing::Level::WARN,
-                        "requests answered 503 for a client address holding its whole share of \
-                         the in-flight body budget",
+                        "a client address holds its whole share of the in-flight body budget",
                     )
                 });
             if let Some(left_out) = SHARE_FULL.write() {

@@ -74,10 +74,10 @@ struct SourceLines {
 impl SourceLines {
     fn new(source: &SourceName) -> Self {
         let line =
-            |what: &str| Repeated::new(tracing::Level::INFO, format!("source {source}: {what}"));
+            |what: &str| Repeated::new(tracing::Level::INFO, format!("{what}, source {source}"));
         Self {
-            unparsable: line("requests refused as unparsable (400)"),
-            handshake: line("provider handshakes answered"),
+            unparsable: line("request refused as unparsable (400)"),
+            handshake: line("provider handshake answered"),
         }
     }
 }

@@ -682,7 +682,7 @@ impl PluginMeters {
             }),
             tls_failures: Repeated::new(
                 tracing::Level::WARN,
-                format!("plugin {plugin}: outbound requests failed in the TLS handshake"),
+                format!("outbound request failed in the TLS handshake, plugin {plugin}"),
             ),
         }
     }

@@ -2,11 +2,15 @@
 //! a disk full or gone): the first is written, then at most one per period, saying how many
 //! were left out, so the log stays readable and its disk is not filled by the fault itself.
 //!
-//! Invariant: no occurrence is lost from the count. Each line says how many came since the last
-//! one written; and those left out after the last line of a burst, which no later line would
-//! report, are reported once its period is over by a line of their own (`…: N more in the 10 s
-//! after the last line about it`), written from a short-lived thread of this module's, so a
-//! fault that stopped is seen to have stopped, with its full count.
+//! Invariants:
+//! - No occurrence is lost from the count while the process runs. Each line says how many came
+//!   since the last one written; those left out after the last line of a burst, which no later
+//!   line would report, are reported by a line of their own once a whole period has passed
+//!   without another (`…: N more in the 10 s after the last such line, none since`), written
+//!   from a short-lived thread of this module's. (What is left out in the last period before
+//!   the process exits is not reported.)
+//! - That report never stands in for a line: while the fault lasts, a line with its fields is
+//!   written every period, as before.
 
 use std::{
     borrow::Cow,
@@ -19,17 +23,20 @@ use tracing::Level;
 /// How often a repeated line is written at most.
 pub const REPEAT_EVERY: Duration = Duration::from_secs(10);
 
-/// One kind of repeated log line (a `static` at its call site, or one per source).
+/// One kind of repeated log line (a `static` at its call site, or one per source or plugin).
 pub struct Repeated {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    /// What the lines are about, for the line that reports the last ones left out.
+    /// What the lines say (their message, or its start), for the report of those left out.
     what: Cow<'static, str>,
-    /// The lines' level, which that line takes too.
+    /// The lines' level, which that report takes too.
     level: Level,
     period: Duration,
+    /// Whether a thread reports those left out (always, but in this module's tests of the
+    /// clock-driven steps, which take its place).
+    reporter: bool,
     state: Mutex<State>,
 }
 
@@ -39,52 +46,73 @@ struct State {
     last: Option<Instant>,
     /// Occurrences left out since.
     left_out: u64,
-    /// A thread waits to report them when the period is over.
+    /// When the last of them came.
+    last_left_out: Option<Instant>,
+    /// A thread waits to report them.
     armed: bool,
+    /// When starting that thread last failed (it is not tried again within a period).
+    spawn_failed: Option<Instant>,
 }
 
 impl Repeated {
-    /// Lines at `level` about `what` (e.g. `accepting connections failed`).
+    /// Lines at `level` saying `what` (e.g. `accept failed`).
     pub fn new(level: Level, what: impl Into<Cow<'static, str>>) -> Self {
-        Self::with_period(level, what, REPEAT_EVERY)
+        Self::with_period(level, what, REPEAT_EVERY, true)
     }
 
-    fn with_period(level: Level, what: impl Into<Cow<'static, str>>, period: Duration) -> Self {
+    fn with_period(
+        level: Level,
+        what: impl Into<Cow<'static, str>>,
+        period: Duration,
+        reporter: bool,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 what: what.into(),
                 level,
                 period,
+                reporter,
                 state: Mutex::default(),
             }),
         }
     }
 
     /// Whether this occurrence is written: `Some(occurrences left out since the last line
-    /// written)`, or `None` (counted, to be reported by the next line written, or by a line of
-    /// its own once the period is over).
+    /// written)`, or `None` (counted, to be reported by the next line written, or by a report
+    /// of its own once a period passes without another).
     pub fn write(&self) -> Option<u64> {
         self.write_at(Instant::now())
     }
 
     fn write_at(&self, now: Instant) -> Option<u64> {
+        let period = self.inner.period;
         let mut state = self.inner.lock();
         if state
             .last
-            .is_some_and(|at| now.saturating_duration_since(at) < self.inner.period)
+            .is_some_and(|at| now.saturating_duration_since(at) < period)
         {
             state.left_out += 1;
-            if !state.armed {
+            state.last_left_out = Some(now);
+            let may_spawn = state
+                .spawn_failed
+                .is_none_or(|at| now.saturating_duration_since(at) >= period);
+            if !state.armed && may_spawn {
                 let inner = Arc::clone(&self.inner);
                 // Without a thread the count waits for the next line, as it always did.
-                state.armed = std::thread::Builder::new()
-                    .name("hookd-repeated".into())
-                    .spawn(move || inner.report_when_due())
-                    .is_ok();
+                let spawned = match self.inner.reporter {
+                    true => std::thread::Builder::new()
+                        .name("hookd-repeated".into())
+                        .spawn(move || inner.report_when_quiet())
+                        .is_ok(),
+                    false => true,
+                };
+                state.armed = spawned;
+                state.spawn_failed = (!spawned).then_some(now);
             }
             return None;
         }
         state.last = Some(now);
+        state.last_left_out = None;
         Some(std::mem::take(&mut state.left_out))
     }
 }
@@ -94,46 +122,39 @@ impl Inner {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Waits for the end of the period in which occurrences were left out and reports them,
-    /// unless a line written meanwhile took the count (then waits for that line's period).
-    fn report_when_due(&self) {
+    /// Waits until a whole period has passed since the last occurrence left out, then reports
+    /// those still left out; a line written meanwhile took the count, and nothing is reported.
+    fn report_when_quiet(&self) {
         loop {
-            let Some(due) = self.lock().last.map(|at| at + self.period) else {
-                return;
+            let wait = match self.take_quiet(Instant::now()) {
+                Quiet::Report(left_out) => return self.report(left_out),
+                Quiet::Nothing => return,
+                Quiet::NotYet(wait) => wait,
             };
-            std::thread::sleep(due.saturating_duration_since(Instant::now()));
-            if let Some(left_out) = self.take_due(Instant::now()) {
-                self.report(left_out);
-                return;
-            }
-            if !self.lock().armed {
-                return;
-            }
+            std::thread::sleep(wait);
         }
     }
 
-    /// The occurrences left out, if the period since the last line is over (they are then
-    /// written as a line of their own, stamped now); disarms once nothing is left to report.
-    fn take_due(&self, now: Instant) -> Option<u64> {
+    /// What the waiting thread does now (disarmed, under the same lock, unless it waits on).
+    fn take_quiet(&self, now: Instant) -> Quiet {
         let mut state = self.lock();
-        if state.left_out == 0 {
+        let Some(last_left_out) = state.last_left_out.filter(|_| state.left_out > 0) else {
             state.armed = false;
-            return None;
+            return Quiet::Nothing;
+        };
+        let quiet_at = last_left_out + self.period;
+        if now < quiet_at {
+            return Quiet::NotYet(quiet_at - now);
         }
-        let over = state
-            .last
-            .is_none_or(|at| now.saturating_duration_since(at) >= self.period);
-        if !over {
-            return None;
-        }
-        state.last = Some(now);
         state.armed = false;
-        Some(std::mem::take(&mut state.left_out))
+        state.last_left_out = None;
+        Quiet::Report(std::mem::take(&mut state.left_out))
     }
 
     fn report(&self, left_out: u64) {
         let (what, secs) = (&self.what, self.period.as_secs());
-        let line = format!("{what}: {left_out} more in the {secs} s after the last line about it");
+        let line =
+            format!("{what}: {left_out} more in the {secs} s after the last such line, none since");
         match self.level {
             Level::ERROR => tracing::error!(left_out, "{line}"),
             Level::WARN => tracing::warn!(left_out, "{line}"),
@@ -142,13 +163,24 @@ impl Inner {
     }
 }
 
+/// What [`Inner::take_quiet`] found.
+#[derive(Debug, PartialEq)]
+enum Quiet {
+    /// Report this many left out.
+    Report(u64),
+    /// Nothing left to report.
+    Nothing,
+    /// Look again after this long.
+    NotYet(Duration),
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn the_first_line_is_written_then_one_per_period_counting_those_left_out() {
-        let repeated = Repeated::new(Level::WARN, "t");
+        let repeated = Repeated::with_period(Level::WARN, "t", REPEAT_EVERY, false);
         let start = Instant::now();
         assert_eq!(repeated.write_at(start), Some(0));
         for ms in [1, 500, 9_999] {
@@ -158,32 +190,45 @@ mod tests {
         assert_eq!(repeated.write_at(start + REPEAT_EVERY * 3), Some(0));
     }
 
-    /// The occurrences after the last line of a burst are reported once its period is over,
-    /// once, by the waiting thread; a line written meanwhile takes the count instead.
+    /// Those left out after the last line of a burst are reported once a whole period passed
+    /// without another, once; while the fault lasts, lines are written as before (a report never
+    /// stands in for one).
     #[test]
-    fn the_last_ones_left_out_are_reported_when_the_period_is_over() {
-        let period = Duration::from_millis(100);
-        let repeated = Repeated::with_period(Level::WARN, "t", period);
+    fn the_last_ones_left_out_are_reported_once_a_period_passes_without_another() {
+        let ms = Duration::from_millis;
+        let repeated = Repeated::with_period(Level::WARN, "t", ms(100), false);
         let inner = &repeated.inner;
         let start = Instant::now();
         assert_eq!(repeated.write_at(start), Some(0));
-        assert_eq!(repeated.write_at(start), None);
-        assert_eq!(repeated.write_at(start), None);
+        assert_eq!(repeated.write_at(start + ms(10)), None);
+        assert_eq!(repeated.write_at(start + ms(60)), None);
         assert!(inner.lock().armed);
-        assert_eq!(inner.take_due(start + period / 2), None, "not yet");
-        assert_eq!(inner.take_due(start + period), Some(2));
-        assert_eq!(inner.take_due(start + period * 3), None, "reported once");
+        assert_eq!(
+            inner.take_quiet(start + ms(120)),
+            Quiet::NotYet(ms(40)),
+            "one came 60 ms ago"
+        );
+        assert_eq!(inner.take_quiet(start + ms(160)), Quiet::Report(2));
+        assert_eq!(inner.take_quiet(start + ms(170)), Quiet::Nothing);
         assert!(!inner.lock().armed);
-        // The thread: what it finds left out when the period is over, it reports.
-        let start = Instant::now();
-        assert_eq!(repeated.write_at(start), None, "within the report's period");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while inner.lock().armed {
-            assert!(Instant::now() < deadline, "reported within the period");
+        // The next occurrence is a line again, and so is one every period while it lasts.
+        assert_eq!(repeated.write_at(start + ms(170)), Some(0));
+        assert_eq!(repeated.write_at(start + ms(200)), None);
+        assert_eq!(repeated.write_at(start + ms(270)), Some(1));
+        assert_eq!(inner.take_quiet(start + ms(400)), Quiet::Nothing, "taken");
+    }
+
+    /// The thread does it by itself, on the real clock.
+    #[test]
+    fn a_thread_reports_them_unasked() {
+        let repeated = Repeated::with_period(Level::WARN, "t", Duration::from_millis(50), true);
+        assert_eq!(repeated.write(), Some(0));
+        assert_eq!(repeated.write(), None);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while repeated.inner.lock().armed {
+            assert!(Instant::now() < deadline, "reported within 30 s");
             std::thread::sleep(Duration::from_millis(10));
         }
-        let state = inner.lock();
-        assert_eq!(state.left_out, 0);
-        assert!(state.last.is_some_and(|at| at >= start + period));
+        assert_eq!(repeated.inner.lock().left_out, 0, "taken by the report");
     }
 }
