@@ -725,8 +725,8 @@ def cluster(args) -> None:
     runs = [("sqlite", 0), ("postgres-1", 1), ("postgres-3", 3)]
     if pooler:
         runs.append(("pgbouncer-1", 1))
-    # One node handling behind BACKLOG waiting deliveries of a handler that is not loaded (its
-    # events keep coming): the claim's plan is costed by them (see BACKLOG_SOURCE).
+    # One node handling behind BACKLOG waiting deliveries of a handler that is not loaded
+    # (posted first): the claim's plan is costed by them (see BACKLOG_SOURCE).
     runs.append(("postgres-1-backlog", 1))
     # CLUSTER_ROWS=postgres-1,postgres-3 runs those rows only (the ratios need postgres-1).
     only = [r for r in os.environ.get("CLUSTER_ROWS", "").split(",") if r]

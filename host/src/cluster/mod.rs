@@ -389,7 +389,7 @@ async fn tick(
 
 /// Reads the database's clock and makes `clock` follow it (see [`Clock::follow`]): one round
 /// trip while the two agree, the best of [`CLOCK_TRIES`] before anything changes; a reading
-/// too slow to act on is an error that says so. A change is logged, as a warning when the two
+/// too slow to act on (the first, or the best of the tries) is an error that says so. A change is logged, as a warning when the two
 /// clocks are [`CLOCK_WARN_MS`] or more apart.
 pub(crate) async fn follow_database_clock(
     store: &dyn ClusterStore,
@@ -397,7 +397,9 @@ pub(crate) async fn follow_database_clock(
 ) -> anyhow::Result<()> {
     const READING: &str = "reading the database server's clock";
     let reading = store.database_clock(1).await.context(READING)?;
-    if clock.judge(&reading).unwrap_or(false) {
+    // A reading too slow to judge by: the next tick reads again (the heartbeat waits for
+    // no more round trips).
+    if clock.judge(&reading).context(READING)? {
         return Ok(());
     }
     let reading = store.database_clock(CLOCK_TRIES).await.context(READING)?;

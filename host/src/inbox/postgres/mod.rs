@@ -229,13 +229,35 @@ fn connection_config(url: &str, pooler: Pooler) -> Result<(Config, tls::Connecto
             ("default_transaction_isolation", READ_COMMITTED),
             ("jit", NO_JIT),
         ] {
-            if !options.contains(name) {
+            if !sets_option(&options, name) {
                 options = format!("{options} -c {setting}");
             }
         }
         config.options(options.trim_start());
     }
     Ok((config, connector))
+}
+
+/// Whether a connection's `options` (`-c name=value`, `-cname=value` or `--name=value`, as
+/// PostgreSQL takes them) set `name`, by its exact name (`jit_above_cost` does not set `jit`).
+fn sets_option(options: &str, name: &str) -> bool {
+    let mut words = options.split_whitespace();
+    while let Some(word) = words.next() {
+        let assignment = match word {
+            "-c" => words.next().unwrap_or(""),
+            _ => word
+                .strip_prefix("-c")
+                .or_else(|| word.strip_prefix("--"))
+                .unwrap_or(""),
+        };
+        let set = assignment
+            .split_once('=')
+            .map_or(assignment, |(set, _)| set);
+        if set.replace('-', "_") == name {
+            return true;
+        }
+    }
+    false
 }
 
 impl PostgresStore {
