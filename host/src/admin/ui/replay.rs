@@ -323,7 +323,7 @@ mod tests {
         assert!(two.contains(r#"action="/discard""#), "{two}");
         assert!(two.contains("Discard 2"), "{two}");
         assert!(two.contains("pruned after"), "{two}");
-        assert!(two.contains("1day"), "{two}");
+        assert!(two.contains("(1 d)"), "{two}");
         assert!(page(0).contains("no delivery would be discarded"));
     }
 }
