@@ -34,10 +34,22 @@ struct Inner {
     /// The lines' level, which that report takes too.
     level: Level,
     period: Duration,
-    /// Whether a thread reports those left out (always, but in this module's tests of the
-    /// clock-driven steps, which take its place).
-    reporter: bool,
+    /// Starts what reports those left out ([`report_on_a_thread`]).
+    start_reporter: StartReporter,
     state: Mutex<State>,
+}
+
+/// Starts what reports the occurrences left out once a period passes without another, and says
+/// whether it started: [`report_on_a_thread`], or in this module's tests of the clock-driven
+/// steps nothing (they take its place).
+type StartReporter = fn(Arc<Inner>) -> bool;
+
+/// A short-lived thread waits for a quiet period, then reports ([`Inner::report_when_quiet`]).
+fn report_on_a_thread(inner: Arc<Inner>) -> bool {
+    std::thread::Builder::new()
+        .name("hookd-repeated".into())
+        .spawn(move || inner.report_when_quiet())
+        .is_ok()
 }
 
 #[derive(Default)]
@@ -57,21 +69,21 @@ struct State {
 impl Repeated {
     /// Lines at `level` saying `what` (e.g. `accept failed`).
     pub fn new(level: Level, what: impl Into<Cow<'static, str>>) -> Self {
-        Self::with_period(level, what, REPEAT_EVERY, true)
+        Self::with_period(level, what, REPEAT_EVERY, report_on_a_thread)
     }
 
     fn with_period(
         level: Level,
         what: impl Into<Cow<'static, str>>,
         period: Duration,
-        reporter: bool,
+        start_reporter: StartReporter,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 what: what.into(),
                 level,
                 period,
-                reporter,
+                start_reporter,
                 state: Mutex::default(),
             }),
         }
@@ -97,15 +109,8 @@ impl Repeated {
                 .spawn_failed
                 .is_none_or(|at| now.saturating_duration_since(at) >= period);
             if !state.armed && may_spawn {
-                let inner = Arc::clone(&self.inner);
-                // Without a thread the count waits for the next line, as it always did.
-                let spawned = match self.inner.reporter {
-                    true => std::thread::Builder::new()
-                        .name("hookd-repeated".into())
-                        .spawn(move || inner.report_when_quiet())
-                        .is_ok(),
-                    false => true,
-                };
+                // Without a reporter the count waits for the next line, as it always did.
+                let spawned = (self.inner.start_reporter)(Arc::clone(&self.inner));
                 state.armed = spawned;
                 state.spawn_failed = (!spawned).then_some(now);
             }
@@ -180,7 +185,7 @@ mod tests {
 
     #[test]
     fn the_first_line_is_written_then_one_per_period_counting_those_left_out() {
-        let repeated = Repeated::with_period(Level::WARN, "t", REPEAT_EVERY, false);
+        let repeated = Repeated::with_period(Level::WARN, "t", REPEAT_EVERY, |_| true);
         let start = Instant::now();
         assert_eq!(repeated.write_at(start), Some(0));
         for ms in [1, 500, 9_999] {
@@ -196,7 +201,7 @@ mod tests {
     #[test]
     fn the_last_ones_left_out_are_reported_once_a_period_passes_without_another() {
         let ms = Duration::from_millis;
-        let repeated = Repeated::with_period(Level::WARN, "t", ms(100), false);
+        let repeated = Repeated::with_period(Level::WARN, "t", ms(100), |_| true);
         let inner = &repeated.inner;
         let start = Instant::now();
         assert_eq!(repeated.write_at(start), Some(0));
@@ -221,7 +226,12 @@ mod tests {
     /// The thread does it by itself, on the real clock.
     #[test]
     fn a_thread_reports_them_unasked() {
-        let repeated = Repeated::with_period(Level::WARN, "t", Duration::from_millis(50), true);
+        let repeated = Repeated::with_period(
+            Level::WARN,
+            "t",
+            Duration::from_millis(50),
+            report_on_a_thread,
+        );
         assert_eq!(repeated.write(), Some(0));
         assert_eq!(repeated.write(), None);
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -136,12 +136,15 @@ impl Stamping<'_> {
 mod tests {
     use std::{pin::pin, sync::Arc, task::Poll};
 
-    use super::super::{SqliteStore, TempDatabase, WriterOptions, writer::testing::hold};
+    use super::super::{
+        SqliteStore, TempDatabase, WriterOptions,
+        writer::testing::{Hold, hold},
+    };
     use crate::{
         clock::Clock,
         config::Durability,
         inbox::{
-            Finished, Inbox, InboxError,
+            Claimed, Finished, Inbox, InboxError,
             contract::fixtures::{HANDLER, done, lease, state_writes},
         },
         model::StateLimits,
@@ -155,6 +158,17 @@ mod tests {
         (inbox.unwrap(), store)
     }
 
+    /// Where the tests of reads and commits racing a held writer start: an inbox on a fresh
+    /// database (and its store) with deliveries `a` and `b` leased, and its writer held until
+    /// the first of the pair is sent to (the second answers once it let go).
+    async fn leased_and_held() -> (TempDatabase, Inbox, SqliteStore, [Claimed; 2], Hold) {
+        let db = TempDatabase::new();
+        let (inbox, store) = open(&db);
+        let leased = [lease(&inbox, "a").await, lease(&inbox, "b").await];
+        let held = hold(&store);
+        (db, inbox, store, leased, held)
+    }
+
     /// Polls `future` once: a finish is queued by then.
     async fn queue<F: Future>(future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
         let mut future = future;
@@ -163,11 +177,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_read_sees_a_queued_write_and_a_commit_that_read_it_follows_it() {
-        let db = TempDatabase::new();
-        let (inbox, store) = open(&db);
+        let (_db, inbox, store, [a, b], (release, held)) = leased_and_held().await;
         let limits = StateLimits::DEFAULT;
-        let (a, b) = (lease(&inbox, "a").await, lease(&inbox, "b").await);
-        let (release, held) = hold(&store);
         let first = done(&a, state_writes(&inbox, &[("k", Some(3))], limits));
         let mut first = pin!(inbox.finish(first));
         assert!(
@@ -204,11 +215,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_that_read_a_write_which_did_not_commit_conflicts() {
-        let db = TempDatabase::new();
-        let (inbox, store) = open(&db);
+        let (_db, inbox, store, [a, b], (release, held)) = leased_and_held().await;
         let limits = StateLimits::DEFAULT;
-        let (a, b) = (lease(&inbox, "a").await, lease(&inbox, "b").await);
-        let (release, held) = hold(&store);
         // The first attempt read `x` at a version it no longer has: its commit will fail.
         let mut writes = state_writes(&inbox, &[("k", Some(3))], limits);
         writes.versions.insert("x".into(), 99);
@@ -235,11 +243,8 @@ mod tests {
     /// earlier job of its batch), or is gone before it is queued (the store closed).
     #[tokio::test]
     async fn a_state_commit_whose_writer_is_gone_leaves_no_queued_write() {
-        let db = TempDatabase::new();
-        let (inbox, store) = open(&db);
+        let (_db, inbox, store, [a, b], (release, held)) = leased_and_held().await;
         let limits = StateLimits::DEFAULT;
-        let (a, b) = (lease(&inbox, "a").await, lease(&inbox, "b").await);
-        let (release, held) = hold(&store);
         let dies = store.enqueue(0, |_| -> Result<(), _> { panic!("the writer dies here") });
         let first = done(&a, state_writes(&inbox, &[("k", Some(3))], limits));
         let mut first = pin!(inbox.finish(first));

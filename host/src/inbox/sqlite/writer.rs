@@ -573,14 +573,15 @@ pub(super) mod testing {
     use super::SqliteStore;
     use crate::inbox::InboxError;
 
-    /// Queues a write that blocks the writer, inside its transaction, until released; returns
-    /// once the writer is inside it, so whatever is queued next waits for the next batch.
-    pub(in crate::inbox::sqlite) fn hold(
-        inbox: &SqliteStore,
-    ) -> (
+    /// A held writer ([`hold`]): sending to the first lets it go, the second answers then.
+    pub(in crate::inbox::sqlite) type Hold = (
         std::sync::mpsc::Sender<()>,
         oneshot::Receiver<Result<(), InboxError>>,
-    ) {
+    );
+
+    /// Queues a write that blocks the writer, inside its transaction, until released; returns
+    /// once the writer is inside it, so whatever is queued next waits for the next batch.
+    pub(in crate::inbox::sqlite) fn hold(inbox: &SqliteStore) -> Hold {
         let (entered, inside) = std::sync::mpsc::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
         let answer = inbox
