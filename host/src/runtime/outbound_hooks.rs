@@ -298,20 +298,33 @@ impl OutboundHooks {
 /// abandoned by the plugin or its call's end otherwise (`error`).
 struct Outcome {
     meter: Option<OutboundMeter>,
+    /// Counted already (a request is counted once).
+    counted: bool,
     deadline: Instant,
 }
 
 impl Outcome {
     fn count(&mut self, result: OutboundResult) {
-        if let Some(meter) = self.meter.take() {
+        if let Some(meter) = &self.meter
+            && !std::mem::replace(&mut self.counted, true)
+        {
             meter.record(result);
         }
+    }
+
+    /// Whether this failed TLS handshake is logged: `Some(failures left out since the line
+    /// before)` (always, for a call outside any host), or `None` (counted; at most one line per
+    /// period for the plugin).
+    fn tls_failure_line(&self) -> Option<u64> {
+        self.meter
+            .as_ref()
+            .map_or(Some(0), OutboundMeter::tls_failure_line)
     }
 }
 
 impl Drop for Outcome {
     fn drop(&mut self) {
-        if self.meter.is_some() {
+        if !self.counted {
             let cut_off = if Instant::now() >= self.deadline {
                 OutboundResult::Timeout
             } else {
@@ -337,11 +350,12 @@ impl WasiHttpHooks for OutboundHooks {
         options: Option<RequestOptions>,
         _response_done: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
     ) -> Box<dyn Future<Output = SendResult> + Send> {
-        let meter = self.grant.as_ref().map(|grant| grant.meter.clone());
         let deadline = self.deadline;
-        // Its TLS failures' line, which `outcome` (taking the meter as it counts) cannot give.
-        let tls_line = meter.clone();
-        let mut outcome = Outcome { meter, deadline };
+        let mut outcome = Outcome {
+            meter: self.grant.as_ref().map(|grant| grant.meter.clone()),
+            counted: false,
+            deadline,
+        };
         let admitted = self.admit(&mut request).map_err(|denied| {
             outcome.count(OutboundResult::Denied);
             self.refusals.deny(&denied)
@@ -393,8 +407,7 @@ impl WasiHttpHooks for OutboundHooks {
                     // most once per period for the plugin (counting those left out).
                     Err(e @ TransportError::Tls(_)) => {
                         count(counted(e));
-                        let written = tls_line.as_ref().map_or(Some(0), |m| m.tls_failure_line());
-                        if let Some(left_out) = written {
+                        if let Some(left_out) = outcome.tls_failure_line() {
                             tracing::warn!(
                                 target: "plugin", plugin = %plugin, host = %target, left_out,
                                 "outbound {method} failed: {e}"
