@@ -215,7 +215,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_that_read_a_write_which_did_not_commit_conflicts() {
-        let (_db, inbox, store, [a, b], (release, held)) = leased_and_held().await;
+        let (_db, inbox, _store, [a, b], (release, held)) = leased_and_held().await;
         let limits = StateLimits::DEFAULT;
         // The first attempt read `x` at a version it no longer has: its commit will fail.
         let mut writes = state_writes(&inbox, &[("k", Some(3))], limits);
