@@ -967,3 +967,99 @@ async fn wrong_admin_tokens_lock_the_address_out() {
         .count();
     assert_eq!(lines, 1, "{log}");
 }
+
+/// A client without the admin token cannot spend the admin listener's body budget: a body is
+/// read only for a request with the token (or a dashboard session), and a sign-in form only up
+/// to its small cap. Before, every request's body was read (and budgeted) before the token was
+/// looked at, so a few anonymous connections sending large bodies slowly, to any path, had the
+/// operators' own replays, state writes and sign-ins answered 503 for as long as they went on.
+/// An empty sign-in form (it guessed nothing, and is not counted) writes no log line either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_token_cannot_spend_the_operators_body_budget() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[server]\nmax_inflight_body_bytes = 1048576\nmax_body_bytes = 262144\n{}",
+        sw_source("s", &[], "")
+    );
+    let host = ProcessHost::start(dir.path(), &config).await;
+    // Each declares 400 000 bytes and sends nearly all of them at once (the pace the body
+    // rules ask), then holds the rest back: three of them were more than the budget.
+    let mut hoarders = Vec::new();
+    for (method, path, answer) in [
+        ("POST", "/admin/replay", "401"),
+        ("PUT", "/admin/plugins/counter/state/k", "401"),
+        ("POST", "/healthz", "405"),
+        ("POST", "/replay", "403"),
+        ("POST", "/sign-in", "413"),
+        ("POST", "/nowhere", "404"),
+    ] {
+        let mut stream = tokio::net::TcpStream::connect(host.admin).await.unwrap();
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: 400000\r\n\
+             Content-Type: application/json\r\n\r\n",
+            host.admin
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let _ = stream.write_all(&vec![b' '; 390_000]).await;
+        hoarders.push((path, answer, stream));
+    }
+    // Each is answered at once, from its head, its body unread.
+    for (path, answer, stream) in &mut hoarders {
+        let mut start = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut start))
+            .await
+            .unwrap_or_else(|_| panic!("{path}: no answer while its body is held"))
+            .unwrap();
+        let start = String::from_utf8_lossy(&start).into_owned();
+        assert_eq!(start, format!("HTTP/1.1 {answer}"), "{path}");
+    }
+    // The operator's own write goes through.
+    let (status, reply) = support::admin_call(
+        host.admin,
+        Method::POST,
+        "/admin/replay",
+        Some(ADMIN_TOKEN),
+        Some(json!({"source": "s", "dry_run": true})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::OK, "{reply}");
+    // So does a sign-in (its form well under the cap).
+    let url = format!("http://{}/sign-in", host.admin);
+    let form = [(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded"),
+    )];
+    let sign_in = |token: &str| {
+        support::send(
+            Method::POST,
+            &url,
+            &form,
+            Bytes::from(format!("token={token}")),
+        )
+    };
+    assert_eq!(sign_in(ADMIN_TOKEN).await.unwrap().0, StatusCode::SEE_OTHER);
+    drop(hoarders);
+
+    // Together: each refusal waits a second before it is answered.
+    let refusals: Vec<_> = ["", "", "", "", "", "", "", "", "", "", "a-wrong-one"]
+        .into_iter()
+        .map(|token| {
+            let (url, form) = (url.clone(), form.clone());
+            tokio::spawn(async move {
+                let body = Bytes::from(format!("token={token}"));
+                support::send(Method::POST, &url, &form, body)
+                    .await
+                    .unwrap()
+                    .0
+            })
+        })
+        .collect();
+    for refusal in refusals {
+        assert_eq!(refusal.await.unwrap(), StatusCode::UNAUTHORIZED);
+    }
+    let log = host.log();
+    let lines = log.matches("dashboard sign-in refused").count();
+    assert_eq!(lines, 1, "only the wrong token is logged: {log}");
+}

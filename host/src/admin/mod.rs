@@ -10,11 +10,16 @@
 //! - No route answers a browser's cross-origin request.
 //! - Replay and discard are bounded per call ([`MAX_REPLAY`]); their rules are
 //!   [`crate::ingest::replay`]'s and [`crate::retention::discard`]'s.
-//! - Every request's body is read under the ingest's rules ([`crate::ingest::body`]: a size
-//!   cap, the listener's in-flight budget, the body timeouts) before any route sees it, so a
-//!   client that stalls its body is cut off with 408 instead of holding the connection. That
-//!   cap ([`MAX_BODY_BYTES`]) is also the `/admin/*` extractors' limit, so no smaller default
-//!   (axum's 2 MiB) answers a body the routes take in place of their own checks.
+//! - A body is read only for a route that takes one, and only once the request passed the
+//!   checks that need none: the token for `/admin/*`, the session for the dashboard's forms
+//!   ([`ui`]). It is read under the ingest's rules ([`crate::ingest::body`]: a size cap, the
+//!   listener's in-flight budget, the body timeouts), so a client that stalls its body is cut
+//!   off with 408 instead of holding the connection. A client without the token can hold at
+//!   most the sign-in form's cap ([`ui::MAX_SIGN_IN_BYTES`]) of that budget per connection,
+//!   which `max_connections` of them cannot spend: the operators' own writes are never
+//!   answered 503 because anonymous clients hold it. The cap for the rest ([`MAX_BODY_BYTES`])
+//!   is also the `/admin/*` extractors' limit, so no smaller default (axum's 2 MiB) answers a
+//!   body the routes take in place of their own checks.
 
 pub mod api;
 pub mod guard;
@@ -62,7 +67,17 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         names: shared.config.server.admin_hosts.clone(),
     });
     let lockout = Arc::new(lockout::Lockout::default());
-    let dashboard = ui::router(shared.clone(), guard.clone(), lockout.clone());
+    let bodies = Bodies {
+        limits: BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
+        // No share per address here: the dashboard, the CLI and scripts usually come from one
+        // loopback address, and a state `PUT` may be larger than a share sized by the sources.
+        // Only a client with the token (or a session) reads more than the sign-in form.
+        budget: BodyBudget::new(
+            shared.config.server.max_inflight_body_bytes,
+            shared.config.server.max_inflight_body_bytes,
+        ),
+    };
+    let dashboard = ui::router(shared.clone(), guard.clone(), lockout.clone(), &bodies);
     let admin = Router::new()
         .route("/admin/events", get(list_events))
         .route("/admin/events/{source}/{event_id}", get(event_detail))
@@ -81,6 +96,8 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .route("/admin/openapi.json", get(openapi::document))
         // The extractors' own cap is the gate's ([`read_body`]), not axum's 2 MiB default.
         .route_layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Inside the token's check: only a client with the token has its body read.
+        .route_layer(middleware::from_fn_with_state(bodies, read_body))
         .route_layer(middleware::from_fn_with_state(
             TokenGate {
                 shared: shared.clone(),
@@ -89,15 +106,6 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
             require_token,
         ))
         .route_layer(middleware::from_fn_with_state(guard, require_host));
-    let bodies = Bodies {
-        limits: BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
-        // No share per address here: the dashboard, the CLI and scripts usually come from one
-        // loopback address, and a state `PUT` may be larger than a share sized by the sources.
-        budget: BodyBudget::new(
-            shared.config.server.max_inflight_body_bytes,
-            shared.config.server.max_inflight_body_bytes,
-        ),
-    };
     // `/healthz`, `/readyz` and `/metrics` (counts only, nothing secret) stay open to probes and scrapers
     // under whatever name they use, so they get the Origin check but not the Host check.
     Router::new()
@@ -108,7 +116,6 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         .merge(dashboard)
         .fallback(crate::error::no_route)
         .method_not_allowed_fallback(crate::error::wrong_method)
-        .layer(middleware::from_fn_with_state(bodies, read_body))
         .layer(middleware::from_fn_with_state(shared.clone(), bound_reads))
         .layer(middleware::from_fn(refuse_cross_origin))
         .layer(middleware::from_fn(ui::security_headers))
@@ -155,16 +162,30 @@ async fn bound_reads(
 const MAX_BODY_BYTES: usize = state::MAX_BODY_BYTES;
 const _: () = assert!(MAX_BODY_BYTES >= ui::MAX_STATE_FORM_BYTES);
 
-/// What [`read_body`] reads every request's body under: the listener's own in-flight budget.
+/// What [`read_body`] reads a body under: its cap and timeouts, and the listener's own
+/// in-flight budget.
 #[derive(Clone)]
 struct Bodies {
     limits: BodyLimits,
     budget: Arc<BodyBudget>,
 }
 
-/// Reads the request's whole body (413 over [`MAX_BODY_BYTES`], from its declared length
-/// alone when it has one; 408 when it stalls or trickles; 503 when the listener's budget is
-/// spent), then hands the request on with it.
+impl Bodies {
+    /// The same, with a smaller cap.
+    fn capped(&self, max_bytes: usize) -> Self {
+        Self {
+            limits: BodyLimits {
+                max_bytes: max_bytes as u64,
+                ..self.limits
+            },
+            budget: self.budget.clone(),
+        }
+    }
+}
+
+/// Reads the request's whole body (413 over the cap, from its declared length alone when it has
+/// one; 408 when it stalls or trickles; 503 when the listener's budget is spent), then hands
+/// the request on with it.
 async fn read_body(
     State(bodies): State<Bodies>,
     request: Request,

@@ -37,6 +37,7 @@ use axum::{
     Router,
     body::{Body, to_bytes},
     extract::{DefaultBodyLimit, Form, FromRequest, Request, State},
+    handler::Handler as _,
     http::{HeaderValue, Method, StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Redirect, Response},
@@ -58,6 +59,10 @@ pub(super) struct Ui {
 }
 
 type UiState = State<Arc<Ui>>;
+
+/// Largest sign-in form (the admin token, percent-encoded): all of the admin listener's body
+/// budget a client without the token can hold per connection.
+pub(super) const MAX_SIGN_IN_BYTES: usize = 4 * 1024;
 
 /// Largest form a dashboard POST may send (they carry a few short fields)...
 const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -85,6 +90,7 @@ pub(super) fn router(
     shared: Arc<Shared>,
     guard: Arc<Guard>,
     lockout: Arc<super::lockout::Lockout>,
+    bodies: &super::Bodies,
 ) -> Router<Arc<Shared>> {
     let ui = Arc::new(Ui {
         shared,
@@ -114,9 +120,21 @@ pub(super) fn router(
         .route("/discard", post(replay::discard))
         .route("/sign-out", post(sign_out))
         .route_layer(middleware::from_fn(refusals_as_pages))
+        .route_layer(middleware::from_fn_with_state(ui.clone(), require_csrf))
+        // Read once the session is known: only a signed-in client has a form read.
+        .route_layer(middleware::from_fn_with_state(
+            bodies.clone(),
+            super::read_body,
+        ))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
+    // The one form a client without the token may send, read under a small cap of its own.
+    let sign_in_form =
+        middleware::from_fn_with_state(bodies.capped(MAX_SIGN_IN_BYTES), super::read_body);
     Router::new()
-        .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route(
+            "/sign-in",
+            get(sign_in_page).post(sign_in.layer(sign_in_form)),
+        )
         .route("/assets/{file}", get(assets::serve))
         .merge(signed_in)
         .route_layer(middleware::from_fn_with_state(guard, super::require_host))
@@ -158,7 +176,7 @@ struct CsrfField {
 /// Lets a request through only with a live session (a page without one goes to the sign-in
 /// form), and a POST only with the session's CSRF token in its form. The handler finds the
 /// [`SignedIn`] session in the request's extensions.
-async fn require_session(State(ui): UiState, request: Request, next: Next) -> Response {
+async fn require_session(State(ui): UiState, mut request: Request, next: Next) -> Response {
     let Some(signed_in) = ui.sessions.find(request.headers(), Instant::now()) else {
         // A HEAD is answered as its GET would be.
         if request.method() == Method::GET || request.method() == Method::HEAD {
@@ -169,7 +187,20 @@ async fn require_session(State(ui): UiState, request: Request, next: Next) -> Re
             "Your session has ended: sign in again.",
         );
     };
-    let mut request = if request.method() == Method::GET || request.method() == Method::HEAD {
+    request.extensions_mut().insert(signed_in);
+    next.run(request).await
+}
+
+/// A signed-in request that changes state (a POST) carries its session's CSRF token, read from
+/// its form (the body already read, under the listener's rules).
+async fn require_csrf(State(ui): UiState, request: Request, next: Next) -> Response {
+    let Some(signed_in) = request.extensions().get::<SignedIn>().cloned() else {
+        return error_page(
+            StatusCode::FORBIDDEN,
+            "Your session has ended: sign in again.",
+        );
+    };
+    let request = if request.method() == Method::GET || request.method() == Method::HEAD {
         request
     } else {
         let (parts, body) = request.into_parts();
@@ -190,7 +221,6 @@ async fn require_session(State(ui): UiState, request: Request, next: Next) -> Re
         }
         Request::from_parts(parts, Body::from(bytes))
     };
-    request.extensions_mut().insert(signed_in);
     next.run(request).await
 }
 
@@ -300,10 +330,15 @@ async fn sign_in(State(ui): UiState, request: Request) -> Response {
     let guessed = !token.is_empty();
     drop(token);
     if !right {
-        tracing::warn!(
-            address = %address.map_or("unknown".to_owned(), |a| a.to_string()),
-            "dashboard sign-in refused: wrong admin token"
-        );
+        // A wrong token is logged (each address has a few before it is locked out); an empty
+        // form, which guessed nothing and is not counted, is not, as the API's bearer check
+        // logs no request without a token: either could be sent without end.
+        if guessed {
+            tracing::warn!(
+                address = %address.map_or("unknown".to_owned(), |a| a.to_string()),
+                "dashboard sign-in refused: wrong admin token"
+            );
+        }
         if let Some(address) = address.filter(|_| guessed) {
             ui.lockout.wrong_token(address, now, "dashboard sign-in");
         }
