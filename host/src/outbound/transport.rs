@@ -10,6 +10,10 @@
 //!   attempt's deadline plus [`DEADLINE_GRACE`]; the body errs once past [`RESPONSE_BYTES`] (an
 //!   error, never a truncation), whatever its head declared, so the status and the start of
 //!   the body still reach a plugin that reads no further; redirects are not followed.
+//! - What a peer can make the host hold or parse for one request is bounded whatever it sends:
+//!   a response head of at most [`RESPONSE_HEAD_BYTES`] (hyper's read buffer: a longer head is
+//!   an error), and at most [`WIRE_BYTES`] read from the connection in all (heads, interim
+//!   `1xx` answers, which hyper otherwise skips without end, body and its framing).
 //! - How bytes reach the peer is the [`Connector`]'s business alone. Over TLS the server name
 //!   (SNI and the name verified) is the listed host, the address comes from the vetted list; an
 //!   IP-literal host is verified against the certificate's IP addresses and sends no SNI. The
@@ -41,6 +45,12 @@ use super::policy::{Host, HostPort};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest response body a plugin may receive; more is an error, not a truncation.
 pub const RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
+/// Largest response head a plugin may receive (hyper's read buffer for the connection, so
+/// also its largest read): more is an error. nginx, proxying, refuses heads over 4 or 8 KiB.
+pub const RESPONSE_HEAD_BYTES: usize = 16 * 1024;
+/// Most bytes read from one request's connection: the largest body and 1 MiB for its head,
+/// any interim `1xx` answers and the body's chunk framing. More is an error.
+pub const WIRE_BYTES: u64 = RESPONSE_BYTES + 1024 * 1024;
 /// How long after the attempt's deadline these timers fire. The attempt's own wall clock fires
 /// first, so a request still waiting at the deadline makes the attempt a `timeout` (not a
 /// plugin-visible error); these timers are the backstop.
@@ -81,6 +91,12 @@ pub enum TransportError {
     /// The response body (announced or received) exceeds [`RESPONSE_BYTES`].
     #[error("the response body of {0} bytes exceeds the cap")]
     TooLarge(u64),
+    /// The response head exceeds [`RESPONSE_HEAD_BYTES`].
+    #[error("the response head exceeds {RESPONSE_HEAD_BYTES} bytes")]
+    HeadTooLarge,
+    /// The peer sent more than [`WIRE_BYTES`] on the connection (endless interim answers, say).
+    #[error("the peer sent more than {WIRE_BYTES} bytes for one response")]
+    WireTooLarge,
     #[error("HTTP error: {0}")]
     Http(hyper::Error),
 }
@@ -92,7 +108,11 @@ impl TransportError {
     fn from_hyper(e: hyper::Error) -> Self {
         if e.is_timeout() {
             Self::ResponseTimeout
-        } else if let Some(tls) = tls_cause(&e) {
+        } else if e.is_parse_too_large() {
+            Self::HeadTooLarge
+        } else if cause::<WireCapReached>(&e).is_some() {
+            Self::WireTooLarge
+        } else if let Some(tls) = cause::<rustls::Error>(&e) {
             Self::Tls(tls.clone())
         } else {
             Self::Http(e)
@@ -100,24 +120,84 @@ impl TransportError {
     }
 }
 
-/// The rustls error under `error`, if any. An `io::Error` holding one is looked into, since
-/// its `source()` skips the error it holds.
-fn tls_cause<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+/// The `T` under `error`, if any. An `io::Error` holding one is looked into, since its
+/// `source()` skips the error it holds.
+fn cause<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
     let mut next = Some(error);
     while let Some(error) = next {
-        if let Some(tls) = error.downcast_ref::<rustls::Error>() {
-            return Some(tls);
+        if let Some(found) = error.downcast_ref::<T>() {
+            return Some(found);
         }
         let held = error
             .downcast_ref::<io::Error>()
             .and_then(io::Error::get_ref)
-            .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+            .and_then(|inner| inner.downcast_ref::<T>());
         if held.is_some() {
             return held;
         }
         next = error.source();
     }
     None
+}
+
+/// What a [`WireCapped`] connection's read fails with once [`WIRE_BYTES`] were read.
+#[derive(Debug, thiserror::Error)]
+#[error("more than {WIRE_BYTES} bytes read for one response")]
+struct WireCapReached;
+
+/// A connection whose reads fail once [`WIRE_BYTES`] were read from it.
+struct WireCapped {
+    inner: Box<dyn Io>,
+    left: u64,
+}
+
+impl AsyncRead for WireCapped {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if self.left == 0 {
+            return Poll::Ready(Err(io::Error::other(WireCapReached)));
+        }
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        let read = (buf.filled().len() - before) as u64;
+        self.left = self.left.saturating_sub(read);
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for WireCapped {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// The timeouts a request asked for (`wasi:http` request options); `None` is the default.
@@ -266,10 +346,15 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let stream = connector.connect(target, addrs, &timeouts).await?;
+    let stream = WireCapped {
+        inner: connector.connect(target, addrs, &timeouts).await?,
+        left: WIRE_BYTES,
+    };
     let (mut sender, conn) = tokio::time::timeout_at(
         timeouts.connect_by,
-        hyper::client::conn::http1::handshake(TokioIo::new(stream)),
+        hyper::client::conn::http1::Builder::new()
+            .max_buf_size(RESPONSE_HEAD_BYTES)
+            .handshake(TokioIo::new(stream)),
     )
     .await
     .map_err(|_| TransportError::ConnectTimeout)?
@@ -463,47 +548,78 @@ mod tests {
         assert!(wait < Duration::from_secs(2), "{wait:?}");
     }
 
-    /// No response is refused for the `Content-Length` it declares: one without a body by its
-    /// method or status (HEAD; 1xx, 204, 304) has none to read, and a GET declaring more than
-    /// the cap keeps its status (before, the head was refused, and a plugin that wanted only
-    /// the status lost it); read on, its body errs once past the cap.
-    #[tokio::test]
-    async fn a_declared_length_over_the_cap_keeps_the_status_and_errs_past_the_cap() {
+    /// A peer on loopback answering by path: `/big` and `/not-modified` declare 100 MiB
+    /// (`GET /big` sends 9 MiB of it, a 304 has no body); `/head/<n>` answers with `n` header
+    /// fields of about 1 KiB; `/interim` with `103` heads without end.
+    async fn peer() -> (SocketAddr, tokio::task::JoinHandle<()>) {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let serve = tokio::spawn(async move {
             loop {
                 let (mut stream, _) = listener.accept().await.unwrap();
-                let mut head = vec![0; 4096];
-                let n = stream.read(&mut head).await.unwrap();
-                let head = String::from_utf8_lossy(&head[..n]).into_owned();
-                let status = if head.contains("/not-modified") {
-                    "304 Not Modified"
-                } else {
-                    "200 OK"
-                };
-                let answer = format!("HTTP/1.1 {status}\r\ncontent-length: 104857600\r\n\r\n");
-                stream.write_all(answer.as_bytes()).await.unwrap();
-                if head.starts_with("GET /big") {
-                    // More than the cap, less than declared; the reader stops first.
-                    let _ = stream.write_all(&vec![b'x'; 9 << 20]).await;
-                }
+                tokio::spawn(async move {
+                    let mut head = vec![0; 4096];
+                    let n = stream.read(&mut head).await.unwrap();
+                    let head = String::from_utf8_lossy(&head[..n]).into_owned();
+                    let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+                    if path == "/interim" {
+                        let hint =
+                            b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n";
+                        while stream.write_all(&hint.repeat(64)).await.is_ok() {}
+                        return;
+                    }
+                    if let Some(n) = path.strip_prefix("/head/") {
+                        let n: usize = n.parse().unwrap();
+                        let field = format!("x-filler: {}\r\n", "f".repeat(1000));
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\n{}content-length: 0\r\n\r\n",
+                            field.repeat(n)
+                        );
+                        let _ = stream.write_all(answer.as_bytes()).await;
+                        return;
+                    }
+                    let status = match path.as_str() {
+                        "/not-modified" => "304 Not Modified",
+                        _ => "200 OK",
+                    };
+                    let answer = format!("HTTP/1.1 {status}\r\ncontent-length: 104857600\r\n\r\n");
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    if head.starts_with("GET /big") {
+                        // More than the cap, less than declared; the reader stops first.
+                        let _ = stream.write_all(&vec![b'x'; 9 << 20]).await;
+                    }
+                });
             }
         });
+        (addr, serve)
+    }
+
+    /// `method` `path` sent to the [`peer`] at `addr`, in an attempt with 10 s left.
+    async fn request(
+        addr: SocketAddr,
+        method: http::Method,
+        path: &str,
+    ) -> Result<(Response<CappedBody>, Driver), TransportError> {
         let target = HostPort::parse(&format!("127.0.0.1:{}", addr.port())).unwrap();
-        let send = |method: http::Method, path: &str| {
-            let request = Request::builder()
-                .method(method)
-                .uri(format!("http://{addr}{path}"))
-                .header(http::header::HOST, addr.to_string())
-                .body(http_body_util::Empty::<Bytes>::new())
-                .unwrap();
-            let timeouts =
-                Timeouts::new(Asked::default(), Instant::now() + Duration::from_secs(10));
-            let target = target.clone();
-            async move { send(&Connector::Plain, &target, request, &[addr], timeouts).await }
-        };
+        let request = Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path}"))
+            .header(http::header::HOST, addr.to_string())
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        let timeouts = Timeouts::new(Asked::default(), Instant::now() + Duration::from_secs(10));
+        send(&Connector::Plain, &target, request, &[addr], timeouts).await
+    }
+
+    /// No response is refused for the `Content-Length` it declares: one without a body by its
+    /// method or status (HEAD; 1xx, 204, 304) has none to read, and a GET declaring more than
+    /// the cap keeps its status (before, the head was refused, and a plugin that wanted only
+    /// the status lost it); read on, its body errs once past the cap.
+    #[tokio::test]
+    async fn a_declared_length_over_the_cap_keeps_the_status_and_errs_past_the_cap() {
+        let (addr, serve) = peer().await;
+        let send = |method, path| request(addr, method, path);
         let status = |sent: Result<(Response<CappedBody>, Driver), TransportError>| {
             sent.map(|(response, _)| response.status())
         };
@@ -521,6 +637,31 @@ mod tests {
             read.map(|_| ())
         );
         driving.abort();
+        serve.abort();
+    }
+
+    /// A peer cannot make the host hold a large head for a request, nor keep it parsing
+    /// interim answers until the attempt's deadline: before, a head of up to ~400 KiB was
+    /// read (64 of them per call, 64 calls at once: 1.5 GB), and `103`s sent without end kept
+    /// a request (and a core) busy until the deadline.
+    #[tokio::test]
+    async fn a_peer_cannot_send_an_endless_head_or_endless_interim_answers() {
+        let (addr, serve) = peer().await;
+        let status = |sent: Result<(Response<CappedBody>, Driver), TransportError>| {
+            sent.map(|(response, _)| response.status())
+        };
+        let twelve = status(request(addr, http::Method::GET, "/head/12").await);
+        assert_eq!(twelve.unwrap(), http::StatusCode::OK, "12 KiB of head");
+        let twenty = status(request(addr, http::Method::GET, "/head/20").await);
+        assert!(
+            matches!(twenty, Err(TransportError::HeadTooLarge)),
+            "{twenty:?}"
+        );
+        let interim = status(request(addr, http::Method::GET, "/interim").await);
+        assert!(
+            matches!(interim, Err(TransportError::WireTooLarge)),
+            "{interim:?}"
+        );
         serve.abort();
     }
 }

@@ -89,6 +89,10 @@ fn transport_error(error: TransportError) -> HttpError {
         }
         TransportError::ResponseTimeout => HttpError::HttpResponseTimeout,
         TransportError::TooLarge(size) => HttpError::HttpResponseBodySize(Some(size)),
+        TransportError::HeadTooLarge => {
+            HttpError::HttpResponseHeaderSectionSize(Some(transport::RESPONSE_HEAD_BYTES as u32))
+        }
+        TransportError::WireTooLarge => HttpError::HttpProtocolError,
         TransportError::Http(e) => HttpError::Hyper(e),
     }
 }
@@ -108,6 +112,8 @@ fn counted(error: &TransportError) -> OutboundResult {
         | TransportError::Connect(_)
         | TransportError::InvalidUri
         | TransportError::TooLarge(_)
+        | TransportError::HeadTooLarge
+        | TransportError::WireTooLarge
         | TransportError::Http(_) => OutboundResult::Error,
     }
 }
