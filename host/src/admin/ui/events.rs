@@ -37,26 +37,26 @@ use crate::{
 const PAGE: usize = 50;
 /// Body bytes shown on the detail page; the rest is cut (the page says so).
 const MAX_BODY_SHOWN: usize = 64 * 1024;
-/// Headers whose values are credentials, shown redacted: `Cookie`, and every header whose name
-/// says it carries one (`Authorization`, GitLab's `X-Gitlab-Token`, an `X-Webhook-Secret`,
-/// an `Api-Key`, an `X-Access-Key`, ...), `_` read as `-`.
-const REDACTED_HEADERS: [&str; 1] = ["cookie"];
-const REDACTED_WORDS: [&str; 8] = [
+/// Headers whose values are credentials, shown redacted: every header whose name says it
+/// carries one (`Cookie`, `Authorization`, GitLab's `X-Gitlab-Token`, an `X-Webhook-Secret`,
+/// an `Api-Key`, an `X-AccessKey`, an `X-Session`, ...), read without its `-` and `_`.
+const REDACTED_WORDS: [&str; 10] = [
+    "cookie",
     "auth",
     "token",
     "secret",
-    "password",
-    "api-key",
+    "passw",
     "apikey",
-    "access-key",
-    "private-key",
+    "accesskey",
+    "privatekey",
+    "credential",
+    "session",
 ];
 
 /// Whether header `name` (lower case, as stored) is shown as `[redacted]`.
 fn redacted_header(name: &str) -> bool {
-    let name = name.replace('_', "-");
-    REDACTED_HEADERS.contains(&name.as_str())
-        || REDACTED_WORDS.iter().any(|word| name.contains(word))
+    let name = name.replace(['-', '_'], "");
+    REDACTED_WORDS.iter().any(|word| name.contains(word))
 }
 
 /// The list's query string: the filter form's fields (empty fields do not filter).
@@ -546,6 +546,12 @@ mod tests {
             "x-access-key",
             "x-amz-access_key",
             "x-private-key",
+            "x-privatekey",
+            "x-accesskey",
+            "x-credential",
+            "x-session",
+            "set-cookie",
+            "x-passwd",
         ] {
             assert!(redacted_header(name), "{name}");
         }

@@ -149,17 +149,19 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// The `Set-Cookie` value that names session `id` (`None`: the one that clears it). `Secure`
 /// is added when a TLS-terminating proxy says the browser spoke https (`X-Forwarded-Proto`):
-/// a forged header only restricts the forger's own cookie.
+/// a forged header only restricts the forger's own cookie. A session's cookie has no
+/// `Max-Age` (it lasts while the browser runs): the server ends the session once it is unused
+/// for [`IDLE`], and a cookie aged from the sign-in would end one in use.
 pub(super) fn set_cookie(id: Option<&str>, request: &HeaderMap) -> HeaderValue {
     let secure = request
         .get("x-forwarded-proto")
         .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"));
     let (value, age) = match id {
-        Some(id) => (id, IDLE.as_secs()),
-        None => ("", 0),
+        Some(id) => (id, ""),
+        None => ("", "; Max-Age=0"),
     };
     let cookie = format!(
-        "{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/; Max-Age={age}{}",
+        "{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/{age}{}",
         if secure { "; Secure" } else { "" }
     );
     HeaderValue::from_str(&cookie).expect("hex and ASCII only")
@@ -222,7 +224,7 @@ mod tests {
         let plain = set_cookie(Some("abc"), &HeaderMap::new());
         assert_eq!(
             plain,
-            "hookd_session=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=43200"
+            "hookd_session=abc; HttpOnly; SameSite=Strict; Path=/"
         );
         let mut proxied = HeaderMap::new();
         proxied.insert("x-forwarded-proto", "https".parse().unwrap());
