@@ -75,11 +75,16 @@ plugin_sdk::register!(handler = Forward);
 /// How much of the service's answer is read: enough for the start of an error's body.
 const RESPONSE_PREFIX_BYTES: usize = 4096;
 
-/// `value` as a header may carry it: as it is when it is printable ASCII, else percent-encoded
-/// (every byte outside printable ASCII, and `%`). An event id may hold any character but NUL
-/// (a parser's choice), and a control character in a header failed the delivery for good.
+/// `value` as a header may carry it: as it is when it is printable ASCII without `%`, else
+/// percent-encoded (every byte outside printable ASCII, and `%`), so percent-decoding the
+/// header always gives `value` back (`%C3%A9` sent as such would read as `é`). An event id may
+/// hold any character but NUL (a parser's choice), and a control character in a header failed
+/// the delivery for good.
 pub fn header_safe(value: &str) -> String {
-    if value.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+    if value
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'%')
+    {
         return value.to_owned();
     }
     value
@@ -170,7 +175,10 @@ mod tests {
 
     #[test]
     fn an_id_a_header_cannot_carry_is_sent_percent_encoded() {
-        assert_eq!(header_safe("evt_1:a/b%c"), "evt_1:a/b%c");
+        assert_eq!(header_safe("evt_1:a/b.c"), "evt_1:a/b.c");
+        // Decoding gives each back, however it looked.
+        assert_eq!(header_safe("evt_1:a/b%c"), "evt_1:a/b%25c");
+        assert_eq!(header_safe("%C3%A9"), "%25C3%25A9");
         assert_eq!(header_safe("g-2\nX-Injected: 1"), "g-2%0AX-Injected: 1");
         assert_eq!(header_safe("order\u{1}paid"), "order%01paid");
         assert_eq!(header_safe("café 50%"), "caf%C3%A9 50%25");
