@@ -840,8 +840,11 @@ impl Config {
         let cores = cores();
         let workers = s.workers.unwrap_or(WORKERS_PER_CORE * cores);
         let wasm_threads = s.wasm_threads.unwrap_or(cores);
-        if workers == 0 || s.max_connections == 0 {
-            bail!("server.workers and server.max_connections must be at least 1");
+        if workers == 0 {
+            bail!("server.workers must be at least 1");
+        }
+        if s.max_connections == 0 {
+            bail!("server.max_connections must be at least 1");
         }
         if !(1..=MAX_WASM_THREADS).contains(&wasm_threads) {
             bail!(
@@ -1410,10 +1413,17 @@ impl ClientSource {
                     "{} has no [sources.{name}] (its sources: {known})",
                     path.display()
                 )
-            })?
-            .try_into()
-            .map_err(|e: toml::de::Error| {
-                anyhow::anyhow!("sources.{name}: {}", redacted_message(&e))
+            })
+            // The path of the field at fault is kept (`sources.a.secrets: invalid type…`).
+            .and_then(|table| {
+                serde_path_to_error::deserialize(table).map_err(|e| {
+                    let path = e.path().to_string();
+                    let message = redacted_message(e.inner());
+                    match path.as_str() {
+                        "." => anyhow::anyhow!("sources.{name}: {message}"),
+                        _ => anyhow::anyhow!("sources.{name}.{path}: {message}"),
+                    }
+                })
             })
             .with_context(invalid)?;
         let scheme = source_scheme(name, &file).with_context(invalid)?;
@@ -2220,6 +2230,11 @@ memory_mib = 32
                 "[server]\nmax_connections = 1048577",
                 "server.max_connections must be at most 1048576",
             ),
+            ("[server]\nworkers = 0", "server.workers must be at least 1"),
+            (
+                "[server]\nmax_connections = 0",
+                "server.max_connections must be at least 1",
+            ),
             (
                 "[server]\nbody_idle_timeout_ms = 0",
                 "server.body_idle_timeout_ms must be at least 1",
@@ -2569,6 +2584,25 @@ memory_mib = 32
         let env = |var: &str| (var == "GH_SECRET").then(|| "s3cret".to_owned());
         let source = ClientSource::load_with(&path, "a", &env).unwrap();
         assert_eq!(source.secret.as_deref(), Some("s3cret"));
+    }
+
+    /// A value of the wrong type is named by its key, never quoted (before: `sources.a:
+    /// invalid type…`, which left the user to find the field).
+    #[test]
+    fn a_client_source_names_the_field_of_the_wrong_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.toml");
+        std::fs::write(
+            &path,
+            "[sources.a]\nscheme = \"github\"\nsecrets = \"whsec_MARK\"",
+        )
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            ClientSource::load_with(&path, "a", &|_| None).unwrap_err()
+        );
+        assert!(e.contains("sources.a.secrets: invalid type"), "{e}");
+        assert!(!e.contains("MARK"), "{e}");
     }
 
     #[test]

@@ -674,6 +674,7 @@ fn config_file(admin: &AdminArgs) -> Option<&std::path::Path> {
 /// `server.admin_listen`, else the default listen address.
 fn admin_base(admin: &AdminArgs) -> anyhow::Result<String> {
     if let Some(url) = &admin.admin_url {
+        check_admin_url(url)?;
         return Ok(url.clone());
     }
     match config_file(admin) {
@@ -682,6 +683,28 @@ fn admin_base(admin: &AdminArgs) -> anyhow::Result<String> {
             .url),
         None => Ok(ClientAdmin::default_url()),
     }
+}
+
+/// Refuses an `--admin-url` whose parts would not be used as given: user info (no password is
+/// sent from there, the token goes in `--token`; and errors would print the URL), a query or a
+/// fragment (the API's paths are appended to the URL). Its text is not echoed.
+fn check_admin_url(url: &str) -> anyhow::Result<()> {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        anyhow::bail!(
+            "--admin-url (or HOOKD_ADMIN_URL) holds user info (`user:password@`): hookd's \
+             client sends none; give http://host:port, and the admin token with --token (or \
+             HOOKD_ADMIN_TOKEN)"
+        );
+    }
+    if after_scheme.contains(['?', '#']) {
+        anyhow::bail!(
+            "--admin-url (or HOOKD_ADMIN_URL) has a query or a fragment: give http://host:port \
+             (and a path prefix, if a proxy serves the admin API under one)"
+        );
+    }
+    Ok(())
 }
 
 /// The admin token to send, and where it came from (for the hint on a 401; never the value):
@@ -766,6 +789,35 @@ mod tests {
     struct Plugins {
         #[command(flatten)]
         args: PluginsArgs,
+    }
+
+    /// User info, a query or a fragment in the admin URL is refused without echoing it (a
+    /// password there was printed in every error, and a query got the API's path glued after it).
+    #[test]
+    fn an_admin_url_with_user_info_a_query_or_a_fragment_is_refused_unechoed() {
+        for url in [
+            "http://user:pa55-MARK@127.0.0.1:8081",
+            "http://user:pa55-MARK@127.0.0.1:8081/x?y",
+            "http://127.0.0.1:8081/?token=MARK",
+            "http://127.0.0.1:8081/#MARK",
+        ] {
+            let admin = AdminArgs {
+                admin_url: Some(url.into()),
+                token: None,
+                config: None,
+            };
+            let e = format!("{:#}", admin_base(&admin).unwrap_err());
+            assert!(e.starts_with("--admin-url (or HOOKD_ADMIN_URL) h"), "{e}");
+            assert!(!e.contains("MARK"), "{e}");
+        }
+        for url in ["http://127.0.0.1:8081", "http://admin.internal/hookd/"] {
+            let admin = AdminArgs {
+                admin_url: Some(url.into()),
+                token: None,
+                config: None,
+            };
+            assert_eq!(admin_base(&admin).unwrap(), url);
+        }
     }
 
     #[test]

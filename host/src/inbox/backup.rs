@@ -48,6 +48,9 @@ pub struct Restored {
 pub enum BackupError {
     #[error("no database at {}", .0.display())]
     Missing(PathBuf),
+    /// The copy a restore was asked to start from is not a file.
+    #[error("no backup at {} (the copy to restore from)", .0.display())]
+    NoCopy(PathBuf),
     #[error("{} already exists; refusing to overwrite it", .0.display())]
     Exists(PathBuf),
     /// A log SQLite would replay into a copy written at `out` is beside it (a database that

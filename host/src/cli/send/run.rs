@@ -44,11 +44,22 @@ fn request_headers(signed: Vec<(HeaderName, HeaderValue)>, extra: &[ExtraHeader]
 }
 
 /// The event id a `--header` sets in the scheme's id header (the last, if repeated): the one the
-/// request carries, so it is the one signed and announced.
-fn id_from_headers(scheme: &Scheme, extra: &[ExtraHeader]) -> Option<String> {
-    let name = scheme.id_header()?;
-    let header = extra.iter().rev().find(|e| e.name == *name)?;
-    header.value.to_str().ok().map(str::to_owned)
+/// request carries, so it is the one signed and announced. One that is not visible ASCII is
+/// refused here, as hookd would refuse it (it was sent while another id was signed and shown).
+fn id_from_headers(scheme: &Scheme, extra: &[ExtraHeader]) -> anyhow::Result<Option<String>> {
+    let Some(name) = scheme.id_header() else {
+        return Ok(None);
+    };
+    let Some(header) = extra.iter().rev().find(|e| e.name == *name) else {
+        return Ok(None);
+    };
+    match header.value.to_str() {
+        Ok(id) => Ok(Some(id.to_owned())),
+        Err(_) => bail!(
+            "--header {name}: an event id must be visible ASCII (hookd refuses any other); \
+             give one, or leave the header out for a random id"
+        ),
+    }
 }
 
 /// Everything a request needs, shared by the concurrent senders.
@@ -94,7 +105,7 @@ impl Plan {
         }
         let event_id = match (
             args.event_id.clone(),
-            id_from_headers(&scheme, &args.headers),
+            id_from_headers(&scheme, &args.headers)?,
         ) {
             (Some(flag), Some(header)) if flag != header => bail!(
                 "--event-id {flag:?} and --header {}: {header:?} name two event ids; give one",
@@ -288,6 +299,26 @@ mod tests {
         let sigs: Vec<_> = merged.get_all(&sig).iter().collect();
         assert_eq!(sigs, ["sha256=11", "sha256=22"]);
         assert_eq!(merged["x-other"], "1");
+    }
+
+    /// The id header names the id that is signed and announced; one hookd would refuse (not
+    /// visible ASCII) is refused here, naming the header (before, a random id was signed and
+    /// announced while the header went out).
+    #[test]
+    fn an_id_header_names_the_id_or_is_refused() {
+        let ascii = [parse_header("X-GitHub-Delivery: d-2").unwrap()];
+        let id = id_from_headers(&Scheme::Github, &ascii).unwrap();
+        assert_eq!(id.as_deref(), Some("d-2"));
+        let other = [parse_header("X-GitHub-Delivery: café").unwrap()];
+        let refused = id_from_headers(&Scheme::Github, &other)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.starts_with("--header x-github-delivery: an event id must be visible ASCII"),
+            "{refused}"
+        );
+        let none = id_from_headers(&Scheme::Github, &[parse_header("X-Other: é").unwrap()]);
+        assert_eq!(none.unwrap(), None);
     }
 
     /// What a test receiver saw: each request's `X-GitHub-Delivery` (empty without one) and

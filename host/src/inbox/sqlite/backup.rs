@@ -110,7 +110,7 @@ pub(in crate::inbox) fn restore(
     // lock are beside it): renaming the link aside left that file, and its log, in place.
     let database = &connection::target_file(database);
     if !copy_path.is_file() {
-        return Err(BackupError::Missing(copy_path.to_owned()));
+        return Err(BackupError::NoCopy(copy_path.to_owned()));
     }
     if same_file(database, copy_path) {
         return Err(BackupError::SameFile(copy_path.to_owned()));
@@ -681,8 +681,11 @@ mod tests {
                 dir.path().join("nodir").display()
             )
         );
-        let in_use = printed(restore(&db, &db.with_file_name("none.db")).unwrap_err());
-        assert!(in_use.starts_with("no database at"), "{in_use}");
+        let none = db.with_file_name("none.db");
+        assert_eq!(
+            printed(restore(&db, &none).unwrap_err()),
+            format!("no backup at {} (the copy to restore from)", none.display())
+        );
         backup(&db, &junk, false, &[]).unwrap();
         let in_use = printed(restore(&db, &junk).unwrap_err());
         assert_eq!(
