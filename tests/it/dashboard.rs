@@ -425,3 +425,27 @@ async fn an_event_id_s_bidi_controls_stay_inside_it_in_the_title() {
         "{page}"
     );
 }
+
+/// An event whose id is `..` (or `.`) has a page the dashboard links to and a browser can reach:
+/// a browser resolves such a path segment away (`/events/g/..` is `/events/`, `%2E%2E` too),
+/// so the link carries a NUL after it (`..%00`), which no id can hold. Before, the list linked
+/// `/events/g/..`, and neither the page nor its replay and discard could be reached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_whose_id_is_a_dot_segment_has_a_page_a_browser_can_reach() {
+    let config = sw_source("g", &[], support::KEYED_BY_BODY);
+    let host = TestHost::start(&config, &[("generic", plugins::GENERIC)]).await;
+    let session = support::dashboard_session(host.admin).await;
+    for (n, id) in ["..", "."].into_iter().enumerate() {
+        let body = json!({"id": id, "key": "k", "seq": n}).to_string();
+        let (status, reply) = post_sw(host.ingest, "g", &format!("m-{n}"), body.as_bytes())
+            .await
+            .unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+        let link = format!("/events/g/{id}%00");
+        let (_, list) = dashboard_get(&host, &session, "/events?source=g").await;
+        assert!(list.contains(&format!("href=\"{link}\"")), "{list}");
+        let (status, page) = dashboard_get(&host, &session, &link).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert!(page.contains(&format!("Event <bdi>{id}</bdi>")), "{page}");
+    }
+}

@@ -128,7 +128,7 @@ pub(super) fn event_path(source: &str, event_id: &str) -> String {
     format!(
         "/events/{}/{}",
         percent_encode(source),
-        percent_encode(event_id)
+        super::path_segment(event_id)
     )
 }
 
@@ -236,6 +236,7 @@ pub(super) async fn detail(
     Extension(signed_in): Extension<SignedIn>,
     Path((source, event_id)): Path<(String, String)>,
 ) -> Result<Response, UiError> {
+    let event_id = super::segment_value(event_id);
     let Some(event) = ui
         .shared
         .inbox

@@ -70,6 +70,26 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 pub(super) const MAX_STATE_FORM_BYTES: usize =
     3 * crate::model::MAX_STATE_VALUE_BYTES + MAX_FORM_BYTES;
 
+/// `value` (an event id, a state key) as the last segment of a page's path, percent-encoded.
+/// A browser resolves a segment `.` or `..` away before it sends the request (percent-encoded
+/// too: `%2E%2E` is `..` to it), so such a value is written with a NUL after it (`..%00`), which
+/// no id or key can hold, and [`segment_value`] takes it off again.
+pub(super) fn path_segment(value: &str) -> String {
+    let encoded = crate::cli::client::percent_encode(value);
+    match value {
+        "." | ".." => encoded + "%00",
+        _ => encoded,
+    }
+}
+
+/// The value [`path_segment`] wrote.
+pub(super) fn segment_value(segment: String) -> String {
+    match segment.strip_suffix('\0') {
+        Some(dots @ ("." | "..")) => dots.to_owned(),
+        _ => segment,
+    }
+}
+
 /// The largest form a POST to `path` may send.
 fn form_limit(path: &str) -> usize {
     let state_edit = path.starts_with("/plugins/") && path.contains("/state/");

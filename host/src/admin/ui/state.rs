@@ -47,7 +47,7 @@ fn href(plugin: &str, key: Option<&str>) -> String {
     let mut path = format!("/plugins/{}/state", percent_encode(plugin));
     if let Some(key) = key {
         path.push('/');
-        path.push_str(&percent_encode(key));
+        path.push_str(&super::path_segment(key));
     }
     path
 }
@@ -119,6 +119,7 @@ pub(super) async fn key(
     Extension(signed_in): Extension<SignedIn>,
     Path((name, key)): Path<(String, String)>,
 ) -> Result<Response, UiError> {
+    let key = super::segment_value(key);
     let value = state::read_value(&ui.shared, &name, &key).await?;
     Ok(key_page(&signed_in, &value, None).into_response())
 }
@@ -222,6 +223,7 @@ pub(super) async fn save(
     Path((name, key)): Path<(String, String)>,
     Form(form): Form<EditForm>,
 ) -> Result<Response, UiError> {
+    let key = super::segment_value(key);
     let bytes = match form_bytes(&name, &key, &form) {
         Ok(bytes) => bytes,
         // The page again, the operator's text kept: not JSON is a typo to mend, not a loss.
@@ -247,6 +249,7 @@ pub(super) async fn delete(
     Path((name, key)): Path<(String, String)>,
     Form(form): Form<DeleteForm>,
 ) -> Result<Response, UiError> {
+    let key = super::segment_value(key);
     let written = state::write(&ui.shared, &name, &key, form.version, None).await;
     refused_or(&ui, &signed_in, &name, &key, "", written, || {
         Redirect::to(&href(&name, None)).into_response()
@@ -341,5 +344,18 @@ mod tests {
     fn keys_are_one_path_segment() {
         assert_eq!(href("c", Some("a/b")), "/plugins/c/state/a%2Fb");
         assert_eq!(href("c", None), "/plugins/c/state");
+        // A browser would resolve `.` and `..` away: a NUL (which no key holds) keeps them.
+        assert_eq!(href("c", Some("..")), "/plugins/c/state/..%00");
+        assert_eq!(href("c", Some(".")), "/plugins/c/state/.%00");
+        assert_eq!(href("c", Some("...")), "/plugins/c/state/...");
+        for key in [".", "..", "...", "a\0"] {
+            let sent = percent_encoding::percent_decode_str(
+                &href("c", Some(key))["/plugins/c/state/".len()..],
+            )
+            .decode_utf8()
+            .unwrap()
+            .into_owned();
+            assert_eq!(super::super::segment_value(sent), key);
+        }
     }
 }
