@@ -14,10 +14,10 @@
 //!   checks that need none: the token for `/admin/*`, the session for the dashboard's forms
 //!   ([`ui`]). It is read under the ingest's rules ([`crate::ingest::body`]: a size cap, the
 //!   listener's in-flight budget, the body timeouts), so a client that stalls its body is cut
-//!   off with 408 instead of holding the connection. A client without the token can hold at
-//!   most the sign-in form's cap ([`ui::MAX_SIGN_IN_BYTES`]) of that budget per connection,
-//!   which `max_connections` of them cannot spend: the operators' own writes are never
-//!   answered 503 because anonymous clients hold it. The cap for the rest ([`MAX_BODY_BYTES`])
+//!   off with 408 instead of holding the connection. The one body a client without the token
+//!   has read, the sign-in form, is read under a budget of its own ([`ui::SIGN_IN_BUDGET`]), so
+//!   anonymous clients never hold any of the budget the operators' own writes use. The cap for
+//!   the rest ([`MAX_BODY_BYTES`])
 //!   is also the `/admin/*` extractors' limit, so no smaller default (axum's 2 MiB) answers a
 //!   body the routes take in place of their own checks.
 
@@ -168,19 +168,6 @@ const _: () = assert!(MAX_BODY_BYTES >= ui::MAX_STATE_FORM_BYTES);
 struct Bodies {
     limits: BodyLimits,
     budget: Arc<BodyBudget>,
-}
-
-impl Bodies {
-    /// The same, with a smaller cap.
-    fn capped(&self, max_bytes: usize) -> Self {
-        Self {
-            limits: BodyLimits {
-                max_bytes: max_bytes as u64,
-                ..self.limits
-            },
-            budget: self.budget.clone(),
-        }
-    }
 }
 
 /// Reads the request's whole body (413 over the cap, from its declared length alone when it has

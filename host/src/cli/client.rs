@@ -690,8 +690,10 @@ fn admin_base(admin: &AdminArgs) -> anyhow::Result<String> {
 /// fragment (the API's paths are appended to the URL). Its text is not echoed.
 fn check_admin_url(url: &str) -> anyhow::Result<()> {
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = after_scheme.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
+    // Anywhere before a query: `http://u:p/w@host` is read as user info by some, a path by
+    // others; hookd's client would print it back in its error either way.
+    let before_query = after_scheme.split(['?', '#']).next().unwrap_or("");
+    if before_query.contains('@') {
         anyhow::bail!(
             "--admin-url (or HOOKD_ADMIN_URL) holds user info (`user:password@`): hookd's \
              client sends none; give http://host:port, and the admin token with --token (or \
@@ -798,6 +800,7 @@ mod tests {
         for url in [
             "http://user:pa55-MARK@127.0.0.1:8081",
             "http://user:pa55-MARK@127.0.0.1:8081/x?y",
+            "http://u:pa55-MARK/w@127.0.0.1:8081",
             "http://127.0.0.1:8081/?token=MARK",
             "http://127.0.0.1:8081/#MARK",
         ] {

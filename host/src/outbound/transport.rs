@@ -12,8 +12,9 @@
 //!   the body still reach a plugin that reads no further; redirects are not followed.
 //! - What a peer can make the host hold or parse for one request is bounded whatever it sends:
 //!   a response head of at most [`RESPONSE_HEAD_BYTES`] (hyper's read buffer: a longer head is
-//!   an error), and at most [`WIRE_BYTES`] read from the connection in all (heads, interim
-//!   `1xx` answers, which hyper otherwise skips without end, body and its framing).
+//!   an error), and at most [`BEFORE_HEAD_BYTES`] read from the connection before the final
+//!   head (interim `1xx` answers, which hyper otherwise skips without end); after it, the body
+//!   cap (and hyper's own bounds on chunk extensions and trailers).
 //! - How bytes reach the peer is the [`Connector`]'s business alone. Over TLS the server name
 //!   (SNI and the name verified) is the listed host, the address comes from the vetted list; an
 //!   IP-literal host is verified against the certificate's IP addresses and sends no SNI. The
@@ -23,7 +24,10 @@ use std::{
     io,
     net::SocketAddr,
     pin::Pin,
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     task::{Context, Poll, ready},
     time::{Duration, Instant},
 };
@@ -48,9 +52,9 @@ pub const RESPONSE_BYTES: u64 = 8 * 1024 * 1024;
 /// Largest response head a plugin may receive (hyper's read buffer for the connection, so
 /// also its largest read): more is an error. nginx, proxying, refuses heads over 4 or 8 KiB.
 pub const RESPONSE_HEAD_BYTES: usize = 16 * 1024;
-/// Most bytes read from one request's connection: the largest body and 1 MiB for its head,
-/// any interim `1xx` answers and the body's chunk framing. More is an error.
-pub const WIRE_BYTES: u64 = RESPONSE_BYTES + 1024 * 1024;
+/// Most bytes read from a request's connection before its final response head (that head and
+/// any interim `1xx` answers before it). More is an error.
+pub const BEFORE_HEAD_BYTES: u64 = 1024 * 1024;
 /// How long after the attempt's deadline these timers fire. The attempt's own wall clock fires
 /// first, so a request still waiting at the deadline makes the attempt a `timeout` (not a
 /// plugin-visible error); these timers are the backstop.
@@ -91,11 +95,12 @@ pub enum TransportError {
     /// The response body (announced or received) exceeds [`RESPONSE_BYTES`].
     #[error("the response body of {0} bytes exceeds the cap")]
     TooLarge(u64),
-    /// The response head exceeds [`RESPONSE_HEAD_BYTES`].
-    #[error("the response head exceeds {RESPONSE_HEAD_BYTES} bytes")]
+    /// The response head exceeds [`RESPONSE_HEAD_BYTES`], or hyper's 100 fields.
+    #[error("the response head exceeds {RESPONSE_HEAD_BYTES} bytes or 100 fields")]
     HeadTooLarge,
-    /// The peer sent more than [`WIRE_BYTES`] on the connection (endless interim answers, say).
-    #[error("the peer sent more than {WIRE_BYTES} bytes for one response")]
+    /// The peer sent more than [`BEFORE_HEAD_BYTES`] before its final head (endless interim
+    /// answers, say).
+    #[error("the peer sent more than {BEFORE_HEAD_BYTES} bytes before its response head")]
     WireTooLarge,
     #[error("HTTP error: {0}")]
     Http(hyper::Error),
@@ -142,15 +147,16 @@ fn cause<'a, T: std::error::Error + 'static>(
     None
 }
 
-/// What a [`WireCapped`] connection's read fails with once [`WIRE_BYTES`] were read.
+/// What a [`WireCapped`] connection's read fails with once its allowance is spent.
 #[derive(Debug, thiserror::Error)]
-#[error("more than {WIRE_BYTES} bytes read for one response")]
+#[error("more than {BEFORE_HEAD_BYTES} bytes read before the response head")]
 struct WireCapReached;
 
-/// A connection whose reads fail once [`WIRE_BYTES`] were read from it.
+/// A connection whose reads fail once `left` bytes were read from it; `left` is shared, so
+/// the caller can lift the cap ([`u64::MAX`]) once the response head is in.
 struct WireCapped {
     inner: Box<dyn Io>,
-    left: u64,
+    left: Arc<AtomicU64>,
 }
 
 impl AsyncRead for WireCapped {
@@ -159,13 +165,18 @@ impl AsyncRead for WireCapped {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        if self.left == 0 {
+        if self.left.load(Ordering::Relaxed) == 0 {
             return Poll::Ready(Err(io::Error::other(WireCapReached)));
         }
         let before = buf.filled().len();
         ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
         let read = (buf.filled().len() - before) as u64;
-        self.left = self.left.saturating_sub(read);
+        // The only reader: no other read runs between the load and this update (a lift may).
+        let _ = self
+            .left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left.saturating_sub(read))
+            });
         Poll::Ready(Ok(()))
     }
 }
@@ -346,9 +357,10 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let before_head = Arc::new(AtomicU64::new(BEFORE_HEAD_BYTES));
     let stream = WireCapped {
         inner: connector.connect(target, addrs, &timeouts).await?,
-        left: WIRE_BYTES,
+        left: before_head.clone(),
     };
     let (mut sender, conn) = tokio::time::timeout_at(
         timeouts.connect_by,
@@ -396,6 +408,8 @@ where
         .map_err(|_| TransportError::FirstByteTimeout)?
         .map_err(TransportError::from_hyper)?
     };
+    // The final head is in: from here the body's own cap bounds what is read.
+    before_head.store(u64::MAX, Ordering::Relaxed);
     // A body declared over the cap is not refused with the head: the status is the server's
     // answer, and a plugin that reads only the start of the body (or none of it) gets it. Read
     // on, it errs once past the cap, as an undeclared one does; a response without a body
@@ -550,7 +564,8 @@ mod tests {
 
     /// A peer on loopback answering by path: `/big` and `/not-modified` declare 100 MiB
     /// (`GET /big` sends 9 MiB of it, a 304 has no body); `/head/<n>` answers with `n` header
-    /// fields of about 1 KiB; `/interim` with `103` heads without end.
+    /// fields of about 1 KiB; `/interim` with `103` heads without end; `/chunked` with a body
+    /// of [`RESPONSE_BYTES`] in 32-byte chunks.
     async fn peer() -> (SocketAddr, tokio::task::JoinHandle<()>) {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -567,6 +582,15 @@ mod tests {
                         let hint =
                             b"HTTP/1.1 103 Early Hints\r\nlink: </a.css>; rel=preload\r\n\r\n";
                         while stream.write_all(&hint.repeat(64)).await.is_ok() {}
+                        return;
+                    }
+                    if path == "/chunked" {
+                        let _ = stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+                            .await;
+                        let chunk = format!("20\r\n{}\r\n", "c".repeat(32));
+                        let whole = chunk.repeat(RESPONSE_BYTES as usize / 32) + "0\r\n\r\n";
+                        let _ = stream.write_all(whole.as_bytes()).await;
                         return;
                     }
                     if let Some(n) = path.strip_prefix("/head/") {
@@ -662,6 +686,16 @@ mod tests {
             matches!(interim, Err(TransportError::WireTooLarge)),
             "{interim:?}"
         );
+        // The cap ends with the head: a body at its own cap, in 32-byte chunks (6 bytes of
+        // framing each), is read whole.
+        let (chunked, driver) = request(addr, http::Method::GET, "/chunked").await.unwrap();
+        let driving = tokio::spawn(driver);
+        let read = http_body_util::BodyExt::collect(chunked.into_body()).await;
+        assert_eq!(
+            read.map(|body| body.to_bytes().len() as u64).ok(),
+            Some(RESPONSE_BYTES)
+        );
+        driving.abort();
         serve.abort();
     }
 }

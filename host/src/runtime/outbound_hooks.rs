@@ -89,9 +89,8 @@ fn transport_error(error: TransportError) -> HttpError {
         }
         TransportError::ResponseTimeout => HttpError::HttpResponseTimeout,
         TransportError::TooLarge(size) => HttpError::HttpResponseBodySize(Some(size)),
-        TransportError::HeadTooLarge => {
-            HttpError::HttpResponseHeaderSectionSize(Some(transport::RESPONSE_HEAD_BYTES as u32))
-        }
+        // Too long, or too many fields: the size is not the one thing to say.
+        TransportError::HeadTooLarge => HttpError::HttpResponseHeaderSectionSize(None),
         TransportError::WireTooLarge => HttpError::HttpProtocolError,
         TransportError::Http(e) => HttpError::Hyper(e),
     }

@@ -47,7 +47,11 @@ use maud::html;
 use serde::Deserialize;
 
 use super::guard::Guard;
-use crate::{Shared, error::ApiError};
+use crate::{
+    Shared,
+    error::ApiError,
+    ingest::body::{BodyBudget, BodyLimits},
+};
 use session::{FAILURE_DELAY, Sessions, SignedIn};
 
 /// What the dashboard's routes share.
@@ -60,9 +64,12 @@ pub(super) struct Ui {
 
 type UiState = State<Arc<Ui>>;
 
-/// Largest sign-in form (the admin token, percent-encoded): all of the admin listener's body
-/// budget a client without the token can hold per connection.
-pub(super) const MAX_SIGN_IN_BYTES: usize = 4 * 1024;
+/// The body budget sign-in forms (each at most [`MAX_FORM_BYTES`], a fixed cap: one sized from
+/// the token would tell a guesser its length) are read under, all connections together: the only bodies a
+/// client without the token has read, kept apart from the budget the operators' writes use.
+pub(super) const SIGN_IN_BUDGET: u64 = 1024 * 1024;
+/// Of [`SIGN_IN_BUDGET`], what one address (IPv6: one /64) may hold at once.
+const SIGN_IN_SHARE: u64 = 64 * 1024;
 
 /// Largest form a dashboard POST may send (they carry a few short fields)...
 const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -147,9 +154,15 @@ pub(super) fn router(
             super::read_body,
         ))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
-    // The one form a client without the token may send, read under a small cap of its own.
-    let sign_in_form =
-        middleware::from_fn_with_state(bodies.capped(MAX_SIGN_IN_BYTES), super::read_body);
+    // The one form a client without the token may send: a small cap, and a budget of its own.
+    let sign_in_bodies = super::Bodies {
+        limits: BodyLimits {
+            max_bytes: MAX_FORM_BYTES as u64,
+            ..bodies.limits
+        },
+        budget: BodyBudget::new(SIGN_IN_BUDGET, SIGN_IN_SHARE),
+    };
+    let sign_in_form = middleware::from_fn_with_state(sign_in_bodies, super::read_body);
     Router::new()
         .route(
             "/sign-in",
@@ -194,8 +207,7 @@ struct CsrfField {
 }
 
 /// Lets a request through only with a live session (a page without one goes to the sign-in
-/// form), and a POST only with the session's CSRF token in its form. The handler finds the
-/// [`SignedIn`] session in the request's extensions.
+/// form), [`SignedIn`] in its extensions, for [`require_csrf`] and the handler.
 async fn require_session(State(ui): UiState, mut request: Request, next: Next) -> Response {
     let Some(signed_in) = ui.sessions.find(request.headers(), Instant::now()) else {
         // A HEAD is answered as its GET would be.
