@@ -131,11 +131,14 @@ impl From<tokio_postgres::Error> for InboxError {
             // 500; its text says what to set.
             return InboxError::Unavailable(Arc::new(Described::from(e)));
         }
+        // A statement cancelled (`statement_timeout`, `lock_timeout`'s kin, `pg_cancel_backend`)
+        // may run in time when tried again, as a lock it lost may be won.
         let busy = e.code().is_some_and(|code| {
             [
                 SqlState::T_R_SERIALIZATION_FAILURE,
                 SqlState::T_R_DEADLOCK_DETECTED,
                 SqlState::LOCK_NOT_AVAILABLE,
+                SqlState::QUERY_CANCELED,
             ]
             .contains(code)
         });
@@ -186,19 +189,22 @@ impl From<PoolError> for InboxError {
     }
 }
 
-/// Whether a server's `code` says it is away for now: class 08, the shutdowns, too many
-/// connections, and class 28, a login refused to a new connection while hookd runs (a password
-/// being rotated, a `pg_hba.conf` being edited): answered 503 and retried like an outage, never
-/// a 500 nor an attempt's record given up. (At start-up the same refusal stops hookd, named as
-/// such: [`Target::connect_error`].)
+/// Whether a server's `code` says it is away for now: class 08, the shutdowns, class 53 (its
+/// disk full, out of memory, too many connections), a read-only transaction (a failover that
+/// landed on a standby, or a primary demoted or set `default_transaction_read_only`), and
+/// class 28, a login refused to a new connection while hookd runs (a password being rotated, a
+/// `pg_hba.conf` being edited): answered 503 and retried like an outage, never a 500 nor an
+/// attempt's record given up. (At start-up the same refusal stops hookd, named as such:
+/// [`Target::connect_error`].)
 fn away(code: &SqlState) -> bool {
     code.code().starts_with("08")
         || code.code().starts_with("28")
+        || code.code().starts_with("53")
         || [
             SqlState::ADMIN_SHUTDOWN,
             SqlState::CRASH_SHUTDOWN,
             SqlState::CANNOT_CONNECT_NOW,
-            SqlState::TOO_MANY_CONNECTIONS,
+            SqlState::READ_ONLY_SQL_TRANSACTION,
         ]
         .contains(code)
 }

@@ -79,7 +79,8 @@ impl TestDatabase {
     /// when they start: sent to the server itself, so a pooler's server connections made
     /// afterwards take it too.
     pub(in crate::inbox) async fn set_default(&self, setting: &str, value: &str) {
-        connect(&with_database(&self.server, &self.name))
+        // From the server's own database: one set read-only could not be set back from itself.
+        connect(&self.server)
             .await
             .batch_execute(&format!(
                 "ALTER DATABASE {} SET {setting} = '{value}'",

@@ -1226,6 +1226,70 @@ async fn a_database_refusing_new_connections_is_the_server_away() {
     }
 }
 
+/// A database that cannot take a write for now is not a storage fault. A read-only one (a
+/// failover that landed on a standby, a demoted primary) is the server away, and a statement
+/// cancelled by its `statement_timeout` while a lock held it is busy: each a 503, an attempt's
+/// record sent again. Before, both were a 500, and the record given up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_database_is_away_and_a_cancelled_statement_busy() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let inbox = fixtures::open(&db).await;
+    fixtures::accept(&inbox, event("before")).await;
+    // New sessions take a database's defaults: end the ones the store has.
+    let renew_sessions = || async {
+        db.refuse_connections(true).await;
+        db.refuse_connections(false).await;
+    };
+    // Accepts until one fails as `expected` says (the first may meet an ended session).
+    let accept_until = |expected: fn(&InboxError) -> bool| {
+        let inbox = &inbox;
+        async move {
+            for i in 0..60 {
+                let result = inbox
+                    .accept(
+                        fixtures::SOURCE.into(),
+                        event(&format!("e-{i}")),
+                        fixtures::request(),
+                        vec![HANDLER.into()],
+                        None,
+                    )
+                    .await;
+                match result {
+                    Err(e) if expected(&e) => return,
+                    Err(InboxError::Unavailable(e)) if !e.to_string().contains("read-only") => {
+                        tokio::time::sleep(Duration::from_millis(200)).await
+                    }
+                    other => panic!("try {i}: {other:?}"),
+                }
+            }
+            panic!("never refused as expected");
+        }
+    };
+
+    db.set_default("default_transaction_read_only", "on").await;
+    renew_sessions().await;
+    accept_until(|e| {
+        matches!(e, InboxError::Unavailable(why) if why.to_string().contains("read-only transaction"))
+    })
+    .await;
+
+    db.set_default("default_transaction_read_only", "off").await;
+    db.set_default("statement_timeout", "300ms").await;
+    renew_sessions().await;
+    let locker = testdb::connect(db.url()).await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    accept_until(
+        |e| matches!(e, InboxError::Busy(why) if why.to_string().contains("statement timeout")),
+    )
+    .await;
+    locker.batch_execute("ROLLBACK").await.unwrap();
+}
+
 /// A failed statement's error says what the server said, not only "db error" (which is all a
 /// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
 /// the error's text.
