@@ -11,7 +11,11 @@
 //!   times on one clock, whatever its own says. A followed time runs on the monotonic clock from
 //!   the reading it came from, so a step of this machine's own clock (an NTP correction, a
 //!   manual `date`) changes nothing until a reading says so. While the two are within
-//!   [`FOLLOW_STEP_MS`] the system clock is used as it is. A tokio clock never follows.
+//!   [`FOLLOW_STEP_MS`] the system clock is used as it is, but never beyond the noise band of
+//!   the last reading that agreed, run on the monotonic clock ([`Clock::anchor`]): a step of
+//!   this machine's clock between two readings moves its time by that band at most, so a node
+//!   whose clock jumps ahead cannot take back a lease still running elsewhere before the next
+//!   reading has it follow. A tokio clock never follows.
 //! - What makes a reading good enough to act on is decided here alone ([`Clock::judge`]): a
 //!   round trip within [`READING_MAX_ROUND_TRIP`], and a difference beyond the noise band.
 //! - Reading "now" takes no lock: the followed reading sits in an `ArcSwapOption`, written at
@@ -30,6 +34,8 @@ pub struct Clock {
     source: Source,
     /// The other clock's time at a monotonic instant, once it is followed.
     followed: Arc<ArcSwapOption<Reading>>,
+    /// The last reading that agreed with the system clock, which bounds it while not followed.
+    anchor: Arc<ArcSwapOption<Reading>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -75,14 +81,39 @@ impl Clock {
                 start: tokio::time::Instant::now(),
             },
             followed: Arc::default(),
+            anchor: Arc::default(),
         }
     }
 
     /// Now.
     pub fn now(&self) -> SystemTime {
+        if self.followed().is_some() {
+            return self.unbounded_now();
+        }
+        let local = self.local();
+        match self.anchor.load().as_deref() {
+            Some(anchor) => {
+                let (expected, band) = (anchor.now_ms(), noise_ms(anchor));
+                from_unix_ms(unix_ms(local).clamp(expected - band, expected + band))
+            }
+            None => local,
+        }
+    }
+
+    /// Now, by the followed reading or the system clock, not bounded by the anchor: what a new
+    /// reading is judged against (bounded, a step of the system clock would never show).
+    fn unbounded_now(&self) -> SystemTime {
         match self.followed() {
             Some(reading) => from_unix_ms(reading.now_ms()),
             None => self.local(),
+        }
+    }
+
+    /// Keeps `reading`, which agreed with this clock ([`Clock::judge`]), as the band the system
+    /// clock is held to until the next one.
+    pub fn anchor(&self, reading: Reading) {
+        if matches!(self.source, Source::System) {
+            self.anchor.store(Some(Arc::new(reading)));
         }
     }
 
@@ -114,7 +145,8 @@ impl Clock {
         if !matches!(self.source, Source::System) {
             return Ok(true);
         }
-        let ours_at_reading = unix_ms(self.now()) - reading.at.elapsed().as_millis() as i64;
+        let ours_at_reading =
+            unix_ms(self.unbounded_now()) - reading.at.elapsed().as_millis() as i64;
         Ok((reading.time_ms - ours_at_reading).abs() <= noise_ms(reading))
     }
 
@@ -124,11 +156,15 @@ impl Clock {
     /// minus this machine's, in milliseconds, if this changed what the clock follows.
     pub fn follow(&self, reading: Reading) -> Result<Option<i64>, SlowReading> {
         if self.judge(&reading)? {
+            self.anchor(reading);
             return Ok(None);
         }
         let local_at_reading = unix_ms(self.local()) - reading.at.elapsed().as_millis() as i64;
         let offset_ms = reading.time_ms - local_at_reading;
         let follow = (offset_ms.abs() > noise_ms(&reading)).then(|| Arc::new(reading));
+        if follow.is_none() {
+            self.anchor(reading);
+        }
         self.followed.store(follow);
         Ok(Some(offset_ms))
     }
@@ -249,6 +285,36 @@ mod tests {
         clock.follow(taken).unwrap().unwrap();
         let now = clock.now_ms();
         assert!((1_005_000..1_006_000).contains(&now), "{now}");
+    }
+
+    /// While in step, the system clock is held to the band of the last reading that agreed,
+    /// run on the monotonic clock: a step of it between two readings (here, a reading taken
+    /// as if the system clock then stood 60 s behind where it stands now) moves "now" by the
+    /// band at most; the next reading is judged against the system clock itself, so it is
+    /// followed.
+    #[test]
+    fn a_step_of_the_system_clock_between_readings_moves_now_by_the_band_at_most() {
+        let clock = Clock::system();
+        let stepped = reading(-60_000, 2);
+        clock.anchor(stepped);
+        let band = noise_ms(&stepped);
+        let now = clock.now_ms();
+        let expected = unix_ms(SystemTime::now()) - 60_000;
+        assert!(
+            (expected - 1_000..=expected + band).contains(&now),
+            "{now} against {expected}"
+        );
+        assert!(!clock.judge(&reading(-60_000, 2)).unwrap(), "out of step");
+        assert!(clock.follow(reading(-60_000, 2)).unwrap().is_some());
+        // In step again: the band moves with the reading that says so.
+        assert_eq!(
+            clock
+                .follow(reading(0, 2))
+                .unwrap()
+                .map(|o| o.abs() < 1_000),
+            Some(true)
+        );
+        assert!((clock.now_ms() - unix_ms(SystemTime::now())).abs() < 1_000);
     }
 
     #[tokio::test(start_paused = true)]

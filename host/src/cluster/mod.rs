@@ -400,6 +400,7 @@ pub(crate) async fn follow_database_clock(
     // A reading too slow to judge by: the next tick reads again (the heartbeat waits for
     // no more round trips).
     if clock.judge(&reading).context(READING)? {
+        clock.anchor(reading);
         return Ok(());
     }
     let reading = store.database_clock(CLOCK_TRIES).await.context(READING)?;
