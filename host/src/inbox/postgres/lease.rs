@@ -136,9 +136,16 @@ async fn lease_together(
     let ids: Vec<i64> = picks.iter().map(|(_, c)| c.id).collect();
     let until: Vec<i64> = picks.iter().map(|(h, _)| request.lease_until(h)).collect();
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &until, &request.now_ms];
+    // A lease runs from when the database grants it: a claim that waited (for a connection,
+    // a lock, a slow server) past the claim's `now` has each lease moved on by the wait, as
+    // the database's clock (which the node's follows) measures it. Before, a claim that
+    // waited longer than the lease granted leases already over, which another node took
+    // back at once while the handler ran.
     let lease = tx.query(
         "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
-             lease_until = u.until, leased_at = $3, updated_at = $3
+             lease_until = u.until
+                 + GREATEST(0, (extract(epoch FROM clock_timestamp()) * 1000)::int8 - $3),
+             leased_at = $3, updated_at = $3
          FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
          WHERE d.id = u.id AND e.id = d.event
          RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,

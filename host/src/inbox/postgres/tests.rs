@@ -1290,6 +1290,44 @@ async fn a_read_only_database_is_away_and_a_cancelled_statement_busy() {
     locker.batch_execute("ROLLBACK").await.unwrap();
 }
 
+/// A lease runs from when the database grants it: a claim that waited longer than its lease
+/// (here for a lock on the events table, as behind a slow or busy server) grants a lease that
+/// still has its length ahead of it. Before, the lease was measured from the claim's `now`,
+/// taken before the wait, so it was over when granted, and another node took it back at once
+/// while the handler ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_runs_from_when_the_claim_is_granted() {
+    let Some((db, inbox, client)) = store_and_client().await else {
+        return;
+    };
+    fixtures::accept(&inbox, event("waited")).await;
+    let locker = testdb::connect(db.url()).await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let mut request = fixtures::claim_request(inbox.clock().now_ms(), 1, &[(HANDLER, 1)]);
+    request.lease_ms = [(HANDLER.to_string(), 1_000)].into();
+    let claiming = {
+        let inbox = inbox.clone();
+        tokio::spawn(async move { inbox.claim(request).await })
+    };
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    locker.batch_execute("COMMIT").await.unwrap();
+    let claimed = claiming.await.unwrap().unwrap();
+    assert_eq!(claimed.len(), 1);
+    let left: i64 = client
+        .query_one(
+            "SELECT lease_until - (extract(epoch FROM clock_timestamp()) * 1000)::int8
+             FROM deliveries WHERE id = $1",
+            &[&claimed[0].delivery_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(left > 500, "the lease has {left} ms left once granted");
+}
+
 /// A failed statement's error says what the server said, not only "db error" (which is all a
 /// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
 /// the error's text.
