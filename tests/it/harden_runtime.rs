@@ -342,6 +342,32 @@ async fn fields_a_handler_hoards_hit_the_per_call_host_budget() {
     );
 }
 
+/// One host call cannot make the host allocate more than its arguments' own cap: a `fields.set`
+/// of a million one-byte values (8 MB in the guest) traps as it is lifted, before the host
+/// allocates it. Before, wasmtime lifted up to 128 MiB of arguments per call (here ~50 MB of
+/// host heap; five million values made 460 MB) before the host budget refused it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_host_call_cannot_make_the_host_allocate_past_its_argument_cap() {
+    let (_dir, host) = start_fieldhog(Role::Handler, "max_attempts = 1\nmemory_mib = 256\n").await;
+    post_event(
+        &host,
+        "s",
+        "fh-one",
+        &json!({ "mode": "one-call", "count": 1_000_000 }),
+    )
+    .await;
+    let delivery = host
+        .wait_state("s", "fh-one", "fieldhog", "dead", WAIT)
+        .await;
+    let attempt = last_attempt(&delivery);
+    let error = attempt["error"].as_str().unwrap_or_default();
+    assert_eq!(attempt["outcome"], "trap", "{delivery:#}");
+    assert!(
+        error.contains("fuel allocated for hostcalls has been exhausted"),
+        "{error}"
+    );
+}
+
 /// The same hoarding in a parser (which has no network, but can still create fields): the
 /// parse fails on the host budget, the request is quarantined (never lost), the log names the
 /// limit and RSS stays bounded.

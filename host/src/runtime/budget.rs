@@ -6,6 +6,8 @@
 //! - Every `wasi:http` import that makes the host keep guest-supplied bytes is wrapped here and
 //!   charges them to the call's [`HostBudget`] *before* the host allocates; past
 //!   [`HOST_BYTES`] the call traps with [`LimitExceeded::HostMemory`], naming the limit.
+//! - A host call's arguments are lifted (allocated) before a wrapper can charge them, so each
+//!   call's lifting is bounded by itself ([`HOSTCALL_BYTES`] of the guest's bytes).
 //! - The budget only grows during a call (bytes are counted when allocated, not refunded when
 //!   the guest drops a resource), so it bounds what a call can hold at once and is never an
 //!   undercount. A store lives for one call, so the budget is per call.
@@ -28,6 +30,12 @@ use super::{host::HostState, limiter::LimitExceeded};
 
 /// Host bytes one call (handler attempt or parse) may make the host hold for it.
 pub const HOST_BYTES: usize = 16 * 1024 * 1024;
+/// Guest bytes one host call may hand the host (wasmtime's "hostcall fuel", counted in the
+/// guest's layout as its arguments are lifted, before the host function runs): four times
+/// the largest a legitimate call passes (a state value of 1 MiB). Lifting allocates first and
+/// [`HostBudget::charge`] comes after, so without it one `fields.set` of a million one-byte
+/// values allocated some 300 MB before the budget refused it (wasmtime's default is 128 MiB).
+pub const HOSTCALL_BYTES: usize = 4 * crate::model::MAX_STATE_VALUE_BYTES;
 /// What creating any host resource (fields, request, response, options, body) costs at least:
 /// its table entry and the host structure behind it.
 pub const RESOURCE_BYTES: usize = 256;

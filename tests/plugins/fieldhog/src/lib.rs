@@ -5,6 +5,8 @@
 //!   resources of ~120 KiB each (one header value) and keeps every handle, up to `count`
 //!   (default 10 000, ~1.2 GB of host memory without a host budget). `{"mode": "clone"}` fills
 //!   one and clones it `count` times. Output (if the host lets it finish): `{"held": N}`.
+//! - `{"mode": "one-call", "count": N}`: one `fields.set` of `count` one-byte values (a
+//!   million: 8 MB of arguments in the guest, ~50 MB of host heap once lifted).
 //! - `{"mode": "refusals", "url": "http://...", "count": N}`: sends `count` GETs to `url`,
 //!   which the host refuses, and reports `{"denied": D, "other": O}`.
 //! - As a parser: the `fields` mode on every request, then an envelope with the
@@ -69,6 +71,11 @@ impl Handler for Fieldhog {
         match orders.mode.as_deref().unwrap_or("fields") {
             "fields" => Ok(Some(format!("{{\"held\":{}}}", hoard(count)))),
             "clone" => Ok(Some(format!("{{\"held\":{}}}", clones(count)))),
+            "one-call" => {
+                let values = vec![vec![b'x']; count];
+                let set = Fields::new().set("x-many", &values).is_ok();
+                Ok(Some(format!("{{\"set\":{set}}}")))
+            }
             "refusals" => {
                 let url = orders.url.ok_or(HandleError::permanent("url is not set"))?;
                 let (mut denied, mut other) = (0u64, 0u64);
