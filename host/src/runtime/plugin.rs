@@ -214,7 +214,7 @@ impl Runtime {
                      `plugin_sdk::register!(handler = T)` or `(parser = T)`"
                         .into()
                 } else {
-                    exports.join(", ")
+                    quoted_names(&exports)
                 }));
             }
             (Some(p), Some(h)) if p != h => {
@@ -379,6 +379,7 @@ fn role_version<R: Role>(exports: &[String]) -> Result<Option<WitVersion>, LoadE
         .transpose()
         .map_err(|version| {
             let loaded: Vec<_> = WitVersion::ALL.iter().map(|v| v.as_str()).collect();
+            let (version, _) = crate::text::escape_within(version, NAME_BYTES);
             LoadError::Mismatch(format!(
                 "it exports hookd:plugin/{}@{version}, a WIT version this hookd does not load \
                  (it loads {})",
@@ -386,6 +387,29 @@ fn role_version<R: Role>(exports: &[String]) -> Result<Option<WitVersion>, LoadE
                 loaded.join(", ")
             ))
         })
+}
+
+/// The most bytes of one name a component chose that a load error quotes (escaped).
+const NAME_BYTES: usize = 128;
+/// The most of its names a load error lists.
+const NAMES_SHOWN: usize = 10;
+
+/// `names` (a component's exports) as a load error quotes them: the first [`NAMES_SHOWN`],
+/// each escaped and cut to [`NAME_BYTES`], and how many there are in all. The file chose them:
+/// 20 000 exports of 900 bytes made an 18 MB log line and admin answer.
+fn quoted_names(names: &[String]) -> String {
+    let mut shown: Vec<String> = names
+        .iter()
+        .take(NAMES_SHOWN)
+        .map(|name| match crate::text::escape_within(name, NAME_BYTES) {
+            (whole, true) => whole,
+            (cut, false) => cut + "…",
+        })
+        .collect();
+    if names.len() > NAMES_SHOWN {
+        shown.push(format!("… ({} exports)", names.len()));
+    }
+    shown.join(", ")
 }
 
 /// The role's pre-instance if the component exports it, checked against its WIT version.
@@ -408,6 +432,28 @@ mod tests {
         assert_eq!(
             super::file_sha256(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    /// A load error quotes at most ten of a component's names, each cut and escaped, and says
+    /// how many there are: the file chose them (before, all of them, whole: 18 MB).
+    #[test]
+    fn a_load_error_quotes_few_names_each_cut() {
+        let names: Vec<String> = (0..20_000)
+            .map(|i| format!("e{i}-{}\n", "x".repeat(900)))
+            .collect();
+        let quoted = super::quoted_names(&names);
+        assert!(
+            quoted.len() < 11 * (super::NAME_BYTES + 8),
+            "{}",
+            quoted.len()
+        );
+        assert!(quoted.ends_with("… (20000 exports)"), "{quoted}");
+        assert!(!quoted.contains('\n'));
+        let few = ["hookd:plugin/other@0.1.0".to_owned(), "run\n".to_owned()];
+        assert_eq!(
+            super::quoted_names(&few),
+            "hookd:plugin/other@0.1.0, run\\n"
         );
     }
 }
