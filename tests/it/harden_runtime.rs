@@ -104,6 +104,26 @@ fn multimem_wat(memories: usize, pages: u32) -> String {
     )
 }
 
+/// [`multimem_wat`]'s handler (one memory, grown by nothing) with `tables` more core
+/// instances, each defining one empty table (nothing against its memory limit), whose `handle`
+/// spins until the attempt's timeout stops it.
+fn tables_wat(tables: usize) -> String {
+    let instances: String = (0..tables)
+        .map(|i| format!("(core instance $t{i} (instantiate $table))\n"))
+        .collect();
+    multimem_wat(1, 0)
+        .replacen(
+            "(core module $main",
+            &format!("(core module $table (table 0 funcref))\n{instances}(core module $main"),
+            1,
+        )
+        .replacen(
+            "(func (export \"handle\") (param i32) (result i32)",
+            "(func (export \"handle\") (param i32) (result i32)\n(loop $spin (br $spin))",
+            1,
+        )
+}
+
 fn write_multimem(dir: &Path, stem: &str, memories: usize, pages: u32) {
     let wasm = wat::parse_str(multimem_wat(memories, pages))
         .unwrap_or_else(|e| panic!("multimem WAT ({memories} memories): {e}"));
@@ -366,6 +386,47 @@ async fn one_host_call_cannot_make_the_host_allocate_past_its_argument_cap() {
         error.contains("fuel allocated for hostcalls has been exhausted"),
         "{error}"
     );
+}
+
+/// One plugin's calls cannot take the instance pool's tables (nor its core instances or
+/// memories) another plugin's calls need: the pool holds every slot's worth at the
+/// per-component maxima. Here 80 calls of a handler with 55 empty tables each, spinning, held
+/// all 4 400 tables the pool had, and `counter`'s call then failed to instantiate
+/// ("maximum concurrent limit of 4400 for tables reached"), a `trap` counted against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_plugins_calls_cannot_take_the_pools_tables_from_another() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("counter", plugins::COUNTER)]);
+    let wasm = wat::parse_str(tables_wat(55)).unwrap();
+    std::fs::write(dir.path().join("plugins/tables.wasm"), wasm).unwrap();
+    let text = format!(
+        "workers = 128\n{}{}",
+        sw_source(
+            "t",
+            &["tables"],
+            "[plugins.tables]\ntimeout_ms = 5000\nmax_attempts = 1\n"
+        ),
+        sw_source("c", &["counter"], "[plugins.counter]\nmax_attempts = 1\n"),
+    );
+    let host = ProcessHost::start(dir.path(), &config(&text)).await;
+    for i in 0..100 {
+        post_event(&host, "t", &format!("t-{i}"), &json!({})).await;
+    }
+    // Once 80 spinners run, their instances hold 80 × 55 tables.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (_, running) = host
+            .admin_get("/admin/events?source=t&state=running&limit=1000")
+            .await;
+        if running.as_array().map_or(0, Vec::len) >= 80 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the spinners did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    post_event(&host, "c", "c-1", &json!({})).await;
+    let delivery = host.wait_state("c", "c-1", "counter", "done", WAIT).await;
+    assert_eq!(delivery["attempts"], 1, "{delivery:#}");
 }
 
 /// The same hoarding in a parser (which has no network, but can still create fields): the

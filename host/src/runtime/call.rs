@@ -562,6 +562,15 @@ pub(super) async fn bounded<T>(
                     LimitExceeded::HostWide { .. } => CallError::HostMemory(exceeded.to_string()),
                     _ => CallError::Trap(exceeded.to_string()),
                 })
+            } else if e
+                .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+                .is_some()
+            {
+                // The pool's slots are the host's, like its plugin memory: not the plugin's
+                // fault, so not counted against its attempts.
+                Err(CallError::HostMemory(format!(
+                    "the host's pool of plugin instances is full: {e}"
+                )))
             } else if let Some(refused) = e.downcast_ref::<StateRefused>() {
                 Err(CallError::StateRefused(refused.clone()))
             } else if let Some(panic) = stderr.panic() {

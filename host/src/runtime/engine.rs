@@ -130,10 +130,16 @@ pub(super) fn engine_config(pooling: bool) -> Config {
     config.async_stack_size(WASM_STACK_BYTES + 1024 * 1024);
     if pooling {
         let mut pool = PoolingAllocationConfig::default();
+        // Every slot may hold a component at the per-component maxima, so no plugin's calls can
+        // spend the tables, memories or core instances another plugin's call needs (a handler
+        // of 64 empty tables, spinning in 64 calls at once, took all 4 400 tables there were,
+        // and every other plugin's calls then failed to instantiate). Only the component slots
+        // themselves run out, and only with more calls in flight than `workers` and parses.
+        // (Tables are reserved address space, 160 KiB each; core instances only counted.)
         pool.total_component_instances(POOL_SLOTS)
-            .total_core_instances(POOL_SLOTS * 8)
-            .total_memories(POOL_SLOTS * 2)
-            .total_tables(POOL_SLOTS * 4)
+            .total_core_instances(POOL_SLOTS * limiter::INSTANCES as u32)
+            .total_memories(POOL_SLOTS * limiter::MEMORIES as u32)
+            .total_tables(POOL_SLOTS * limiter::TABLES as u32)
             .total_stacks(POOL_SLOTS)
             .max_memory_size(POOL_MAX_MEMORY)
             // The limiter's counts, per component, so a component over them fails to load.
