@@ -136,15 +136,17 @@ async fn lease_together(
     let ids: Vec<i64> = picks.iter().map(|(_, c)| c.id).collect();
     let until: Vec<i64> = picks.iter().map(|(h, _)| request.lease_until(h)).collect();
     let params: [&(dyn ToSql + Sync); 3] = [&ids, &until, &request.now_ms];
-    // A lease runs from when the database grants it: a claim that waited (for a connection,
-    // a lock, a slow server) past the claim's `now` has each lease moved on by the wait, as
-    // the database's clock (which the node's follows) measures it. Before, a claim that
-    // waited longer than the lease granted leases already over, which another node took
-    // back at once while the handler ran.
+    // A lease runs from when the database grants it: a claim whose transaction waited over a
+    // second (for a lock, a slow server) has each lease moved on by the wait, as the
+    // database's clock measures it from the transaction's start. Before, a claim that waited
+    // longer than the lease granted leases already over, which another node took back at once
+    // while the handler ran. (A shorter wait is within the lease's margin, and left alone.)
     let lease = tx.query(
         "UPDATE deliveries d SET state = 'running', attempts = d.attempts + 1,
-             lease_until = u.until
-                 + GREATEST(0, (extract(epoch FROM clock_timestamp()) * 1000)::int8 - $3),
+             lease_until = u.until + CASE
+                 WHEN clock_timestamp() - transaction_timestamp() > interval '1 second'
+                 THEN (extract(epoch FROM clock_timestamp() - transaction_timestamp()) * 1000)::int8
+                 ELSE 0 END,
              leased_at = $3, updated_at = $3
          FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
          WHERE d.id = u.id AND e.id = d.event
