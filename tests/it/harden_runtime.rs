@@ -362,29 +362,29 @@ async fn fields_a_handler_hoards_hit_the_per_call_host_budget() {
     );
 }
 
-/// One host call cannot make the host allocate more than its arguments' own cap: a `fields.set`
-/// of a million one-byte values (8 MB in the guest) traps as it is lifted, before the host
-/// allocates it. Before, wasmtime lifted up to 128 MiB of arguments per call (here ~50 MB of
-/// host heap; five million values made 460 MB) before the host budget refused it.
+/// One host call's many small values are charged before the host copies them: a `fields.set`
+/// of two million one-byte values (16 MB of arguments in the guest, ~100 MB of its memory in
+/// all) traps on the host budget with nothing copied. Before, wasmtime lifted the whole list
+/// into host `Vec`s first (~160 MB more; five million values made 460 MB) and the budget
+/// refused it only after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_host_call_cannot_make_the_host_allocate_past_its_argument_cap() {
+async fn one_host_call_cannot_make_the_host_allocate_before_its_charge() {
     let (_dir, host) = start_fieldhog(Role::Handler, "max_attempts = 1\nmemory_mib = 256\n").await;
-    post_event(
-        &host,
-        "s",
-        "fh-one",
-        &json!({ "mode": "one-call", "count": 1_000_000 }),
-    )
-    .await;
+    let baseline = status_kib(host.pid(), "VmRSS");
+    let many = json!({ "mode": "one-call", "count": 2_000_000 });
+    post_event(&host, "s", "fh-one", &many).await;
     let delivery = host
         .wait_state("s", "fh-one", "fieldhog", "dead", WAIT)
         .await;
     let attempt = last_attempt(&delivery);
     let error = attempt["error"].as_str().unwrap_or_default();
     assert_eq!(attempt["outcome"], "trap", "{delivery:#}");
+    assert!(error.contains("host memory limit exceeded"), "{error}");
+    let peak = status_kib(host.pid(), "VmHWM");
+    eprintln!("one call's values: hookd RSS {baseline} KiB before, peak {peak} KiB");
     assert!(
-        error.contains("fuel allocated for hostcalls has been exhausted"),
-        "{error}"
+        peak < baseline + 140 * 1024,
+        "peak RSS {peak} KiB, baseline {baseline} KiB: the values were copied before the charge"
     );
 }
 

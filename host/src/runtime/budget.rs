@@ -6,8 +6,10 @@
 //! - Every `wasi:http` import that makes the host keep guest-supplied bytes is wrapped here and
 //!   charges them to the call's [`HostBudget`] *before* the host allocates; past
 //!   [`HOST_BYTES`] the call traps with [`LimitExceeded::HostMemory`], naming the limit.
-//! - A host call's arguments are lifted (allocated) before a wrapper can charge them, so each
-//!   call's lifting is bounded by itself ([`HOSTCALL_BYTES`] of the guest's bytes).
+//! - A host call's arguments are lifted (allocated) before its function runs, so the lists
+//!   whose elements cost the host more than the guest (`fields.set`'s and `fields.from-list`'s
+//!   many small values) are taken as views into guest memory ([`WasmList`]), charged from
+//!   their lengths, and only then copied.
 //! - The budget only grows during a call (bytes are counted when allocated, not refunded when
 //!   the guest drops a resource), so it bounds what a call can hold at once and is never an
 //!   undercount. A store lives for one call, so the budget is per call.
@@ -16,8 +18,8 @@
 
 use http::{HeaderName, HeaderValue};
 use wasmtime::{
-    StoreContextMut,
-    component::{Linker, LinkerInstance, Resource},
+    AsContextMut as _, StoreContextMut,
+    component::{Linker, LinkerInstance, Resource, WasmList, WasmStr},
 };
 use wasmtime_wasi_http::{
     FieldMap, WasiHttpView,
@@ -30,12 +32,7 @@ use super::{host::HostState, limiter::LimitExceeded};
 
 /// Host bytes one call (handler attempt or parse) may make the host hold for it.
 pub const HOST_BYTES: usize = 16 * 1024 * 1024;
-/// Guest bytes one host call may hand the host (wasmtime's "hostcall fuel", counted in the
-/// guest's layout as its arguments are lifted, before the host function runs): four times
-/// the largest a legitimate call passes (a state value of 1 MiB). Lifting allocates first and
-/// [`HostBudget::charge`] comes after, so without it one `fields.set` of a million one-byte
-/// values allocated some 300 MB before the budget refused it (wasmtime's default is 128 MiB).
-pub const HOSTCALL_BYTES: usize = 4 * crate::model::MAX_STATE_VALUE_BYTES;
+
 /// What creating any host resource (fields, request, response, options, body) costs at least:
 /// its table entry and the host structure behind it.
 pub const RESOURCE_BYTES: usize = 256;
@@ -97,6 +94,16 @@ fn map_bytes(map: &FieldMap) -> usize {
         .sum()
 }
 
+/// The `i`th element of `list` (in bounds), lifted.
+fn listed<T: wasmtime::component::Lift>(
+    list: &WasmList<T>,
+    cx: &mut Cx<'_>,
+    i: usize,
+) -> wasmtime::Result<T> {
+    list.get(cx.as_context_mut(), i)
+        .unwrap_or_else(|| Err(wasmtime::format_err!("list element {i} out of bounds")))
+}
+
 fn opt_len(s: &Option<String>) -> usize {
     s.as_ref().map_or(0, String::len)
 }
@@ -119,15 +126,28 @@ fn add_charged(types: &mut LinkerInstance<'_, HostState>) -> wasmtime::Result<()
         state.budget.charge(RESOURCE_BYTES)?;
         Ok((HostFields::new(&mut state.http())?,))
     })?;
+    // The entries are views into guest memory: charged from their lengths before any is copied
+    // (one `Vec` per value costs the host several times the guest's 8 bytes for it).
     types.func_wrap(
         "[static]fields.from-list",
-        |mut cx: Cx<'_>, (entries,): (Vec<(String, Vec<u8>)>,)| {
+        |mut cx: Cx<'_>, (entries,): (WasmList<(WasmStr, WasmList<u8>)>,)| {
+            // The values and the entries first (lengths only); each name as it is copied.
+            let mut bytes = RESOURCE_BYTES;
+            for entry in entries.iter(cx.as_context_mut())? {
+                let (_, value) = entry?;
+                bytes = bytes.saturating_add(value.len() + ENTRY_BYTES);
+            }
+            cx.data_mut().budget.charge(bytes)?;
+            let mut copied = Vec::with_capacity(entries.len());
+            for i in 0..entries.len() {
+                let (name, value) = listed(&entries, &mut cx, i)?;
+                let name_bytes = name.to_str(&cx)?.len();
+                cx.data_mut().budget.charge(name_bytes)?;
+                let name = name.to_str(&cx)?.into_owned();
+                copied.push((name, value.as_le_slice(&cx).to_vec()));
+            }
+            let entries = copied;
             let state = cx.data_mut();
-            let bytes = entries
-                .iter()
-                .map(|(name, value)| entry_bytes(name, value))
-                .sum::<usize>();
-            state.budget.charge(RESOURCE_BYTES.saturating_add(bytes))?;
             let mut view = state.http();
             Ok((match HostFields::from_list(&mut view, entries) {
                 Ok(fields) => Ok(fields),
@@ -137,13 +157,20 @@ fn add_charged(types: &mut LinkerInstance<'_, HostState>) -> wasmtime::Result<()
     )?;
     types.func_wrap(
         "[method]fields.set",
-        |mut cx: Cx<'_>, (fields, name, values): (Resource<FieldMap>, String, Vec<Vec<u8>>)| {
+        |mut cx: Cx<'_>,
+         (fields, name, values): (Resource<FieldMap>, String, WasmList<WasmList<u8>>)| {
+            let mut bytes = 0usize;
+            for value in values.iter(cx.as_context_mut())? {
+                bytes = bytes.saturating_add(name.len() + value?.len() + ENTRY_BYTES);
+            }
+            cx.data_mut().budget.charge(bytes)?;
+            let mut copied = Vec::with_capacity(values.len());
+            for i in 0..values.len() {
+                let value = listed(&values, &mut cx, i)?;
+                copied.push(value.as_le_slice(&cx).to_vec());
+            }
+            let values = copied;
             let state = cx.data_mut();
-            let bytes = values
-                .iter()
-                .map(|value| entry_bytes(&name, value))
-                .sum::<usize>();
-            state.budget.charge(bytes)?;
             let mut view = state.http();
             Ok((match HostFields::set(&mut view, fields, name, values) {
                 Ok(()) => Ok(()),

@@ -376,7 +376,6 @@ impl Runtime {
         let mut store = Store::new(&self.engine, host);
         store.limiter(|s| &mut s.limits);
         store.set_max_component_handles(limiter::RESOURCE_HANDLES);
-        store.set_hostcall_fuel(budget::HOSTCALL_BYTES);
         store.set_epoch_deadline(1);
         store.epoch_deadline_callback(move |_| {
             if Instant::now() >= deadline {

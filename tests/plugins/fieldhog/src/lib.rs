@@ -5,8 +5,8 @@
 //!   resources of ~120 KiB each (one header value) and keeps every handle, up to `count`
 //!   (default 10 000, ~1.2 GB of host memory without a host budget). `{"mode": "clone"}` fills
 //!   one and clones it `count` times. Output (if the host lets it finish): `{"held": N}`.
-//! - `{"mode": "one-call", "count": N}`: one `fields.set` of `count` one-byte values (a
-//!   million: 8 MB of arguments in the guest, ~50 MB of host heap once lifted).
+//! - `{"mode": "one-call", "count": N}`: one `fields.set` of `count` one-byte values (two
+//!   million: 16 MB of arguments in the guest, ~160 MB of host heap if copied whole).
 //! - `{"mode": "refusals", "url": "http://...", "count": N}`: sends `count` GETs to `url`,
 //!   which the host refuses, and reports `{"denied": D, "other": O}`.
 //! - As a parser: the `fields` mode on every request, then an envelope with the
