@@ -1015,10 +1015,16 @@ async fn a_client_without_the_token_cannot_spend_the_operators_body_budget() {
         assert_eq!(start, format!("HTTP/1.1 {answer}"), "{path}");
     }
     // Sign-in forms, the one body read without the token, are read under a budget of their
-    // own: 80 of them held (1.2 MB, more than the listener's budget) take none of it.
+    // own with a share per address: 80 of them held from 16 addresses (1.2 MB, more than the
+    // listener's budget) take none of the operators' budget, and of five from one address at
+    // least one is refused (four of 15 KB fill its 64 KiB share).
     let mut forms = Vec::new();
-    for _ in 0..80 {
-        let mut stream = tokio::net::TcpStream::connect(host.admin).await.unwrap();
+    for i in 0..80u8 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 5, 1 + i / 5], 0)))
+            .unwrap();
+        let mut stream = socket.connect(host.admin).await.unwrap();
         let head = format!(
             "POST /sign-in HTTP/1.1\r\nHost: {}\r\nContent-Length: 15000\r\n\
              Content-Type: application/x-www-form-urlencoded\r\n\r\ntoken=",
@@ -1028,6 +1034,18 @@ async fn a_client_without_the_token_cannot_spend_the_operators_body_budget() {
         let _ = stream.write_all(&vec![b'x'; 14_000]).await;
         forms.push(stream);
     }
+    let mut refused = 0;
+    for stream in &mut forms[..5] {
+        let mut start = [0u8; 12];
+        let read = tokio::time::timeout(Duration::from_secs(2), stream.read_exact(&mut start));
+        // The held ones end with 408 once they stall; the refused one, 503, at once.
+        if let Ok(Ok(_)) = read.await
+            && &start == b"HTTP/1.1 503"
+        {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 1, "five forms from one address all held");
     // The operator's own write goes through.
     let (status, reply) = support::admin_call(
         host.admin,

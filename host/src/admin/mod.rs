@@ -180,9 +180,11 @@ async fn read_body(
 ) -> Result<Response, ApiError> {
     let (parts, received) = request.into_parts();
     let declared = body::declared_length(&parts.headers);
-    // Held until the request is answered: the body's bytes live that long.
+    // Held until the request is answered: the body's bytes live that long. Counted under the
+    // client's address too, for a budget with a share per address (the sign-in form's).
+    let client = crate::server::Client::of(&parts.extensions);
     let (bytes, _reservation) =
-        body::read(received, declared, bodies.limits, &bodies.budget, None).await?;
+        body::read(received, declared, bodies.limits, &bodies.budget, client).await?;
     Ok(next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await)
