@@ -449,3 +449,21 @@ async fn an_event_whose_id_is_a_dot_segment_has_a_page_a_browser_can_reach() {
         assert!(page.contains(&format!("Event <bdi>{id}</bdi>")), "{page}");
     }
 }
+
+/// A form over its cap is answered as the dashboard's error page, like the dashboard's other
+/// refusals, the sign-in form's too (the one form read without a session): before, both were
+/// answered the API's JSON, which a browser shows as raw text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_over_its_cap_is_answered_as_a_page() {
+    let host = start_host().await;
+    let session = support::dashboard_session(host.admin).await;
+    let long = "x".repeat(20_000);
+    for (session, path) in [(&[][..], "/sign-in"), (&session[..], "/replay")] {
+        let (status, headers, page) =
+            dashboard_post(&host, session, path, &[("token", &long)]).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{path}: {page}");
+        let kind = headers[header::CONTENT_TYPE].to_str().unwrap();
+        assert!(kind.starts_with("text/html"), "{path}: {kind} {page}");
+        assert!(page.contains("role=\"alert\""), "{path}: {page}");
+    }
+}

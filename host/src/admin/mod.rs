@@ -67,16 +67,16 @@ pub fn router(shared: Arc<Shared>, local: SocketAddr) -> Router {
         names: shared.config.server.admin_hosts.clone(),
     });
     let lockout = Arc::new(lockout::Lockout::default());
-    let bodies = Bodies {
-        limits: BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
-        // No share per address here: the dashboard, the CLI and scripts usually come from one
-        // loopback address, and a state `PUT` may be larger than a share sized by the sources.
-        // Only a client with the token (or a session) reads more than the sign-in form.
-        budget: BodyBudget::new(
+    // No share per address here: the dashboard, the CLI and scripts usually come from one
+    // loopback address, and a state `PUT` may be larger than a share sized by the sources.
+    // Only a client with the token (or a session) reads more than the sign-in form.
+    let bodies = Bodies::new(
+        BodyLimits::new(&shared.config.server, MAX_BODY_BYTES as u64),
+        BodyBudget::new(
             shared.config.server.max_inflight_body_bytes,
             shared.config.server.max_inflight_body_bytes,
         ),
-    };
+    );
     let dashboard = ui::router(shared.clone(), guard.clone(), lockout.clone(), &bodies);
     let admin = Router::new()
         .route("/admin/events", get(list_events))
@@ -168,6 +168,21 @@ const _: () = assert!(MAX_BODY_BYTES >= ui::MAX_STATE_FORM_BYTES);
 struct Bodies {
     limits: BodyLimits,
     budget: Arc<BodyBudget>,
+}
+
+impl Bodies {
+    fn new(limits: BodyLimits, budget: Arc<BodyBudget>) -> Self {
+        Self { limits, budget }
+    }
+
+    /// These rules with a smaller cap, under a budget of their own.
+    fn capped(&self, max_bytes: u64, budget: Arc<BodyBudget>) -> Self {
+        let limits = BodyLimits {
+            max_bytes: max_bytes.min(self.limits.max_bytes),
+            ..self.limits
+        };
+        Self::new(limits, budget)
+    }
 }
 
 /// Reads the request's whole body (413 over the cap, from its declared length alone when it has

@@ -131,7 +131,8 @@ fn add_charged(types: &mut LinkerInstance<'_, HostState>) -> wasmtime::Result<()
     types.func_wrap(
         "[static]fields.from-list",
         |mut cx: Cx<'_>, (entries,): (WasmList<(WasmStr, WasmList<u8>)>,)| {
-            // The values and the entries first (lengths only); each name as it is copied.
+            // The values and the entries first (lengths only); each name once it is copied (one
+            // name is at most the guest's memory, and it is dropped if the charge fails).
             let mut bytes = RESOURCE_BYTES;
             for entry in entries.iter(cx.as_context_mut())? {
                 let (_, value) = entry?;
@@ -141,9 +142,8 @@ fn add_charged(types: &mut LinkerInstance<'_, HostState>) -> wasmtime::Result<()
             let mut copied = Vec::with_capacity(entries.len());
             for i in 0..entries.len() {
                 let (name, value) = listed(&entries, &mut cx, i)?;
-                let name_bytes = name.to_str(&cx)?.len();
-                cx.data_mut().budget.charge(name_bytes)?;
                 let name = name.to_str(&cx)?.into_owned();
+                cx.data_mut().budget.charge(name.len())?;
                 copied.push((name, value.as_le_slice(&cx).to_vec()));
             }
             let entries = copied;

@@ -47,11 +47,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::guard::Guard;
-use crate::{
-    Shared,
-    error::ApiError,
-    ingest::body::{BodyBudget, BodyLimits},
-};
+use crate::{Shared, error::ApiError, ingest::body::BodyBudget};
 use session::{FAILURE_DELAY, Sessions, SignedIn};
 
 /// What the dashboard's routes share.
@@ -149,20 +145,14 @@ pub(super) fn router(
         .route_layer(middleware::from_fn(refusals_as_pages))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_csrf))
         // Read once the session is known: only a signed-in client has a form read.
-        .route_layer(middleware::from_fn_with_state(
-            bodies.clone(),
-            super::read_body,
-        ))
+        .route_layer(middleware::from_fn_with_state(bodies.clone(), read_form))
         .route_layer(middleware::from_fn_with_state(ui.clone(), require_session));
     // The one form a client without the token may send: a small cap, and a budget of its own.
-    let sign_in_bodies = super::Bodies {
-        limits: BodyLimits {
-            max_bytes: MAX_FORM_BYTES as u64,
-            ..bodies.limits
-        },
-        budget: BodyBudget::new(SIGN_IN_BUDGET, SIGN_IN_SHARE),
-    };
-    let sign_in_form = middleware::from_fn_with_state(sign_in_bodies, super::read_body);
+    let sign_in_bodies = bodies.capped(
+        MAX_FORM_BYTES as u64,
+        BodyBudget::new(SIGN_IN_BUDGET, SIGN_IN_SHARE),
+    );
+    let sign_in_form = middleware::from_fn_with_state(sign_in_bodies, read_form);
     Router::new()
         .route(
             "/sign-in",
@@ -281,11 +271,16 @@ impl From<crate::ingest::replay::ReplayError> for UiError {
 impl IntoResponse for UiError {
     fn into_response(self) -> Response {
         let message = self.0.to_string();
-        let status = self.0.into_response().status();
+        let api = self.0.into_response();
+        let status = api.status();
         if status.is_client_error() {
             error_page(status, &message)
         } else if status == StatusCode::SERVICE_UNAVAILABLE {
-            error_page(status, "The database is busy: try again in a moment.")
+            let mut page = error_page(status, "The server is busy: try again in a moment.");
+            if let Some(wait) = api.headers().get(header::RETRY_AFTER) {
+                page.headers_mut().insert(header::RETRY_AFTER, wait.clone());
+            }
+            page
         } else {
             error_page(
                 status,
@@ -295,7 +290,15 @@ impl IntoResponse for UiError {
     }
 }
 
-/// A bare page saying `message`, answered with `status`.
+/// [`super::read_body`] for the dashboard's forms: its refusals (a form over its cap, one that
+/// stalls, a spent budget) answered as pages.
+async fn read_form(State(bodies): State<super::Bodies>, request: Request, next: Next) -> Response {
+    match super::read_body(State(bodies), request, next).await {
+        Ok(response) => response,
+        Err(refused) => UiError(refused).into_response(),
+    }
+}
+
 /// A refusal axum wrote as plain text (a malformed number in a query, say) answered as the
 /// dashboard's error page, like every other refusal of it.
 async fn refusals_as_pages(request: Request, next: Next) -> Response {
@@ -306,6 +309,7 @@ async fn refusals_as_pages(request: Request, next: Next) -> Response {
     }
 }
 
+/// A bare page saying `message`, answered with `status`.
 pub(super) fn error_page(status: StatusCode, message: &str) -> Response {
     let body = html! {
         p.notice.error role="alert" { (message) }
