@@ -590,6 +590,50 @@ async fn a_database_that_goes_silent_is_503s_within_the_answer_timeout() {
     }
 }
 
+/// Over the backlog bound a new event is refused, but a provider's resend of a stored one is
+/// looked up (and answered `duplicate`): that look-up, too, is answered 503 within the answer
+/// timeout when the database goes silent (before, it waited for as long as the connection did,
+/// holding the request's body budget).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_over_the_backlog_bound_is_503_within_the_answer_timeout_too() {
+    let Some(db) = TestDatabase::create("a_resend_over_the_backlog_bound_is_503_within") else {
+        return;
+    };
+    let (head, rest) = db.url.split_once('@').unwrap();
+    let (server, path) = rest.split_once('/').unwrap();
+    let (relay, frozen) = freezable_relay(server.parse().unwrap()).await;
+    let through = format!("{head}@{relay}/{path}");
+    // The handler's file is absent: the first event's delivery waits, and the backlog is full.
+    let config = format!(
+        "[server]\ndatabase = \"{through}\"\nmax_backlog = 1\n{}",
+        sw_source("s", &["absent"], "")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let host = ProcessHost::start(dir.path(), &config).await;
+    let post = |id: &'static str| async move {
+        support::send_sw(host.ingest, "s", id, b"{}").await.unwrap()
+    };
+    let (status, _, body) = post("first").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body:?}");
+    let (status, _, body) = post("first").await;
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "a resend over the bound: {body:?}"
+    );
+
+    frozen.store(true, Ordering::Relaxed);
+    let asked = Instant::now();
+    let (status, headers, body) = tokio::time::timeout(Duration::from_secs(40), post("first"))
+        .await
+        .expect("no answer within 40 s while the database was silent");
+    let took = asked.elapsed();
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body:?}");
+    assert!(headers.contains_key("retry-after"), "{headers:?}");
+    assert!(took < Duration::from_secs(30), "answered after {took:?}");
+    frozen.store(false, Ordering::Relaxed);
+}
+
 /// `POST /admin/plugins/counter/rollback` on `node`.
 async fn rollback(node: &ProcessHost) -> (StatusCode, Value) {
     node.admin(

@@ -236,19 +236,20 @@ pub struct Finish {
 /// What every backend records of an attempt, beside its row.
 impl Finish {
     /// The attempt of delivery `delivery_id` (by `handler`, leased at `leased_at_ms`) whose
-    /// lease was taken back at `now_ms`, going where `disposition` says.
+    /// lease was taken back at `now_ms`, going where `disposition` says. A running row without
+    /// its lease's start (a hand repair, say) is taken back all the same, as started `now_ms`.
     pub(super) fn abandoned(
         delivery_id: i64,
         handler: &str,
         attempt: u32,
-        leased_at_ms: i64,
+        leased_at_ms: Option<i64>,
         now_ms: i64,
         disposition: Disposition,
     ) -> Self {
         Self {
             delivery_id,
             attempt,
-            started_at_ms: leased_at_ms,
+            started_at_ms: leased_at_ms.unwrap_or(now_ms),
             finished_at_ms: now_ms,
             outcome: AttemptOutcome::Abandoned,
             error_kind: Some("lease_expired".into()),

@@ -326,7 +326,7 @@ mod tests {
     #[test]
     fn a_reclaim_counts_what_it_took_back_per_handler() {
         let abandoned =
-            |id, handler, disposition| Finish::abandoned(id, handler, 1, 0, 10, disposition);
+            |id, handler, disposition| Finish::abandoned(id, handler, 1, Some(0), 10, disposition);
         let reclaimed = Reclaimed::of(&[
             abandoned(1, "a", Disposition::RetryAt { at_ms: 20 }),
             abandoned(2, "a", Disposition::Dead),

@@ -164,7 +164,8 @@ async fn count_the_rest(
 /// under the embedded one that stopped (frozen, a stalled device).
 const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Waits for `accept` (owned, so that it can go on alone) at most [`STORE_ANSWER`]; past it,
+/// Waits for `accept` (owned, so that it can go on alone; or the duplicate check that stands
+/// in for it over the backlog bound) at most [`STORE_ANSWER`]; past it,
 /// the provider is told to retry rather than held for as long as TCP's own timeouts or a
 /// stalled disk. Were the event committed after all, the retry is a duplicate; a 202 still
 /// follows only a returned commit. An accept nobody waits for any more (past the answer time,
@@ -359,10 +360,15 @@ async fn answer(
             if shared.inbox.backlog() as u64 >= shared.config.server.max_backlog {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
-                let stored = shared
-                    .inbox
-                    .contains_event(source.name.to_string(), event_id.to_string())
-                    .await?;
+                // Waited on like an accept: a database that stopped answering gets a 503.
+                let (inbox, name, id) = (
+                    shared.inbox.clone(),
+                    source.name.to_string(),
+                    event_id.to_string(),
+                );
+                let stored =
+                    within_store_answer(async move { inbox.contains_event(name, id).await })
+                        .await?;
                 if !stored {
                     return Err(ApiError::Overloaded {
                         retry_after_secs: 5,

@@ -428,6 +428,19 @@ async fn reclaim_after_expiry(inbox: &Inbox, claimed: &Claimed) {
     assert_eq!(inbox.reclaim_expired(expired, give_up).await.unwrap(), 1);
 }
 
+/// A running delivery whose lease's start is missing (a hand repair, an older tool) is taken
+/// back like any other, not a failure of the whole reclaim (which on the embedded store also
+/// stops a start).
+pub(super) async fn a_lease_without_its_start_is_taken_back(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let claimed = lease(&inbox, "a").await;
+    db.repair("UPDATE deliveries SET leased_at = NULL").await;
+    reclaim_after_expiry(&inbox, &claimed).await;
+    let history = &detail(&inbox, "a").await.deliveries[0].history;
+    let outcomes: Vec<&str> = history.iter().map(|a| a.outcome.as_str()).collect();
+    assert_eq!(outcomes, ["abandoned"]);
+}
+
 pub(super) async fn a_reclaimed_attempt_is_recorded_as_abandoned(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     let claimed = lease(&inbox, "a").await;

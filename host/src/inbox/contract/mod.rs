@@ -32,6 +32,10 @@ pub(super) trait Database: Send + Sync {
     /// recorded as such, holding `rows` (SQL in PostgreSQL's spelling; a blob is
     /// `decode('<hex>', 'hex')`).
     async fn at_first_schema(&self, rows: &str);
+
+    /// Runs `sql` (PostgreSQL's spelling, which SQLite shares for it) on the database beside
+    /// the inbox open on it: a hand repair.
+    async fn repair(&self, sql: &str);
 }
 
 /// Runs `case` on a fresh database (none: skipped) in a runtime of its own built by `runtime`,
@@ -138,6 +142,7 @@ macro_rules! suite {
             a_resent_conflict_never_meets_the_next_lease,
             once_done_then_discarded_and_pruned_still_makes_older_stale,
             a_request_accepted_from_quarantine_is_kept_from_its_resolution,
+            a_lease_without_its_start_is_taken_back,
             $($single,)*
             $($notice,)*
             ]

@@ -828,12 +828,11 @@ pub(super) async fn take_back(
         .map(|row| {
             let handler: String = row.get(1);
             let disposition = decide(&handler, token(row.get(3)));
-            let leased_at: Option<i64> = row.get(4);
             Finish::abandoned(
                 row.get(0),
                 &handler,
                 token(row.get(2)),
-                leased_at.unwrap_or(now_ms),
+                row.get(4),
                 now_ms,
                 disposition,
             )

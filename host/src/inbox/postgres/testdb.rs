@@ -201,6 +201,14 @@ impl Database for TestDatabase {
             .await
             .unwrap_or_else(|e| panic!("making {} a first-schema database: {e:?}", self.name));
     }
+
+    async fn repair(&self, sql: &str) {
+        connect(&with_database(&self.server, &self.name))
+            .await
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql} on {}: {e:?}", self.name));
+    }
 }
 
 impl Drop for TestDatabase {

@@ -70,7 +70,7 @@ pub(super) fn take_back(
     expired_before: i64,
     decide: &Decide,
 ) -> Result<Reclaimed, InboxError> {
-    let rows: Vec<(i64, String, u32, u32, i64)> = conn
+    let rows: Vec<(i64, String, u32, u32, Option<i64>)> = conn
         .prepare_cached(
             "SELECT id, handler, attempts, attempts - budget_base, leased_at
              FROM deliveries WHERE state = 'running' AND lease_until < ?1",

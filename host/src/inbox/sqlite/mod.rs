@@ -473,4 +473,11 @@ impl super::contract::Database for TempDatabase {
         ))
         .unwrap();
     }
+
+    async fn repair(&self, sql: &str) {
+        let conn = rusqlite::Connection::open(self.path()).unwrap();
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .unwrap();
+        conn.execute_batch(sql).unwrap();
+    }
 }
