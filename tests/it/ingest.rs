@@ -952,6 +952,51 @@ async fn new_events_beyond_the_backlog_bound_get_503_with_retry_after() {
     assert_eq!(support::json_or_text(&body)["duplicate"], true);
 }
 
+/// The bound holds for concurrent senders too: 64 new events sent at once to a backlog bound
+/// of 5 store at most 5. Before, each request compared the backlog as it was before any of them
+/// had committed, so every request waiting for the same commit passed (an outside run stored
+/// 135 of 200 against a bound of 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_new_events_do_not_overshoot_the_backlog_bound() {
+    let config = format!(
+        "[server]\nmax_backlog = 5\n{}",
+        sw_source("s", &["absent"], "")
+    );
+    let host = TestHost::start(&config, &[]).await;
+    let ingest = host.ingest;
+    let sends: Vec<_> = (0..64)
+        .map(|i| {
+            tokio::spawn(async move {
+                let id = format!("c-{i}");
+                let body = event_body(&id);
+                support::send_sw(ingest, "s", &id, body.as_bytes())
+                    .await
+                    .unwrap()
+                    .0
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for send in sends {
+        statuses.push(send.await.unwrap());
+    }
+    let accepted = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::ACCEPTED)
+        .count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::SERVICE_UNAVAILABLE)
+        .count();
+    assert_eq!(accepted + refused, 64, "{statuses:?}");
+    assert!(
+        (1..=5).contains(&accepted),
+        "{accepted} stored past a bound of 5"
+    );
+    let (_, health) = host.admin_get("/healthz").await;
+    assert_eq!(health["backlog"], accepted, "{health}");
+}
+
 /// A parser that takes the event id from a header whose value is not UTF-8 sees that value
 /// read as ISO-8859-1, so two ids that differ in those bytes stay two events. Before, each such
 /// byte reached it as U+FFFD: `lossy-\xff` and `lossy-\xfe` were one event, the second

@@ -131,6 +131,10 @@ struct Inner {
     store: Arc<dyn Store>,
     /// Deliveries in an open state (`DeliveryState::OPEN`): the backlog bound's measure.
     backlog: AtomicI64,
+    /// Deliveries of accepts admitted under the backlog bound and not yet committed
+    /// ([`Admission`]): counted against the bound with [`Inner::backlog`], so accepts waiting
+    /// for one commit cannot all pass it.
+    admitting: AtomicI64,
     /// Quarantined requests not yet resolved (plus writes in flight): the quarantine bound's
     /// measure. Recounted from the store after every replay.
     quarantined: AtomicI64,
@@ -259,6 +263,7 @@ impl Inbox {
             inner: Arc::new(Inner {
                 store,
                 backlog: AtomicI64::new(counts.backlog),
+                admitting: AtomicI64::new(0),
                 quarantined: AtomicI64::new(counts.quarantined),
                 work: Notify::new(),
                 clock,
@@ -298,6 +303,21 @@ impl Inbox {
     /// between a finish's commit and its own decrement, which then takes one too many.
     pub fn backlog(&self) -> i64 {
         self.inner.backlog.load(Ordering::Relaxed).max(0)
+    }
+
+    /// Admits an event with `handlers` deliveries under the backlog bound `max`: `None` when
+    /// the backlog and the accepts already admitted reach it. The [`Admission`] is held until
+    /// the accept has returned (and counted what it committed in the backlog); a race between
+    /// two admissions refuses rather than overshoots.
+    pub fn admit(&self, max: u64, handlers: usize) -> Option<Admission> {
+        let weight = handlers as i64;
+        let before = self.inner.admitting.fetch_add(weight, Ordering::Relaxed);
+        let admission = Admission {
+            inner: self.inner.clone(),
+            weight,
+        };
+        let taken = self.backlog().saturating_add(before);
+        (i64::try_from(max).unwrap_or(i64::MAX) > taken).then_some(admission)
     }
 
     fn add_backlog(&self, delta: i64) {
@@ -359,6 +379,20 @@ impl Inbox {
         if let Some(shared) = &self.inner.shared {
             shared.outgoing.notify_one();
         }
+    }
+}
+
+/// An event's place under the backlog bound ([`Inbox::admit`]), given back when dropped.
+pub struct Admission {
+    inner: Arc<Inner>,
+    weight: i64,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.inner
+            .admitting
+            .fetch_sub(self.weight, Ordering::Relaxed);
     }
 }
 

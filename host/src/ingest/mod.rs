@@ -357,7 +357,8 @@ async fn answer(
             tracing::Span::current().record("event", event_id.as_str());
             // Decided before the request moves into the inbox; sent only once it is stored.
             let ack = source.verifier.accepted_reply(request.body());
-            if shared.inbox.backlog() as u64 >= shared.config.server.max_backlog {
+            let max_backlog = shared.config.server.max_backlog;
+            let Some(admission) = shared.inbox.admit(max_backlog, source.handlers.len()) else {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
                 // Waited on like an accept: a database that stopped answering gets a 503.
@@ -375,13 +376,13 @@ async fn answer(
                     });
                 }
                 return Ok(("duplicate", accepted_response(ack, &event_id, true)));
-            }
+            };
             let inbox = shared.inbox.clone();
             let (name, handlers) = (source.name.clone(), source.handlers.clone());
             let accepted = within_store_answer(async move {
                 // The body's bytes stay counted for as long as the accept holds them, past a
                 // 503 too (in-flight memory stays bounded while the database is stuck).
-                let _held = reservation;
+                let _held = (reservation, admission);
                 inbox.accept(name, envelope, request, handlers, None).await
             })
             .await?;
