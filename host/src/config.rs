@@ -660,7 +660,8 @@ impl Config {
     ///
     /// Settings that work as written but are more likely a slip than a wish are said too: a
     /// zero backoff (every attempt spent in moments), a zero backlog bound (every new event
-    /// refused: a drain), a zero body cap (every request with a body refused).
+    /// refused: a drain), a zero body cap (every request with a body refused), event ids
+    /// forgotten within providers' retry windows (a retry delivered again).
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings: Vec<String> = self
             .sources
@@ -702,6 +703,16 @@ impl Config {
                  413 at ingest (every body cap is 0 with it) and 503 at the admin listener"
                     .to_owned(),
             );
+        }
+        if let Some(remembered) = self.retention.remembers_ids_for()
+            && remembered < retention::PROVIDER_RETRY_WINDOW
+        {
+            warnings.push(format!(
+                "retention.done_after + retention.dedupe_for is {}: an event id is forgotten \
+                 that soon after its work finished, so a provider's retry after it is a new \
+                 event, delivered again (Stripe retries for up to 3 days)",
+                humantime::format_duration(remembered)
+            ));
         }
         for source in self.sources.values().filter(|s| s.max_body_bytes == 0) {
             warnings.push(format!(
@@ -2053,7 +2064,7 @@ memory_mib = 32
     /// Zero backoffs, a zero backlog bound and a zero body cap start (they have a meaning, and
     /// configurations that started keep starting) but are named in the start-up warnings.
     #[test]
-    fn zero_backoffs_backlog_and_body_caps_start_with_a_warning() {
+    fn zero_backoffs_backlog_and_body_caps_and_a_short_dedupe_start_with_a_warning() {
         let config = parse(
             "[server]\nmax_backlog = 0\n\
              [sources.a]\nscheme = \"none\"\nparser = \"p\"\nmax_body_bytes = 0\n\
@@ -2075,6 +2086,25 @@ memory_mib = 32
                 .warnings()
                 .is_empty()
         );
+        let forgetful = parse("[retention]\ndone_after = \"1s\"\ndedupe_for = \"0s\"").unwrap();
+        assert!(
+            forgetful.warnings().join("\n").contains(
+                "retention.done_after + retention.dedupe_for is 1s: an event id is forgotten"
+            ),
+            "{:?}",
+            forgetful.warnings()
+        );
+        for remembering in [
+            "done_after = \"1d\"\ndedupe_for = \"2d\"",
+            "dedupe_for = \"0s\"\ndone_after = \"forever\"",
+        ] {
+            let config = parse(&format!("[retention]\n{remembering}")).unwrap();
+            assert!(
+                config.warnings().is_empty(),
+                "{remembering}: {:?}",
+                config.warnings()
+            );
+        }
         let none_read = parse("[server]\nmax_inflight_body_bytes = 0\nmax_body_bytes = 0").unwrap();
         assert!(
             none_read

@@ -13,6 +13,10 @@ use serde::Deserialize;
 /// operator is still looking at it. Tests and benchmarks use it; production wants days.
 pub const MIN_DONE_AFTER: Duration = Duration::from_secs(1);
 
+/// How long providers go on retrying an event (Stripe: up to three days): event ids forgotten
+/// sooner after their work finished are warned about at start-up.
+pub const PROVIDER_RETRY_WINDOW: Duration = Duration::from_secs(3 * 24 * 3600);
+
 /// The most rows one pruning batch touches (per kind: payloads, forgotten ids, resolved
 /// quarantine), so one batch is always a short transaction.
 pub const MAX_BATCH_SIZE: usize = 10_000;
@@ -65,6 +69,14 @@ impl Default for Retention {
         RetentionFile::default()
             .validate()
             .expect("the defaults are valid")
+    }
+}
+
+impl Retention {
+    /// How long after its work finished an event's id still dedupes (`done_after` and then
+    /// `dedupe_for`); `None`: for good.
+    pub fn remembers_ids_for(&self) -> Option<Duration> {
+        Some(self.done_after?.saturating_add(self.dedupe_for?))
     }
 }
 
