@@ -245,6 +245,63 @@ async fn the_count_is_read_and_edited_at_its_version_and_counting_goes_on_from_t
     );
 }
 
+/// A parser has no state: a value written for an instance that only parses would be read by
+/// nothing (before, it was taken, and counted against the instance's quota), so it is refused
+/// naming the plugin; a delete is still taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_for_an_instance_that_only_parses_is_refused() {
+    let config = sw_source("s", &["counter"], "parser = \"generic\"");
+    let host = TestHost::start(
+        &config,
+        &[
+            ("counter", crate::support::plugins::COUNTER),
+            ("generic", crate::support::plugins::GENERIC),
+        ],
+    )
+    .await;
+    let value = json!({"encoding": "json", "value": 1});
+    let (status, _, refused) = call(
+        &host,
+        Method::PUT,
+        "/admin/plugins/generic/state/k",
+        &[(header::IF_NONE_MATCH, "*")],
+        Some(value.clone()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("plugin generic is only a parser"),
+        "{detail}"
+    );
+    let (status, _, list) = call(
+        &host,
+        Method::GET,
+        "/admin/plugins/generic/state",
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &list["keys"]),
+        (StatusCode::OK, &json!([])),
+        "{list}"
+    );
+    let (status, _, _) = call(
+        &host,
+        Method::PUT,
+        "/admin/plugins/counter/state/k",
+        &[(header::IF_NONE_MATCH, "*")],
+        Some(value),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the handler's state is still written"
+    );
+}
+
 /// The CLI in the host's directory, with its config (for the token) and admin URL.
 async fn hookd_state(host: &TestHost, args: &[&str]) -> std::process::Output {
     let url = format!("http://{}", host.admin);

@@ -51,6 +51,24 @@ pub(super) fn instance(shared: &Shared, name: &str) -> Result<Arc<PluginConfig>,
     })
 }
 
+/// Refuses a value for an instance that only parses: a parser has no state, so nothing would
+/// ever read it (a delete is still taken, so such rows can be cleared).
+fn check_has_state(shared: &Shared, name: &str) -> Result<(), ApiError> {
+    let sources = shared.config.sources.values();
+    let (mut parses, mut handles) = (false, false);
+    for source in sources {
+        parses |= source.parser.as_ref().is_some_and(|p| p.as_str() == name);
+        handles |= source.handlers.iter().any(|h| h.as_str() == name);
+    }
+    if parses && !handles {
+        return Err(ApiError::BadRequest(format!(
+            "plugin {name} is only a parser here, and a parser has no state: nothing would \
+             read this value"
+        )));
+    }
+    Ok(())
+}
+
 /// Refuses a key no plugin can write (longer than the cap, or holding a NUL), naming the
 /// plugin.
 fn check_key(plugin: &str, key: &str) -> Result<(), ApiError> {
@@ -169,6 +187,9 @@ pub(super) async fn write(
 ) -> Result<i64, ApiError> {
     let plugin = instance(shared, name)?;
     check_key(name, key)?;
+    if value.is_some() {
+        check_has_state(shared, name)?;
+    }
     let edit = StateEdit {
         plugin: PluginName::new(name),
         key: key.to_owned(),
@@ -315,7 +336,7 @@ pub(super) async fn get_key(
     responses(
         (status = 200, description = "Written: the key's version now", body = api::StateWritten,
             headers(("ETag" = String, description = "The new version, quoted"))),
-        (status = 400, description = "A bad precondition, key or value (JSON), or a body that is not JSON (text)", content(
+        (status = 400, description = "A bad precondition, key or value, or an instance that is only a parser (JSON), or a body that is not JSON (text)", content(
             (api::ErrorBody = "application/json"), (String = "text/plain"))),
         (status = 404, description = "No such plugin instance", body = api::ErrorBody),
         (status = 409, description = "The key is no longer at the version named (`version_conflict`), or the write would take the plugin over its totals: nothing written", body = api::ErrorBody),
