@@ -621,7 +621,14 @@ async fn admin_exchange<T: DeserializeOwned>(
     };
 
     let method_name = method.clone();
-    let reply = send(&http_client(), build_request(method, uri, headers, body)).await?;
+    let sent = send(&http_client(), build_request(method, uri, headers, body)).await;
+    let reply = sent.with_context(|| {
+        address_from(
+            admin.admin_url.is_some(),
+            config_file(admin),
+            token.is_some(),
+        )
+    })?;
     if !reply.status.is_success() {
         let hint = if reply.status == StatusCode::UNAUTHORIZED {
             format!(" ({from})")
@@ -657,6 +664,20 @@ fn next_cursor(headers: &HeaderMap) -> Option<i64> {
         .find_map(|pair| pair.strip_prefix("before="))?
         .parse()
         .ok()
+}
+
+/// Where the admin address a call could not reach came from (given `--admin-url`, else the
+/// config file read, else neither), for its error.
+fn address_from(url_given: bool, config: Option<&std::path::Path>, token: bool) -> String {
+    match (url_given, config) {
+        (true, _) => "--admin-url (or HOOKD_ADMIN_URL)".to_owned(),
+        (false, Some(config)) => format!("the admin address of {}", config.display()),
+        (false, None) => format!(
+            "no --admin-url (HOOKD_ADMIN_URL), no --config (HOOKD_CONFIG) and no hookd.toml in \
+             this directory: the default admin address was tried{}",
+            if token { "" } else { ", without a token" }
+        ),
+    }
 }
 
 /// The config file the admin commands read: `--config`/`HOOKD_CONFIG`, else `./hookd.toml` if
@@ -770,6 +791,25 @@ fn pretty(answer: &impl Serialize) -> serde_json::Result<String> {
 
 #[cfg(test)]
 mod tests {
+    /// A call that reached nothing says where its address came from: the defaults (no URL, no
+    /// config found) are named as such, since nothing else would tell the user none was read.
+    #[test]
+    fn an_unreachable_admin_address_says_where_it_came_from() {
+        let defaulted = super::address_from(false, None, false);
+        assert!(
+            defaulted.contains("no hookd.toml in this directory")
+                && defaulted.ends_with("without a token"),
+            "{defaulted}"
+        );
+        assert!(!super::address_from(false, None, true).contains("without a token"));
+        let config = std::path::Path::new("/etc/hookd/hookd.toml");
+        assert_eq!(
+            super::address_from(false, Some(config), false),
+            "the admin address of /etc/hookd/hookd.toml"
+        );
+        assert!(super::address_from(true, Some(config), false).starts_with("--admin-url"));
+    }
+
     use clap::Parser;
     use serde_json::json;
 
