@@ -313,6 +313,13 @@ impl Finish {
         matches!(self.disposition, Disposition::Done { .. }) && !self.state.writes.is_empty()
     }
 
+    /// Whether its commit checks state versions (a `done` that read or wrote state): such a
+    /// commit keeps its place among the state commits queued before it, whose writes it may
+    /// have read.
+    pub(super) fn checks_state(&self) -> bool {
+        matches!(self.disposition, Disposition::Done { .. }) && !self.state.versions.is_empty()
+    }
+
     /// Whether the delivery leaves the open states (done or dead, not retried).
     pub(super) fn closes(&self) -> bool {
         !matches!(self.disposition, Disposition::RetryAt { .. })

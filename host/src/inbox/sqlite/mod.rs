@@ -213,8 +213,10 @@ impl Store for SqliteStore {
 
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {
         // Weighted by its state bytes, so one group commit carries a bounded amount of them; a
-        // state commit weighs at least 1, which keeps it in stamping order in the writer.
-        let weight = state::state_bytes(&finish.state).max(usize::from(finish.writes_state()));
+        // state commit weighs at least 1, which keeps it in stamping order in the writer, and
+        // so does one that only read (a queued write it read is then committed before it).
+        let ordered = finish.writes_state() || finish.checks_state();
+        let weight = state::state_bytes(&finish.state).max(usize::from(ordered));
         if !finish.writes_state() {
             return self
                 .write_weighted(weight, move |conn| lease::finish_attempt(conn, &finish, 0))

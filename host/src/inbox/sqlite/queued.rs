@@ -364,4 +364,60 @@ mod tests {
             "R read a write that never committed"
         );
     }
+
+    /// A finish that only read (no writes, so it carries no state bytes) keeps its place behind
+    /// a deferred state commit whose queued write it read, so its check meets that write
+    /// committed. Weighing nothing, it went into the batch before the deferred one's and was
+    /// checked against the version before it: a conflict, and its handler run again, for
+    /// nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_only_finish_keeps_its_place_behind_the_deferred_write_it_read() {
+        let db = TempDatabase::new();
+        let (inbox, store) = open(&db);
+        let limits = StateLimits::DEFAULT;
+        let mib = 1 << 20;
+        let [x, a, b] = [
+            lease(&inbox, "x").await,
+            lease(&inbox, "a").await,
+            lease(&inbox, "b").await,
+        ];
+        let (release, held) = hold(&store);
+        let heavy = |prefix: &str| -> Vec<(String, Option<usize>)> {
+            (1..=5)
+                .map(|i| (format!("{prefix}{i}"), Some(mib)))
+                .collect()
+        };
+        let x_keys = heavy("x");
+        let mut a_keys = heavy("a");
+        a_keys.push(("k".into(), Some(3)));
+        fn view(keys: &[(String, Option<usize>)]) -> Vec<(&str, Option<usize>)> {
+            keys.iter().map(|(k, n)| (k.as_str(), *n)).collect()
+        }
+        let xw = state_writes(&inbox, &view(&x_keys), limits);
+        let aw = state_writes(&inbox, &view(&a_keys), limits);
+        let mut fx = pin!(inbox.finish(done(&x, xw)));
+        assert!(queue(fx.as_mut()).await.is_pending());
+        let mut fa = pin!(inbox.finish(done(&a, aw)));
+        assert!(queue(fa.as_mut()).await.is_pending());
+        // B reads k (A's queued write) and writes nothing.
+        let seen = inbox.state_stat_blocking(HANDLER, "k").unwrap();
+        assert_eq!(seen.1, 2, "A's queued write");
+        let bw = crate::model::StateChanges {
+            versions: [("k".to_owned(), seen.1)].into(),
+            writes: Default::default(),
+            limits,
+        };
+        let mut fb = pin!(inbox.finish(done(&b, bw)));
+        assert!(queue(fb.as_mut()).await.is_pending());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        for finished in [fx.await, fa.await] {
+            assert_eq!(finished.unwrap(), Finished::Recorded);
+        }
+        assert_eq!(
+            fb.await.unwrap(),
+            Finished::Recorded,
+            "B read what A committed"
+        );
+    }
 }

@@ -20,7 +20,7 @@
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
 //!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
-//!   state commit is one) never overtake each other, so state commits run in the order they
+//!   state commit is one, and every finish that read state) never overtake each other, so state commits run in the order they
 //!   were stamped, and a commit's version is the one its queued writes were read at (a
 //!   reordered commit took a later version, which the queue then handed out again: a read of
 //!   a write that never committed passed its version check).
