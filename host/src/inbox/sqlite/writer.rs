@@ -20,10 +20,10 @@
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
 //!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
-//!   state commit is one, and every finish that read state) never overtake each other, so state commits run in the order they
-//!   were stamped, and a commit's version is the one its queued writes were read at (a
-//!   reordered commit took a later version, which the queue then handed out again: a read of
-//!   a write that never committed passed its version check).
+//!   state commit is one, and every finish that read state) never overtake each other, so
+//!   state commits run in the order they were stamped, and a commit's version is the one its
+//!   queued writes were read at (a reordered commit took a later version, which the queue
+//!   then handed out again: a read of a write that never committed passed its version check).
 //! - A batch that changed no row (an idle dispatcher's claim that found nothing, a reclaim pass
 //!   with no expired lease) writes nothing: SQLite's `COMMIT` of a transaction without a dirty
 //!   page neither appends to the WAL nor syncs, and it is not counted as a commit. An idle host
