@@ -228,7 +228,19 @@ impl Dispatcher {
                     }
                     return Ok((recorded, tries));
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    // Said here, in the attempt's span, with what the handler's attempt came to:
+                    // the record is lost, and the lease's expiry decides what happens next.
+                    tracing::error!(
+                        error = %e,
+                        tries,
+                        outcome = finish.outcome.as_str(),
+                        "the attempt's record could not be written: its lease expires and the \
+                         delivery is taken back (run again, or dead-lettered under \
+                         at-most-once, whatever the attempt came to)"
+                    );
+                    return Err(e);
+                }
             }
         }
     }

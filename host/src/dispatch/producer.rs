@@ -218,10 +218,9 @@ impl Dispatcher {
         let this = self.clone();
         match tokio::spawn(async move { this.run_attempt(claim).await }).await {
             Ok(Ok(())) => {}
-            // The lease stays; it expires and the delivery is reclaimed. Nothing is lost.
-            Ok(Err(e)) => {
-                tracing::error!(delivery, handler = %handler, error = %e, "recording an attempt failed")
-            }
+            // The lease stays; it expires and the delivery is reclaimed. Nothing is lost. (Logged
+            // where the record failed, with the attempt's outcome.)
+            Ok(Err(_)) => {}
             Err(e) => tracing::error!(
                 delivery, handler = %handler, error = %text::escape(&panic_message(e)),
                 "an attempt panicked in the host; its lease will expire and the delivery is reclaimed"
