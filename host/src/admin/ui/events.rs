@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::{
     Extension,
-    extract::{Path, Query, State},
+    extract::{Query, State},
     response::{IntoResponse, Response},
 };
 use maud::{Markup, html};
@@ -234,9 +234,8 @@ fn row(event: &EventSummary) -> Markup {
 pub(super) async fn detail(
     State(ui): State<Arc<Ui>>,
     Extension(signed_in): Extension<SignedIn>,
-    Path((source, event_id)): Path<(String, String)>,
+    super::Named(source, event_id): super::Named,
 ) -> Result<Response, UiError> {
-    let event_id = super::segment_value(event_id);
     let Some(event) = ui
         .shared
         .inbox

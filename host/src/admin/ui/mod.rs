@@ -86,10 +86,28 @@ pub(super) fn path_segment(value: &str) -> String {
 }
 
 /// The value [`path_segment`] wrote.
-pub(super) fn segment_value(segment: String) -> String {
+fn segment_value(segment: String) -> String {
     match segment.strip_suffix('\0') {
         Some(dots @ ("." | "..")) => dots.to_owned(),
         _ => segment,
+    }
+}
+
+/// A page's two path values (`/events/{source}/{event_id}`, `/plugins/{name}/state/{key}`),
+/// the second (an event id, a state key) as [`path_segment`] wrote it.
+pub(super) struct Named(pub String, pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Named {
+    type Rejection = axum::extract::rejection::PathRejection;
+
+    async fn from_request_parts(
+        parts: &mut http::request::Parts,
+        state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        use axum::extract::Path;
+        let Path((first, last)) =
+            Path::<(String, String)>::from_request_parts(parts, state).await?;
+        Ok(Self(first, segment_value(last)))
     }
 }
 

@@ -117,9 +117,8 @@ pub(super) async fn list(
 pub(super) async fn key(
     State(ui): State<Arc<Ui>>,
     Extension(signed_in): Extension<SignedIn>,
-    Path((name, key)): Path<(String, String)>,
+    super::Named(name, key): super::Named,
 ) -> Result<Response, UiError> {
-    let key = super::segment_value(key);
     let value = state::read_value(&ui.shared, &name, &key).await?;
     Ok(key_page(&signed_in, &value, None).into_response())
 }
@@ -220,10 +219,9 @@ fn form_bytes(name: &str, key: &str, form: &EditForm) -> Result<Vec<u8>, ApiErro
 pub(super) async fn save(
     State(ui): State<Arc<Ui>>,
     Extension(signed_in): Extension<SignedIn>,
-    Path((name, key)): Path<(String, String)>,
+    super::Named(name, key): super::Named,
     Form(form): Form<EditForm>,
 ) -> Result<Response, UiError> {
-    let key = super::segment_value(key);
     let bytes = match form_bytes(&name, &key, &form) {
         Ok(bytes) => bytes,
         // The page again, the operator's text kept: not JSON is a typo to mend, not a loss.
@@ -246,10 +244,9 @@ pub(super) async fn save(
 pub(super) async fn delete(
     State(ui): State<Arc<Ui>>,
     Extension(signed_in): Extension<SignedIn>,
-    Path((name, key)): Path<(String, String)>,
+    super::Named(name, key): super::Named,
     Form(form): Form<DeleteForm>,
 ) -> Result<Response, UiError> {
-    let key = super::segment_value(key);
     let written = state::write(&ui.shared, &name, &key, form.version, None).await;
     refused_or(&ui, &signed_in, &name, &key, "", written, || {
         Redirect::to(&href(&name, None)).into_response()
