@@ -57,11 +57,13 @@ struct Candidate {
 }
 
 /// Leases what `request` may have now: each handler's oldest claimable deliveries, shared out
-/// fairly among the free workers; counts the candidates it marked stale on the way.
+/// fairly among the free workers; counts the candidates it marked stale on the way. With it,
+/// the id of the transaction that leased them (`None` when nothing was leased), to learn
+/// whether it committed should its `COMMIT`'s answer be lost ([`committed`]).
 pub(super) async fn claim_due(
     tx: &Tx<'_>,
     request: &ClaimRequest,
-) -> Result<ClaimOutcome, InboxError> {
+) -> Result<(ClaimOutcome, Option<i64>), InboxError> {
     let handlers = request.wants();
     let mut stale = 0;
     // The transaction's set-up travels with its first statement: one round trip for both.
@@ -101,33 +103,72 @@ pub(super) async fn claim_due(
         .into_iter()
         .map(|(lane, nth)| (handlers[lane].0, &queues[lane][nth]))
         .collect();
+    let mut transaction = None;
     let leased = match lease_together(tx, request, &picks).await? {
-        Some(mut together) => picks
-            .iter()
-            .filter_map(|(_, candidate)| together.remove(&candidate.id))
-            .collect(),
+        Some((mut together, xid)) => {
+            transaction = xid;
+            picks
+                .iter()
+                .filter_map(|(_, candidate)| together.remove(&candidate.id))
+                .collect()
+        }
         None => {
             let mut leased = Vec::new();
             for pick in &picks {
-                if let Some(mut one) = lease_together(tx, request, &[*pick]).await? {
+                if let Some((mut one, xid)) = lease_together(tx, request, &[*pick]).await? {
+                    transaction = transaction.or(xid);
                     leased.extend(one.remove(&pick.1.id));
                 }
             }
             leased
         }
     };
-    Ok(ClaimOutcome { leased, stale })
+    Ok((ClaimOutcome { leased, stale }, transaction))
 }
 
-/// Leases `picks` (handler, candidate) in one statement; by delivery id. `None`, with nothing
-/// leased, when the unique index on running keys refused one of them.
+/// How long a claim whose `COMMIT` went unanswered (the connection lost as it was sent) asks
+/// the database whether it committed: well within the leases' margin.
+const COMMITTED_ASKED_FOR: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Whether transaction `xid`, whose `COMMIT` was sent but not answered, committed: asked on a
+/// connection of its own (`txid_status`), again while the database is away or the transaction
+/// still in progress, for at most [`COMMITTED_ASKED_FOR`]. `false` when that could not be
+/// learnt: the caller then treats the claim as failed (its leases, if it did commit, expire and
+/// are taken back, as any lost worker's).
+pub(super) async fn committed(connections: &super::Connections, xid: i64) -> bool {
+    let deadline = tokio::time::Instant::now() + COMMITTED_ASKED_FOR;
+    let mut pause = std::time::Duration::from_millis(50);
+    loop {
+        let status: Result<Option<String>, InboxError> = async {
+            let connection = connections.get().await?;
+            let row = connection
+                .query_one("SELECT txid_status($1)", &[&xid])
+                .await?;
+            Ok(row.get(0))
+        }
+        .await;
+        match status.as_ref().map(Option::as_deref) {
+            Ok(Some("committed")) => return true,
+            Ok(Some("aborted") | None) => return false,
+            _ if tokio::time::Instant::now() + pause < deadline => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            }
+            _ => return false,
+        }
+    }
+}
+
+/// Leases `picks` (handler, candidate) in one statement; by delivery id, with the id of the
+/// transaction that leased them (`None`: none leased). `None`, with nothing leased, when the
+/// unique index on running keys refused one of them.
 async fn lease_together(
     tx: &Tx<'_>,
     request: &ClaimRequest,
     picks: &[(&str, &Candidate)],
-) -> Result<Option<HashMap<i64, Claimed>>, InboxError> {
+) -> Result<Option<(HashMap<i64, Claimed>, Option<i64>)>, InboxError> {
     if picks.is_empty() {
-        return Ok(Some(HashMap::new()));
+        return Ok(Some((HashMap::new(), None)));
     }
     // Only a keyed delivery can meet the unique index; its refusal must undo this statement
     // alone, not the claim's transaction. The savepoint is sent with the statement (one round
@@ -151,7 +192,7 @@ async fn lease_together(
          FROM events e, unnest($1::bigint[], $2::bigint[]) AS u (id, until)
          WHERE d.id = u.id AND e.id = d.event
          RETURNING d.id, d.attempts, d.attempts - d.budget_base, e.event_id,
-                   e.event_type, e.received_at, e.headers, e.body",
+                   e.event_type, e.received_at, e.headers, e.body, txid_current()",
         &params,
     );
     let rows = if keyed {
@@ -174,16 +215,18 @@ async fn lease_together(
     };
     let picked: HashMap<i64, (&str, &Candidate)> =
         picks.iter().map(|&(h, c)| (c.id, (h, c))).collect();
-    Ok(Some(
-        rows.iter()
-            .map(|row| {
-                let id: i64 = row.get(0);
-                let (handler, candidate) = picked[&id];
-                let claim = claimed(row, request, handler, candidate);
-                (id, claim)
-            })
-            .collect(),
-    ))
+    // The statement wrote, so its transaction has an id already: no cost to ask it.
+    let xid = rows.first().map(|row| row.get::<_, i64>(8));
+    let leased = rows
+        .iter()
+        .map(|row| {
+            let id: i64 = row.get(0);
+            let (handler, candidate) = picked[&id];
+            let claim = claimed(row, request, handler, candidate);
+            (id, claim)
+        })
+        .collect();
+    Ok(Some((leased, xid)))
 }
 
 /// Due deliveries a window looks at for each one wanted (plus a few): a window full of

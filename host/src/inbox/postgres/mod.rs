@@ -473,9 +473,34 @@ impl Store for PostgresStore {
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
-        Ok(
-            in_transaction!(self.connections, self.commits, tx => lease::claim_due(&tx, &request).await?),
-        )
+        let started = std::time::Instant::now();
+        let mut connection = self.connections.get().await?;
+        let tx = connection.transaction().await?;
+        let (claimed, xid) = lease::claim_due(&tx, &request).await?;
+        let Err(lost) = tx.commit().await else {
+            self.commits.committed(1, started);
+            return Ok(claimed);
+        };
+        // A `COMMIT` the server refused did not commit. One whose answer never came (the
+        // connection lost as it was sent) may have: its leases would then stand with no worker
+        // running them until they expired and were taken back as abandoned (an at-most-once
+        // delivery dead-lettered that never ran). So the database is asked.
+        drop(connection);
+        match xid {
+            Some(xid)
+                if lost.as_db_error().is_none()
+                    && lease::committed(&self.connections, xid).await =>
+            {
+                tracing::info!(
+                    leased = claimed.leased.len(),
+                    "a claim's COMMIT went unanswered, and the database says it committed: its \
+                     leases are run"
+                );
+                self.commits.committed(1, started);
+                Ok(claimed)
+            }
+            _ => Err(lost.into()),
+        }
     }
 
     async fn finish(&self, finish: Finish) -> Result<Finished, InboxError> {

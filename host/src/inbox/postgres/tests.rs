@@ -1328,6 +1328,88 @@ async fn a_lease_runs_from_when_the_claim_is_granted() {
     assert!(left > 500, "the lease has {left} ms left once granted");
 }
 
+/// A relay to the server of `url` that passes everything both ways, except that once `armed`,
+/// the next `COMMIT` a client sends is passed on and its connection then cut before the answer
+/// comes back: the server commits, the client never hears so. Returns `url` through the relay
+/// (without TLS, so the relay can read the messages).
+async fn relay_losing_a_commits_answer(url: &str, armed: Arc<AtomicBool>) -> String {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (head, rest) = url.split_once('@').unwrap();
+    let (server, path) = rest.split_once('/').unwrap();
+    let upstream: std::net::SocketAddr = server.parse().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let relay = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let cut = Arc::new(AtomicBool::new(false));
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let armed = armed.clone();
+            let cutting = cut.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = client_read.read(&mut buf).await {
+                    let commit = buf[..n].windows(7).any(|w| w == b"COMMIT\0");
+                    if commit && armed.swap(false, Ordering::SeqCst) {
+                        cutting.store(true, Ordering::SeqCst);
+                    }
+                    if server_write.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                    if cutting.load(Ordering::SeqCst) {
+                        // Let the server commit, then drop both halves unanswered.
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n @ 1..) = server_read.read(&mut buf).await {
+                    if cut.load(Ordering::SeqCst)
+                        || client_write.write_all(&buf[..n]).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    format!("{head}@{relay}/{path}?sslmode=disable")
+}
+
+/// A claim whose `COMMIT` was carried out but never answered (the connection lost as it was
+/// sent) runs the leases it took: the database is asked whether the claim's transaction
+/// committed. Before, the claim failed, and its leases stood with no worker until they expired
+/// and were taken back as abandoned (an at-most-once delivery dead-lettered that never ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_commit_went_unanswered_runs_what_it_leased() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let armed = Arc::new(AtomicBool::new(false));
+    let url = relay_losing_a_commits_answer(db.url(), armed.clone()).await;
+    let inbox = Inbox::open_postgres(&url, options()).await.unwrap();
+    fixtures::accept(&inbox, event("unanswered")).await;
+    armed.store(true, Ordering::SeqCst);
+    let request = fixtures::claim_request(inbox.clock().now_ms(), 1, &[(HANDLER, 1)]);
+    let claimed = inbox.claim(request).await.expect("the claim committed");
+    assert!(!armed.load(Ordering::SeqCst), "no COMMIT was cut");
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].event_id.as_str(), "unanswered");
+    assert_eq!(fixtures::state_of(&inbox, "unanswered").await, "running");
+    // And it is this claim's to finish: its lease token holds.
+    let recorded = inbox
+        .finish(finished(&claimed[0], Disposition::Done { output: None }))
+        .await
+        .unwrap();
+    assert_eq!(recorded, Finished::Recorded);
+    inbox.close();
+}
+
 /// A failed statement's error says what the server said, not only "db error" (which is all a
 /// `tokio_postgres::Error` shows of itself): the dispatcher's and the pruner's log lines print
 /// the error's text.
