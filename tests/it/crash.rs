@@ -342,3 +342,26 @@ async fn a_kill_then_a_configuration_without_the_handler_never_runs_an_attempt_t
     let later = again.delivery("s", "slow", "once").await.unwrap();
     dead_after_its_one_abandoned_attempt(&later);
 }
+
+/// SIGHUP (what a service manager's "reload" and a closing terminal send) is taken and logged,
+/// and the attempts running go on: its default action ended the process at once, and every
+/// attempt it cut short was taken back at the next start (an at-most-once one dead-lettered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_is_logged_and_cuts_nothing_short() {
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("flaky", plugins::FLAKY)]);
+    let host = ProcessHost::start(dir.path(), &config(&["once"], ONCE)).await;
+    post_event(host.ingest, "hup-1".into(), json!({"sleep_ms": 1500}))
+        .await
+        .unwrap();
+    host.wait_delivery("s", "hup-1", "once", WAIT, |d| d["state"] == "running")
+        .await;
+    let hup = std::process::Command::new("kill")
+        .args(["-HUP", &host.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    host.wait_log("SIGHUP received and ignored", WAIT).await;
+    let delivery = host.wait_state("s", "hup-1", "once", "done", WAIT).await;
+    assert_eq!(delivery["attempts"], 1, "{delivery:#}");
+}

@@ -211,15 +211,27 @@ pub fn serve(config_path: PathBuf) -> anyhow::Result<()> {
     })
 }
 
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM. SIGHUP, which operators and service managers send
+/// to have a daemon reload its configuration (and a closing terminal sends too), is taken and
+/// logged instead of ending the process at once, which cut its running attempts short: hookd
+/// reads its configuration only when it starts.
 async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+        let mut hangup = signal(SignalKind::hangup()).expect("installing the SIGHUP handler");
+        tokio::pin!(ctrl_c);
+        loop {
+            tokio::select! {
+                _ = &mut ctrl_c => break,
+                _ = term.recv() => break,
+                _ = hangup.recv() => tracing::warn!(
+                    "SIGHUP received and ignored: hookd does not reload its configuration; \
+                     restart it (SIGTERM, then start) to apply a change"
+                ),
+            }
         }
     }
     #[cfg(not(unix))]
