@@ -60,6 +60,19 @@ pub enum InboxError {
         wal.display()
     )]
     OrphanedWal { path: PathBuf, wal: PathBuf },
+    /// The database file is missing, and a copy was being written to its name (`hookd restore`
+    /// moves the database it replaces aside, then puts the copy in its place): a restore that
+    /// did not finish. A new, empty database is not started in its place.
+    #[error(
+        "{} does not exist, but {} beside it is a copy being put in its place that did not \
+         finish (an interrupted `hookd restore`): run the restore again (the database it was \
+         replacing is kept beside it as {}.replaced-<time>), or remove that file to start a new \
+         database",
+        path.display(),
+        partial.display(),
+        path.file_name().unwrap_or_default().to_string_lossy()
+    )]
+    UnfinishedCopy { path: PathBuf, partial: PathBuf },
     /// A file-system step of opening the database failed.
     #[error("{action} {}: {source}", path.display())]
     Io {

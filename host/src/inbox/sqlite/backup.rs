@@ -387,6 +387,26 @@ fn temporary_beside(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.{}.partial", std::process::id()))
 }
 
+/// A copy being written to `path`'s name ([`temporary_beside`], by any process) that was left
+/// behind, if there is one: the mark of a restore cut short between moving the database aside
+/// and putting the copy in its place.
+pub(super) fn unfinished_copy(path: &Path) -> Option<PathBuf> {
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let prefix = format!(".{name}.");
+    std::fs::read_dir(dir).ok()?.flatten().find_map(|entry| {
+        let file = entry.file_name();
+        let pid = file
+            .to_str()?
+            .strip_prefix(&prefix)?
+            .strip_suffix(".partial")?;
+        (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then(|| entry.path())
+    })
+}
+
 /// Where a restore moves the database it replaces: `<database>.replaced-<unix ms>`.
 fn aside_name(database: &Path) -> PathBuf {
     let ms = SystemTime::now()
@@ -645,6 +665,33 @@ mod tests {
         };
         fixtures::accept(&served, fixtures::event("b")).await;
         served.close();
+    }
+
+    /// A restore cut short after it moved the database aside and before the copy took its
+    /// place leaves no database, and its copy's temporary file: a start then refuses, naming
+    /// that file, instead of serving a new, empty database (every event id a provider resends
+    /// then new again, every plugin's state gone). The restore run again mends it.
+    #[tokio::test]
+    async fn a_restore_cut_short_is_not_served_as_a_new_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, copy) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
+        inbox_with(&db, &["a"]).await.close();
+        backup(&db, &copy, false, &[]).unwrap();
+        // Where a restore's process was killed between its two renames.
+        let partial = dir.path().join(".hookd.db.4242.partial");
+        std::fs::copy(&copy, &partial).unwrap();
+        let aside = aside_name(&db);
+        std::fs::rename(&db, &aside).unwrap();
+        std::fs::rename(beside(&db, WAL), beside(&aside, WAL)).unwrap();
+        remove_if_present(&beside(&db, SHM)).unwrap();
+        let Err(e) = Inbox::open(&db, Durability::Normal) else {
+            panic!("a database missing mid-restore was started anew");
+        };
+        assert!(matches!(e, InboxError::UnfinishedCopy { .. }), "{e}");
+        assert!(e.to_string().contains(".hookd.db.4242.partial"), "{e}");
+        assert!(!db.exists(), "nothing was created");
+        restore(&db, &copy).unwrap();
+        assert_eq!(holds(&db, &["a"]).await, [true]);
     }
 
     #[tokio::test]

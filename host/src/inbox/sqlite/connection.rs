@@ -54,6 +54,12 @@ pub(super) fn check_existing(path: &Path) -> Result<(), InboxError> {
                 wal,
             });
         }
+        if let Some(partial) = super::backup::unfinished_copy(&target_file(path)) {
+            return Err(InboxError::UnfinishedCopy {
+                path: path.to_owned(),
+                partial,
+            });
+        }
         return Ok(());
     };
     if !meta.is_file() {
@@ -189,11 +195,21 @@ pub(super) fn create_parent(path: &Path) -> Result<(), InboxError> {
         })
 }
 
-/// Takes an exclusive advisory lock on `<database>.lock` (released by the kernel if the process
-/// dies), so two hookd processes never share one database: the second would reclaim the first's
-/// live leases at start-up and run deliveries twice. The lock is beside the file `path` leads to
-/// ([`target_file`]), whichever symbolic link names it.
-pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxError> {
+/// What keeps a database to one hookd process: exclusive advisory locks (released by the
+/// kernel if the process dies), held while this is.
+pub(super) struct DatabaseLock {
+    _lock_file: Option<std::fs::File>,
+    _database: Option<std::fs::File>,
+}
+
+/// Takes an exclusive advisory lock on `<database>.lock` and on the database file itself, so two
+/// hookd processes never share one database: the second would reclaim the first's live leases
+/// at start-up and run deliveries twice, and two writers each with a `-wal` of its own corrupt
+/// the file. The `.lock` is beside the file `path` leads to ([`target_file`]), whichever
+/// symbolic link names it; the database's own lock holds under every name of the file (a hard
+/// link leads to another `.lock`) and when its `.lock` was removed by hand. (A database not
+/// created yet has its `.lock` alone.)
+pub(super) fn lock_database(path: &Path) -> Result<DatabaseLock, InboxError> {
     let lock_path = beside(&target_file(path), LOCK);
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -206,6 +222,31 @@ pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxE
             path: lock_path.clone(),
             source,
         })?;
+    let lock_file = hold(file, path, &lock_path)?;
+    let database = match std::fs::File::open(path) {
+        Ok(file) => hold(file, path, path)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(source) => {
+            return Err(InboxError::Io {
+                action: "opening",
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    Ok(DatabaseLock {
+        _lock_file: lock_file,
+        _database: database,
+    })
+}
+
+/// Locks `file` (`locked`, the lock of `database`) exclusively, waiting up to [`LOCK_GRACE`]:
+/// the file, still locked, or `None` where the file system takes no locks (warned).
+fn hold(
+    file: std::fs::File,
+    database: &Path,
+    locked: &Path,
+) -> Result<Option<std::fs::File>, InboxError> {
     let deadline = std::time::Instant::now() + LOCK_GRACE;
     loop {
         match file.try_lock() {
@@ -215,12 +256,12 @@ pub(super) fn lock_database(path: &Path) -> Result<Option<std::fs::File>, InboxE
             }
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(InboxError::InUse {
-                    database: path.to_owned(),
-                    lock: lock_path,
+                    database: database.to_owned(),
+                    lock: locked.to_owned(),
                 });
             }
             Err(std::fs::TryLockError::Error(e)) => {
-                tracing::warn!(lock = %lock_path.display(), error = %e, "cannot lock the database; continuing unlocked");
+                tracing::warn!(lock = %locked.display(), error = %e, "cannot lock the database; continuing unlocked");
                 return Ok(None);
             }
         }
@@ -412,6 +453,32 @@ mod tests {
         Inbox::open(&path, Durability::Full).unwrap().close();
     }
 
+    /// The database file itself is locked too: a hard link to it (another name, beside which
+    /// lies another `.lock`) and its `.lock` removed by hand each let a second hookd run on it,
+    /// the two corrupting the file (each with a `-wal` of its own) and taking back each other's
+    /// live leases.
+    #[test]
+    fn a_second_hookd_is_refused_through_a_hard_link_or_with_the_lock_file_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("other")).unwrap();
+        let path = dir.path().join("hookd.db");
+        let linked = dir.path().join("other/hookd.db");
+        let first = Inbox::open(&path, Durability::Full).unwrap();
+        std::fs::hard_link(&path, &linked).unwrap();
+        let Err(e) = Inbox::open(&linked, Durability::Full) else {
+            panic!("a hard link to a database in use must be refused");
+        };
+        assert!(e.to_string().contains("in use by another hookd"), "{e}");
+        std::fs::remove_file(beside(&path, LOCK)).unwrap();
+        let Err(e) = Inbox::open(&path, Durability::Full) else {
+            panic!("a database in use must be refused with its lock file removed");
+        };
+        assert!(e.to_string().contains("in use by another hookd"), "{e}");
+        first.close();
+        drop(first);
+        Inbox::open(&linked, Durability::Full).unwrap().close();
+    }
+
     /// A database named through a symbolic link and through the file it leads to is one
     /// database: one lock, beside the file (where SQLite keeps its `-wal`), whichever name
     /// opened it first. (The lock went beside the name given, so a hookd configured with the
@@ -453,8 +520,9 @@ mod tests {
     fn a_lock_released_within_the_grace_is_taken() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hookd.db");
-        let holder = lock_database(&path).unwrap().unwrap();
-        let child_copy = holder.try_clone().unwrap();
+        // A database not created yet: its `.lock` alone is held.
+        let holder = lock_database(&path).unwrap();
+        let child_copy = holder._lock_file.as_ref().unwrap().try_clone().unwrap();
         drop(holder);
         let exec = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(300));

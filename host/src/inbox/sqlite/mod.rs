@@ -14,8 +14,9 @@
 //! - Every write goes through the one writer, so a caller is answered only after the commit
 //!   that holds its change, and the writer is the only connection that writes (which keeps the
 //!   head-of-key check race-free).
-//! - One process per database: the lock on `<database>.lock` is held from open to close, which
-//!   is what makes this store [`Capabilities::single_node`].
+//! - One process per database: the locks on `<database>.lock` and on the database file itself
+//!   (the same under every name of it) are held from open to close, which is what makes this
+//!   store [`Capabilities::single_node`].
 
 mod accept;
 pub(super) mod backup;
@@ -72,7 +73,7 @@ struct Inner {
     /// Commits done by the writer; lets tests and benchmarks see group commit at work.
     commits: Arc<Commits>,
     /// Held while open: one hookd per database, because start-up takes back every lease.
-    lock: Mutex<Option<std::fs::File>>,
+    lock: Mutex<Option<connection::DatabaseLock>>,
     /// What the writer's batches say of the storage, for readiness.
     health: Arc<writer::Health>,
     /// Notices of work: in process, as no other process uses the database.
@@ -86,8 +87,9 @@ impl SqliteStore {
     pub(super) fn open(path: &Path, options: WriterOptions) -> Result<Self, InboxError> {
         connection::check_existing(path)?;
         connection::create_parent(path)?;
-        let lock = connection::lock_database(path)?;
+        // Created first (empty, if new), so that the file itself is locked too.
         connection::create_private(path)?;
+        let lock = connection::lock_database(path)?;
         let conn = connection::open_connection(path, options.durability)?;
         let file = writer::DatabaseFile::of(path)?;
         // Checkpoints run on a thread of their own (`checkpoint.rs`), soon after commits. The
@@ -116,7 +118,7 @@ impl SqliteStore {
                 writer_thread: Mutex::new(Some(handle)),
                 readers: Mutex::new(Vec::new()),
                 commits,
-                lock: Mutex::new(lock),
+                lock: Mutex::new(Some(lock)),
                 work: tokio::sync::Notify::new(),
                 queued,
                 health,
