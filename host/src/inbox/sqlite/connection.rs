@@ -652,6 +652,53 @@ mod tests {
         assert!(!target.exists(), "no new database file");
     }
 
+    /// A write-ahead log deleted while open takes every commit since the last checkpoint
+    /// with it (SQLite appends to the open file, which no start finds): from then on nothing is
+    /// answered as stored, and what was committed is copied into the database file from the
+    /// log still open, so the next start has every event answered as stored. Before, commits
+    /// went on being answered as stored, and a kill lost those the checkpoints had not copied.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_deleted_while_open_stores_nothing_more_and_loses_nothing_answered() {
+        use crate::{
+            ids::{PluginName, SourceName},
+            inbox::contract::fixtures::{self, accept, event},
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let inbox = Inbox::open(&path, Durability::Full).unwrap();
+        let kept: Vec<String> = (0..20).map(|i| format!("kept-{i}")).collect();
+        for id in &kept {
+            accept(&inbox, event(id)).await;
+        }
+        std::fs::remove_file(beside(&path, WAL)).unwrap();
+        let refused = inbox
+            .accept(
+                SourceName::new(fixtures::SOURCE),
+                event("after"),
+                fixtures::request(),
+                vec![PluginName::new(fixtures::HANDLER)],
+                None,
+            )
+            .await;
+        assert!(
+            matches!(&refused, Err(InboxError::Unavailable(e)) if e.to_string().contains("write-ahead log")),
+            "{refused:?}"
+        );
+        let unready = inbox.ready(std::time::Duration::from_secs(2)).await;
+        assert!(unready.is_err(), "{unready:?}");
+        inbox.close();
+        drop(inbox);
+        let reopened = Inbox::open(&path, Durability::Full).unwrap();
+        for id in &kept {
+            let stored = reopened
+                .contains_event(fixtures::SOURCE.into(), id.clone())
+                .await
+                .unwrap();
+            assert!(stored, "{id} was answered as stored, and is gone");
+        }
+        reopened.close();
+    }
+
     /// A file moved away and back while open: the batches in between were refused before
     /// they ran (a 503 is never a write that happened), and once it is back it is stored to
     /// again, without a restart.

@@ -16,7 +16,10 @@
 //!   in the file the database's path leads to. A database file deleted, moved or replaced
 //!   while open would take SQLite's writes on, where no later start finds them: each batch
 //!   looks at the path before it runs and after its `COMMIT`, and while the path does not
-//!   lead to the file every batch and read fails (503); a deleted file never comes back.
+//!   lead to the file every batch and read fails (503); a deleted file never comes back. So
+//!   for its `-wal`, where commits wait for the next checkpoint: once found deleted or replaced,
+//!   what was committed is copied from the log still open into the database file, and nothing
+//!   more is stored until a restart.
 //! - One batch carries at most [`MAX_BATCH`] jobs and, past its first, [`MAX_BATCH_WEIGHT`] bulk
 //!   bytes, so a commit's latency stays bounded. A job that would pass it is deferred to the
 //!   next batch, and so is every weighted job queued after it: weighted jobs (every plugin
@@ -37,7 +40,7 @@ use tracing::Level;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::{SqliteStore, checkpoint::Checkpointer, error::from_shared};
+use super::{SqliteStore, checkpoint::Checkpointer, connection::WAL, error::from_shared};
 use crate::{
     config::{Durability, ServerConfig},
     inbox::{Commits, InboxError},
@@ -116,7 +119,9 @@ where
             // Not reachable: a batch is committed only after every job in it ran.
             (Ok(()), None) => Err(InboxError::WriterGone),
             (Err(Failed::Sqlite(e)), _) => Err(from_shared(e)),
-            (Err(moved @ Failed::Moved(_)), _) => Err(unavailable(moved.to_string())),
+            (Err(moved @ (Failed::Moved(_) | Failed::LogMoved(_))), _) => {
+                Err(unavailable(moved.to_string()))
+            }
             // The write whose failure took the transaction with it says why.
             (Err(Failed::RolledBack), Some(Err(e))) => Err(e),
             (Err(Failed::RolledBack), _) => {
@@ -147,6 +152,8 @@ pub(super) enum Failed {
     /// writing to the open file, which no later start will find, so nothing is answered as
     /// stored.
     Moved(Arc<std::path::PathBuf>),
+    /// Its write-ahead log was (the path given).
+    LogMoved(Arc<std::path::PathBuf>),
 }
 
 impl std::fmt::Display for Failed {
@@ -155,6 +162,13 @@ impl std::fmt::Display for Failed {
             Self::Sqlite(e) => e.fmt(f),
             Self::RolledBack => f.write_str(
                 "SQLite rolled the transaction back when a write in it failed (see its error)",
+            ),
+            Self::LogMoved(path) => write!(
+                f,
+                "the database's write-ahead log {} was deleted, moved or replaced while hookd \
+                 had it open; what was committed was copied into the database file when this \
+                 was found, and nothing more is stored: restart hookd",
+                path.display()
             ),
             Self::Moved(path) => write!(
                 f,
@@ -233,16 +247,38 @@ impl Health {
 
     /// Records whether `file`'s path still leads to it; logs the changes (not every batch
     /// that fails meanwhile).
-    fn look(&self, file: &DatabaseFile) -> bool {
+    fn look(&self, file: &DatabaseFile, conn: &Connection) -> Option<Failed> {
         use std::sync::atomic::Ordering;
         let moved = file.moved();
-        let was = self.moved.swap(moved, Ordering::AcqRel);
-        if moved && !was {
-            let why = self
-                .moved_why
-                .get_or_init(|| Failed::Moved(Arc::clone(&file.path)).to_string());
+        let was = self.moved.swap(moved.is_some(), Ordering::AcqRel);
+        if let Some(failed) = moved.as_ref().filter(|_| !was) {
+            let why = self.moved_why.get_or_init(|| failed.to_string());
             tracing::error!("{why}");
-        } else if was && !moved {
+            // What was committed and not yet checkpointed is in the log the writer still has
+            // open: copied into the database file now, it is not lost with that log.
+            match conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            }) {
+                Ok((0, log, copied)) if log == copied => tracing::warn!(
+                    frames = copied,
+                    "what was committed is copied from the open log into the database file"
+                ),
+                Ok((busy, log, copied)) => tracing::error!(
+                    busy,
+                    log,
+                    copied,
+                    "the open log could be copied into the database file only in part"
+                ),
+                Err(e) => tracing::error!(
+                    error = %e,
+                    "the open log could not be copied into the database file"
+                ),
+            }
+        } else if was && moved.is_none() {
             tracing::warn!(path = %file.path.display(), "the database file is back: storing again");
         }
         moved
@@ -426,10 +462,16 @@ pub(super) fn spawn(
 }
 
 /// The database file the writer opened, as the file system names it (device and inode), so a
-/// batch can tell that the configured path still leads to the file it writes.
+/// batch can tell that the configured path still leads to the file it writes; and so for its
+/// write-ahead log, where every commit is first written (a log deleted while open takes the
+/// commits since the last checkpoint with it: SQLite goes on appending to the open file, which
+/// no later start finds).
 pub(super) struct DatabaseFile {
     path: Arc<std::path::PathBuf>,
     identity: (u64, u64),
+    wal: Arc<std::path::PathBuf>,
+    /// The log's, from the first time it is seen (SQLite creates it with its first write).
+    wal_identity: std::sync::OnceLock<(u64, u64)>,
 }
 
 impl DatabaseFile {
@@ -441,19 +483,43 @@ impl DatabaseFile {
             path: path.to_owned(),
             source,
         })?;
-        Ok(Self {
+        let wal = super::connection::beside(&super::connection::target_file(path), WAL);
+        let file = Self {
             path: Arc::new(path.to_owned()),
             identity: (meta.dev(), meta.ino()),
-        })
+            wal: Arc::new(wal),
+            wal_identity: std::sync::OnceLock::new(),
+        };
+        file.wal_moved();
+        Ok(file)
     }
 
-    /// Whether the path no longer leads to the file opened: gone, or another file there. A
-    /// `stat` that fails otherwise (a passing I/O error) says nothing either way.
-    fn moved(&self) -> bool {
+    /// Which path no longer leads to the file opened (the database's, else its log's): gone,
+    /// or another file there. A `stat` that fails otherwise (a passing I/O error) says nothing
+    /// either way.
+    fn moved(&self) -> Option<Failed> {
         use std::os::unix::fs::MetadataExt as _;
-        match std::fs::metadata(&*self.path) {
+        let database_moved = match std::fs::metadata(&*self.path) {
             Ok(meta) => (meta.dev(), meta.ino()) != self.identity,
             Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        };
+        if database_moved {
+            Some(Failed::Moved(Arc::clone(&self.path)))
+        } else if self.wal_moved() {
+            Some(Failed::LogMoved(Arc::clone(&self.wal)))
+        } else {
+            None
+        }
+    }
+
+    fn wal_moved(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        match std::fs::metadata(&*self.wal) {
+            Ok(meta) => {
+                let now = (meta.dev(), meta.ino());
+                *self.wal_identity.get_or_init(|| now) != now
+            }
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound && self.wal_identity.get().is_some(),
         }
     }
 }
@@ -519,10 +585,9 @@ fn writer_loop(
         // The path is looked at before every batch (a duplicate's changes nothing, but its
         // answer says the event is stored) and after every commit (it may go during one): a
         // batch is answered as stored only if the path led to the file before and after it.
-        let moved = || Err(Failed::Moved(Arc::clone(&file.path)));
-        let commit = match health.look(file) {
-            true => moved(),
-            false => match run_batch(&conn, &mut batch) {
+        let commit = match health.look(file, &conn) {
+            Some(moved) => Err(moved),
+            None => match run_batch(&conn, &mut batch) {
                 Ok(changed) => {
                     wrote = changed;
                     let commit =
@@ -533,7 +598,7 @@ fn writer_loop(
                     match commit {
                         // Committed to a file the path may no longer lead to: a 503, the
                         // provider's retry finds it if it comes back (a duplicate).
-                        Ok(()) if health.look(file) => moved(),
+                        Ok(()) => health.look(file, &conn).map_or(Ok(()), Err),
                         commit => commit,
                     }
                 }
@@ -546,7 +611,7 @@ fn writer_loop(
             },
         };
         health.ended(&commit, wrote);
-        if let Err(Failed::Moved(_)) = &commit {
+        if let Err(Failed::Moved(_) | Failed::LogMoved(_)) = &commit {
             // Logged once, when found (`Health::look`).
         } else if let Err(e) = &commit {
             static FAILED: LazyLock<Repeated> =
