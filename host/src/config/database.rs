@@ -85,6 +85,28 @@ pub enum DatabaseError {
          postgres://user:password@host:port/dbname"
     )]
     NoSlashes,
+    /// `user:password@host…` without a scheme (the value is never shown).
+    #[error(
+        "looks like a PostgreSQL URL without its `postgres://` (user:password@host…): write \
+         postgres://user:password@host:port/dbname"
+    )]
+    NoScheme,
+}
+
+/// Whether `value` is a libpq `key=value` connection string: one of its connection keywords
+/// followed by `=`, spaces allowed around it (as libpq allows).
+fn key_value(value: &str) -> bool {
+    const KEYS: [&str; 5] = ["host", "hostaddr", "dbname", "user", "password"];
+    let lower = value.to_ascii_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| c.is_ascii_whitespace() || c == '=')
+        .collect();
+    let mut at = 0;
+    words.iter().any(|word| {
+        let start = lower[at..].find(word).map_or(at, |i| at + i);
+        at = start + word.len();
+        KEYS.contains(word) && lower[at..].trim_start().starts_with('=')
+    })
 }
 
 impl Database {
@@ -101,12 +123,15 @@ impl Database {
                 return Err(DatabaseError::NoSlashes);
             }
             // Not a path anyone means: a file named "host=… password=…" would be created.
-            const KEYS: [&str; 5] = ["host=", "hostaddr=", "dbname=", "user=", "password="];
-            if value
-                .split_ascii_whitespace()
-                .any(|word| KEYS.iter().any(|k| word.starts_with(k)))
-            {
+            if key_value(value) {
                 return Err(DatabaseError::KeyValue);
+            }
+            // Nor `user:password@host…`, a URL without its `postgres://`.
+            if let Some((user_info, _)) = value.split_once('@')
+                && user_info.contains(':')
+                && !user_info.contains('/')
+            {
+                return Err(DatabaseError::NoScheme);
             }
             return Ok(Self::Sqlite(base_dir.join(value)));
         };
@@ -405,8 +430,29 @@ mod tests {
         }
         // A libpq key=value string is not taken for an SQLite file name (it would log the
         // password as the database's path, and create that file).
-        let err = parse("host=db port=5432 user=hookd password=hunter2 dbname=h").unwrap_err();
-        assert_eq!(err, DatabaseError::KeyValue);
+        // Spaces around `=` too, as libpq allows.
+        for value in [
+            "host=db port=5432 user=hookd password=hunter2 dbname=h",
+            "host = 127.0.0.1 port = 5433 password = hunter2",
+            "dbname =h\tPassword= hunter2",
+        ] {
+            let err = parse(value).unwrap_err();
+            assert_eq!(err, DatabaseError::KeyValue, "{value}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+        // A URL without its scheme is no file name either.
+        let err = parse("hookd:hunter2@127.0.0.1:5433/postgres").unwrap_err();
+        assert_eq!(err, DatabaseError::NoScheme);
         assert!(!err.to_string().contains("hunter2"), "{err}");
+        // File names that merely hold such words or signs are still file names.
+        for value in [
+            "data/hosts.db",
+            "/srv/user-data/hookd.db",
+            "backups/hookd@2026.db",
+            "/srv/a:b/hookd.db",
+            "./x/y@z:w.db",
+        ] {
+            assert!(matches!(parse(value), Ok(Database::Sqlite(_))), "{value}");
+        }
     }
 }
