@@ -1651,8 +1651,21 @@ fn env_secret(
     key: &str,
     var: &str,
 ) -> anyhow::Result<String> {
-    let value =
-        env(var).with_context(|| format!("{key}: environment variable {var} is not set"))?;
+    // A name no variable can have is most often the secret itself, given in the `_env` key by
+    // mistake: not echoed.
+    if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        bail!(
+            "{key}: its value is not an environment variable name (letters, digits and `_`; \
+             the value is not shown, in case it is a secret given here by mistake): name the \
+             variable that holds the secret"
+        );
+    }
+    let Some(value) = env(var) else {
+        if std::env::var_os(var).is_some() {
+            bail!("{key}: environment variable {var} is set but not valid UTF-8");
+        }
+        bail!("{key}: environment variable {var} is not set");
+    };
     if value.is_empty() {
         bail!("{key}: environment variable {var} is set but empty");
     }
@@ -2614,6 +2627,22 @@ memory_mib = 32
         let env = |var: &str| (var == "GH_SECRET").then(|| "s3cret".to_owned());
         let source = ClientSource::load_with(&path, "a", &env).unwrap();
         assert_eq!(source.secret.as_deref(), Some("s3cret"));
+        // The secret itself given as the variable's name (`secrets_env` for `secrets`): the
+        // error names the key, not the value.
+        std::fs::write(
+            &path,
+            "[sources.a]\nscheme = \"github\"\nsecrets_env = [\"whsec_SECRETLOOK/+=\"]",
+        )
+        .unwrap();
+        let e = format!(
+            "{:#}",
+            ClientSource::load_with(&path, "a", &env).unwrap_err()
+        );
+        assert!(
+            e.contains("sources.a.secrets_env: its value is not an environment variable name"),
+            "{e}"
+        );
+        assert!(!e.contains("SECRETLOOK"), "{e}");
     }
 
     /// A value of the wrong type is named by its key, never quoted (before: `sources.a:
