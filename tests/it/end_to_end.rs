@@ -219,6 +219,15 @@ async fn a_scaffolded_handler_passes_its_test_and_handles_an_event_under_hookd_d
     let new = ["new", "handler", "scaffolded", "--path", dir_arg];
     let created = support::hookd_cli(tmp.path(), &new).await;
     assert!(created.status.success(), "{created:?}");
+    // The command it prints signs with the generated secret without printing it.
+    let printed = String::from_utf8_lossy(&created.stdout);
+    let (secret, _) =
+        support::scaffold_config(&std::fs::read_to_string(dir.join("hookd.toml")).unwrap());
+    assert!(
+        printed.contains("hookd send --config hookd.toml --source scaffolded -")
+            && !printed.contains(&secret),
+        "{printed}"
+    );
     // Never over what is there.
     let again = support::hookd_cli(tmp.path(), &new).await;
     let stderr = String::from_utf8_lossy(&again.stderr);

@@ -135,14 +135,14 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
         &dir,
         "cargo test",
         &args.name,
-        &secret,
     );
     Ok(())
 }
 
 /// What to do next with a new plugin in `dir`: `headline`, then its unit test (`test`),
-/// `hookd dev`, and a signed event for its source `name`.
-fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str, secret: &str) {
+/// `hookd dev`, and a signed event for its source `name` (signed with the secret in the crate's
+/// `hookd.toml`, which is not printed: a flag shows in `ps` and shell histories).
+fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str) {
     say!(
         "{headline}\n\n\
          cd {dir}\n\
@@ -151,8 +151,7 @@ fn print_next_steps(headline: &str, dir: &Path, test: &str, name: &str, secret: 
          # then, in another terminal, an event for it (from standard input: a new file in\n\
          # the plugin's directory would be a change to rebuild for):\n\
          echo '{{\"id\":\"evt_1\",\"type\":\"order.paid\",\"subject\":\"order_7\"}}' | \
-         hookd send --url http://127.0.0.1:8080/hooks/{name} --scheme standard-webhooks \
-         --secret {secret} -",
+         hookd send --config hookd.toml --source {name} -",
         dir = shell_word(&dir.display().to_string()),
     );
 }

@@ -96,7 +96,6 @@ pub(super) fn run(args: &NewArgs) -> anyhow::Result<()> {
         &dir,
         &test,
         &args.name,
-        &secret,
     );
     Ok(())
 }
