@@ -15,7 +15,10 @@ use std::sync::LazyLock;
 
 use std::{
     path::Path,
-    sync::mpsc::{self, Receiver, SyncSender, TryRecvError},
+    sync::{
+        Arc,
+        mpsc::{self, Receiver, SyncSender, TryRecvError},
+    },
     thread::JoinHandle,
     time::Duration,
 };
@@ -23,7 +26,7 @@ use tracing::Level;
 
 use rusqlite::Connection;
 
-use super::connection::open_connection;
+use super::{connection::open_connection, writer::Health};
 use crate::{config::Durability, inbox::InboxError, telemetry::Repeated};
 
 /// How long after a commit the thread waits, so one checkpoint covers the commits that follow
@@ -37,15 +40,20 @@ pub(super) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Starts the thread on its own connection to `path`.
-    pub(super) fn spawn(path: &Path, durability: Durability) -> Result<Self, InboxError> {
+    /// Starts the thread on its own connection to `path`; how each pass went is told to
+    /// `health` (failing ones for long make the database unready).
+    pub(super) fn spawn(
+        path: &Path,
+        durability: Durability,
+        health: Arc<Health>,
+    ) -> Result<Self, InboxError> {
         let conn = open_connection(path, durability)?;
         // Its own commits (none) never checkpoint; only its passes do.
         conn.execute_batch("PRAGMA wal_autocheckpoint = 0")?;
         let (wake, woken) = mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("inbox-checkpoint".into())
-            .spawn(move || run(&conn, &woken))
+            .spawn(move || run(&conn, &woken, &health))
             .map_err(InboxError::WriterSpawn)?;
         Ok(Self { wake, thread })
     }
@@ -62,21 +70,23 @@ impl Checkpointer {
     }
 }
 
-fn run(conn: &Connection, woken: &Receiver<()>) {
+fn run(conn: &Connection, woken: &Receiver<()>, health: &Health) {
     while woken.recv().is_ok() {
         std::thread::sleep(GATHER);
         match woken.try_recv() {
             Ok(()) | Err(TryRecvError::Empty) => {}
             Err(TryRecvError::Disconnected) => return,
         }
-        if let Err(e) = pass(conn) {
-            // The writer's own automatic checkpoint still bounds the WAL.
+        let passed = pass(conn);
+        if let Err(e) = &passed {
+            // The writer's own automatic checkpoint bounds the WAL, unless it fails too.
             static FAILED: LazyLock<Repeated> =
                 LazyLock::new(|| Repeated::new(Level::WARN, "inbox: background checkpoint failed"));
             if let Some(left_out) = FAILED.write() {
                 tracing::warn!(error = %e, left_out, "inbox: background checkpoint failed");
             }
         }
+        health.checkpointed(passed.map_err(|e| e.to_string()));
     }
 }
 

@@ -100,8 +100,9 @@ impl SqliteStore {
         let queued = queued::QueuedState::load(&conn)?;
         let (tx, rx) = mpsc::channel();
         let commits = Arc::new(Commits::default());
-        let checkpointer = checkpoint::Checkpointer::spawn(path, options.durability)?;
         let health = Arc::new(writer::Health::default());
+        let checkpointer =
+            checkpoint::Checkpointer::spawn(path, options.durability, Arc::clone(&health))?;
         let handle = writer::spawn(
             conn,
             rx,

@@ -197,6 +197,10 @@ pub(super) struct Health {
     moved: std::sync::atomic::AtomicBool,
     /// Why, once it was found (the path is in it).
     moved_why: std::sync::OnceLock<String>,
+    /// Since when the checkpoints have failed, each one since, and why the last did; cleared
+    /// by one that worked. Writes go on meanwhile, but the log is not copied into the database
+    /// file and grows until the disk is full (a database file made read-only or immutable).
+    checkpoints_failing: std::sync::Mutex<Option<(std::time::Instant, String)>>,
 }
 
 /// The storage under the database cannot serve now, for `why`.
@@ -210,14 +214,45 @@ const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 /// rotation gets no writes that could show its disk is back.
 const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Checkpoints failing this long make the database unready: not one passing failure, but a
+/// log that has stopped being copied into the database file.
+const CHECKPOINTS_FAILING_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Health {
     /// Why the database cannot take writes now, if the writer says so (the path's absence is
-    /// checked by every read, [`Health::still_there`]).
+    /// checked by every read, [`Health::still_there`]), or cannot for long (its checkpoints
+    /// keep failing).
     pub(super) fn check(&self) -> Result<(), InboxError> {
         self.writes().map_err(unavailable)
     }
 
+    /// How a checkpoint went (`Err`: why it failed).
+    pub(super) fn checkpointed(&self, result: Result<(), String>) {
+        self.checkpointed_at(result, std::time::Instant::now());
+    }
+
+    fn checkpointed_at(&self, result: Result<(), String>, at: std::time::Instant) {
+        let mut failing = self.checkpoints_failing.lock().expect("poisoned");
+        match result {
+            Ok(()) => *failing = None,
+            Err(why) => {
+                let since = failing.as_ref().map_or(at, |f| f.0);
+                *failing = Some((since, why));
+            }
+        }
+    }
+
     fn writes(&self) -> Result<(), String> {
+        if let Some((since, why)) = &*self.checkpoints_failing.lock().expect("poisoned")
+            && since.elapsed() >= CHECKPOINTS_FAILING_FOR
+        {
+            return Err(format!(
+                "the database's checkpoints have failed for {} s ({why}): its log is not \
+                 copied into the database file and grows (a database file made read-only or \
+                 immutable?)",
+                since.elapsed().as_secs()
+            ));
+        }
         if let Some(since) = *self.busy_since.lock().expect("poisoned")
             && since.elapsed() >= STALLED_AFTER
         {
@@ -685,6 +720,27 @@ mod tests {
     use crate::inbox::store::Store as _;
 
     type Answer<T> = oneshot::Receiver<Result<T, InboxError>>;
+
+    /// Checkpoints that keep failing (a database file made read-only or immutable: writes go
+    /// on into a log that is never copied back, and grows) make the database unready, once
+    /// they have failed for a while; one that works again clears it. A single failure does not.
+    #[test]
+    fn checkpoints_failing_for_long_make_the_database_unready() {
+        let health = Health::default();
+        health.checkpointed(Err("disk I/O error".into()));
+        assert!(health.check().is_ok(), "one failure is not a trend");
+        let long_ago = std::time::Instant::now() - CHECKPOINTS_FAILING_FOR;
+        let health = Health::default();
+        health.checkpointed_at(Err("disk I/O error".into()), long_ago);
+        health.checkpointed(Err("disk I/O error".into()));
+        let unready = health.check().unwrap_err().to_string();
+        assert!(
+            unready.contains("checkpoints have failed for") && unready.contains("disk I/O error"),
+            "{unready}"
+        );
+        health.checkpointed(Ok(()));
+        assert!(health.check().is_ok());
+    }
 
     fn open(dir: &tempfile::TempDir, group_commit: bool) -> SqliteStore {
         let options = WriterOptions {
