@@ -69,9 +69,11 @@ Handler = handler_export(app)
 PY
 
 mkdir -p "$(dirname "$out")"
-# VIRTUAL_ENV and a pipenv would add their site-packages to the search path: the component
-# gets only the app and the SDK.
-env -u VIRTUAL_ENV PIPENV_ACTIVE= "$componentize" -q -d "$wit" -w handler-plugin \
+# componentize-py adds a site-packages to the search path: the `VIRTUAL_ENV`'s, else a
+# pipenv's, else those of whatever `python3` is on the PATH. It is given an empty one of its
+# own, so the component gets only the app and the SDK, whatever the machine has installed.
+mkdir -p "$stage/no-env/lib/site-packages"
+env VIRTUAL_ENV="$stage/no-env" PIPENV_ACTIVE= "$componentize" -q -d "$wit" -w handler-plugin \
   componentize -p "$stage" -p "$app_dir" hookd_entry -o "$out.tmp"
 mv "$out.tmp" "$out"
 echo "built $out ($(wc -c <"$out") bytes)"

@@ -678,3 +678,59 @@ fn hash_tree(path: &Path, hasher: &mut impl std::hash::Hasher) {
         bytes.hash(hasher);
     }
 }
+
+/// A Python build takes nothing installed on the building machine: componentize-py adds the
+/// site-packages of the `python3` on the PATH (without a virtualenv), so a package only that
+/// machine had went into the component, and a handler built there failed elsewhere. Here a
+/// `python3` put first on the PATH names a site-packages holding `leaky_pkg`, which the app
+/// imports: the build must fail, the package not found.
+#[test]
+fn a_python_build_takes_nothing_installed_on_the_machine() {
+    if !toolchain_ready(&PYTHON) {
+        return;
+    }
+    let root = workspace();
+    let tmp = tempfile::tempdir().unwrap();
+    let site = tmp.path().join("site-packages");
+    std::fs::create_dir_all(site.join("leaky_pkg")).unwrap();
+    std::fs::write(site.join("leaky_pkg/__init__.py"), "VERSION = 1\n").unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // What componentize-py runs to find site-packages: `python3 -c "import site; …"`.
+    let python3 = bin.join("python3");
+    std::fs::write(&python3, format!("#!/bin/sh\necho '{}'\n", site.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&python3, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let app = tmp.path().join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(
+        app.join("leaky.py"),
+        "import leaky_pkg\n\ndef handle(ev):\n    return {\"v\": leaky_pkg.VERSION}\n",
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("bash")
+        .arg(root.join("plugin-sdk/python/build.sh"))
+        .arg(&app)
+        .arg("leaky")
+        .arg(tmp.path().join("leaky.wasm"))
+        .current_dir(&root)
+        .env("PATH", path)
+        .env(
+            "COMPONENTIZE_PY",
+            root.join("target/py-venv/bin/componentize-py"),
+        )
+        .env_remove("VIRTUAL_ENV")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success() && stderr.contains("No module named 'leaky_pkg'"),
+        "a package installed on the machine was built in: {}\n{stderr}",
+        output.status
+    );
+}
