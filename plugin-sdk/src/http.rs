@@ -747,7 +747,11 @@ mod wasi {
                     let what = debug.lines().next().unwrap_or("").trim();
                     let what = format!("reading the response body from {authority}: {what}");
                     return Err(if what.contains("body size exceeds limit") {
-                        HttpError::TooLarge(what)
+                        // Its number is what had arrived when the host stopped reading: the
+                        // cap is what to say.
+                        HttpError::TooLarge(format!(
+                            "{authority} sent more than {MAX_RESPONSE_BYTES} bytes"
+                        ))
                     } else if what.contains("timeout") {
                         HttpError::Timeout(what)
                     } else {

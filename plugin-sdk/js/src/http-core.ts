@@ -373,7 +373,10 @@ function describeCode(code: ErrorCodeLike): string {
 export function errorFromBodyMessage(debug: string, authority: string): HttpError {
   const first = (debug.split("\n")[0] ?? "").trim();
   const what = `reading the response body from ${authority}: ${first}`;
-  if (what.includes("body size exceeds limit")) return new HttpError("too-large", what);
+  // Its number is what had arrived when the host stopped reading: the cap is what to say.
+  if (what.includes("body size exceeds limit")) {
+    return new HttpError("too-large", `${authority} sent more than ${MAX_RESPONSE_BYTES} bytes`);
+  }
   if (what.includes("timeout")) return new HttpError("timeout", what);
   return new HttpError("body", what);
 }

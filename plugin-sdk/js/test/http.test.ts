@@ -103,7 +103,9 @@ test("wasi:http error codes map as in the Rust SDK; a refusal asks the host why"
   assert.equal(errorFromCode({ tag: "TLS-certificate-error" }, "a:1", why).kind, "tls");
   assert.equal(errorFromCode({ tag: "HTTP-response-body-size", val: 9n }, "a:1", why).kind, "too-large");
   assert.equal(errorFromCode({ tag: "connection-refused" }, "a:1", why).kind, "transport");
-  assert.equal(errorFromBodyMessage("body size exceeds limit\nbacktrace", "a:1").kind, "too-large");
+  const tooLarge = errorFromBodyMessage("HTTP response body size exceeds limit: 8394752 bytes\nbacktrace", "a:1");
+  assert.equal(tooLarge.kind, "too-large");
+  assert.match(tooLarge.message, /a:1 sent more than 8388608 bytes/);
   assert.equal(errorFromBodyMessage("read timeout", "a:1").kind, "timeout");
 });
 

@@ -241,7 +241,8 @@ def _read_error(error, authority):
         lines = error.to_debug_string().splitlines()
     what = "reading the response body from %s: %s" % (authority, (lines[0] if lines else "").strip())
     if "body size exceeds limit" in what:
-        return TooLarge(what)
+        # Its number is what had arrived when the host stopped reading: the cap is what to say.
+        return TooLarge("%s sent more than %d bytes" % (authority, MAX_RESPONSE_BYTES))
     if "timeout" in what:
         return Timeout(what)
     return Body(what)
