@@ -139,17 +139,23 @@ pub(super) async fn committed(connections: &super::Connections, xid: i64) -> boo
     let deadline = tokio::time::Instant::now() + COMMITTED_ASKED_FOR;
     let mut pause = std::time::Duration::from_millis(50);
     loop {
-        let status: Result<Option<String>, InboxError> = async {
+        // Each ask within the deadline too: a pool or a server that does not answer would
+        // otherwise hold it for as long as its connection waits, eating into the leases.
+        let status = tokio::time::timeout_at(deadline, async {
             let connection = connections.get().await?;
             let row = connection
                 .query_one("SELECT txid_status($1)", &[&xid])
                 .await?;
-            Ok(row.get(0))
-        }
+            Ok::<Option<String>, InboxError>(row.get(0))
+        })
         .await;
-        match status.as_ref().map(Option::as_deref) {
-            Ok(Some("committed")) => return true,
-            Ok(Some("aborted") | None) => return false,
+        match status
+            .as_ref()
+            .map(|asked| asked.as_ref().map(Option::as_deref))
+        {
+            Err(_elapsed) => return false,
+            Ok(Ok(Some("committed"))) => return true,
+            Ok(Ok(Some("aborted") | None)) => return false,
             _ if tokio::time::Instant::now() + pause < deadline => {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(std::time::Duration::from_millis(500));

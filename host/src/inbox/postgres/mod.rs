@@ -481,16 +481,15 @@ impl Store for PostgresStore {
             self.commits.committed(1, started);
             return Ok(claimed);
         };
-        // A `COMMIT` the server refused did not commit. One whose answer never came (the
-        // connection lost as it was sent) may have: its leases would then stand with no worker
-        // running them until they expired and were taken back as abandoned (an at-most-once
-        // delivery dead-lettered that never ran). So the database is asked.
+        // A `COMMIT` whose answer is an error may have committed all the same: the connection
+        // lost as it was sent, a pooler's "server conn crashed", a backend ended while it
+        // waited for a synchronous standby after committing locally. Its leases would then
+        // stand with no worker running them until they expired and were taken back as
+        // abandoned (an at-most-once delivery dead-lettered that never ran). So the database is
+        // asked (a refused `COMMIT` is answered "aborted" at once).
         drop(connection);
         match xid {
-            Some(xid)
-                if lost.as_db_error().is_none()
-                    && lease::committed(&self.connections, xid).await =>
-            {
+            Some(xid) if lease::committed(&self.connections, xid).await => {
                 tracing::info!(
                     leased = claimed.leased.len(),
                     "a claim's COMMIT went unanswered, and the database says it committed: its \
