@@ -206,36 +206,47 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 pub fn serve(config_path: PathBuf) -> anyhow::Result<()> {
     let config = Config::load(&config_path)?;
     runtime()?.block_on(async move {
+        // First: a SIGHUP during the start (the database's open, the plugins' compiles) is
+        // taken too.
+        let shutdown = shutdown_signal();
         let listeners = crate::Listeners::bind(&config).await?;
-        crate::run(config, listeners, shutdown_signal()).await
+        crate::run(config, listeners, shutdown).await
     })
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM. SIGHUP, which operators and service managers send
 /// to have a daemon reload its configuration (and a closing terminal sends too), is taken and
 /// logged instead of ending the process at once, which cut its running attempts short: hookd
-/// reads its configuration only when it starts.
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// reads its configuration only when it starts. The handlers are installed when this is
+/// called (inside the runtime), not when the future is first awaited.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let (mut term, mut hangup) = {
         use tokio::signal::unix::{SignalKind, signal};
-        let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-        let mut hangup = signal(SignalKind::hangup()).expect("installing the SIGHUP handler");
-        tokio::pin!(ctrl_c);
-        loop {
-            tokio::select! {
-                _ = &mut ctrl_c => break,
-                _ = term.recv() => break,
-                _ = hangup.recv() => tracing::warn!(
-                    "SIGHUP received and ignored: hookd does not reload its configuration; \
-                     restart it (SIGTERM, then start) to apply a change"
-                ),
+        (
+            signal(SignalKind::terminate()).expect("installing the SIGTERM handler"),
+            signal(SignalKind::hangup()).expect("installing the SIGHUP handler"),
+        )
+    };
+    async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            tokio::pin!(ctrl_c);
+            loop {
+                tokio::select! {
+                    _ = &mut ctrl_c => break,
+                    _ = term.recv() => break,
+                    _ = hangup.recv() => tracing::warn!(
+                        "SIGHUP received and ignored: hookd does not reload its configuration; \
+                         restart it (SIGTERM, then start) to apply a change"
+                    ),
+                }
             }
         }
+        #[cfg(not(unix))]
+        let _ = ctrl_c.await;
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 #[cfg(test)]

@@ -164,8 +164,7 @@ async fn count_the_rest(
 /// under the embedded one that stopped (frozen, a stalled device).
 const STORE_ANSWER: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Waits for `accept` (owned, so that it can go on alone; or the duplicate check that stands
-/// in for it over the backlog bound) at most [`STORE_ANSWER`]; past it,
+/// Waits for `accept` (owned, so that it can go on alone) at most [`STORE_ANSWER`]; past it,
 /// the provider is told to retry rather than held for as long as TCP's own timeouts or a
 /// stalled disk. Were the event committed after all, the retry is a duplicate; a 202 still
 /// follows only a returned commit. An accept nobody waits for any more (past the answer time,
@@ -361,15 +360,21 @@ async fn answer(
             let Some(admission) = shared.inbox.admit(max_backlog, source.handlers.len()) else {
                 // Over the bound: refuse new work, but a retry of a stored event is still
                 // just a duplicate (refusing it would only make the provider retry again).
-                // Waited on like an accept: a database that stopped answering gets a 503.
-                let (inbox, name, id) = (
-                    shared.inbox.clone(),
-                    source.name.to_string(),
-                    event_id.to_string(),
-                );
-                let stored =
-                    within_store_answer(async move { inbox.contains_event(name, id).await })
-                        .await?;
+                // Waited on no longer than an accept: a database that stopped answering gets a
+                // 503 (a read has nothing to see through, so it is simply dropped then).
+                let asked = shared
+                    .inbox
+                    .contains_event(source.name.to_string(), event_id.to_string());
+                let Ok(stored) = tokio::time::timeout(STORE_ANSWER, asked).await else {
+                    tracing::warn!(
+                        waited_secs = STORE_ANSWER.as_secs(),
+                        "the database did not answer a duplicate check in time: answered 503"
+                    );
+                    return Err(ApiError::Overloaded {
+                        retry_after_secs: 1,
+                    });
+                };
+                let stored = stored?;
                 if !stored {
                     return Err(ApiError::Overloaded {
                         retry_after_secs: 5,
