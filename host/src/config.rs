@@ -1653,9 +1653,10 @@ fn env_secret(
 ) -> anyhow::Result<String> {
     // A name no variable can have is most often the secret itself, given in the `_env` key by
     // mistake: not echoed.
-    if var.is_empty() || !var.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+    let name_byte = |b: u8| b.is_ascii_alphanumeric() || b"_-.".contains(&b);
+    if var.is_empty() || !var.bytes().all(name_byte) {
         bail!(
-            "{key}: its value is not an environment variable name (letters, digits and `_`; \
+            "{key}: its value is not an environment variable name (letters, digits, `_`, `-`, `.`; \
              the value is not shown, in case it is a secret given here by mistake): name the \
              variable that holds the secret"
         );

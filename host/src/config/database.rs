@@ -96,8 +96,22 @@ pub enum DatabaseError {
 /// Whether `value` is a libpq `key=value` connection string: one of its connection keywords
 /// followed by `=`, spaces allowed around it (as libpq allows).
 fn key_value(value: &str) -> bool {
-    const KEYS: [&str; 5] = ["host", "hostaddr", "dbname", "user", "password"];
+    const KEYS: [&str; 6] = [
+        "host",
+        "hostaddr",
+        "dbname",
+        "user",
+        "password",
+        "sslpassword",
+    ];
     let lower = value.to_ascii_lowercase();
+    // A password given anywhere (`…?user=x&password=y`) is never a file name.
+    if lower
+        .match_indices("password")
+        .any(|(at, word)| lower[at + word.len()..].trim_start().starts_with('='))
+    {
+        return true;
+    }
     let words: Vec<&str> = lower
         .split(|c: char| c.is_ascii_whitespace() || c == '=')
         .collect();
@@ -128,8 +142,8 @@ impl Database {
             }
             // Nor `user:password@host…`, a URL without its `postgres://`.
             if let Some((user_info, _)) = value.split_once('@')
-                && user_info.contains(':')
-                && !user_info.contains('/')
+                && let Some((user, _password)) = user_info.split_once(':')
+                && !user.contains('/')
             {
                 return Err(DatabaseError::NoScheme);
             }
@@ -440,10 +454,23 @@ mod tests {
             assert_eq!(err, DatabaseError::KeyValue, "{value}");
             assert!(!err.to_string().contains("hunter2"), "{err}");
         }
-        // A URL without its scheme is no file name either.
-        let err = parse("hookd:hunter2@127.0.0.1:5433/postgres").unwrap_err();
-        assert_eq!(err, DatabaseError::NoScheme);
-        assert!(!err.to_string().contains("hunter2"), "{err}");
+        // A URL without its scheme is no file name either, a `/` in its password too.
+        for value in [
+            "hookd:hunter2@127.0.0.1:5433/postgres",
+            "hookd:hun/ter2==@db:5432/h",
+        ] {
+            let err = parse(value).unwrap_err();
+            assert_eq!(err, DatabaseError::NoScheme, "{value}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+        // Nor a password anywhere, in whatever form.
+        for value in [
+            "db:5432/h?user=hookd&password=hunter2",
+            "host=db sslpassword=hunter2",
+        ] {
+            let err = parse(value).unwrap_err();
+            assert_eq!(err, DatabaseError::KeyValue, "{value}");
+        }
         // File names that merely hold such words or signs are still file names.
         for value in [
             "data/hosts.db",
