@@ -87,9 +87,10 @@ impl SqliteStore {
     pub(super) fn open(path: &Path, options: WriterOptions) -> Result<Self, InboxError> {
         connection::check_existing(path)?;
         connection::create_parent(path)?;
-        // Created first (empty, if new), so that the file itself is locked too.
+        let mut lock = connection::lock_database(path)?;
+        // A new database is created (empty) under its `.lock`, then locked itself too.
         connection::create_private(path)?;
-        let lock = connection::lock_database(path)?;
+        lock.hold_database(path)?;
         let conn = connection::open_connection(path, options.durability)?;
         let file = writer::DatabaseFile::of(path)?;
         // Checkpoints run on a thread of their own (`checkpoint.rs`), soon after commits. The
@@ -425,6 +426,10 @@ impl Store for SqliteStore {
         if let Some(handle) = self.inner.writer_thread.lock().expect("poisoned").take() {
             let _ = handle.join();
         }
+        // The pooled readers go first: closing the lock's descriptor on the database file
+        // releases every SQLite lock this process holds on it (POSIX locks are per process),
+        // which open connections would otherwise go on without.
+        self.inner.readers.lock().expect("poisoned").clear();
         // Releasing the lock lets another process (or a restart) open the database.
         self.inner.lock.lock().expect("poisoned").take();
     }

@@ -195,8 +195,11 @@ pub(super) struct Health {
     /// is true of the database then. Cleared if the file comes back (a deleted one cannot:
     /// held open, its inode is not reused).
     moved: std::sync::atomic::AtomicBool,
-    /// Why, once it was found (the path is in it).
-    moved_why: std::sync::OnceLock<String>,
+    /// Why, as last found (the path is in it).
+    moved_why: std::sync::Mutex<String>,
+    /// While moved: whether everything in the log still open has been copied into the
+    /// database file (tried again at every look until it has).
+    log_copied: std::sync::atomic::AtomicBool,
     /// Since when the checkpoints have failed, each one since, and why the last did; cleared
     /// by one that worked. Writes go on meanwhile, but the log is not copied into the database
     /// file and grows until the disk is full (a database file made read-only or immutable).
@@ -213,6 +216,45 @@ const STALLED_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
 /// A failed batch this recent makes the database unready. Not for longer: a node out of
 /// rotation gets no writes that could show its disk is back.
 const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Copies what was committed and not yet checkpointed, which is in the log the writer still
+/// has open, into the database file, so that it is not lost with that log (deleted, or moved
+/// away with the database): whether all of it is copied. `PASSIVE`, so it never waits: a
+/// reader still on an older snapshot leaves the rest to the next try.
+fn copy_open_log(conn: &Connection) -> bool {
+    let copied = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
+    });
+    match copied {
+        Ok((log, copied)) if log == copied => {
+            tracing::warn!(
+                frames = copied,
+                "what was committed is copied from the open log into the database file"
+            );
+            true
+        }
+        Ok((log, copied)) => {
+            tracing::debug!(
+                log,
+                copied,
+                "the open log is copied into the database file in part; the rest at the next try"
+            );
+            false
+        }
+        Err(e) => {
+            static FAILED: LazyLock<Repeated> = LazyLock::new(|| {
+                Repeated::new(
+                    Level::ERROR,
+                    "the open log could not be copied into the database file",
+                )
+            });
+            if let Some(left_out) = FAILED.write() {
+                tracing::error!(error = %e, left_out, "the open log could not be copied into the database file; tried again at the next batch");
+            }
+            false
+        }
+    }
+}
 
 /// Checkpoints failing this long make the database unready: not one passing failure, but a
 /// log that has stopped being copied into the database file.
@@ -274,7 +316,7 @@ impl Health {
     pub(super) fn still_there(&self) -> Result<(), InboxError> {
         if self.moved.load(std::sync::atomic::Ordering::Acquire) {
             return Err(unavailable(
-                self.moved_why.get().cloned().unwrap_or_default(),
+                self.moved_why.lock().expect("poisoned").clone(),
             ));
         }
         Ok(())
@@ -287,34 +329,16 @@ impl Health {
         let moved = file.moved();
         let was = self.moved.swap(moved.is_some(), Ordering::AcqRel);
         if let Some(failed) = moved.as_ref().filter(|_| !was) {
-            let why = self.moved_why.get_or_init(|| failed.to_string());
+            let why = failed.to_string();
             tracing::error!("{why}");
-            // What was committed and not yet checkpointed is in the log the writer still has
-            // open: copied into the database file now, it is not lost with that log.
-            match conn.query_row("PRAGMA wal_checkpoint(FULL)", [], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    row.get::<_, i64>(2)?,
-                ))
-            }) {
-                Ok((0, log, copied)) if log == copied => tracing::warn!(
-                    frames = copied,
-                    "what was committed is copied from the open log into the database file"
-                ),
-                Ok((busy, log, copied)) => tracing::error!(
-                    busy,
-                    log,
-                    copied,
-                    "the open log could be copied into the database file only in part"
-                ),
-                Err(e) => tracing::error!(
-                    error = %e,
-                    "the open log could not be copied into the database file"
-                ),
-            }
+            *self.moved_why.lock().expect("poisoned") = why;
+            self.log_copied.store(false, Ordering::Release);
         } else if was && moved.is_none() {
-            tracing::warn!(path = %file.path.display(), "the database file is back: storing again");
+            tracing::warn!(path = %file.path.display(), "the database's files are back: storing again");
+        }
+        if moved.is_some() && !self.log_copied.load(Ordering::Acquire) {
+            self.log_copied
+                .store(copy_open_log(conn), Ordering::Release);
         }
         moved
     }
