@@ -147,7 +147,7 @@ mod tests {
             Claimed, Finished, Inbox, InboxError,
             contract::fixtures::{HANDLER, done, lease, state_writes},
         },
-        model::StateLimits,
+        model::{StateChanges, StateLimits},
     };
 
     /// An inbox on a fresh database, and its store (to hold the writer).
@@ -167,6 +167,30 @@ mod tests {
         let leased = [lease(&inbox, "a").await, lease(&inbox, "b").await];
         let held = hold(&store);
         (db, inbox, store, leased, held)
+    }
+
+    /// Two state commits that together weigh more than a batch may carry (five 1-MiB values
+    /// each), the second (`a`'s) also writing key `k`: queued one after the other, the second
+    /// is deferred to the next batch.
+    fn heavy_pair(inbox: &Inbox, limits: StateLimits) -> (StateChanges, StateChanges) {
+        let heavy = |prefix: &str| -> Vec<(String, Option<usize>)> {
+            (1..=5)
+                .map(|i| (format!("{prefix}{i}"), Some(1 << 20)))
+                .collect()
+        };
+        let (x_keys, mut a_keys) = (heavy("x"), heavy("a"));
+        a_keys.push(("k".into(), Some(3)));
+        let writes = |keys: &[(String, Option<usize>)]| {
+            state_writes(
+                inbox,
+                &keys
+                    .iter()
+                    .map(|(k, n)| (k.as_str(), *n))
+                    .collect::<Vec<_>>(),
+                limits,
+            )
+        };
+        (writes(&x_keys), writes(&a_keys))
     }
 
     /// Polls `future` once: a finish is queued by then.
@@ -302,7 +326,6 @@ mod tests {
         let db = TempDatabase::new();
         let (inbox, store) = open(&db);
         let limits = StateLimits::DEFAULT;
-        let mib = 1 << 20;
         let [x, a, c, d, r] = [
             lease(&inbox, "x").await,
             lease(&inbox, "a").await,
@@ -311,19 +334,7 @@ mod tests {
             lease(&inbox, "r").await,
         ];
         let (release, held) = hold(&store);
-        let five = |prefix: &str| -> Vec<(String, Option<usize>)> {
-            (1..=5)
-                .map(|i| (format!("{prefix}{i}"), Some(mib)))
-                .collect()
-        };
-        let x_keys = five("x");
-        let mut a_keys = five("a");
-        a_keys.push(("k".into(), Some(3)));
-        fn as_refs(keys: &[(String, Option<usize>)]) -> Vec<(&str, Option<usize>)> {
-            keys.iter().map(|(k, n)| (k.as_str(), *n)).collect()
-        }
-        let xw = state_writes(&inbox, &as_refs(&x_keys), limits);
-        let aw = state_writes(&inbox, &as_refs(&a_keys), limits);
+        let (xw, aw) = heavy_pair(&inbox, limits);
         let cw = state_writes(&inbox, &[("c", Some(1))], limits);
         let mut fx = pin!(inbox.finish(done(&x, xw)));
         assert!(queue(fx.as_mut()).await.is_pending());
@@ -348,7 +359,7 @@ mod tests {
         assert!(queue(fd.as_mut()).await.is_pending());
         // R reads k: D's queued write, at the version D was stamped with.
         let seen = inbox.state_stat_blocking(HANDLER, "k").unwrap();
-        let rw = crate::model::StateChanges {
+        let rw = StateChanges {
             versions: [("k".to_owned(), seen.1)].into(),
             writes: [("r".to_owned(), Some(vec![1]))].into(),
             limits,
@@ -375,26 +386,13 @@ mod tests {
         let db = TempDatabase::new();
         let (inbox, store) = open(&db);
         let limits = StateLimits::DEFAULT;
-        let mib = 1 << 20;
         let [x, a, b] = [
             lease(&inbox, "x").await,
             lease(&inbox, "a").await,
             lease(&inbox, "b").await,
         ];
         let (release, held) = hold(&store);
-        let heavy = |prefix: &str| -> Vec<(String, Option<usize>)> {
-            (1..=5)
-                .map(|i| (format!("{prefix}{i}"), Some(mib)))
-                .collect()
-        };
-        let x_keys = heavy("x");
-        let mut a_keys = heavy("a");
-        a_keys.push(("k".into(), Some(3)));
-        fn view(keys: &[(String, Option<usize>)]) -> Vec<(&str, Option<usize>)> {
-            keys.iter().map(|(k, n)| (k.as_str(), *n)).collect()
-        }
-        let xw = state_writes(&inbox, &view(&x_keys), limits);
-        let aw = state_writes(&inbox, &view(&a_keys), limits);
+        let (xw, aw) = heavy_pair(&inbox, limits);
         let mut fx = pin!(inbox.finish(done(&x, xw)));
         assert!(queue(fx.as_mut()).await.is_pending());
         let mut fa = pin!(inbox.finish(done(&a, aw)));
@@ -402,7 +400,7 @@ mod tests {
         // B reads k (A's queued write) and writes nothing.
         let seen = inbox.state_stat_blocking(HANDLER, "k").unwrap();
         assert_eq!(seen.1, 2, "A's queued write");
-        let bw = crate::model::StateChanges {
+        let bw = StateChanges {
             versions: [("k".to_owned(), seen.1)].into(),
             writes: Default::default(),
             limits,
