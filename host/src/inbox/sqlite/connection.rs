@@ -198,8 +198,11 @@ pub(super) fn create_parent(path: &Path) -> Result<(), InboxError> {
 /// What keeps a database to one hookd process: exclusive advisory locks (released by the
 /// kernel if the process dies), held while this is.
 pub(super) struct DatabaseLock {
+    /// `<database>.lock`, locked while held (`None` where the file system takes no
+    /// locks); only its drop is needed.
     _lock_file: Option<std::fs::File>,
-    _database: Option<std::fs::File>,
+    /// The database file itself, locked once it exists.
+    database: Option<std::fs::File>,
 }
 
 /// Takes an exclusive advisory lock on `<database>.lock` and on the database file itself, so two
@@ -224,7 +227,7 @@ pub(super) fn lock_database(path: &Path) -> Result<DatabaseLock, InboxError> {
         })?;
     let mut lock = DatabaseLock {
         _lock_file: hold(file, path, &lock_path)?,
-        _database: None,
+        database: None,
     };
     lock.hold_database(path)?;
     Ok(lock)
@@ -234,10 +237,10 @@ impl DatabaseLock {
     /// Locks the database file at `path` too, if it exists and is not locked yet (a database
     /// created after its `.lock` was taken).
     pub(super) fn hold_database(&mut self, path: &Path) -> Result<(), InboxError> {
-        if self._database.is_some() {
+        if self.database.is_some() {
             return Ok(());
         }
-        self._database = match std::fs::File::open(path) {
+        self.database = match std::fs::File::open(path) {
             Ok(file) => hold(file, path, path)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => {
@@ -470,7 +473,7 @@ mod tests {
     /// the two corrupting the file (each with a `-wal` of its own) and taking back each other's
     /// live leases.
     #[test]
-    fn a_second_hookd_is_refused_through_a_hard_link_or_with_the_lock_file_removed() {
+    fn a_second_hookd_is_refused_through_a_hard_link_or_with_thelock_file_removed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("other")).unwrap();
         let path = dir.path().join("hookd.db");
