@@ -9,10 +9,18 @@
 //! - The attempt is counted when it is leased; the lease token is the delivery's `attempts`, so
 //!   a result whose lease was taken back is discarded (with its state writes).
 //! - An attempt and its delivery's next state are one store transition.
+//! - A lease runs from when the store grants it: a claim that waited over [`LATE_CLAIM`] before
+//!   it ran (in SQLite's writer queue behind a stalled disk, for a PostgreSQL connection) is
+//!   moved on by its wait ([`ClaimRequest::ran_after`]), so a lease is never granted short or
+//!   already over, to be taken back while its handler runs.
 //! - Every lease is taken back at start-up only from a store no other process uses
 //!   ([`Capabilities::single_node`](super::store::Capabilities)).
 
-use std::collections::{HashMap, HashSet};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
 use bytes::Bytes;
 
@@ -68,6 +76,10 @@ pub struct ClaimRequest {
 /// How long a lease lasts when the claim names no length for its handler.
 pub const DEFAULT_LEASE_MS: i64 = 60_000;
 
+/// A claim that waited longer than this before it ran has its time moved on by the wait (a
+/// shorter wait is within a lease's margin, and left alone).
+pub const LATE_CLAIM: Duration = Duration::from_secs(1);
+
 /// The claim's steps every backend shares: which handlers it looks at, how its free workers
 /// are shared among their due deliveries, how long a lease lasts.
 impl ClaimRequest {
@@ -105,6 +117,20 @@ impl ClaimRequest {
                 (lane, taken[lane] - 1)
             })
             .collect()
+    }
+
+    /// This claim as it runs after waiting `waited` since it was asked for: its `now` moved on
+    /// by the wait if that was over [`LATE_CLAIM`], so what it leases is leased from when it
+    /// ran (the lease's length, and `leased_at`, from then).
+    pub(super) fn ran_after(&self, waited: Duration) -> Cow<'_, ClaimRequest> {
+        if waited <= LATE_CLAIM {
+            return Cow::Borrowed(self);
+        }
+        let waited_ms = i64::try_from(waited.as_millis()).unwrap_or(i64::MAX);
+        Cow::Owned(ClaimRequest {
+            now_ms: self.now_ms.saturating_add(waited_ms),
+            ..self.clone()
+        })
     }
 
     /// When a lease of `handler` taken now ends.

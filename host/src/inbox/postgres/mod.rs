@@ -476,6 +476,9 @@ impl Store for PostgresStore {
         let started = std::time::Instant::now();
         let mut connection = self.connections.get().await?;
         let tx = connection.transaction().await?;
+        // The wait for a connection is before the transaction, which the claim's statement
+        // measures its own wait from: its leases run from when it runs.
+        let request = request.ran_after(started.elapsed());
         let (claimed, xid) = lease::claim_due(&tx, &request).await?;
         let Err(lost) = tx.commit().await else {
             self.commits.committed(1, started);

@@ -1328,6 +1328,42 @@ async fn a_lease_runs_from_when_the_claim_is_granted() {
     assert!(left > 500, "the lease has {left} ms left once granted");
 }
 
+/// The same when the claim waited for a connection of its pool (all busy, as under load)
+/// before its transaction began, which the statement's own measure of its wait does not see.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_runs_from_when_the_claim_is_granted_after_waiting_for_a_connection() {
+    use crate::inbox::store::Store as _;
+    let Some((db, inbox, client)) = store_and_client().await else {
+        return;
+    };
+    fixtures::accept(&inbox, event("waited")).await;
+    let store = PostgresStore::connect(db.url(), 1, Pooler::None)
+        .await
+        .unwrap();
+    let busy = store.client().await.unwrap();
+    let mut request = fixtures::claim_request(inbox.clock().now_ms(), 1, &[(HANDLER, 1)]);
+    request.lease_ms = [(HANDLER.to_string(), 1_000)].into();
+    let store = Arc::new(store);
+    let claiming = {
+        let store = store.clone();
+        tokio::spawn(async move { store.claim(request).await })
+    };
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    drop(busy);
+    let claimed = claiming.await.unwrap().unwrap().leased;
+    assert_eq!(claimed.len(), 1);
+    let left: i64 = client
+        .query_one(
+            "SELECT lease_until - (extract(epoch FROM clock_timestamp()) * 1000)::int8
+             FROM deliveries WHERE id = $1",
+            &[&claimed[0].delivery_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(left > 500, "the lease has {left} ms left once granted");
+}
+
 /// A relay to the server of `url` that passes everything both ways, except that once `armed`,
 /// the next `COMMIT` a client sends is passed on and its connection then cut before the answer
 /// comes back: the server commits, the client never hears so. Returns `url` through the relay

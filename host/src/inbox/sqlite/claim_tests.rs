@@ -293,3 +293,55 @@ fn the_earliest_waiting_delivery_is_a_seek_per_handler_and_state() {
         assert_eq!(plan.matches("deliveries_handler_due").count(), 4, "{plan}");
     }
 }
+
+/// A claim queued behind a held writer (a stalled disk) leases from when it ran: its
+/// `leased_at` and lease end are moved on by the wait. Before, they ran from when it was asked
+/// for, so a wait longer than the lease's margin granted a lease short or already over, and
+/// the next reclaim took it back while its handler ran (a delivery run twice, or an
+/// at-most-once one dead-lettered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_waited_for_the_writer_leases_from_when_it_ran() {
+    use crate::inbox::store::Store as _;
+    const NOW: i64 = 1_000_000;
+    const LEASE: i64 = 1_000;
+    let dir = tempfile::tempdir().unwrap();
+    let options = super::super::writer::WriterOptions::new(Durability::Normal);
+    let store = super::super::SqliteStore::open(&dir.path().join("hookd.db"), options).unwrap();
+    store
+        .write(|conn| Ok(delivery(conn, "h", NOW, None, None, "pending")))
+        .await
+        .unwrap();
+    let (release, held) = super::super::writer::testing::hold(&store);
+    let mut request = fixtures::claim_request(NOW, 1, &[("h", 1)]);
+    request.lease_ms.insert("h".to_owned(), LEASE);
+    let claim = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim(request).await }
+    });
+    let waited = std::time::Duration::from_millis(2_500);
+    tokio::time::sleep(waited).await;
+    release.send(()).unwrap();
+    held.await.unwrap().unwrap();
+    let ClaimOutcome { leased, .. } = claim.await.unwrap().unwrap();
+    assert_eq!(leased.len(), 1);
+    let waited_ms = waited.as_millis() as i64;
+    assert!(
+        leased[0].leased_at_ms >= NOW + waited_ms,
+        "leased at {} after waiting {waited_ms} ms from {NOW}",
+        leased[0].leased_at_ms
+    );
+    let until: i64 = store
+        .write(|conn| Ok(conn.query_row("SELECT lease_until FROM deliveries", [], |r| r.get(0))?))
+        .await
+        .unwrap();
+    assert!(
+        until >= NOW + waited_ms + LEASE,
+        "a {LEASE} ms lease asked for at {NOW} and granted {waited_ms} ms later ends at {until}"
+    );
+    // A claim that did not wait keeps the time it was asked at (the tests' fixed clocks).
+    let request = fixtures::claim_request(NOW, 1, &[("h", 1)]);
+    assert!(matches!(
+        request.ran_after(std::time::Duration::from_millis(10)),
+        std::borrow::Cow::Borrowed(r) if r.now_ms == NOW
+    ));
+}

@@ -211,7 +211,10 @@ impl Store for SqliteStore {
     }
 
     async fn claim(&self, request: ClaimRequest) -> Result<ClaimOutcome, InboxError> {
-        self.write(move |conn| lease::claim_due(conn, &request))
+        // The writer may run it long after this (queued behind a stalled disk): its leases run
+        // from when it does.
+        let asked = std::time::Instant::now();
+        self.write(move |conn| lease::claim_due(conn, &request.ran_after(asked.elapsed())))
             .await
     }
 
