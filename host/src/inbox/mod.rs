@@ -135,9 +135,12 @@ struct Inner {
     /// ([`Admission`]): counted against the bound with [`Inner::backlog`], so accepts waiting
     /// for one commit cannot all pass it.
     admitting: AtomicI64,
-    /// Quarantined requests not yet resolved (plus writes in flight): the quarantine bound's
-    /// measure. Recounted from the store after every replay.
+    /// Quarantined requests not yet resolved: the quarantine bound's measure, with
+    /// [`Inner::quarantining`]. Recounted from the store after every replay.
     quarantined: AtomicI64,
+    /// Quarantine writes admitted under the bound and not yet committed ([`Admission`]): kept
+    /// apart from [`Inner::quarantined`], so a recount of what is stored does not forget them.
+    quarantining: AtomicI64,
     /// Wakes the dispatcher when new work becomes due.
     work: Notify,
     /// Where the times the inbox stamps itself come from.
@@ -265,6 +268,7 @@ impl Inbox {
                 backlog: AtomicI64::new(counts.backlog),
                 admitting: AtomicI64::new(0),
                 quarantined: AtomicI64::new(counts.quarantined),
+                quarantining: AtomicI64::new(0),
                 work: Notify::new(),
                 clock,
                 shared,
@@ -310,14 +314,14 @@ impl Inbox {
     /// the accept has returned (and counted what it committed in the backlog); a race between
     /// two admissions refuses rather than overshoots.
     pub fn admit(&self, max: u64, handlers: usize) -> Option<Admission> {
-        let weight = handlers as i64;
-        let before = self.inner.admitting.fetch_add(weight, Ordering::Relaxed);
-        let admission = Admission {
-            inner: self.inner.clone(),
-            weight,
-        };
-        let taken = self.backlog().saturating_add(before);
-        (i64::try_from(max).unwrap_or(i64::MAX) > taken).then_some(admission)
+        let max = i64::try_from(max).unwrap_or(i64::MAX);
+        Admission::under(
+            &self.inner,
+            |inner| &inner.admitting,
+            || self.backlog(),
+            max,
+            handlers as i64,
+        )
     }
 
     fn add_backlog(&self, delta: i64) {
@@ -331,18 +335,21 @@ impl Inbox {
         self.inner.quarantined.load(Ordering::Relaxed)
     }
 
-    /// Takes one quarantine slot if fewer than `max` are held.
-    fn reserve_quarantine(&self, max: i64) -> bool {
-        self.inner
-            .quarantined
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                (held < max).then_some(held + 1)
-            })
-            .is_ok()
+    /// Admits one quarantine write if the requests held and the writes in flight are fewer
+    /// than `max`; the [`Admission`] is held until the write has returned.
+    fn admit_quarantine(&self, max: i64) -> Option<Admission> {
+        Admission::under(
+            &self.inner,
+            |inner| &inner.quarantining,
+            || self.quarantine_held(),
+            max,
+            1,
+        )
     }
 
-    fn release_quarantine(&self) {
-        self.inner.quarantined.fetch_sub(1, Ordering::Relaxed);
+    /// Counts one more quarantined request held (its write committed).
+    fn quarantine_stored(&self) {
+        self.inner.quarantined.fetch_add(1, Ordering::Relaxed);
     }
 
     fn set_quarantine_held(&self, held: i64) {
@@ -382,17 +389,40 @@ impl Inbox {
     }
 }
 
-/// An event's place under the backlog bound ([`Inbox::admit`]), given back when dropped.
+/// A write's place under a bound (an event's under the backlog bound, [`Inbox::admit`]; a
+/// quarantined request's under the quarantine bound), given back when dropped.
 pub struct Admission {
     inner: Arc<Inner>,
     weight: i64,
+    /// The counter of admissions in flight it is counted in.
+    pending: fn(&Inner) -> &AtomicI64,
+}
+
+impl Admission {
+    /// Counts `weight` in `pending` first, then admits it if what is `held` (read after) and
+    /// what was pending before stay under `max`: a race between two admissions refuses rather
+    /// than overshoots. The write that commits counts itself in `held` before its admission is
+    /// dropped, so it is never out of both.
+    fn under(
+        inner: &Arc<Inner>,
+        pending: fn(&Inner) -> &AtomicI64,
+        held: impl FnOnce() -> i64,
+        max: i64,
+        weight: i64,
+    ) -> Option<Self> {
+        let before = pending(inner).fetch_add(weight, Ordering::Relaxed);
+        let admission = Admission {
+            inner: inner.clone(),
+            weight,
+            pending,
+        };
+        (max > held().saturating_add(before)).then_some(admission)
+    }
 }
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        self.inner
-            .admitting
-            .fetch_sub(self.weight, Ordering::Relaxed);
+        (self.pending)(&self.inner).fetch_sub(self.weight, Ordering::Relaxed);
     }
 }
 

@@ -1,8 +1,9 @@
 //! Verified requests whose envelope could not be produced: kept, bounded, and replayable.
 //!
 //! Invariants:
-//! - Quarantine is bounded like the backlog: a slot is taken (in the façade's counter) before
-//!   the write, so concurrent requests cannot overshoot `max_held`.
+//! - Quarantine is bounded like the backlog: a write is admitted (counted in flight, in the
+//!   façade) before it starts, so concurrent requests cannot overshoot `max_held`; nor can a
+//!   recount of what is stored (after a replay, or another node's) while writes are in flight.
 //! - Reads of held requests by filter never read a body.
 
 use super::{Inbox, InboxError, RawRequest, ReplayFilter};
@@ -19,7 +20,8 @@ pub struct Quarantined {
 impl Inbox {
     /// Keeps a verified request whose envelope could not be produced; returns its id, or `None`
     /// (nothing written) when `max_held` requests are already held: quarantine is bounded like
-    /// the backlog. The slot is taken before the write, so concurrent requests cannot overshoot.
+    /// the backlog. The write is admitted before it starts, so concurrent requests cannot
+    /// overshoot.
     pub async fn quarantine(
         &self,
         source: SourceName,
@@ -28,13 +30,13 @@ impl Inbox {
         max_held: u64,
     ) -> Result<Option<i64>, InboxError> {
         let max_held = i64::try_from(max_held).unwrap_or(i64::MAX);
-        if !self.reserve_quarantine(max_held) {
+        let Some(_admission) = self.admit_quarantine(max_held) else {
             return Ok(None);
-        }
+        };
         let reason = text::storable(reason);
         let written = self.store().quarantine(source, request, reason).await;
-        if written.is_err() {
-            self.release_quarantine();
+        if written.is_ok() {
+            self.quarantine_stored();
         }
         written.map(Some)
     }

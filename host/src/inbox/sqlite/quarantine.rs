@@ -106,3 +106,61 @@ pub(super) fn held(conn: &Connection, id: i64) -> Result<Option<Quarantined>, In
         })
         .optional()?)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, sync::atomic::Ordering, time::Duration};
+
+    use super::super::{
+        SqliteStore,
+        writer::{WriterOptions, testing::hold},
+    };
+    use crate::{
+        clock::Clock,
+        config::Durability,
+        ids::SourceName,
+        inbox::{Inbox, contract::fixtures},
+    };
+
+    /// A recount of what is stored (after a replay; on a shared database, every second) while a
+    /// quarantine write waits for its commit does not forget the write. Before, the recount
+    /// dropped its slot and a second request was admitted past `max_held`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_recount_while_a_quarantine_write_waits_keeps_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = WriterOptions::new(Durability::Normal);
+        let store = SqliteStore::open(&dir.path().join("hookd.db"), options).unwrap();
+        let counts = store.counts_blocking();
+        let inbox =
+            Inbox::on_store(Arc::new(store.clone()), counts, Clock::system(), None).unwrap();
+        let quarantine = |inbox: Inbox, reason: &str| {
+            let reason = reason.to_owned();
+            async move {
+                let source = SourceName::new("s");
+                inbox
+                    .quarantine(source, fixtures::request(), reason, 1)
+                    .await
+            }
+        };
+        let (release, held) = hold(&store);
+        let first = tokio::spawn(quarantine(inbox.clone(), "first"));
+        while inbox.inner.quarantining.load(Ordering::Relaxed) == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(
+            inbox.recount_quarantine().await.unwrap(),
+            0,
+            "nothing committed yet"
+        );
+        let second =
+            tokio::time::timeout(Duration::from_secs(5), quarantine(inbox.clone(), "second")).await;
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert!(
+            matches!(second, Ok(Ok(None))),
+            "a second request was admitted past max_held = 1: {second:?}"
+        );
+        assert!(first.await.unwrap().unwrap().is_some());
+        assert_eq!(inbox.quarantine_held(), 1);
+    }
+}
