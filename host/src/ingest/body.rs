@@ -295,11 +295,23 @@ pub async fn read(
             if !reservation.grow(step - reservation.bytes) {
                 return Err(budget.refused(client));
             }
-            received.reserve(step as usize - received.len());
+            grow_exactly(&mut received, step as usize);
         }
         received.extend_from_slice(&data);
     }
     Ok((received.freeze(), reservation))
+}
+
+/// Grows `buffer` to hold exactly `capacity` bytes, its reservation. (`reserve` would round up
+/// to twice the old capacity: a body whose cap is not a doubling of its first step, 25 MiB
+/// after 16, held 32 MiB against a reservation of 25.)
+fn grow_exactly(buffer: &mut BytesMut, capacity: usize) {
+    if buffer.capacity() >= capacity {
+        return;
+    }
+    let mut grown = BytesMut::with_capacity(capacity);
+    grown.extend_from_slice(buffer);
+    *buffer = grown;
 }
 
 /// Whether a body's read failed because its client's connection is gone (reset or aborted),
@@ -405,6 +417,24 @@ mod tests {
     /// A head declaring a large body reserves nothing until its bytes come, then in doubling
     /// steps: before, it reserved the whole declared length, so a few head-only connections
     /// held the whole budget and every other request got 503.
+    /// The buffer never holds more than its reservation, also on a step that is not a doubling.
+    #[test]
+    fn a_buffer_grows_to_its_reservation_and_no_further() {
+        let mut buffer = BytesMut::new();
+        for (step, len) in [(1, 1), (2, 2), (16 << 10, 9_000), (25 << 10, 25 << 10)] {
+            grow_exactly(&mut buffer, step);
+            assert_eq!(buffer.capacity(), step, "step {step}");
+            buffer.resize(len, 7);
+        }
+        assert!(buffer.iter().all(|b| *b == 7));
+        grow_exactly(&mut buffer, 1);
+        assert_eq!(
+            buffer.capacity(),
+            25 << 10,
+            "a smaller step keeps the buffer"
+        );
+    }
+
     #[tokio::test]
     async fn a_declared_length_is_reserved_as_its_bytes_arrive() {
         let total = 4 << 20;

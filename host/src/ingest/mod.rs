@@ -412,7 +412,11 @@ async fn answer(
             Err(ApiError::Unparsable(detail))
         }
         EnvelopeOutcome::Ignore(reason) => {
-            tracing::debug!(reason, "request ignored by its parser");
+            // The parser's words, as long as it likes: capped like an invalid one's detail.
+            tracing::debug!(
+                reason = &*crate::error::cap_detail(&reason),
+                "request ignored by its parser"
+            );
             let body = json!({"accepted": false, "ignored": true});
             Ok(("ignored", (StatusCode::OK, Json(body)).into_response()))
         }
