@@ -10,6 +10,9 @@
 //!   `runtime::Compiler`) or from the host-private artifact cache keyed by the file's sha256;
 //!   nothing precompiled is ever read from the plugins directory, and only a file that passed
 //!   every check is cached.
+//! - Loads of one file take turns, read to swap: the last load started reads the newest bytes
+//!   and is the last to swap (two loads overlapping, a slow compile begun before a cached
+//!   version was asked for, left the older one live).
 //! - A plugin file is opened without following symlinks and must be a regular file; load errors
 //!   name the plugin, the file and the reason, never echo its contents.
 
@@ -255,6 +258,9 @@ pub struct Registry {
     compiler: Compiler,
     live: ArcSwap<HashMap<String, Arc<LoadedPlugin>>>,
     status: Mutex<BTreeMap<String, FileStatus>>,
+    /// Each file's turn to load, by stem: one load of a file at a time, from its read to its
+    /// swap.
+    turns: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     telemetry: Arc<Telemetry>,
 }
 
@@ -277,8 +283,15 @@ impl Registry {
             compiler,
             live: ArcSwap::from_pointee(HashMap::new()),
             status: Mutex::new(BTreeMap::new()),
+            turns: Mutex::new(HashMap::new()),
             telemetry,
         }
+    }
+
+    /// `stem`'s turn to load (see [`Registry::load`]).
+    fn turn(&self, stem: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut turns = self.turns.lock().expect("poisoned");
+        turns.entry(stem.to_owned()).or_default().clone()
     }
 
     pub fn dir(&self) -> &Path {
@@ -332,7 +345,11 @@ impl Registry {
     }
 
     /// Loads (or reloads) `<dir>/<stem>.wasm`. On failure the live version, if any, stays.
+    /// Loads of one file wait for each other's end (the reloader's, a cluster catch-up's, the
+    /// admin API's), so the last one asked for reads the file last and decides what is live.
     pub async fn load(&self, stem: &str) -> Result<Arc<LoadedPlugin>, LoadError> {
+        let turn = self.turn(stem);
+        let _turn = turn.lock().await;
         let path = self.path_of(stem);
         let mut read = None;
         let mut bytes = None;
@@ -774,6 +791,57 @@ mod tests {
             read_plugin_file(&link, MAX_PLUGIN_BYTES),
             Err(FileError::NotRegular("a symbolic link"))
         ));
+    }
+
+    /// A load of a file waits for the one before it to end (read to swap), so two never
+    /// overlap and the last asked for decides what is live; another file's load does not wait.
+    #[tokio::test]
+    async fn loads_of_one_file_take_turns() {
+        use std::time::Duration;
+
+        use crate::{clock::Clock, runtime::CompilerSettings};
+        let dir = tempfile::tempdir().unwrap();
+        for stem in ["h", "other"] {
+            // A component header, then nothing a compiler takes: each load fails fast.
+            std::fs::write(
+                dir.path().join(format!("{stem}.wasm")),
+                b"\0asm\x0d\x00\x01\x00",
+            )
+            .unwrap();
+        }
+        let compiler = Compiler::new(CompilerSettings {
+            program: Path::new("/nonexistent/hookd").into(),
+            timeout: Duration::from_secs(1),
+            memory_bytes: 1 << 30,
+            queue_bytes: 1 << 20,
+        });
+        let registry = Arc::new(Registry::new(
+            Runtime::new().unwrap(),
+            dir.path().to_owned(),
+            HashMap::new(),
+            None,
+            compiler,
+            Telemetry::new(Clock::system()),
+        ));
+        let turn = registry.turn("h");
+        let held = turn.lock().await;
+        let load = tokio::spawn({
+            let registry = registry.clone();
+            async move { registry.load("h").await }
+        });
+        let other = registry.load("other").await;
+        assert!(other.is_err(), "the other file loads meanwhile (and fails)");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !load.is_finished(),
+            "a load ran while another of the same file held its turn"
+        );
+        drop(held);
+        let loaded = tokio::time::timeout(Duration::from_secs(30), load)
+            .await
+            .expect("the load went on once the turn was free")
+            .unwrap();
+        assert!(loaded.is_err(), "{:?}", loaded.map(|_| ()));
     }
 
     #[test]
