@@ -18,7 +18,7 @@
 //!   after type-checking); the cache is capped in bytes ([`ArtifactCache::max_bytes`]) and
 //!   entries, least recently used first out.
 //! - Entries are written whole or not at all (temporary file, fsync, rename), and a file is never
-//!   modified in place.
+//!   modified in place. A temporary file a crash left behind is removed once it is stale.
 
 use std::{
     hash::{Hash, Hasher},
@@ -27,7 +27,7 @@ use std::{
         DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _,
     },
     path::{Path, PathBuf},
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
 use sha2::{Digest, Sha256};
@@ -35,6 +35,10 @@ use wasmtime::{Engine, component::Component};
 
 /// Entries kept at most, whatever their size; beyond this the least recently used are removed.
 const MAX_ENTRIES: usize = 256;
+
+/// How old a partial write (`.<entry>.<random>.tmp`) is before it is taken for one a crash
+/// cut short: far longer than writing any artifact takes.
+const STALE_PARTIAL: Duration = Duration::from_secs(600);
 /// Marks the trailer of an entry written by this module (format version 1).
 const TRAILER_MAGIC: &[u8; 16] = b"hookd-cwasm-v1\0\0";
 /// Trailer: magic, the wasm file's sha256, the engine key, sha256 of everything before it.
@@ -271,17 +275,29 @@ impl ArtifactCache {
     }
 
     /// Removes the least recently used entries until at most [`MAX_ENTRIES`] entries of at
-    /// most `max_bytes` together are left; `keep` (the entry just written) goes last.
+    /// most `max_bytes` together are left; `keep` (the entry just written) goes last. Partial
+    /// writes older than [`STALE_PARTIAL`] go too.
     fn trim(&self, keep: &Path) {
         let Ok(dir) = std::fs::read_dir(&self.dir) else {
             return;
         };
+        let stale_before = SystemTime::now() - STALE_PARTIAL;
         let mut entries: Vec<(bool, SystemTime, u64, PathBuf)> = dir
             .filter_map(Result::ok)
             .filter(|e| {
-                e.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.ends_with(".cwasm"))
+                let name = e.file_name();
+                let Some(name) = name.to_str() else {
+                    return false;
+                };
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    // A write cut short by a crash, never renamed: counted nowhere, so removed
+                    // once surely no writer has it open (another hookd may share the directory).
+                    let written = e.metadata().and_then(|m| m.modified());
+                    if written.is_ok_and(|at| at < stale_before) {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+                name.ends_with(".cwasm")
             })
             .filter_map(|e| {
                 let meta = e.metadata().ok()?;
@@ -532,6 +548,29 @@ mod tests {
         let tiny = ArtifactCache::open(&engine, &dir.path().join("tiny"), 16).unwrap();
         compile_and_store(&tiny, &engine, EMPTY_COMPONENT);
         assert_eq!(std::fs::read_dir(tiny.dir()).unwrap().count(), 0);
+    }
+
+    /// A partial write a crash left behind is removed once it is stale (it counted against no
+    /// cap, so crashes piled them up); a recent one, perhaps another hookd's write in progress,
+    /// is left.
+    #[test]
+    fn partial_writes_left_by_a_crash_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = engine();
+        let cache = cache_in(&engine, dir.path());
+        let partial = |name: &str, age: Duration| {
+            let path = dir.path().join(name);
+            let file = std::fs::File::create(&path).unwrap();
+            file.set_modified(SystemTime::now() - age).unwrap();
+            path
+        };
+        let stale = partial(".abc.cwasm.1.tmp", STALE_PARTIAL + Duration::from_secs(60));
+        let recent = partial(".abc.cwasm.2.tmp", Duration::from_secs(1));
+        let other = partial("notes.tmp", STALE_PARTIAL * 2);
+        compile_and_store(&cache, &engine, EMPTY_COMPONENT);
+        assert!(!stale.exists(), "a stale partial write was left");
+        assert!(recent.exists(), "a recent partial write was removed");
+        assert!(other.exists(), "a file not the cache's was removed");
     }
 
     #[test]
