@@ -707,6 +707,9 @@ fn is_machinery(name: &str) -> bool {
 }
 
 /// A parser's `respond`, checked: a response hookd could not send as given is the parser's
+/// The most headers a parser's `respond` may set (a handshake's answer needs a few).
+const MAX_RESPOND_HEADERS: usize = 100;
+
 /// failure (the request is quarantined like any other failed parse, never half-answered).
 fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError> {
     let refuse = |why: String| CallError::Trap(format!("the parser's respond {why}"));
@@ -715,6 +718,14 @@ fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError>
         .filter(|s| (200..=599).contains(&s.as_u16()))
         .ok_or_else(|| refuse(format!("has status {}, outside 200-599", response.status)))?;
     let mut headers = http::HeaderMap::with_capacity(response.headers.len());
+    if response.headers.len() > MAX_RESPOND_HEADERS {
+        // Counted before anything is built: a map sized to tens of thousands of headers (of
+        // empty names, which weigh nothing against the output cap) panics in the `http` crate.
+        return Err(refuse(format!(
+            "has {} headers, over the {MAX_RESPOND_HEADERS} an answer may carry",
+            response.headers.len()
+        )));
+    }
     for h in response.headers {
         let name = http::HeaderName::from_bytes(h.name.as_bytes());
         let value = http::HeaderValue::from_str(&h.value);
@@ -807,6 +818,49 @@ mod tests {
     }
 
     /// A header hookd could not send as given fails the parse rather than being dropped; so
+    /// A parser answering with more headers than an answer may carry fails its parse. Before,
+    /// 24 577 empty ones (0 bytes against the output cap) made the `http` crate panic sizing
+    /// the map: the connection was reset and the request neither stored nor quarantined.
+    #[test]
+    fn a_respond_with_too_many_headers_fails_the_parse() {
+        for (n, name) in [(30_000, ""), (MAX_RESPOND_HEADERS + 1, "x-a")] {
+            let verdict = parser_response(types::Response {
+                status: 200,
+                headers: vec![
+                    types::Header {
+                        name: name.into(),
+                        value: String::new(),
+                    };
+                    n
+                ],
+                body: Vec::new(),
+            });
+            let Err(CallError::Trap(why)) = verdict else {
+                panic!("{n} headers: {verdict:?}");
+            };
+            assert_eq!(
+                why,
+                format!("the parser's respond has {n} headers, over the 100 an answer may carry")
+            );
+        }
+        let most = vec![
+            types::Header {
+                name: "x-a".into(),
+                value: "1".into(),
+            };
+            MAX_RESPOND_HEADERS
+        ];
+        let verdict = parser_response(types::Response {
+            status: 200,
+            headers: most,
+            body: Vec::new(),
+        });
+        assert!(
+            matches!(&verdict, Ok(ParseVerdict::Respond(r)) if r.headers.len() == MAX_RESPOND_HEADERS),
+            "{verdict:?}"
+        );
+    }
+
     /// does one that would set the answer's framing or the connection (a `Content-Length: 0`
     /// with a body made the body read as the answer to the connection's next request).
     #[test]
