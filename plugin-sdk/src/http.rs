@@ -39,7 +39,8 @@
 //!   on `127.0.0.1:9000` is reached): loopback (`127.0.0.0/8`, `::1`), private (`10.0.0.0/8`,
 //!   `172.16.0.0/12`, `192.168.0.0/16`), link-local (`169.254.0.0/16`, which holds cloud
 //!   metadata at `169.254.169.254`, and `fe80::/10`), shared/CGNAT (`100.64.0.0/10`),
-//!   benchmarking (`198.18.0.0/15`), unique-local (`fc00::/7`), site-local (`fec0::/10`),
+//!   benchmarking (`198.18.0.0/15`), IETF protocol assignments (`192.0.0.0/24`, where some
+//!   clouds answer metadata), Azure's platform endpoint (`168.63.129.16`), unique-local (`fc00::/7`), site-local (`fec0::/10`),
 //!   local-use NAT64 (`64:ff9b:1::/48`), unspecified (`0.0.0.0/8`, `::`), broadcast, multicast
 //!   (`224.0.0.0/4`, `ff00::/8`), reserved (`240.0.0.0/4`), and IPv6 that embeds any refused
 //!   IPv4 address (IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`, NAT64 `64:ff9b::/96`,

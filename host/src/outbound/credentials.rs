@@ -7,13 +7,17 @@
 //! - Sent only where it cannot be read off the wire: over `https`, or to a listed loopback
 //!   `ip:port` (a local service, e.g. in tests). A plain-`http` request to any other credentialed
 //!   target is refused ([`Denied::CredentialOverPlainHttp`]), never sent without encryption.
+//! - Sent only with a method that does not echo the request back: `GET`, `HEAD`, `POST`, `PUT`,
+//!   `PATCH`, `DELETE`, `OPTIONS`. A server or proxy answering `TRACE` (or a look-alike such as
+//!   `TRACK`) returns the request it received, injected header and all, as the body the plugin
+//!   reads; such a request to a credentialed target is refused ([`Denied::CredentialMethod`]).
 //! - The value is a sensitive [`HeaderValue`]: its `Debug` is redacted, it is never logged and
 //!   never shown by the admin API; only the header name and target are.
 //! - Pure: the value is looked up through the `env` function the caller passes, at load time.
 
 use std::{fmt, net::IpAddr, sync::Arc};
 
-use http::{HeaderName, HeaderValue};
+use http::{HeaderName, HeaderValue, Method};
 
 use super::policy::{AllowList, Denied, Host, HostPort, HostPortError};
 
@@ -154,12 +158,14 @@ impl Credentials {
         self.entries.is_empty()
     }
 
-    /// The header to inject into a request for `target`, if it has a credential; refused when
-    /// the request would carry it in the clear to anything but a loopback address.
+    /// The header to inject into a `method` request for `target`, if it has a credential;
+    /// refused when the request would carry it in the clear to anything but a loopback address,
+    /// or with a method a server may answer by echoing the request.
     pub fn for_request(
         &self,
         target: &HostPort,
         https: bool,
+        method: &Method,
     ) -> Result<Option<(&HeaderName, &HeaderValue)>, Denied> {
         let Some(credential) = self.entries.iter().find(|c| &c.target == target) else {
             return Ok(None);
@@ -168,9 +174,26 @@ impl Credentials {
         if !https && !loopback {
             return Err(Denied::CredentialOverPlainHttp(target.clone()));
         }
+        if !CREDENTIAL_METHODS.contains(method) {
+            return Err(Denied::CredentialMethod {
+                target: target.clone(),
+                method: method.to_string(),
+            });
+        }
         Ok(Some((&credential.header, &credential.value)))
     }
 }
+
+/// The methods a credential is sent with: none of them has a server echo the request back.
+const CREDENTIAL_METHODS: [Method; 7] = [
+    Method::GET,
+    Method::HEAD,
+    Method::POST,
+    Method::PUT,
+    Method::PATCH,
+    Method::DELETE,
+    Method::OPTIONS,
+];
 
 fn is_loopback(ip: IpAddr) -> bool {
     match ip {
@@ -291,7 +314,7 @@ mod tests {
         .unwrap();
         let target = |e: &str| HostPort::parse(e).unwrap();
         let (name, value) = credentials
-            .for_request(&target("api.example.com:443"), true)
+            .for_request(&target("api.example.com:443"), true, &Method::POST)
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -300,22 +323,57 @@ mod tests {
         );
         assert!(value.is_sensitive());
         assert_eq!(
-            credentials.for_request(&target("api.example.com:80"), false),
+            credentials.for_request(&target("api.example.com:80"), false, &Method::GET),
             Err(Denied::CredentialOverPlainHttp(target(
                 "api.example.com:80"
             )))
         );
         assert!(
             credentials
-                .for_request(&target("127.0.0.1:9000"), false)
+                .for_request(&target("127.0.0.1:9000"), false, &Method::GET)
                 .unwrap()
                 .is_some()
         );
         assert!(
             credentials
-                .for_request(&target("unlisted.example.com:443"), true)
+                .for_request(&target("unlisted.example.com:443"), true, &Method::TRACE)
                 .unwrap()
                 .is_none()
+        );
+    }
+
+    /// A server answering `TRACE` (Apache's default) sends the request back as its body,
+    /// credential and all; a look-alike method may be treated the same way by a proxy.
+    #[test]
+    fn it_is_never_sent_with_a_method_that_echoes_the_request() {
+        let credentials =
+            Credentials::new(vec![credential("api.example.com:443").unwrap()]).unwrap();
+        let target = HostPort::parse("api.example.com:443").unwrap();
+        for method in ["TRACE", "TRACK", "CONNECT", "DEBUG"] {
+            let method = Method::from_bytes(method.as_bytes()).unwrap();
+            let denied = credentials.for_request(&target, true, &method).unwrap_err();
+            assert_eq!(
+                denied.to_string(),
+                format!(
+                    "api.example.com:443 has a host-injected credential, which is not sent with \
+                     {method} (only GET, HEAD, POST, PUT, PATCH, DELETE and OPTIONS)"
+                )
+            );
+        }
+        for method in CREDENTIAL_METHODS {
+            assert!(
+                credentials
+                    .for_request(&target, true, &method)
+                    .unwrap()
+                    .is_some(),
+                "{method}"
+            );
+        }
+        // Another target takes any method: it has nothing injected to echo.
+        let other = HostPort::parse("api.example.com:80").unwrap();
+        assert_eq!(
+            credentials.for_request(&other, false, &Method::TRACE),
+            Ok(None)
         );
     }
 

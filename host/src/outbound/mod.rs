@@ -11,6 +11,7 @@
 //!   instance, fixed when its configuration loads.
 
 pub mod credentials;
+pub mod lookups;
 pub mod policy;
 pub mod sockets;
 pub mod tls;

@@ -266,6 +266,10 @@ impl AllowList {
     }
 }
 
+/// A public address that answers, inside Azure, with the instance's own configuration and
+/// metadata (its "WireServer"): as much a metadata endpoint as `169.254.169.254`.
+const AZURE_PLATFORM: Ipv4Addr = Ipv4Addr::new(168, 63, 129, 16);
+
 /// Why an address may not be reached unless it is listed itself, or `None` if it may.
 pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
     match ip {
@@ -275,7 +279,10 @@ pub fn refused_range(ip: IpAddr) -> Option<&'static str> {
 }
 
 fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
-    let [a, b, ..] = ip.octets();
+    let [a, b, c, _] = ip.octets();
+    if ip == AZURE_PLATFORM {
+        return Some("Azure's platform endpoint (168.63.129.16, an instance's own metadata)");
+    }
     Some(match (a, b) {
         (0, _) => "unspecified (0.0.0.0/8)",
         (127, _) => "loopback (127.0.0.0/8)",
@@ -285,6 +292,7 @@ fn refused_v4(ip: Ipv4Addr) -> Option<&'static str> {
         (169, 254) => "link-local (169.254.0.0/16, cloud metadata)",
         (100, 64..=127) => "shared address space (CGNAT, 100.64.0.0/10)",
         (198, 18..=19) => "benchmarking (198.18.0.0/15)",
+        (192, 0) if c == 0 => "IETF protocol assignments (192.0.0.0/24, some clouds' metadata)",
         (224..=239, _) => "multicast (224.0.0.0/4)",
         (255, 255) if ip.is_broadcast() => "broadcast",
         (240..=255, _) => "reserved (240.0.0.0/4)",
@@ -368,6 +376,13 @@ pub enum Denied {
     /// cross the network in the clear.
     #[error("{0} has a host-injected credential, which is sent only over https")]
     CredentialOverPlainHttp(HostPort),
+    /// A credentialed target asked for with a method a server may answer by echoing the
+    /// request, injected header and all (`TRACE`, or one not in the list).
+    #[error(
+        "{target} has a host-injected credential, which is not sent with {method} (only GET, \
+         HEAD, POST, PUT, PATCH, DELETE and OPTIONS)"
+    )]
+    CredentialMethod { target: HostPort, method: String },
     /// The call already sent its share of requests.
     #[error("the call already sent {REQUESTS_PER_CALL} requests (the per-call cap)")]
     TooManyRequests,
@@ -550,6 +565,10 @@ mod tests {
             "100.127.255.255",
             "198.18.0.1",
             "198.19.255.255",
+            "192.0.0.192",
+            "192.0.0.1",
+            "168.63.129.16",
+            "::ffff:168.63.129.16",
             "224.0.0.1",
             "255.255.255.255",
             "240.0.0.1",
@@ -583,6 +602,9 @@ mod tests {
             "192.169.0.1",
             "198.17.255.255",
             "198.20.0.1",
+            "192.0.1.1",
+            "192.0.2.1",
+            "168.63.129.17",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
             "64:ff9b::808:808",

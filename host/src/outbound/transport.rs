@@ -43,7 +43,11 @@ use tokio::{
     time::Sleep,
 };
 
-use super::policy::{Host, HostPort};
+use super::{
+    lookups::Lookups,
+    policy::{Host, HostPort},
+};
+use crate::ids::PluginName;
 
 /// Longest wait for DNS plus the TCP connect, unless the plugin asks for less.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -243,21 +247,36 @@ impl Timeouts {
     }
 }
 
-/// Resolves the target once. An IP literal is used as is.
+/// Resolves the target once, with a slot of `lookups` held until the resolver returns (see
+/// [`super::lookups`]). An IP literal is used as is.
 pub async fn resolve(
     target: &HostPort,
     timeouts: &Timeouts,
+    lookups: &Lookups,
+    plugin: &PluginName,
 ) -> Result<Vec<SocketAddr>, TransportError> {
     let name = match &target.host {
         Host::Ip(ip) => return Ok(vec![SocketAddr::new(*ip, target.port)]),
         Host::Name(name) => name.clone(),
     };
-    let lookup = tokio::net::lookup_host((name, target.port));
+    let port = target.port;
+    let lookup = async {
+        let slot = lookups.take(plugin).await;
+        // What `tokio::net::lookup_host` does, with the slot moved in: it is given back when
+        // the resolver returns, also after this request stopped waiting for it.
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))
+                .map(Iterator::collect::<Vec<_>>)
+        })
+        .await
+        .map_err(io::Error::other)
+    };
     let addrs: Vec<SocketAddr> = tokio::time::timeout_at(timeouts.connect_by, lookup)
         .await
         .map_err(|_| TransportError::DnsTimeout)?
-        .map_err(TransportError::Dns)?
-        .collect();
+        .and_then(|resolved| resolved)
+        .map_err(TransportError::Dns)?;
     if addrs.is_empty() {
         return Err(TransportError::NoAddress);
     }

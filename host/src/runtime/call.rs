@@ -369,6 +369,7 @@ impl Runtime {
                 deadline,
                 self.connector.clone(),
                 self.sockets.clone(),
+                self.lookups.clone(),
             ),
             _live: self.live_store(),
             started: false,
@@ -706,10 +707,10 @@ fn is_machinery(name: &str) -> bool {
     .any(|prefix| name.starts_with(prefix))
 }
 
-/// A parser's `respond`, checked: a response hookd could not send as given is the parser's
 /// The most headers a parser's `respond` may set (a handshake's answer needs a few).
 const MAX_RESPOND_HEADERS: usize = 100;
 
+/// A parser's `respond`, checked: a response hookd could not send as given is the parser's
 /// failure (the request is quarantined like any other failed parse, never half-answered).
 fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError> {
     let refuse = |why: String| CallError::Trap(format!("the parser's respond {why}"));
@@ -717,7 +718,6 @@ fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError>
         .ok()
         .filter(|s| (200..=599).contains(&s.as_u16()))
         .ok_or_else(|| refuse(format!("has status {}, outside 200-599", response.status)))?;
-    let mut headers = http::HeaderMap::with_capacity(response.headers.len());
     if response.headers.len() > MAX_RESPOND_HEADERS {
         // Counted before anything is built: a map sized to tens of thousands of headers (of
         // empty names, which weigh nothing against the output cap) panics in the `http` crate.
@@ -726,6 +726,7 @@ fn parser_response(response: types::Response) -> Result<ParseVerdict, CallError>
             response.headers.len()
         )));
     }
+    let mut headers = http::HeaderMap::with_capacity(response.headers.len());
     for h in response.headers {
         let name = http::HeaderName::from_bytes(h.name.as_bytes());
         let value = http::HeaderValue::from_str(&h.value);
@@ -817,7 +818,6 @@ mod tests {
         }
     }
 
-    /// A header hookd could not send as given fails the parse rather than being dropped; so
     /// A parser answering with more headers than an answer may carry fails its parse. Before,
     /// 24 577 empty ones (0 bytes against the output cap) made the `http` crate panic sizing
     /// the map: the connection was reset and the request neither stored nor quarantined.
@@ -861,6 +861,7 @@ mod tests {
         );
     }
 
+    /// A header hookd could not send as given fails the parse rather than being dropped; so
     /// does one that would set the answer's framing or the connection (a `Content-Length: 0`
     /// with a body made the body read as the answer to the connection's next request).
     #[test]

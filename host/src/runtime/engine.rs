@@ -73,6 +73,7 @@ impl Runtime {
             pooling,
             connector: Connector::Plain,
             sockets: Arc::default(),
+            lookups: Arc::default(),
             ticker: Arc::new(Ticker::default()),
             memory: limiter::MemoryPool::new(usize::MAX),
         });

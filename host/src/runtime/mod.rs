@@ -64,6 +64,8 @@ pub struct Runtime {
     connector: Connector,
     /// Outbound sockets of every call in flight, against the host-wide cap.
     sockets: std::sync::Arc<crate::outbound::sockets::SocketPool>,
+    /// DNS lookups of every call in flight, against the host-wide and per-plugin bounds.
+    lookups: std::sync::Arc<crate::outbound::lookups::Lookups>,
     /// The epoch ticker's state: it advances the epoch only while a store is alive.
     ticker: std::sync::Arc<engine::Ticker>,
     /// Linear memory of every call in flight, against `server.plugin_memory_mib`.

@@ -18,7 +18,9 @@
 //!   reason and the count), so a loop of refused requests cannot flood the host log.
 //! - Every connection holds a slot of the host-wide [`SocketPool`] from before its connect to
 //!   its close; a request that finds none free is refused, so no plugin can use up the file
-//!   descriptors the listeners and the database need.
+//!   descriptors the listeners and the database need. Every DNS lookup holds a slot of
+//!   [`Lookups`] until the resolver returns, so no plugin can fill the blocking threads with
+//!   lookups that never answer.
 
 use std::{
     sync::{Arc, Mutex, PoisonError},
@@ -36,6 +38,7 @@ use super::host::HostState;
 use crate::{
     ids::{EventId, PluginName},
     outbound::{
+        lookups::Lookups,
         policy::{
             AllowList, Denied, HostPort, IDEMPOTENCY_KEY, Outbound, REQUESTS_PER_CALL,
             check_target, usable_addrs,
@@ -61,7 +64,8 @@ fn denied_error(denied: &Denied) -> HttpError {
         | Denied::NoHost
         | Denied::Userinfo
         | Denied::NotListed(_)
-        | Denied::CredentialOverPlainHttp(_) => HttpError::HttpRequestDenied,
+        | Denied::CredentialOverPlainHttp(_)
+        | Denied::CredentialMethod { .. } => HttpError::HttpRequestDenied,
     }
 }
 
@@ -189,6 +193,8 @@ pub struct OutboundHooks {
     connector: Connector,
     /// The host-wide socket budget every call draws on.
     sockets: Arc<SocketPool>,
+    /// The bounds on DNS lookups in flight every call draws on.
+    lookups: Arc<Lookups>,
     grant: Option<Outbound>,
     requests_left: u32,
     refusals: RefusalLog,
@@ -202,12 +208,14 @@ impl OutboundHooks {
         deadline: Instant,
         connector: Connector,
         sockets: Arc<SocketPool>,
+        lookups: Arc<Lookups>,
     ) -> Self {
         Self {
             plugin: plugin.clone(),
             deadline,
             connector,
             sockets,
+            lookups,
             grant: None,
             requests_left: REQUESTS_PER_CALL,
             refusals: RefusalLog(Arc::new(Mutex::new(Refusals {
@@ -263,7 +271,9 @@ impl OutboundHooks {
         }
         let https = uri.scheme() == Some(&Scheme::HTTPS);
         let target = check_target(&grant.allow, uri.scheme(), uri.host(), uri.port_u16())?;
-        let credential = grant.credentials.for_request(&target, https)?;
+        let credential = grant
+            .credentials
+            .for_request(&target, https, request.method())?;
         if self.requests_left == 0 {
             return Err(Denied::TooManyRequests);
         }
@@ -368,6 +378,7 @@ impl WasiHttpHooks for OutboundHooks {
         let refusals = self.refusals.clone();
         let plugin = self.plugin.clone();
         let sockets = self.sockets.clone();
+        let lookups = self.lookups.clone();
         // The request may be driven outside the call's poll (wasmtime-wasi-http spawns it):
         // its lines keep the attempt's and the call's spans all the same.
         let span = tracing::Span::current();
@@ -382,7 +393,8 @@ impl WasiHttpHooks for OutboundHooks {
                     between_bytes: options.between_bytes_timeout,
                 };
                 let timeouts = Timeouts::new(asked, deadline);
-                let addrs = transport::resolve(&target, &timeouts).await.map_err(|e| {
+                let resolved = transport::resolve(&target, &timeouts, &lookups, &plugin).await;
+                let addrs = resolved.map_err(|e| {
                     count(counted(&e));
                     transport_error(e)
                 })?;
@@ -537,6 +549,7 @@ mod tests {
             None,
             deadline,
             Connector::Plain,
+            Arc::default(),
             Arc::default(),
         )
     }
