@@ -711,10 +711,7 @@ fn admin_base(admin: &AdminArgs) -> anyhow::Result<String> {
 /// fragment (the API's paths are appended to the URL). Its text is not echoed.
 fn check_admin_url(url: &str) -> anyhow::Result<()> {
     let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
-    // Anywhere before a query: `http://u:p/w@host` is read as user info by some, a path by
-    // others; hookd's client would print it back in its error either way.
-    let before_query = after_scheme.split(['?', '#']).next().unwrap_or("");
-    if before_query.contains('@') {
+    if has_user_info(url) {
         anyhow::bail!(
             "--admin-url (or HOOKD_ADMIN_URL) holds user info (`user:password@`): hookd's \
              client sends none; give http://host:port, and the admin token with --token (or \
@@ -728,6 +725,15 @@ fn check_admin_url(url: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Whether `url` holds user info (`user:password@`) — anywhere before its query: `http://u:p/w@host`
+/// is read as user info by some, a path by others. hookd's clients send none, and would print
+/// it back in every line naming the URL, so such a URL is refused without being echoed.
+pub(super) fn has_user_info(url: &str) -> bool {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let before_query = after_scheme.split(['?', '#']).next().unwrap_or("");
+    before_query.contains('@')
 }
 
 /// The admin token to send, and where it came from (for the hint on a 401; never the value):

@@ -72,10 +72,12 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
                 args.manifest_path.as_deref(),
             )?)
         } else {
-            // Only a standalone plugin crate's own root crate besides the command builds.
+            // Only a standalone plugin crate's own root crate besides the command builds: its
+            // root is the config's own directory (cargo also finds a crate in a parent
+            // directory, another project, which was built and watched too).
             Workspace::locate(&args.config, None)
                 .ok()
-                .filter(|w| w.members.iter().any(|m| m.dir == w.root && m.cdylib))
+                .filter(|w| w.is_plugin_crate_in(&config_dir))
         };
         let cargo = match cargo {
             Some(workspace) => {
@@ -118,16 +120,23 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
 }
 
 /// What no change under the config's directory rebuilds for: what hookd itself writes there
-/// (relative paths in the config are the config's), and the configuration file, which a
-/// rebuild would not apply (it takes a restart of `hookd dev`).
+/// (relative paths in the config are the config's: its plugins, its cache, an SQLite database
+/// of any name with the files beside it and its generated admin token), and the configuration
+/// file, which a rebuild would not apply (it takes a restart of `hookd dev`).
 fn not_sources(config_file: &Path, config: &Config) -> Vec<PathBuf> {
     let dir = config_file.parent().unwrap_or(Path::new("/"));
-    vec![
+    let mut skip = vec![
         dir.join(&config.server.plugins_dir),
         dir.join(&config.server.cache_dir),
         dir.join("target"),
         config_file.to_owned(),
-    ]
+    ];
+    if let Some(database) = config.server.database.sqlite_path() {
+        let database = dir.join(database);
+        skip.push(crate::admin::token::token_file(&database));
+        skip.extend(crate::inbox::sqlite_files(&database));
+    }
+    skip
 }
 
 /// What `hookd dev` rebuilds when its sources change.
@@ -205,6 +214,16 @@ struct Member {
 }
 
 impl Workspace {
+    /// Whether this is a standalone plugin crate (its root package a `cdylib`) whose root is
+    /// `dir`.
+    fn is_plugin_crate_in(&self, dir: &Path) -> bool {
+        let root = self
+            .root
+            .canonicalize()
+            .unwrap_or_else(|_| self.root.clone());
+        root == dir && self.members.iter().any(|m| m.dir == self.root && m.cdylib)
+    }
+
     /// The workspace of `manifest_path` if given, else the one cargo finds from the directory of
     /// `config`.
     fn locate(config: &Path, manifest_path: Option<&Path>) -> anyhow::Result<Workspace> {
@@ -389,14 +408,19 @@ impl Workspace {
 fn place(built: &Path, dest: &Path, package: &str, always: bool) -> anyhow::Result<()> {
     let from = built.join(format!("{}.wasm", package.replace('-', "_")));
     let to = dest.join(format!("{package}.wasm"));
-    if !always {
-        let bytes = std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
-        if std::fs::read(&to).ok() == Some(bytes) {
-            return Ok(());
-        }
+    let bytes = std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
+    if !always && std::fs::read(&to).is_ok_and(|placed| placed == bytes) {
+        return Ok(());
     }
     let tmp = dest.join(format!(".{package}.wasm.tmp"));
-    std::fs::copy(&from, &tmp)
+    // A new file, never one found there: a symbolic link planted under this name was followed
+    // and the file it led to overwritten.
+    let _ = std::fs::remove_file(&tmp);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, &bytes))
         .with_context(|| format!("copying {} to {}", from.display(), tmp.display()))?;
     std::fs::rename(&tmp, &to).with_context(|| format!("placing {}", to.display()))?;
     Ok(())
@@ -518,6 +542,56 @@ mod tests {
         assert!(!dest.join(".my-plugin.wasm.tmp").exists());
     }
 
+    /// A symbolic link planted under the temporary name in the plugins directory is replaced,
+    /// not followed: the file it leads to is left as it was.
+    #[test]
+    fn a_link_planted_as_the_temporary_file_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (built, dest) = (dir.path().join("built"), dir.path().join("plugins"));
+        std::fs::create_dir_all(&built).unwrap();
+        std::fs::create_dir_all(&dest).unwrap();
+        std::fs::write(built.join("my_plugin.wasm"), b"plugin bytes").unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, b"keep me").unwrap();
+        std::os::unix::fs::symlink(&victim, dest.join(".my-plugin.wasm.tmp")).unwrap();
+        place(&built, &dest, "my-plugin", false).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
+        assert_eq!(
+            std::fs::read(dest.join("my-plugin.wasm")).unwrap(),
+            b"plugin bytes"
+        );
+        assert!(
+            !std::fs::symlink_metadata(dest.join("my-plugin.wasm"))
+                .unwrap()
+                .is_symlink()
+        );
+    }
+
+    /// Beside build commands only the config directory's own plugin crate is built: cargo's
+    /// search upward also finds a crate in a parent directory, another project's.
+    #[test]
+    fn only_the_config_directorys_own_crate_builds_beside_commands() {
+        let dir = tempfile::tempdir().unwrap();
+        let outer = dir.path().canonicalize().unwrap();
+        let inner = outer.join("notify");
+        std::fs::create_dir_all(&inner).unwrap();
+        let crate_at = |root: &Path, cdylib: bool| Workspace {
+            manifest: root.join("Cargo.toml"),
+            root: root.to_owned(),
+            target_dir: root.join("target"),
+            members: vec![Member {
+                name: "p".into(),
+                id: "p".into(),
+                dir: root.to_owned(),
+                cdylib,
+                path_deps: Vec::new(),
+            }],
+        };
+        assert!(crate_at(&inner, true).is_plugin_crate_in(&inner));
+        assert!(!crate_at(&outer, true).is_plugin_crate_in(&inner));
+        assert!(!crate_at(&inner, false).is_plugin_crate_in(&inner));
+    }
+
     /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
     /// spec: by name, `cargo build -p serde` is ambiguous and fails.
     #[test]
@@ -569,7 +643,7 @@ mod tests {
     fn the_configuration_and_what_hookd_writes_are_no_sources() {
         let file = Path::new("/p/hookd.toml");
         let config = Config::parse(
-            "[server]\nplugins_dir = \"out\"\n",
+            "[server]\nplugins_dir = \"out\"\ndatabase = \"dev.sqlite\"\n",
             Path::new("/p"),
             &|_| None,
         )
@@ -578,6 +652,12 @@ mod tests {
         for (path, expected) in [
             ("/p/hookd.toml", false),
             ("/p/out/h.wasm", false),
+            // A database not named `*.db`: every commit touched its log, and rebuilt.
+            ("/p/dev.sqlite", false),
+            ("/p/dev.sqlite-wal", false),
+            ("/p/dev.sqlite-shm", false),
+            ("/p/dev.sqlite.lock", false),
+            ("/p/dev.sqlite.admin-token", false),
             ("/p/handler.py", true),
             ("/p/other.toml", true),
         ] {

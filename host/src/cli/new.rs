@@ -93,6 +93,19 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     check_empty(&dir)?;
     let sdk = match (&args.sdk_path, &args.sdk_git) {
         (Some(path), _) => Sdk::Path(sdk_dir(path)?),
+        // Over http(s), user info is a password or a token (an SSH URL's `git@` is not).
+        (None, Some(url))
+            if ["http://", "https://"]
+                .iter()
+                .any(|scheme| url.to_ascii_lowercase().starts_with(scheme))
+                && super::client::has_user_info(url) =>
+        {
+            anyhow::bail!(
+                "--sdk-git holds user info (`user:token@`), which would be written into the \
+                 crate's Cargo.toml and printed: give the URL without it, and let git's \
+                 credential helper or an SSH URL authenticate"
+            )
+        }
         (None, Some(url)) => Sdk::Git(url.clone()),
         (None, None) => Sdk::Path(built_from()?),
     };
@@ -610,6 +623,36 @@ mod tests {
             format!("{err:#}").contains("a part of this path is a file"),
             "{err:#}"
         );
+    }
+
+    /// An http(s) git URL with a token in it is refused unechoed (it would be written into the
+    /// crate's Cargo.toml and printed); an SSH URL's user is no secret.
+    #[test]
+    fn an_sdk_git_url_with_a_token_is_refused_unechoed() {
+        let dir = tempfile::tempdir().unwrap();
+        #[derive(Debug, clap::Parser)]
+        struct New {
+            #[command(flatten)]
+            args: NewArgs,
+        }
+        let run_with = |url: &str| {
+            let path = dir.path().join("h");
+            let argv = ["new", "handler", "h", "--path", path.to_str().unwrap()];
+            let New { args } =
+                clap::Parser::try_parse_from(argv.into_iter().chain(["--sdk-git", url])).unwrap();
+            run(args)
+        };
+        let err = run_with("https://user:ghp_secret123@github.com/o/hookd")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--sdk-git holds user info"), "{err}");
+        assert!(!err.contains("ghp_secret123"), "{err}");
+        assert!(!dir.path().join("h").exists(), "nothing was written");
+        let err = run_with("HTTPS://ghp_secret123@github.com/o/hookd")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--sdk-git holds user info"), "{err}");
+        run_with("ssh://git@github.com/o/hookd").expect("an SSH URL is taken");
     }
 
     #[test]

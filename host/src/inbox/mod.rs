@@ -70,7 +70,7 @@ pub use self::{
     replay::ReplayFilter,
     request::RawRequest,
     retention::{PruneCursor, Pruned},
-    sqlite::WriterOptions,
+    sqlite::{WriterOptions, database_files as sqlite_files},
     state::{Edited, StateEdit, StateEntry, StateKeyFilter, StateValue},
     views::{
         AttemptRecord, DeadLetterGroup, DeliveryDetail, EventDetail, EventFilter, EventSummary,

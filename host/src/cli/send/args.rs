@@ -146,6 +146,17 @@ impl SendArgs {
     /// The target: `--config`'s source, with `--url` and `--secret` overriding it; or the
     /// flags alone.
     pub(super) fn target(&self) -> anyhow::Result<Target> {
+        if self
+            .url
+            .as_deref()
+            .is_some_and(super::super::client::has_user_info)
+        {
+            anyhow::bail!(
+                "--url holds user info (`user:password@`): hookd send sends none (it would only \
+                 be printed back); give http://host:port/hooks/<source>, and the source's secret \
+                 with --secret (or HOOKD_SEND_SECRET)"
+            );
+        }
         if let (Some(config), Some(source)) = (&self.config, &self.source) {
             let from = ClientSource::load(config, source)?;
             return Ok(Target {
@@ -246,6 +257,24 @@ mod tests {
             err.contains("--url <URL>") && err.contains("--scheme"),
             "{err}"
         );
+    }
+
+    /// A URL with user info is refused without being echoed: the client sends none, and it
+    /// was printed in the announcement and in every error.
+    #[test]
+    fn a_url_with_user_info_is_refused_unechoed() {
+        let args: SendArgs = parse_argv(vec![
+            "send",
+            "--url",
+            "http://hooks:pw-9876@127.0.0.1:8080/hooks/a",
+            "--scheme",
+            "none",
+            "payload.json",
+        ])
+        .unwrap();
+        let err = args.target().err().expect("refused").to_string();
+        assert!(err.contains("--url holds user info"), "{err}");
+        assert!(!err.contains("pw-9876"), "{err}");
     }
 
     #[test]

@@ -311,6 +311,13 @@ pub(super) const COMPANIONS: [(&str, &str); 4] = [
     (LOCK, "the lock file"),
 ];
 
+/// The database file at `path` and each of its [`COMPANIONS`].
+pub fn database_files(path: &Path) -> Vec<PathBuf> {
+    std::iter::once(path.to_owned())
+        .chain(COMPANIONS.iter().map(|(suffix, _)| beside(path, suffix)))
+        .collect()
+}
+
 /// `path` with `suffix` appended to its file name (how each of [`COMPANIONS`] is named).
 pub(super) fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();

@@ -43,7 +43,7 @@ use std::{
 use rusqlite::Connection;
 
 use self::sql::headers_json;
-pub use self::writer::WriterOptions;
+pub use self::{connection::database_files, writer::WriterOptions};
 use super::{
     Accepted, ClaimRequest, Commits, DeadLetterGroup, Edited, EventDetail, EventFilter,
     EventSummary, Finish, Finished, HeldRequest, InboxError, Pruned, Quarantined, RawRequest,
