@@ -831,6 +831,12 @@ async fn a_rollback_follows_the_clusters_history_on_every_node() {
         (StatusCode::OK, &json!(first)),
         "{reply}"
     );
+    // The node asked holds the version in its file too, as the nodes that adopt it do. Before,
+    // its file kept the version rolled back from, and a later touch of it (a chmod -R) had that
+    // version reloaded as new and published back to every node.
+    let file = dirs[0].path().join("plugins/counter.wasm");
+    let held = host::runtime::file_sha256(&std::fs::read(&file).unwrap());
+    assert_eq!(held, first, "{} holds another version", file.display());
     hosts.push(ProcessHost::start(dirs[1].path(), &config).await);
     // From its first answer on, not a tick later: it never serves the version rolled back from,
     // which its file still held (before, it did until its first sync, and claimed meanwhile).

@@ -503,20 +503,24 @@ pub(super) async fn rollback_plugin(
         Some(cluster) => {
             let target = cluster_rollback_target(shared, &*cluster, &plugin.wasm, &named).await?;
             crate::registry::check_expected(&plugin.wasm, expected, &target).map_err(named)?;
-            if cluster.plugin_bytes(&target).await?.is_none() {
+            let Some(bytes) = cluster.plugin_bytes(&target).await? else {
                 return Err(ApiError::Conflict(format!(
                     "plugin {name}: its previous version {target} ran only on this node and was \
                      never published to the cluster, which has no bytes of it for the other \
                      nodes; nothing was rolled back (drop that version's file into plugins_dir \
                      to publish it)"
                 )));
-            }
+            };
             cluster
                 .publish(&plugin.wasm, &target, None, &shared.node.id)
                 .await?;
             // Live here at once if this node still holds it; else the sync loads it, as on
             // every other node.
             shared.registry.rollback_to(&plugin.wasm, &target);
+            // The file holds it too, as on the nodes that adopt it: left holding the version
+            // rolled back from, a later touch of the file here (a chmod -R) reloaded that one
+            // as new, and the sync published it back to every node.
+            crate::cluster::write_release(&shared.registry, &plugin.wasm, &target, &bytes).await?;
             target
         }
         None => {

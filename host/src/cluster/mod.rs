@@ -125,6 +125,15 @@ impl Memory {
         true
     }
 
+    /// Remembers again that this node wrote version `sha` of `stem` by adopting it (its file's
+    /// restore, which [`refused_adoptions`] planned, failed: the next tick plans it again).
+    fn restore_failed(&mut self, stem: &str, sha: &str) {
+        self.written
+            .entry(stem.to_owned())
+            .or_default()
+            .push(sha.to_owned());
+    }
+
     /// Forgets what [`plan`] remembered of `action`, which did not happen (the database away, a
     /// directory not writable), so that the next tick plans it again: a published version is
     /// not yet the one seen (`before`: what was seen before that plan), an adoption not made.
@@ -209,12 +218,13 @@ pub fn plan(
 /// The files whose adopted version this node refused (it does not load here: another per-node
 /// limit, a role this node's configuration needs) while another version is live: each with the
 /// live version its file must hold again, so that a restart serves what runs now rather than
-/// the refused file. Forgets those adoptions (a newer release is still adopted).
+/// the refused file. Forgets those adoptions (a newer release is still adopted; a restore that
+/// fails is remembered again, [`Memory::restore_failed`]).
 pub fn refused_adoptions(
     live: &BTreeMap<String, String>,
     memory: &mut Memory,
     refused: impl Fn(&str) -> Option<String>,
-) -> Vec<(String, String)> {
+) -> Vec<Restore> {
     let stems: Vec<String> = memory.written.keys().cloned().collect();
     let mut restore = Vec::new();
     for stem in stems {
@@ -222,10 +232,24 @@ pub fn refused_adoptions(
             continue;
         };
         if *live != refused && memory.forget_written(&stem, &refused) {
-            restore.push((stem, live.clone()));
+            restore.push(Restore {
+                stem,
+                live: live.clone(),
+                refused,
+            });
         }
     }
     restore
+}
+
+/// A file to give back its live version ([`refused_adoptions`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Restore {
+    pub stem: String,
+    /// The version live here, which the file gets back.
+    pub live: String,
+    /// The adopted version this node refused, which the file holds now.
+    pub refused: String,
 }
 
 /// How long start-up waits for the versions [`catch_up`] adopted to compile before it serves
@@ -372,14 +396,23 @@ async fn tick(
     if let Some(e) = failed {
         return Err(e);
     }
-    for (stem, sha256) in refused_adoptions(&live, memory, |stem| registry.refused(stem)) {
-        let Some(bytes) = store.plugin_bytes(&sha256).await? else {
-            continue; // Never published: the refused file stays, as a dropped one would.
+    for restore in refused_adoptions(&live, memory, |stem| registry.refused(stem)) {
+        let Restore { stem, live, .. } = &restore;
+        let restored = match store.plugin_bytes(live).await {
+            // Never published: the refused file stays, as a dropped one would.
+            Ok(None) => continue,
+            Ok(Some(bytes)) => write_release(registry, stem, live, &bytes).await,
+            Err(e) => Err(e.into()),
         };
-        write_release(registry, &stem, &sha256, &bytes).await?;
+        if let Err(e) = restored {
+            // Planned again next tick: else the file kept the refused version for good, which
+            // a restart then failed to load, running no version of the plugin at all.
+            memory.restore_failed(stem, &restore.refused);
+            return Err(e);
+        }
         tracing::warn!(
             plugin = stem,
-            sha256,
+            sha256 = live,
             "the cluster's version of this plugin does not load on this node (see its error); \
              its file holds the live version again, so a restart serves it too"
         );
@@ -507,7 +540,7 @@ async fn act(
 }
 
 /// Writes version `sha256` of plugin `stem` into its file; the error names both.
-async fn write_release(
+pub(crate) async fn write_release(
     registry: &Registry,
     stem: &str,
     sha256: &str,
@@ -529,7 +562,15 @@ async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp"));
-    tokio::fs::write(&tmp, bytes).await?;
+    // A new file, never one found under that name (a symbolic link there would be followed).
+    let _ = tokio::fs::remove_file(&tmp).await;
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .await?;
+    tokio::io::AsyncWriteExt::write_all(&mut file, bytes).await?;
+    drop(file);
     tokio::fs::rename(&tmp, path).await
 }
 
@@ -685,7 +726,17 @@ mod tests {
         assert!(refused_adoptions(&here, &mut memory, |_| None).is_empty());
         let refused = |_: &str| Some("b".to_owned());
         let restore = refused_adoptions(&here, &mut memory, refused);
-        assert_eq!(restore, [("h".to_owned(), "a".to_owned())]);
+        let a_for_b = Restore {
+            stem: "h".to_owned(),
+            live: "a".to_owned(),
+            refused: "b".to_owned(),
+        };
+        assert_eq!(restore, [a_for_b]);
+        // A restore that failed (the database away, the directory not writable) is planned
+        // again at the next tick; one done is not.
+        memory.restore_failed("h", "b");
+        let again = refused_adoptions(&here, &mut memory, refused);
+        assert_eq!(again.len(), 1, "{again:?}");
         assert!(refused_adoptions(&here, &mut memory, refused).is_empty());
         assert!(plan(&second, &here, &mut memory).is_empty());
         let third = BTreeMap::from([release("h", "c", 3)]);
