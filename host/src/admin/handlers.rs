@@ -466,7 +466,7 @@ async fn nodes_now(shared: &Shared) -> Result<Vec<api::NodeInfo>, ApiError> {
         (status = 200, description = "The version now live", body = api::RollbackAnswer),
         (status = 400, description = "A path that is not UTF-8", body = String, content_type = "text/plain"),
         (status = 404, description = "No such plugin, or its file was never loaded", body = api::ErrorBody),
-        (status = 409, description = "No previous version to return to, or (in a cluster) one the cluster has no bytes of", body = api::ErrorBody),
+        (status = 409, description = "No previous version to return to, or (in a cluster) one the cluster has no bytes of, or a release another node changed meanwhile", body = api::ErrorBody),
         (status = 503, description = "The database cannot be reached now (a cluster's rollback looks the version up there); nothing was rolled back", body = api::ErrorBody),
     ))]
 pub(super) async fn rollback(
@@ -501,7 +501,8 @@ pub(super) async fn rollback_plugin(
     };
     let sha256 = match shared.inbox.cluster() {
         Some(cluster) => {
-            let target = cluster_rollback_target(shared, &*cluster, &plugin.wasm, &named).await?;
+            let (from, target) =
+                cluster_rollback_target(shared, &*cluster, &plugin.wasm, &named).await?;
             crate::registry::check_expected(&plugin.wasm, expected, &target).map_err(named)?;
             let Some(bytes) = cluster.plugin_bytes(&target).await? else {
                 return Err(ApiError::Conflict(format!(
@@ -511,9 +512,18 @@ pub(super) async fn rollback_plugin(
                      to publish it)"
                 )));
             };
-            cluster
-                .publish(&plugin.wasm, &target, None, &shared.node.id)
+            // Only from the release read: a publish on another node in between is not undone.
+            let rolled = cluster
+                .roll_back(&plugin.wasm, &from, &target, &shared.node.id)
                 .await?;
+            if rolled.is_none() {
+                return Err(ApiError::Conflict(format!(
+                    "plugin {name}: the cluster's version changed while rolling back (another \
+                     node published or rolled back {}); nothing was rolled back: see GET \
+                     /admin/plugins and roll back again if still wanted",
+                    plugin.wasm
+                )));
+            }
             // Live here at once if this node still holds it; else the sync loads it, as on
             // every other node.
             shared.registry.rollback_to(&plugin.wasm, &target);
@@ -558,7 +568,7 @@ async fn cluster_rollback_target(
     cluster: &dyn crate::inbox::cluster::ClusterStore,
     stem: &str,
     named: impl Fn(RollbackError) -> ApiError,
-) -> Result<String, ApiError> {
+) -> Result<(String, String), ApiError> {
     if let Err(e @ (RollbackError::NeverLoaded(..) | RollbackError::UnknownFile(_))) =
         shared.registry.rollback_target(stem)
     {
@@ -568,7 +578,10 @@ async fn cluster_rollback_target(
     releases
         .into_iter()
         .find(|release| release.stem == stem)
-        .and_then(|release| release.previous.into_iter().next())
+        .and_then(|release| {
+            let to = release.previous.into_iter().next()?;
+            Some((release.sha256, to))
+        })
         .ok_or_else(|| named(RollbackError::NoPrevious(stem.to_owned())))
 }
 

@@ -76,6 +76,18 @@ pub trait ClusterStore: Send + Sync + 'static {
         node: &str,
     ) -> Result<Release, InboxError>;
 
+    /// A rollback: makes `to` the cluster's version of `stem` as a step back, only if the
+    /// release is still `from` with `to` the newest of its history (what the rollback read);
+    /// `None`, changing nothing, if another node published or rolled back since. (`to`'s bytes
+    /// are stored: the caller checked.)
+    async fn roll_back(
+        &self,
+        stem: &str,
+        from: &str,
+        to: &str,
+        node: &str,
+    ) -> Result<Option<Release>, InboxError>;
+
     /// Every plugin file's release.
     async fn releases(&self) -> Result<Vec<Release>, InboxError>;
 

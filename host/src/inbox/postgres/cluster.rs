@@ -177,6 +177,32 @@ impl ClusterStore for PostgresStore {
         Ok(current)
     }
 
+    async fn roll_back(
+        &self,
+        stem: &str,
+        from: &str,
+        to: &str,
+        node: &str,
+    ) -> Result<Option<Release>, InboxError> {
+        let started = std::time::Instant::now();
+        // One statement: the check of what the rollback read and the step back (the same as a
+        // publish of the history's newest version) cannot be split by another node's publish.
+        let row = self
+            .client()
+            .await?
+            .query_opt(
+                "UPDATE plugin_releases SET sha256 = $3,
+                     version = nextval('plugin_release_versions'), node = $4,
+                     previous = previous[2:]
+                 WHERE stem = $1 AND sha256 = $2 AND previous[1] = $3
+                 RETURNING stem, sha256, version, node, previous",
+                &[&stem, &from, &to, &node],
+            )
+            .await?;
+        self.committed(started);
+        Ok(row.as_ref().map(release))
+    }
+
     async fn releases(&self) -> Result<Vec<Release>, InboxError> {
         let rows = self
             .client()

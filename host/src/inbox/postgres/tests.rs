@@ -1806,3 +1806,31 @@ async fn a_release_keeps_one_history_of_its_file_for_every_node() {
     let releases = two.releases().await.unwrap();
     assert_eq!(releases[0].previous, ["h", "g", "f", "d", "c"]);
 }
+
+/// A rollback steps back only from the release it read: after another node published or
+/// rolled back in between, it changes nothing (before, it published the version it had
+/// picked, undoing the other node's release at once on every node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_steps_back_only_from_the_release_it_read() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let [one, two] = nodes(&db).await;
+    let (one, two) = (one.cluster().unwrap(), two.cluster().unwrap());
+    for sha in ["a", "b", "c"] {
+        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
+        one.publish("h", sha, Some(bytes), "n").await.unwrap();
+    }
+    // Node two read "c" with "b" before it, then node one published "d".
+    let bytes = bytes::Bytes::from_static(b"d");
+    one.publish("h", "d", Some(bytes), "n").await.unwrap();
+    assert_eq!(two.roll_back("h", "c", "b", "two").await.unwrap(), None);
+    assert_eq!(two.releases().await.unwrap()[0].sha256, "d");
+    // Read afresh: "d" steps back to "c", once.
+    let back = two.roll_back("h", "d", "c", "two").await.unwrap().unwrap();
+    assert_eq!(
+        (back.sha256.as_str(), back.previous),
+        ("c", vec!["b".to_owned(), "a".to_owned()])
+    );
+    assert_eq!(one.roll_back("h", "d", "c", "one").await.unwrap(), None);
+}
