@@ -799,7 +799,7 @@ mod tests {
     async fn loads_of_one_file_take_turns() {
         use std::time::Duration;
 
-        use crate::{clock::Clock, runtime::CompilerSettings};
+        use crate::clock::Clock;
         let dir = tempfile::tempdir().unwrap();
         for stem in ["h", "other"] {
             // A component header, then nothing a compiler takes: each load fails fast.
@@ -809,12 +809,7 @@ mod tests {
             )
             .unwrap();
         }
-        let compiler = Compiler::new(CompilerSettings {
-            program: Path::new("/nonexistent/hookd").into(),
-            timeout: Duration::from_secs(1),
-            memory_bytes: 1 << 30,
-            queue_bytes: 1 << 20,
-        });
+        let compiler = Compiler::missing();
         let registry = Arc::new(Registry::new(
             Runtime::new().unwrap(),
             dir.path().to_owned(),

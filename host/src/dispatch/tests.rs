@@ -4,7 +4,7 @@
 //! Invariant: no test here loads a plugin, so none needs a compiled component; each drives the
 //! dispatcher's own clock-dependent steps (lease length, reclaim, the producer loop).
 
-use std::{collections::HashMap, path::Path, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use http::HeaderMap;
@@ -19,7 +19,7 @@ use crate::{
     inbox::{ClaimRequest, Claimed, Inbox, OpenOptions, RawRequest},
     model::Envelope,
     registry::Registry,
-    runtime::{Compiler, CompilerSettings, Runtime},
+    runtime::{Compiler, Runtime},
     telemetry::Telemetry,
     verify::{Scheme, Verifier},
 };
@@ -45,12 +45,7 @@ impl Fixture {
         )
         .unwrap();
         let runtime = Runtime::new().unwrap();
-        let compiler = Compiler::new(CompilerSettings {
-            program: Path::new("/nonexistent/hookd").into(),
-            timeout: Duration::from_secs(1),
-            memory_bytes: 1 << 30,
-            queue_bytes: 1 << 20,
-        });
+        let compiler = Compiler::missing();
         let registry = Arc::new(Registry::new(
             runtime.clone(),
             dir.path().join("plugins"),

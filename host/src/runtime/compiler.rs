@@ -75,6 +75,18 @@ impl Compiler {
         &self.settings
     }
 
+    /// A compiler whose program does not exist: for tests whose loads must fail fast, without
+    /// a compile.
+    #[cfg(test)]
+    pub fn missing() -> Self {
+        Self::new(CompilerSettings {
+            program: PathBuf::from("/nonexistent/hookd"),
+            timeout: Duration::from_secs(1),
+            memory_bytes: 1 << 30,
+            queue_bytes: 1 << 20,
+        })
+    }
+
     /// Waits for `len` bytes of the compile budget (a file larger than the whole budget takes
     /// all of it, so it compiles alone).
     pub async fn reserve(&self, len: usize) -> tokio::sync::OwnedSemaphorePermit {
