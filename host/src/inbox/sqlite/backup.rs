@@ -157,6 +157,9 @@ pub(in crate::inbox) fn restore(
             rename(&wal, &beside(&aside, WAL))?;
         }
         remove_if_present(&beside(database, SHM))?;
+        // On disk before the copy takes the name: a file system that kept the last rename and
+        // lost these would leave the old `-wal` beside the copy, replayed into it at its open.
+        sync_parent(database)?;
         Some(aside)
     } else {
         None

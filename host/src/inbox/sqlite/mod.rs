@@ -242,14 +242,19 @@ impl Store for SqliteStore {
             });
             (answer, version)
         };
-        // Answered (the queued writes forgotten) whatever became of the job, a writer gone
-        // included: a write left queued would make every later reader of its keys conflict.
-        let result = match answer {
+        // Answered (the queued writes forgotten) whatever became of the job, a writer gone or
+        // this future dropped included: a write left queued would make every later reader of
+        // its keys conflict.
+        let _answered = queued::Answered {
+            queued: &self.inner.queued,
+            plugin,
+            keys,
+            version,
+        };
+        match answer {
             Ok(answer) => answer.await.unwrap_or(Err(InboxError::WriterGone)),
             Err(e) => Err(e),
-        };
-        self.inner.queued.answered(&plugin, &keys, version);
-        result
+        }
     }
 
     async fn reclaim_expired(&self, now_ms: i64, decide: Decide) -> Result<Reclaimed, InboxError> {

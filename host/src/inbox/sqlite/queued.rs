@@ -109,6 +109,24 @@ impl QueuedState {
     }
 }
 
+/// A finish's queued writes, forgotten ([`QueuedState::answered`]) when this is dropped: once its
+/// commit is answered, and also if the finish itself is dropped before (its caller cancelled),
+/// so no write stays visible for ever (every reader of its keys would then conflict, re-run,
+/// and conflict again). Forgotten early, reads see the committed value, and conflict if the
+/// write then commits.
+pub(super) struct Answered<'a> {
+    pub(super) queued: &'a QueuedState,
+    pub(super) plugin: String,
+    pub(super) keys: Vec<String>,
+    pub(super) version: i64,
+}
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        self.queued.answered(&self.plugin, &self.keys, self.version);
+    }
+}
+
 impl Stamping<'_> {
     /// The version `plugin`'s next state commit is stamped with.
     pub(super) fn next_version(&mut self, plugin: &str) -> i64 {
@@ -290,6 +308,38 @@ mod tests {
         ));
         assert!(store.inner.queued.lock().writes.is_empty());
         assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap(), (None, 0));
+    }
+
+    /// A state commit whose caller stops waiting (its future dropped: a task aborted) leaves
+    /// no queued write behind: reads see the committed value, and one that read it conflicts
+    /// if the write commits after all. Before, the write stayed visible for good and every
+    /// reader of its key conflicted.
+    #[tokio::test]
+    async fn a_state_commit_dropped_while_queued_leaves_no_queued_write() {
+        let (_db, inbox, store, [a, b], (release, held)) = leased_and_held().await;
+        let limits = StateLimits::DEFAULT;
+        let first = done(&a, state_writes(&inbox, &[("k", Some(3))], limits));
+        {
+            let mut first = pin!(inbox.finish(first));
+            assert!(queue(first.as_mut()).await.is_pending());
+            assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap().1, 1);
+        }
+        assert!(store.inner.queued.lock().writes.is_empty(), "forgotten");
+        assert_eq!(inbox.state_get_blocking(HANDLER, "k").unwrap(), (None, 0));
+        let second = done(&b, state_writes(&inbox, &[("k", Some(5))], limits));
+        let mut second = pin!(inbox.finish(second));
+        assert!(queue(second.as_mut()).await.is_pending());
+        release.send(()).unwrap();
+        held.await.unwrap().unwrap();
+        assert_eq!(
+            second.await.unwrap(),
+            Finished::Conflict,
+            "the dropped commit went ahead, after what the second read"
+        );
+        assert_eq!(
+            inbox.state_get_blocking(HANDLER, "k").unwrap(),
+            (Some(vec![7; 3]), 1)
+        );
     }
 
     #[tokio::test]
