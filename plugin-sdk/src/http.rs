@@ -40,8 +40,8 @@
 //!   `172.16.0.0/12`, `192.168.0.0/16`), link-local (`169.254.0.0/16`, which holds cloud
 //!   metadata at `169.254.169.254`, and `fe80::/10`), shared/CGNAT (`100.64.0.0/10`),
 //!   benchmarking (`198.18.0.0/15`), IETF protocol assignments (`192.0.0.0/24`, where some
-//!   clouds answer metadata), Azure's platform endpoint (`168.63.129.16`), unique-local (`fc00::/7`), site-local (`fec0::/10`),
-//!   local-use NAT64 (`64:ff9b:1::/48`), unspecified (`0.0.0.0/8`, `::`), broadcast, multicast
+//!   clouds answer metadata), Azure's platform endpoint (`168.63.129.16`), unique-local
+//!   (`fc00::/7`), site-local (`fec0::/10`), local-use NAT64 (`64:ff9b:1::/48`), unspecified (`0.0.0.0/8`, `::`), broadcast, multicast
 //!   (`224.0.0.0/4`, `ff00::/8`), reserved (`240.0.0.0/4`), and IPv6 that embeds any refused
 //!   IPv4 address (IPv4-mapped `::ffff:0:0/96`, IPv4-compatible `::/96`, NAT64 `64:ff9b::/96`,
 //!   6to4 `2002::/16`).
@@ -66,6 +66,12 @@
 //!   and the start of the body asks for that with [`RequestBuilder::response_body_limit`],
 //!   and the rest is dropped unread. One attempt may send at most 64 requests, after which
 //!   requests fail with [`HttpError::Denied`].
+//! - **Headers** are the plugin's but for those the host and the SDK set: `Host`,
+//!   `Content-Length` (from the body), `Transfer-Encoding`, `Connection`, `Keep-Alive`,
+//!   `Upgrade`, `Proxy-Connection`, `Proxy-Authenticate`, `Proxy-Authorization` and
+//!   `HTTP2-Settings`. A request setting one, or a header whose name is no HTTP token or whose
+//!   value holds a control character, fails with [`HttpError::InvalidRequest`] before anything
+//!   is sent, in hookd and in the test harness alike (the value is never printed).
 //! - **Redirects** are not followed: a 3xx is returned as it is.
 //! - **Idempotency.** Every request carries `Idempotency-Key: {source}:{event_id}:{handler}`,
 //!   set by the host over any value given here: the same on every retry of a delivery, so a
@@ -255,6 +261,7 @@ impl RequestBuilder {
             return Err(error);
         }
         let url = self.url?;
+        check_headers(&self.headers)?;
         if matches!(self.method, Method::Get | Method::Head) && !self.body.is_empty() {
             return Err(HttpError::InvalidRequest(
                 "a GET or HEAD request has no body".into(),
@@ -281,6 +288,13 @@ impl RequestBuilder {
                 (Ok(mut response), Some(limit)) => {
                     response.body.truncate(limit);
                     Ok(response)
+                }
+                // As hookd's cap ends the read, whatever the stub holds.
+                (Ok(response), None) if response.body.len() > MAX_RESPONSE_BYTES => {
+                    Err(HttpError::TooLarge(format!(
+                        "{} sent more than {MAX_RESPONSE_BYTES} bytes",
+                        url.authority
+                    )))
                 }
                 (answer, _) => answer,
             }
@@ -558,6 +572,53 @@ impl Url {
         };
         format!("{scheme}://{}{path}", self.authority)
     }
+}
+
+/// Headers the host and the SDK set, which `wasi:http` refuses from a plugin: the framing and
+/// the connection (`content-length` is the SDK's, from the body).
+const RESERVED_HEADERS: [&str; 10] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "http2-settings",
+    "content-length",
+];
+
+/// Refuses the headers `wasi:http` would (an invalid name or value, one of
+/// [`RESERVED_HEADERS`]), naming the header, never its value: the same answer in hookd and in
+/// the test harness.
+fn check_headers(headers: &[(String, String)]) -> Result<(), HttpError> {
+    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
+    for (name, value) in headers {
+        let token = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b));
+        if !token {
+            return Err(HttpError::InvalidRequest(format!(
+                "header name {name:?} is not a valid HTTP field name"
+            )));
+        }
+        if RESERVED_HEADERS
+            .iter()
+            .any(|r| name.eq_ignore_ascii_case(r))
+        {
+            return Err(HttpError::InvalidRequest(format!(
+                "header {name:?} is hookd's to set (the framing and the connection): leave it out"
+            )));
+        }
+        if value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
+            return Err(HttpError::InvalidRequest(format!(
+                "the value of header {name:?} holds a control character (a newline?)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Display for Url {

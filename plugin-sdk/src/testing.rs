@@ -248,12 +248,24 @@ impl Harness {
     ///
     /// # Panics
     ///
-    /// If `P` panics, touches [`state`](crate::state), or calls a harness itself.
+    /// If `P` panics, touches [`state`](crate::state), calls a harness itself, or answers with
+    /// a `respond` hookd could not send as given (a status outside 200-599, an invalid header,
+    /// one of hookd's own such as `Content-Length`, more than 100 headers), whose parse fails
+    /// in hookd.
     pub fn parse<P: Parser>(&mut self, req: Request) -> Result<Envelope, ParseError> {
         let call = Call::enter(self, Role::Parser);
         let result = P::parse(req);
         call.exit(false);
-        let envelope = result?;
+        let envelope = match result {
+            Err(ParseError::Respond(response)) => {
+                if let Some(why) = unsendable(&response) {
+                    // hookd fails the parse (the request is quarantined), never half-answers.
+                    panic!("the parser's respond {why}: hookd fails such a parse");
+                }
+                return Err(ParseError::Respond(response));
+            }
+            other => other?,
+        };
         match unstorable(&envelope) {
             // hookd answers such an envelope `400 unparsable` with this detail.
             Some(why) => Err(ParseError::Invalid(format!("parser plugin {why}"))),
@@ -300,6 +312,61 @@ const MAX_ENVELOPE_FIELD_BYTES: usize = 1024;
 
 /// Why hookd would refuse `envelope` from a parser (it answers the request `400 unparsable`),
 /// if it would.
+/// The most headers a parser's answer may carry in hookd.
+const MAX_RESPOND_HEADERS: usize = 100;
+
+/// Headers hookd's HTTP layer writes itself, which a parser's answer may not set.
+const RESPOND_RESERVED: [&str; 9] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "proxy-connection",
+    "host",
+];
+
+/// Why hookd could not send a parser's `respond` as given (its parse then fails), if so.
+fn unsendable(response: &crate::Response) -> Option<String> {
+    if !(200..=599).contains(&response.status) {
+        return Some(format!("has status {}, outside 200-599", response.status));
+    }
+    if response.headers.len() > MAX_RESPOND_HEADERS {
+        return Some(format!(
+            "has {} headers, over the {MAX_RESPOND_HEADERS} an answer may carry",
+            response.headers.len()
+        ));
+    }
+    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
+    response.headers.iter().find_map(|h| {
+        let name_ok = !h.name.is_empty()
+            && h.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b));
+        // Visible ASCII and tabs: what hookd's HTTP layer sends as given.
+        let value_ok = h
+            .value
+            .bytes()
+            .all(|b| b == b'\t' || (0x20..0x7f).contains(&b));
+        if !name_ok || !value_ok {
+            Some(format!("has an invalid header {:?}", h.name))
+        } else if RESPOND_RESERVED
+            .iter()
+            .any(|r| h.name.eq_ignore_ascii_case(r))
+        {
+            Some(format!(
+                "sets {}, which hookd's HTTP layer owns (the length, the framing and the \
+                 connection)",
+                h.name.to_ascii_lowercase()
+            ))
+        } else {
+            None
+        }
+    })
+}
+
 fn unstorable(envelope: &Envelope) -> Option<String> {
     if envelope.event_id.is_empty() {
         return Some("returned an empty event id".to_owned());
@@ -417,8 +484,8 @@ fn with_active<R>(f: impl FnOnce(&mut Active) -> R) -> Option<R> {
 fn handler_only(role: Role, what: &str, key: &str) {
     assert!(
         role == Role::Handler,
-        "plugin_sdk::{what}({key:?}) in a parser: only handlers have state (hookd's parser \
-         world does not import it, so such a component does not load)"
+        "plugin_sdk::{what}({key:?}) in a parser: only handlers have state (in hookd the call \
+         traps: state is only available to handlers)"
     );
 }
 
@@ -929,6 +996,144 @@ mod tests {
         assert_eq!(
             hookd.handle::<Peeker>(event("t", 1)),
             Ok(Some("200 long".into()))
+        );
+    }
+
+    /// Sends one header, named and valued by config `name` and `value`.
+    struct Headed;
+
+    impl Handler for Headed {
+        fn handle(_event: Event) -> Result<Option<String>, HandleError> {
+            let name = config::get("name").unwrap_or_default();
+            let value = config::get("value").unwrap_or_default();
+            http::post("https://api.test/")
+                .header(name, value)
+                .body("x")
+                .send()?;
+            Ok(None)
+        }
+    }
+
+    /// A header `wasi:http` refuses is refused here as in hookd, before anything is sent (the
+    /// harness answered the stub, and in hookd every such event was dead-lettered); its value
+    /// is never printed.
+    #[test]
+    fn headers_hookd_refuses_are_refused_before_sending() {
+        let sent = |name: &str, value: &str| {
+            let mut hookd = Harness::new()
+                .with_config("name", name)
+                .with_config("value", value)
+                .respond_to("POST", "https://api.test", 200);
+            let result = hookd.handle::<Headed>(event("t", 1));
+            (result, hookd.requests().len())
+        };
+        for (name, value, says) in [
+            (
+                "Content-Length",
+                "1",
+                "\"Content-Length\" is hookd's to set",
+            ),
+            ("host", "evil.test", "\"host\" is hookd's to set"),
+            ("Transfer-Encoding", "chunked", "hookd's to set"),
+            ("Connection", "close", "hookd's to set"),
+            ("Proxy-Authorization", "Basic c2VjcmV0", "hookd's to set"),
+            (
+                "bad name",
+                "v",
+                "header name \"bad name\" is not a valid HTTP field name",
+            ),
+            ("", "v", "is not a valid HTTP field name"),
+            (
+                "x-token",
+                "s3cret\r\nx-evil: 1",
+                "\"x-token\" holds a control character",
+            ),
+        ] {
+            let (result, requests) = sent(name, value);
+            match result {
+                Err(HandleError::Permanent(reason)) => {
+                    assert!(reason.contains(says), "{name}: {reason}");
+                    assert!(
+                        !reason.contains("s3cret") && !reason.contains("c2VjcmV0"),
+                        "{reason}"
+                    );
+                }
+                other => panic!("{name}: {other:?}"),
+            }
+            assert_eq!(requests, 0, "{name}: sent all the same");
+        }
+        let (result, requests) = sent("X-Trace", "a\tb");
+        assert_eq!((result, requests), (Ok(None), 1));
+    }
+
+    /// A stub's body over hookd's cap fails as in hookd (the read ends at the cap), unless the
+    /// request asked for the start of the body only.
+    #[test]
+    fn a_stub_body_over_the_cap_is_too_large() {
+        struct Reader;
+        impl Handler for Reader {
+            fn handle(_event: Event) -> Result<Option<String>, HandleError> {
+                match http::get("https://api.test/").send() {
+                    Err(HttpError::TooLarge(why)) => Ok(Some(why)),
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+        let body = vec![b'a'; http::MAX_RESPONSE_BYTES + 1];
+        let mut hookd =
+            Harness::new().respond_with("GET", "https://api.test", http::Response::new(200, body));
+        assert_eq!(
+            hookd.handle::<Reader>(event("t", 1)),
+            Ok(Some("api.test sent more than 8388608 bytes".into()))
+        );
+        assert_eq!(
+            hookd.handle::<Peeker>(event("t", 2)),
+            Ok(Some("200 aaaa".into()))
+        );
+    }
+
+    /// Answers with status config `status` and one header from config `name`.
+    struct Answerer;
+
+    impl Parser for Answerer {
+        fn parse(_req: Request) -> Result<Envelope, ParseError> {
+            let status = config::get("status").map_or(200, |s| s.parse().unwrap());
+            let name = config::get("name").unwrap_or_else(|| "content-type".into());
+            Err(ParseError::respond(
+                crate::Response::new(status, "ok").with_header(name, "text/plain"),
+            ))
+        }
+    }
+
+    /// A `respond` hookd could not send as given fails the test as it fails the parse in
+    /// hookd; one it can is returned.
+    #[test]
+    fn a_respond_hookd_would_refuse_panics() {
+        for (status, name, says) in [
+            ("101", "content-type", "has status 101, outside 200-599"),
+            ("600", "content-type", "has status 600, outside 200-599"),
+            (
+                "200",
+                "Content-Length",
+                "sets content-length, which hookd's HTTP layer owns",
+            ),
+            ("200", "bad name", "has an invalid header \"bad name\""),
+        ] {
+            let mut hookd = Harness::new()
+                .with_config("status", status)
+                .with_config("name", name);
+            let panicked = catch_unwind(AssertUnwindSafe(|| {
+                hookd.parse::<Answerer>(Request::new("s", "{}"))
+            }))
+            .unwrap_err();
+            let message = panicked.downcast_ref::<String>().unwrap();
+            assert!(message.contains(says), "{message}");
+        }
+        let mut hookd = Harness::new();
+        let answered = hookd.parse::<Answerer>(Request::new("s", "{}"));
+        assert!(
+            matches!(&answered, Err(ParseError::Respond(r)) if r.status == 200),
+            "{answered:?}"
         );
     }
 

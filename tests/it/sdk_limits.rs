@@ -51,6 +51,7 @@ fn every_sdk_restates_hookds_limits_exactly() {
     let requests = u64::from(host::outbound::policy::REQUESTS_PER_CALL);
     let envelope_field = host::ingest::MAX_ENVELOPE_FIELD_BYTES as u64;
     let response = host::outbound::transport::RESPONSE_BYTES;
+    let respond_headers = host::runtime::MAX_RESPOND_HEADERS as u64;
     let restated = [
         ("plugin-sdk/src/state.rs", "MAX_KEY_BYTES", key),
         ("plugin-sdk/src/state.rs", "MAX_VALUE_BYTES", value),
@@ -79,6 +80,11 @@ fn every_sdk_restates_hookds_limits_exactly() {
             envelope_field,
         ),
         ("plugin-sdk/src/http.rs", "MAX_RESPONSE_BYTES", response),
+        (
+            "plugin-sdk/src/testing.rs",
+            "MAX_RESPOND_HEADERS",
+            respond_headers,
+        ),
         (
             "plugin-sdk/python/hookd/http.py",
             "MAX_RESPONSE_BYTES",

@@ -708,7 +708,7 @@ fn is_machinery(name: &str) -> bool {
 }
 
 /// The most headers a parser's `respond` may set (a handshake's answer needs a few).
-const MAX_RESPOND_HEADERS: usize = 100;
+pub const MAX_RESPOND_HEADERS: usize = 100;
 
 /// A parser's `respond`, checked: a response hookd could not send as given is the parser's
 /// failure (the request is quarantined like any other failed parse, never half-answered).

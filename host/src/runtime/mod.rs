@@ -41,8 +41,8 @@ use wasmtime::{Engine, component::Linker};
 pub use self::bindings::WitVersion;
 pub use self::cache::{ArtifactCache, CacheError, Origin};
 pub use self::call::{
-    CallContext, CallError, EventInput, HandleVerdict, Limits, ParseRequest, ParseVerdict,
-    ParserResponse,
+    CallContext, CallError, EventInput, HandleVerdict, Limits, MAX_RESPOND_HEADERS, ParseRequest,
+    ParseVerdict, ParserResponse,
 };
 pub use self::compiler::{
     CompileError, Compiler, CompilerSettings, SUBCOMMAND as COMPILE_SUBCOMMAND,

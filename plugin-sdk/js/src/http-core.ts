@@ -103,6 +103,73 @@ export class HttpError extends Error {
   }
 }
 
+/**
+ * Headers hookd sets itself (the framing and the connection): wasmtime-wasi-http refuses the
+ * first nine, and hookd a second `content-length` (the SDK adds one from the body).
+ */
+const HOST_HEADERS = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-authenticate",
+  "proxy-authorization",
+  "proxy-connection",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+  "http2-settings",
+  "content-length",
+]);
+
+/** An RFC 9110 token (`tchar`s, at least one): what a field name must be. */
+const TOKEN = /^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/;
+
+/** A byte below 0x20 other than tab, or 0x7f: what a field value must not hold. */
+const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/;
+
+/**
+ * Refuses, as an `invalid-request` error, the first of `headers` hookd would refuse (its
+ * `Fields` does, and the plugin gets a permanent error): a name that is not a token, a header
+ * hookd sets itself, a value holding a control character. Every request goes through it before
+ * it is handed to the host, in a component and under the testing harness alike. The message
+ * never shows a value: it may be a secret.
+ */
+export function checkHeaders(headers: ReadonlyArray<readonly [string, string]>): void {
+  for (const [name, value] of headers) {
+    if (!TOKEN.test(name)) {
+      throw new HttpError("invalid-request", `header name ${JSON.stringify(name)} is not a valid HTTP field name`);
+    }
+    if (HOST_HEADERS.has(name.toLowerCase())) {
+      throw new HttpError(
+        "invalid-request",
+        `header ${JSON.stringify(name)} is hookd's to set (the framing and the connection): leave it out`,
+      );
+    }
+    if (CONTROL.test(value)) {
+      throw new HttpError(
+        "invalid-request",
+        `the value of header ${JSON.stringify(name)} holds a control character (a newline?)`,
+      );
+    }
+  }
+}
+
+/** The error for a response body over {@link MAX_RESPONSE_BYTES}, as the host reports it. */
+export function responseTooLarge(authority: string): HttpError {
+  return new HttpError("too-large", `${authority} sent more than ${MAX_RESPONSE_BYTES} bytes`);
+}
+
+/**
+ * A whole response body as the client keeps it: with a `limit`, its first `limit` bytes (a
+ * longer body, even one over the cap, is no error); without, the body itself, or a
+ * {@link responseTooLarge} error if it is over {@link MAX_RESPONSE_BYTES}. (The testing
+ * harness's reading; in a component `wit-host.ts` streams the body with the same rules.)
+ */
+export function limitBody(body: Uint8Array, authority: string, limit: number | undefined): Uint8Array {
+  if (limit !== undefined) return body.length > limit ? body.slice(0, limit) : body;
+  if (body.length > MAX_RESPONSE_BYTES) throw responseTooLarge(authority);
+  return body;
+}
+
 /** One response header, name lower-cased. */
 export interface Header {
   name: string;
@@ -375,7 +442,7 @@ export function errorFromBodyMessage(debug: string, authority: string): HttpErro
   const what = `reading the response body from ${authority}: ${first}`;
   // Its number is what had arrived when the host stopped reading: the cap is what to say.
   if (what.includes("body size exceeds limit")) {
-    return new HttpError("too-large", `${authority} sent more than ${MAX_RESPONSE_BYTES} bytes`);
+    return responseTooLarge(authority);
   }
   if (what.includes("timeout")) return new HttpError("timeout", what);
   return new HttpError("body", what);

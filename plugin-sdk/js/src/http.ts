@@ -19,7 +19,16 @@
  * `plugin_sdk::http` documentation are normative.
  */
 import { host } from "./host.js";
-import { HttpError, MAX_RESPONSE_BYTES, type Method, Response, type Url, methodFromName, parseUrl } from "./http-core.js";
+import {
+  HttpError,
+  MAX_RESPONSE_BYTES,
+  type Method,
+  Response,
+  type Url,
+  checkHeaders,
+  methodFromName,
+  parseUrl,
+} from "./http-core.js";
 import { errorMessage, isBinary, isBytes, kindOf, localBytes } from "./realm.js";
 
 export {
@@ -81,7 +90,13 @@ export class RequestBuilder {
     }
   }
 
-  /** Adds a header (a header the host manages, such as `Host` or `Idempotency-Key`, is replaced or refused). */
+  /**
+   * Adds a header. hookd replaces the ones it manages (`Idempotency-Key`, injected credentials);
+   * {@link RequestBuilder.send} refuses, as an `invalid-request` error, a name that is not an
+   * HTTP token, one hookd sets itself (`Host`, `Content-Length`, `Transfer-Encoding`,
+   * `Connection`, `Keep-Alive`, `Upgrade`, `Proxy-*`, `HTTP2-Settings`) and a value holding a
+   * control character, as hookd would.
+   */
   header(name: string, value: string): this {
     this.headers.push([String(name), String(value)]);
     return this;
@@ -161,6 +176,8 @@ export class RequestBuilder {
     if ((this.method === "GET" || this.method === "HEAD") && this.payload.length > 0) {
       throw new HttpError("invalid-request", "a GET or HEAD request has no body");
     }
+    // Here, not in each host: a component and the testing harness refuse the same headers.
+    checkHeaders(this.headers);
     return host().send({
       method: this.method,
       url: this.url,

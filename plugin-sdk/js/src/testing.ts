@@ -12,8 +12,12 @@
  * - State: reads see committed state plus the call's own writes; the writes are committed only
  *   when the handler succeeds. `withState`/`withStateJson` commit a starting value.
  * - HTTP: `respondTo`/`respondWith`/`failWith` answer every request to that method and URL
- *   (the latest stub wins); any other URL is refused like a host missing from `allow_hosts`,
- *   and so is the 65th request of a call.
+ *   (normalised as a request's is: `https://host` is `https://host/`, no fragment; the latest
+ *   stub wins); any other URL is refused like a host missing from `allow_hosts`, and so is the
+ *   65th request of a call. A stubbed body is read as hookd reads one: over
+ *   `MAX_RESPONSE_BYTES` (8 MiB) it is a `too-large` error, unless the request asked for a
+ *   response body limit, which keeps its start. A header hookd refuses is refused before the
+ *   request reaches the harness, as in hookd (the SDK checks it, the same check in both).
  * - A state call hookd refuses (an empty key to `state.set`, a key holding a NUL character or
  *   over {@link MAX_KEY_BYTES} of UTF-8, a value over {@link MAX_VALUE_BYTES}) throws
  *   {@link StateRefused} there, and `handle` throws it even if the handler caught it: hookd
@@ -37,8 +41,8 @@ import { HandleError } from "./error.js";
 import { Event, type EventInit } from "./event.js";
 import { type HandlerExport, TRAP, lastPanic, toHandleError } from "./handler.js";
 import { type Host, type OutgoingRequest, swapHost } from "./host.js";
-import { HttpError, type Method, Response, urlToString } from "./http-core.js";
-import { copyBytes, isBytes, kindOf } from "./realm.js";
+import { HttpError, type Method, Response, limitBody, parseUrl, urlToString } from "./http-core.js";
+import { copyBytes, errorMessage, isBytes, kindOf } from "./realm.js";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -152,12 +156,12 @@ export class Harness {
   }
 
   respondWith(method: string, url: string, response: Response): this {
-    this.stubs.set(`${method.toUpperCase()} ${url}`, response);
+    this.stubs.set(stubKey(method, url), response);
     return this;
   }
 
   failWith(method: string, url: string, error: HttpError): this {
-    this.stubs.set(`${method.toUpperCase()} ${url}`, error);
+    this.stubs.set(stubKey(method, url), error);
     return this;
   }
 
@@ -265,10 +269,9 @@ export class Harness {
           throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: ${target} is not in allow_hosts`);
         }
         if (stub instanceof HttpError) throw stub;
-        if (request.bodyLimit !== undefined && stub.body.length > request.bodyLimit) {
-          return new Response(stub.status, stub.body.slice(0, request.bodyLimit), stub.headers);
-        }
-        return stub;
+        // The cap and a response body limit, as the host reads a body.
+        const body = limitBody(stub.body, request.url.authority, request.bodyLimit);
+        return body === stub.body ? stub : new Response(stub.status, body, stub.headers);
       },
     };
     const previous = swapHost(host);
@@ -293,6 +296,20 @@ export class Harness {
       },
     };
   }
+}
+
+/**
+ * A stub's key: the method and the URL as a request's is looked up (`https://host` is
+ * `https://host/`, no fragment). A URL no request could be sent to is a mistake in the test.
+ */
+function stubKey(method: string, url: string): string {
+  let parsed;
+  try {
+    parsed = parseUrl(url);
+  } catch (e) {
+    throw new TypeError(`Harness stub: ${errorMessage(e)}`);
+  }
+  return `${method.toUpperCase()} ${urlToString(parsed)}`;
 }
 
 function withPort(authority: string, https: boolean): string {

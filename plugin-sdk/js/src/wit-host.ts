@@ -28,6 +28,7 @@ import {
   errorFromBodyMessage,
   errorFromCode,
   redactedUrl,
+  responseTooLarge,
 } from "./http-core.js";
 
 const encoder = new TextEncoder();
@@ -205,7 +206,7 @@ function readBody(incoming: IncomingBody, authority: string, limit: number | und
       chunks.push(chunk);
       if (limit !== undefined && total >= limit) break;
       if (total > MAX_RESPONSE_BYTES) {
-        throw new HttpError("too-large", `${authority} sent more than ${MAX_RESPONSE_BYTES} bytes`);
+        throw responseTooLarge(authority);
       }
     }
   } finally {

@@ -191,3 +191,112 @@ test("async handlers work through handleAsync", async () => {
   assert.ok(!r.ok && r.error.kind === "retry");
   assert.deepEqual(await new Harness().handleAsync(h, event), { ok: true, output: "done" });
 });
+
+test("a header hookd refuses is a permanent invalid request, sent nowhere, its value never shown", () => {
+  const url = "https://api.test/in";
+  const send = (name: string, value: string) =>
+    defineHandler(() => {
+      http.post(url, "{}").header(name, value).send();
+      return "sent";
+    });
+  const refused: Array<[string, string, string]> = [
+    ["bad name", "v", 'header name "bad name" is not a valid HTTP field name'],
+    ["", "v", 'header name "" is not a valid HTTP field name'],
+    ["x:y", "v", 'header name "x:y" is not a valid HTTP field name'],
+    ["café", "v", 'header name "café" is not a valid HTTP field name'],
+    ["X-Token\n", "v", 'header name "X-Token\\n" is not a valid HTTP field name'],
+    ...["Connection", "keep-alive", "Proxy-Authenticate", "proxy-authorization", "Proxy-Connection",
+      "Transfer-Encoding", "UPGRADE", "Host", "http2-settings", "Content-Length"].map(
+      (name): [string, string, string] => [
+        name,
+        "v",
+        `header "${name}" is hookd's to set (the framing and the connection): leave it out`,
+      ],
+    ),
+    ...["s3cret\r\nX-Evil: 1", "s3cret\n", "s3cret\0", "s3cret\x7f", "s3cret\x1b"].map(
+      (value): [string, string, string] => [
+        "X-Api-Key",
+        value,
+        'the value of header "X-Api-Key" holds a control character (a newline?)',
+      ],
+    ),
+  ];
+  for (const [name, value, detail] of refused) {
+    const hookd = new Harness().respondTo("POST", url, 200);
+    const r = hookd.handle(send(name, value), event);
+    assert.ok(!r.ok && r.error.kind === "permanent", JSON.stringify(name));
+    assert.equal(r.error.reason, `invalid request: ${detail}`);
+    assert.ok(!r.error.reason.includes("s3cret"));
+    assert.deepEqual(hookd.requests(), [], "refused before it is sent");
+  }
+  // Outside a harness the same check comes first, before the WIT imports are touched.
+  assert.throws(
+    () => http.get(url).header("Host", "api.test").send(),
+    (e) => e instanceof HttpError && e.kind === "invalid-request" && e.detail.startsWith('header "Host"'),
+  );
+  // Tokens of every tchar, a tab and text beyond ASCII in a value, are sent as they are.
+  const fine = defineHandler(() => {
+    http.post(url, "{}")
+      .header("X-Custom_1!#$%&'*+-.^`|~", "a\tb")
+      .header("x-name", "café ✓")
+      .header("Authorization", "Bearer t")
+      .send();
+    return "sent";
+  });
+  const hookd = new Harness().respondTo("POST", url, 200);
+  assert.deepEqual(hookd.handle(fine, event), { ok: true, output: "sent" });
+  assert.deepEqual(hookd.requests()[0].headers, [
+    ["X-Custom_1!#$%&'*+-.^`|~", "a\tb"],
+    ["x-name", "café ✓"],
+    ["Authorization", "Bearer t"],
+  ]);
+});
+
+test("a stub's URL is normalised as the request's is", () => {
+  const status = (url: string) =>
+    defineHandler(() => String(http.post(url, "{}").send().status));
+  const stubbed: Array<[string, string]> = [
+    ["https://api.test", "https://api.test"],
+    ["https://api.test", "https://api.test/"],
+    ["https://api.test/", "https://api.test"],
+    ["HTTPS://api.test/x#top", "https://api.test/x"],
+    ["https://api.test?q=1", "https://api.test/?q=1"],
+  ];
+  for (const [stub, sent] of stubbed) {
+    const hookd = new Harness().respondTo("post", stub, 201);
+    assert.deepEqual(hookd.handle(status(sent), event), { ok: true, output: "201" }, `${stub} for ${sent}`);
+  }
+  const failing = new Harness().failWith("POST", "https://api.test", new HttpError("timeout", "api.test: slow"));
+  const r = failing.handle(status("https://api.test/"), event);
+  assert.ok(!r.ok && r.error.kind === "retry");
+  assert.throws(() => new Harness().respondTo("POST", "api.test/x", 200), /Harness stub: invalid request: URL "api.test\/…"/);
+});
+
+test("a stubbed body over the 8 MiB cap is too large, as in hookd; a body limit keeps its start", () => {
+  const url = "https://big.test:8443/file";
+  const over = new Uint8Array(http.MAX_RESPONSE_BYTES + 1).fill(0x61);
+  const kind = (limit?: number) =>
+    defineHandler(() => {
+      const request = http.get(url);
+      if (limit !== undefined) request.responseBodyLimit(limit);
+      try {
+        return `${request.send().body.length}`;
+      } catch (e) {
+        return e instanceof HttpError ? `${e.kind}: ${e.message}` : `other: ${String(e)}`;
+      }
+    });
+  const hookd = new Harness().respondWith("GET", url, new Response(200, over));
+  assert.deepEqual(hookd.handle(kind(), event), {
+    ok: true,
+    output: "too-large: response too large: big.test:8443 sent more than 8388608 bytes",
+  });
+  const r = hookd.handle(defineHandler(() => String(http.get(url).send().status)), event);
+  assert.ok(!r.ok && r.error.kind === "permanent");
+  assert.equal(r.error.reason, "response too large: big.test:8443 sent more than 8388608 bytes");
+  assert.deepEqual(hookd.handle(kind(10), event), { ok: true, output: "10" });
+  assert.deepEqual(hookd.handle(kind(http.MAX_RESPONSE_BYTES), event), { ok: true, output: "8388608" });
+  assert.deepEqual(hookd.handle(kind(http.MAX_RESPONSE_BYTES + 5), event), { ok: true, output: "8388608" });
+  // The cap itself is not over it.
+  hookd.respondWith("GET", url, new Response(200, over.subarray(0, http.MAX_RESPONSE_BYTES)));
+  assert.deepEqual(hookd.handle(kind(), event), { ok: true, output: "8388608" });
+});

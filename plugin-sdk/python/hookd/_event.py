@@ -31,6 +31,16 @@ def _nesting_over(body, limit):
     return False
 
 
+def _no_constant(name):
+    raise ValueError("%s is not a JSON value (JSON has no NaN or infinities)" % name)
+
+
+def _loads(data):
+    """`json.loads`, refusing the `NaN`, `Infinity` and `-Infinity` Python would read (as
+    serde_json and `JSON.parse` do): a `ValueError` like any other invalid JSON."""
+    return json.loads(data, parse_constant=_no_constant)
+
+
 class Header:
     """One HTTP header as received (names lower-case; a header sent twice appears twice)."""
 
@@ -133,15 +143,15 @@ class Event:
             raise Permanent("body is not valid UTF-8: %s" % e) from None
 
     def json(self):
-        """The body parsed as JSON; not JSON, or nested deeper than `MAX_JSON_DEPTH`, is a
-        `Permanent` error."""
+        """The body parsed as JSON; not JSON (`NaN` and `Infinity` are not), or nested deeper
+        than `MAX_JSON_DEPTH`, is a `Permanent` error."""
         body = bytes(self.body)
         if _nesting_over(body, MAX_JSON_DEPTH):
             raise Permanent(
                 "body is not valid JSON: it nests deeper than %d levels" % MAX_JSON_DEPTH
             )
         try:
-            return json.loads(body)
+            return _loads(body)
         except (ValueError, RecursionError) as e:
             raise Permanent("body is not valid JSON: %s" % e) from None
 

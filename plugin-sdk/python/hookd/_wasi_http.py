@@ -23,6 +23,7 @@ from .http import (
     Tls,
     TooLarge,
     Transport,
+    _too_large,
 )
 
 _METHODS = {
@@ -228,7 +229,7 @@ def _read_body(incoming, authority, limit=None):
             chunks.append(chunk)
             size += len(chunk)
             if limit is None and size > MAX_RESPONSE_BYTES:
-                raise TooLarge("%s sent more than %d bytes" % (authority, MAX_RESPONSE_BYTES))
+                raise _too_large(authority)
 
 
 def _read_error(error, authority):
@@ -242,7 +243,7 @@ def _read_error(error, authority):
     what = "reading the response body from %s: %s" % (authority, (lines[0] if lines else "").strip())
     if "body size exceeds limit" in what:
         # Its number is what had arrived when the host stopped reading: the cap is what to say.
-        return TooLarge("%s sent more than %d bytes" % (authority, MAX_RESPONSE_BYTES))
+        return _too_large(authority)
     if "timeout" in what:
         return Timeout(what)
     return Body(what)

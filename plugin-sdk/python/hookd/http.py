@@ -330,6 +330,18 @@ class _Url:
         self.authority = authority
         self.path_with_query = path
 
+    def host_port(self):
+        """`host:port` as hookd's allow-list names the target (`api.test:443`): the host
+        lower-cased, the port the scheme's default when the URL gives none."""
+        authority = self.authority
+        bracket = authority.rfind("]")
+        colon = authority.rfind(":")
+        if colon > bracket:
+            host, port = authority[:colon], authority[colon + 1 :]
+        else:
+            host, port = authority, "443" if self.https else "80"
+        return "%s:%s" % (host.lower(), port)
+
     def redacted(self):
         """This URL as an error message may show it: see `_shown`."""
         return "%s://%s%s" % (
@@ -346,6 +358,57 @@ class _Url:
         )
 
 
+def _too_large(authority):
+    """The `TooLarge` for a response body over `MAX_RESPONSE_BYTES` with no limit asked (the
+    client's words, and the harness's)."""
+    return TooLarge("%s sent more than %d bytes" % (authority, MAX_RESPONSE_BYTES))
+
+
+# RFC 9110 §5.6.2: a field name is a token, one or more tchar.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z", re.ASCII)
+
+#: The headers hookd sets itself (the framing and the connection); a request giving one is
+#: refused (wasi:http's `Fields` refuses them, and hookd sets `content-length` from the body).
+HOOKD_HEADERS = frozenset(
+    (
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "http2-settings",
+        "content-length",
+    )
+)
+
+
+def _control(value):
+    """Whether a header value holds a character hookd refuses there: one below 0x20 other than
+    tab, or DEL."""
+    codes = value if isinstance(value, bytes) else map(ord, value)
+    return any((c < 0x20 and c != 0x09) or c == 0x7F for c in codes)
+
+
+def _check_header(name, value):
+    """Refuses, before anything is sent, a header hookd would refuse (which would fail every
+    attempt): a name that is no HTTP token, a header hookd sets itself, a control character
+    in the value. The value is never shown: it may be a secret."""
+    quoted = _json.dumps(name, ensure_ascii=False)
+    if not _TOKEN.match(name):
+        raise InvalidRequest("header name %s is not a valid HTTP field name" % quoted)
+    if name.lower() in HOOKD_HEADERS:
+        raise InvalidRequest(
+            "header %s is hookd's to set (the framing and the connection): leave it out" % quoted
+        )
+    if _control(value):
+        raise InvalidRequest(
+            "the value of header %s holds a control character (a newline?)" % quoted
+        )
+
+
 def _header_list(headers):
     if headers is None:
         return []
@@ -354,11 +417,31 @@ def _header_list(headers):
     for name, value in items:
         if not isinstance(name, str) or not isinstance(value, (str, bytes)):
             raise InvalidRequest("a header's name and value must be str (%r)" % (name,))
+        _check_header(name, value)
         out.append((name, value))
     return out
 
 
 _NO_JSON = object()
+
+
+def _json_body(value):
+    """`value` as compact JSON text, else `InvalidRequest`. NaN and the infinities have no
+    JSON form (Python would write `NaN`, which no JSON parser reads): refused, as a value
+    that does not serialise."""
+    try:
+        return _json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except TypeError as e:
+        raise InvalidRequest("the JSON body does not serialise: %s" % e) from None
+    except ValueError as e:
+        try:  # Only out-of-range floats pass with allow_nan on.
+            _json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError):
+            raise InvalidRequest("the JSON body does not serialise: %s" % e) from None
+        raise InvalidRequest(
+            "the JSON body does not serialise: it holds NaN or an infinity, which JSON has no "
+            "number for"
+        ) from None
 
 
 def request(
@@ -378,8 +461,11 @@ def request(
     - `url`: `https://host[:port]/path?query` or `http://…`;
     - `body`: bytes, or a str (sent as UTF-8); `json=value` sends `value` as JSON with
       `content-type: application/json` instead;
-    - `headers`: a dict or a list of `(name, value)` pairs, sent as given (a header hookd
-      manages, such as `Host` or `Idempotency-Key`, is replaced by hookd's value or refused);
+    - `headers`: a dict or a list of `(name, value)` pairs, sent as given (`Idempotency-Key`
+      is replaced by hookd's value); a name that is no HTTP token, one of `HOOKD_HEADERS`
+      (`Host`, `Content-Length`, `Connection`, `Transfer-Encoding`, …: hookd sets the framing
+      and the connection) or a value holding a control character (a newline, say) raises
+      `InvalidRequest` before anything is sent, the harness as hookd;
     - `timeout_ms`: bounds connecting, waiting for the response head and each wait between
       body chunks (the attempt's own `timeout_ms` bounds everything regardless);
     - `response_body_limit`: read at most this many bytes of the response's body (at most
@@ -398,10 +484,7 @@ def request(
     if json is not _NO_JSON:
         if body is not None:
             raise InvalidRequest("give a body or json=, not both")
-        try:
-            body = _json.dumps(json, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError) as e:
-            raise InvalidRequest("the JSON body does not serialise: %s" % e) from None
+        body = _json_body(json)
         header_list.append(("content-type", "application/json"))
     if body is None:
         body = b""

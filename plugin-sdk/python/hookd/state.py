@@ -15,6 +15,7 @@ import json
 
 from . import _host
 from ._errors import Permanent, utf8
+from ._event import _loads
 
 
 def get(key):
@@ -44,13 +45,14 @@ def delete(key):
 def get_json(key, default=None):
     """The JSON value stored under `key`, decoded, or `default` if there is none.
 
-    A value that is not JSON is a `Permanent` error: a retry would read the same bytes.
+    A value that is not JSON (`NaN` and `Infinity` are not) is a `Permanent` error: a retry
+    would read the same bytes.
     """
     value = _host.state_get(key)
     if value is None:
         return default
     try:
-        return json.loads(bytes(value))
+        return _loads(bytes(value))
     except ValueError as e:
         raise Permanent("state key `%s` does not hold valid JSON: %s" % (key, e)) from None
 

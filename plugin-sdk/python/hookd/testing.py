@@ -29,7 +29,10 @@ It keeps hookd's rules:
 - HTTP: `respond_to(method, url, status)`, `respond_with(method, url, http.Response(…))` and
   `fail_with(method, url, http.Timeout("…"))` answer every request to that method and URL (the
   latest stub wins); any other URL is refused with `http.Denied`, as hookd refuses a host
-  missing from `allow_hosts`, and so is the 65th request of a call. `requests()` lists what was
+  missing from `allow_hosts` (naming its `host:port` and the URL cut to its scheme and host),
+  and so is the 65th request of a call. A header hookd refuses raises `http.InvalidRequest`
+  before anything is sent, as in hookd; a stubbed body over `http.MAX_RESPONSE_BYTES` raises
+  `http.TooLarge` unless the request asked for a `response_body_limit`. `requests()` lists what was
   sent (`method`, `url`, `headers`, `body`; hookd's `Idempotency-Key` and credentials are added
   after the plugin, so not there).
 
@@ -46,7 +49,7 @@ of an attempt whose keys another delivery changed: the built component meets tho
 import json
 
 from . import _dispatch, _host
-from .http import Denied, HttpError, Response, _Url
+from .http import MAX_RESPONSE_BYTES, Denied, HttpError, Response, _too_large, _Url
 
 #: Requests one call may send before hookd refuses the rest.
 MAX_REQUESTS = 64
@@ -249,11 +252,16 @@ class Harness:
         self._requests.append(SentRequest(method, text, list(headers), body))
         stub = self._stubs.get((method, text))
         if stub is None:
+            # Not the URL itself: its path or query may hold a secret, and this reaches logs.
             raise Denied(
                 "hookd refused the request to %s: %s is not in allow_hosts (no stub for %s %s)"
-                % (url.authority, url.authority, method, text)
+                % (url.authority, url.host_port(), method, url.redacted())
             )
         if isinstance(stub, HttpError):
             raise stub
-        kept = stub.body if body_limit is None else stub.body[:body_limit]
-        return Response(stub.status, kept, stub.headers)
+        if body_limit is not None:
+            # As hookd's client: the first bytes, the rest dropped, whatever the length.
+            return Response(stub.status, stub.body[:body_limit], stub.headers)
+        if len(stub.body) > MAX_RESPONSE_BYTES:
+            raise _too_large(url.authority)
+        return Response(stub.status, stub.body, stub.headers)

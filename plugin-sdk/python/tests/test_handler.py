@@ -152,6 +152,20 @@ class StateTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             hookd.handle(lambda ev: state.set("k", 5), Event("s", "e", "t"))
 
+    def test_nan_and_infinity_are_not_json_as_in_the_rust_and_js_sdks(self):
+        for stored in (b"NaN", b'{"x":Infinity}', b"[-Infinity]"):
+            hookd = Harness().with_state("k", stored)
+            with self.assertRaises(Permanent, msg=stored) as caught:
+                hookd.handle(lambda ev: state.get_json("k"), Event("s", "e", "t"))
+            self.assertTrue(
+                caught.exception.reason.startswith("state key `k` does not hold valid JSON"),
+                caught.exception.reason,
+            )
+            with self.assertRaises(Permanent, msg=stored) as caught:
+                Event("s", "e", "t", stored).json()
+            self.assertTrue(caught.exception.reason.startswith("body is not valid JSON"))
+        self.assertEqual(Event("s", "e", "t", b'{"x":1e308,"y":"NaN"}').json(), {"x": 1e308, "y": "NaN"})
+
     def test_outside_a_harness_call_the_host_is_missing(self):
         with self.assertRaises(RuntimeError) as caught:
             state.get("k")

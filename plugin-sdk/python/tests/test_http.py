@@ -55,6 +55,75 @@ class UrlTest(unittest.TestCase):
         with self.assertRaises(http.InvalidRequest):
             http.post("http://x/", b"body", json={})
 
+    def test_a_json_body_holding_nan_or_an_infinity_is_refused(self):
+        # Python would send `{"x":NaN}`, which no JSON parser reads.
+        for value in ({"x": float("nan")}, [float("inf")], -float("inf")):
+            with self.assertRaises(http.InvalidRequest, msg=repr(value)) as caught:
+                http.post("http://x/", json=value)
+            self.assertIn("holds NaN or an infinity", str(caught.exception))
+        looped = []
+        looped.append(looped)
+        with self.assertRaises(http.InvalidRequest) as caught:
+            http.post("http://x/", json=looped)
+        self.assertNotIn("NaN", str(caught.exception))
+
+
+class HeaderCheckTest(unittest.TestCase):
+    """A header hookd refuses is refused by the shared path before anything is sent: in a
+    component wasi:http's `Fields` would refuse it, and every such event be dead-lettered."""
+
+    url = "https://api.test/hook"
+
+    def refused(self, headers):
+        def send(ev):
+            http.post(self.url, b"{}", headers)
+
+        hookd = Harness().respond_to("POST", self.url, 200)
+        with self.assertRaises(Permanent) as caught:
+            hookd.handle(send, Event("s", "e", "t"))
+        self.assertEqual(hookd.requests(), [], "nothing is sent")
+        return caught.exception.reason
+
+    def test_a_name_that_is_no_http_token_is_refused(self):
+        for name in ("", "bad name", "x:y", "a\nb", "é", "(x)", 'a"b', "x/y"):
+            self.assertEqual(
+                self.refused({name: "v"}),
+                "invalid request: header name %s is not a valid HTTP field name"
+                % json.dumps(name, ensure_ascii=False),
+            )
+
+    def test_a_header_hookd_sets_is_refused(self):
+        for name in ("Connection", "keep-alive", "Proxy-Authenticate", "proxy-authorization",
+                     "Proxy-Connection", "Transfer-Encoding", "upgrade", "HOST", "HTTP2-Settings",
+                     "Content-Length"):
+            self.assertEqual(
+                self.refused([(name, "x")]),
+                'invalid request: header "%s" is hookd\'s to set (the framing and the '
+                "connection): leave it out" % name,
+            )
+
+    def test_a_control_character_in_a_value_is_refused_without_showing_the_value(self):
+        for value in ("s3cret\r\nX-Evil: 1", "s3cret\n", "s3cret\x00", "s3cret\x7f", b"s3cret\n"):
+            reason = self.refused([("Authorization", value)])
+            self.assertEqual(
+                reason,
+                'invalid request: the value of header "Authorization" holds a control character '
+                "(a newline?)",
+            )
+            self.assertNotIn("s3cret", reason)
+
+    def test_valid_headers_pass(self):
+        def send(ev):
+            return http.post(
+                self.url,
+                b"{}",
+                [("X-Api_Key!#$%&'*+-.^`|~1", "tab\tok, é"), ("Idempotency-Key", "k"), ("x", b"\x80")],
+            ).status
+
+        hookd = Harness().respond_to("POST", self.url, 200)
+        self.assertEqual(hookd.handle(send, Event("s", "e", "t")), "200")
+        self.assertEqual(len(hookd.requests()[0].headers), 3)
+
 
 class StatusTest(unittest.TestCase):
     def response(self, status, retry_after=None):
@@ -163,6 +232,51 @@ class HarnessHttpTest(unittest.TestCase):
         with self.assertRaises(Permanent) as caught:
             Harness().handle(notify, Event("s", "e", "t"))
         self.assertTrue(caught.exception.reason.startswith("denied: hookd refused the request to hooks.example.com"))
+
+    def test_the_refusal_names_host_and_port_but_not_the_path_or_query(self):
+        for url, refusal in [
+            (
+                "https://API.test/hooks/s3cret?token=s3cret",
+                "denied: hookd refused the request to API.test: api.test:443 is not in "
+                "allow_hosts (no stub for GET https://API.test/…)",
+            ),
+            (
+                "http://api.test",
+                "denied: hookd refused the request to api.test: api.test:80 is not in "
+                "allow_hosts (no stub for GET http://api.test/)",
+            ),
+            (
+                "http://[::1]:9000/s3cret",
+                "denied: hookd refused the request to [::1]:9000: [::1]:9000 is not in "
+                "allow_hosts (no stub for GET http://[::1]:9000/…)",
+            ),
+        ]:
+            with self.assertRaises(Permanent, msg=url) as caught:
+                Harness().handle(lambda ev: http.get(url), Event("s", "e", "t"))
+            self.assertEqual(caught.exception.reason, refusal)
+            self.assertNotIn("s3cret", caught.exception.reason)
+
+    def test_a_stubbed_body_over_the_cap_is_too_large_unless_a_limit_is_asked(self):
+        url = "https://api.test:8443/big"
+        big = http.Response(200, b"x" * (http.MAX_RESPONSE_BYTES + 1))
+        hookd = Harness().respond_with("GET", url, big).respond_with(
+            "GET", url + "/cap", http.Response(200, b"x" * http.MAX_RESPONSE_BYTES)
+        )
+        with self.assertRaises(Permanent) as caught:
+            hookd.handle(lambda ev: http.get(url), Event("s", "e", "t"))
+        self.assertEqual(
+            caught.exception.reason, "response too large: api.test:8443 sent more than 8388608 bytes"
+        )
+        self.assertEqual(
+            hookd.handle(lambda ev: len(http.get(url + "/cap").body), Event("s", "e", "t")), "8388608"
+        )
+        # With a limit asked, the first bytes and no error, however long the body (as hookd's
+        # client reads it).
+        for limit, kept in ((4, 4), (http.MAX_RESPONSE_BYTES * 2, http.MAX_RESPONSE_BYTES)):
+            got = hookd.handle(
+                lambda ev: len(http.get(url, response_body_limit=limit).body), Event("s", "e", "t")
+            )
+            self.assertEqual(got, str(kept))
 
     def test_the_65th_request_of_a_call_is_refused(self):
         url = "http://127.0.0.1:9000/x"
