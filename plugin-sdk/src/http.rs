@@ -563,7 +563,7 @@ impl Url {
 
     /// This URL as an error message may show it: see [`Url::shown`].
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-    fn redacted(&self) -> String {
+    pub(crate) fn redacted(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         let path = if self.path_with_query == "/" {
             "/"

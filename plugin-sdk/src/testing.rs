@@ -634,12 +634,15 @@ pub(crate) fn send(
             .find(|s| s.method == method && s.url == printed);
         match stub {
             Some(stub) => stub.answer.clone(),
+            // The URL cut to scheme and host, as every error shows one (a path or query may
+            // carry a secret).
             None => Err(HttpError::Denied(format!(
-                "hookd refused the request to {}: the test harness has no stub for {} {printed} \
+                "hookd refused the request to {}: the test harness has no stub for {} {} \
                  (as hookd refuses {} when it is not in the plugin's allow_hosts; add one with \
                  Harness::respond_to)",
                 url.authority,
                 method.as_str(),
+                url.redacted(),
                 url.host_port()
             ))),
         }
@@ -924,7 +927,9 @@ mod tests {
         let mut hookd = hookd.with_config("url", "http://svc.test:9000/other");
         match hookd.handle::<Poster>(event("t", 4)) {
             Err(HandleError::Permanent(reason)) => assert!(
-                reason.contains("denied") && reason.contains("no stub for POST"),
+                reason.contains("denied")
+                    && reason.contains("no stub for POST http://svc.test:9000/…")
+                    && !reason.contains("/other"),
                 "{reason}"
             ),
             other => panic!("{other:?}"),

@@ -103,7 +103,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
             anyhow::bail!(
                 "--sdk-git holds user info (`user:token@`), which would be written into the \
                  crate's Cargo.toml and printed: give the URL without it, and let git's \
-                 credential helper or an SSH URL authenticate"
+                 stored credentials or an SSH URL authenticate"
             )
         }
         (None, Some(url)) => Sdk::Git(url.clone()),

@@ -480,7 +480,7 @@ mod tests {
     /// the two corrupting the file (each with a `-wal` of its own) and taking back each other's
     /// live leases.
     #[test]
-    fn a_second_hookd_is_refused_through_a_hard_link_or_with_thelock_file_removed() {
+    fn a_second_hookd_is_refused_through_a_hard_link_or_with_the_lock_file_removed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("other")).unwrap();
         let path = dir.path().join("hookd.db");
