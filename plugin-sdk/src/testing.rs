@@ -41,8 +41,8 @@
 //!   URL ([`Harness::respond_to`], [`Harness::respond_with`], [`Harness::fail_with`]); a URL
 //!   without one is refused with [`HttpError::Denied`], as hookd refuses a host that is not in
 //!   the plugin's `allow_hosts` (with `?` in a handler: a permanent failure), and so is every
-//!   request after the 64th of one call, and any request from a parser (parsers never get
-//!   network). Every request sent, refused or not, is in [`Harness::requests`], with the
+//!   stubbed request after the 64th of one call (refused ones do not count, as in hookd), and
+//!   any request from a parser (parsers never get network). Every request sent, refused or not, is in [`Harness::requests`], with the
 //!   headers the plugin set (hookd adds `Idempotency-Key` and configured credentials after
 //!   the request leaves the plugin; a stub never sees those).
 //!
@@ -415,6 +415,7 @@ struct Active {
     role: Role,
     /// This attempt's writes (`None`: deleted), visible to its reads, committed by `exit`.
     writes: BTreeMap<String, Option<Vec<u8>>>,
+    /// Requests this call sent to a stubbed URL (what hookd counts against its cap).
     sent: usize,
 }
 
@@ -613,18 +614,12 @@ pub(crate) fn send(
                 .collect(),
             body,
         });
-        active.sent += 1;
         if active.role == Role::Parser {
             return Err(HttpError::Denied(format!(
                 "hookd refused the request to {}: parsers never get network (not even {})",
                 url.authority,
                 url.host_port()
             )));
-        }
-        if active.sent > MAX_REQUESTS_PER_CALL {
-            return Err(HttpError::Denied(
-                "hookd refused the request: this call reached its cap on requests".into(),
-            ));
         }
         let stub = active
             .world
@@ -633,7 +628,15 @@ pub(crate) fn send(
             .rev()
             .find(|s| s.method == method && s.url == printed);
         match stub {
-            Some(stub) => stub.answer.clone(),
+            // Counted, as hookd counts a request, only once its target is allowed: a refused
+            // one does not use up the call's share.
+            Some(_) if active.sent >= MAX_REQUESTS_PER_CALL => Err(HttpError::Denied(
+                "hookd refused the request: this call reached its cap on requests".into(),
+            )),
+            Some(stub) => {
+                active.sent += 1;
+                stub.answer.clone()
+            }
             // The URL cut to scheme and host, as every error shows one (a path or query may
             // carry a secret).
             None => Err(HttpError::Denied(format!(
@@ -966,6 +969,33 @@ mod tests {
             http::get("https://api.test/").send()?;
             Ok(None)
         }
+    }
+
+    /// Refused requests first, as many as a call may send, then one to a stubbed URL.
+    struct RefusedFirst;
+
+    impl Handler for RefusedFirst {
+        fn handle(_event: Event) -> Result<Option<String>, HandleError> {
+            for _ in 0..MAX_REQUESTS_PER_CALL {
+                assert!(matches!(
+                    http::get("https://unlisted.test/").send(),
+                    Err(HttpError::Denied(_))
+                ));
+            }
+            let response = http::get("https://api.test/").send()?;
+            Ok(Some(response.status.to_string()))
+        }
+    }
+
+    /// As in hookd, a refused request does not use up the call's share: only requests whose
+    /// target is allowed (here: stubbed) count.
+    #[test]
+    fn refused_requests_do_not_count_against_the_cap() {
+        let mut hookd = Harness::new().respond_to("GET", "https://api.test", 200);
+        assert_eq!(
+            hookd.handle::<RefusedFirst>(event("t", 1)),
+            Ok(Some("200".into()))
+        );
     }
 
     #[test]

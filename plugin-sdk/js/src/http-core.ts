@@ -264,6 +264,7 @@ function cutUtf8(s: string, max: number): string {
   return s.slice(0, end);
 }
 
+const U64_MAX = 18446744073709551615n;
 const MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
 const DAYS = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 const LONG_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"];
@@ -275,9 +276,15 @@ const LONG_DAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "satu
  */
 export function parseRetryAfter(value: string, now: number): number | undefined {
   const v = value.trim();
-  if (/^[0-9]+$/.test(v)) {
-    const seconds = Number(v);
-    return Number.isSafeInteger(seconds * 1000) ? seconds * 1000 : undefined;
+  const digits = /^\+?([0-9]+)$/.exec(v);
+  if (digits) {
+    // As the Rust SDK reads it (a u64 parse): a leading `+` is allowed, and a value over
+    // u64::MAX is no number of seconds, so ignored. Any other is a delay; Rust saturates its
+    // milliseconds at u64::MAX, here at the largest safe integer (`HandleError.retry`'s
+    // bound): hookd keeps either within the plugin's `backoff_max_ms`.
+    if (BigInt(digits[1]) > U64_MAX) return undefined;
+    const ms = Number(digits[1]) * 1000;
+    return Number.isSafeInteger(ms) ? ms : Number.MAX_SAFE_INTEGER;
   }
   const at = parseHttpDate(v);
   if (at === undefined) return undefined;

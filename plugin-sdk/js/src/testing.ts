@@ -13,8 +13,9 @@
  *   when the handler succeeds. `withState`/`withStateJson` commit a starting value.
  * - HTTP: `respondTo`/`respondWith`/`failWith` answer every request to that method and URL
  *   (normalised as a request's is: `https://host` is `https://host/`, no fragment; the latest
- *   stub wins); any other URL is refused like a host missing from `allow_hosts`, and so is the
- *   65th request of a call. A stubbed body is read as hookd reads one: over
+ *   stub wins); any other URL is refused like a host missing from `allow_hosts`, and so is a
+ *   stubbed request once the call has sent 64 (`MAX_REQUESTS`); as in hookd, a refused
+ *   request does not count toward those 64. A stubbed body is read as hookd reads one: over
  *   `MAX_RESPONSE_BYTES` (8 MiB) it is a `too-large` error, unless the request asked for a
  *   response body limit, which keeps its start. A header hookd refuses is refused before the
  *   request reaches the harness, as in hookd (the SDK checks it, the same check in both).
@@ -256,18 +257,20 @@ export class Harness {
           text: () => decoder.decode(request.body),
           json: () => JSON.parse(decoder.decode(request.body)),
         });
-        requests += 1;
+        // hookd's order: a target not allowed (here: no stub) is refused without using up
+        // the call's share; an allowed one past the cap is refused; else it counts and is sent.
         const target = withPort(request.url.authority, request.url.https);
-        if (requests > MAX_REQUESTS) {
+        const stub = harness.stubs.get(`${request.method} ${url}`);
+        if (stub === undefined) {
+          throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: ${target} is not in allow_hosts`);
+        }
+        if (requests >= MAX_REQUESTS) {
           throw new HttpError(
             "denied",
             `hookd refused the request to ${request.url.authority}: more than ${MAX_REQUESTS} requests in one call`,
           );
         }
-        const stub = harness.stubs.get(`${request.method} ${url}`);
-        if (stub === undefined) {
-          throw new HttpError("denied", `hookd refused the request to ${request.url.authority}: ${target} is not in allow_hosts`);
-        }
+        requests += 1;
         if (stub instanceof HttpError) throw stub;
         // The cap and a response body limit, as the host reads a body.
         const body = limitBody(stub.body, request.url.authority, request.bodyLimit);

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { HandleError, config, defineHandler, http, log, output, state } from "@hookd/plugin-sdk";
-import { Event, Harness, HttpError, MAX_KEY_BYTES, MAX_VALUE_BYTES, Response, StateRefused } from "@hookd/plugin-sdk/testing";
+import { Event, Harness, HttpError, MAX_KEY_BYTES, MAX_REQUESTS, MAX_VALUE_BYTES, Response, StateRefused } from "@hookd/plugin-sdk/testing";
 
 // The Rust SDK's README example, in TypeScript.
 const notify = defineHandler((event) => {
@@ -41,6 +41,55 @@ test("an unlisted host is refused, a permanent error naming it", () => {
     result.error.reason,
     "denied: hookd refused the request to localhost:9100: localhost:9100 is not in allow_hosts",
   );
+});
+
+test("a call sends 64 requests; a refused one does not count toward them, as in hookd", () => {
+  const stubbed = "https://api.test/ok";
+  const refusals: string[] = [];
+  const tries = (unstubbed: number, stubbedTries: number) =>
+    defineHandler(() => {
+      for (let i = 0; i < unstubbed; i++) {
+        try {
+          http.get("https://elsewhere.test/x").send();
+        } catch (e) {
+          refusals.push(e instanceof HttpError ? `${e.kind} | ${e.message}` : String(e));
+        }
+      }
+      for (let i = 0; i < stubbedTries; i++) http.get(stubbed).send();
+      return "sent";
+    });
+  const hookd = new Harness().respondTo("GET", stubbed, 200);
+  assert.equal(MAX_REQUESTS, 64);
+
+  // 64 refused (no stub: an unlisted host), then one allowed: it is sent and answered.
+  assert.deepEqual(hookd.handle(tries(64, 1), event), { ok: true, output: "sent" });
+  assert.equal(refusals.length, 64);
+  assert.ok(
+    refusals.every((r) => r === "denied | denied: hookd refused the request to elsewhere.test: elsewhere.test:443 is not in allow_hosts"),
+    refusals[0],
+  );
+  // Refused ones in between, then the full 64 allowed.
+  assert.deepEqual(hookd.handle(tries(10, 64), event), { ok: true, output: "sent" });
+
+  // 64 allowed, then a 65th allowed one is refused for the cap; an unlisted host past the cap
+  // is still refused as unlisted (hookd checks allow_hosts first).
+  const r = hookd.handle(tries(0, 65), event);
+  assert.ok(!r.ok && r.error.kind === "permanent");
+  assert.equal(!r.ok && r.error.reason, "denied: hookd refused the request to api.test: more than 64 requests in one call");
+  refusals.length = 0;
+  const after = defineHandler(() => {
+    for (let i = 0; i < 64; i++) http.get(stubbed).send();
+    try {
+      http.get("https://elsewhere.test/x").send();
+    } catch (e) {
+      refusals.push(e instanceof HttpError ? e.message : String(e));
+    }
+    http.get(stubbed).send();
+    return "sent";
+  });
+  const r2 = hookd.handle(after, event);
+  assert.deepEqual(refusals, ["denied: hookd refused the request to elsewhere.test: elsewhere.test:443 is not in allow_hosts"]);
+  assert.ok(!r2.ok && r2.error.reason.includes("more than 64 requests in one call"));
 });
 
 test("a missing config key is permanent; a transport failure is a retry", () => {

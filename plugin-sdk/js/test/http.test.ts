@@ -74,6 +74,36 @@ test("Retry-After is seconds or an HTTP-date", () => {
   assert.equal(parseHttpDate("Sun, 31 Feb 2015 07:00:00 GMT"), undefined);
 });
 
+test("Retry-After seconds are read as the Rust SDK's u64 parse reads them", () => {
+  const now = Date.UTC(2015, 9, 21, 7, 28, 0);
+  // A leading + is allowed (Rust's u64 parse, Python's SDK); a sign alone or doubled is not.
+  assert.equal(parseRetryAfter("+30", now), 30_000);
+  assert.equal(parseRetryAfter(" +0 ", now), 0);
+  for (const bad of ["+", "++30", "+-30", "-0", "3 0", "30s"]) {
+    assert.equal(parseRetryAfter(bad, now), undefined, bad);
+  }
+  // Up to u64::MAX a delay, however long: Rust saturates its milliseconds (at u64::MAX), here
+  // at the largest safe integer, still a valid retry delay; hookd caps it at backoff_max_ms.
+  const capped = Number.MAX_SAFE_INTEGER;
+  for (const big of ["9007199254741", "9007199254740992", "+9007199254740993", "18446744073709551615"]) {
+    assert.equal(parseRetryAfter(big, now), capped, big);
+  }
+  assert.equal(parseRetryAfter("9007199254740", now), 9_007_199_254_740_000);
+  assert.equal(HandleError.retry("r", capped).afterMs, capped);
+  // Over u64::MAX it is no number of seconds (Rust's parse fails) and no date: ignored.
+  assert.equal(parseRetryAfter("18446744073709551616", now), undefined);
+  assert.equal(parseRetryAfter("9".repeat(400), now), undefined);
+  const err = (() => {
+    try {
+      new Response(503, "busy").withHeader("Retry-After", "+30").errorForStatus(now);
+    } catch (e) {
+      return e as HttpError;
+    }
+    throw new Error("no error");
+  })();
+  assert.equal(err.toHandleError().afterMs, 30_000);
+});
+
 test("handler errors retry only what may change", () => {
   const retry = (e: HttpError) => e.toHandleError().kind === "retry";
   assert.ok(retry(new HttpError("timeout", "t")));

@@ -30,8 +30,9 @@ It keeps hookd's rules:
   `fail_with(method, url, http.Timeout("…"))` answer every request to that method and URL (the
   latest stub wins); any other URL is refused with `http.Denied`, as hookd refuses a host
   missing from `allow_hosts` (naming its `host:port` and the URL cut to its scheme and host),
-  and so is the 65th request of a call. A header hookd refuses raises `http.InvalidRequest`
-  before anything is sent, as in hookd; a stubbed body over `http.MAX_RESPONSE_BYTES` raises
+  and so is a stubbed request once the call has sent 64 (`MAX_REQUESTS`); as in hookd, a
+  refused request does not count toward those 64. A header hookd refuses raises
+  `http.InvalidRequest` before anything is sent, as in hookd; a stubbed body over `http.MAX_RESPONSE_BYTES` raises
   `http.TooLarge` unless the request asked for a `response_body_limit`. `requests()` lists what was
   sent (`method`, `url`, `headers`, `body`; hookd's `Idempotency-Key` and credentials are added
   after the plugin, so not there).
@@ -242,21 +243,24 @@ class Harness:
         self._pending[key] = value
 
     def _send(self, method, url, headers, body, body_limit=None):
-        self._sent_this_call += 1
-        if self._sent_this_call > MAX_REQUESTS:
-            raise Denied(
-                "hookd refused the request to %s: more than %d requests in one attempt"
-                % (url.authority, MAX_REQUESTS)
-            )
+        # hookd's order: a target not allowed (here: no stub) is refused without using up the
+        # call's share; an allowed one past the cap is refused; else it counts and is sent.
         text = str(url)
-        self._requests.append(SentRequest(method, text, list(headers), body))
         stub = self._stubs.get((method, text))
         if stub is None:
+            self._requests.append(SentRequest(method, text, list(headers), body))
             # Not the URL itself: its path or query may hold a secret, and this reaches logs.
             raise Denied(
                 "hookd refused the request to %s: %s is not in allow_hosts (no stub for %s %s)"
                 % (url.authority, url.host_port(), method, url.redacted())
             )
+        if self._sent_this_call >= MAX_REQUESTS:
+            raise Denied(
+                "hookd refused the request to %s: more than %d requests in one attempt"
+                % (url.authority, MAX_REQUESTS)
+            )
+        self._sent_this_call += 1
+        self._requests.append(SentRequest(method, text, list(headers), body))
         if isinstance(stub, HttpError):
             raise stub
         if body_limit is not None:

@@ -289,6 +289,68 @@ class HarnessHttpTest(unittest.TestCase):
         with self.assertRaises(Permanent):
             hookd.handle(flood, Event("s", "e", "t"))
         self.assertEqual(len(hookd.requests()), 64)
+        self.assertEqual(
+            str(caught_reason(hookd, flood)),
+            "denied: hookd refused the request to 127.0.0.1:9000: more than 64 requests in one attempt",
+        )
+
+    def test_a_refused_request_does_not_count_toward_the_64(self):
+        # hookd counts only requests its allow-list let through; here, those a stub answers.
+        ok, elsewhere = "https://api.test/ok", "https://elsewhere.test/x"
+        refusals = []
+
+        def tries(unstubbed, stubbed):
+            def handler(ev):
+                for _ in range(unstubbed):
+                    try:
+                        http.get(elsewhere)
+                    except http.Denied as e:
+                        refusals.append(str(e))
+                for _ in range(stubbed):
+                    http.get(ok)
+                return "sent"
+
+            return handler
+
+        hookd = Harness().respond_to("GET", ok, 200)
+        # 64 refused for want of a stub, then one stubbed: sent and answered.
+        self.assertEqual(hookd.handle(tries(64, 1), Event("s", "e", "t")), "sent")
+        self.assertEqual(len(refusals), 64)
+        self.assertEqual(
+            set(refusals),
+            {
+                "denied: hookd refused the request to elsewhere.test: elsewhere.test:443 is not in "
+                "allow_hosts (no stub for GET https://elsewhere.test/…)"
+            },
+        )
+        self.assertEqual(len(hookd.requests()), 65)
+        # Refused ones in between, then the full 64 stubbed.
+        self.assertEqual(hookd.handle(tries(10, 64), Event("s", "e", "t")), "sent")
+        # Past the cap, an unstubbed URL is still refused as unlisted (allow_hosts comes first),
+        # and a stubbed one for the cap.
+        del refusals[:]
+
+        def after(ev):
+            for _ in range(64):
+                http.get(ok)
+            try:
+                http.get(elsewhere)
+            except http.Denied as e:
+                refusals.append(str(e))
+            http.get(ok)
+
+        self.assertIn("more than 64 requests", caught_reason(hookd, after))
+        self.assertEqual(len(refusals), 1)
+        self.assertIn("is not in allow_hosts", refusals[0])
+
+
+def caught_reason(hookd, handler):
+    """The reason of the `Permanent` that `handler` ends in under `hookd`."""
+    try:
+        hookd.handle(handler, Event("s", "e", "t"))
+    except Permanent as e:
+        return e.reason
+    raise AssertionError("no Permanent")
 
 
 if __name__ == "__main__":
