@@ -9,7 +9,10 @@
 //! - Reads never go through the writer: they run on pooled connections (WAL lets them see the
 //!   last commit while the writer works).
 
-use std::path::{Path, PathBuf};
+use std::{
+    path::{Path, PathBuf},
+    sync::{Mutex, PoisonError},
+};
 
 use std::os::unix::fs::OpenOptionsExt as _;
 
@@ -443,17 +446,95 @@ impl SqliteStore {
     ) -> Result<T, InboxError> {
         // A pooled connection still reads a deleted file: what it says is not the database's.
         self.inner.health.still_there()?;
-        let pooled = self.inner.readers.lock().expect("poisoned").pop();
-        let conn = match pooled {
+        let mut reading = self.inner.readers.take()?;
+        let conn = match reading.conn.take() {
             Some(conn) => conn,
             None => open_connection(&self.inner.path, Durability::Normal)?,
         };
         let result = f(&conn);
-        let mut readers = self.inner.readers.lock().expect("poisoned");
-        if readers.len() < MAX_POOLED_READERS {
-            readers.push(conn);
-        }
+        reading.conn = Some(conn);
         result
+    }
+}
+
+/// The read connections of one database: the idle ones, pooled (at most
+/// [`MAX_POOLED_READERS`]), and a count of those in use, which [`Readers::close`] waits for.
+#[derive(Default)]
+pub(super) struct Readers {
+    state: Mutex<ReadersState>,
+    /// Signalled when a connection in use comes back.
+    returned: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct ReadersState {
+    idle: Vec<Connection>,
+    in_use: usize,
+    closed: bool,
+}
+
+/// How long [`Readers::close`] waits for reads still running (then it goes on, and warns).
+const READS_DRAIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Readers {
+    /// A read's turn, with a pooled connection if one is idle (else the caller opens one and
+    /// puts it in [`Reading::conn`]); refused once closed.
+    fn take(&self) -> Result<Reading<'_>, InboxError> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.closed {
+            return Err(InboxError::WriterGone);
+        }
+        state.in_use += 1;
+        let conn = state.idle.pop();
+        Ok(Reading {
+            readers: self,
+            conn,
+        })
+    }
+
+    /// Closes every idle connection and waits (up to [`READS_DRAIN`]) for those in use, which
+    /// are closed as they come back; no read starts after this.
+    pub(super) fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.closed = true;
+        state.idle.clear();
+        let (state, waited) = self
+            .returned
+            .wait_timeout_while(state, READS_DRAIN, |state| state.in_use > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        if waited.timed_out() {
+            tracing::warn!(
+                reads = state.in_use,
+                "closing the database with reads still running after {} s",
+                READS_DRAIN.as_secs()
+            );
+        }
+    }
+}
+
+/// One read's connection, given back to [`Readers`] when dropped (a panicking read too).
+struct Reading<'a> {
+    readers: &'a Readers,
+    conn: Option<Connection>,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut state = self
+            .readers
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        state.in_use -= 1;
+        if let Some(conn) = self.conn.take()
+            && !state.closed
+            && state.idle.len() < MAX_POOLED_READERS
+        {
+            state.idle.push(conn);
+        }
+        // A connection not pooled is closed here, before `close` is told it came back.
+        drop(state);
+        self.readers.returned.notify_all();
     }
 }
 
@@ -461,6 +542,49 @@ impl SqliteStore {
 mod tests {
     use super::*;
     use crate::inbox::Inbox;
+
+    /// A close waits for the reads still running before it lets the database go (their
+    /// connections would go on without the SQLite locks the lock's release takes from the
+    /// process), and no read starts after it.
+    #[test]
+    fn a_close_lets_the_database_go_only_after_the_reads_running() {
+        use crate::inbox::store::Store as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let options = super::super::WriterOptions::new(Durability::Normal);
+        let store = SqliteStore::open(&path, options).unwrap();
+        let (inside, entered) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn({
+            let store = store.clone();
+            move || {
+                store.read_blocking(|conn| {
+                    inside.send(()).unwrap();
+                    released.recv().unwrap();
+                    Ok(conn.query_row("SELECT 1", [], |r| r.get::<_, i64>(0))?)
+                })
+            }
+        });
+        entered.recv().unwrap();
+        let closing = std::thread::spawn({
+            let store = store.clone();
+            move || store.close()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!closing.is_finished(), "closed with a read running");
+        assert!(
+            matches!(lock_database(&path), Err(InboxError::InUse { .. })),
+            "the database was let go with a read running"
+        );
+        release.send(()).unwrap();
+        assert_eq!(reader.join().unwrap().unwrap(), 1);
+        closing.join().unwrap();
+        assert!(matches!(
+            store.read_blocking(|_| Ok(())),
+            Err(InboxError::WriterGone)
+        ));
+        lock_database(&path).expect("let go once the read ended");
+    }
 
     #[test]
     fn one_hookd_per_database_until_it_closes() {

@@ -68,8 +68,8 @@ struct Inner {
     /// The writer's queue; `None` once closed.
     writer: Mutex<Option<writer::Queue>>,
     writer_thread: Mutex<Option<thread::JoinHandle<()>>>,
-    /// Idle read connections.
-    readers: Mutex<Vec<Connection>>,
+    /// The read connections: idle ones, and how many are in use.
+    readers: connection::Readers,
     /// Commits done by the writer; lets tests and benchmarks see group commit at work.
     commits: Arc<Commits>,
     /// Held while open: one hookd per database, because start-up takes back every lease.
@@ -118,7 +118,7 @@ impl SqliteStore {
                 path: path.to_owned(),
                 writer: Mutex::new(Some(tx)),
                 writer_thread: Mutex::new(Some(handle)),
-                readers: Mutex::new(Vec::new()),
+                readers: connection::Readers::default(),
                 commits,
                 lock: Mutex::new(Some(lock)),
                 work: tokio::sync::Notify::new(),
@@ -434,10 +434,11 @@ impl Store for SqliteStore {
         if let Some(handle) = self.inner.writer_thread.lock().expect("poisoned").take() {
             let _ = handle.join();
         }
-        // The pooled readers go first: closing the lock's descriptor on the database file
-        // releases every SQLite lock this process holds on it (POSIX locks are per process),
-        // which open connections would otherwise go on without.
-        self.inner.readers.lock().expect("poisoned").clear();
+        // The readers go first, the pooled ones and those still reading (waited for):
+        // closing the lock's descriptor on the database file releases every SQLite lock this
+        // process holds on it (POSIX locks are per process), which open connections would
+        // otherwise go on without.
+        self.inner.readers.close();
         // Releasing the lock lets another process (or a restart) open the database.
         self.inner.lock.lock().expect("poisoned").take();
     }
