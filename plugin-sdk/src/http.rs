@@ -589,17 +589,21 @@ const RESERVED_HEADERS: [&str; 10] = [
     "content-length",
 ];
 
+/// Whether `name` is an HTTP field name: an RFC 9110 token (one or more `tchar`s).
+pub(crate) fn is_field_name(name: &str) -> bool {
+    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b))
+}
+
 /// Refuses the headers `wasi:http` would (an invalid name or value, one of
 /// [`RESERVED_HEADERS`]), naming the header, never its value: the same answer in hookd and in
 /// the test harness.
 fn check_headers(headers: &[(String, String)]) -> Result<(), HttpError> {
-    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
     for (name, value) in headers {
-        let token = !name.is_empty()
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b));
-        if !token {
+        if !is_field_name(name) {
             return Err(HttpError::InvalidRequest(format!(
                 "header name {name:?} is not a valid HTTP field name"
             )));

@@ -339,12 +339,8 @@ fn unsendable(response: &crate::Response) -> Option<String> {
             response.headers.len()
         ));
     }
-    const TCHAR: &[u8] = b"!#$%&'*+-.^_`|~";
     response.headers.iter().find_map(|h| {
-        let name_ok = !h.name.is_empty()
-            && h.name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || TCHAR.contains(&b));
+        let name_ok = http::is_field_name(&h.name);
         // Visible ASCII and tabs: what hookd's HTTP layer sends as given.
         let value_ok = h
             .value
