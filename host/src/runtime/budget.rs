@@ -9,7 +9,9 @@
 //! - A host call's arguments are lifted (allocated) before its function runs, so the lists
 //!   whose elements cost the host more than the guest (`fields.set`'s and `fields.from-list`'s
 //!   many small values) are taken as views into guest memory ([`WasmList`]), charged from
-//!   their lengths, and only then copied.
+//!   their lengths, and only then copied. Their entries' least cost is charged from the
+//!   list's count before any entry is read, so no host call walks more of a list than the
+//!   budget could pay for (a host call runs to its end whatever the guest's deadline).
 //! - The budget only grows during a call (bytes are counted when allocated, not refunded when
 //!   the guest drops a resource), so it bounds what a call can hold at once and is never an
 //!   undercount. A store lives for one call, so the budget is per call.
@@ -77,6 +79,33 @@ impl HostBudget {
         Ok(())
     }
 
+    /// Charges a guest list of `count` entries: `base` and what every entry costs at least
+    /// (`floor` each) before any entry is read, so a list longer than the budget allows traps
+    /// without being walked (the guest's deadline cannot stop a host call before it returns);
+    /// then each entry's own length as it is read, stopping at the first that passes the limit.
+    /// Nothing is counted if it traps.
+    fn charge_listed(
+        &mut self,
+        base: usize,
+        count: usize,
+        floor: usize,
+        lengths: impl IntoIterator<Item = wasmtime::Result<usize>>,
+    ) -> wasmtime::Result<()> {
+        let before = self.used;
+        let charge = || {
+            self.charge(base.saturating_add(count.saturating_mul(floor)))?;
+            for length in lengths {
+                self.charge(length?)?;
+            }
+            Ok(())
+        };
+        let charged = charge();
+        if charged.is_err() {
+            self.used = before;
+        }
+        charged
+    }
+
     /// Bytes charged so far.
     #[cfg(test)]
     pub fn used(&self) -> usize {
@@ -92,6 +121,24 @@ fn map_bytes(map: &FieldMap) -> usize {
     map.iter()
         .map(|(name, value)| entry_bytes(name.as_str(), value.as_bytes()))
         .sum()
+}
+
+/// Charges the call's budget for the guest list `list` ([`HostBudget::charge_listed`]), each
+/// element's own bytes being `length(element)`.
+fn charge_list<T: wasmtime::component::Lift + 'static>(
+    cx: &mut Cx<'_>,
+    base: usize,
+    floor: usize,
+    list: &WasmList<T>,
+    length: impl Fn(T) -> usize,
+) -> wasmtime::Result<()> {
+    // The budget is store data and the list's reads borrow the store: held apart meanwhile.
+    let mut budget = std::mem::replace(&mut cx.data_mut().budget, HostBudget::new(0));
+    let charged = list.iter(cx.as_context_mut()).and_then(|elements| {
+        budget.charge_listed(base, list.len(), floor, elements.map(|e| e.map(&length)))
+    });
+    cx.data_mut().budget = budget;
+    charged
 }
 
 /// The `i`th element of `list` (in bounds), lifted.
@@ -133,12 +180,13 @@ fn add_charged(types: &mut LinkerInstance<'_, HostState>) -> wasmtime::Result<()
         |mut cx: Cx<'_>, (entries,): (WasmList<(WasmStr, WasmList<u8>)>,)| {
             // The values and the entries first (lengths only); each name once it is copied (one
             // name is at most the guest's memory, and it is dropped if the charge fails).
-            let mut bytes = RESOURCE_BYTES;
-            for entry in entries.iter(cx.as_context_mut())? {
-                let (_, value) = entry?;
-                bytes = bytes.saturating_add(value.len() + ENTRY_BYTES);
-            }
-            cx.data_mut().budget.charge(bytes)?;
+            charge_list(
+                &mut cx,
+                RESOURCE_BYTES,
+                ENTRY_BYTES,
+                &entries,
+                |(_, value)| value.len(),
+            )?;
             let mut copied = Vec::with_capacity(entries.len());
             for i in 0..entries.len() {
                 let (name, value) = listed(&entries, &mut cx, i)?;
@@ -159,11 +207,8 @@ fn add_charged(types: &mut LinkerInstance<'_, HostState>) -> wasmtime::Result<()
         "[method]fields.set",
         |mut cx: Cx<'_>,
          (fields, name, values): (Resource<FieldMap>, String, WasmList<WasmList<u8>>)| {
-            let mut bytes = 0usize;
-            for value in values.iter(cx.as_context_mut())? {
-                bytes = bytes.saturating_add(name.len() + value?.len() + ENTRY_BYTES);
-            }
-            cx.data_mut().budget.charge(bytes)?;
+            let floor = name.len().saturating_add(ENTRY_BYTES);
+            charge_list(&mut cx, 0, floor, &values, |value| value.len())?;
             let mut copied = Vec::with_capacity(values.len());
             for i in 0..values.len() {
                 let value = listed(&values, &mut cx, i)?;
@@ -322,5 +367,47 @@ mod tests {
         );
         assert_eq!(budget.used(), 1000);
         assert!(budget.charge(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn a_list_longer_than_the_budget_allows_traps_before_an_element_is_read() {
+        let mut budget = HostBudget::new(HOST_BYTES);
+        budget.charge(100).unwrap();
+        let mut read = 0;
+        let lengths = std::iter::repeat_with(|| {
+            read += 1;
+            Ok(1)
+        });
+        let err = budget
+            .charge_listed(
+                RESOURCE_BYTES,
+                HOST_BYTES / ENTRY_BYTES,
+                ENTRY_BYTES,
+                lengths,
+            )
+            .unwrap_err();
+        assert!(err.downcast_ref::<LimitExceeded>().is_some(), "{err}");
+        assert_eq!(
+            read, 0,
+            "elements were read before the list's least cost was charged"
+        );
+        assert_eq!(budget.used(), 100, "a trap counts nothing");
+    }
+
+    #[test]
+    fn a_listed_charge_stops_at_the_first_element_past_the_limit() {
+        let mut budget = HostBudget::new(1000);
+        let mut read = 0;
+        let lengths = std::iter::repeat_with(|| {
+            read += 1;
+            Ok(100)
+        });
+        // 10 + 4 × 10 up front, then 100 per element read: the tenth passes 1000.
+        assert!(budget.charge_listed(10, 4, 10, lengths.take(50)).is_err());
+        assert_eq!(read, 10);
+        assert_eq!(budget.used(), 0);
+        let lengths = [Ok(1), Ok(2), Ok(3)];
+        budget.charge_listed(10, 3, 10, lengths).unwrap();
+        assert_eq!(budget.used(), 10 + 30 + 6);
     }
 }
