@@ -1,10 +1,10 @@
-//! The limits hookd enforces on plugins, restated by each SDK's test harness (so a unit test
+//! The limits hookd enforces on plugins (and the headers it refuses from them), restated by each SDK's test harness (so a unit test
 //! refuses what hookd would) and by the Rust SDK's own checks, held to hookd's values: a
 //! limit changed in the host and not in an SDK fails here, instead of letting an SDK's tests
 //! approve what hookd refuses. The SDKs are other languages (and the Rust one another
 //! target), so their sources are read as text: each constant by its name.
 
-use std::path::Path;
+use std::{collections::BTreeSet, path::Path};
 
 use crate::support::plugins;
 
@@ -42,6 +42,58 @@ fn constant(file: &str, name: &str) -> u64 {
                 .unwrap_or_else(|e| panic!("{file}: {name} = {value}: {e}"))
         })
         .product()
+}
+
+/// The strings listed by a constant named `name` in `file`: every double-quoted string from
+/// the line at the file's top level that defines it to the line that closes it (the next line
+/// starting at column 0: `];`, `]);`, `)`). A list of names, one per line or several.
+fn listed(file: &str, name: &str) -> BTreeSet<String> {
+    let path = Path::new(plugins::WORKSPACE_ROOT).join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut lines = text.lines().skip_while(|line| {
+        let line = line.trim_start_matches("const ");
+        !line
+            .strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ="))
+    });
+    let first = lines
+        .next()
+        .unwrap_or_else(|| panic!("{file} defines no {name} at its top level"));
+    let body = lines.take_while(|line| line.starts_with(char::is_whitespace));
+    let names: BTreeSet<String> = std::iter::once(first)
+        .chain(body)
+        .flat_map(|line| line.split('"').skip(1).step_by(2).map(str::to_owned))
+        .collect();
+    assert!(!names.is_empty(), "{file}: {name} lists no names");
+    names
+}
+
+/// The headers each SDK refuses before sending a request, and the Rust harness from a parser's
+/// answer, are hookd's: a header hookd refuses that an SDK lets through would have its
+/// plugin's tests pass and every such event dead-lettered (or, from a parser, quarantined).
+#[test]
+fn every_sdk_refuses_the_headers_hookd_refuses() {
+    let mut request: BTreeSet<String> = host::runtime::PLUGIN_FORBIDDEN_HEADERS
+        .iter()
+        .map(|name| name.as_str().to_owned())
+        .collect();
+    request.insert("content-length".to_owned());
+    for (file, name) in [
+        ("plugin-sdk/src/http.rs", "RESERVED_HEADERS"),
+        ("plugin-sdk/js/src/http-core.ts", "HOST_HEADERS"),
+        ("plugin-sdk/python/hookd/http.py", "HOOKD_HEADERS"),
+    ] {
+        assert_eq!(listed(file, name), request, "{file}: {name}");
+    }
+    let respond: BTreeSet<String> = host::outbound::policy::CONNECTION_HEADERS
+        .iter()
+        .map(|name| (*name).to_owned())
+        .collect();
+    assert_eq!(
+        listed("plugin-sdk/src/testing.rs", "RESPOND_RESERVED"),
+        respond,
+        "plugin-sdk/src/testing.rs: RESPOND_RESERVED"
+    );
 }
 
 #[test]

@@ -54,6 +54,10 @@ pub use self::host::{StateLimit, StateRefused, StateStore};
 pub use self::limiter::LimitExceeded;
 pub use self::plugin::{Built, LoadError, Plugin, Roles, StartLimits, file_sha256};
 use crate::outbound::transport::Connector;
+/// The request headers `wasi:http` refuses from a plugin (its framing and connection, which
+/// the host's HTTP client writes): what each SDK refuses before sending, with `content-length`,
+/// which the SDKs set from the body.
+pub use wasmtime_wasi_http::DEFAULT_FORBIDDEN_HEADERS as PLUGIN_FORBIDDEN_HEADERS;
 
 /// The engine and the linker every plugin is instantiated against.
 pub struct Runtime {
