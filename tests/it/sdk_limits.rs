@@ -1,7 +1,7 @@
-//! The limits hookd enforces on plugins (and the headers it refuses from them), restated by each SDK's test harness (so a unit test
-//! refuses what hookd would) and by the Rust SDK's own checks, held to hookd's values: a
-//! limit changed in the host and not in an SDK fails here, instead of letting an SDK's tests
-//! approve what hookd refuses. The SDKs are other languages (and the Rust one another
+//! The limits hookd enforces on plugins and the headers it refuses from them, restated by
+//! each SDK's test harness (so a unit test refuses what hookd would) and by the SDKs' own
+//! checks, held to hookd's values: a limit changed in the host and not in an SDK fails here,
+//! instead of letting an SDK's tests approve what hookd refuses. The SDKs are other languages (and the Rust one another
 //! target), so their sources are read as text: each constant by its name.
 
 use std::{collections::BTreeSet, path::Path};
