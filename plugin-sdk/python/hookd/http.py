@@ -33,7 +33,7 @@ import time
 
 from . import _host
 from ._errors import Permanent, Retry
-from ._event import Header, _find_header
+from ._event import Header, _find_header, _loads
 
 #: The most response body bytes the client reads (hookd enforces the same cap).
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
@@ -191,9 +191,10 @@ class Response:
             raise Body("the response body is not UTF-8: %s" % e) from None
 
     def json(self):
-        """The body parsed as JSON (else `Body`)."""
+        """The body parsed as JSON (else `Body`; `NaN` and `Infinity` are not JSON, as for the
+        Rust and TypeScript SDKs)."""
         try:
-            return _json.loads(self.body)
+            return _loads(self.body)
         except ValueError as e:
             raise Body("the response body is not the JSON expected: %s" % e) from None
 

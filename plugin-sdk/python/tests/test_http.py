@@ -68,6 +68,15 @@ class UrlTest(unittest.TestCase):
         self.assertNotIn("NaN", str(caught.exception))
 
 
+class ResponseJsonTest(unittest.TestCase):
+    def test_a_body_holding_nan_or_an_infinity_is_no_json(self):
+        for body in (b"NaN", b'{"x":Infinity}', b"[-Infinity]"):
+            with self.assertRaises(http.Body) as caught:
+                http.Response(200, body).json()
+            self.assertIn("not the JSON expected", str(caught.exception))
+        self.assertEqual(http.Response(200, b'{"x":1e308,"y":"NaN"}').json(), {"x": 1e308, "y": "NaN"})
+
+
 class HeaderCheckTest(unittest.TestCase):
     """A header hookd refuses is refused by the shared path before anything is sent: in a
     component wasi:http's `Fields` would refuse it, and every such event be dead-lettered."""
