@@ -373,6 +373,21 @@ async fn hookd_state_lists_gets_sets_and_deletes() {
         (&got["encoding"], &got["value"]),
         (&json!("base64"), &json!("AAEC"))
     );
+    // JSON as an editor saves it, a line break after it: stored with the line break.
+    let file = host.path().join("value.json");
+    std::fs::write(&file, "{\"a\":1}\n").unwrap();
+    printed(
+        &hookd_state(
+            &host,
+            &["set", "counter", "edited", "--file", file.to_str().unwrap()],
+        )
+        .await,
+    );
+    let got = printed(&hookd_state(&host, &["get", "counter", "edited"]).await);
+    assert_eq!(
+        (&got["encoding"], &got["value"], &got["size"]),
+        (&json!("base64"), &json!("eyJhIjoxfQo="), &json!(8))
+    );
 
     let version = created["version"].to_string();
     let deleted = printed(

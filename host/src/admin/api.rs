@@ -492,11 +492,14 @@ pub enum StateEncoding {
 
 impl StateEncoding {
     /// How `bytes` travel: as their own JSON text if they are UTF-8 JSON (byte for byte), else
-    /// as a base64 string.
+    /// as a base64 string. JSON with whitespace around it travels as base64: a JSON value in a
+    /// JSON document has none, so it would arrive without it.
     pub fn encode(bytes: &[u8]) -> (Self, Box<RawValue>) {
-        let json = std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|text| RawValue::from_string(text.to_owned()).ok());
+        let json = std::str::from_utf8(bytes).ok().and_then(|text| {
+            RawValue::from_string(text.to_owned())
+                .ok()
+                .filter(|json| json.get().len() == text.len())
+        });
         match json {
             Some(json) => (Self::Json, json),
             None => {

@@ -449,10 +449,21 @@ mod tests {
             b"not json",
             &[0xff, 0],
             b"12345678901234567890123",
+            b"42\n",
+            b" {\"a\":1}",
+            b"{}\r\n",
+            b"\t\"x\" ",
         ] {
             let (encoding, value) = encode(bytes);
-            assert_eq!(decode("p", "k", encoding, &value).unwrap(), bytes);
+            assert_eq!(
+                decode("p", "k", encoding, &value).unwrap(),
+                bytes,
+                "{:?}",
+                String::from_utf8_lossy(bytes)
+            );
         }
+        // JSON with whitespace around it is no JSON value byte for byte.
+        assert_eq!(encode(b"42\n").0, api::StateEncoding::Base64);
     }
 
     #[test]
