@@ -11,8 +11,11 @@
 //!   script polling with the right token, every client behind one proxy) cannot keep a guesser
 //!   under the limit. So every client of a locked-out address waits with it; the lockout is
 //!   logged once, naming the address.
-//! - At most [`MAX_TRACKED_ADDRESSES`] addresses are remembered (the oldest forgotten first), so
-//!   a flood of addresses costs bounded memory.
+//! - At most [`MAX_TRACKED_ADDRESSES`] addresses are remembered, so a flood of addresses costs
+//!   bounded memory. The oldest address not locked out is forgotten first, so a guesser cannot
+//!   free its own locked-out address by failing from as many others; only when every address
+//!   remembered is locked out does the oldest of those go (a guesser with more /64s than that
+//!   gets five more tries per 20 000 wrong tokens).
 //! - A request without a token is refused (401) without counting: it guessed nothing.
 //! - Each listener counts its own: several nodes each give an address its tries.
 
@@ -76,7 +79,7 @@ impl Lockout {
             && !failures.contains_key(&key)
             && let Some(oldest) = failures
                 .iter()
-                .min_by_key(|(_, f)| f.since)
+                .min_by_key(|(_, f)| (f.count >= MAX_FAILURES, f.since))
                 .map(|(a, _)| *a)
         {
             failures.remove(&oldest);
@@ -111,6 +114,24 @@ mod tests {
         let other: IpAddr = "192.0.2.2".parse().unwrap();
         assert_eq!(lockout.locked_out(other, now), None);
         assert_eq!(lockout.locked_out(address, now + FAILURE_WINDOW), None);
+    }
+
+    #[test]
+    fn a_locked_out_address_is_not_forgotten_for_others_that_fail() {
+        let lockout = Lockout::default();
+        let now = Instant::now();
+        let guesser: IpAddr = "192.0.2.1".parse().unwrap();
+        for _ in 0..MAX_FAILURES {
+            lockout.failed(guesser, now);
+        }
+        // As many other addresses as the table holds, each failing once, later.
+        for i in 0..MAX_TRACKED_ADDRESSES as u32 {
+            let other = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
+            lockout.failed(other, now + Duration::from_secs(1));
+        }
+        assert!(lockout.locked_out(guesser, now).is_some());
+        let count = lockout.failures.lock().unwrap().len();
+        assert_eq!(count, MAX_TRACKED_ADDRESSES);
     }
 
     /// The addresses of one IPv6 /64 share their tries.
