@@ -246,12 +246,14 @@ const PASSES: usize = 4;
 /// The newest sequence of key `$3` (source `$1`, handler `$2`) handled: `done` now, or done
 /// once and in another state since (`DeliveryState::ONCE_DONE`: replayed, then waiting,
 /// retrying, dead or discarded again), whose event was handled all the same. A test holds the
-/// state list to that constant.
-const NEWEST_HANDLED: &str = "SELECT GREATEST(
+/// state list to that constant. Only a replay takes a delivery out of `done`, and it sets
+/// `budget_base` to its attempts (at least one), so the second part reads only deliveries with
+/// a `budget_base`: a range of `deliveries_once_handled` (migration 12), not every delivery.
+pub(super) const NEWEST_HANDLED: &str = "SELECT GREATEST(
      (SELECT MAX(sequence) FROM deliveries
       WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'),
      (SELECT MAX(d.sequence) FROM deliveries d
-      WHERE d.source = $1 AND d.handler = $2 AND d.ordering_key = $3
+      WHERE d.source = $1 AND d.handler = $2 AND d.ordering_key = $3 AND d.budget_base > 0
         AND d.state IN ('pending', 'running', 'retrying', 'dead', 'discarded')
         AND EXISTS (SELECT 1 FROM attempts a
                     WHERE a.delivery = d.id AND a.outcome = 'ok')))";

@@ -40,6 +40,7 @@ pub(in crate::inbox) const RELEASED: &[&str] = &[
     "a2ea33c0da1a1d929ba89e84ca149df49fb1bce32a6bcbc28ac1e9d9800311b6",
     "f170aabd0f36b699eb4088ca7f451cfc8ffa738d8b23b0d9ec0464c5fdc5cf37",
     "02008a7b1b7c3ea9cfe79c1f79c112260f8d562b5546afdbdb611a3e951a29a3",
+    "d4f7d29276b6eba8ff759c5341548d8d1041f865cc49a932016152df4f47ca02",
 ];
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
@@ -236,6 +237,15 @@ pub(in crate::inbox) const MIGRATIONS: &[&str] = &[
     // drops at once).
     "
     ALTER TABLE plugin_releases ADD COLUMN previous TEXT[] NOT NULL DEFAULT '{}';
+    ",
+    // 12: a claim's stale check reads the newest sequence of a key once done and replayed since
+    // (`lease::NEWEST_HANDLED`); no index served it once `deliveries_key` went (9), so each
+    // check read every delivery. Only a replay gives a delivery a `budget_base`, so this index
+    // holds the few that were, and costs the rest no write.
+    "
+    CREATE INDEX deliveries_once_handled
+        ON deliveries (source, handler, ordering_key, sequence)
+        WHERE budget_base > 0 AND ordering_key IS NOT NULL;
     ",
 ];
 

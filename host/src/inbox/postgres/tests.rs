@@ -1668,6 +1668,55 @@ async fn an_event_id_is_found_by_probes_of_the_dedupe_index() {
     assert!(inbox.list_events(filter("nope")).await.unwrap().is_empty());
 }
 
+/// A claim's stale check on a key reads that key's entries alone, whatever the other keys and
+/// states hold: each part a range of a partial index (`done` ones, and replayed ones), never a
+/// scan of every delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keys_newest_handled_sequence_is_read_from_the_keys_own_entries() {
+    let Some((_db, _inbox, client)) = store_and_client().await else {
+        return;
+    };
+    // 20 000 keyed deliveries over 1 000 keys (key `k{n % 1000}`, sequence `n`), done, dead,
+    // discarded or waiting by turns (`n / 1000`), one in five of them replayed (a
+    // `budget_base`), with an `ok` attempt each.
+    client
+        .batch_execute(
+            "INSERT INTO events (source, event_id, event_type, received_at, headers, body)
+             SELECT 's', 'e' || n, 't', n, '[]', '' FROM generate_series(1, 20000) AS n;
+             INSERT INTO deliveries (event, source, handler, state, next_attempt_at, updated_at,
+                                     ordering_key, sequence, attempts, budget_base)
+             SELECT n, 's', 'h',
+                    (ARRAY['done', 'dead', 'discarded', 'pending'])[(n / 1000) % 4 + 1], n, n,
+                    'k' || (n % 1000), n, 1, CASE WHEN (n / 1000) % 5 = 4 THEN 1 ELSE 0 END
+             FROM generate_series(1, 20000) AS n;
+             INSERT INTO attempts (delivery, attempt, started_at, finished_at, outcome)
+             SELECT id, 1, 0, 1, 'ok' FROM deliveries;
+             ANALYZE events; ANALYZE deliveries; ANALYZE attempts;
+             SET plan_cache_mode = force_generic_plan;",
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(&format!(
+            "PREPARE newest(text, text, text) AS {}",
+            super::lease::NEWEST_HANDLED
+        ))
+        .await
+        .unwrap();
+    let plan = plan_of(&client, "EXECUTE newest('s', 'h', 'k485')").await;
+    assert!(plan.contains("deliveries_done_sequence"), "{plan}");
+    assert!(plan.contains("deliveries_once_handled"), "{plan}");
+    assert!(!plan.contains("Seq Scan on deliveries"), "{plan}");
+    assert!(!plan.contains("deliveries_pkey"), "{plan}");
+    // Key k485: done newest at 16 485; replayed and waiting since at 19 485, which wins.
+    let newest: i64 = client
+        .query_one("EXECUTE newest('s', 'h', 'k485')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(newest, 19_485);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_earliest_waiting_delivery_is_found_by_probes_of_the_waiting_index() {
     let Some((_db, inbox, client)) = store_and_client().await else {
