@@ -104,8 +104,8 @@ impl Target {
 /// back. Class 08, connection exceptions, is what a pooler between them answers when it cannot
 /// reach the server (PgBouncer: `08P01 server_login_retry`, `server conn crashed?`).
 fn server_away(e: &tokio_postgres::Error) -> bool {
-    if let Some(code) = e.code() {
-        return away(code);
+    if let Some(db) = e.as_db_error() {
+        return away(db.code()) || notify_queue_full(db.code(), db.file());
     }
     // The client's own errors: only the transport ones (not a row that fails to convert).
     let io = std::iter::successors(std::error::Error::source(e), |cause| cause.source())
@@ -209,6 +209,18 @@ fn away(code: &SqlState) -> bool {
         .contains(code)
 }
 
+/// Whether an error raised in PostgreSQL's source file `file` with `code` is its NOTIFY queue
+/// full (`too many notifications in the NOTIFY queue`, raised at COMMIT, which then rolls
+/// back): a listening session that stopped reading (a node frozen, its kernel still up) holds
+/// the queue's tail, and once the queue is full every transaction that notifies fails. hookd's
+/// accepts and finishes notify in their own transaction (the wake-up hint), so that is the
+/// server unable to take writes for now: a 503 and a record sent again, as an outage, never a
+/// 500 nor an attempt's result given up. The code alone (`54000`, program limit exceeded) also
+/// stands for limits that no retry passes (an index row too large), hence the file.
+fn notify_queue_full(code: &SqlState, file: Option<&str>) -> bool {
+    *code == SqlState::PROGRAM_LIMIT_EXCEEDED && file == Some("async.c")
+}
+
 /// What an error whose prepared statement was lost between transactions says: the one cause
 /// hookd knows of.
 const POOLER_HINT: &str = "hookd's prepared statements do not survive from one transaction to \
@@ -276,5 +288,18 @@ mod tests {
         ] {
             assert!(!away(&code), "{}", code.code());
         }
+    }
+
+    #[test]
+    fn a_full_notify_queue_is_the_server_away_and_other_limits_are_not() {
+        let limit = SqlState::PROGRAM_LIMIT_EXCEEDED;
+        assert!(notify_queue_full(&limit, Some("async.c")));
+        // An index row over the B-tree's maximum: the same code, no retry passes it.
+        assert!(!notify_queue_full(&limit, Some("nbtutils.c")));
+        assert!(!notify_queue_full(&limit, None));
+        assert!(!notify_queue_full(
+            &SqlState::UNIQUE_VIOLATION,
+            Some("async.c")
+        ));
     }
 }
