@@ -11,7 +11,8 @@
 //!   parameter types (`Parse`, `Bind`, `Execute` and `Sync` together: one round trip, as a cached
 //!   statement takes, but parsed and planned by the server each time). The types of each
 //!   statement text with parameters are learned once per store, by an SQL `PREPARE` under a
-//!   name of hookd's own inside a transaction, deallocated there.
+//!   name of hookd's own inside a transaction (outside one, a message of its own the server
+//!   runs as one), deallocated there.
 //!
 //! Invariants:
 //! - No other code of the room prepares a statement or sends one with parameters: [`Conn`] and
@@ -35,7 +36,7 @@ use std::{
 use deadpool_postgres::{GenericClient as _, Object};
 use tokio_postgres::IsolationLevel;
 use tokio_postgres::{
-    Error, GenericClient as _, Row,
+    Error, GenericClient as _, Row, SimpleQueryMessage,
     types::{ToSql, Type},
 };
 
@@ -278,12 +279,34 @@ pub(super) trait Run: Sync {
         if Self::IN_TRANSACTION {
             return describe.await;
         }
-        plain.batch_execute(BEGIN).await?;
-        let described = describe.await;
-        let ended = plain.batch_execute("COMMIT").await;
-        let types = described?;
-        ended?;
-        Ok(types)
+        // Outside a transaction, all of it is one message, which the server runs as one
+        // implicit transaction, to its end: a caller that gives up waiting (a timeout, a client
+        // gone) cannot leave the connection in an open transaction, as a `BEGIN` answered before
+        // the rest was sent would have (and the next statements on it would never commit).
+        let answers = plain
+            .simple_query(&format!(
+                "PREPARE {name} AS {sql};
+                 SELECT array_to_string(parameter_types::oid[], ',')
+                     FROM pg_prepared_statements WHERE name = '{name}';
+                 DEALLOCATE {name}"
+            ))
+            .await?;
+        let oids = answers
+            .iter()
+            .find_map(|answer| match answer {
+                SimpleQueryMessage::Row(row) => row.get(0),
+                _ => None,
+            })
+            .unwrap_or_default();
+        Ok(oids
+            .split(',')
+            .map(|oid| {
+                oid.parse()
+                    .ok()
+                    .and_then(Type::from_oid)
+                    .unwrap_or(Type::UNKNOWN)
+            })
+            .collect())
     }
 }
 

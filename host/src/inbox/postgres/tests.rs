@@ -825,6 +825,66 @@ async fn no_statement_of_hookds_is_jit_compiled_whatever_the_database_asks() {
     }
 }
 
+/// Learning a statement's types behind a pooler in transaction mode, a caller that gives up
+/// waiting (here: the `PREPARE` waits for a lock) leaves its connection in no transaction: once
+/// the server gets to it, the connection is idle, and what it runs next commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_description_given_up_leaves_no_transaction_open() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url(), 1, Pooler::Transaction)
+        .await
+        .unwrap();
+    let conn = store.client().await.unwrap();
+    let pid: i32 = conn
+        .plain()
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let locker = testdb::connect(db.url()).await;
+    locker
+        .batch_execute("BEGIN; LOCK TABLE events IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let sql = "SELECT count(*) FROM events WHERE id > $1";
+    let given_up =
+        tokio::time::timeout(Duration::from_millis(500), conn.query_one(sql, &[&0_i64])).await;
+    assert!(given_up.is_err(), "the description waited for the lock");
+    locker.batch_execute("COMMIT").await.unwrap();
+    let state = async {
+        loop {
+            let state: Option<String> = locker
+                .query_one("SELECT state FROM pg_stat_activity WHERE pid = $1", &[&pid])
+                .await
+                .unwrap()
+                .get(0);
+            if state.as_deref() != Some("active") {
+                return state;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let state = tokio::time::timeout(Duration::from_secs(10), state)
+        .await
+        .unwrap();
+    assert_eq!(state.as_deref(), Some("idle"));
+    // The connection goes on: its next statement runs, and nothing is left prepared.
+    let count: i64 = conn.query_one(sql, &[&0_i64]).await.unwrap().get(0);
+    assert_eq!(count, 0);
+    let prepared: i64 = conn
+        .plain()
+        .query_one(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'hookd_describe_%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(prepared, 0);
+}
+
 /// A database at the latest version is only read at start-up: a role that may read and write
 /// rows but create nothing (the schema migrated by its owner) starts hookd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
