@@ -35,8 +35,9 @@ pub enum ApiError {
     UnknownSource,
     #[error("invalid signature: {0}")]
     InvalidSignature(String),
-    #[error("payload too large")]
-    PayloadTooLarge,
+    /// The body is over its cap (bytes).
+    #[error("payload too large: over the {0}-byte cap")]
+    PayloadTooLarge(u64),
     #[error("unparsable: {0}")]
     Unparsable(String),
     #[error("overloaded")]
@@ -134,7 +135,7 @@ impl ApiError {
         match self {
             Self::UnknownSource => "unknown_source",
             Self::InvalidSignature(_) => "invalid_signature",
-            Self::PayloadTooLarge => "payload_too_large",
+            Self::PayloadTooLarge(_) => "payload_too_large",
             Self::Unparsable(_) => "unparsable",
             Self::Overloaded { .. } => "overloaded",
             Self::BodyTimeout => "body_timeout",
@@ -189,7 +190,10 @@ impl IntoResponse for ApiError {
                 StatusCode::UNAUTHORIZED,
                 json!({"error": error, "detail": cap_detail(detail)}),
             ),
-            Self::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, json!({"error": error})),
+            Self::PayloadTooLarge(cap) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"error": error, "detail": format!("the body is over this endpoint's cap of {cap} bytes")}),
+            ),
             Self::Unparsable(detail) => (
                 StatusCode::BAD_REQUEST,
                 json!({"error": error, "detail": cap_detail(detail)}),

@@ -353,7 +353,7 @@ async fn unknown_sources_and_oversized_bodies_get_the_contract_answers() {
         (status, reply),
         (
             StatusCode::PAYLOAD_TOO_LARGE,
-            json!({"error": "payload_too_large"})
+            json!({"error": "payload_too_large", "detail": "the body is over this endpoint's cap of 1024 bytes"})
         )
     );
     // No parser and no id header: a clear 400, nothing stored.

@@ -242,7 +242,7 @@ async fn a_sources_max_body_bytes_answers_413_below_the_servers_cap() {
     };
     let too_large = (
         StatusCode::PAYLOAD_TOO_LARGE,
-        json!({"error": "payload_too_large"}),
+        json!({"error": "payload_too_large", "detail": "the body is over this endpoint's cap of 1024 bytes"}),
     );
     assert_eq!(post("small", "s-big", body.clone()).await, too_large);
     let (status, reply) = post("large", "l-big", body).await;
@@ -766,8 +766,8 @@ async fn admin_bodies_that_stall_or_declare_too_much_are_refused_without_holding
             .await
             .unwrap_or_else(|| panic!("no answer before the bound ({error} expected)"));
         assert_eq!(
-            (answer.status, answer.body),
-            (status, json!({"error": error}))
+            (answer.status, &answer.body["error"]),
+            (status, &json!(error))
         );
     }
 }

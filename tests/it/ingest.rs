@@ -591,7 +591,7 @@ async fn a_client_that_half_closes_after_its_request_gets_its_answer() {
 async fn bodies_over_the_cap_get_413_whether_declared_or_chunked() {
     let config = format!("[server]\nmax_body_bytes = 1024\n{OPEN_SOURCE}");
     let host = TestHost::start(&config, &[("generic", plugins::GENERIC)]).await;
-    let too_large = json!({"error": "payload_too_large"});
+    let too_large = json!({"error": "payload_too_large", "detail": "the body is over this endpoint's cap of 1024 bytes"});
 
     // Content-Length over the cap, body sent.
     let big = format!(r#"{{"id":"big","pad":"{}"}}"#, "x".repeat(2048));

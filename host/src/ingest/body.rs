@@ -230,7 +230,7 @@ pub async fn read(
     client: Option<&Client>,
 ) -> Result<(Bytes, Reservation), ApiError> {
     if declared.is_some_and(|len| len > limits.max_bytes) {
-        return Err(ApiError::PayloadTooLarge);
+        return Err(ApiError::PayloadTooLarge(limits.max_bytes));
     }
     if declared.is_some_and(|len| len > budget.available_to(client)) {
         return Err(budget.refused(client));
@@ -287,7 +287,7 @@ pub async fn read(
         };
         let len = received.len() as u64 + data.len() as u64;
         if len > limits.max_bytes {
-            return Err(ApiError::PayloadTooLarge);
+            return Err(ApiError::PayloadTooLarge(limits.max_bytes));
         }
         if len > reservation.bytes {
             // What arrived, or twice the last step if more: a frame of one byte holds one.
