@@ -195,6 +195,38 @@ fn default_tolerance_secs() -> u64 {
     300
 }
 
+/// Above this a timestamp window is warned about: a captured request verifies that long.
+const LONG_TOLERANCE: Duration = Duration::from_secs(3600);
+
+/// What is odd about `source`'s `tolerance_secs`, if anything: set on a scheme that signs no
+/// timestamp (it does nothing there), 0 (every request signed in an earlier second is
+/// refused), or over [`LONG_TOLERANCE`].
+fn tolerance_warning(source: &SourceConfig) -> Option<String> {
+    let scheme = source.verifier.scheme().kind();
+    let tolerance = source.verifier.tolerance();
+    let key = format!("sources.{}.tolerance_secs", source.name);
+    if !scheme.signs_timestamp() {
+        return (tolerance != Duration::from_secs(default_tolerance_secs())).then(|| {
+            format!(
+                "{key} does nothing: scheme \"{scheme}\" signs no timestamp, so a captured \
+                 request verifies whenever it is sent again (a duplicate if its id is the same)"
+            )
+        });
+    }
+    if tolerance.is_zero() {
+        return Some(format!(
+            "{key} is 0: a request signed in an earlier second than it arrives is refused (401), \
+             and so is every retry of it"
+        ));
+    }
+    (tolerance > LONG_TOLERANCE).then(|| {
+        format!(
+            "{key} is {}: a captured request verifies that long after it was signed",
+            humantime::format_duration(tolerance)
+        )
+    })
+}
+
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct PluginFile {
@@ -720,6 +752,9 @@ impl Config {
                  refused (413)",
                 source.name
             ));
+        }
+        for source in self.sources.values() {
+            warnings.extend(tolerance_warning(source));
         }
         warnings
     }
@@ -2128,6 +2163,40 @@ memory_mib = 32
             "{:?}",
             none_read.warnings()
         );
+    }
+
+    #[test]
+    fn a_tolerance_that_does_nothing_or_refuses_or_lets_replays_through_is_warned_about() {
+        let warned = |source: &str| {
+            let config = parse(&format!("[sources.a]\n{source}")).unwrap();
+            config.warnings().join("\n")
+        };
+        let github = "scheme = \"github\"\nsecrets = [\"x\"]";
+        let stripe = "scheme = \"stripe\"\nsecrets = [\"whsec_x\"]\nparser = \"stripe\"";
+        for (source, said) in [
+            (
+                format!("{github}\ntolerance_secs = 60"),
+                "sources.a.tolerance_secs does nothing: scheme \"github\" signs no timestamp",
+            ),
+            (
+                format!("{stripe}\ntolerance_secs = 0"),
+                "sources.a.tolerance_secs is 0: a request signed in an earlier second",
+            ),
+            (
+                format!("{stripe}\ntolerance_secs = 18446744073709551615"),
+                "sources.a.tolerance_secs is ",
+            ),
+        ] {
+            let warnings = warned(&source);
+            assert!(warnings.contains(said), "{source}: {warnings}");
+        }
+        for quiet in [
+            github.to_owned(),
+            stripe.to_owned(),
+            format!("{stripe}\ntolerance_secs = 3600"),
+        ] {
+            assert_eq!(warned(&quiet), "", "{quiet}");
+        }
     }
 
     #[test]

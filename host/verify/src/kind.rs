@@ -133,6 +133,18 @@ impl SchemeKind {
         self.vocabulary().credential
     }
 
+    /// What the signature covers: for a scheme that signs only the body, its id and type
+    /// headers are the sender's word.
+    pub fn covers(self) -> &'static str {
+        self.vocabulary().covers
+    }
+
+    /// Whether the scheme signs a timestamp, checked against `tolerance_secs`: only then is a
+    /// captured request refused once it is old (for the others the setting does nothing).
+    pub fn signs_timestamp(self) -> bool {
+        self.vocabulary().timestamped
+    }
+
     /// Everything but the signature format, in one arm per scheme.
     fn vocabulary(self) -> Vocabulary {
         match self {
@@ -146,6 +158,8 @@ impl SchemeKind {
                 handshake: "—",
                 answers_get: false,
                 credential: None,
+                covers: "the id, the timestamp and the body",
+                timestamped: true,
             },
             SchemeKind::Stripe => Vocabulary {
                 name: "stripe",
@@ -156,6 +170,8 @@ impl SchemeKind {
                 handshake: "—",
                 answers_get: false,
                 credential: None,
+                covers: "the timestamp and the body (the event id in it)",
+                timestamped: true,
             },
             SchemeKind::Github => Vocabulary {
                 name: "github",
@@ -166,6 +182,8 @@ impl SchemeKind {
                 handshake: "—",
                 answers_get: false,
                 credential: None,
+                covers: "the body only",
+                timestamped: false,
             },
             SchemeKind::Shopify => Vocabulary {
                 name: "shopify",
@@ -176,6 +194,8 @@ impl SchemeKind {
                 handshake: "—",
                 answers_get: false,
                 credential: None,
+                covers: "the body only",
+                timestamped: false,
             },
             SchemeKind::Slack => Vocabulary {
                 name: "slack",
@@ -186,6 +206,8 @@ impl SchemeKind {
                 handshake: "signed `url_verification` POST: the `challenge` is echoed",
                 answers_get: false,
                 credential: None,
+                covers: "the timestamp and the body",
+                timestamped: true,
             },
             SchemeKind::Discord => Vocabulary {
                 name: "discord",
@@ -196,6 +218,8 @@ impl SchemeKind {
                 handshake: "signed `PING` (`type` 1): answered `{\"type\":1}`",
                 answers_get: false,
                 credential: Some(Credential::PublicKey),
+                covers: "the timestamp and the body",
+                timestamped: true,
             },
             SchemeKind::Zoom => Vocabulary {
                 name: "zoom",
@@ -206,6 +230,8 @@ impl SchemeKind {
                 handshake: "signed `endpoint.url_validation`: answered with the `plainToken` and its HMAC",
                 answers_get: false,
                 credential: None,
+                covers: "the timestamp and the body",
+                timestamped: true,
             },
             SchemeKind::Meta => Vocabulary {
                 name: "meta",
@@ -216,6 +242,8 @@ impl SchemeKind {
                 handshake: "`GET ?hub.mode=subscribe&hub.verify_token=...&hub.challenge=...`: the challenge is echoed if the token matches",
                 answers_get: true,
                 credential: Some(Credential::VerifyToken),
+                covers: "the body only",
+                timestamped: false,
             },
             SchemeKind::Twitter => Vocabulary {
                 name: "twitter",
@@ -226,6 +254,8 @@ impl SchemeKind {
                 handshake: "`GET ?crc_token=...`: answered with the token's HMAC as `response_token`",
                 answers_get: true,
                 credential: None,
+                covers: "the body only",
+                timestamped: false,
             },
             SchemeKind::Dropbox => Vocabulary {
                 name: "dropbox",
@@ -236,6 +266,8 @@ impl SchemeKind {
                 handshake: "`GET ?challenge=...`: the challenge is echoed as text/plain",
                 answers_get: true,
                 credential: None,
+                covers: "the body only",
+                timestamped: false,
             },
             SchemeKind::Msgraph => Vocabulary {
                 name: "msgraph",
@@ -246,6 +278,8 @@ impl SchemeKind {
                 handshake: "`POST ?validationToken=...`: the token is echoed as text/plain",
                 answers_get: false,
                 credential: Some(Credential::ClientState),
+                covers: "—",
+                timestamped: false,
             },
             SchemeKind::HmacSha256 => Vocabulary {
                 name: "hmac-sha256",
@@ -256,6 +290,8 @@ impl SchemeKind {
                 handshake: "—",
                 answers_get: false,
                 credential: None,
+                covers: "the body only",
+                timestamped: false,
             },
             SchemeKind::None => Vocabulary {
                 name: "none",
@@ -266,6 +302,8 @@ impl SchemeKind {
                 handshake: "—",
                 answers_get: false,
                 credential: None,
+                covers: "nothing",
+                timestamped: false,
             },
         }
     }
@@ -283,6 +321,10 @@ struct Vocabulary {
     handshake: &'static str,
     answers_get: bool,
     credential: Option<Credential>,
+    /// What the signature covers, for the README.
+    covers: &'static str,
+    /// Whether a signed timestamp is checked against `tolerance_secs`.
+    timestamped: bool,
 }
 
 /// A value a scheme is configured with besides its secrets.
@@ -470,8 +512,8 @@ mod tests {
         let cell =
             |header: Option<&HeaderName>| header.map_or("—".to_owned(), |h| format!("`{h}`"));
         let mut table = String::from(
-            "| scheme | signature header | event id header | event type header | a request carries | set-up handshake |\n\
-             |---|---|---|---|---|---|\n",
+            "| scheme | signature header | signs | event id header | event type header | a request carries | set-up handshake |\n\
+             |---|---|---|---|---|---|---|\n",
         );
         for kind in SchemeKind::ALL {
             let signature = match kind {
@@ -480,7 +522,8 @@ mod tests {
                 _ => cell(kind.signature_header()),
             };
             table.push_str(&format!(
-                "| `{kind}` | {signature} | {} | {} | {} | {} |\n",
+                "| `{kind}` | {signature} | {} | {} | {} | {} | {} |\n",
+                kind.covers(),
                 cell(kind.id_header()),
                 cell(kind.type_header()),
                 kind.summary(),
