@@ -25,13 +25,13 @@ use crate::{
     model::StateLimits,
     outbound::{
         AllowList,
-        credentials::{Credential, Credentials},
+        credentials::{Credential, CredentialError, Credentials},
         tls,
     },
     registry::FileNeeds,
     verify::{
         Credential as SchemeCredential, HmacParts, HmacSetting, HmacSettingsError, Scheme,
-        SchemeKind, Secret, Verifier,
+        SchemeKind, Secret, Verifier, VerifierConfigError,
     },
 };
 
@@ -536,8 +536,21 @@ impl PluginConfig {
             .credentials
             .iter()
             .map(|(entry, c)| {
-                Credential::new(&allow_hosts, entry, &c.header, &c.env, &c.prefix, env)
-                    .map_err(|e| anyhow::anyhow!("plugins.{name}.credentials: {e}"))
+                Credential::new(&allow_hosts, entry, &c.header, &c.env, &c.prefix, env).map_err(
+                    |e| match e {
+                        // Said as every `_env` key's are: a name that may be the secret itself
+                        // is never echoed.
+                        CredentialError::Missing { .. }
+                        | CredentialError::Empty { .. }
+                        | CredentialError::Whitespace { .. } => {
+                            let key = format!("plugins.{name}.credentials.\"{entry}\".env");
+                            env_secret(env, &key, &c.env).err().unwrap_or_else(|| {
+                                anyhow::anyhow!("{key}: its variable changed while it was read")
+                            })
+                        }
+                        e => anyhow::anyhow!("plugins.{name}.credentials: {e}"),
+                    },
+                )
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(Self {
@@ -932,9 +945,15 @@ impl Config {
                 s.max_inflight_body_bytes
             );
         }
-        let database = env(DATABASE_URL_ENV)
-            .filter(|value| !value.trim().is_empty())
-            .unwrap_or(s.database);
+        let database = match env(DATABASE_URL_ENV) {
+            Some(value) if value.trim().is_empty() => bail!(
+                "env {DATABASE_URL_ENV} is set but empty: unset it to use server.database, or \
+                 give it the database's URL (a node started on a file of its own instead would \
+                 share nothing with the others)"
+            ),
+            Some(value) => value,
+            None => s.database,
+        };
         let database = Database::parse(&database, base_dir)
             .map_err(|e| anyhow::anyhow!("server.database (or env {DATABASE_URL_ENV}): {e}"))?;
         if matches!(database, Database::Postgres(_)) && admin_token.is_none() {
@@ -1543,11 +1562,11 @@ impl ServerTable {
         self.server.as_ref()?.get(key)?.as_str()
     }
 
-    /// `server.database`, replaced by env `HOOKD_DATABASE_URL` when set (as `Config` does).
+    /// `server.database`, replaced by env `HOOKD_DATABASE_URL` when set (as `Config` does; set
+    /// but empty, it is refused as an empty `server.database` is).
     fn database(&self) -> Result<Database, DatabaseError> {
         let database = std::env::var(DATABASE_URL_ENV)
             .ok()
-            .filter(|value| !value.trim().is_empty())
             .unwrap_or_else(|| self.get("database").unwrap_or("hookd.db").to_owned());
         Database::parse(&database, &self.base)
     }
@@ -1700,7 +1719,19 @@ fn env_secret(
         if std::env::var_os(var).is_some() {
             bail!("{key}: environment variable {var} is set but not valid UTF-8");
         }
-        bail!("{key}: environment variable {var} is not set");
+        // A name no variable is given is echoed only if it looks like one: a secret given here
+        // by mistake is often a valid name too (hex, `ghp_…`, `sk_live_…`), never upper case.
+        let conventional = var.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+            && var
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+        if conventional {
+            bail!("{key}: environment variable {var} is not set");
+        }
+        bail!(
+            "{key}: the environment variable it names is not set (the name is not shown: it is \
+             not upper case, and may be a secret given here by mistake)"
+        );
     };
     if value.is_empty() {
         bail!("{key}: environment variable {var} is set but empty");
@@ -1764,11 +1795,30 @@ fn source_config(
              secret does (a newline from where it was copied?)"
         );
     }
+    let inline = file.secrets.len();
     let mut secrets: Vec<Secret> = file.secrets.into_iter().map(Secret::new).collect();
-    for var in &file.secrets_env {
-        let key = format!("sources.{name}.secrets_env");
+    for (i, var) in file.secrets_env.iter().enumerate() {
+        let key = format!("sources.{name}.secrets_env[{i}]");
         secrets.push(Secret::new(env_secret(env, &key, var)?));
     }
+    // The verifier numbers the secrets as one list, `secrets` then `secrets_env`: a message
+    // about one read from the environment names its own key and variable.
+    let named = |e: VerifierConfigError| -> anyhow::Error {
+        let text = e.to_string();
+        let text = match e.secret_index() {
+            Some(i) if i >= inline => text.replacen(
+                &format!("secrets[{i}]"),
+                &format!(
+                    "secrets_env[{}] (the value of {})",
+                    i - inline,
+                    file.secrets_env[i - inline]
+                ),
+                1,
+            ),
+            _ => text,
+        };
+        anyhow::anyhow!("sources.{name}: {text}")
+    };
 
     if scheme == Scheme::None && !secrets.is_empty() {
         bail!(
@@ -1782,7 +1832,7 @@ fn source_config(
         credential,
         Duration::from_secs(file.tolerance_secs),
     )
-    .map_err(|e| anyhow::anyhow!("sources.{name}: {e}"))?;
+    .map_err(named)?;
     let plugin = |field: &str, p: String| -> anyhow::Result<PluginName> {
         check_name(&format!("sources.{name}.{field}"), &p)?;
         Ok(PluginName::new(p))
@@ -2043,7 +2093,7 @@ memory_mib = 32
         let err = format!("{err:#}");
         assert!(
             err.contains(
-                "sources.a.secrets_env: environment variable GH starts or ends with whitespace"
+                "sources.a.secrets_env[0]: environment variable GH starts or ends with whitespace"
             ),
             "{err}"
         );
@@ -2059,7 +2109,7 @@ memory_mib = 32
             (
                 "[sources.a]\nscheme = \"github\"\nsecrets = [\"s1\"]\nsecrets_env = [\"V\"]",
                 "",
-                "sources.a.secrets_env: environment variable V is set but empty",
+                "sources.a.secrets_env[0]: environment variable V is set but empty",
             ),
             (
                 "[sources.a]\nscheme = \"meta\"\nsecrets = [\"x\"]\nverify_token_env = \"V\"",
@@ -2163,6 +2213,74 @@ memory_mib = 32
             "{:?}",
             none_read.warnings()
         );
+    }
+
+    /// A secret read from the environment is named by its own key and variable in every
+    /// refusal, and a variable's name that may be the secret itself is never echoed, for a
+    /// source's secrets and a plugin's credentials alike.
+    #[test]
+    fn environment_secrets_are_named_by_their_key_and_never_echoed() {
+        let env = |var: &str| match var {
+            "SVIX_SECRET" => Some("not-a-whsec".to_owned()),
+            "GOOD" => Some("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()),
+            _ => None,
+        };
+        let refused = |text: &str| {
+            format!(
+                "{:#}",
+                Config::parse(text, Path::new("/srv/hookd"), &env).unwrap_err()
+            )
+        };
+        let e = refused(
+            "[sources.a]\nscheme = \"standard-webhooks\"\n\
+             secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n\
+             secrets_env = [\"GOOD\", \"SVIX_SECRET\"]",
+        );
+        assert!(
+            e.contains(
+                "sources.a: secrets_env[1] (the value of SVIX_SECRET) must start with \"whsec_\""
+            ),
+            "{e}"
+        );
+        for (given, key) in [
+            (
+                "[sources.a]\nscheme = \"github\"\nsecrets_env = [\"8f14e45fceea167a5a36dedd4bea2543\"]",
+                "sources.a.secrets_env[0]: the environment variable it names is not set",
+            ),
+            (
+                "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n[plugins.p.credentials]\n\
+                 \"api.example.com:443\" = { header = \"Authorization\", env = \"sk_live_8f14e45fceea\" }",
+                "plugins.p.credentials.\"api.example.com:443\".env: the environment variable it names",
+            ),
+            (
+                "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n[plugins.p.credentials]\n\
+                 \"api.example.com:443\" = { header = \"Authorization\", env = \"Bearer sk-live/AbC+123\" }",
+                "plugins.p.credentials.\"api.example.com:443\".env: its value is not an environment variable name",
+            ),
+        ] {
+            let e = refused(given);
+            assert!(e.contains(key), "{e}");
+            for secret in ["8f14e45f", "sk_live", "sk-live"] {
+                assert!(!e.contains(secret), "{e}");
+            }
+        }
+    }
+
+    /// `HOOKD_DATABASE_URL` set but empty (a secret that did not arrive) is refused: the node
+    /// would have started on a database file of its own, sharing nothing with the others.
+    #[test]
+    fn an_empty_database_url_in_the_environment_is_refused() {
+        let env = |var: &str| (var == DATABASE_URL_ENV).then(String::new);
+        let e = format!(
+            "{:#}",
+            Config::parse(
+                "[server]\nadmin_token = \"t\"",
+                Path::new("/srv/hookd"),
+                &env
+            )
+            .unwrap_err()
+        );
+        assert!(e.contains("env HOOKD_DATABASE_URL is set but empty"), "{e}");
     }
 
     #[test]
@@ -2323,7 +2441,8 @@ memory_mib = 32
             (
                 "[plugins.p]\nallow_hosts = [\"api.example.com:443\"]\n[plugins.p.credentials]\n\
                  \"api.example.com:443\" = { header = \"Authorization\", env = \"NO_SUCH_KEY\" }",
-                "plugins.p.credentials: api.example.com:443: environment variable NO_SUCH_KEY is not set",
+                "plugins.p.credentials.\"api.example.com:443\".env: environment variable NO_SUCH_KEY is \
+                 not set",
             ),
             (
                 "[plugins.p]\n[plugins.p.credentials]\n\

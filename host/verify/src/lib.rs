@@ -408,6 +408,18 @@ pub enum VerifierConfigError {
     InvalidPublicKey,
 }
 
+impl VerifierConfigError {
+    /// The index in the configured list of the secret this error is about, if it is about one.
+    pub fn secret_index(&self) -> Option<usize> {
+        match *self {
+            Self::EmptySecret { index }
+            | Self::MissingWhsecPrefix { index }
+            | Self::InvalidBase64 { index } => Some(index),
+            _ => None,
+        }
+    }
+}
+
 /// Why [`sign`] could not sign.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SignError {
