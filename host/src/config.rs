@@ -6,7 +6,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
@@ -769,6 +769,39 @@ impl Config {
         for source in self.sources.values() {
             warnings.extend(tolerance_warning(source));
         }
+        if matches!(self.server.database, Database::Postgres(_)) {
+            let sqlite_only = [
+                ("durability", self.server.durability != Durability::Full),
+                ("group_commit", !self.server.group_commit),
+            ];
+            for (key, set) in sqlite_only {
+                if set {
+                    warnings.push(format!(
+                        "server.{key} applies to SQLite only and does nothing here: on \
+                         PostgreSQL a 202 follows a COMMIT as durable as the server's \
+                         synchronous_commit makes it, and accepts are always batched"
+                    ));
+                }
+            }
+        }
+        let pool = self.server.plugin_memory_bytes;
+        for plugin in self.plugins.values() {
+            for (key, bytes) in [
+                ("memory_mib", plugin.memory_bytes),
+                ("parser_memory_mib", plugin.parser_memory_bytes),
+            ] {
+                if bytes > pool {
+                    warnings.push(format!(
+                        "plugins.{}.{key} ({} MiB) is more than server.plugin_memory_mib ({} \
+                         MiB), which all plugin calls share: a call that grows past that traps \
+                         however often it is retried",
+                        plugin.name,
+                        bytes / (1024 * 1024),
+                        pool / (1024 * 1024)
+                    ));
+                }
+            }
+        }
         warnings
     }
 
@@ -849,9 +882,15 @@ impl Config {
         let admin_token = env_token.clone().or_else(|| s.admin_token.clone());
         // Port 0 is a new port for each listener; any other the same on both cannot work
         // (the second bind would wait for the first, then fail as "in use by another program").
-        let overlap = s.listen.ip() == s.admin_listen.ip()
-            || s.listen.ip().is_unspecified()
-            || s.admin_listen.ip().is_unspecified();
+        // A wildcard takes the port on every address of its family, and `[::]` on IPv4's too
+        // (Linux binds it dual-stack); an IPv4 wildcard leaves IPv6 addresses free.
+        let (ingest, admin) = (s.listen.ip(), s.admin_listen.ip());
+        let dual_stack = |ip: IpAddr| matches!(ip, IpAddr::V6(v6) if v6.is_unspecified());
+        let overlap = ingest == admin
+            || (ingest.is_ipv4() == admin.is_ipv4()
+                && (ingest.is_unspecified() || admin.is_unspecified()))
+            || dual_stack(ingest)
+            || dual_stack(admin);
         if s.listen.port() == s.admin_listen.port() && s.listen.port() != 0 && overlap {
             bail!(
                 "server.listen ({}) and server.admin_listen ({}) take the same port on one \
@@ -2266,6 +2305,39 @@ memory_mib = 32
         }
     }
 
+    #[test]
+    fn settings_that_do_nothing_or_cannot_be_met_are_warned_about() {
+        let env =
+            |var: &str| (var == "HOOKD_ADMIN_TOKEN").then(|| "a-long-enough-token-0123".to_owned());
+        let config = Config::parse(
+            "[server]\ndatabase = \"postgres://h@db.example/hookd\"\ndurability = \"normal\"\n\
+             group_commit = false\nplugin_memory_mib = 32\n[plugins.p]\nparser_memory_mib = 16",
+            Path::new("/srv/hookd"),
+            &env,
+        )
+        .unwrap();
+        let warnings = config.warnings().join("\n");
+        for said in [
+            "server.durability applies to SQLite only",
+            "server.group_commit applies to SQLite only",
+            "plugins.p.memory_mib (64 MiB) is more than server.plugin_memory_mib (32 MiB)",
+        ] {
+            assert!(warnings.contains(said), "{said}: {warnings}");
+        }
+        assert!(!warnings.contains("parser_memory_mib"), "{warnings}");
+    }
+
+    /// An IPv4 wildcard and an IPv6 address of the same port do not overlap: both listen.
+    #[test]
+    fn listeners_of_one_port_on_different_families_start() {
+        let config = parse(
+            "[server]\nlisten = \"0.0.0.0:9000\"\nadmin_listen = \"[::1]:9000\"\n\
+             admin_token = \"a-long-enough-token-0123\"",
+        )
+        .unwrap();
+        assert_eq!(config.server.admin_listen.port(), 9000);
+    }
+
     /// `HOOKD_DATABASE_URL` set but empty (a secret that did not arrive) is refused: the node
     /// would have started on a database file of its own, sharing nothing with the others.
     #[test]
@@ -2403,6 +2475,10 @@ memory_mib = 32
             (
                 "[server]\nlisten = \"0.0.0.0:9000\"\nadmin_listen = \"127.0.0.1:9000\"\nadmin_token = \"a-long-enough-token-0123\"",
                 "server.listen (0.0.0.0:9000) and server.admin_listen (127.0.0.1:9000) take",
+            ),
+            (
+                "[server]\nlisten = \"[::]:9000\"\nadmin_listen = \"127.0.0.1:9000\"",
+                "server.listen ([::]:9000) and server.admin_listen (127.0.0.1:9000) take",
             ),
             (
                 "[plugins.p]\nattempt_state_keys = 0",
