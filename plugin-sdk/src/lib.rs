@@ -6,7 +6,9 @@
 //! - a [`Parser`] turns a verified raw webhook [`Request`] into an [`Envelope`] (the event's
 //!   id, type, ordering key and sequence) so the host can deduplicate and order it;
 //! - a [`Handler`] reacts to one deduplicated, durably stored [`Event`]. It is called once per
-//!   attempt, and again only if the previous attempt failed.
+//!   attempt, and again only if the previous attempt failed or its [`state`] commit conflicted
+//!   with another attempt's (a key it read changed meanwhile): then its [`http`] requests are
+//!   sent again too, with the same `Idempotency-Key`.
 //!
 //! Implement the trait(s) and register them once with [`register!`]. A fresh instance is
 //! made for every call, so a plugin keeps nothing in memory between calls: durable data goes

@@ -3,7 +3,9 @@
 //! Reads see committed state plus this attempt's own writes. Writes are buffered and
 //! committed atomically with the delivery's success: an attempt that fails, traps or times out
 //! leaves no trace, so a read-modify-write here is safe to retry. If another delivery changed
-//! a key this attempt read, the host re-runs the attempt, so concurrent updates are not lost.
+//! a key this attempt read, the host re-runs the attempt, so concurrent updates are not lost;
+//! the re-run sends its [`http`](crate::http) requests again (same `Idempotency-Key`), so a
+//! handler whose requests a service would act on twice reads no key other deliveries write.
 //!
 //! Writes are bounded by the plugin instance's settings: per attempt, `attempt_state_keys`
 //! distinct keys set or deleted and `attempt_state_kib` of keys and values; in total,

@@ -1,4 +1,4 @@
-// chat: posts a line to a chat channel for every event, and counts the events per channel.
+// chat: posts a line to a chat channel for every event.
 //
 // It speaks the two common incoming-message dialects over https:
 //
@@ -12,17 +12,27 @@
 // request for the listed host (`[plugins.chat.credentials]`), from its own environment.
 //
 // Which channel: the event body's `channel` (or `event.channel`, as in Slack's Events API),
-// else the config's `channel`. The count lives in plugin state under `count/<channel>`, and
-// is committed only when the message was accepted: a failed post leaves no trace, and the
-// retry counts the event once.
-import { HandleError, type Event, config, defineHandler, http, log, output, state } from "@hookd/plugin-sdk";
+// else the config's `channel`. Messages posted by a bot, and edits and deletions (a Slack
+// message event with `bot_id` or a `subtype`), are passed over: relaying them back into a
+// channel the bot posts to would answer its own messages forever.
+//
+// It keeps no plugin state. A handler that reads a key other deliveries write (a count per
+// channel, say) runs again when its commit conflicts, and its requests are sent again: chat
+// services do not honour `Idempotency-Key`, so that would post the message twice.
+//
+// The event's text is untrusted: mentions in it (`@everyone`, `<!channel>`) are not let
+// through, and the whole message is cut to what the service takes (Discord: 2000 characters).
+import { HandleError, type Event, config, defineHandler, http, log, output } from "@hookd/plugin-sdk";
 
 /** The parts of an event body this handler looks at (all optional). */
 interface Body {
   channel?: unknown;
   text?: unknown;
-  event?: { channel?: unknown; text?: unknown };
+  event?: { channel?: unknown; text?: unknown; bot_id?: unknown; subtype?: unknown };
 }
+
+/** The longest message each format posts, in characters (Discord refuses more than 2000). */
+const MAX_CHARS = { slack: 4000, discord: 2000 } as const;
 
 export const handler = defineHandler((event) => {
   const url = config.require("url");
@@ -31,18 +41,20 @@ export const handler = defineHandler((event) => {
     throw HandleError.permanent(`format must be "slack" or "discord", not ${JSON.stringify(format)}`);
   }
   const body = readBody(event);
+  if (body.event?.bot_id !== undefined || body.event?.subtype !== undefined) {
+    log.info(`passed over ${event.eventId}: a bot's message, or an edit or deletion`);
+    return output.json({ skipped: "bot message, edit or deletion" });
+  }
   const channel = str(body.channel) ?? str(body.event?.channel) ?? config.get("channel");
   if (channel === undefined) {
     throw HandleError.permanent("no channel: the event has none and `channel` is not set in the config");
   }
 
-  // Reads see committed state; this write is kept only if the attempt succeeds.
-  const key = `count/${channel}`;
-  const count = (state.getJson<number>(key) ?? 0) + 1;
-  state.setJson(key, count);
-
-  const text = message(event, body, count);
-  const payload = format === "slack" ? { channel, text } : { content: text };
+  const text = message(event, body, MAX_CHARS[format]);
+  const payload =
+    format === "slack"
+      ? { channel, text: slackEscaped(text) }
+      : { content: text, allowed_mentions: { parse: [] } };
   // A refused host or a 4xx is permanent (fix the config, then replay); a transport error,
   // a timeout, 5xx, 408 or 429 is a retry, no sooner than the service's Retry-After.
   const response = http.post(url).json(payload).timeout(10_000).send().errorForStatus();
@@ -57,9 +69,15 @@ export const handler = defineHandler((event) => {
       throw HandleError.permanent(why);
     }
   }
-  log.info(`posted ${event.eventId} to ${channel} (message ${count} there)`);
-  return output.json({ channel, count });
+  log.info(`posted ${event.eventId} to ${channel}`);
+  return output.json({ channel });
 });
+
+/** `text` with Slack's control characters escaped, so `<!channel>` or `<@U1>` in an event's
+ * text is shown, not acted on (Slack's formatting rules: `&`, `<` and `>`). */
+function slackEscaped(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
 
 function slackAnswer(body: Uint8Array): { ok?: boolean; error?: string } {
   try {
@@ -80,9 +98,12 @@ function str(v: unknown): string | undefined {
   return typeof v === "string" && v.trim() !== "" ? v : undefined;
 }
 
-/** One line: what arrived, and its own text when the event carries one. */
-function message(event: Event, body: Body, count: number): string {
+/** One line: what arrived, and its own text when the event carries one; `max` characters at
+ * most, the text cut with an ellipsis. */
+function message(event: Event, body: Body, max: number): string {
   const said = str(body.text) ?? str(body.event?.text);
-  const head = `${event.eventType} from ${event.source} (${event.eventId}), #${count} here`;
-  return said === undefined ? head : `${head}: ${said.slice(0, 2000)}`;
+  const head = `${event.eventType} from ${event.source} (${event.eventId})`;
+  const line = said === undefined ? head : `${head}: ${said}`;
+  const chars = Array.from(line);
+  return chars.length <= max ? line : `${chars.slice(0, max - 1).join("")}…`;
 }
