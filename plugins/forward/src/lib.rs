@@ -47,6 +47,11 @@ impl Handler for Forward {
             .header("x-hookd-source", &event.source)
             .header("x-hookd-event-id", header_safe(&event.event_id))
             .header("x-hookd-event-type", header_safe(&event.event_type));
+        if event.stale {
+            // Delivered under `on_stale = "deliver"` (or forced) although a newer event of its
+            // key was handled: the service decides what an older one means.
+            request = request.header("x-hookd-stale", "true");
+        }
         for h in &event.headers {
             let passed = target.pass.iter().any(|p| p.eq_ignore_ascii_case(&h.name));
             if passed || h.name.eq_ignore_ascii_case("content-type") {
@@ -217,9 +222,20 @@ mod tests {
             ("x-hookd-event-id", Some("d-1")),
             ("x-hookd-event-type", Some("pull_request.opened")),
             ("x-hub-signature-256", None),
+            ("x-hookd-stale", None),
         ] {
             assert_eq!(sent.header(name), value, "{name}");
         }
+    }
+
+    #[test]
+    fn a_stale_event_says_so() {
+        let mut hookd = Harness::new()
+            .with_config("url", URL)
+            .respond_to("POST", URL, 200);
+        let event = Event::new("stripe", "evt_1", "charge.dispute.created", "{}").with_stale(true);
+        assert!(hookd.handle::<Forward>(event).is_ok());
+        assert_eq!(hookd.requests()[0].header("x-hookd-stale"), Some("true"));
     }
 
     #[test]
