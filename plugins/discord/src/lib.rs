@@ -6,7 +6,9 @@
 //! - event type: the interaction `type` by name (`application_command`, `message_component`,
 //!   `autocomplete`, `modal_submit`), a command's name appended for commands
 //!   (`application_command.deploy`);
-//! - ordering key: `channel_id` when present, so one channel's interactions run in order.
+//! - no ordering key: interactions are independent, each answered through its own `token`
+//!   (valid for 15 minutes), so one whose handler keeps failing must not hold back the others
+//!   of its channel until their tokens expire.
 //!
 //! The `PING` (`type` 1) handshake never reaches a parser: hookd answers it for a source with
 //! `scheme = "discord"`. Should one arrive anyway, it is ignored, not stored. A stored
@@ -52,11 +54,7 @@ impl Parser for Discord {
             Some(command) if number == 2 => format!("{kind}.{command}"),
             _ => kind.to_owned(),
         };
-        let mut envelope = Envelope::new(id, event_type);
-        if let Some(channel) = body.get("channel_id").and_then(Value::as_str) {
-            envelope = envelope.ordering_key(channel);
-        }
-        Ok(envelope)
+        Ok(Envelope::new(id, event_type))
     }
 }
 
@@ -67,13 +65,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slash_command_maps_its_id_command_and_channel() {
+    fn a_slash_command_maps_its_id_and_command_and_orders_by_nothing() {
         let body = r#"{"id":"1234567890","application_id":"42","type":2,
                        "data":{"id":"7","name":"deploy"},"channel_id":"C9","token":"tok"}"#;
         let env = Discord::parse(Request::new("discord", body)).unwrap();
+        // No key: another interaction of channel C9 never waits behind this one's retries.
         assert_eq!(
             env,
-            Envelope::new("1234567890", "application_command.deploy").ordering_key("C9")
+            Envelope::new("1234567890", "application_command.deploy")
         );
     }
 
