@@ -13,7 +13,9 @@ const GREETING: &str = "guest says hello";
 /// Source `s` → handler `h` (`hoarder`, which logs the body's `log` text); source `q` names a
 /// parser no file provides, so its requests are quarantined.
 fn config() -> String {
-    sw_source("s", &["h"], "") + &sw_source("q", &[], "parser = \"absent\"\n")
+    sw_source("s", &["h"], "")
+        + &sw_source("q", &[], "parser = \"absent\"\n")
+        + "[plugins.absent]\nconfig = { id_pointer = \"/id\" }\n"
 }
 
 async fn start(dir: &std::path::Path, env: &[(&str, &str)]) -> ProcessHost {
@@ -199,7 +201,7 @@ async fn a_dead_letter_and_its_replay_are_logged() {
 }
 
 /// A quarantined request was acknowledged (202), so when a replay finds its parser now refuses
-/// it (here `generic` without its settings, which refuses everything) and resolves it without
+/// it (here `generic` reading an id at `/id`, which the request has not) and resolves it without
 /// an event, the log says so: the source, the quarantine id and the parser's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quarantined_request_its_parser_now_refuses_is_logged_when_a_replay_resolves_it() {
