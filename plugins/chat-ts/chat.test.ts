@@ -66,6 +66,15 @@ test("a plain-text 2xx is a success", () => {
   assert.deepEqual(hookd.handle(handler, event({})), { ok: true, output: '{"channel":"#general"}' });
 });
 
+test("Slack's own troubles are a retry", () => {
+  const hookd = new Harness()
+    .withConfig("url", url)
+    .withConfig("channel", "#general")
+    .respondWith("POST", url, new Response(200, '{"ok":false,"error":"service_unavailable"}'));
+  const busy = hookd.handle(handler, event({}));
+  assert.ok(!busy.ok && busy.error.kind === "retry", JSON.stringify(busy));
+});
+
 test("a refused post is permanent and a 503 a retry", () => {
   const hookd = new Harness()
     .withConfig("url", url)

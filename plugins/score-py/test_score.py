@@ -32,7 +32,7 @@ DISPUTE = {
 class ScoreTest(unittest.TestCase):
     def test_a_crashing_issue_is_a_high_priority_bug(self):
         self.assertEqual(
-            score.score(ISSUE, "issue.opened"),
+            score.score(ISSUE, "issues.opened"),
             {"label": "bug", "priority": "high", "score": 7, "reasons": ["crashes", "error", "regression"]},
         )
 
@@ -54,12 +54,12 @@ class ScoreTest(unittest.TestCase):
 class HandlerTest(unittest.TestCase):
     def test_counts_per_label_in_state(self):
         hookd = Harness().with_state_json("seen:bug", 11)
-        out = hookd.handle(score, Event("github", "d-1", "issue.opened", ISSUE))
+        out = hookd.handle(score, Event("github", "d-1", "issues.opened", ISSUE))
         self.assertEqual(json.loads(out)["seen"], 12)
         self.assertEqual(json.loads(out)["label"], "bug")
         hookd.handle(score, Event("stripe", "evt_1", "charge.dispute.created", DISPUTE))
         self.assertEqual(hookd.state_keys(), ["seen:billing", "seen:bug"])
-        self.assertEqual(hookd.logs()[0], ("info", "issue.opened d-1: bug (7)"))
+        self.assertEqual(hookd.logs()[0], ("info", "issues.opened d-1: bug (7)"))
 
     def test_high_amount_comes_from_config(self):
         hookd = Harness().with_config("high_amount", "300000")
@@ -73,7 +73,7 @@ class HandlerTest(unittest.TestCase):
 
     def test_a_body_that_is_not_json_is_permanent(self):
         with self.assertRaises(Permanent):
-            Harness().handle(score, Event("github", "d-2", "issue.opened", b"not json"))
+            Harness().handle(score, Event("github", "d-2", "issues.opened", b"not json"))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ interface Body {
   event?: { channel?: unknown; text?: unknown; bot_id?: unknown; subtype?: unknown };
 }
 
+/** Slack's `{"ok": false}` errors that say the fault is Slack's, for now. */
+const SLACK_TRANSIENT = new Set(["internal_error", "fatal_error", "service_unavailable", "request_timeout"]);
+
 /** The longest message each format posts, in characters (Discord refuses more than 2000). */
 const MAX_CHARS = { slack: 4000, discord: 2000 } as const;
 
@@ -66,6 +69,8 @@ export const handler = defineHandler((event) => {
       const why = `the chat service refused the message: ${answer.error ?? "no reason given"}`;
       // Slack's own rate limit arrives as a 200 with `ratelimited`: worth waiting for.
       if (answer.error === "ratelimited") throw HandleError.retry(why, 30_000);
+      // Slack's own troubles pass; anything else (an unknown channel, a bad token) is ours.
+      if (answer.error !== undefined && SLACK_TRANSIENT.has(answer.error)) throw HandleError.retry(why);
       throw HandleError.permanent(why);
     }
   }

@@ -4,8 +4,11 @@
 //! The model is told the allowed labels and asked for one; its reply's first non-blank line is
 //! [normalised](normalise) to a configured label, and anything else becomes `other`. The model
 //! is never trusted to produce a label by itself. A failed call (transport error, timeout,
-//! non-2xx, a reply without content) is a retry: hookd calls again later, with the same
+//! 5xx, 408 or 429, a reply without content) is a retry: hookd calls again later, with the same
 //! `Idempotency-Key`, and a model that got through once is never asked again for the event.
+//! Another status (a key refused, a request the model will not take) is permanent: asking
+//! again would get the same answer, so the delivery is dead at once, to be replayed once the
+//! cause is fixed.
 
 use plugin_sdk::{HandleError, http};
 use serde_json::{Value, json};
@@ -98,8 +101,9 @@ pub fn normalise(reply: &str, labels: &[String]) -> String {
 /// Asks the model at `url` for a label for `text`.
 ///
 /// Errors: a refused host, a failed TLS handshake (an untrusted certificate) or an unusable
-/// URL is permanent (fix `allow_hosts`, `ca_file` or `model_url`, then replay); every other
-/// failure is a retry, honouring the server's `Retry-After`.
+/// URL is permanent (fix `allow_hosts`, `ca_file` or `model_url`, then replay), and so is an
+/// answer of a status no retry changes (4xx but 408 and 429: a key refused, a text over the
+/// model's context); every other failure is a retry, honouring the server's `Retry-After`.
 pub fn classify(
     url: &str,
     model: &str,
@@ -119,6 +123,11 @@ pub fn classify(
             other => HandleError::retry(format!("model at {url}: {other}")),
         })?;
     let response = response.error_for_status().map_err(|e| match e {
+        http::HttpError::Status { status, .. }
+            if status < 500 && status != 408 && status != 429 =>
+        {
+            HandleError::permanent(format!("model at {url}: {e}"))
+        }
         http::HttpError::Status {
             retry_after: Some(after),
             ..
@@ -138,7 +147,41 @@ pub fn classify(
 
 #[cfg(test)]
 mod tests {
+    use plugin_sdk::{Event, testing::Harness};
+
     use super::*;
+
+    #[test]
+    fn a_status_no_retry_changes_is_permanent_and_an_outage_a_retry() {
+        let url = "https://model.example/v1/chat/completions";
+        let event = || {
+            Event::new(
+                "github",
+                "d-1",
+                "issues.opened",
+                r#"{"issue":{"title":"x"}}"#,
+            )
+        };
+        for (status, permanent) in [
+            (400, true),
+            (401, true),
+            (404, true),
+            (408, false),
+            (429, false),
+            (503, false),
+        ] {
+            let mut hookd = Harness::new()
+                .with_config("model_url", url)
+                .respond_to("POST", url, status);
+            let verdict = hookd.handle::<crate::Classifier>(event());
+            let is_permanent = matches!(verdict, Err(HandleError::Permanent(_)));
+            let is_retry = matches!(verdict, Err(HandleError::Retry { .. }));
+            assert!(
+                (is_permanent, is_retry) == (permanent, !permanent),
+                "{status}: {verdict:?}"
+            );
+        }
+    }
 
     #[test]
     fn replies_normalise_to_a_configured_label_or_other() {

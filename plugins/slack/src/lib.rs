@@ -33,6 +33,13 @@ impl Parser for Slack {
                 "url_verification is a handshake, not an event",
             ));
         }
+        if text("/type") == Some("app_rate_limited") {
+            // Slack's notice that it dropped events for a minute: no `event_id`, nothing to
+            // deliver; answered 200 so Slack does not count it as a failure.
+            return Err(ParseError::ignore(
+                "app_rate_limited: Slack says it is dropping this app's events for a minute",
+            ));
+        }
         let id = text("/event_id")
             .ok_or_else(|| ParseError::invalid("missing string field `event_id`"))?;
         let event_type = text("/event/type")
@@ -80,6 +87,16 @@ mod tests {
     #[test]
     fn url_verification_is_ignored() {
         let body = r#"{"type":"url_verification","challenge":"c"}"#;
+        assert!(matches!(
+            Slack::parse(Request::new("slack", body)),
+            Err(ParseError::Ignore(_))
+        ));
+    }
+
+    #[test]
+    fn slacks_rate_limit_notice_is_ignored() {
+        let body = r#"{"token":"t","type":"app_rate_limited","team_id":"T1",
+                       "minute_rate_limited":1518467820,"api_app_id":"A1"}"#;
         assert!(matches!(
             Slack::parse(Request::new("slack", body)),
             Err(ParseError::Ignore(_))
