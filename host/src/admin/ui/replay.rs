@@ -234,7 +234,7 @@ fn confirmation(
                         (them) "; "
                         @if let Some(after) = done_after {
                             @if one { "it is" } @else { "they are" } " pruned after "
-                            code { "retention.done_after" } " (" (format::duration(after.as_millis() as i64)) "),"
+                            code { "retention.done_after" } " (" (format::duration(i64::try_from(after.as_millis()).unwrap_or(i64::MAX))) "),"
                         } @else {
                             "retention keeps " (them) " (" code { "retention.done_after" } " is forever),"
                         }

@@ -104,6 +104,17 @@ impl Sessions {
 
     /// The session the request's cookie names, if it is live at `now` (its idle clock restarts).
     pub fn find(&self, headers: &HeaderMap, now: Instant) -> Option<SignedIn> {
+        self.lookup(headers, now, true)
+    }
+
+    /// As [`Self::find`], for a request a page's script makes by itself (the overview's live
+    /// figures): its idle clock goes on, so a tab left open on an unattended screen does not
+    /// keep the session alive forever.
+    pub fn peek(&self, headers: &HeaderMap, now: Instant) -> Option<SignedIn> {
+        self.lookup(headers, now, false)
+    }
+
+    fn lookup(&self, headers: &HeaderMap, now: Instant, used: bool) -> Option<SignedIn> {
         let id = cookie(headers, COOKIE)?;
         let key = key_of(id);
         let mut sessions = self.sessions.lock().expect("poisoned");
@@ -112,7 +123,9 @@ impl Sessions {
             sessions.remove(&key);
             return None;
         }
-        session.last_used = now;
+        if used {
+            session.last_used = now;
+        }
         Some(SignedIn {
             csrf: session.csrf_text.clone(),
             key,
@@ -153,9 +166,12 @@ fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 /// `Max-Age` (it lasts while the browser runs): the server ends the session once it is unused
 /// for [`IDLE`], and a cookie aged from the sign-in would end one in use.
 pub(super) fn set_cookie(id: Option<&str>, request: &HeaderMap) -> HeaderValue {
+    // A chain of proxies lists one protocol each, the browser's side first.
     let secure = request
         .get("x-forwarded-proto")
-        .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"));
+        .and_then(|p| p.to_str().ok())
+        .and_then(|p| p.split(',').next())
+        .is_some_and(|p| p.trim().eq_ignore_ascii_case("https"));
     let (value, age) = match id {
         Some(id) => (id, ""),
         None => ("", "; Max-Age=0"),
@@ -201,6 +217,23 @@ mod tests {
         drop(found);
     }
 
+    /// A page's own refreshes (the overview's live figures) do not keep a session alive: one
+    /// left open on an unattended screen ends once it is unused for `IDLE`.
+    #[test]
+    fn a_pages_own_refreshes_do_not_keep_its_session_alive() {
+        let sessions = Sessions::default();
+        let start = Instant::now();
+        let id = sessions.create(start);
+        let headers = with_cookie(&format!("{COOKIE}={id}"));
+        let mut now = start;
+        while now < start + IDLE - Duration::from_secs(60) {
+            assert!(sessions.peek(&headers, now).is_some());
+            now += Duration::from_secs(600);
+        }
+        assert!(sessions.peek(&headers, start + IDLE).is_none());
+        assert!(sessions.find(&headers, start + IDLE).is_none());
+    }
+
     #[test]
     fn only_the_sessions_own_csrf_token_matches() {
         let sessions = Sessions::default();
@@ -226,13 +259,24 @@ mod tests {
             plain,
             "hookd_session=abc; HttpOnly; SameSite=Strict; Path=/"
         );
-        let mut proxied = HeaderMap::new();
-        proxied.insert("x-forwarded-proto", "https".parse().unwrap());
+        for forwarded in ["https", "HTTPS", "https, http", "https,http"] {
+            let mut proxied = HeaderMap::new();
+            proxied.insert("x-forwarded-proto", forwarded.parse().unwrap());
+            assert!(
+                set_cookie(Some("abc"), &proxied)
+                    .to_str()
+                    .unwrap()
+                    .ends_with("; Secure"),
+                "{forwarded}"
+            );
+        }
+        let mut plain_first = HeaderMap::new();
+        plain_first.insert("x-forwarded-proto", "http, https".parse().unwrap());
         assert!(
-            set_cookie(Some("abc"), &proxied)
+            !set_cookie(Some("abc"), &plain_first)
                 .to_str()
                 .unwrap()
-                .ends_with("; Secure")
+                .contains("Secure")
         );
         assert!(
             set_cookie(None, &HeaderMap::new())
