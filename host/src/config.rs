@@ -769,6 +769,14 @@ impl Config {
         for source in self.sources.values() {
             warnings.extend(tolerance_warning(source));
         }
+        if self.retention.done_after.is_some() && self.retention.interval < Duration::from_secs(1) {
+            warnings.push(format!(
+                "retention.interval is {}: once caught up, the pruner walks the events it cannot \
+                 prune yet (dead letters among them) again that often, taking turns with ingest \
+                 at the database; a minute (the default) is plenty",
+                humantime::format_duration(self.retention.interval)
+            ));
+        }
         if matches!(self.server.database, Database::Postgres(_)) {
             let sqlite_only = [
                 ("durability", self.server.durability != Durability::Full),
@@ -2317,6 +2325,15 @@ memory_mib = 32
         )
         .unwrap();
         let warnings = config.warnings().join("\n");
+        let restless = parse("[retention]\ndone_after = \"1d\"\ninterval = \"1ms\"").unwrap();
+        assert!(
+            restless
+                .warnings()
+                .join("\n")
+                .contains("retention.interval is 1ms"),
+            "{:?}",
+            restless.warnings()
+        );
         for said in [
             "server.durability applies to SQLite only",
             "server.group_commit applies to SQLite only",

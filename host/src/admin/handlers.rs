@@ -341,12 +341,13 @@ pub(super) async fn replay(
                        request"),
     responses(
         (status = 200, description = "What was selected and discarded", body = api::DiscardAnswer),
-        (status = 400, description = "A query string, an unknown source, a state other than dead (JSON), or a body that is not JSON (text); nothing was discarded", content(
+        (status = 400, description = "A query string, an unknown source, a state discard does not take (JSON: other than `dead`, or `pending`/`retrying` of a handler the configuration no longer declares), or a body that is not JSON (text); nothing was discarded", content(
             (api::ErrorBody = "application/json"), (String = "text/plain"))),
         (status = 415, description = "A body without `Content-Type: application/json` (`unsupported_media_type`); nothing was discarded", body = api::ErrorBody),
         (status = 422, description = "A JSON body of the wrong shape", body = String, content_type = "text/plain"),
     ))]
-/// `POST /admin/discard`: the body is replay's (`state` only `dead`), at most [`MAX_REPLAY`]
+/// `POST /admin/discard`: the body is replay's (`state` only `dead`, or the waiting states of a
+/// handler no longer declared), at most [`MAX_REPLAY`]
 /// per call.
 pub(super) async fn discard(
     State(shared): State<Arc<Shared>>,
