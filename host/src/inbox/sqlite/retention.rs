@@ -55,25 +55,41 @@ pub(super) fn prune(conn: &Connection, batch: &PruneBatch) -> Result<Pruned, Inb
 }
 
 /// Deletes up to `limit` quarantined requests resolved before `before`, oldest first, one at
-/// a time (each may hold a body of up to `max_body_bytes`), stopping after the first at
-/// `deadline`; returns how many it deleted and whether it stopped early.
+/// a time (each may hold a body of up to `max_body_bytes`).
 fn delete_resolved(
     conn: &Connection,
     before: i64,
     limit: usize,
     deadline: Instant,
 ) -> Result<(usize, bool), InboxError> {
+    let mut delete = conn.prepare_cached("DELETE FROM quarantine WHERE id = ?1")?;
+    each_until(
+        conn,
+        "SELECT id FROM quarantine
+         WHERE resolved_at IS NOT NULL AND resolved_at < ?1
+         ORDER BY resolved_at LIMIT ?2",
+        (before, limit),
+        deadline,
+        |id| Ok(delete.execute([id]).map(drop)?),
+    )
+}
+
+/// Runs `each` on the ids `select` finds (its parameters `before` and the limit), in order,
+/// stopping after the first at `deadline`; returns how many it ran on and whether it stopped
+/// early.
+fn each_until(
+    conn: &Connection,
+    select: &str,
+    (before, limit): (i64, usize),
+    deadline: Instant,
+    mut each: impl FnMut(i64) -> Result<(), InboxError>,
+) -> Result<(usize, bool), InboxError> {
     let ids: Vec<i64> = conn
-        .prepare_cached(
-            "SELECT id FROM quarantine
-             WHERE resolved_at IS NOT NULL AND resolved_at < ?1
-             ORDER BY resolved_at LIMIT ?2",
-        )?
+        .prepare_cached(select)?
         .query_map(params![before, limit as i64], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
-    let mut delete = conn.prepare_cached("DELETE FROM quarantine WHERE id = ?1")?;
-    for (i, id) in ids.iter().enumerate() {
-        delete.execute([id])?;
+    for (i, &id) in ids.iter().enumerate() {
+        each(id)?;
         if i + 1 < ids.len() && Instant::now() >= deadline {
             return Ok((i + 1, true));
         }
@@ -170,13 +186,6 @@ fn forget(
     limit: usize,
     deadline: Instant,
 ) -> Result<(usize, bool), InboxError> {
-    let ids: Vec<i64> = conn
-        .prepare_cached(
-            "SELECT id FROM events WHERE pruned_at IS NOT NULL AND pruned_at < ?1
-             ORDER BY pruned_at LIMIT ?2",
-        )?
-        .query_map(params![before, limit as i64], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
     // The attempts a prune kept (an `ok` one of a delivery that is not `done`) go first: they
     // reference their delivery.
     let mut attempts = conn.prepare_cached(
@@ -184,15 +193,19 @@ fn forget(
     )?;
     let mut deliveries = conn.prepare_cached("DELETE FROM deliveries WHERE event = ?1")?;
     let mut events = conn.prepare_cached("DELETE FROM events WHERE id = ?1")?;
-    for (i, id) in ids.iter().enumerate() {
-        attempts.execute([id])?;
-        deliveries.execute([id])?;
-        events.execute([id])?;
-        if i + 1 < ids.len() && Instant::now() >= deadline {
-            return Ok((i + 1, true));
-        }
-    }
-    Ok((ids.len(), false))
+    each_until(
+        conn,
+        "SELECT id FROM events WHERE pruned_at IS NOT NULL AND pruned_at < ?1
+         ORDER BY pruned_at LIMIT ?2",
+        (before, limit),
+        deadline,
+        |id| {
+            attempts.execute([id])?;
+            deliveries.execute([id])?;
+            events.execute([id])?;
+            Ok(())
+        },
+    )
 }
 
 /// Sets deliveries `ids`, which [`matching_deliveries`](super::replay::matching_deliveries)
