@@ -358,10 +358,6 @@ impl Health {
     }
 }
 
-/// Ids an operator's bulk action (a replay, a discard of up to 10 000) changes per writer job:
-/// the acknowledgements queued meanwhile wait for one chunk's updates, not for all of them.
-pub(super) const BULK_CHUNK: usize = 256;
-
 /// Upper bound of jobs in one group commit; keeps a single transaction's latency bounded.
 const MAX_BATCH: usize = 2048;
 /// Upper bound of bulk bytes (plugin state writes) in one group commit, beyond a batch's first
@@ -382,27 +378,20 @@ impl SqliteStore {
 
     /// An operator's bulk action in two steps: `select` finds the ids on the read pool (so a
     /// large selection holds up no accept), then, unless this is a dry run or it found none,
-    /// `apply` changes them on the writer, re-checking each (it may have changed in between),
-    /// [`BULK_CHUNK`] ids per writer job, so the accepts queued meanwhile commit between two
-    /// chunks rather than after all of them. Answers how many were found and how many were
-    /// changed.
+    /// `apply` changes them on the writer, re-checking each (it may have changed in between).
+    /// Answers how many were found and how many were changed.
     pub(super) async fn select_then_write(
         &self,
         dry_run: bool,
         select: impl FnOnce(&Connection) -> Result<Vec<i64>, InboxError> + Send + 'static,
-        apply: impl Fn(&Connection, &[i64]) -> Result<usize, InboxError> + Send + Sync + 'static,
+        apply: impl Fn(&Connection, &[i64]) -> Result<usize, InboxError> + Send + 'static,
     ) -> Result<(usize, usize), InboxError> {
         let ids = self.read(select).await?;
         let matched = ids.len();
         if dry_run || ids.is_empty() {
             return Ok((matched, 0));
         }
-        let apply = Arc::new(apply);
-        let mut applied = 0;
-        for chunk in ids.chunks(BULK_CHUNK) {
-            let (chunk, apply) = (chunk.to_vec(), Arc::clone(&apply));
-            applied += self.write(move |conn| apply(conn, &chunk)).await?;
-        }
+        let applied = self.write(move |conn| apply(conn, &ids)).await?;
         Ok((matched, applied))
     }
 
@@ -755,33 +744,6 @@ mod tests {
     use crate::inbox::store::Store as _;
 
     type Answer<T> = oneshot::Receiver<Result<T, InboxError>>;
-
-    /// A bulk action's changes go to the writer a chunk per job, all of them, each once.
-    #[tokio::test]
-    async fn a_bulk_action_is_applied_a_chunk_per_writer_job() {
-        let db = super::super::TempDatabase::new();
-        let store = SqliteStore::open(&db.path(), WriterOptions::new(Durability::Normal)).unwrap();
-        let jobs = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let seen = Arc::clone(&jobs);
-        let ids: Vec<i64> = (1..=600).collect();
-        let selected = ids.clone();
-        let (matched, applied) = store
-            .select_then_write(
-                false,
-                move |_| Ok(selected),
-                move |_, chunk| {
-                    seen.lock().unwrap().push(chunk.to_vec());
-                    Ok(chunk.len())
-                },
-            )
-            .await
-            .unwrap();
-        assert_eq!((matched, applied), (600, 600));
-        let jobs = jobs.lock().unwrap();
-        let sizes: Vec<usize> = jobs.iter().map(Vec::len).collect();
-        assert_eq!(sizes, [BULK_CHUNK, BULK_CHUNK, 600 - 2 * BULK_CHUNK]);
-        assert_eq!(jobs.concat(), ids);
-    }
 
     /// Checkpoints that keep failing (a database file made read-only or immutable: writes go
     /// on into a log that is never copied back, and grows) make the database unready, once
