@@ -793,12 +793,16 @@ impl Config {
             }
         }
         let pool = self.server.plugin_memory_bytes;
+        let sources = || self.sources.values();
         for plugin in self.plugins.values() {
-            for (key, bytes) in [
-                ("memory_mib", plugin.memory_bytes),
-                ("parser_memory_mib", plugin.parser_memory_bytes),
+            let name = &plugin.name;
+            let handler = sources().any(|s| s.handlers.contains(name));
+            let parser = sources().any(|s| s.parser.as_ref() == Some(name));
+            for (key, bytes, used) in [
+                ("memory_mib", plugin.memory_bytes, handler),
+                ("parser_memory_mib", plugin.parser_memory_bytes, parser),
             ] {
-                if bytes > pool {
+                if used && bytes > pool {
                     warnings.push(format!(
                         "plugins.{}.{key} ({} MiB) is more than server.plugin_memory_mib ({} \
                          MiB), which all plugin calls share: a call that grows past that traps \
@@ -892,7 +896,10 @@ impl Config {
         // (the second bind would wait for the first, then fail as "in use by another program").
         // A wildcard takes the port on every address of its family, and `[::]` on IPv4's too
         // (Linux binds it dual-stack); an IPv4 wildcard leaves IPv6 addresses free.
-        let (ingest, admin) = (s.listen.ip(), s.admin_listen.ip());
+        let (ingest, admin) = (
+            s.listen.ip().to_canonical(),
+            s.admin_listen.ip().to_canonical(),
+        );
         let dual_stack = |ip: IpAddr| matches!(ip, IpAddr::V6(v6) if v6.is_unspecified());
         let overlap = ingest == admin
             || (ingest.is_ipv4() == admin.is_ipv4()
@@ -2319,7 +2326,9 @@ memory_mib = 32
             |var: &str| (var == "HOOKD_ADMIN_TOKEN").then(|| "a-long-enough-token-0123".to_owned());
         let config = Config::parse(
             "[server]\ndatabase = \"postgres://h@db.example/hookd\"\ndurability = \"normal\"\n\
-             group_commit = false\nplugin_memory_mib = 32\n[plugins.p]\nparser_memory_mib = 16",
+             group_commit = false\nplugin_memory_mib = 32\n\
+             [sources.a]\nscheme = \"none\"\nparser = \"q\"\nhandlers = [\"p\"]\n\
+             [plugins.p]\nparser_memory_mib = 64\n[plugins.q]\nparser_memory_mib = 16",
             Path::new("/srv/hookd"),
             &env,
         )
@@ -2341,7 +2350,9 @@ memory_mib = 32
         ] {
             assert!(warnings.contains(said), "{said}: {warnings}");
         }
+        // p is only a handler, q only a parser (its 64 MiB `memory_mib` is never used).
         assert!(!warnings.contains("parser_memory_mib"), "{warnings}");
+        assert!(!warnings.contains("plugins.q"), "{warnings}");
     }
 
     /// An IPv4 wildcard and an IPv6 address of the same port do not overlap: both listen.
@@ -2496,6 +2507,10 @@ memory_mib = 32
             (
                 "[server]\nlisten = \"[::]:9000\"\nadmin_listen = \"127.0.0.1:9000\"",
                 "server.listen ([::]:9000) and server.admin_listen (127.0.0.1:9000) take",
+            ),
+            (
+                "[server]\nlisten = \"0.0.0.0:9000\"\nadmin_listen = \"[::ffff:127.0.0.1]:9000\"",
+                "server.listen (0.0.0.0:9000) and server.admin_listen ([::ffff:127.0.0.1]:9000) take",
             ),
             (
                 "[plugins.p]\nattempt_state_keys = 0",

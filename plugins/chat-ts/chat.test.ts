@@ -40,9 +40,10 @@ test("a bot's own message, an edit or a deletion is passed over, not posted", ()
     assert.ok(done.ok && done.output?.includes("skipped"), JSON.stringify(done));
   }
   assert.equal(hookd.requests().length, 0);
-  // A person's message in that channel is posted.
+  // A person's message in that channel is posted, one sharing a file too.
   assert.ok(hookd.handle(handler, event({ event: { channel: "C1", text: "hi" } })).ok);
-  assert.equal(hookd.requests().length, 1);
+  assert.ok(hookd.handle(handler, event({ event: { channel: "C1", text: "see", subtype: "file_share" } })).ok);
+  assert.equal(hookd.requests().length, 2);
 });
 
 test("mentions in an event's text are shown, not acted on, and a long text is cut", () => {
@@ -52,6 +53,10 @@ test("mentions in an event's text are shown, not acted on, and a long text is cu
     (hookd.requests()[0].json() as { text: string }).text,
     "release.published from github (evt_1): &lt;!channel&gt; &amp; &lt;@U1&gt;",
   );
+  // Cut once escaped, between two characters: never past the limit, never inside `&lt;`.
+  assert.ok(hookd.handle(handler, event({ text: "<".repeat(3000) }, "evt_2")).ok);
+  const long = (hookd.requests()[1].json() as { text: string }).text;
+  assert.ok(Array.from(long).length <= 4000 && /&lt;…$/.test(long), long.slice(-20));
   const hook = "https://discord.com/api/webhooks/1/abc";
   const discord = new Harness().withConfig("url", hook).withConfig("format", "discord").withConfig("channel", "alerts").respondTo("POST", hook, 204);
   assert.ok(discord.handle(handler, event({ text: "@everyone " + "x".repeat(3000) })).ok);

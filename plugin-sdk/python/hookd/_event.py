@@ -35,10 +35,18 @@ def _no_constant(name):
     raise ValueError("%s is not a JSON value (JSON has no NaN or infinities)" % name)
 
 
+def _finite(text):
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("number %s is out of range (a 64-bit float ends near 1.8e308)" % text[:40])
+    return value
+
+
 def _loads(data):
-    """`json.loads`, refusing the `NaN`, `Infinity` and `-Infinity` Python would read (as
-    serde_json and `JSON.parse` do): a `ValueError` like any other invalid JSON."""
-    return json.loads(data, parse_constant=_no_constant)
+    """`json.loads`, refusing the `NaN`, `Infinity` and `-Infinity` Python would read, and a
+    number past a 64-bit float's range, which Python would read as infinity (as serde_json
+    does): a `ValueError` like any other invalid JSON."""
+    return json.loads(data, parse_constant=_no_constant, parse_float=_finite)
 
 
 class Header:

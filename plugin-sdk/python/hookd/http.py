@@ -195,7 +195,7 @@ class Response:
         Rust and TypeScript SDKs)."""
         try:
             return _loads(self.body)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise Body("the response body is not the JSON expected: %s" % e) from None
 
     def error_for_status(self):

@@ -70,7 +70,7 @@ class UrlTest(unittest.TestCase):
 
 class ResponseJsonTest(unittest.TestCase):
     def test_a_body_holding_nan_or_an_infinity_is_no_json(self):
-        for body in (b"NaN", b'{"x":Infinity}', b"[-Infinity]"):
+        for body in (b"NaN", b'{"x":Infinity}', b"[-Infinity]", b"[1e400]", b"[" * 100000):
             with self.assertRaises(http.Body) as caught:
                 http.Response(200, body).json()
             self.assertIn("not the JSON expected", str(caught.exception))

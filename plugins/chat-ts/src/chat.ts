@@ -13,7 +13,8 @@
 //
 // Which channel: the event body's `channel` (or `event.channel`, as in Slack's Events API),
 // else the config's `channel`. Messages posted by a bot, and edits and deletions (a Slack
-// message event with `bot_id` or a `subtype`), are passed over: relaying them back into a
+// message event with `bot_id`, or subtype `bot_message`, `message_changed`, `message_deleted`),
+// are passed over: relaying them back into a
 // channel the bot posts to would answer its own messages forever.
 //
 // It keeps no plugin state. A handler that reads a key other deliveries write (a count per
@@ -31,6 +32,10 @@ interface Body {
   event?: { channel?: unknown; text?: unknown; bot_id?: unknown; subtype?: unknown };
 }
 
+/** Slack message subtypes that are no one's new message (a file shared or a thread reply
+ * sent to the channel are, and are posted). */
+const PASSED_OVER = new Set(["bot_message", "message_changed", "message_deleted"]);
+
 /** Slack's `{"ok": false}` errors that say the fault is Slack's, for now. */
 const SLACK_TRANSIENT = new Set(["internal_error", "fatal_error", "service_unavailable", "request_timeout"]);
 
@@ -44,7 +49,8 @@ export const handler = defineHandler((event) => {
     throw HandleError.permanent(`format must be "slack" or "discord", not ${JSON.stringify(format)}`);
   }
   const body = readBody(event);
-  if (body.event?.bot_id !== undefined || body.event?.subtype !== undefined) {
+  const subtype = body.event?.subtype;
+  if (body.event?.bot_id !== undefined || (typeof subtype === "string" && PASSED_OVER.has(subtype))) {
     log.info(`passed over ${event.eventId}: a bot's message, or an edit or deletion`);
     return output.json({ skipped: "bot message, edit or deletion" });
   }
@@ -53,11 +59,8 @@ export const handler = defineHandler((event) => {
     throw HandleError.permanent("no channel: the event has none and `channel` is not set in the config");
   }
 
-  const text = message(event, body, MAX_CHARS[format]);
-  const payload =
-    format === "slack"
-      ? { channel, text: slackEscaped(text) }
-      : { content: text, allowed_mentions: { parse: [] } };
+  const text = message(event, body, MAX_CHARS[format], format === "slack" ? slackEscaped : (c) => c);
+  const payload = format === "slack" ? { channel, text } : { content: text, allowed_mentions: { parse: [] } };
   // A refused host or a 4xx is permanent (fix the config, then replay); a transport error,
   // a timeout, 5xx, 408 or 429 is a retry, no sooner than the service's Retry-After.
   const response = http.post(url).json(payload).timeout(10_000).send().errorForStatus();
@@ -78,10 +81,10 @@ export const handler = defineHandler((event) => {
   return output.json({ channel });
 });
 
-/** `text` with Slack's control characters escaped, so `<!channel>` or `<@U1>` in an event's
- * text is shown, not acted on (Slack's formatting rules: `&`, `<` and `>`). */
-function slackEscaped(text: string): string {
-  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+/** One character as Slack must get it, so `<!channel>` or `<@U1>` in an event's text is shown,
+ * not acted on (Slack's formatting rules: `&`, `<` and `>` escaped). */
+function slackEscaped(c: string): string {
+  return c === "&" ? "&amp;" : c === "<" ? "&lt;" : c === ">" ? "&gt;" : c;
 }
 
 function slackAnswer(body: Uint8Array): { ok?: boolean; error?: string } {
@@ -103,12 +106,21 @@ function str(v: unknown): string | undefined {
   return typeof v === "string" && v.trim() !== "" ? v : undefined;
 }
 
-/** One line: what arrived, and its own text when the event carries one; `max` characters at
- * most, the text cut with an ellipsis. */
-function message(event: Event, body: Body, max: number): string {
+/** One line: what arrived, and its own text when the event carries one, each character as
+ * `escaped` gives it; `max` characters at most once escaped, cut with an ellipsis between two
+ * characters (never inside an escape). */
+function message(event: Event, body: Body, max: number, escaped: (c: string) => string): string {
   const said = str(body.text) ?? str(body.event?.text);
   const head = `${event.eventType} from ${event.source} (${event.eventId})`;
-  const line = said === undefined ? head : `${head}: ${said}`;
-  const chars = Array.from(line);
-  return chars.length <= max ? line : `${chars.slice(0, max - 1).join("")}…`;
+  const units = Array.from(said === undefined ? head : `${head}: ${said}`, escaped);
+  const length = (u: string) => Array.from(u).length;
+  if (units.reduce((n, u) => n + length(u), 0) <= max) return units.join("");
+  let kept = "";
+  let n = 0;
+  for (const unit of units) {
+    if (n + length(unit) > max - 1) break;
+    kept += unit;
+    n += length(unit);
+  }
+  return `${kept}…`;
 }

@@ -248,7 +248,9 @@ const PASSES: usize = 4;
 /// retrying, dead or discarded again), whose event was handled all the same. A test holds the
 /// state list to that constant. Only a replay takes a delivery out of `done`, and it sets
 /// `budget_base` to its attempts (at least one), so the second part reads only deliveries with
-/// a `budget_base`: a range of `deliveries_once_handled` (migration 12), not every delivery.
+/// a `budget_base` (those replayed, and those with an attempt not counted: a state conflict's
+/// re-run, one given back): a range of `deliveries_once_handled` (migration 12), not every
+/// delivery of the key.
 pub(super) const NEWEST_HANDLED: &str = "SELECT GREATEST(
      (SELECT MAX(sequence) FROM deliveries
       WHERE source = $1 AND handler = $2 AND ordering_key = $3 AND state = 'done'),

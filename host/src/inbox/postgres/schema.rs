@@ -240,8 +240,9 @@ pub(in crate::inbox) const MIGRATIONS: &[&str] = &[
     ",
     // 12: a claim's stale check reads the newest sequence of a key once done and replayed since
     // (`lease::NEWEST_HANDLED`); no index served it once `deliveries_key` went (9), so each
-    // check read every delivery. Only a replay gives a delivery a `budget_base`, so this index
-    // holds the few that were, and costs the rest no write.
+    // check read every delivery. A replay gives a delivery a `budget_base` (so does an attempt
+    // not counted: a conflict's re-run, one given back), so this index holds those, and costs
+    // every other delivery no write.
     "
     CREATE INDEX deliveries_once_handled
         ON deliveries (source, handler, ordering_key, sequence)

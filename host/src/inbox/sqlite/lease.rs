@@ -198,9 +198,9 @@ pub(super) const NEWEST_DONE: &str = "SELECT sequence FROM deliveries
 /// The newest sequence of key `?3` (source `?1`, handler `?2`) among deliveries that were done
 /// once and are not now: replayed, and waiting, retrying, dead or discarded since. Their event
 /// was handled, so they still make older ones stale. A seek per such state in
-/// `deliveries_key_state`, and a look at the attempts of each one replayed (only a replay takes
-/// a delivery out of `done`, and it gives it a `budget_base`: the key's dead letters that never
-/// ran to the end are passed over without one).
+/// `deliveries_key_state`, and a look at the attempts of each one with a `budget_base` (only a
+/// replay takes a delivery out of `done`, and it gives it one; so does an attempt not counted):
+/// the key's dead letters that never ran to the end are passed over without one.
 pub(super) const NEWEST_ONCE_DONE: &str = concat!(
     "SELECT MAX(d.sequence) FROM deliveries d
      WHERE d.source = ?1 AND d.handler = ?2 AND d.ordering_key = ?3 AND d.budget_base > 0
