@@ -15,8 +15,9 @@
 //!
 //! Pointers follow RFC 6901 (`/data/object/id`, `/items/0/id`). Ids and types may be strings or
 //! numbers. A configured field missing from a request makes the request `invalid`, with a
-//! message naming the header or pointer; a plugin missing its `id_*` setting rejects every
-//! request with a message naming the config key to set.
+//! message naming the header or pointer. A setting missing or malformed (no `id_*`, a pointer
+//! without its leading `/`, both of a pair) traps with a message naming the config key to set:
+//! hookd quarantines the request, to be replayed once the config is fixed.
 
 mod envelope;
 
