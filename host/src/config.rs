@@ -195,6 +195,33 @@ fn default_tolerance_secs() -> u64 {
     300
 }
 
+/// A standard-webhooks key shorter than this (decoded) is warned about: providers issue 24 to
+/// 64 bytes, so a shorter one is most often a secret cut short when it was copied (and every
+/// request then fails its signature), else one easy to guess.
+const SHORT_WHSEC_KEY: usize = 16;
+
+/// The standard-webhooks secrets of `source` whose decoded key is short, by their index in the
+/// list the verifier was given (`secrets`, then `secrets_env`); never a value.
+fn short_key_warnings(source: &SourceConfig) -> Vec<String> {
+    if source.verifier.scheme().kind() != SchemeKind::StandardWebhooks {
+        return Vec::new();
+    }
+    source
+        .verifier
+        .key_lengths()
+        .enumerate()
+        .filter(|&(_, len)| len < SHORT_WHSEC_KEY)
+        .map(|(i, len)| {
+            format!(
+                "sources.{}: secret {i} (counting secrets, then secrets_env) decodes to {len} \
+                 bytes after whsec_, where providers issue 24 to 64: was it cut short when \
+                 copied?",
+                source.name
+            )
+        })
+        .collect()
+}
+
 /// Above this a timestamp window is warned about: a captured request verifies that long.
 const LONG_TOLERANCE: Duration = Duration::from_secs(3600);
 
@@ -768,6 +795,7 @@ impl Config {
         }
         for source in self.sources.values() {
             warnings.extend(tolerance_warning(source));
+            warnings.extend(short_key_warnings(source));
         }
         if self.retention.done_after.is_some() && self.retention.interval < Duration::from_secs(1) {
             warnings.push(format!(
@@ -2412,9 +2440,23 @@ memory_mib = 32
             github.to_owned(),
             stripe.to_owned(),
             format!("{stripe}\ntolerance_secs = 3600"),
+            "scheme = \"standard-webhooks\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]"
+                .to_owned(),
         ] {
             assert_eq!(warned(&quiet), "", "{quiet}");
         }
+        // A standard-webhooks secret cut short: named by its index, never shown.
+        let warnings = warned(
+            "scheme = \"standard-webhooks\"\n\
+             secrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\", \"whsec_MfKQ9r8G\"]",
+        );
+        assert!(
+            warnings.contains(
+                "sources.a: secret 1 (counting secrets, then secrets_env) decodes to 6 bytes"
+            ),
+            "{warnings}"
+        );
+        assert!(!warnings.contains("MfKQ"), "{warnings}");
     }
 
     #[test]

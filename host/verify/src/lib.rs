@@ -235,6 +235,13 @@ impl Verifier {
         })
     }
 
+    /// The length in bytes of each key derived from the secrets, in configured order (for a
+    /// standard-webhooks secret, what its base64 decodes to): what a start-up warning about a
+    /// short key needs, and nothing of the key itself.
+    pub fn key_lengths(&self) -> impl Iterator<Item = usize> + '_ {
+        self.keys.iter().map(schemes::Key::len)
+    }
+
     /// The scheme this verifier checks.
     pub fn scheme(&self) -> &Scheme {
         &self.scheme

@@ -58,6 +58,11 @@ impl Key {
         Ok(Self(SecretSlice::from(bytes)))
     }
 
+    /// The key's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.0.expose_secret().len()
+    }
+
     /// HMAC-SHA256 over the concatenation of `parts`.
     pub(crate) fn tag(&self, parts: &[&[u8]]) -> Tag {
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(self.0.expose_secret())
