@@ -195,6 +195,9 @@ fn default_tolerance_secs() -> u64 {
     300
 }
 
+/// Bytes in a MiB, the unit of the `*_mib` keys.
+const MIB: u64 = 1024 * 1024;
+
 /// A standard-webhooks key shorter than this (decoded) is warned about: providers issue 24 to
 /// 64 bytes, so a shorter one is most often a secret cut short when it was copied (and every
 /// request then fails its signature), else one easy to guess.
@@ -470,7 +473,6 @@ impl PluginConfig {
         base_dir: &Path,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
-        const MIB: u64 = 1024 * 1024;
         let wasm = file.wasm.unwrap_or_else(|| name.to_string());
         if wasm.is_empty() || wasm.contains(['/', '\\']) || wasm.starts_with('.') {
             bail!("plugins.{name}.wasm: {wasm:?} must be a file stem in plugins_dir, not a path");
@@ -836,8 +838,8 @@ impl Config {
                          MiB), which all plugin calls share: a call that grows past that traps \
                          however often it is retried",
                         plugin.name,
-                        bytes / (1024 * 1024),
-                        pool / (1024 * 1024)
+                        bytes / MIB,
+                        pool / MIB
                     ));
                 }
             }

@@ -8,23 +8,24 @@ use std::{collections::BTreeSet, path::Path};
 
 use crate::support::plugins;
 
+/// Whether `line` is the top-level definition of a constant named `name` (in Rust,
+/// TypeScript or Python): `pub const NAME: …`, `export const NAME = …`, `NAME = …`.
+fn defines(line: &str, name: &str) -> bool {
+    let line = line
+        .trim_start_matches("pub ")
+        .trim_start_matches("export ")
+        .trim_start_matches("const ");
+    line.strip_prefix(name)
+        .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ="))
+}
+
 /// The integer a constant named `name` is given in `file` (relative to the workspace), on the
 /// one line at the file's top level that defines it: `NAME: usize = 8 * 1024 * 1024;`,
 /// `NAME = 1024;`, a product of integers.
 fn constant(file: &str, name: &str) -> u64 {
     let path = Path::new(plugins::WORKSPACE_ROOT).join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let defining: Vec<&str> = text
-        .lines()
-        .filter(|line| {
-            let line = line
-                .trim_start_matches("pub ")
-                .trim_start_matches("export ")
-                .trim_start_matches("const ");
-            line.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ="))
-        })
-        .collect();
+    let defining: Vec<&str> = text.lines().filter(|line| defines(line, name)).collect();
     let [line] = defining[..] else {
         panic!(
             "{file} defines {name} {} times at its top level, not once",
@@ -50,12 +51,7 @@ fn constant(file: &str, name: &str) -> u64 {
 fn listed(file: &str, name: &str) -> BTreeSet<String> {
     let path = Path::new(plugins::WORKSPACE_ROOT).join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let mut lines = text.lines().skip_while(|line| {
-        let line = line.trim_start_matches("const ");
-        !line
-            .strip_prefix(name)
-            .is_some_and(|rest| rest.starts_with(':') || rest.starts_with(" ="))
-    });
+    let mut lines = text.lines().skip_while(|line| !defines(line, name));
     let first = lines
         .next()
         .unwrap_or_else(|| panic!("{file} defines no {name} at its top level"));

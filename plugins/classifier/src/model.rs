@@ -122,18 +122,19 @@ pub fn classify(
             }
             other => HandleError::retry(format!("model at {url}: {other}")),
         })?;
-    let response = response.error_for_status().map_err(|e| match e {
-        http::HttpError::Status { status, .. }
-            if status < 500 && status != 408 && status != 429 =>
-        {
-            HandleError::permanent(format!("model at {url}: {e}"))
-        }
-        http::HttpError::Status {
-            retry_after: Some(after),
-            ..
-        } => HandleError::retry_after(format!("model at {url}: {e}"), after),
-        other => HandleError::retry(format!("model at {url}: {other}")),
-    })?;
+    // The SDK's verdict for a status (5xx, 408 and 429 retry, honouring Retry-After; any other
+    // is permanent), saying which model answered it.
+    let response = response
+        .error_for_status()
+        .map_err(|e| match HandleError::from(e) {
+            HandleError::Retry { reason, after } => HandleError::Retry {
+                reason: format!("model at {url}: {reason}"),
+                after,
+            },
+            HandleError::Permanent(reason) => {
+                HandleError::permanent(format!("model at {url}: {reason}"))
+            }
+        })?;
     let reply: Value = response
         .json()
         .map_err(|e| HandleError::retry(format!("model at {url}: {e}")))?;
