@@ -412,6 +412,52 @@ async fn a_parsers_refusals_are_logged_for_each_source() {
     );
 }
 
+/// A quarantined request, and one refused since the quarantine is full, is logged at most once
+/// per 10 s for each source, those left out counted: a body its parser fails on can be sent by
+/// anyone to a source without a signature, and each wrote a warning before (and, the
+/// quarantine full, one per request at no storage cost at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantined_requests_are_logged_once_per_period_for_each_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[server]\nmax_backlog = 3\n\
+                  [sources.q1]\nscheme = \"none\"\nparser = \"absent\"\n\
+                  [sources.q2]\nscheme = \"none\"\nparser = \"absent\"\n\
+                  [plugins.absent]\nconfig = { id_pointer = \"/id\" }\n";
+    let host =
+        ProcessHost::start_with_env(dir.path(), config, &[("HOOKD_LOG_FORMAT", "json")]).await;
+    for (source, status) in [
+        ("q1", 202),
+        ("q1", 202),
+        ("q1", 202),
+        ("q2", 503),
+        ("q2", 503),
+    ] {
+        let (got, reply) = host.post(source, &[], b"{}").await.unwrap();
+        assert_eq!(got.as_u16(), status, "{source}: {reply}");
+    }
+    let held = line_containing(&host, "request quarantined, source q1: 2 more").await;
+    assert_eq!(
+        (&held["level"], &held["fields"]["left_out"]),
+        (&json!("WARN"), &json!(2)),
+        "{held}"
+    );
+    let full = line_containing(&host, "quarantine full: request refused, source q2: 1 more").await;
+    assert_eq!(full["fields"]["left_out"], 1, "{full}");
+    let log = host.log();
+    let written = |message| -> Vec<Value> {
+        lines_saying(&log, message)
+            .iter()
+            .map(|l| span(l, "receive")["source"].clone())
+            .collect()
+    };
+    assert_eq!(written("request quarantined"), [json!("q1")], "{log}");
+    assert_eq!(
+        written("quarantine full: request refused"),
+        [json!("q2")],
+        "{log}"
+    );
+}
+
 /// An answered handshake is logged at most once per 10 s for each source: Twitter's CRC and
 /// Microsoft Graph's validation carry no signature, so anyone can send them at request rate
 /// (each wrote a line before: 27 MB of log in 3 s of `wrk` against one source).

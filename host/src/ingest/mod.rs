@@ -69,15 +69,28 @@ struct SourceLines {
     unparsable: Repeated,
     /// A provider's handshake answered.
     handshake: Repeated,
+    /// A request its parser failed on, quarantined (a parser that traps on some body: anyone
+    /// may send that body to a source without a signature).
+    quarantined: Repeated,
+    /// A request refused since the quarantine is full.
+    quarantine_full: Repeated,
+    /// A request refused since the host's plugin memory is exhausted.
+    plugin_memory: Repeated,
 }
 
 impl SourceLines {
     fn new(source: &SourceName) -> Self {
-        let line =
-            |what: &str| Repeated::new(tracing::Level::INFO, format!("{what}, source {source}"));
+        let line = |level, what: &str| Repeated::new(level, format!("{what}, source {source}"));
+        let (info, warn) = (tracing::Level::INFO, tracing::Level::WARN);
         Self {
-            unparsable: line("request refused as unparsable (400)"),
-            handshake: line("provider handshake answered"),
+            unparsable: line(info, "request refused as unparsable (400)"),
+            handshake: line(info, "provider handshake answered"),
+            quarantined: line(warn, "request quarantined"),
+            quarantine_full: line(warn, "quarantine full: request refused"),
+            plugin_memory: line(
+                warn,
+                "request refused: the host's plugin memory is exhausted",
+            ),
         }
     }
 }
@@ -422,10 +435,16 @@ async fn answer(
         }
         EnvelopeOutcome::Respond(answer) => Ok(("responded", parser_answer(answer))),
         EnvelopeOutcome::Overloaded(reason) => {
-            tracing::warn!(
-                reason,
-                "request refused: the host's plugin memory is exhausted"
-            );
+            let written = edge
+                .line(&source.name, |lines| &lines.plugin_memory)
+                .and_then(Repeated::write);
+            if let Some(left_out) = written {
+                tracing::warn!(
+                    reason,
+                    left_out,
+                    "request refused: the host's plugin memory is exhausted"
+                );
+            }
             Err(ApiError::Overloaded {
                 retry_after_secs: 1,
             })
@@ -441,12 +460,28 @@ async fn answer(
             })
             .await?;
             let Some(quarantine_id) = kept else {
-                tracing::warn!(reason, max_held, "quarantine full: request refused");
+                let written = edge
+                    .line(&source.name, |lines| &lines.quarantine_full)
+                    .and_then(Repeated::write);
+                if let Some(left_out) = written {
+                    tracing::warn!(
+                        reason,
+                        max_held,
+                        left_out,
+                        "quarantine full: request refused"
+                    );
+                }
                 return Err(ApiError::Overloaded {
                     retry_after_secs: 5,
                 });
             };
-            tracing::warn!(quarantine_id, reason, "request quarantined");
+            // At most one line per 10 s per source: each is in the quarantine's list anyway.
+            let written = edge
+                .line(&source.name, |lines| &lines.quarantined)
+                .and_then(Repeated::write);
+            if let Some(left_out) = written {
+                tracing::warn!(quarantine_id, reason, left_out, "request quarantined");
+            }
             let body = json!({"accepted": true, "quarantined": true});
             Ok((
                 "quarantined",
