@@ -96,7 +96,7 @@ pub enum Command {
 pub struct AdminArgs {
     /// Admin API base URL [default: `http://` + the config file's `server.admin_listen`, else
     /// http://127.0.0.1:8081].
-    #[arg(long, env = "HOOKD_ADMIN_URL", global = true)]
+    #[arg(long, env = "HOOKD_ADMIN_URL", hide_env_values = true, global = true)]
     pub admin_url: Option<String>,
     /// Bearer token for the admin API. Without it: the `server.admin_token` of the config file
     /// (--config), else the token file hookd generated beside that config's database.
@@ -257,6 +257,30 @@ mod tests {
 
     use super::error_line;
     use crate::inbox::InboxError;
+
+    /// `--help` never prints what an environment variable holds, but for the two that hold no
+    /// secret: an admin URL may carry a password (refused, never echoed, by the client), a
+    /// token or a signing secret is one. (`HOOKD_ADMIN_URL`'s was printed.)
+    #[test]
+    fn help_shows_no_environment_values_but_harmless_ones() {
+        fn walk(command: &clap::Command, found: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                if let Some(env) = arg.get_env().and_then(|e| e.to_str())
+                    && !arg.is_hide_env_values_set()
+                {
+                    found.push(env.to_owned());
+                }
+            }
+            for sub in command.get_subcommands() {
+                walk(sub, found);
+            }
+        }
+        let mut shown = Vec::new();
+        walk(&<super::Cli as clap::CommandFactory>::command(), &mut shown);
+        shown.sort();
+        shown.dedup();
+        assert_eq!(shown, ["HOOKD_CONFIG", "HOOKD_LOG_FORMAT"]);
+    }
 
     /// A cause already in the message that wraps it is not repeated; one that is not is kept.
     #[test]

@@ -425,9 +425,12 @@ impl WasiHttpHooks for OutboundHooks {
                     Err(e @ TransportError::Tls(_)) => {
                         count(counted(e));
                         if let Some(left_out) = outcome.tls_failure_line() {
+                            // The reason may quote the certificate's names: the peer's
+                            // text, escaped like any other.
+                            let reason = crate::text::escape(&e.to_string()).into_owned();
                             tracing::warn!(
                                 target: "plugin", plugin = %plugin, host = %target, left_out,
-                                "outbound {method} failed: {e}"
+                                "outbound {method} failed: {reason}"
                             )
                         }
                     }
