@@ -412,3 +412,50 @@ async fn an_idle_host_wakes_a_few_times_a_second() {
         since.elapsed()
     );
 }
+
+/// A graceful stop under a backlog starts no more attempts: the producer looked at the stop only
+/// when a round claimed nothing, so while claims kept finding work (free workers, and
+/// deliveries falling due again as fast as they were claimed) attempts went on starting after
+/// the stop, for as long as there was work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_under_a_backlog_starts_no_more_attempts() {
+    // Every attempt asks for a retry, due again within 2 ms; more workers than deliveries.
+    let settings = "[server]\nworkers = 400\n\
+                    [plugins.h]\nwasm = \"flaky\"\nmax_attempts = 40\n\
+                    backoff_base_ms = 1\nbackoff_max_ms = 2\n";
+    let host = TestHost::start(&config(&["h"], settings), &[("flaky", plugins::FLAKY)]).await;
+    const EVENTS: i64 = 200;
+    for i in 0..EVENTS {
+        send(&host, "s", &format!("e{i}"), json!({"fail_times": 1000})).await;
+    }
+    let database = host.dir.path().join("hookd.db");
+    let db = rusqlite::Connection::open(&database).unwrap();
+    let count = |sql: &str, at: i64| -> i64 { db.query_row(sql, [at], |r| r.get(0)).unwrap() };
+    let deadline = Instant::now() + WAIT;
+    while count("SELECT count(*) FROM attempts WHERE ?1 = ?1", 0) < 1000 {
+        assert!(Instant::now() < deadline, "the handler never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let _dir = host.stop().await;
+    let dead = count(
+        "SELECT count(*) FROM deliveries WHERE state = 'dead' AND ?1 = ?1",
+        0,
+    );
+    // An attempt leased in the round the stop came in may start a moment after it.
+    let after = count(
+        "SELECT count(*) FROM attempts WHERE started_at > ?1 + 500",
+        stopped_at,
+    );
+    assert_eq!(
+        after, 0,
+        "attempts started after the stop ({dead} of {EVENTS} dead)"
+    );
+    assert!(
+        dead < EVENTS,
+        "every delivery ran out of attempts: nothing tested"
+    );
+}

@@ -6,6 +6,7 @@
 //!   attempt task ends, however it ends (a panic in host code included).
 //! - An idle loop sleeps until the next retry falls due or new work arrives, bounded by
 //!   [`IDLE_POLL`]: deliveries due but blocked never turn it into a busy loop.
+//! - Once the stop is asked, no delivery is leased: each round looks at it before claiming.
 
 use std::sync::LazyLock;
 
@@ -72,6 +73,15 @@ impl Dispatcher {
         tokio::pin!(shutdown);
         let mut last_reclaim = tokio::time::Instant::now();
         loop {
+            // Every round looks at the stop first: under a backlog a claim finds work round
+            // after round and never reaches the idle wait below, and attempts went on starting
+            // after a graceful stop for as long as the backlog lasted.
+            let stopped = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(shutdown.as_mut().poll(cx).is_ready())
+            });
+            if stopped.await {
+                break;
+            }
             self.telemetry.dispatch_round();
             if last_reclaim.elapsed() >= RECLAIM_EVERY {
                 last_reclaim = tokio::time::Instant::now();
@@ -123,6 +133,7 @@ impl Dispatcher {
                 None => IDLE_POLL,
             };
             tokio::select! {
+                biased;
                 _ = &mut shutdown => break,
                 _ = self.inbox.work_arrived() => {}
                 _ = self.in_flight.finished.notified() => {}
