@@ -122,6 +122,25 @@ pub enum BackupError {
         wal: PathBuf,
         error: Box<BackupError>,
     },
+    /// A restore failed after it moved the database aside; what became of it is said.
+    #[error(
+        "{error}; nothing was restored: {}",
+        match put_back {
+            Ok(()) => format!("the database is back at {}", database.display()),
+            Err(again) => format!(
+                "the database is at {} (and its -wal, if it had one, beside it), and moving it \
+                 back failed too ({again}): rename it to {} before starting hookd",
+                aside.display(),
+                database.display()
+            ),
+        }
+    )]
+    NotReplaced {
+        error: Box<BackupError>,
+        database: PathBuf,
+        aside: PathBuf,
+        put_back: Result<(), Box<BackupError>>,
+    },
     #[error("no directory {} to write the copy in; create it first", .0.display())]
     NoDirectory(PathBuf),
     /// A temporary copy's name is taken (it is unique to a process: one that stopped left it).

@@ -151,22 +151,46 @@ pub(in crate::inbox) fn restore(
     let replaced = if database.exists() {
         let aside = aside_name(database);
         rename(database, &aside)?;
-        // The replaced database's last commits may still be in its `-wal`: it goes with it.
-        let wal = beside(database, WAL);
-        if wal.exists() {
-            rename(&wal, &beside(&aside, WAL))?;
-        }
-        remove_if_present(&beside(database, SHM))?;
-        // On disk before the copy takes the name: a file system that kept the last rename and
-        // lost these would leave the old `-wal` beside the copy, replayed into it at its open.
-        sync_parent(database)?;
+        let moved = (|| {
+            // The replaced database's last commits may still be in its `-wal`: it goes with it.
+            let wal = beside(database, WAL);
+            if wal.exists() {
+                rename(&wal, &beside(&aside, WAL))?;
+            }
+            remove_if_present(&beside(database, SHM))?;
+            // On disk before the copy takes the name: a file system that kept the last rename
+            // and lost these would leave the old `-wal` beside the copy, replayed into it at
+            // its open.
+            sync_parent(database)?;
+            rename(&partial.0, database)
+        })();
+        // Failed with the database aside: it goes back, or the error says where it is (the
+        // copy's temporary file goes with `partial`, so nothing would have refused a start on
+        // a new, empty database).
+        moved.map_err(|error| BackupError::NotReplaced {
+            error: Box::new(error),
+            database: database.to_owned(),
+            put_back: put_back(database, &aside).map_err(Box::new),
+            aside: aside.clone(),
+        })?;
         Some(aside)
     } else {
+        rename(&partial.0, database)?;
         None
     };
-    rename(&partial.0, database)?;
     sync_parent(database)?;
     Ok(Restored { copied, replaced })
+}
+
+/// Moves a database set aside at `aside` (with its `-wal`) back to `database`, where a restore
+/// that failed had taken it from.
+fn put_back(database: &Path, aside: &Path) -> Result<(), BackupError> {
+    let wal = beside(aside, WAL);
+    if wal.exists() {
+        rename(&wal, &beside(database, WAL))?;
+    }
+    rename(aside, database)?;
+    sync_parent(database)
 }
 
 /// The logs SQLite would replay into a database at `path` on its first open (its `-wal` and
@@ -695,6 +719,40 @@ mod tests {
         assert!(!db.exists(), "nothing was created");
         restore(&db, &copy).unwrap();
         assert_eq!(holds(&db, &["a"]).await, [true]);
+    }
+
+    /// A restore that fails after it moved the database aside puts it back (before, its copy's
+    /// temporary file was removed and nothing was left where the database had been, so the next
+    /// start served a new, empty database, refused by nothing).
+    #[tokio::test]
+    async fn a_restore_failing_after_it_moved_the_database_aside_puts_it_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, copy) = (dir.path().join("hookd.db"), dir.path().join("copy.db"));
+        inbox_with(&db, &["a"]).await.close();
+        backup(&db, &copy, false, &[]).unwrap();
+        inbox_with(&db, &["b"]).await.close();
+        // Its index cannot be removed: a directory in its place, not empty.
+        let shm = beside(&db, SHM);
+        let _ = std::fs::remove_file(&shm);
+        std::fs::create_dir(&shm).unwrap();
+        std::fs::write(shm.join("x"), b"").unwrap();
+        let Err(e) = restore(&db, &copy) else {
+            panic!("the index could not be removed");
+        };
+        let text = printed(e);
+        assert!(
+            text.contains("nothing was restored: the database is back at"),
+            "{text}"
+        );
+        assert!(db.exists(), "{text}");
+        std::fs::remove_dir_all(&shm).unwrap();
+        assert_eq!(holds(&db, &["a", "b"]).await, [true, true]);
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.contains("replaced") || name.contains("partial"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 
     #[tokio::test]
