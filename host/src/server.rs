@@ -6,8 +6,11 @@
 //! one client address (more are answered 503 `overloaded` at once and closed, without taking a
 //! slot, so one client cannot hold every slot); a connection whose client takes nothing of
 //! its answers for `header_timeout` is closed ([`WriteStall`]: a client that pipelines
-//! requests and never reads held its slot for good); on shutdown no new connection is accepted
-//! and open ones finish their request.
+//! requests and never reads held its slot for good); when every slot is taken and another
+//! client connects, one connection is closed for it ([`Connections::shed_one`]: of the address
+//! holding the most, an idle one first), so idle keep-alive connections from a few addresses
+//! cannot keep every other client waiting; on shutdown no new connection is accepted and open
+//! ones finish their request.
 
 use std::sync::LazyLock;
 
@@ -122,6 +125,108 @@ impl AddressSlot {
             key: self.hold.key,
             body_bytes: address.body_bytes.clone(),
         }
+    }
+}
+
+/// The connections being served, each with what closing it for another client needs: the key
+/// of its address, whether a request of it is being answered, and where to ask it to close.
+#[derive(Default)]
+struct Connections {
+    served: Mutex<ServedConnections>,
+}
+
+#[derive(Default)]
+struct ServedConnections {
+    next: u64,
+    /// By id, in the order they were accepted.
+    open: std::collections::BTreeMap<u64, Served>,
+}
+
+struct Served {
+    key: IpAddr,
+    busy: Arc<AtomicUsize>,
+    /// Taken when the connection is asked to close.
+    close: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A connection's place in [`Connections`], given up on drop.
+struct ServedGuard {
+    connections: Arc<Connections>,
+    id: u64,
+}
+
+impl Drop for ServedGuard {
+    fn drop(&mut self) {
+        let mut served = self.connections.served.lock().expect("never poisoned");
+        served.open.remove(&self.id);
+    }
+}
+
+impl Connections {
+    /// Counts a connection from `key` in; its requests being answered are counted in `busy`,
+    /// and the receiver fires when it is asked to close.
+    fn add(
+        self: &Arc<Self>,
+        key: IpAddr,
+        busy: Arc<AtomicUsize>,
+    ) -> (ServedGuard, tokio::sync::oneshot::Receiver<()>) {
+        let (close, closing) = tokio::sync::oneshot::channel();
+        let mut served = self.served.lock().expect("never poisoned");
+        let id = served.next;
+        served.next += 1;
+        served.open.insert(
+            id,
+            Served {
+                key,
+                busy,
+                close: Some(close),
+            },
+        );
+        let guard = ServedGuard {
+            connections: self.clone(),
+            id,
+        };
+        (guard, closing)
+    }
+
+    /// Asks one connection to close, for a client waiting for a slot: of the address with the
+    /// most connections open, the oldest idle one, else its oldest (which closes once its
+    /// request is answered). An HTTP/1.1 server may close a keep-alive connection between
+    /// requests; a client opens another.
+    fn shed_one(&self) {
+        let mut served = self.served.lock().expect("never poisoned");
+        let mut per_key: HashMap<IpAddr, usize> = HashMap::new();
+        for connection in served.open.values() {
+            *per_key.entry(connection.key).or_default() += 1;
+        }
+        let chosen = served
+            .open
+            .iter()
+            .filter(|(_, c)| c.close.is_some())
+            .max_by_key(|(id, c)| {
+                let idle = c.busy.load(Ordering::SeqCst) == 0;
+                (per_key[&c.key], idle, std::cmp::Reverse(**id))
+            })
+            .map(|(id, _)| *id);
+        if let Some(close) = chosen.and_then(|id| served.open.get_mut(&id)?.close.take()) {
+            let _ = close.send(());
+        }
+    }
+}
+
+/// Counts a request of a connection as being answered until its response is ready.
+struct Answering(Arc<AtomicUsize>);
+
+impl Answering {
+    fn new(busy: &Arc<AtomicUsize>) -> Self {
+        busy.fetch_add(1, Ordering::SeqCst);
+        Self(busy.clone())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -246,13 +351,13 @@ pub async fn serve(
         max: limits.max_connections_per_ip,
     });
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let connections = Arc::new(Connections::default());
     let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
-        let permit = tokio::select! {
-            _ = &mut shutdown => break,
-            permit = permits.clone().acquire_owned() => permit.expect("semaphore never closed"),
-        };
+        // With every slot taken, one more connection is accepted (so there is a client to make
+        // room for), and waits for the slot the connection closed for it gives back.
+        let free = permits.clone().try_acquire_owned().ok();
         let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
@@ -270,8 +375,30 @@ pub async fn serve(
                 }
             },
         };
+        let permit = match free {
+            Some(permit) => permit,
+            None => {
+                // One more each second while none comes back (the one asked was answering a
+                // long request, or went before it was asked).
+                let waited = loop {
+                    connections.shed_one();
+                    tokio::select! {
+                        _ = &mut shutdown => break None,
+                        permit = permits.clone().acquire_owned() => {
+                            break Some(permit.expect("semaphore never closed"));
+                        }
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                };
+                match waited {
+                    Some(permit) => permit,
+                    None => break,
+                }
+            }
+        };
         let _ = stream.set_nodelay(true);
         let per_address = per_address.clone();
+        let connections = connections.clone();
         let refusing = refusing.clone();
         let router = router.clone();
         let closing = closing_rx.clone();
@@ -292,6 +419,7 @@ pub async fn serve(
                 router,
                 limits,
                 closing,
+                &connections,
                 (permit, address_slot),
             )
             .await;
@@ -314,12 +442,21 @@ async fn serve_connection(
     router: Router,
     limits: ServeLimits,
     mut closing: tokio::sync::watch::Receiver<bool>,
+    connections: &Arc<Connections>,
     slots: (OwnedSemaphorePermit, AddressSlot),
 ) {
     let client = slots.1.client(peer.ip());
+    let busy = Arc::new(AtomicUsize::new(0));
+    let (_served, shed) = connections.add(client.key, busy.clone());
     let service = hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+        let answering = Answering::new(&busy);
         request.extensions_mut().insert(client.clone());
-        router.clone().oneshot(request)
+        let answer = router.clone().oneshot(request);
+        async move {
+            let answer = answer.await;
+            drop(answering);
+            answer
+        }
     });
     let connection = http1::Builder::new()
         .timer(TokioTimer::new())
@@ -334,9 +471,17 @@ async fn serve_connection(
             service,
         );
     tokio::pin!(connection);
+    // Asked to close (shutdown, or room for another client): the request being answered, if
+    // any, is answered, then the connection closes.
+    let asked = async {
+        tokio::select! {
+            _ = closing.wait_for(|c| *c) => {}
+            Ok(()) = shed => {}
+        }
+    };
     tokio::select! {
         _ = connection.as_mut() => {}
-        _ = async { let _ = closing.wait_for(|c| *c).await; } => {
+        _ = asked => {
             connection.as_mut().graceful_shutdown();
             let _ = tokio::time::timeout(Duration::from_secs(10), connection).await;
         }
@@ -442,6 +587,48 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteStall<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Room for another client is made by closing a connection of the address holding the
+    /// most, an idle one before one answering a request, the oldest first.
+    #[tokio::test]
+    async fn the_connection_closed_for_another_client_is_an_idle_one_of_the_busiest_address() {
+        let connections = Arc::new(Connections::default());
+        let open = |ip: &str, busy: usize| {
+            let key = client_key(ip.parse().unwrap());
+            connections.add(key, Arc::new(AtomicUsize::new(busy)))
+        };
+        let (_a, mut lone) = open("192.0.2.1", 0);
+        let (_b1, mut busy) = open("198.51.100.7", 1);
+        let (_b2, mut idle_old) = open("198.51.100.7", 0);
+        let (_b3, mut idle_new) = open("198.51.100.7", 0);
+        let asked = |rx: &mut tokio::sync::oneshot::Receiver<()>| rx.try_recv().is_ok();
+        connections.shed_one();
+        assert!(
+            asked(&mut idle_old),
+            "the oldest idle one of the busiest address"
+        );
+        assert!(!asked(&mut idle_new) && !asked(&mut busy) && !asked(&mut lone));
+        connections.shed_one();
+        assert!(asked(&mut idle_new), "then the next idle one");
+        connections.shed_one();
+        assert!(
+            asked(&mut busy),
+            "then the one answering (closed once it has answered)"
+        );
+        drop((_b1, _b2, _b3));
+        connections.shed_one();
+        assert!(asked(&mut lone), "then the other address's");
+        connections.shed_one();
+        assert!(
+            connections
+                .served
+                .lock()
+                .unwrap()
+                .open
+                .values()
+                .all(|c| c.close.is_none())
+        );
+    }
 
     #[tokio::test]
     async fn clients_are_counted_per_ipv4_address_and_per_ipv6_64_and_a_few_wait() {

@@ -587,6 +587,54 @@ async fn one_address_cannot_take_every_slot() {
     }
 }
 
+/// Idle keep-alive connections from a few addresses, together holding every slot, do not keep
+/// another client waiting: one of them is closed for it (before, it waited in the kernel's
+/// queue until their head timeout closed them, and a client asking again every few seconds kept
+/// them forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_holding_every_slot_make_room_for_a_new_client() {
+    let config = format!(
+        "[server]\nmax_connections = 8\nmax_connections_per_ip = 4\nheader_timeout_ms = 30000\n{}",
+        github_source("gh", "")
+    );
+    let host = TestHost::start(&config, &[]).await;
+    let mut held = Vec::new();
+    for from in [Ipv4Addr::new(127, 0, 0, 2), Ipv4Addr::new(127, 0, 0, 3)] {
+        for _ in 0..4 {
+            let mut stream = connect_from(from, host.ingest).await.unwrap();
+            stream
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: hookd\r\n\r\n")
+                .await
+                .unwrap();
+            let answer = read_answer(&mut stream, Duration::from_millis(300)).await;
+            assert!(answer.is_some(), "kept alive after an answer");
+            held.push(stream);
+        }
+    }
+    let (answer, took) = post_github_from(
+        Ipv4Addr::LOCALHOST,
+        host.ingest,
+        "gh",
+        "a-new-client",
+        Duration::from_secs(40),
+    )
+    .await;
+    let answer = answer.expect("an answer");
+    assert_eq!(answer.status, 202, "{answer:?}");
+    assert!(took <= Duration::from_secs(5), "took {took:?}");
+    // One held connection was closed for it; the others are still open.
+    let mut closed = 0;
+    for stream in &mut held {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1, "one connection closed for the new client");
+}
+
 /// A parser's 1 MiB `invalid` message (with newlines and terminal escapes) reaches the client
 /// as a detail of at most 4 KiB plus a marker naming the full length.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
