@@ -93,8 +93,12 @@ struct FileStatus {
     live_since_ms: i64,
     previous: Vec<Arc<LoadedPlugin>>,
     error: Option<String>,
-    /// The sha256 of the file the last load refused, when it got as far as reading it.
+    /// The sha256 of the file the last load refused, when it got as far as reading it (not
+    /// for a failure of the moment: the file is not to blame).
     refused: Option<String>,
+    /// After a load failed for a reason of the moment ([`LoadError::is_transient`]): how many
+    /// did in a row, and when the file is to be loaded again.
+    retry: Option<(u32, std::time::Instant)>,
     /// The live version's file as it was read, when it went live by a load (not a rollback):
     /// what a cluster publishes, even once the file has changed again.
     file_bytes: Option<(String, Arc<Vec<u8>>)>,
@@ -131,12 +135,14 @@ pub enum LoadError {
         file: String,
         source: FileError,
     },
-    /// The compile did not finish: stopped at its deadline, or its process failed.
+    /// The compile did not finish: its process failed, or (`limit`) it went over this node's
+    /// time or memory limit for compiles.
     #[error("plugin {stem}: compiling {file} failed: {reason}")]
     Compile {
         stem: String,
         file: String,
         reason: String,
+        limit: bool,
     },
     /// It compiled, but is not a component hookd can run (wrong exports or types).
     #[error("plugin {stem}: {file} refused: {source}")]
@@ -158,6 +164,31 @@ pub enum LoadError {
         used_by: String,
         exports: String,
     },
+}
+
+impl LoadError {
+    /// Whether the load failed for a reason of the moment rather than the file's contents (the
+    /// reading task died, the compile process failed but not over a limit of this node's, the
+    /// host's plugin memory stayed taken): the same file is loaded again later
+    /// ([`Registry::retries_due`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Self::ReadTask { .. }
+                | Self::Compile { limit: false, .. }
+                | Self::Refused {
+                    source: runtime::LoadError::Busy(_),
+                    ..
+                }
+        )
+    }
+}
+
+/// The wait before loading a file again after `failures` loads of it in a row failed for a
+/// reason of the moment: 2 s, doubling, at most 5 minutes.
+pub fn retry_after(failures: u32) -> std::time::Duration {
+    let secs = 2u64.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    std::time::Duration::from_secs(secs.min(300))
 }
 
 /// What is wrong with a plugin file as a file. Messages follow the file's name.
@@ -363,6 +394,7 @@ impl Registry {
         let entry = status.entry(stem.to_owned()).or_default();
         match result {
             Ok(loaded) => {
+                entry.retry = None;
                 if entry
                     .current
                     .as_ref()
@@ -427,7 +459,17 @@ impl Registry {
                     .map(|names| names.join(", "));
                 tracing::error!(plugin = stem, instances, file = %path.display(), "{error}");
                 entry.error = Some(error.to_string());
-                entry.refused = read;
+                if error.is_transient() {
+                    // Not the file's fault: a cluster keeps its version in it, and it is
+                    // loaded again later.
+                    entry.refused = None;
+                    let failures = entry.retry.map_or(1, |(n, _)| n.saturating_add(1));
+                    entry.retry =
+                        Some((failures, std::time::Instant::now() + retry_after(failures)));
+                } else {
+                    entry.refused = read;
+                    entry.retry = None;
+                }
                 Err(error)
             }
         }
@@ -442,6 +484,7 @@ impl Registry {
                 entry.previous.truncate(KEEP_PREVIOUS);
             }
             entry.file_bytes = None;
+            entry.retry = None;
             entry.error = Some(format!("{} was removed", self.path_of(stem).display()));
         }
         self.publish(stem, None);
@@ -454,6 +497,23 @@ impl Registry {
         let status = self.status.lock().expect("poisoned");
         let (sha, bytes) = status.get(stem)?.file_bytes.as_ref()?;
         (sha == sha256).then(|| bytes.clone())
+    }
+
+    /// The files whose last load failed for a reason of the moment and whose wait to be
+    /// loaded again is over; each is counted as asked (its load's end sets the next wait).
+    pub fn retries_due(&self) -> Vec<String> {
+        let now = std::time::Instant::now();
+        let mut status = self.status.lock().expect("poisoned");
+        status
+            .iter_mut()
+            .filter_map(|(stem, entry)| {
+                let (failures, at) = entry.retry.as_mut()?;
+                (*at <= now).then(|| {
+                    *at = now + retry_after(*failures);
+                    stem.clone()
+                })
+            })
+            .collect()
     }
 
     /// The sha256 of the file `stem`'s last load refused, unless a load succeeded since.
@@ -619,6 +679,13 @@ impl Registry {
                     stem: stem.to_owned(),
                     file: file.clone(),
                     reason,
+                    limit: false,
+                },
+                runtime::LoadError::CompileLimit(reason) => LoadError::Compile {
+                    stem: stem.to_owned(),
+                    file: file.clone(),
+                    reason,
+                    limit: true,
                 },
                 source => LoadError::Refused {
                     stem: stem.to_owned(),
@@ -791,6 +858,36 @@ mod tests {
             read_plugin_file(&link, MAX_PLUGIN_BYTES),
             Err(FileError::NotRegular("a symbolic link"))
         ));
+    }
+
+    /// A load that failed for a reason of the moment (here: no compiler process could start)
+    /// is not the file's refusal (a cluster would give the file back its live version for
+    /// good), and the file is due to be loaded again after a wait that doubles, 2 s to 5 min.
+    #[tokio::test]
+    async fn a_load_failed_for_a_reason_of_the_moment_is_due_again_not_refused() {
+        use std::time::Duration;
+
+        use crate::clock::Clock;
+        let waits = [1, 2, 3, 9, 40, u32::MAX].map(retry_after);
+        assert_eq!(waits, [2, 4, 8, 300, 300, 300].map(Duration::from_secs));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("h.wasm"), b"\0asm\x0d\x00\x01\x00").unwrap();
+        let registry = Registry::new(
+            Runtime::new().unwrap(),
+            dir.path().to_owned(),
+            HashMap::new(),
+            None,
+            Compiler::missing(),
+            Telemetry::new(Clock::system()),
+        );
+        let error = registry.load("h").await.unwrap_err();
+        assert!(error.is_transient(), "{error}");
+        assert_eq!(registry.refused("h"), None, "{error}");
+        assert!(registry.retries_due().is_empty(), "not before its wait");
+        registry.status.lock().unwrap().get_mut("h").unwrap().retry =
+            Some((1, std::time::Instant::now()));
+        assert_eq!(registry.retries_due(), ["h"]);
+        assert!(registry.retries_due().is_empty(), "asked once per wait");
     }
 
     /// A load of a file waits for the one before it to end (read to swap), so two never

@@ -718,3 +718,41 @@ async fn compiled_artifacts_are_cached_and_a_corrupt_entry_is_recompiled() {
     assert_eq!(history(&d)[0].3, v1);
     assert_eq!(entries(), [entry]);
 }
+
+/// A plugin whose load failed for a reason of the moment (here its compile process, which fails
+/// the first time) is loaded again, its file unchanged, and its events are handled: before, it
+/// stayed unloaded until its file changed or hookd restarted (and a cluster node that adopted a
+/// version that way gave its file back the old version and ran that one for good).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_load_failed_for_a_reason_of_the_moment_is_tried_again() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    install_plugins(dir.path(), &[("h", plugins::FLAKY)]);
+    let (compiler, marker) = (
+        dir.path().join("compiler.sh"),
+        dir.path().join("failed-once"),
+    );
+    std::fs::write(
+        &compiler,
+        format!(
+            "#!/bin/sh\nif [ ! -e {marker:?} ]; then : > {marker:?}; exit 70; fi\nexec {:?} \"$@\"\n",
+            env!("CARGO_BIN_EXE_hookd"),
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = format!(
+        "[server]\nadmin_token = \"{}\"\ncompiler = {compiler:?}\n{}\n[plugins.h]\nwasm = \"h\"\n",
+        support::ADMIN_TOKEN,
+        sw_source("s", &["h"], ""),
+    );
+    let host = ProcessHost::start_exact(dir.path(), &config).await;
+    assert!(marker.exists(), "the first compile ran, and failed");
+    let (status, reply) = support::post_sw(host.ingest, "s", "e1", b"{}")
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    host.wait_state("s", "e1", "h", "done", WAIT).await;
+    let log = host.log();
+    assert!(log.contains("compiling"), "the failure was logged: {log}");
+}

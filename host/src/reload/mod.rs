@@ -12,7 +12,9 @@
 //! at most one per file at a time, and never evict a working version (the registry builds, then
 //! swaps), so a file loaded too early costs an error message, never the working version. Many
 //! files changed at once compile a few at a time: their compiles queue for the runtime
-//! compiler's byte budget (`server.compile_queue_bytes`). A symlink in a file's place counts as
+//! compiler's byte budget (`server.compile_queue_bytes`). A load that failed for a reason of
+//! the moment (the compile process, the host's plugin memory) is tried again, unchanged, after
+//! a wait that doubles from 2 s to 5 minutes ([`Registry::retries_due`]). A symlink in a file's place counts as
 //! a change (it is not followed), which the registry refuses.
 
 use std::{
@@ -68,6 +70,20 @@ impl Settling {
     fn due(&self) -> Instant {
         self.since + self.quiet
     }
+}
+
+/// Loads `stem` off the loop, counted in `loading` until its task ends.
+fn spawn_load(
+    registry: &Arc<Registry>,
+    stem: String,
+    loads: &mut JoinSet<()>,
+    loading: &mut HashMap<tokio::task::Id, String>,
+) {
+    let (registry, file) = (registry.clone(), stem.clone());
+    let task = loads.spawn(async move {
+        let _ = registry.load(&file).await;
+    });
+    loading.insert(task.id(), stem);
 }
 
 /// Filesystem events from `notify`, while the watcher lives.
@@ -177,6 +193,15 @@ impl Reloader {
                         let every = if self.events.is_some() { RESCAN_EVERY } else { POLL_EVERY };
                         next_scan = Instant::now() + every;
                         check.extend(self.stems.iter().cloned());
+                        // A file whose load failed for a reason of the moment, unchanged: its
+                        // turn to be loaded again (a changed one is loaded as a change).
+                        for stem in self.registry.retries_due() {
+                            if self.stems.contains(&stem)
+                                && !loading.values().any(|l| *l == stem)
+                            {
+                                spawn_load(&self.registry, stem, &mut loads, &mut loading);
+                            }
+                        }
                     } else {
                         check.extend(self.settling.keys().cloned());
                     }
@@ -191,11 +216,7 @@ impl Reloader {
                 if let Some(now) = self.settled(&stem, finished.contains(&stem)) {
                     self.seen.insert(stem.clone(), now);
                     if now.is_some() {
-                        let (registry, file) = (self.registry.clone(), stem.clone());
-                        let task = loads.spawn(async move {
-                            let _ = registry.load(&file).await;
-                        });
-                        loading.insert(task.id(), stem);
+                        spawn_load(&self.registry, stem, &mut loads, &mut loading);
                     } else {
                         self.registry.unload(&stem);
                     }

@@ -57,9 +57,13 @@ pub enum CompileError {
     /// The wasm is not a valid component (wasmtime's message).
     #[error("{0}")]
     Invalid(String),
-    /// The compile was stopped or its process failed.
+    /// The compile's process failed (it could not start, was killed, its output unreadable).
     #[error("{0}")]
     Process(String),
+    /// The compile went over one of this node's limits (`server.compile_timeout_ms`,
+    /// `server.compile_memory_mib`): it would again.
+    #[error("{0}")]
+    Limit(String),
 }
 
 impl Compiler {
@@ -155,7 +159,7 @@ impl Compiler {
             Err(_) => {
                 // SIGKILL and reap: the compile is over, not left running.
                 let _ = child.kill().await;
-                return Err(CompileError::Process(format!(
+                return Err(CompileError::Limit(format!(
                     "compiling took over {:?} (server.compile_timeout_ms); the compiler process \
                      was stopped",
                     s.timeout
@@ -193,7 +197,7 @@ impl Compiler {
                 } else {
                     String::new()
                 };
-                Err(CompileError::Process(format!(
+                let message = format!(
                     "the compiler process {} {how}{hint}{}",
                     s.program.display(),
                     if message.is_empty() {
@@ -201,7 +205,12 @@ impl Compiler {
                     } else {
                         format!(": {message}")
                     }
-                )))
+                );
+                Err(if out_of_memory {
+                    CompileError::Limit(message)
+                } else {
+                    CompileError::Process(message)
+                })
             }
         }
     }

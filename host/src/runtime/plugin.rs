@@ -102,13 +102,19 @@ pub enum LoadError {
     NoRole(String),
     #[error("{0}")]
     Mismatch(String),
-    /// The compile did not finish: stopped at its deadline, or its process failed.
+    /// The compile's process failed (a failure of the moment).
     #[error("{0}")]
     Compile(String),
-    /// A role did not start within its instances' limits (or the host's plugin memory stayed
-    /// taken for as long as the load waited).
+    /// The compile went over this node's time or memory limit for it.
+    #[error("{0}")]
+    CompileLimit(String),
+    /// A role did not start within its instances' limits.
     #[error("{0}")]
     Start(String),
+    /// A role could not start for the host's plugin memory (or instance slots), taken by the
+    /// calls in flight for as long as the load waited: a failure of the moment.
+    #[error("{0}")]
+    Busy(String),
 }
 
 impl LoadError {
@@ -169,6 +175,7 @@ impl Runtime {
         let artifact = compiler.compile(wasm).await.map_err(|e| match e {
             CompileError::Invalid(m) => LoadError::Invalid(m),
             CompileError::Process(m) => LoadError::Compile(m),
+            CompileError::Limit(m) => LoadError::CompileLimit(m),
         })?;
         let runtime = self.clone();
         tokio::task::spawn_blocking(move || {
@@ -314,6 +321,13 @@ impl Runtime {
                     drop(store);
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
+                }
+                Err(e @ CallError::HostMemory(_)) => {
+                    return Err(LoadError::Busy(format!(
+                        "starting its {} role failed: {e} (for {}s; tried again later)",
+                        R::NAME,
+                        HOST_MEMORY_WAIT.as_secs()
+                    )));
                 }
                 Err(e) => {
                     let whose = instance.map_or_else(String::new, |instance| {
