@@ -474,7 +474,7 @@ impl PluginConfig {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> anyhow::Result<Self> {
         let wasm = file.wasm.unwrap_or_else(|| name.to_string());
-        if wasm.is_empty() || wasm.contains(['/', '\\']) || wasm.starts_with('.') {
+        if !is_file_stem(&wasm) {
             bail!("plugins.{name}.wasm: {wasm:?} must be a file stem in plugins_dir, not a path");
         }
         let max_attempts = file.max_attempts.unwrap_or(8);
@@ -1654,6 +1654,12 @@ impl ServerTable {
             .unwrap_or_else(|| self.get("database").unwrap_or("hookd.db").to_owned());
         Database::parse(&database, &self.base)
     }
+}
+
+/// Whether `stem` names a file directly in `plugins_dir` (`<stem>.wasm`): not empty, no path
+/// separator or NUL, not hidden (`.`, `..`, a temporary file's name).
+pub fn is_file_stem(stem: &str) -> bool {
+    !stem.is_empty() && !stem.contains(['/', '\\', '\0']) && !stem.starts_with('.')
 }
 
 fn check_name(table: &str, name: &str) -> anyhow::Result<()> {

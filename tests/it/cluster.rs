@@ -1256,3 +1256,44 @@ async fn a_node_whose_clock_runs_ahead_takes_back_no_lease_still_held() {
         .unwrap();
     assert!((-605.0..-595.0).contains(&offset), "offset {offset} s");
 }
+
+/// What a node reads from the database is written into its `plugins_dir` only as a release a
+/// node could have published: a release whose name is a path (`../escaped`) is ignored, and
+/// stored bytes that do not hash to their release's sha256 are not written. Before, anyone able
+/// to write the database could write a file anywhere hookd's user may, on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_naming_a_path_or_with_bytes_of_another_hash_are_never_written() {
+    let Some(db) = TestDatabase::create("releases_naming_a_path_or_with_bytes_of_another_hash")
+    else {
+        return;
+    };
+    let dir = node_dir();
+    let node = ProcessHost::start(dir.path(), &node_config(&db.url, 1)).await;
+    let counter = host::runtime::file_sha256(&std::fs::read(plugins::COUNTER).unwrap());
+    wait_everywhere(std::slice::from_ref(&node), &counter, "at start").await;
+    let forged = "f".repeat(64);
+    psql(
+        &db.url,
+        &format!(
+            "INSERT INTO plugin_releases (stem, sha256, version, node) \
+             VALUES ('../escaped', '{counter}', nextval('plugin_release_versions'), 'intruder');
+             INSERT INTO plugin_files (sha256, bytes) \
+             SELECT '{forged}', bytes FROM plugin_files WHERE sha256 = '{counter}';
+             INSERT INTO plugin_releases (stem, sha256, version, node) \
+             VALUES ('tampered', '{forged}', nextval('plugin_release_versions'), 'intruder');"
+        ),
+    );
+    node.wait_log(
+        "a cluster release names no plugin file",
+        Duration::from_secs(30),
+    )
+    .await;
+    let log = node
+        .wait_log(
+            &format!("plugin tampered version {forged} hash to {counter}"),
+            Duration::from_secs(30),
+        )
+        .await;
+    assert!(!dir.path().join("escaped.wasm").exists(), "{log}");
+    assert!(!dir.path().join("plugins/tampered.wasm").exists(), "{log}");
+}

@@ -36,17 +36,19 @@ use std::{
     collections::{BTreeMap, HashMap},
     net::SocketAddr,
     path::Path,
-    sync::Arc,
+    sync::{Arc, LazyLock},
     time::Duration,
 };
 
 use anyhow::Context;
 use rand::RngCore;
+use tracing::Level;
 
 use crate::{
     clock::Clock,
     inbox::cluster::{ClusterStore, NodeBeat, Release},
     registry::Registry,
+    telemetry::Repeated,
 };
 
 /// How often a node beats and looks at the releases.
@@ -375,6 +377,24 @@ async fn tick(
         .releases()
         .await?
         .into_iter()
+        // Never written: a name that is not a file in plugins_dir (`../x`, an absolute path)
+        // is no release a node published, whoever wrote it in the database.
+        .filter(|r| {
+            let file = crate::config::is_file_stem(&r.stem);
+            if !file {
+                static ODD: LazyLock<Repeated> = LazyLock::new(|| {
+                    Repeated::new(Level::WARN, "a cluster release names no plugin file")
+                });
+                if let Some(left_out) = ODD.write() {
+                    tracing::warn!(
+                        plugin = crate::text::escape(&r.stem).as_ref(),
+                        left_out,
+                        "a cluster release names no plugin file; ignored"
+                    );
+                }
+            }
+            file
+        })
         .map(|r| (r.stem.clone(), r))
         .collect();
     let before = memory.seen.clone();
@@ -527,6 +547,14 @@ async fn act(
                 );
                 return Ok(());
             };
+            let sha256 = crate::runtime::file_sha256(&bytes);
+            anyhow::ensure!(
+                sha256 == release.sha256,
+                "the cluster's stored bytes of plugin {} version {} hash to {sha256}: not \
+                 written",
+                release.stem,
+                release.sha256
+            );
             write_release(registry, &release.stem, &release.sha256, &bytes).await?;
             tracing::info!(
                 plugin = release.stem,
