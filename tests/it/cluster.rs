@@ -1297,3 +1297,44 @@ async fn releases_naming_a_path_or_with_bytes_of_another_hash_are_never_written(
     assert!(!dir.path().join("escaped.wasm").exists(), "{log}");
     assert!(!dir.path().join("plugins/tampered.wasm").exists(), "{log}");
 }
+
+/// A node stopped gracefully leaves the node list at once; one killed stays listed, not alive,
+/// until forgotten. Before, every graceful restart (a new id each start) left a row listed for
+/// a day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_gracefully_leaves_the_node_list() {
+    let Some(db) = TestDatabase::create("a_node_stopped_gracefully_leaves_the_node_list") else {
+        return;
+    };
+    let (_dirs, mut hosts, _) = start_nodes(&node_config(&db.url, 1), 3).await;
+    let ids = |nodes: &Value| -> usize { nodes.as_array().unwrap().len() };
+    let (_, nodes) = hosts[0].admin_get("/admin/nodes").await;
+    assert_eq!(ids(&nodes), 3, "{nodes:#}");
+    let stopping = hosts.pop().unwrap();
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &stopping.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    hosts.pop().unwrap().kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, nodes) = hosts[0].admin_get("/admin/nodes").await;
+        if ids(&nodes) == 2 {
+            let alive: Vec<&Value> = nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| &n["alive"])
+                .collect();
+            assert!(alive.contains(&&json!(true)), "{nodes:#}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stopped node is still listed: {nodes:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(stopping);
+}

@@ -333,9 +333,17 @@ pub async fn run(
             _ => {}
         }
         tokio::select! {
-            _ = &mut shutdown => return,
+            _ = &mut shutdown => break,
             _ = tokio::time::sleep(TICK) => {}
         }
+    }
+    // Stopping: the node leaves the list (attempts it is still draining are recorded as ever).
+    // Bounded: a database away does not hold the stop; the row is then forgotten after a day
+    // of silence.
+    match tokio::time::timeout(Duration::from_secs(2), store.leave(&node.id)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "leaving the cluster's node list failed"),
+        Err(_) => tracing::warn!("leaving the cluster's node list took over 2 s; given up"),
     }
 }
 

@@ -60,6 +60,10 @@ pub trait ClusterStore: Send + Sync + 'static {
     /// Every node's latest heartbeat, oldest start first.
     async fn nodes(&self) -> Result<Vec<NodeBeat>, InboxError>;
 
+    /// Forgets node `id`, stopping (a node's id is new at each start: a row left behind would
+    /// be listed as a node not alive for a day).
+    async fn leave(&self, id: &str) -> Result<(), InboxError>;
+
     /// A reading of the database server's clock, the one clock every node follows: the best
     /// (shortest round trip) of `tries` (at least one), timed on a connection already held.
     async fn database_clock(&self, tries: usize) -> Result<crate::clock::Reading, InboxError>;

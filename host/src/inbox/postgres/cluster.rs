@@ -63,6 +63,14 @@ impl ClusterStore for PostgresStore {
         Ok(())
     }
 
+    async fn leave(&self, id: &str) -> Result<(), InboxError> {
+        self.client()
+            .await?
+            .execute("DELETE FROM nodes WHERE id = $1", &[&id])
+            .await?;
+        Ok(())
+    }
+
     async fn nodes(&self) -> Result<Vec<NodeBeat>, InboxError> {
         let rows = self
             .client()
