@@ -457,8 +457,11 @@ impl Registry {
                     .map(|n| n.instances.as_slice())
                     .filter(|names| *names != [stem])
                     .map(|names| names.join(", "));
-                tracing::error!(plugin = stem, instances, file = %path.display(), "{error}");
-                entry.error = Some(error.to_string());
+                // The text may quote the file (an import's name in a compile error, a frame's
+                // name in a start's trap): escaped, never written raw to a log or a status.
+                let text = crate::text::escape(&error.to_string()).into_owned();
+                tracing::error!(plugin = stem, instances, file = %path.display(), "{text}");
+                entry.error = Some(text);
                 if error.is_transient() {
                     // Not the file's fault: a cluster keeps its version in it, and it is
                     // loaded again later.

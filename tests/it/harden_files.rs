@@ -673,3 +673,27 @@ async fn a_file_over_its_plugins_max_file_mib_is_refused_and_a_larger_cap_reads_
     let error = roomy["error"].as_str().unwrap();
     assert!(error.contains("exports neither"), "{error}");
 }
+
+/// A refused file's error quotes what the file names (here an import whose name carries a
+/// carriage return and a bidirectional override, which a compile error quotes): the status and
+/// the log have it escaped, never raw (a forged log line, text shown reordered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_files_error_has_the_files_own_text_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    let wasm =
+        wat::parse_str("(component (import \"evil\\0dname\\e2\\80\\aeline\" (func)))").unwrap();
+    std::fs::write(dir.path().join("plugins/h.wasm"), wasm).unwrap();
+    let host = TestHost::start_in(dir, &config("", &["h"], "")).await;
+    let (_, list) = host.admin_get("/admin/plugins").await;
+    let h = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "h")
+        .unwrap()
+        .clone();
+    let error = h["error"].as_str().unwrap_or_else(|| panic!("{h:#}"));
+    assert!(error.contains("evil\\rname\\u{202e}line"), "{error:?}");
+    assert!(!error.contains(['\r', '\u{202e}']), "{error:?}");
+}
