@@ -442,6 +442,7 @@ async fn one_replay_call_touches_at_most_max_replay_deliveries() {
     }
     let claimed = inbox
         .claim(ClaimRequest {
+            caps: Default::default(),
             now_ms: now,
             limit: seeded,
             capacity: [("gone".to_string(), seeded)].into(),

@@ -1338,3 +1338,66 @@ async fn a_node_stopped_gracefully_leaves_the_node_list() {
     }
     drop(stopping);
 }
+
+/// A plugin's `max_concurrency` holds across the nodes: with a cap of 1, no two attempts of it
+/// overlap in time, whichever nodes run them. Before, each node counted only its own attempts,
+/// and two nodes ran two at once (a cap set for a rate-limited API, doubled by a second node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_concurrency_holds_across_the_nodes() {
+    let Some(db) = TestDatabase::create("max_concurrency_holds_across_the_nodes") else {
+        return;
+    };
+    let config = format!(
+        "[server]\nworkers = 4\ndatabase = \"{}\"\n{}\n[plugins.slow]\nwasm = \"flaky\"\n\
+         max_concurrency = 1\n",
+        db.url,
+        sw_source("q", &["slow"], "")
+    );
+    let dirs: Vec<TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut hosts = Vec::new();
+    for dir in &dirs {
+        install_plugins(dir.path(), &[("flaky", plugins::FLAKY)]);
+        hosts.push(ProcessHost::start(dir.path(), &config).await);
+    }
+    const EVENTS: usize = 8;
+    for i in 0..EVENTS {
+        let body = json!({"sleep_ms": 300}).to_string();
+        let (status, reply) =
+            support::post_sw(hosts[i % 2].ingest, "q", &format!("e{i}"), body.as_bytes())
+                .await
+                .unwrap();
+        assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    }
+    for i in 0..EVENTS {
+        hosts[0]
+            .wait_state(
+                "q",
+                &format!("e{i}"),
+                "slow",
+                "done",
+                Duration::from_secs(60),
+            )
+            .await;
+    }
+    let ran = psql(
+        &db.url,
+        "SELECT a.started_at || ' ' || a.finished_at FROM attempts a
+           JOIN deliveries d ON d.id = a.delivery WHERE d.handler = 'slow'
+          ORDER BY a.started_at",
+    );
+    let spans: Vec<(i64, i64)> = ran
+        .lines()
+        .map(|l| {
+            let (a, b) = l.split_once(' ').unwrap();
+            (a.parse().unwrap(), b.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(spans.len(), EVENTS, "{ran}");
+    // The next lease follows the last finish's commit; the two are stamped a moment apart.
+    for pair in spans.windows(2) {
+        assert!(
+            pair[1].0 + 50 >= pair[0].1,
+            "two attempts overlapped: {ran}"
+        );
+    }
+}

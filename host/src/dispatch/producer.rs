@@ -165,6 +165,7 @@ impl Dispatcher {
         let free = workers.saturating_sub(running.values().sum());
         let mut fairness = Fairness::new(workers, self.handlers.len());
         let mut capacity = HashMap::new();
+        let mut caps = HashMap::new();
         for (name, plugin) in &self.config.plugins {
             if self.registry.get(&plugin.wasm).is_none() {
                 continue; // not loaded: its deliveries wait
@@ -172,6 +173,9 @@ impl Dispatcher {
             let busy = running.get(name).copied().unwrap_or(0);
             // Without a cap of its own a plugin may use any worker fairness gives it.
             let cap = plugin.max_concurrency.unwrap_or(workers);
+            if let Some(cap) = plugin.max_concurrency {
+                caps.insert(name.to_string(), cap);
+            }
             capacity.insert(name.to_string(), cap.saturating_sub(busy).min(free));
             fairness.running.insert(name.to_string(), busy);
             if self.handlers.contains(name.as_str()) {
@@ -187,6 +191,7 @@ impl Dispatcher {
                 now_ms: self.clock.now_ms(),
                 limit: free,
                 capacity,
+                caps,
                 lease_ms: self.lease_ms(),
                 fairness,
                 deliver_stale: self.deliver_stale(),

@@ -98,6 +98,7 @@ impl Fixture {
     async fn claim(&self) -> Vec<Claimed> {
         self.inbox
             .claim(ClaimRequest {
+                caps: Default::default(),
                 now_ms: self.clock.now_ms(),
                 limit: 1,
                 capacity: HashMap::from([("h".to_string(), 1)]),

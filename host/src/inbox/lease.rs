@@ -63,6 +63,10 @@ pub struct ClaimRequest {
     pub limit: usize,
     /// Handler → how many more attempts of it may run now; only handlers listed are claimed.
     pub capacity: HashMap<String, usize>,
+    /// Handler → its `max_concurrency`, where it has one: attempts of it at once across every
+    /// node sharing the database (a backend several nodes share leases no more than this less
+    /// those running anywhere; one process's `capacity` already says it all).
+    pub caps: HashMap<String, usize>,
     /// Handler → lease length; handlers absent get [`DEFAULT_LEASE_MS`].
     pub lease_ms: HashMap<String, i64>,
     /// How the free workers are shared among the handlers ([`allot`](crate::dispatch::fair::allot)); the default (no

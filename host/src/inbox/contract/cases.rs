@@ -137,6 +137,7 @@ pub(super) async fn a_handler_delivering_stale_events_is_given_the_older_one_mar
     let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;
     let request = ClaimRequest {
+        caps: Default::default(),
         deliver_stale: [HANDLER.to_owned()].into(),
         ..fixtures::claim_request(LEASED_MS + 5, 8, &[(HANDLER, 8)])
     };

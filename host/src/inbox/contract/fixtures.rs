@@ -111,6 +111,7 @@ pub(in crate::inbox) fn claim_request(
     capacity: &[(&str, usize)],
 ) -> ClaimRequest {
     ClaimRequest {
+        caps: Default::default(),
         now_ms,
         limit,
         capacity: capacity

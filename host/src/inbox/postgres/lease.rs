@@ -64,7 +64,8 @@ pub(super) async fn claim_due(
     tx: &Tx<'_>,
     request: &ClaimRequest,
 ) -> Result<(ClaimOutcome, Option<i64>), InboxError> {
-    let handlers = request.wants();
+    let mut handlers = request.wants();
+    within_caps(tx, request, &mut handlers).await?;
     let mut stale = 0;
     // The transaction's set-up travels with its first statement: one round trip for both.
     let ((), mut first) = tokio::try_join!(
@@ -124,6 +125,48 @@ pub(super) async fn claim_due(
         }
     };
     Ok((ClaimOutcome { leased, stale }, transaction))
+}
+
+/// The advisory locks' first key for a handler's `max_concurrency` (any constant; the second
+/// key is the handler name's hash).
+const CAP_LOCK: i32 = 0x686f_6f6b;
+
+/// Holds each of `handlers` with a `max_concurrency` to it across the nodes: under a
+/// transaction lock of that handler's (taken in name order, so two claims never wait for each
+/// other's), its room becomes at most the cap less its deliveries running on any node (leases
+/// of a node that died count until they expire). Claims of a capped handler so take turns
+/// until their commits; the rest never wait.
+async fn within_caps(
+    tx: &Tx<'_>,
+    request: &ClaimRequest,
+    handlers: &mut [(&str, usize, usize)],
+) -> Result<(), InboxError> {
+    for (handler, room, want) in handlers.iter_mut() {
+        let Some(cap) = request.caps.get(*handler) else {
+            continue;
+        };
+        if *want == 0 {
+            continue;
+        }
+        // Two statements: at `READ COMMITTED` the count's snapshot is taken when it starts,
+        // so after the lock, and sees what the claim that held it committed.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+            &[&CAP_LOCK, handler],
+        )
+        .await?;
+        let row = tx
+            .query_one(
+                "SELECT count(*) FROM deliveries WHERE state = 'running' AND handler = $1",
+                &[handler],
+            )
+            .await?;
+        let running = usize::try_from(row.get::<_, i64>(0)).unwrap_or(usize::MAX);
+        let left = cap.saturating_sub(running);
+        *room = (*room).min(left);
+        *want = (*want).min(left);
+    }
+    Ok(())
 }
 
 /// How long a claim whose `COMMIT` went unanswered (the connection lost as it was sent) asks

@@ -54,6 +54,7 @@ fn delivery(
 
 fn request(limit: usize, handlers: &[(&str, usize)], fairness: Fairness) -> ClaimRequest {
     ClaimRequest {
+        caps: Default::default(),
         fairness,
         ..fixtures::claim_request(1_000_000, limit, handlers)
     }
