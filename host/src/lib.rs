@@ -146,9 +146,16 @@ pub struct RunOptions {
 }
 
 /// Raises the open-files limit as far as it goes and caps handlers' outbound sockets so the
-/// listeners, at their `server.max_connections`, still have room (see `outbound::sockets`).
-fn limit_outbound_sockets(runtime: &Runtime, server: &config::ServerConfig) {
+/// listeners, at their `server.max_connections`, still have room, each plugin that may send
+/// requests to its share (see `outbound::sockets`).
+fn limit_outbound_sockets(runtime: &Runtime, config: &config::Config) {
     use outbound::sockets::{raise_open_files, socket_budget};
+    let server = &config.server;
+    let sharers = config
+        .plugins
+        .values()
+        .filter(|plugin| !plugin.allow_hosts.is_empty())
+        .count();
     let Some(open_files) = raise_open_files() else {
         return; // Unlimited: each call's own cap is the only one.
     };
@@ -170,7 +177,7 @@ fn limit_outbound_sockets(runtime: &Runtime, server: &config::ServerConfig) {
         }
     };
     tracing::debug!(open_files, outbound_sockets = cap, "descriptor budget");
-    runtime.limit_outbound_sockets(cap);
+    runtime.limit_outbound_sockets(cap, sharers);
 }
 
 /// Runs hookd until `shutdown` resolves: opens the inbox, loads the plugins, reclaims leases a
@@ -234,7 +241,7 @@ pub async fn run_with(
     let server = &config.server;
     let runtime = Runtime::new().context("starting the wasm runtime")?;
     runtime.limit_plugin_memory(server.plugin_memory_bytes);
-    limit_outbound_sockets(&runtime, server);
+    limit_outbound_sockets(&runtime, &config);
     std::fs::create_dir_all(&server.plugins_dir)
         .with_context(|| format!("creating plugins_dir {}", server.plugins_dir.display()))?;
     let cache = match runtime.artifact_cache(&server.cache_dir, server.cache_max_bytes) {

@@ -392,6 +392,12 @@ pub enum Denied {
          open-files limit): try again later"
     )]
     HostSockets(usize),
+    /// The plugin holds its share of them.
+    #[error(
+        "this plugin holds its share of hookd's outbound sockets ({0}: the cap, set from the \
+         open-files limit, over the plugins that may send requests): try again later"
+    )]
+    PluginSockets(usize),
 }
 
 /// Checks a request's target against the grant before anything is resolved. The target's

@@ -103,10 +103,11 @@ impl Runtime {
     }
 
     /// Caps the outbound sockets of all calls in flight together at `cap` (set at start-up
-    /// from the open-files limit); until set, only each call's own cap applies.
-    pub fn limit_outbound_sockets(&self, cap: u64) {
+    /// from the open-files limit), each of the `sharers` plugins that may send requests to its
+    /// share of it; until set, only each call's own cap applies.
+    pub fn limit_outbound_sockets(&self, cap: u64, sharers: usize) {
         self.sockets
-            .set_cap(usize::try_from(cap).unwrap_or(usize::MAX));
+            .set_cap(usize::try_from(cap).unwrap_or(usize::MAX), sharers);
     }
 
     /// Whether the pooling allocator is in use (reported by `/healthz`).

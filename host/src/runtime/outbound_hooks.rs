@@ -57,7 +57,9 @@ use crate::{
 fn denied_error(denied: &Denied) -> HttpError {
     match denied {
         Denied::Prohibited { .. } => HttpError::DestinationIpProhibited,
-        Denied::HostSockets(_) => HttpError::InternalError(Some(denied.to_string())),
+        Denied::HostSockets(_) | Denied::PluginSockets(_) => {
+            HttpError::InternalError(Some(denied.to_string()))
+        }
         Denied::TooManyRequests => HttpError::ConnectionLimitReached,
         Denied::NoNetwork
         | Denied::Scheme(_)
@@ -403,9 +405,9 @@ impl WasiHttpHooks for OutboundHooks {
                     refusals.deny(&denied)
                 })?;
                 // Held as long as the connection is: it rides with the connection's driver.
-                let slot = sockets.take().ok_or_else(|| {
+                let slot = sockets.take(&plugin).map_err(|denied| {
                     count(OutboundResult::Denied);
-                    refusals.deny(&Denied::HostSockets(sockets.cap()))
+                    refusals.deny(&denied)
                 })?;
                 // The call's refusal line is due when the call ends, not when this response does.
                 drop(refusals);
