@@ -1401,3 +1401,33 @@ async fn max_concurrency_holds_across_the_nodes() {
         );
     }
 }
+
+/// A rollback the cluster took is answered as done even when this node cannot write the
+/// version into its own file (here a directory in the way of its temporary file): the error is
+/// logged. Before, a 500 after the rollback had committed, and a retry took the cluster back
+/// one more version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_taken_is_answered_as_done_when_this_nodes_file_cannot_be_written() {
+    let Some(db) = TestDatabase::create("a_rollback_taken_is_answered_as_done_when_file_fails")
+    else {
+        return;
+    };
+    let (dirs, hosts, first) = start_nodes(&node_config(&db.url, 1), 2).await;
+    drop_new_version(&dirs, &hosts, 0).await;
+    let in_the_way = dirs[0].path().join("plugins/.counter.wasm.tmp");
+    std::fs::create_dir(&in_the_way).unwrap();
+    std::fs::write(in_the_way.join("x"), b"").unwrap();
+    let (status, reply) = rollback(&hosts[0]).await;
+    assert_eq!(
+        (status, &reply["sha256"]),
+        (StatusCode::OK, &json!(first)),
+        "{reply}"
+    );
+    hosts[0]
+        .wait_log(
+            "this node's file still holds the version rolled back from",
+            Duration::from_secs(30),
+        )
+        .await;
+    wait_everywhere(&hosts, &first, "after the rollback").await;
+}

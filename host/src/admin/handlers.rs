@@ -530,8 +530,20 @@ pub(super) async fn rollback_plugin(
             shared.registry.rollback_to(&plugin.wasm, &target);
             // The file holds it too, as on the nodes that adopt it: left holding the version
             // rolled back from, a later touch of the file here (a chmod -R) reloaded that one
-            // as new, and the sync published it back to every node.
-            crate::cluster::write_release(&shared.registry, &plugin.wasm, &target, &bytes).await?;
+            // as new, and the sync published it back to every node. The rollback is done
+            // whatever this write does: an error answered now would be retried, and take the
+            // cluster back one more version.
+            if let Err(e) =
+                crate::cluster::write_release(&shared.registry, &plugin.wasm, &target, &bytes).await
+            {
+                tracing::error!(
+                    plugin = %name,
+                    sha256 = %target,
+                    "rolled back, but this node's file still holds the version rolled back \
+                     from ({e:#}): fix plugins_dir and write the file again, or a change to it \
+                     publishes that version again"
+                );
+            }
             target
         }
         None => {
