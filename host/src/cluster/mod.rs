@@ -189,6 +189,13 @@ pub fn plan(
         let changed_here = here.is_some()
             && here != seen.get(stem)
             && !here.is_some_and(|sha| memory.forget_written(stem, sha));
+        // Live at the last tick and gone now (its file deleted): the cluster's version is
+        // written back and loaded, on whichever node it happens (the nodes that had adopted
+        // this release kept it unloaded, the others wrote it back: a cluster split by one
+        // `rm`). A plugin leaves a cluster by leaving its configuration.
+        if here.is_none() && seen.contains_key(stem) {
+            memory.adopted.remove(stem);
+        }
         match (here, release) {
             // A version of its own: published, unless the cluster's choice wins (start-up).
             (Some(sha), None) => actions.push(Action::Publish {
@@ -780,6 +787,33 @@ mod tests {
             plan(&third, &here, &mut memory),
             [Action::Adopt(third["h"].clone())]
         );
+    }
+
+    /// A file deleted on a node is written back with the cluster's version, whether this node
+    /// adopted that release or published it (before, only a node that had not adopted it wrote
+    /// it back).
+    #[test]
+    fn a_deleted_file_gets_the_clusters_version_back_on_every_node() {
+        let releases = BTreeMap::from([release("h", "b", 2)]);
+        // Adopted here (the file was written from the release), then live.
+        let mut adopter = Memory::default();
+        plan(&BTreeMap::new(), &live(&[("h", "a")]), &mut adopter);
+        assert_eq!(
+            plan(&releases, &live(&[("h", "a")]), &mut adopter),
+            [Action::Adopt(releases["h"].clone())]
+        );
+        assert!(plan(&releases, &live(&[("h", "b")]), &mut adopter).is_empty());
+        // Published here: it never adopted the release.
+        let mut publisher = Memory::default();
+        assert!(plan(&releases, &live(&[("h", "b")]), &mut publisher).is_empty());
+        for memory in [&mut adopter, &mut publisher] {
+            assert_eq!(
+                plan(&releases, &live(&[]), memory),
+                [Action::Adopt(releases["h"].clone())]
+            );
+            // Once, while the write and the load are under way.
+            assert!(plan(&releases, &live(&[]), memory).is_empty());
+        }
     }
 
     /// A publish or an adoption that failed (the database away, a directory not writable) is
