@@ -195,8 +195,9 @@ impl Connections {
     /// requests; a client opens another.
     fn shed_one(&self) {
         let mut served = self.served.lock().expect("never poisoned");
+        // Those already asked to close are on their way out: not counted.
         let mut per_key: HashMap<IpAddr, usize> = HashMap::new();
-        for connection in served.open.values() {
+        for connection in served.open.values().filter(|c| c.close.is_some()) {
             *per_key.entry(connection.key).or_default() += 1;
         }
         let chosen = served
@@ -268,6 +269,16 @@ impl PerAddress {
             key,
             address: Some(address),
         }
+    }
+
+    /// Whether a connection from `ip` would get a slot or a place in its address's queue now
+    /// ([`PerAddress::take`] would not refuse it at once).
+    fn may_take(&self, ip: IpAddr) -> bool {
+        let addresses = self.addresses.lock().expect("never poisoned");
+        addresses.get(&client_key(ip)).is_none_or(|address| {
+            address.slots.available_permits() > 0
+                || address.waiting.load(Ordering::SeqCst) < self.max
+        })
     }
 
     /// A slot for a connection from `ip`: at once if one is free; else, if fewer than `max`
@@ -375,8 +386,16 @@ pub async fn serve(
                 }
             },
         };
+        // A slot freed while the loop waited in accept needs no connection closed for it.
+        let free = free.or_else(|| permits.clone().try_acquire_owned().ok());
         let permit = match free {
             Some(permit) => permit,
+            None if !per_address.may_take(peer.ip()) => {
+                // Refused anyway (its address holds its served and waiting share): no one
+                // else's connection is closed for it.
+                refuse(stream, &refusing);
+                continue;
+            }
             None => {
                 // One more each second while none comes back (the one asked was answering a
                 // long request, or went before it was asked).
@@ -610,14 +629,15 @@ mod tests {
         assert!(!asked(&mut idle_new) && !asked(&mut busy) && !asked(&mut lone));
         connections.shed_one();
         assert!(asked(&mut idle_new), "then the next idle one");
+        // Those asked to close are not counted: one connection each now, the idle one first.
+        connections.shed_one();
+        assert!(asked(&mut lone), "then the other address's idle one");
         connections.shed_one();
         assert!(
             asked(&mut busy),
             "then the one answering (closed once it has answered)"
         );
-        drop((_b1, _b2, _b3));
-        connections.shed_one();
-        assert!(asked(&mut lone), "then the other address's");
+        drop((_a, _b1, _b2, _b3));
         connections.shed_one();
         assert!(
             connections
