@@ -184,6 +184,11 @@ impl LoadError {
     }
 }
 
+/// Loads of one file failed in a row for a reason of the moment after which its failure is
+/// taken for the file's (a compile process that crashes on this file each time, say), as any
+/// other refusal: about 20 minutes of tries ([`retry_after`]).
+pub const TRANSIENT_TRIES: u32 = 8;
+
 /// The wait before loading a file again after `failures` loads of it in a row failed for a
 /// reason of the moment: 2 s, doubling, at most 5 minutes.
 pub fn retry_after(failures: u32) -> std::time::Duration {
@@ -462,11 +467,11 @@ impl Registry {
                 let text = crate::text::escape(&error.to_string()).into_owned();
                 tracing::error!(plugin = stem, instances, file = %path.display(), "{text}");
                 entry.error = Some(text);
-                if error.is_transient() {
-                    // Not the file's fault: a cluster keeps its version in it, and it is
-                    // loaded again later.
+                let failures = entry.retry.map_or(1, |(n, _)| n.saturating_add(1));
+                if error.is_transient() && failures <= TRANSIENT_TRIES {
+                    // Not the file's fault, it seems: a cluster keeps its version in it, and
+                    // it is loaded again later.
                     entry.refused = None;
-                    let failures = entry.retry.map_or(1, |(n, _)| n.saturating_add(1));
                     entry.retry =
                         Some((failures, std::time::Instant::now() + retry_after(failures)));
                 } else {
@@ -891,6 +896,12 @@ mod tests {
             Some((1, std::time::Instant::now()));
         assert_eq!(registry.retries_due(), ["h"]);
         assert!(registry.retries_due().is_empty(), "asked once per wait");
+        // Failing for as long, it is taken for the file's refusal, and not tried again.
+        registry.status.lock().unwrap().get_mut("h").unwrap().retry =
+            Some((TRANSIENT_TRIES, std::time::Instant::now()));
+        registry.load("h").await.unwrap_err();
+        assert!(registry.refused("h").is_some());
+        assert!(registry.status.lock().unwrap()["h"].retry.is_none());
     }
 
     /// A load of a file waits for the one before it to end (read to swap), so two never

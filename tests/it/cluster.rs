@@ -1361,7 +1361,7 @@ async fn max_concurrency_holds_across_the_nodes() {
     }
     const EVENTS: usize = 8;
     for i in 0..EVENTS {
-        let body = json!({"sleep_ms": 300}).to_string();
+        let body = json!({"sleep_ms": 1000}).to_string();
         let (status, reply) =
             support::post_sw(hosts[i % 2].ingest, "q", &format!("e{i}"), body.as_bytes())
                 .await
@@ -1393,10 +1393,12 @@ async fn max_concurrency_holds_across_the_nodes() {
         })
         .collect();
     assert_eq!(spans.len(), EVENTS, "{ran}");
-    // The next lease follows the last finish's commit; the two are stamped a moment apart.
+    // The next lease follows the last finish's commit, but is stamped with the time its claim
+    // was asked for, which may be before that commit: well under the attempts' second apart
+    // (two nodes running at once overlap by most of it).
     for pair in spans.windows(2) {
         assert!(
-            pair[1].0 + 50 >= pair[0].1,
+            pair[1].0 + 300 >= pair[0].1,
             "two attempts overlapped: {ran}"
         );
     }

@@ -128,8 +128,9 @@ pub enum BackupError {
         match put_back {
             Ok(()) => format!("the database is back at {}", database.display()),
             Err(again) => format!(
-                "the database is at {} (and its -wal, if it had one, beside it), and moving it \
-                 back failed too ({again}): rename it to {} before starting hookd",
+                "moving the database back from {} failed too ({again}): rename it (and its \
+                 -wal, if it had one, beside it; the database first) to {} before starting \
+                 hookd",
                 aside.display(),
                 database.display()
             ),

@@ -11,6 +11,9 @@
 //! - A finish re-checks its lease (`state = 'running' AND attempts = token`) under the
 //!   delivery's row lock, so a reclaim and a late result never both win; its attempt row and
 //!   the delivery's next state are one transaction.
+//! - A claim of a plugin with a `max_concurrency` leases no more than the cap less its
+//!   deliveries running on any node, counted under one transaction lock all such claims take
+//!   (`within_caps`), so two nodes never both fill its last slot.
 //! - A reclaim skips the leases another transaction holds (a finish in progress).
 //! - A finish that commits notifies the other nodes as it commits (a key it ran may have its
 //!   next delivery due now).
@@ -67,7 +70,8 @@ pub(super) async fn claim_due(
     let mut handlers = request.wants();
     within_caps(tx, request, &mut handlers).await?;
     let mut stale = 0;
-    // The transaction's set-up travels with its first statement: one round trip for both.
+    // The transaction's set-up travels with its first statement (the first but for a capped
+    // plugin's count): one round trip for both.
     let ((), mut first) = tokio::try_join!(
         super::generic_plans(tx),
         first_windows(tx, &handlers, request.now_ms)
@@ -127,20 +131,21 @@ pub(super) async fn claim_due(
     Ok((ClaimOutcome { leased, stale }, transaction))
 }
 
-/// The advisory locks' first key for a handler's `max_concurrency` (any constant; the second
-/// key is the handler name's hash).
-const CAP_LOCK: i32 = 0x686f_6f6b;
+/// The advisory lock claims of plugins with a `max_concurrency` take (a constant of its own:
+/// the migrations' is `…0001`, retention's `…0002`).
+const CAP_LOCK: i64 = 0x686f_6f6b_6400_0003;
 
-/// Holds each of `handlers` with a `max_concurrency` to it across the nodes: under a
-/// transaction lock of that handler's (taken in name order, so two claims never wait for each
-/// other's), its room becomes at most the cap less its deliveries running on any node (leases
-/// of a node that died count until they expire). Claims of a capped handler so take turns
-/// until their commits; the rest never wait.
+/// Holds each of `handlers` with a `max_concurrency` to it across the nodes: under one
+/// transaction lock (one, so two claims never wait for each other's), its room becomes at most
+/// the cap less its deliveries running on any node (leases of a node that died count until
+/// they expire). Claims of capped plugins so take turns until their commits; the rest never
+/// wait.
 async fn within_caps(
     tx: &Tx<'_>,
     request: &ClaimRequest,
     handlers: &mut [(&str, usize, usize)],
 ) -> Result<(), InboxError> {
+    let mut locked = false;
     for (handler, room, want) in handlers.iter_mut() {
         let Some(cap) = request.caps.get(*handler) else {
             continue;
@@ -150,11 +155,11 @@ async fn within_caps(
         }
         // Two statements: at `READ COMMITTED` the count's snapshot is taken when it starts,
         // so after the lock, and sees what the claim that held it committed.
-        tx.execute(
-            "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-            &[&CAP_LOCK, handler],
-        )
-        .await?;
+        if !locked {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CAP_LOCK])
+                .await?;
+            locked = true;
+        }
         let row = tx
             .query_one(
                 "SELECT count(*) FROM deliveries WHERE state = 'running' AND handler = $1",

@@ -185,12 +185,18 @@ pub(in crate::inbox) fn restore(
 /// Moves a database set aside at `aside` (with its `-wal`) back to `database`, where a restore
 /// that failed had taken it from.
 fn put_back(database: &Path, aside: &Path) -> Result<(), BackupError> {
+    // The database first: a `-wal` put back without it would be replayed into whatever
+    // database a start then makes there.
+    rename(aside, database)?;
     let wal = beside(aside, WAL);
     if wal.exists() {
         rename(&wal, &beside(database, WAL))?;
     }
-    rename(aside, database)?;
-    sync_parent(database)
+    // Both back; a failed sync is said, not taken for a failed move.
+    if let Err(e) = sync_parent(database) {
+        tracing::warn!(database = %database.display(), "{e}");
+    }
+    Ok(())
 }
 
 /// The logs SQLite would replay into a database at `path` on its first open (its `-wal` and
