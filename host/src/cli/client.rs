@@ -753,7 +753,15 @@ fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
             "token from --token or HOOKD_ADMIN_TOKEN".into(),
         ));
     }
-    let Some(config) = config_file(admin) else {
+    config_token(admin, config_file(admin))
+}
+
+/// [`admin_token`] from `config` (the file `--config` names, or the `./hookd.toml` found).
+fn config_token(
+    admin: &AdminArgs,
+    config: Option<&std::path::Path>,
+) -> anyhow::Result<(Option<String>, String)> {
+    let Some(config) = config else {
         return Ok((
             None,
             "no token given: set --token or HOOKD_ADMIN_TOKEN, or --config with the server's \
@@ -762,6 +770,22 @@ fn admin_token(admin: &AdminArgs) -> anyhow::Result<(Option<String>, String)> {
         ));
     };
     let settings = ClientAdmin::load(config).context("--config (or HOOKD_CONFIG)")?;
+    // The token of a `./hookd.toml` found here goes only to the admin API that file names: to
+    // another `--admin-url` it would send this directory's server's token there (a dev token
+    // to production, in plain http), unless --config names the file.
+    if let Some(url) = &admin.admin_url
+        && admin.config.is_none()
+        && url.trim_end_matches('/') != settings.url.trim_end_matches('/')
+    {
+        return Ok((
+            None,
+            format!(
+                "no token given: set --token or HOOKD_ADMIN_TOKEN (the token of {} goes to \
+                 another --admin-url than its own only when --config names the file)",
+                config.display()
+            ),
+        ));
+    }
     if let Some(token) = settings.token {
         let from = format!("token from server.admin_token in {}", config.display());
         return Ok((Some(token), from));
@@ -878,6 +902,41 @@ mod tests {
         };
         let e = admin_token(&admin).unwrap_err().to_string();
         assert!(e.contains("HOOKD_ADMIN_TOKEN) is set but empty"), "{e}");
+    }
+
+    /// A config's token goes to an `--admin-url` other than the config's own admin address only
+    /// when `--config` names the config: a `./hookd.toml` found in the directory is another
+    /// server's (a dev token was sent to whatever `--admin-url` said).
+    #[test]
+    fn a_found_configs_token_goes_only_to_its_own_admin_api() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("hookd.toml"),
+            "[server]\nadmin_listen = \"127.0.0.1:9181\"\nadmin_token = \"dev-token\"\n",
+        )
+        .unwrap();
+        let config = dir.path().join("hookd.toml");
+        let found = |url: &str| {
+            let asked = AdminArgs {
+                admin_url: Some(url.into()),
+                token: None,
+                config: None,
+            };
+            config_token(&asked, Some(&config)).unwrap()
+        };
+        let (elsewhere, why) = found("http://prod.example:8081");
+        assert_eq!(elsewhere, None, "{why}");
+        assert!(why.contains("only when --config names the file"), "{why}");
+        assert_eq!(
+            found("http://127.0.0.1:9181/").0.as_deref(),
+            Some("dev-token")
+        );
+        let named = AdminArgs {
+            admin_url: Some("http://prod.example:8081".into()),
+            token: None,
+            config: Some(dir.path().join("hookd.toml")),
+        };
+        assert_eq!(admin_token(&named).unwrap().0.as_deref(), Some("dev-token"));
     }
 
     #[test]
