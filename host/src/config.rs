@@ -646,6 +646,7 @@ impl PluginConfig {
         self.call_limits(
             (timeout, "parser_timeout_ms"),
             (memory_bytes, "parser_memory_mib"),
+            crate::runtime::PoolShare::All,
         )
     }
 
@@ -654,6 +655,7 @@ impl PluginConfig {
         self.call_limits(
             (self.timeout, "timeout_ms"),
             (self.memory_bytes, "memory_mib"),
+            crate::runtime::PoolShare::Handlers,
         )
     }
 
@@ -663,12 +665,14 @@ impl PluginConfig {
         &self,
         (timeout, timeout_key): (Duration, &'static str),
         (memory_bytes, memory_key): (u64, &'static str),
+        pool_share: crate::runtime::PoolShare,
     ) -> crate::runtime::Limits {
         crate::runtime::Limits {
             timeout,
             timeout_key,
             memory_bytes,
             memory_key,
+            pool_share,
             output_bytes: self.output_bytes,
             log_bytes: self.log_bytes,
         }
@@ -828,17 +832,32 @@ impl Config {
             let name = &plugin.name;
             let handler = sources().any(|s| s.handlers.contains(name));
             let parser = sources().any(|s| s.parser.as_ref() == Some(name));
-            for (key, bytes, used) in [
-                ("memory_mib", plugin.memory_bytes, handler),
-                ("parser_memory_mib", plugin.parser_memory_bytes, parser),
+            // A handler attempt draws on the handlers' share of the pool only.
+            let handlers_share =
+                crate::runtime::handlers_share(usize::try_from(pool).unwrap_or(usize::MAX)) as u64;
+            for (key, bytes, used, room, of) in [
+                (
+                    "memory_mib",
+                    plugin.memory_bytes,
+                    handler,
+                    handlers_share,
+                    "the three quarters of server.plugin_memory_mib that handler attempts share",
+                ),
+                (
+                    "parser_memory_mib",
+                    plugin.parser_memory_bytes,
+                    parser,
+                    pool,
+                    "server.plugin_memory_mib, which all plugin calls share",
+                ),
             ] {
-                if used && bytes > pool {
+                if used && bytes > room {
                     warnings.push(format!(
-                        "plugins.{}.{key} ({} MiB) is more than server.plugin_memory_mib ({} \
-                         MiB), which all plugin calls share: a call that grows past that traps \
-                         however often it is retried",
+                        "plugins.{}.{key} ({} MiB) is more than {of} ({} MiB of {} MiB): a \
+                         call that grows past that traps however often it is retried",
                         plugin.name,
                         bytes / MIB,
+                        room / MIB,
                         pool / MIB
                     ));
                 }
@@ -2382,7 +2401,8 @@ memory_mib = 32
         for said in [
             "server.durability applies to SQLite only",
             "server.group_commit applies to SQLite only",
-            "plugins.p.memory_mib (64 MiB) is more than server.plugin_memory_mib (32 MiB)",
+            "plugins.p.memory_mib (64 MiB) is more than the three quarters of \
+             server.plugin_memory_mib that handler attempts share (24 MiB of 32 MiB)",
         ] {
             assert!(warnings.contains(said), "{said}: {warnings}");
         }

@@ -545,7 +545,8 @@ async fn pool_held(
         ),
     );
     let host = ProcessHost::start(dir, &config).await;
-    let hold = json!({"hold_mib": 60, "sleep_ms": 4000}).to_string();
+    // Most of what handlers may hold together: three quarters of the pool, 48 MiB.
+    let hold = json!({"hold_mib": 44, "sleep_ms": 4000}).to_string();
     let (status, reply) = post_sw(host.ingest, "s", "holder", hold.as_bytes())
         .await
         .unwrap();
@@ -607,10 +608,12 @@ async fn a_handler_the_host_memory_could_not_start_is_not_counted_and_runs_later
 
 /// Every call in flight draws its linear memory from one host-wide pool
 /// (`server.plugin_memory_mib`), so the host's memory is not the sum of every call's own limit.
-/// While one attempt holds most of the pool: another attempt's growth fails with an error
-/// naming the key and is retried (done once the first has finished), and a request whose
-/// parser cannot get memory is answered 503 + `Retry-After` (nothing stored or quarantined),
-/// then accepted when sent again.
+/// While one attempt holds most of what handlers may hold (three quarters of the pool): another
+/// attempt's growth fails with an error naming the key and is retried (done once the first has
+/// finished); a parser still gets the quarter kept for parsers (before, handlers could hold it
+/// all, and every source with a parser answered 503); and a request whose parser cannot get
+/// memory is answered 503 + `Retry-After` (nothing stored or quarantined), then accepted when
+/// sent again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_share_one_host_wide_memory_pool() {
     let dir = tempfile::tempdir().unwrap();
@@ -631,7 +634,23 @@ async fn calls_in_flight_share_one_host_wide_memory_pool() {
         .await
         .unwrap();
     assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
-    let big = json!({"id": "big-1", "pad": "x".repeat(4 << 20)}).to_string();
+    // Another attempt asks for the rest of the pool: beyond the handlers' share, refused.
+    let hog = json!({"hold_mib": 17, "sleep_ms": 3000}).to_string();
+    let (status, reply) = post_sw(host.ingest, "s", "hog", hog.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fits = json!({"id": "fits-1", "pad": "x".repeat(1 << 20)}).to_string();
+    let (status, reply) = post_sw(host.ingest, "p", "fits-1", fits.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "the parsers' quarter: {reply}"
+    );
+    let big = json!({"id": "big-1", "pad": "x".repeat(12 << 20)}).to_string();
     let (status, headers, body) =
         crate::support::send_sw(host.ingest, "p", "big-1", big.as_bytes())
             .await
@@ -649,7 +668,9 @@ async fn calls_in_flight_share_one_host_wide_memory_pool() {
             .is_some_and(|e| e.contains("server.plugin_memory_mib")),
         "{squeezed:#}"
     );
-    host.wait_state("s", "holder", "h", "done", WAIT).await;
+    for done in ["holder", "hog"] {
+        host.wait_state("s", done, "h", "done", WAIT).await;
+    }
     let (status, reply) = crate::support::post_sw(host.ingest, "p", "big-1", big.as_bytes())
         .await
         .unwrap();

@@ -55,6 +55,9 @@ pub struct Limits {
     /// The setting `memory_bytes` comes from (`memory_mib`, `parser_memory_mib`), named when a
     /// call exceeds it.
     pub memory_key: &'static str,
+    /// What of the host's plugin memory the call may draw on (a handler attempt: the
+    /// handlers' share).
+    pub pool_share: limiter::PoolShare,
     pub output_bytes: usize,
     pub log_bytes: usize,
 }
@@ -339,6 +342,7 @@ impl Runtime {
             ctx.limits.memory_bytes,
             ctx.limits.memory_key,
             self.memory.clone(),
+            ctx.limits.pool_share,
         );
         let mut table = ResourceTable::new();
         table.set_max_capacity(limiter::HOST_HANDLES);

@@ -284,6 +284,7 @@ mod tests {
                 timeout_key: "timeout_ms",
                 memory_bytes: 1 << 20,
                 memory_key: "memory_mib",
+                pool_share: super::limiter::PoolShare::All,
                 output_bytes: 1024,
                 log_bytes: 1024,
             },

@@ -10,7 +10,9 @@
 //! bounded separately (see `budget`).
 //! - Every call also draws its linear memory and tables from one [`MemoryPool`] for the whole
 //!   host (`server.plugin_memory_mib`), returned when its store drops: however many calls are in
-//!   flight, and whatever their own limits, together they cannot take the host's memory.
+//!   flight, and whatever their own limits, together they cannot take the host's memory; handler
+//!   attempts together hold at most [`HANDLERS_SHARE`] of it, the rest kept for parsers (and
+//!   loads), so no handler can make every source with a parser refuse its requests.
 
 use std::sync::{
     Arc,
@@ -56,14 +58,22 @@ pub enum LimitExceeded {
     )]
     Table { desired: usize, limit: usize },
     #[error(
-        "the host's plugin memory is exhausted: the calls in flight hold {in_use} bytes of linear \
-         memory and this one asked for {asked} more, over server.plugin_memory_mib ({limit} \
-         bytes); it may succeed once they finish"
+        "the host's plugin memory is exhausted: the {} in flight hold {in_use} bytes of linear \
+         memory and this one asked for {asked} more, over {} ({limit} bytes); it may succeed \
+         once they finish",
+        if *handlers { "handler attempts" } else { "calls" },
+        if *handlers {
+            "the three quarters of server.plugin_memory_mib handlers may hold together"
+        } else {
+            "server.plugin_memory_mib"
+        }
     )]
     HostWide {
         asked: usize,
         in_use: usize,
         limit: usize,
+        /// Over the handlers' share ([`HANDLERS_SHARE`]) rather than the whole pool.
+        handlers: bool,
     },
     #[error(
         "host memory limit exceeded: the plugin's wasi:http resources (header fields, request \
@@ -73,11 +83,33 @@ pub enum LimitExceeded {
     HostMemory { desired: usize, limit: usize },
 }
 
+/// What of the [`MemoryPool`] a call may draw on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolShare {
+    /// A handler attempt: handler attempts together hold at most [`HANDLERS_SHARE`] of the
+    /// pool, so handlers holding memory (a hostile one, on every worker it gets) never leave
+    /// parsers without any, which would refuse every source with a parser.
+    Handlers,
+    /// A parser call or a load's start: the whole pool.
+    All,
+}
+
+/// The part of the pool handler attempts may hold together: three quarters.
+pub const HANDLERS_SHARE: (usize, usize) = (3, 4);
+
+/// What handler attempts may hold together of a pool of `limit` bytes ([`HANDLERS_SHARE`]).
+pub fn handlers_share(limit: usize) -> usize {
+    let (part, whole) = HANDLERS_SHARE;
+    limit / whole * part
+}
+
 /// Linear memory and tables of every call in flight together, against one host-wide limit.
 #[derive(Debug)]
 pub struct MemoryPool {
     limit: AtomicUsize,
     used: AtomicUsize,
+    /// What handler attempts hold of `used`.
+    handlers_used: AtomicUsize,
 }
 
 impl MemoryPool {
@@ -85,6 +117,7 @@ impl MemoryPool {
         Arc::new(Self {
             limit: AtomicUsize::new(limit),
             used: AtomicUsize::new(0),
+            handlers_used: AtomicUsize::new(0),
         })
     }
 
@@ -99,22 +132,42 @@ impl MemoryPool {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Takes `bytes` from the pool, or says why not.
-    fn take(&self, bytes: usize) -> Result<(), LimitExceeded> {
+    /// Takes `bytes` from the pool for a call of `share`, or says why not.
+    fn take(&self, bytes: usize, share: PoolShare) -> Result<(), LimitExceeded> {
         let limit = self.limit.load(Ordering::Relaxed);
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&total| total <= limit)
-            })
-            .map(drop)
-            .map_err(|in_use| LimitExceeded::HostWide {
+        let within = |counter: &AtomicUsize, cap: usize| {
+            counter
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                    used.checked_add(bytes).filter(|&total| total <= cap)
+                })
+                .map(drop)
+        };
+        if share == PoolShare::Handlers {
+            let cap = handlers_share(limit);
+            within(&self.handlers_used, cap).map_err(|in_use| LimitExceeded::HostWide {
+                asked: bytes,
+                in_use,
+                limit: cap,
+                handlers: true,
+            })?;
+        }
+        within(&self.used, limit).map_err(|in_use| {
+            if share == PoolShare::Handlers {
+                self.handlers_used.fetch_sub(bytes, Ordering::AcqRel);
+            }
+            LimitExceeded::HostWide {
                 asked: bytes,
                 in_use,
                 limit,
-            })
+                handlers: false,
+            }
+        })
     }
 
-    fn give_back(&self, bytes: usize) {
+    fn give_back(&self, bytes: usize, share: PoolShare) {
+        if share == PoolShare::Handlers {
+            self.handlers_used.fetch_sub(bytes, Ordering::AcqRel);
+        }
         self.used.fetch_sub(bytes, Ordering::AcqRel);
     }
 }
@@ -124,6 +177,7 @@ impl MemoryPool {
 #[derive(Debug)]
 pub struct Limiter {
     pool: Arc<MemoryPool>,
+    share: PoolShare,
     /// Bytes taken from the pool so far (memories and tables, as [`Self::total_bytes`] counts).
     taken: usize,
     memory_bytes: usize,
@@ -137,9 +191,15 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    pub fn new(memory_bytes: u64, memory_key: &'static str, pool: Arc<MemoryPool>) -> Self {
+    pub fn new(
+        memory_bytes: u64,
+        memory_key: &'static str,
+        pool: Arc<MemoryPool>,
+        share: PoolShare,
+    ) -> Self {
         Self {
             pool,
+            share,
             taken: 0,
             memory_bytes: usize::try_from(memory_bytes).unwrap_or(usize::MAX),
             memory_key,
@@ -164,7 +224,7 @@ impl Limiter {
             .into());
         }
         let more = total.saturating_sub(self.taken);
-        self.pool.take(more)?;
+        self.pool.take(more, self.share)?;
         self.taken += more;
         Ok(())
     }
@@ -172,7 +232,7 @@ impl Limiter {
 
 impl Drop for Limiter {
     fn drop(&mut self) {
-        self.pool.give_back(self.taken);
+        self.pool.give_back(self.taken, self.share);
     }
 }
 
@@ -247,7 +307,12 @@ mod tests {
 
     #[test]
     fn growth_past_the_budget_is_a_typed_error_and_the_guests_own_maximum_is_plain_wasm() {
-        let mut limiter = Limiter::new(64 * 1024 * 1024, "memory_mib", MemoryPool::new(usize::MAX));
+        let mut limiter = Limiter::new(
+            64 * 1024 * 1024,
+            "memory_mib",
+            MemoryPool::new(usize::MAX),
+            PoolShare::All,
+        );
         assert!(limiter.memory_growing(0, 1 << 20, None).unwrap());
         assert!(!limiter.memory_growing(0, 2 << 20, Some(1 << 20)).unwrap());
         let err = limiter.memory_growing(0, 65 << 20, None).unwrap_err();
@@ -269,7 +334,12 @@ mod tests {
 
     #[test]
     fn the_budget_is_the_sum_of_every_memory_and_table() {
-        let mut limiter = Limiter::new(64 << 20, "memory_mib", MemoryPool::new(usize::MAX));
+        let mut limiter = Limiter::new(
+            64 << 20,
+            "memory_mib",
+            MemoryPool::new(usize::MAX),
+            PoolShare::All,
+        );
         // Four memories of 15 MiB each fit (60 MiB)...
         for _ in 0..4 {
             assert!(limiter.memory_growing(0, 64 << 10, None).unwrap());
@@ -313,8 +383,8 @@ mod tests {
     #[test]
     fn every_call_draws_from_one_host_wide_pool_and_gives_back_on_drop() {
         let pool = MemoryPool::new(10 << 20);
-        let mut first = Limiter::new(64 << 20, "memory_mib", pool.clone());
-        let mut second = Limiter::new(64 << 20, "memory_mib", pool.clone());
+        let mut first = Limiter::new(64 << 20, "memory_mib", pool.clone(), PoolShare::All);
+        let mut second = Limiter::new(64 << 20, "memory_mib", pool.clone(), PoolShare::All);
         assert!(first.memory_growing(0, 6 << 20, None).unwrap());
         assert!(second.memory_growing(0, 3 << 20, None).unwrap());
         assert!(second.table_growing(0, 1000, None).unwrap());
@@ -324,7 +394,8 @@ mod tests {
             Some(&LimitExceeded::HostWide {
                 asked: 2 << 20,
                 in_use: (9 << 20) + 8000,
-                limit: 10 << 20
+                limit: 10 << 20,
+                handlers: false,
             })
         );
         assert!(
@@ -336,5 +407,44 @@ mod tests {
         assert!(second.memory_growing(3 << 20, 5 << 20, None).unwrap());
         drop(second);
         assert_eq!(pool.in_use(), 0);
+    }
+
+    /// Handler attempts together hold at most three quarters of the pool; the rest stays for
+    /// parsers (before, handlers holding the pool made every parse a 503: every source with a
+    /// parser refused its requests for as long as they held it).
+    #[test]
+    fn handlers_together_leave_a_quarter_of_the_pool_to_parsers() {
+        let pool = MemoryPool::new(16 << 20);
+        let handler = || Limiter::new(64 << 20, "memory_mib", pool.clone(), PoolShare::Handlers);
+        let (mut first, mut second) = (handler(), handler());
+        assert!(first.memory_growing(0, 8 << 20, None).unwrap());
+        assert!(second.memory_growing(0, 4 << 20, None).unwrap());
+        let err = second.memory_growing(4 << 20, 5 << 20, None).unwrap_err();
+        let exceeded = err.downcast_ref::<LimitExceeded>().unwrap();
+        assert_eq!(
+            exceeded,
+            &LimitExceeded::HostWide {
+                asked: 1 << 20,
+                in_use: 12 << 20,
+                limit: 12 << 20,
+                handlers: true,
+            }
+        );
+        assert!(
+            err.to_string().contains("handlers may hold together"),
+            "{err}"
+        );
+        let mut parser = Limiter::new(64 << 20, "parser_memory_mib", pool.clone(), PoolShare::All);
+        assert!(
+            parser.memory_growing(0, 4 << 20, None).unwrap(),
+            "the parsers' quarter"
+        );
+        assert!(
+            parser.memory_growing(4 << 20, 5 << 20, None).is_err(),
+            "the pool is full"
+        );
+        drop((first, second, parser));
+        assert_eq!(pool.in_use(), 0);
+        assert_eq!(pool.handlers_used.load(Ordering::Relaxed), 0);
     }
 }

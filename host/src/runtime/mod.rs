@@ -51,7 +51,7 @@ pub use self::compiler::{
 pub use self::engine::{StartError, WASM_STACK_BYTES};
 use self::host::HostState;
 pub use self::host::{StateLimit, StateRefused, StateStore};
-pub use self::limiter::LimitExceeded;
+pub use self::limiter::{LimitExceeded, PoolShare, handlers_share};
 pub use self::plugin::{Built, LoadError, Plugin, Roles, StartLimits, file_sha256};
 use crate::outbound::transport::Connector;
 /// The request headers `wasi:http` refuses from a plugin (its framing and connection, which

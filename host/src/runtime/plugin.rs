@@ -264,6 +264,7 @@ impl Runtime {
                 timeout_key: "the 5 s a load gives a component's start",
                 memory_bytes,
                 memory_key,
+                pool_share: super::limiter::PoolShare::All,
                 output_bytes: 0,
                 log_bytes: 0,
             },
