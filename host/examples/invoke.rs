@@ -207,6 +207,7 @@ fn limits() -> Limits {
         timeout_key: "timeout_ms",
         memory_bytes: 64 << 20,
         memory_key: "memory_mib",
+        pool_share: host::runtime::PoolShare::Handlers,
         output_bytes: 64 * 1024,
         log_bytes: 64 * 1024,
     }
