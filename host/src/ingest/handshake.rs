@@ -142,9 +142,7 @@ pub(super) fn post(
 /// no signature (Twitter's CRC, Microsoft Graph's and Dropbox's challenges), so anyone may send
 /// them at request rate.
 fn handshake_answered(edge: &super::Edge, source: &SourceConfig, reply: Reply) -> Response {
-    let written = edge
-        .line(&source.name, |lines| &lines.handshake)
-        .and_then(crate::telemetry::Repeated::write);
+    let written = edge.written(&source.name, |lines| &lines.handshake);
     if let Some(left_out) = written {
         tracing::info!(left_out, "provider handshake answered");
     }

@@ -96,9 +96,10 @@ impl SourceLines {
 }
 
 impl Edge {
-    /// `source`'s limiter of `line` (none for a name that is not a configured source's).
-    fn line(&self, source: &SourceName, line: fn(&SourceLines) -> &Repeated) -> Option<&Repeated> {
-        self.lines.get(source).map(line)
+    /// Whether `source`'s `line` is to be written now, with the count of those left out since
+    /// the last ([`Repeated::write`]); never for a name that is not a configured source's.
+    fn written(&self, source: &SourceName, line: fn(&SourceLines) -> &Repeated) -> Option<u64> {
+        self.lines.get(source).map(line).and_then(Repeated::write)
     }
 }
 
@@ -412,9 +413,7 @@ async fn answer(
             // Worth a line, as the parser's author may be the one to fix (the sender gets the
             // same detail); at most one per 10 s per source, since a source without a
             // signature lets anyone send these.
-            let written = edge
-                .line(&source.name, |lines| &lines.unparsable)
-                .and_then(Repeated::write);
+            let written = edge.written(&source.name, |lines| &lines.unparsable);
             if let Some(left_out) = written {
                 tracing::info!(
                     detail = &*crate::error::cap_detail(&detail),
@@ -435,9 +434,7 @@ async fn answer(
         }
         EnvelopeOutcome::Respond(answer) => Ok(("responded", parser_answer(answer))),
         EnvelopeOutcome::Overloaded(reason) => {
-            let written = edge
-                .line(&source.name, |lines| &lines.plugin_memory)
-                .and_then(Repeated::write);
+            let written = edge.written(&source.name, |lines| &lines.plugin_memory);
             if let Some(left_out) = written {
                 tracing::warn!(
                     reason,
@@ -460,9 +457,7 @@ async fn answer(
             })
             .await?;
             let Some(quarantine_id) = kept else {
-                let written = edge
-                    .line(&source.name, |lines| &lines.quarantine_full)
-                    .and_then(Repeated::write);
+                let written = edge.written(&source.name, |lines| &lines.quarantine_full);
                 if let Some(left_out) = written {
                     tracing::warn!(
                         reason,
@@ -476,9 +471,7 @@ async fn answer(
                 });
             };
             // At most one line per 10 s per source: each is in the quarantine's list anyway.
-            let written = edge
-                .line(&source.name, |lines| &lines.quarantined)
-                .and_then(Repeated::write);
+            let written = edge.written(&source.name, |lines| &lines.quarantined);
             if let Some(left_out) = written {
                 tracing::warn!(quarantine_id, reason, left_out, "request quarantined");
             }
