@@ -568,7 +568,7 @@ async fn act(
                 tracing::error!("{e}");
                 return Ok(());
             }
-            write_release(registry, &release.stem, &release.sha256, &bytes).await?;
+            write_checked(registry, &release.stem, &release.sha256, &bytes).await?;
             tracing::info!(
                 plugin = release.stem,
                 sha256 = release.sha256,
@@ -588,6 +588,16 @@ pub(crate) async fn write_release(
     bytes: &[u8],
 ) -> anyhow::Result<()> {
     stored_as_named(stem, sha256, bytes)?;
+    write_checked(registry, stem, sha256, bytes).await
+}
+
+/// [`write_release`] of bytes already checked against `sha256` ([`stored_as_named`]).
+async fn write_checked(
+    registry: &Registry,
+    stem: &str,
+    sha256: &str,
+    bytes: &[u8],
+) -> anyhow::Result<()> {
     let path = registry.path_of(stem);
     write_atomically(&path, bytes).await.with_context(|| {
         format!(

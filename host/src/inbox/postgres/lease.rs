@@ -145,29 +145,34 @@ async fn within_caps(
     request: &ClaimRequest,
     handlers: &mut [(&str, usize, usize)],
 ) -> Result<(), InboxError> {
-    let mut locked = false;
+    let capped: Vec<&str> = handlers
+        .iter()
+        .filter(|(handler, _, want)| *want > 0 && request.caps.contains_key(*handler))
+        .map(|(handler, _, _)| *handler)
+        .collect();
+    if capped.is_empty() {
+        return Ok(());
+    }
+    // Two statements: at `READ COMMITTED` the count's snapshot is taken when it starts, so
+    // after the lock, and sees what the claim that held it committed.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CAP_LOCK])
+        .await?;
+    let running: HashMap<String, i64> = tx
+        .query(
+            "SELECT handler, count(*) FROM deliveries
+              WHERE state = 'running' AND handler = ANY($1) GROUP BY handler",
+            &[&capped],
+        )
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
     for (handler, room, want) in handlers.iter_mut() {
         let Some(cap) = request.caps.get(*handler) else {
             continue;
         };
-        if *want == 0 {
-            continue;
-        }
-        // Two statements: at `READ COMMITTED` the count's snapshot is taken when it starts,
-        // so after the lock, and sees what the claim that held it committed.
-        if !locked {
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CAP_LOCK])
-                .await?;
-            locked = true;
-        }
-        let row = tx
-            .query_one(
-                "SELECT count(*) FROM deliveries WHERE state = 'running' AND handler = $1",
-                &[handler],
-            )
-            .await?;
-        let running = usize::try_from(row.get::<_, i64>(0)).unwrap_or(usize::MAX);
-        let left = cap.saturating_sub(running);
+        let running = running.get(*handler).copied().unwrap_or(0);
+        let left = cap.saturating_sub(usize::try_from(running).unwrap_or(usize::MAX));
         *room = (*room).min(left);
         *want = (*want).min(left);
     }
