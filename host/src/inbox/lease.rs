@@ -148,80 +148,19 @@ impl ClaimRequest {
     }
 }
 
-/// The walk over one handler's due deliveries, oldest first, that finds the heads a claim may
-/// lease: the paging both backends' claims follow, each reading its pages and marking stale
-/// candidates in its own SQL.
-///
-/// Pages run after `(due, id)`. A stale head hands its key on to the next delivery, which may
-/// sort before the page: a pass that marked one is followed by another from the start
-/// (finitely many: each marks at least one more), skipping the heads already taken.
-pub(super) struct HeadScan<C> {
-    want: usize,
-    page: i64,
-    after: (i64, i64),
-    marked: bool,
-    done: bool,
-    taken: HashSet<i64>,
-    heads: Vec<C>,
-}
+/// Due deliveries a claim's window looks at for each one it wants (plus a few), earliest
+/// first: a window full of deliveries waiting behind their keys' heads sends the claim to the
+/// walk over the keys (one seek per key with open deliveries, never one per delivery waiting).
+/// Both backends' claims look this far.
+pub(super) const WINDOW_PER_WANTED: usize = 4;
 
-impl<C> HeadScan<C> {
-    /// A walk for up to `want` heads.
-    pub(super) fn new(want: usize) -> Self {
-        Self {
-            want,
-            page: (want + 4) as i64,
-            after: (i64::MIN, i64::MIN),
-            marked: false,
-            done: want == 0,
-            taken: HashSet::new(),
-            heads: Vec::new(),
-        }
-    }
+/// Passes over the due deliveries one claim makes at most: a pass that marked a head stale is
+/// followed by another (the key's next delivery may be its head now).
+pub(super) const PASSES: usize = 4;
 
-    /// The next page to read, as `((due, id) to read after, at most how many rows)`; `None`
-    /// once the walk is over.
-    pub(super) fn next_page(&self) -> Option<((i64, i64), i64)> {
-        (!self.done).then_some((self.after, self.page))
-    }
-
-    /// Moves past the page's row `(due, id)`; whether it is still to be looked at (it is not
-    /// a head taken already).
-    pub(super) fn visit(&mut self, due: i64, id: i64) -> bool {
-        self.after = (due, id);
-        !self.taken.contains(&id)
-    }
-
-    /// The row just visited was marked stale: its key's next delivery may be a head now.
-    pub(super) fn marked_stale(&mut self) {
-        self.marked = true;
-    }
-
-    /// Takes the row just visited as a head; whether the walk has all it wants now.
-    pub(super) fn take(&mut self, id: i64, head: C) -> bool {
-        self.taken.insert(id);
-        self.heads.push(head);
-        self.done = self.heads.len() == self.want;
-        self.done
-    }
-
-    /// The page read had `rows` rows: a full one is followed by the next, a short one ends
-    /// the pass (and the walk, unless the pass marked a head stale).
-    pub(super) fn end_page(&mut self, rows: usize) {
-        if self.done || rows as i64 == self.page {
-            return;
-        }
-        if self.marked {
-            (self.after, self.marked) = ((i64::MIN, i64::MIN), false);
-        } else {
-            self.done = true;
-        }
-    }
-
-    /// The heads taken, oldest first.
-    pub(super) fn into_heads(self) -> Vec<C> {
-        self.heads
-    }
+/// The window a pass looks at to find `need` deliveries that may run.
+pub(super) fn window_size(need: usize) -> usize {
+    need * WINDOW_PER_WANTED + 16
 }
 
 /// Why a candidate older than a delivery done for its key is marked `stale`.
@@ -462,30 +401,5 @@ impl Inbox {
     /// When the waiting delivery due longest ago became due, if one is due now.
     pub async fn oldest_due(&self) -> Result<Option<i64>, InboxError> {
         self.store().oldest_due(self.now_ms()).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::HeadScan;
-
-    #[test]
-    fn a_short_page_that_marked_a_head_stale_is_followed_by_a_pass_from_the_start() {
-        let mut scan = HeadScan::<()>::new(2);
-        assert!(scan.visit(5, 1));
-        scan.marked_stale();
-        scan.end_page(1);
-        assert_eq!(scan.next_page(), Some(((i64::MIN, i64::MIN), 6)));
-    }
-
-    #[test]
-    fn a_head_taken_in_one_pass_is_not_looked_at_in_the_next() {
-        let mut scan = HeadScan::new(2);
-        scan.visit(5, 1);
-        scan.take(1, ());
-        scan.visit(6, 2);
-        scan.marked_stale();
-        scan.end_page(2);
-        assert!(!scan.visit(5, 1));
     }
 }

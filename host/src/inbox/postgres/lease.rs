@@ -40,7 +40,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Commits, Finish, Finished, InboxError,
-        lease::{Staleness, stale_reason},
+        lease::{PASSES, Staleness, stale_reason, window_size},
         request::headers_from_json,
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
@@ -288,14 +288,6 @@ async fn lease_together(
     Ok(Some((leased, xid)))
 }
 
-/// Due deliveries a window looks at for each one wanted (plus a few): a window full of
-/// deliveries waiting behind their keys' heads sends the claim to the walk over the keys.
-const WINDOW_PER_WANTED: usize = 4;
-
-/// Passes over the due deliveries one claim makes at most: a pass that marked a head stale is
-/// followed by another (the key's next delivery may be its head now).
-const PASSES: usize = 4;
-
 /// The newest sequence of key `$3` (source `$1`, handler `$2`) handled: `done` now, or done
 /// once and in another state since (`DeliveryState::ONCE_DONE`: replayed, then waiting,
 /// retrying, dead or discarded again), whose event was handled all the same. A test holds the
@@ -420,11 +412,6 @@ async fn windows(
         }
     }
     Ok(windows)
-}
-
-/// The window a pass looks at to find `need` deliveries that may run.
-fn window_size(need: usize) -> usize {
-    need * WINDOW_PER_WANTED + 16
 }
 
 /// Handler `$1`'s deliveries that may run at `$2`, not in `$4`, the earliest `$3`: those

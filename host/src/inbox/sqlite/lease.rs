@@ -9,6 +9,8 @@
 //! - The lease token is `deliveries.attempts`: a finish whose attempt is not the running one's
 //!   writes nothing.
 
+use std::collections::HashSet;
+
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -23,7 +25,7 @@ use crate::{
     ids::{EventId, PluginName, SourceName},
     inbox::{
         ClaimRequest, Claimed, Finish, Finished, InboxError,
-        lease::{HeadScan, Staleness, stale_reason},
+        lease::{PASSES, Staleness, stale_reason, window_size},
         state::Changed,
         store::{ClaimOutcome, Decide, Reclaimed},
     },
@@ -134,75 +136,166 @@ pub(super) fn claim_due(
     })
 }
 
-/// One waiting state's due deliveries of handler `?1` that head their key, due at `?2`, after
-/// `(?4, ?5)` in `(due, id)` order. [`due_heads`] merges the waiting states' arms (`UNION ALL
-/// … ORDER BY`), so each arm is a range of `deliveries_handler_due` read in order: a claim
-/// reads this handler's rows only, and only as far as it takes, never sorting its whole
-/// backlog or scanning another handler's.
-///
-/// A delivery heads its key when none of the key's open deliveries runs or comes before it
-/// (by sequence, then arrival): three probes of `deliveries_key_state`, each a seek, however
-/// long the key's history or queue.
-/// `p` is a delivery of `d`'s key: same source, handler and ordering key.
-macro_rules! same_key {
+/// `p` is an open delivery of `d`'s key: same handler, source and ordering key, a range of
+/// `deliveries_open_keys` (the state list is that index's own, so SQLite may read it).
+macro_rules! open_of_key {
     () => {
-        "p.source = d.source AND p.handler = d.handler AND p.ordering_key = d.ordering_key"
-    };
-}
-
-macro_rules! due_heads_in {
-    ($state:literal) => {
         concat!(
-            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
-             FROM deliveries d INDEXED BY deliveries_handler_due
-             WHERE d.handler = ?1 AND d.state = '",
-            $state,
-            "'
-               AND d.next_attempt_at <= ?2
-               AND (d.next_attempt_at, d.id) > (?4, ?5)
-               AND (d.ordering_key IS NULL OR (
-                    NOT EXISTS (SELECT 1 FROM deliveries p
-                        WHERE ",
-            same_key!(),
-            " AND p.state = 'running')
-                    AND NOT EXISTS (SELECT 1 FROM deliveries p
-                        WHERE ",
-            same_key!(),
-            " AND p.state IN ",
-            waiting_states!(),
-            "
-                          AND COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0))
-                    AND NOT EXISTS (SELECT 1 FROM deliveries p
-                        WHERE ",
-            same_key!(),
-            " AND p.state IN ",
-            waiting_states!(),
-            "
-                          AND COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0)
-                          AND p.id < d.id)))"
+            "p.handler = d.handler AND p.source = d.source AND p.ordering_key = d.ordering_key
+             AND p.state IN ",
+            open_states!()
         )
     };
 }
 
-/// A page of [`due_heads`]: handler `?1`'s heads due at `?2`, after `(?4, ?5)`, at most `?3`.
-pub(super) const DUE_HEADS: &str =
-    concat!(each_waiting_state!(due_heads_in), " ORDER BY 2, 1 LIMIT ?3");
+/// Whether keyed delivery `d` heads its key: none of the key's open deliveries runs or comes
+/// before it (by sequence, then arrival). Three seeks of `deliveries_open_keys`, however long
+/// the key's queue.
+macro_rules! heads_its_key {
+    () => {
+        concat!(
+            "(NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_open_keys WHERE ",
+            open_of_key!(),
+            " AND p.state = 'running')
+              AND NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_open_keys WHERE ",
+            open_of_key!(),
+            " AND p.state IN ",
+            waiting_states!(),
+            " AND COALESCE(p.sequence, 0) < COALESCE(d.sequence, 0))
+              AND NOT EXISTS (SELECT 1 FROM deliveries p INDEXED BY deliveries_open_keys WHERE ",
+            open_of_key!(),
+            " AND p.state IN ",
+            waiting_states!(),
+            " AND COALESCE(p.sequence, 0) = COALESCE(d.sequence, 0) AND p.id < d.id))"
+        )
+    };
+}
 
-/// The newest `done` sequence of key `?3` (source `?1`, handler `?2`): `MAX(sequence)`, read
-/// from the top of the key's `done` entries in `deliveries_key_state` rather than over all.
+/// One waiting state's due keyed deliveries of handler `?1` at `?2`, in `(due, id)` order, each
+/// with whether it heads its key: a range of `deliveries_keyed_due`.
+macro_rules! keyed_due_in {
+    ($state:literal) => {
+        concat!(
+            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, ",
+            heads_its_key!(),
+            " FROM deliveries d INDEXED BY deliveries_keyed_due
+             WHERE d.handler = ?1 AND d.state = '",
+            $state,
+            "' AND d.ordering_key IS NOT NULL AND d.next_attempt_at <= ?2"
+        )
+    };
+}
+
+/// A claim's window over handler `?1`'s keyed deliveries due at `?2`: the earliest `?3`, each
+/// with whether it heads its key. The waiting states' arms are merged in order (`UNION ALL …
+/// ORDER BY`), so a claim reads this handler's rows only, and only as far as the window.
+pub(super) const KEYED_DUE: &str =
+    concat!(each_waiting_state!(keyed_due_in), " ORDER BY 2, 1 LIMIT ?3");
+
+/// One waiting state's due deliveries without a key of handler `?1` at `?2`: a range of
+/// `deliveries_unkeyed_due`.
+macro_rules! unkeyed_due_in {
+    ($state:literal) => {
+        concat!(
+            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+             FROM deliveries d INDEXED BY deliveries_unkeyed_due
+             WHERE d.handler = ?1 AND d.state = '",
+            $state,
+            "' AND d.ordering_key IS NULL AND d.next_attempt_at <= ?2"
+        )
+    };
+}
+
+/// Handler `?1`'s earliest `?3` deliveries without a key due at `?2`: each heads itself, so
+/// they are read apart from the keyed ones, never behind them.
+pub(super) const UNKEYED_DUE: &str = concat!(
+    each_waiting_state!(unkeyed_due_in),
+    " ORDER BY 2, 1 LIMIT ?3"
+);
+
+/// The earliest delivery of key `k` in waiting state `$state` (by sequence, then arrival): one
+/// seek of `deliveries_open_keys`.
+macro_rules! first_of_key_in {
+    ($state:literal) => {
+        concat!(
+            "(SELECT x.id FROM deliveries x INDEXED BY deliveries_open_keys
+              WHERE x.handler = ?1 AND x.source = k.source AND x.ordering_key = k.ordering_key
+                AND x.state IN ",
+            open_states!(),
+            " AND x.state = '",
+            $state,
+            "' ORDER BY COALESCE(x.sequence, 0), x.id LIMIT 1)"
+        )
+    };
+}
+
+/// Handler `?1`'s keyed deliveries that may run at `?2`, the earliest `?3`: the head of each key
+/// with open deliveries, found by walking those keys (one seek each, by `deliveries_open_keys`),
+/// not the deliveries waiting behind them. A key's head is its earliest waiting delivery, if
+/// none of its deliveries runs and it is due.
+pub(super) const KEY_HEADS: &str = concat!(
+    "WITH RECURSIVE keys(id) AS (
+         SELECT (SELECT id FROM deliveries INDEXED BY deliveries_open_keys
+                 WHERE handler = ?1 AND state IN ",
+    open_states!(),
+    " AND ordering_key IS NOT NULL
+                 ORDER BY handler, source, ordering_key LIMIT 1)
+         UNION ALL
+         SELECT COALESCE(
+             (SELECT n.id FROM deliveries n INDEXED BY deliveries_open_keys
+              WHERE n.handler = ?1 AND n.state IN ",
+    open_states!(),
+    " AND n.source = k.source AND n.ordering_key > k.ordering_key
+              ORDER BY n.ordering_key LIMIT 1),
+             (SELECT n.id FROM deliveries n INDEXED BY deliveries_open_keys
+              WHERE n.handler = ?1 AND n.state IN ",
+    open_states!(),
+    " AND n.ordering_key IS NOT NULL AND n.source > k.source
+              ORDER BY n.source, n.ordering_key LIMIT 1))
+         FROM keys JOIN deliveries k ON k.id = keys.id
+     ),
+     heads(id) AS (
+         SELECT CASE
+                    WHEN r.id IS NULL THEN w.id
+                    WHEN w.id IS NULL THEN r.id
+                    WHEN (COALESCE(r.sequence, 0), r.id) < (COALESCE(w.sequence, 0), w.id)
+                        THEN r.id
+                    ELSE w.id
+                END
+         FROM keys JOIN deliveries k ON k.id = keys.id
+              LEFT JOIN deliveries w ON w.id = ",
+    first_of_key_in!("pending"),
+    "
+              LEFT JOIN deliveries r ON r.id = ",
+    first_of_key_in!("retrying"),
+    "
+         WHERE NOT EXISTS (SELECT 1 FROM deliveries x INDEXED BY deliveries_open_keys
+                           WHERE x.handler = ?1 AND x.source = k.source
+                             AND x.ordering_key = k.ordering_key AND x.state IN ",
+    open_states!(),
+    " AND x.state = 'running')
+     )
+     SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+     FROM heads JOIN deliveries d ON d.id = heads.id
+     WHERE d.next_attempt_at <= ?2
+     ORDER BY d.next_attempt_at, d.id LIMIT ?3"
+);
+
+/// The newest `done` sequence of key `?3` (source `?1`, handler `?2`): the top of the key's
+/// range of `deliveries_done_sequence`.
 pub(super) const NEWEST_DONE: &str = "SELECT sequence FROM deliveries
      WHERE source = ?1 AND handler = ?2 AND ordering_key = ?3 AND state = 'done'
        AND sequence IS NOT NULL
-     ORDER BY COALESCE(sequence, 0) DESC LIMIT 1";
+     ORDER BY sequence DESC LIMIT 1";
 
 /// The newest sequence of key `?3` (source `?1`, handler `?2`) among deliveries that were done
 /// once and are not now: replayed, and waiting, retrying, dead or discarded since. Their event
-/// was handled, so they still make older ones stale. A seek per such state in
-/// `deliveries_key_state`, and a look at the attempts of each one with a `budget_base` (only a
-/// replay takes a delivery out of `done`, and it gives it one; so does an attempt not counted):
-/// the key's dead letters that never ran to the end are passed over without one.
+/// was handled, so they still make older ones stale. Only a replay takes a delivery out of
+/// `done`, and it gives it a `budget_base` (so does an attempt not counted): the key's range
+/// of `deliveries_once_handled`, and a look at the attempts of each one there; the key's dead
+/// letters that never ran to the end are passed over without one.
 pub(super) const NEWEST_ONCE_DONE: &str = concat!(
-    "SELECT MAX(d.sequence) FROM deliveries d
+    "SELECT MAX(d.sequence) FROM deliveries d INDEXED BY deliveries_once_handled
      WHERE d.source = ?1 AND d.handler = ?2 AND d.ordering_key = ?3 AND d.budget_base > 0
        AND d.state IN ",
     once_done_states!(),
@@ -210,11 +303,30 @@ pub(super) const NEWEST_ONCE_DONE: &str = concat!(
        AND EXISTS (SELECT 1 FROM attempts a WHERE a.delivery = d.id AND a.outcome = 'ok')"
 );
 
+/// A candidate from the columns of a candidate read (id, due time, ordering key, sequence,
+/// source).
+fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
+    Ok(Candidate {
+        id: r.get(0)?,
+        due_ms: r.get(1)?,
+        key: r.get(2)?,
+        sequence: r.get(3)?,
+        source: r.get(4)?,
+        stale: false,
+    })
+}
+
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
 /// `stale`) and skipped, unless the handler `delivers` stale events or a forced replay asked
 /// for it.
+///
+/// Deliveries without a key are read apart (each may run). Of the keyed ones, the earliest due
+/// are looked at first (a window a few times `want`); only when that window is full of
+/// deliveries waiting behind their keys are the keys walked, so a claim costs about `want`
+/// seeks when most due deliveries may run, and one per key when most wait (never one per
+/// waiting delivery).
 fn due_heads(
     conn: &Connection,
     handler: &str,
@@ -223,42 +335,71 @@ fn due_heads(
     want: usize,
     stale: &mut usize,
 ) -> Result<Vec<Candidate>, InboxError> {
-    let mut scan = HeadScan::new(want);
-    while let Some((after, page)) = scan.next_page() {
-        let rows: Vec<Candidate> = conn
-            .prepare_cached(DUE_HEADS)?
-            .query_map(params![handler, now_ms, page, after.0, after.1], |r| {
-                Ok(Candidate {
-                    id: r.get(0)?,
-                    due_ms: r.get(1)?,
-                    key: r.get(2)?,
-                    sequence: r.get(3)?,
-                    source: r.get(4)?,
-                    stale: false,
-                })
-            })?
-            .collect::<Result<_, _>>()?;
-        let read = rows.len();
-        for mut candidate in rows {
-            if !scan.visit(candidate.due_ms, candidate.id) {
-                continue;
+    // Rows of `sql`, each with whether it heads its key (its sixth column if `checked`).
+    let read =
+        |sql: &str, checked: bool, limit: usize| -> Result<Vec<(Candidate, bool)>, InboxError> {
+            Ok(conn
+                .prepare_cached(sql)?
+                .query_map(params![handler, now_ms, limit as i64], |r| {
+                    Ok((candidate(r)?, !checked || r.get::<_, bool>(5)?))
+                })?
+                .collect::<Result<_, _>>()?)
+        };
+    let mut heads: Vec<Candidate> = read(UNKEYED_DUE, false, want)?
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    let mut taken: HashSet<i64> = HashSet::new();
+    let mut keyed = 0;
+    for _ in 0..PASSES {
+        let need = want - keyed;
+        if need == 0 {
+            break;
+        }
+        // Heads taken by an earlier pass are still waiting, so read again: look past them.
+        let window = window_size(need) + taken.len();
+        let rows = read(KEYED_DUE, true, window)?;
+        let full = rows.len() == window;
+        let mut found: Vec<Candidate> = rows
+            .into_iter()
+            .filter(|(c, head)| *head && !taken.contains(&c.id))
+            .map(|(c, _)| c)
+            .collect();
+        if found.len() < need && full {
+            let seen: HashSet<i64> = found.iter().map(|c| c.id).collect();
+            let more = read(KEY_HEADS, false, need + taken.len())?;
+            found.extend(
+                more.into_iter()
+                    .map(|(c, _)| c)
+                    .filter(|c| !taken.contains(&c.id) && !seen.contains(&c.id)),
+            );
+            found.sort_by_key(|c| (c.due_ms, c.id));
+        }
+        let mut marked = false;
+        for mut candidate in found {
+            if keyed == want {
+                break;
             }
             match staleness(conn, handler, delivers, &candidate, now_ms)? {
                 Staleness::Fresh => {}
                 Staleness::Skipped => {
                     *stale += 1;
-                    scan.marked_stale();
+                    marked = true;
                     continue;
                 }
                 Staleness::Deliver => candidate.stale = true,
             }
-            if scan.take(candidate.id, candidate) {
-                break;
-            }
+            taken.insert(candidate.id);
+            heads.push(candidate);
+            keyed += 1;
         }
-        scan.end_page(read);
+        if !marked {
+            break;
+        }
     }
-    Ok(scan.into_heads())
+    heads.sort_by_key(|c| (c.due_ms, c.id));
+    heads.truncate(want);
+    Ok(heads)
 }
 
 /// Whether a later delivery of `candidate`'s key is already done, and if so whether it is
@@ -419,45 +560,99 @@ pub(super) fn finish_attempt(
     Ok(Finished::Recorded)
 }
 
-/// The earliest `next_attempt_at` of handler `h.handler`'s deliveries in `$state` that is
-/// `$bound ?1`: one seek of `deliveries_handler_due`.
+/// The earliest `next_attempt_at` of a delivery in `$state` that is `$bound ?1`, per handler
+/// of walk `$walk`: one seek of `$index` (`deliveries_keyed_due` or `deliveries_unkeyed_due`,
+/// whose condition `$filter` names).
 macro_rules! earliest_of_handler {
-    ($state:literal, $bound:literal) => {
+    ($walk:literal, $index:literal, $filter:literal, $state:literal, $bound:literal) => {
         concat!(
-            "SELECT (SELECT MIN(next_attempt_at) FROM deliveries INDEXED BY deliveries_handler_due
-                     WHERE handler = h.handler AND state = '",
+            "SELECT (SELECT MIN(next_attempt_at) FROM deliveries INDEXED BY ",
+            $index,
+            " WHERE handler = h.handler AND ",
+            $filter,
+            " AND state = '",
             $state,
             "' AND next_attempt_at ",
             $bound,
             " ?1) AS due
-             FROM handlers h WHERE h.handler IS NOT NULL"
+             FROM ",
+            $walk,
+            " h WHERE h.handler IS NOT NULL"
         )
     };
 }
-macro_rules! earliest_by {
+
+macro_rules! keyed_by {
     ($state:literal) => {
-        earliest_of_handler!($state, "<=")
+        earliest_of_handler!(
+            "keyed",
+            "deliveries_keyed_due",
+            "ordering_key IS NOT NULL",
+            $state,
+            "<="
+        )
     };
 }
-macro_rules! earliest_after {
+macro_rules! unkeyed_by {
     ($state:literal) => {
-        earliest_of_handler!($state, ">")
+        earliest_of_handler!(
+            "unkeyed",
+            "deliveries_unkeyed_due",
+            "ordering_key IS NULL",
+            $state,
+            "<="
+        )
+    };
+}
+macro_rules! keyed_after {
+    ($state:literal) => {
+        earliest_of_handler!(
+            "keyed",
+            "deliveries_keyed_due",
+            "ordering_key IS NOT NULL",
+            $state,
+            ">"
+        )
+    };
+}
+macro_rules! unkeyed_after {
+    ($state:literal) => {
+        earliest_of_handler!(
+            "unkeyed",
+            "deliveries_unkeyed_due",
+            "ordering_key IS NULL",
+            $state,
+            ">"
+        )
     };
 }
 
-/// The earliest waiting delivery whose due time `$arm` picks (`earliest_by` or
-/// `earliest_after`): per handler and waiting state, one seek (the handlers found by a skip
-/// scan of `deliveries_handler_due`).
+/// The earliest waiting delivery whose due time the arms pick (`keyed_by` and `unkeyed_by`, or
+/// `keyed_after` and `unkeyed_after`): per handler, due index and waiting state, one seek (the
+/// handlers with deliveries with a key, and without one, found by a skip scan of each index).
 macro_rules! earliest_waiting {
-    ($arm:ident) => {
+    ($keyed:ident, $unkeyed:ident) => {
         concat!(
+            "WITH RECURSIVE ",
             distinct_by_seeks!(
-                "handlers",
+                "keyed",
                 "handler",
-                "deliveries INDEXED BY deliveries_handler_due"
+                "deliveries INDEXED BY deliveries_keyed_due",
+                " WHERE ordering_key IS NOT NULL",
+                "ordering_key IS NOT NULL AND "
             ),
-            "SELECT MIN(due) FROM (",
-            each_waiting_state!($arm),
+            ", ",
+            distinct_by_seeks!(
+                "unkeyed",
+                "handler",
+                "deliveries INDEXED BY deliveries_unkeyed_due",
+                " WHERE ordering_key IS NULL",
+                "ordering_key IS NULL AND "
+            ),
+            " SELECT MIN(due) FROM (",
+            each_waiting_state!($keyed),
+            " UNION ALL ",
+            each_waiting_state!($unkeyed),
             ")"
         )
     };
@@ -466,10 +661,10 @@ macro_rules! earliest_waiting {
 /// The earliest waiting delivery due by `?1`. No index on `(state, next_attempt_at)` is kept
 /// for it: every change of every delivery's state would rewrite its entry there, for a read
 /// made a few times a second.
-pub(super) const OLDEST_DUE: &str = earliest_waiting!(earliest_by);
+pub(super) const OLDEST_DUE: &str = earliest_waiting!(keyed_by, unkeyed_by);
 
 /// The earliest waiting delivery due after `?1`, as [`OLDEST_DUE`].
-pub(super) const NEXT_DUE_AFTER: &str = earliest_waiting!(earliest_after);
+pub(super) const NEXT_DUE_AFTER: &str = earliest_waiting!(keyed_after, unkeyed_after);
 
 /// When the waiting delivery due longest ago became due, if one is due at `now_ms` (one
 /// waiting behind its ordering key's head counts: its event is not handled yet either).

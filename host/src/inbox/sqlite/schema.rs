@@ -25,6 +25,7 @@ pub(in crate::inbox) const RELEASED: &[&str] = &[
     "3f935d80efa87619112a6d29a4e17171ad6cab6bafe332e6c459a08e66a1c721",
     "2065b75516fbdf12381ba2761d83a8eccdcaf59da184913d8e200fcc224e56cb",
     "75ad33aa2f30ef4724dbca600e20b0cbd6285c474326b13d1024595be1a0e1c6",
+    "bddeb8a99184b80fce2ccee95bf98b91a6f3f12b2e70f1f2c24d0d2e0e5d80f5",
 ];
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
@@ -187,6 +188,29 @@ pub(in crate::inbox) const MIGRATIONS: &[&str] = &[
     // `deliveries_handler_due` per handler and waiting state; lookups by state (counts,
     // reclaim, replay, dead letters) read `deliveries_state_event`.
     "DROP INDEX deliveries_due;",
+    // 12: a claim finds the heads of the keys with open deliveries by walking those keys, one
+    // seek each, when the earliest due deliveries all wait behind their keys' heads (one key's
+    // backlog of thousands made every claim read all of it, on the writer). So the key index
+    // holds open deliveries only (done ones, read for the newest done sequence, and those with
+    // a `budget_base`, read for the newest handled one, have indexes of their own), led by the
+    // handler; and due deliveries with and without a key are ranges of two indexes, so those
+    // without one are never found behind a wall of keyed ones. Each delivery sits in as many
+    // of these indexes as it sat in before.
+    "
+    CREATE INDEX deliveries_keyed_due ON deliveries (handler, state, next_attempt_at)
+        WHERE ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_unkeyed_due ON deliveries (handler, state, next_attempt_at)
+        WHERE ordering_key IS NULL;
+    CREATE INDEX deliveries_open_keys
+        ON deliveries (handler, source, ordering_key, state, COALESCE(sequence, 0))
+        WHERE state IN ('pending', 'running', 'retrying') AND ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_done_sequence ON deliveries (source, handler, ordering_key, sequence)
+        WHERE state = 'done' AND ordering_key IS NOT NULL;
+    CREATE INDEX deliveries_once_handled ON deliveries (source, handler, ordering_key, sequence)
+        WHERE budget_base > 0 AND ordering_key IS NOT NULL;
+    DROP INDEX deliveries_handler_due;
+    DROP INDEX deliveries_key_state;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
@@ -246,7 +270,7 @@ mod tests {
             matches!(e, crate::inbox::InboxError::Migration { .. })
                 && shown.contains(&path.display().to_string())
                 && shown.contains(&format!("schema version {latest}"))
-                && shown.contains("deliveries_due"),
+                && shown.contains("deliveries_keyed_due"),
             "{shown}"
         );
     }

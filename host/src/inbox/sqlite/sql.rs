@@ -51,21 +51,23 @@ macro_rules! finished_states {
 }
 pub(super) use finished_states;
 
-/// `WITH RECURSIVE $name($column) AS (…) `: every distinct `$column` of `$from` (a table,
-/// with its `INDEXED BY` if wanted), each found by one seek of an index led by `$column` past
-/// the last one found. A skip scan: as many seeks as values, however many rows; the last row
-/// is `NULL`, so the statement that follows filters it out. For `concat!` (see
+/// `$name($column) AS (…)`, for a `WITH RECURSIVE`: every distinct `$column` of `$from` (a
+/// table, with its `INDEXED BY` if wanted) among the rows its filter keeps (`$where`, as
+/// ` WHERE x`, and `$and`, as `x AND `, or both empty; a partial index is read only by a
+/// statement that names its condition), each found by one seek of an index led by `$column`
+/// past the last one found. A skip scan: as many seeks as values, however many rows; the last
+/// row is `NULL`, so the statement that follows filters it out. For `concat!` (see
 /// [`open_states!`]).
 #[rustfmt::skip]
 macro_rules! distinct_by_seeks {
-    ($name:literal, $column:literal, $from:literal) => {
+    ($name:literal, $column:literal, $from:literal, $where:literal, $and:literal) => {
         concat!(
-            "WITH RECURSIVE ", $name, "(", $column, ") AS (",
-            " SELECT (SELECT MIN(", $column, ") FROM ", $from, ")",
+            $name, "(", $column, ") AS (",
+            " SELECT (SELECT MIN(", $column, ") FROM ", $from, $where, ")",
             " UNION ALL",
             " SELECT (SELECT MIN(", $column, ") FROM ", $from,
-            " WHERE ", $column, " > ", $name, ".", $column, ")",
-            " FROM ", $name, " WHERE ", $name, ".", $column, " IS NOT NULL) "
+            " WHERE ", $and, $column, " > ", $name, ".", $column, ")",
+            " FROM ", $name, " WHERE ", $name, ".", $column, " IS NOT NULL)"
         )
     };
 }

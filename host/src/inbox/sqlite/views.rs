@@ -59,8 +59,9 @@ pub(super) fn list_events(
 /// Every source with an event stored, each found by one seek of `events_source_id` (a skip
 /// scan): a handful, whatever the number of events.
 const SOURCES_STORED: &str = concat!(
-    distinct_by_seeks!("stored", "source", "events"),
-    "SELECT source FROM stored WHERE source IS NOT NULL"
+    "WITH RECURSIVE ",
+    distinct_by_seeks!("stored", "source", "events", "", ""),
+    " SELECT source FROM stored WHERE source IS NOT NULL"
 );
 
 /// The ids of the events `filter` selects, newest first, as a statement built from the
