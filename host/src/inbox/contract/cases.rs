@@ -205,6 +205,28 @@ pub(super) async fn a_done_delivery_replayed_into_a_dead_end_still_makes_older_o
     assert_eq!(state_of(&inbox, "older").await, "stale");
 }
 
+/// A claim marks a bounded number of stale heads (each hands its key on to the next
+/// delivery); one that marked any wakes this node's dispatcher to claim again at once, so an
+/// event behind many superseded ones of its key does not wait for the next idle poll each time.
+pub(super) async fn a_claim_that_marked_a_head_stale_wakes_the_dispatcher(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    older_after_newer_done(&inbox).await;
+    let wait = std::time::Duration::from_secs(1);
+    // The wake-ups the accepts and the finish left.
+    while tokio::time::timeout(wait, inbox.work_arrived())
+        .await
+        .is_ok()
+    {}
+    assert!(claim(&inbox, LEASED_MS + 5).await.is_empty());
+    assert_eq!(state_of(&inbox, "older").await, "stale");
+    assert!(
+        tokio::time::timeout(wait, inbox.work_arrived())
+            .await
+            .is_ok(),
+        "the dispatcher was left asleep"
+    );
+}
+
 pub(super) async fn a_stale_delivery_leaves_the_backlog(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     older_after_newer_done(&inbox).await;

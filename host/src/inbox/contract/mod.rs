@@ -83,6 +83,7 @@ macro_rules! suite {
             a_fresh_delivery_is_not_marked_stale,
             a_forced_replay_delivers_a_stale_delivery_and_a_plain_one_does_not,
             a_stale_delivery_leaves_the_backlog,
+            a_claim_that_marked_a_head_stale_wakes_the_dispatcher,
             a_done_delivery_replayed_into_a_dead_end_still_makes_older_ones_stale,
             the_second_of_two_attempts_writing_one_key_conflicts,
             a_conflicted_attempt_runs_again_without_using_its_budget,

@@ -194,8 +194,9 @@ pub(in crate::inbox) const MIGRATIONS: &[&str] = &[
     // holds open deliveries only (done ones, read for the newest done sequence, and those with
     // a `budget_base`, read for the newest handled one, have indexes of their own), led by the
     // handler; and due deliveries with and without a key are ranges of two indexes, so those
-    // without one are never found behind a wall of keyed ones. Each delivery sits in as many
-    // of these indexes as it sat in before.
+    // without one are never found behind a wall of keyed ones. A delivery is written to as
+    // many of these indexes as before (one with a key and a `budget_base` to one more; one
+    // with a key that is dead, stale or discarded to one fewer).
     "
     CREATE INDEX deliveries_keyed_due ON deliveries (handler, state, next_attempt_at)
         WHERE ordering_key IS NOT NULL;
@@ -261,7 +262,7 @@ mod tests {
         let conn = rusqlite::Connection::open(&path).unwrap();
         super::migrate(&conn).unwrap();
         let latest = super::MIGRATIONS.len();
-        // Recorded one version back, with what the last migration drops already gone.
+        // Recorded one version back, with what the last migration creates already there.
         conn.execute_batch(&format!("PRAGMA user_version = {}", latest - 1))
             .unwrap();
         let e = super::migrate(&conn).unwrap_err();
