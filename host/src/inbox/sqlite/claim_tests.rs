@@ -380,7 +380,7 @@ async fn a_claim_that_waited_for_the_writer_leases_from_when_it_ran() {
 
 /// A claim's work does not grow with one key's backlog: with thousands of deliveries waiting
 /// behind a key's running head, it looks at a window of them, then walks the keys (one seek
-/// each). Before, it read every one of them, on the writer, on every claim (12.8 ms for
+/// each). Before, it read every one of them, on the writer, on every claim (11.6–20.6 ms for
 /// 20 000). Counted in SQLite's virtual machine steps, the same for 200 waiting as for 5 000.
 #[test]
 fn a_claim_past_one_keys_long_queue_does_not_read_it() {
@@ -431,4 +431,51 @@ fn a_claim_past_one_keys_long_queue_does_not_read_it() {
         long < short * 2,
         "{long} steps with 5 000 queued behind one key against {short} with 200"
     );
+}
+
+/// What a claim costs behind long queues, in a release build (a benchmark, not run by default):
+/// `cargo test --release -p host --lib claim_cost_behind_long_queues -- --ignored --nocapture`.
+/// Three shapes of one handler's backlog: one key with 20 000 deliveries queued behind its
+/// running head and 10 other keys due; the same with 900 other keys; 10 000 keys each with a
+/// delivery due behind a head whose retry is not due yet. Each claim asks for 8; the median of
+/// five claims is printed (the first compiles the statements).
+#[test]
+#[ignore = "a benchmark: run with --ignored --nocapture"]
+fn claim_cost_behind_long_queues() {
+    let shapes: [(&str, i64, i64, usize); 3] = [
+        ("one key 20 000 deep, 10 other keys", 20_000, 10, 8),
+        ("one key 20 000 deep, 900 other keys", 20_000, 900, 8),
+        ("10 000 keys, each head retrying later", 0, 10_000, 0),
+    ];
+    for (shape, queued, keys, leases) in shapes {
+        let conn = db();
+        conn.execute_batch("BEGIN").unwrap();
+        delivery(&conn, "h", 0, Some("hot"), Some(0), "running");
+        for i in 1..=queued {
+            delivery(&conn, "h", i, Some("hot"), Some(i), "pending");
+        }
+        for k in 0..keys {
+            let key = format!("k{k}");
+            if leases == 0 {
+                delivery(&conn, "h", 5_000_000, Some(&key), Some(1), "retrying");
+            }
+            delivery(&conn, "h", 30_000 + k, Some(&key), Some(2), "pending");
+        }
+        conn.execute_batch("COMMIT").unwrap();
+        let req = request(8, &[("h", 64)], running(&[("h", 1)]));
+        let mut took = Vec::new();
+        for _ in 0..5 {
+            let started = std::time::Instant::now();
+            let leased = claim_due(&conn, &req).unwrap().leased;
+            took.push(started.elapsed());
+            assert_eq!(leased.len(), leases, "{shape}");
+            // Back to waiting, so each claim finds the same.
+            conn.execute_batch(
+                "UPDATE deliveries SET state = 'pending' WHERE state = 'running' AND ordering_key <> 'hot'",
+            )
+            .unwrap();
+        }
+        took.sort();
+        eprintln!("{shape}: a claim takes {:?} (median of 5)", took[2]);
+    }
 }

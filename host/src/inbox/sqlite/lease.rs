@@ -229,30 +229,45 @@ macro_rules! first_of_key_in {
     };
 }
 
+/// `deliveries_open_keys` as handler `?1`'s walk reads it: open deliveries with a key, named
+/// by that index's own condition.
+macro_rules! open_keys_of_handler {
+    () => {
+        concat!(
+            "FROM deliveries n INDEXED BY deliveries_open_keys
+             WHERE n.handler = ?1 AND n.state IN ",
+            open_states!(),
+            " AND n.ordering_key IS NOT NULL"
+        )
+    };
+}
+
 /// Handler `?1`'s keyed deliveries that may run at `?2`, the earliest `?3`: the head of each key
-/// with open deliveries, found by walking those keys (one seek each, by `deliveries_open_keys`),
-/// not the deliveries waiting behind them. A key's head is its earliest waiting delivery, if
-/// none of its deliveries runs and it is due.
+/// with open deliveries, found by walking those keys (each the next value of the index,
+/// read from it alone: its sources, then each source's keys), not the deliveries waiting
+/// behind them. A key's head is its earliest waiting delivery, if none of its deliveries runs
+/// and it is due.
 pub(super) const KEY_HEADS: &str = concat!(
-    "WITH RECURSIVE keys(id) AS (
-         SELECT (SELECT id FROM deliveries INDEXED BY deliveries_open_keys
-                 WHERE handler = ?1 AND state IN ",
-    open_states!(),
-    " AND ordering_key IS NOT NULL
-                 ORDER BY handler, source, ordering_key LIMIT 1)
+    "WITH RECURSIVE sources(source) AS (
+         SELECT (SELECT MIN(n.source) ",
+    open_keys_of_handler!(),
+    ")
          UNION ALL
-         SELECT COALESCE(
-             (SELECT n.id FROM deliveries n INDEXED BY deliveries_open_keys
-              WHERE n.handler = ?1 AND n.state IN ",
-    open_states!(),
-    " AND n.source = k.source AND n.ordering_key > k.ordering_key
-              ORDER BY n.ordering_key LIMIT 1),
-             (SELECT n.id FROM deliveries n INDEXED BY deliveries_open_keys
-              WHERE n.handler = ?1 AND n.state IN ",
-    open_states!(),
-    " AND n.ordering_key IS NOT NULL AND n.source > k.source
-              ORDER BY n.source, n.ordering_key LIMIT 1))
-         FROM keys JOIN deliveries k ON k.id = keys.id
+         SELECT (SELECT MIN(n.source) ",
+    open_keys_of_handler!(),
+    " AND n.source > s.source)
+         FROM sources s WHERE s.source IS NOT NULL
+     ),
+     keys(source, ordering_key) AS (
+         SELECT s.source, (SELECT MIN(n.ordering_key) ",
+    open_keys_of_handler!(),
+    " AND n.source = s.source)
+         FROM sources s WHERE s.source IS NOT NULL
+         UNION ALL
+         SELECT k.source, (SELECT MIN(n.ordering_key) ",
+    open_keys_of_handler!(),
+    " AND n.source = k.source AND n.ordering_key > k.ordering_key)
+         FROM keys k WHERE k.ordering_key IS NOT NULL
      ),
      heads(id) AS (
          SELECT CASE
@@ -262,14 +277,15 @@ pub(super) const KEY_HEADS: &str = concat!(
                         THEN r.id
                     ELSE w.id
                 END
-         FROM keys JOIN deliveries k ON k.id = keys.id
+         FROM keys k
               LEFT JOIN deliveries w ON w.id = ",
     first_of_key_in!("pending"),
     "
               LEFT JOIN deliveries r ON r.id = ",
     first_of_key_in!("retrying"),
     "
-         WHERE NOT EXISTS (SELECT 1 FROM deliveries x INDEXED BY deliveries_open_keys
+         WHERE k.ordering_key IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM deliveries x INDEXED BY deliveries_open_keys
                            WHERE x.handler = ?1 AND x.source = k.source
                              AND x.ordering_key = k.ordering_key AND x.state IN ",
     open_states!(),
