@@ -577,14 +577,20 @@ pub(super) fn finish_attempt(
 }
 
 /// The earliest `next_attempt_at` of a delivery in `$state` that is `$bound ?1`, per handler
-/// of walk `$walk`: one seek of `$index` (`deliveries_keyed_due` or `deliveries_unkeyed_due`,
-/// whose condition `$filter` names).
+/// of the walk over the deliveries with a key (`keyed`) or without one (`unkeyed`): one seek
+/// of that walk's index, `deliveries_keyed_due` or `deliveries_unkeyed_due`.
 macro_rules! earliest_of_handler {
-    ($walk:literal, $index:literal, $filter:literal, $state:literal, $bound:literal) => {
+    (keyed, $state:literal, $bound:literal) => {
+        earliest_of_handler!(@ "keyed", "ordering_key IS NOT NULL", $state, $bound)
+    };
+    (unkeyed, $state:literal, $bound:literal) => {
+        earliest_of_handler!(@ "unkeyed", "ordering_key IS NULL", $state, $bound)
+    };
+    (@ $walk:literal, $filter:literal, $state:literal, $bound:literal) => {
         concat!(
-            "SELECT (SELECT MIN(next_attempt_at) FROM deliveries INDEXED BY ",
-            $index,
-            " WHERE handler = h.handler AND ",
+            "SELECT (SELECT MIN(next_attempt_at) FROM deliveries INDEXED BY deliveries_",
+            $walk,
+            "_due WHERE handler = h.handler AND ",
             $filter,
             " AND state = '",
             $state,
@@ -597,49 +603,24 @@ macro_rules! earliest_of_handler {
         )
     };
 }
-
 macro_rules! keyed_by {
     ($state:literal) => {
-        earliest_of_handler!(
-            "keyed",
-            "deliveries_keyed_due",
-            "ordering_key IS NOT NULL",
-            $state,
-            "<="
-        )
+        earliest_of_handler!(keyed, $state, "<=")
     };
 }
 macro_rules! unkeyed_by {
     ($state:literal) => {
-        earliest_of_handler!(
-            "unkeyed",
-            "deliveries_unkeyed_due",
-            "ordering_key IS NULL",
-            $state,
-            "<="
-        )
+        earliest_of_handler!(unkeyed, $state, "<=")
     };
 }
 macro_rules! keyed_after {
     ($state:literal) => {
-        earliest_of_handler!(
-            "keyed",
-            "deliveries_keyed_due",
-            "ordering_key IS NOT NULL",
-            $state,
-            ">"
-        )
+        earliest_of_handler!(keyed, $state, ">")
     };
 }
 macro_rules! unkeyed_after {
     ($state:literal) => {
-        earliest_of_handler!(
-            "unkeyed",
-            "deliveries_unkeyed_due",
-            "ordering_key IS NULL",
-            $state,
-            ">"
-        )
+        earliest_of_handler!(unkeyed, $state, ">")
     };
 }
 
