@@ -116,7 +116,8 @@ impl Dispatcher {
             }
             // Nothing claimable now: sleep until the next retry falls due (or IDLE_POLL, which
             // also bounds how late a newly loaded plugin's waiting deliveries are noticed);
-            // a new event, a finished attempt or a replay wakes the loop at once. Deliveries
+            // a new event, a finished attempt, a replay or a claim that marked a stale head (its
+            // key's next delivery may run now) wakes the loop at once. Deliveries
             // due but blocked (their key's head retries, their plugin is missing) must not make
             // this a busy loop. With every worker busy only a finished attempt frees one, so
             // when the next delivery falls due does not matter (and is not asked, under load).

@@ -150,7 +150,8 @@ impl ClaimRequest {
 
 /// Due deliveries a claim's window looks at for each one it wants (plus a few), earliest
 /// first: a window full of deliveries waiting behind their keys' heads sends the claim to the
-/// walk over the keys (one seek per key with open deliveries, never one per delivery waiting).
+/// walk over the keys (a few seeks per key with open deliveries, never one per delivery
+/// waiting).
 /// Both backends' claims look this far.
 pub(super) const WINDOW_PER_WANTED: usize = 4;
 

@@ -367,7 +367,8 @@ impl Inbox {
         self.store().commits().observe(observer);
     }
 
-    /// Resolves when new work may be due (after an accept, a replay, a retry or a conflict).
+    /// Resolves when new work may be due (after an accept, a replay, a retry, a conflict, or a
+    /// claim that marked a stale head: its key's next delivery may run now).
     pub async fn work_arrived(&self) {
         self.inner.work.notified().await
     }

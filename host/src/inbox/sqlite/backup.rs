@@ -479,37 +479,26 @@ impl Drop for Partial {
 }
 
 /// Gives the finished copy at `partial` the name `out`, failing if `out` exists (appeared
-/// meanwhile: nothing is ever overwritten unasked). By a hard `link`; on a filesystem that has
-/// none (vfat and exFAT refuse with `EPERM`), by copying it into a file created only if `out`
-/// does not exist, synced before it counts, removed again if the copy fails.
+/// meanwhile: nothing is ever overwritten unasked): by a hard `link`, or where the filesystem
+/// has none (vfat and exFAT refuse one with `EPERM`) by a rename that refuses to replace
+/// (`RENAME_NOREPLACE`, which they have). Either way `out` only ever names the finished copy.
 fn name_without_replacing(
     partial: &Path,
     out: &Path,
     link: impl FnOnce(&Path, &Path) -> std::io::Result<()>,
 ) -> Result<(), BackupError> {
+    use rustix::fs::{CWD, RenameFlags, renameat_with};
     use std::io::ErrorKind::{AlreadyExists, PermissionDenied, Unsupported};
-    let exists = |error: std::io::Error| match error.kind() {
+    let named = match link(partial, out) {
+        Err(error) if matches!(error.kind(), PermissionDenied | Unsupported) => {
+            renameat_with(CWD, partial, CWD, out, RenameFlags::NOREPLACE).map_err(Into::into)
+        }
+        linked => linked,
+    };
+    named.map_err(|error: std::io::Error| match error.kind() {
         AlreadyExists => BackupError::Exists(out.to_owned()),
         _ => io("naming the copy", out)(error),
-    };
-    match link(partial, out) {
-        Err(error) if matches!(error.kind(), PermissionDenied | Unsupported) => {}
-        linked => return linked.map_err(exists),
-    }
-    let mut named = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(out)
-        .map_err(exists)?;
-    let copied = std::fs::File::open(partial)
-        .and_then(|mut from| std::io::copy(&mut from, &mut named))
-        .and_then(|_| named.sync_all());
-    if let Err(error) = copied {
-        let _ = std::fs::remove_file(out);
-        return Err(io("copying the copy to", out)(error));
-    }
-    Ok(())
+    })
 }
 
 fn remove_if_present(path: &Path) -> Result<(), BackupError> {
@@ -616,19 +605,17 @@ mod tests {
             .unwrap()
     }
 
-    /// On a filesystem without hard links (vfat, exFAT: `EPERM`) the copy is named by copying
-    /// it into a new file, which still never replaces one there.
+    /// On a filesystem without hard links (vfat, exFAT: `EPERM`) the copy is named by a rename
+    /// that still never replaces a file there.
     #[test]
     fn a_copy_is_named_without_a_hard_link_where_the_filesystem_has_none() {
-        use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let (partial, out) = (dir.path().join("partial"), dir.path().join("copy.db"));
         std::fs::write(&partial, b"the copy's bytes").unwrap();
         let refused = |_: &Path, _: &Path| Err(std::io::Error::from_raw_os_error(1)); // EPERM
         name_without_replacing(&partial, &out, refused).unwrap();
         assert_eq!(std::fs::read(&out).unwrap(), b"the copy's bytes");
-        let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
+        assert!(!partial.exists(), "renamed, not copied");
         // One there already is left alone, and named in the error.
         std::fs::write(&partial, b"a newer copy").unwrap();
         let Err(BackupError::Exists(named)) = name_without_replacing(&partial, &out, refused)

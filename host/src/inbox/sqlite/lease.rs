@@ -341,8 +341,8 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
 /// Deliveries without a key are read apart (each may run). Of the keyed ones, the earliest due
 /// are looked at first (a window a few times `want`); only when that window is full of
 /// deliveries waiting behind their keys are the keys walked, so a claim costs about `want`
-/// seeks when most due deliveries may run, and one per key when most wait (never one per
-/// waiting delivery).
+/// seeks when most due deliveries may run, and a few per key with open deliveries when most
+/// wait (never one per waiting delivery).
 fn due_heads(
     conn: &Connection,
     handler: &str,
