@@ -29,11 +29,13 @@ WORDS = (
 ).split()
 
 
-def issue_body(rng: random.Random, n: int, size: int) -> bytes:
-    """A GitHub `issues.opened`-shaped payload of about `size` bytes (compact JSON)."""
+def issue_body(rng: random.Random, n: int, size: int, extra: dict = None) -> bytes:
+    """A GitHub `issues.opened`-shaped payload of about `size` bytes (compact JSON), with the
+    top-level fields of `extra` first."""
     number = 1000 + n
     login = f"user{rng.randrange(100000)}"
-    payload = {
+    payload = dict(extra or {})
+    payload.update({
         "action": rng.choice(["opened", "edited", "closed", "labeled"]),
         "issue": {
             "url": f"https://api.github.com/repos/acme/widgets/issues/{number}",
@@ -59,7 +61,7 @@ def issue_body(rng: random.Random, n: int, size: int) -> bytes:
             "default_branch": "main",
         },
         "sender": {"login": login, "id": rng.randrange(10**7), "type": "User"},
-    }
+    })
     text = []
     while len(json.dumps(payload, separators=(",", ":"))) < size:
         text.append(rng.choice(WORDS))
@@ -74,14 +76,17 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1500)
     parser.add_argument("--secret", default="bench-github-secret")
     parser.add_argument("--standard-webhooks", metavar="RUN")
+    parser.add_argument("--fail-for-ms", type=int, metavar="MS",
+                        help="every body asks the `flaky` test handler to fail, retrying MS later")
     args = parser.parse_args()
+    extra = {"fail_times": 1_000_000, "after_ms": args.fail_for_ms} if args.fail_for_ms else None
     rng = random.Random(42)
     if args.standard_webhooks:
         write_standard_webhooks(args, rng)
         return
     with open(args.out, "w", encoding="utf-8") as out:
         for n in range(args.count):
-            body = issue_body(rng, n, args.size)
+            body = issue_body(rng, n, args.size, extra)
             digest = hmac.new(args.secret.encode(), body, hashlib.sha256).hexdigest()
             out.write(f"sha256={digest}\t{body.decode()}\n")
 

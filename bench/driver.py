@@ -29,6 +29,10 @@ Run it through `bench/run.sh`, which builds what it needs first. Scenarios:
             each measurement gets a fresh database on it. With HOOKD_BENCH_PGBOUNCER_URL
             (PgBouncer in transaction mode before that server: .ci/pgbouncer.sh), also one node
             through it with `database_pooler = "transaction"`.
+  outage    ingest through a downstream outage: the `ingest` load (github parser, ~900 ordering
+            keys) on a source whose handler (`flaky`, asked by every body to fail and retry an
+            hour later) has every key's head waiting on a retry, against the same source with
+            the handler not loaded; OUTAGE_ROUNDS (2) rounds, alternating.
 
 Every host runs in target/bench/<scenario>/ (a real disk: fsyncs cost what they cost) and is
 stopped with SIGTERM at the end of its scenario. Nothing here sends traffic off 127.0.0.1.
@@ -390,6 +394,43 @@ def ingest(args) -> None:
         )
     log(f"        command: strace -f -c -e trace=fsync,fdatasync -o FILE hookd serve ... ; "
         f"wrk -t1 -c32 -s bench/ingest.lua URL -- CORPUS RUN 10 {args.fsync_requests} DONE_FILE")
+
+
+def outage(args) -> None:
+    """Ingest through a downstream outage: accepts/s with every key's head waiting on a retry,
+    against the same source with its handler not loaded, alternating, OUTAGE_ROUNDS times."""
+    corpus = WORK / "outage.tsv"
+    WORK.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, str(BENCH / "corpus.py"), str(corpus), "--count", "1000", "--size",
+         "1500", "--secret", SECRET, "--fail-for-ms", "3600000"],
+        check=True,
+    )
+    rates = {"absent": [], "failing": []}
+    for round_ in range(args.outage_rounds):
+        for label in ("absent", "failing") if round_ % 2 == 0 else ("failing", "absent"):
+            wasm = "flaky" if label == "failing" else None
+            with Host(f"outage-{label}", 'durability = "full"', dispatch_sources("flaky"),
+                      {"github": "github", "flaky": wasm}) as host:
+                run_id = f"outage-{label}-{round_}-{int(time.time())}"
+                # Every key gets a head: failing, its retry an hour away (or, with no handler,
+                # never run), and deliveries queued behind it.
+                wrk(host.url, "ingest.lua", [corpus, f"warm-{run_id}"], args.threads,
+                    args.connections, args.warmup)
+                wait_quiet()
+                r = wrk(host.url, "ingest.lua", [corpus, run_id], args.threads,
+                        args.connections, args.duration, host)
+                states = host.states()
+            rates[label].append(r["accepted_per_s"])
+            log(f"outage  round {round_ + 1} handler {label:8} {r['accepted_per_s']:8.0f} "
+                f"accepted/s  p50 {r['p50_ms']:.2f} ms  p99 {r['p99_ms']:.2f} ms  "
+                f"max {r['max_ms']:.1f} ms  | deliveries {states}")
+            log(f"        {r['cpu']}")
+    ratios = [f / a for f, a in zip(rates["failing"], rates["absent"])]
+    log("outage  every key waiting on a retry / handler not loaded, per round: "
+        + " / ".join(f"{x:.2f}" for x in ratios) + " x")
+    log(f"        command: wrk -t{args.threads} -c{args.connections} -d{args.duration} "
+        f"-s bench/ingest.lua URL -- {corpus} RUN")
 
 
 def parse_strace(path: Path) -> int:
@@ -1137,7 +1178,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario",
                         choices=["ingest", "dispatch", "cluster", "retention", "languages", "peer",
-                                 "all"])
+                                 "outage", "all"])
     parser.add_argument("--duration", default=os.environ.get("DURATION", "30s"))
     parser.add_argument("--warmup", default=os.environ.get("WARMUP", "5s"))
     parser.add_argument("--threads", type=int, default=int(os.environ.get("THREADS", "2")))
@@ -1162,6 +1203,8 @@ def main() -> None:
     parser.add_argument("--peer-requests", type=int,
                         default=int(os.environ.get("PEER_REQUESTS", "35000")))
     parser.add_argument("--peer-rounds", type=int, default=int(os.environ.get("PEER_ROUNDS", "3")))
+    parser.add_argument("--outage-rounds", type=int,
+                        default=int(os.environ.get("OUTAGE_ROUNDS", "2")))
     args = parser.parse_args()
     if args.scenario in ("ingest", "all"):
         ingest(args)
@@ -1175,6 +1218,8 @@ def main() -> None:
         languages(args)
     if args.scenario == "peer":
         peer(args)
+    if args.scenario == "outage":
+        outage(args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|peer|all]
+# hookd's benchmarks: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|peer|outage|all]
 # (default: all)
 #
 #   ingest    durable accepts/s + ack latency (wrk, 64 connections, github signature + Wasm
@@ -28,6 +28,9 @@
 #             p99 without parser or handler and with the `github` parser and a delivery row, and
 #             bytes stored per event. PEER_DIR names the receiver's Cargo project (built into
 #             target/peer); PEER_REQUESTS (35000 per wrk thread) per round, PEER_ROUNDS (3)
+#   outage    accepts/s (as ingest) while every ordering key's head waits on a retry (the flaky
+#             handler failing every attempt, its retry an hour away), against the same source
+#             with the handler not loaded, OUTAGE_ROUNDS (2) rounds alternating
 #
 # Builds release hookd, the wasm plugins and the example first. Needs wrk, strace and python3
 # (installs wrk and strace with apt-get when missing). Knobs (environment): DURATION=30s
@@ -40,9 +43,9 @@ set -euo pipefail
 
 scenario="${1:-all}"
 case "$scenario" in
-ingest | dispatch | invoke | cluster | retention | languages | peer | all) ;;
+ingest | dispatch | invoke | cluster | retention | languages | peer | outage | all) ;;
 *)
-    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|peer|all]" >&2
+    echo "usage: bench/run.sh [ingest|dispatch|invoke|cluster|retention|languages|peer|outage|all]" >&2
     exit 2
     ;;
 esac
@@ -119,5 +122,8 @@ if [[ "$scenario" == languages || "$scenario" == all ]]; then
 fi
 if [[ -n "${PEER_BIN:-}" ]]; then
     python3 bench/driver.py peer
+fi
+if [[ "$scenario" == outage || "$scenario" == all ]]; then
+    python3 bench/driver.py outage
 fi
 echo "== load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -426,6 +426,7 @@ pub(super) fn in_memory() -> Connection {
     conn.execute_batch("PRAGMA foreign_keys = ON").unwrap();
     stable_plans(&conn).unwrap();
     super::schema::migrate(&conn).unwrap();
+    super::walks::install(&conn).unwrap();
     conn
 }
 

@@ -20,6 +20,7 @@ use super::{
         waiting_states,
     },
     state::{apply_state, first_changed},
+    walks,
 };
 use crate::{
     ids::{EventId, PluginName, SourceName},
@@ -113,22 +114,43 @@ pub(super) fn claim_due(
     let handlers = request.wants();
     let mut stale = 0;
     let mut queues = Vec::with_capacity(handlers.len());
+    let mut looks = Vec::with_capacity(handlers.len());
     for (handler, _, want) in &handlers {
-        let queue = if *want == 0 {
-            Vec::new()
+        let (queue, looked) = if *want == 0 {
+            (Vec::new(), Looked::Window)
         } else {
             let delivers = request.deliver_stale.contains(*handler);
             due_heads(conn, handler, delivers, request.now_ms, *want, &mut stale)?
         };
         queues.push(queue);
+        looks.push(looked);
     }
     let due: Vec<Vec<i64>> = queues
         .iter()
         .map(|queue| queue.iter().map(|c| c.due_ms).collect())
         .collect();
     let mut claimed = Vec::new();
+    // Per handler, its keyed candidates the share-out left waiting.
+    let mut left: Vec<usize> = queues
+        .iter()
+        .map(|queue| queue.iter().filter(|c| c.key.is_some()).count())
+        .collect();
     for (lane, nth) in request.share_out(&handlers, &due) {
-        claimed.push(lease(conn, request, handlers[lane].0, &queues[lane][nth])?);
+        let candidate = &queues[lane][nth];
+        claimed.push(lease(conn, request, handlers[lane].0, candidate)?);
+        left[lane] -= usize::from(candidate.key.is_some());
+    }
+    // A look past the window that found, and leased, every head there was is remembered; one
+    // that did not is forgotten, so the next one walks.
+    for (lane, looked) in looks.into_iter().enumerate() {
+        let handler = handlers[lane].0;
+        match looked {
+            Looked::Window => {}
+            Looked::Past { since, complete } if complete && left[lane] == 0 => {
+                walks::remember(conn, handler, request.now_ms, since)?
+            }
+            Looked::Past { .. } => walks::forget(conn, handler)?,
+        }
     }
     Ok(ClaimOutcome {
         leased: claimed,
@@ -171,17 +193,33 @@ macro_rules! heads_its_key {
     };
 }
 
+/// One waiting state's deliveries of handler `?1` due at `?2`, with a key or without
+/// (`$key`: `IS NOT NULL` or `IS NULL`), read as a range of `$index` in `(due, id)` order: a
+/// candidate's columns, then `$columns`, of those that meet `$more` too.
+macro_rules! due_in {
+    ($state:literal, $index:literal, $key:literal, [$($columns:expr),*], [$($more:expr),*]) => {
+        concat!(
+            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source",
+            $(", ", $columns,)*
+            " FROM deliveries d INDEXED BY ", $index, "
+             WHERE d.handler = ?1 AND d.state = '",
+            $state,
+            "' AND d.ordering_key ", $key, " AND d.next_attempt_at <= ?2"
+            $(, $more)*
+        )
+    };
+}
+
 /// One waiting state's due keyed deliveries of handler `?1` at `?2`, in `(due, id)` order, each
 /// with whether it heads its key: a range of `deliveries_keyed_due`.
 macro_rules! keyed_due_in {
     ($state:literal) => {
-        concat!(
-            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source, ",
-            heads_its_key!(),
-            " FROM deliveries d INDEXED BY deliveries_keyed_due
-             WHERE d.handler = ?1 AND d.state = '",
+        due_in!(
             $state,
-            "' AND d.ordering_key IS NOT NULL AND d.next_attempt_at <= ?2"
+            "deliveries_keyed_due",
+            "IS NOT NULL",
+            [heads_its_key!()],
+            []
         )
     };
 }
@@ -192,17 +230,46 @@ macro_rules! keyed_due_in {
 pub(super) const KEYED_DUE: &str =
     concat!(each_waiting_state!(keyed_due_in), " ORDER BY 2, 1 LIMIT ?3");
 
+/// One waiting state's keyed deliveries of handler `?1` due at `?2` that came due after `?5`
+/// and head their key, of those there by then (`id <= ?4`; later ones are read by id): a range
+/// of `deliveries_keyed_due`.
+macro_rules! keyed_due_since_in {
+    ($state:literal) => {
+        due_in!(
+            $state,
+            "deliveries_keyed_due",
+            "IS NOT NULL",
+            [],
+            [
+                " AND d.next_attempt_at > ?5 AND d.id <= ?4 AND ",
+                heads_its_key!()
+            ]
+        )
+    };
+}
+
+/// Handler `?1`'s keyed deliveries that may run at `?2` among those that can have come to head
+/// their key since a complete walk ([`super::walks`]): arrived since it (`id > ?4`, a range of
+/// the table itself, every handler's) or come due since it (after `?5`); the earliest `?3`.
+/// What it reads grows with what arrived and came due since the record last moved on (at most
+/// [`super::walks::WALK_AT_LEAST_EVERY_MS`] ago), not with the keys.
+pub(super) const KEYED_SINCE: &str = concat!(
+    each_waiting_state!(keyed_due_since_in),
+    " UNION SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
+       FROM deliveries d NOT INDEXED
+       WHERE d.id > ?4 AND d.handler = ?1 AND d.ordering_key IS NOT NULL
+         AND d.state IN ",
+    waiting_states!(),
+    " AND d.next_attempt_at <= ?2 AND ",
+    heads_its_key!(),
+    " ORDER BY 2, 1 LIMIT ?3"
+);
+
 /// One waiting state's due deliveries without a key of handler `?1` at `?2`: a range of
 /// `deliveries_unkeyed_due`.
 macro_rules! unkeyed_due_in {
     ($state:literal) => {
-        concat!(
-            "SELECT d.id, d.next_attempt_at, d.ordering_key, d.sequence, d.source
-             FROM deliveries d INDEXED BY deliveries_unkeyed_due
-             WHERE d.handler = ?1 AND d.state = '",
-            $state,
-            "' AND d.ordering_key IS NULL AND d.next_attempt_at <= ?2"
-        )
+        due_in!($state, "deliveries_unkeyed_due", "IS NULL", [], [])
     };
 }
 
@@ -332,6 +399,20 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
     })
 }
 
+/// How far a claim looked past its window at one handler's keyed deliveries.
+#[derive(Clone, Copy, Debug)]
+enum Looked {
+    /// Not past it: the window held enough heads, or every due keyed delivery.
+    Window,
+    /// Past it, by walking the keys or (`since`) by reading what changed since a complete walk;
+    /// `complete` if that found every head that may run (no more than wanted) and marked none
+    /// stale.
+    Past {
+        since: Option<walks::Since>,
+        complete: bool,
+    },
+}
+
 /// Up to `want` of `handler`'s due deliveries that may run now, oldest first: per
 /// `(source, ordering_key, handler)` only the earliest open one (by sequence, then arrival). One
 /// older than a delivery already done for its key is marked `stale` on the way (counted in
@@ -342,7 +423,8 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
 /// are looked at first (a window a few times `want`); only when that window is full of
 /// deliveries waiting behind their keys are the keys walked, so a claim costs about `want`
 /// seeks when most due deliveries may run, and a few per key with open deliveries when most
-/// wait (never one per waiting delivery).
+/// wait (never one per waiting delivery). After a complete walk, what arrived or came due since
+/// is read instead ([`walks`]), until something clears its record.
 fn due_heads(
     conn: &Connection,
     handler: &str,
@@ -350,7 +432,7 @@ fn due_heads(
     now_ms: i64,
     want: usize,
     stale: &mut usize,
-) -> Result<Vec<Candidate>, InboxError> {
+) -> Result<(Vec<Candidate>, Looked), InboxError> {
     // Rows of `sql`, each with whether it heads its key (its sixth column if `checked`).
     let read =
         |sql: &str, checked: bool, limit: usize| -> Result<Vec<(Candidate, bool)>, InboxError> {
@@ -367,30 +449,64 @@ fn due_heads(
         .collect();
     let mut taken: HashSet<i64> = HashSet::new();
     let mut keyed = 0;
+    let mut looked = Looked::Window;
+    let mut since = walks::remembered(conn, handler, now_ms)?;
     for _ in 0..PASSES {
         let need = want - keyed;
         if need == 0 {
             break;
         }
-        // Heads taken by an earlier pass are still waiting, so read again: look past them.
-        let window = window_size(need) + taken.len();
-        let rows = read(KEYED_DUE, true, window)?;
-        let full = rows.len() == window;
-        let mut found: Vec<Candidate> = rows
-            .into_iter()
-            .filter(|(c, head)| *head && !taken.contains(&c.id))
-            .map(|(c, _)| c)
-            .collect();
-        if found.len() < need && full {
-            let seen: HashSet<i64> = found.iter().map(|c| c.id).collect();
-            let more = read(KEY_HEADS, false, need + taken.len())?;
-            found.extend(
-                more.into_iter()
-                    .map(|(c, _)| c)
-                    .filter(|c| !taken.contains(&c.id) && !seen.contains(&c.id)),
-            );
-            found.sort_by_key(|c| (c.due_ms, c.id));
-        }
+        // Whether this pass read past the window and found every head there was.
+        let mut complete = None;
+        let found: Vec<Candidate> = if let Some(walk) = since.take() {
+            // Only the first pass: one that marks a head stale clears the record.
+            let rows: Vec<Candidate> = conn
+                .prepare_cached(KEYED_SINCE)?
+                .query_map(
+                    params![
+                        handler,
+                        now_ms,
+                        need as i64 + 1,
+                        walk.newest_id,
+                        walk.checked_at
+                    ],
+                    candidate,
+                )?
+                .collect::<Result<_, _>>()?;
+            complete = Some(rows.len() <= need);
+            looked = Looked::Past {
+                since: Some(walk),
+                complete: false,
+            };
+            rows
+        } else {
+            // Heads taken by an earlier pass are still waiting, so read again: look past them.
+            let window = window_size(need) + taken.len();
+            let rows = read(KEYED_DUE, true, window)?;
+            let full = rows.len() == window;
+            let mut found: Vec<Candidate> = rows
+                .into_iter()
+                .filter(|(c, head)| *head && !taken.contains(&c.id))
+                .map(|(c, _)| c)
+                .collect();
+            if found.len() < need && full {
+                let seen: HashSet<i64> = found.iter().map(|c| c.id).collect();
+                let limit = need + taken.len();
+                let more = read(KEY_HEADS, false, limit)?;
+                complete = Some(more.len() < limit);
+                looked = Looked::Past {
+                    since: None,
+                    complete: false,
+                };
+                found.extend(
+                    more.into_iter()
+                        .map(|(c, _)| c)
+                        .filter(|c| !taken.contains(&c.id) && !seen.contains(&c.id)),
+                );
+                found.sort_by_key(|c| (c.due_ms, c.id));
+            }
+            found
+        };
         let mut marked = false;
         for mut candidate in found {
             if keyed == want {
@@ -409,13 +525,22 @@ fn due_heads(
             heads.push(candidate);
             keyed += 1;
         }
+        if let Looked::Past { complete: c, .. } = &mut looked {
+            *c = complete == Some(true) && !marked;
+        }
         if !marked {
             break;
         }
     }
     heads.sort_by_key(|c| (c.due_ms, c.id));
     heads.truncate(want);
-    Ok(heads)
+    // A keyed head cut for earlier deliveries without a key was found and is not leased.
+    if let Looked::Past { complete, .. } = &mut looked
+        && heads.iter().filter(|c| c.key.is_some()).count() < keyed
+    {
+        *complete = false;
+    }
+    Ok((heads, looked))
 }
 
 /// Whether a later delivery of `candidate`'s key is already done, and if so whether it is

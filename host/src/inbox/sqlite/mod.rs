@@ -32,6 +32,7 @@ pub(in crate::inbox) mod schema;
 mod sql;
 mod state;
 mod views;
+mod walks;
 mod writer;
 
 use std::{
@@ -98,6 +99,7 @@ impl SqliteStore {
         // copies what that thread has not, when it lags under steady load.
         conn.execute_batch("PRAGMA wal_autocheckpoint = 2000")?;
         schema::migrate(&conn)?;
+        walks::install(&conn)?;
         let queued = queued::QueuedState::load(&conn)?;
         let (tx, rx) = mpsc::channel();
         let commits = Arc::new(Commits::default());
