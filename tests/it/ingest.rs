@@ -372,7 +372,11 @@ async fn a_resent_event_is_a_duplicate_and_of_50_concurrent_copies_exactly_one_i
     // One attempt at a time: the two events' attempts both write `counter`'s one key, and on a
     // slow machine they overlapped, so one conflicted and ran again (two attempts, one of them
     // handled): not what this test asks about.
-    let config = sw_source("s", &["counter"], "\n[plugins.counter]\nmax_concurrency = 1");
+    let config = sw_source(
+        "s",
+        &["counter"],
+        "\n[plugins.counter]\nmax_concurrency = 1",
+    );
     let host = Arc::new(TestHost::start(&config, &[("counter", plugins::COUNTER)]).await);
     let post = |host: Arc<TestHost>, id: &'static str| async move {
         let body = event_body(id);
