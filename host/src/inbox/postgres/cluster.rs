@@ -1,15 +1,24 @@
 //! The cluster's coordination rows in SQL: node heartbeats, plugin files by sha256, releases.
 //!
-//! Invariant: a publish stores the bytes (if new) and moves the release in one transaction, and
-//! the release row only changes when it names another sha256 (a re-publish of the live version
-//! keeps its version).
+//! Invariants:
+//! - A publish stores the bytes (if new) and moves the release in one transaction, and the
+//!   release row only changes when it names another sha256 (a re-publish of the live version
+//!   keeps its version).
+//! - A file is kept while a release names it, live or in its history (what a rollback may go
+//!   back to): the transaction that moves a release deletes the files no release names any
+//!   more, so the table holds at most `1 + PREVIOUS_KEPT` files per plugin, however many
+//!   versions were published. A file stored by a publish not committed yet is invisible to
+//!   that delete, and once committed it is named.
 
 use std::{collections::BTreeMap, time::Instant};
 
 use bytes::Bytes;
-use tokio_postgres::Row;
+use tokio_postgres::{Row, error::SqlState};
 
-use super::{PostgresStore, statements::Run};
+use super::{
+    PostgresStore,
+    statements::{Run, Tx},
+};
 use crate::{
     clock::Reading,
     inbox::{
@@ -17,6 +26,41 @@ use crate::{
         cluster::{ClusterStore, NodeBeat, PREVIOUS_KEPT, Release},
     },
 };
+
+/// Deletes, in `tx` (the one that moved a release), the plugin files no release names any more,
+/// live or in its history; answers how many. A role that may not delete them (the grants
+/// hookd asked for before it did, `SELECT, INSERT` on `plugin_files`) keeps them: the delete is
+/// undone alone and a warning says which grant lets hookd delete them.
+async fn drop_unnamed_files(tx: &Tx<'_>) -> Result<u64, InboxError> {
+    tx.batch_execute("SAVEPOINT unnamed_files").await?;
+    let deleted = tx
+        .execute(
+            "DELETE FROM plugin_files f
+             WHERE NOT EXISTS (SELECT 1 FROM plugin_releases r
+                               WHERE r.sha256 = f.sha256 OR f.sha256 = ANY (r.previous))",
+            &[],
+        )
+        .await;
+    match deleted {
+        Ok(deleted) => {
+            tx.batch_execute("RELEASE SAVEPOINT unnamed_files").await?;
+            Ok(deleted)
+        }
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
+            tx.batch_execute("ROLLBACK TO SAVEPOINT unnamed_files")
+                .await?;
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "cluster: plugin files no release names any more are kept: this node's \
+                     database role may not delete them (GRANT DELETE ON plugin_files)"
+                );
+            });
+            Ok(0)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
 
 fn release(row: &Row) -> Release {
     Release {
@@ -171,7 +215,10 @@ impl ClusterStore for PostgresStore {
             )
             .await?;
         let current = match moved {
-            Some(row) => release(&row),
+            Some(row) => {
+                drop_unnamed_files(&tx).await?;
+                release(&row)
+            }
             None => release(
                 &tx.query_one(
                     "SELECT stem, sha256, version, node, previous FROM plugin_releases WHERE stem = $1",
@@ -193,11 +240,11 @@ impl ClusterStore for PostgresStore {
         node: &str,
     ) -> Result<Option<Release>, InboxError> {
         let started = std::time::Instant::now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
         // One statement: the check of what the rollback read and the step back (the same as a
         // publish of the history's newest version) cannot be split by another node's publish.
-        let row = self
-            .client()
-            .await?
+        let row = tx
             .query_opt(
                 "UPDATE plugin_releases SET sha256 = $3,
                      version = nextval('plugin_release_versions'), node = $4,
@@ -207,6 +254,11 @@ impl ClusterStore for PostgresStore {
                 &[&stem, &from, &to, &node],
             )
             .await?;
+        if row.is_some() {
+            // The version stepped back from has left the history.
+            drop_unnamed_files(&tx).await?;
+        }
+        tx.commit().await?;
         self.committed(started);
         Ok(row.as_ref().map(release))
     }

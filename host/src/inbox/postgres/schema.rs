@@ -309,8 +309,9 @@ pub(super) async fn migrate(client: &mut Conn, target: &Target) -> Result<(), In
 }
 
 /// What a node does to the rows of each table (all of them, once migrated): the privileges its
-/// statements need, no more (`attempts` are never updated, `plugin_files` only inserted, ...;
-/// an upsert's `DO UPDATE` and a `FOR UPDATE` lock need `UPDATE`).
+/// statements need, no more (`attempts` are never updated, ...; an upsert's `DO UPDATE` and a
+/// `FOR UPDATE` lock need `UPDATE`). Deleting the plugin files no release names any more is
+/// not asked for: a role that may not (the grants of before hookd did) keeps them.
 const TABLES: [(&str, &[&str]); 9] = [
     ("events", &["SELECT", "INSERT", "UPDATE", "DELETE"]),
     ("deliveries", &["SELECT", "INSERT", "UPDATE", "DELETE"]),

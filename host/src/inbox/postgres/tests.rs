@@ -1911,6 +1911,51 @@ async fn a_release_keeps_one_history_of_its_file_for_every_node() {
     assert_eq!(publish(&one, "e").await, ["h", "g", "f", "d", "c"]);
     let releases = two.releases().await.unwrap();
     assert_eq!(releases[0].previous, ["h", "g", "f", "d", "c"]);
+    // The files kept are the ones a release names: "a" and "b", pushed out of the history,
+    // are gone; a rollback drops the one it steps back from.
+    let files = async || -> Vec<String> {
+        testdb::connect(db.url())
+            .await
+            .query("SELECT sha256 FROM plugin_files ORDER BY sha256", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect()
+    };
+    assert_eq!(files().await, ["c", "d", "e", "f", "g", "h"]);
+    let back = two.roll_back("h", "e", "h", "n").await.unwrap().unwrap();
+    assert_eq!(back.previous, ["g", "f", "d", "c"]);
+    assert_eq!(files().await, ["c", "d", "f", "g", "h"]);
+}
+
+/// A node whose role may not delete plugin files (the grants asked for before hookd deleted
+/// them) still publishes: the files are kept, and nothing fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_not_delete_plugin_files_keeps_them_and_publishes() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let node = fixtures::open(&db).await;
+    let node = node.cluster().unwrap();
+    testdb::connect(db.url())
+        .await
+        .batch_execute("REVOKE DELETE ON plugin_files FROM CURRENT_USER")
+        .await
+        .unwrap();
+    for sha in ["a", "b", "c", "d", "e", "f", "g", "h"] {
+        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
+        let release = node.publish("h", sha, Some(bytes), "n").await.unwrap();
+        assert_eq!(release.sha256, sha);
+    }
+    let kept: i64 = testdb::connect(db.url())
+        .await
+        .query_one("SELECT COUNT(*) FROM plugin_files", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, 8);
+    assert_eq!(node.releases().await.unwrap()[0].sha256, "h");
 }
 
 /// A rollback steps back only from the release it read: after another node published or
