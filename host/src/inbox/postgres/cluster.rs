@@ -7,8 +7,11 @@
 //! - A file is kept while a release names it, live or in its history (what a rollback may go
 //!   back to): the transaction that moves a release deletes the files no release names any
 //!   more, so the table holds at most `1 + PREVIOUS_KEPT` files per plugin, however many
-//!   versions were published. A file stored by a publish not committed yet is invisible to
-//!   that delete, and once committed it is named.
+//!   versions were published (all of them under a role that may not delete). A file a publish
+//!   is inserting is invisible to that delete until committed, and named then; one it found
+//!   stored is locked by its release's foreign key check, and a delete that reaches it after
+//!   that fails its own check and is undone alone. A publish that loses its file to a delete
+//!   between the two fails and is tried again (with its bytes, the file stored again).
 
 use std::{collections::BTreeMap, time::Instant};
 
@@ -27,12 +30,15 @@ use crate::{
     },
 };
 
-/// Deletes, in `tx` (the one that moved a release), the plugin files no release names any more,
-/// live or in its history; answers how many. A role that may not delete them (the grants
-/// hookd asked for before it did, `SELECT, INSERT` on `plugin_files`) keeps them: the delete is
-/// undone alone and a warning says which grant lets hookd delete them.
+/// Deletes, in `tx` (the one that moved a release, as its last statement), the plugin files no
+/// release names any more, live or in its history; answers how many. Housekeeping never fails
+/// the move: if the delete does (a role that may not delete them, as the grants hookd asked for
+/// before it did; a file another node's publish names by the time the delete's check runs; a
+/// deadlock with another node's delete; a lock held past a second), it is undone alone and the
+/// files wait for the next move, with a warning.
 async fn drop_unnamed_files(tx: &Tx<'_>) -> Result<u64, InboxError> {
-    tx.batch_execute("SAVEPOINT unnamed_files").await?;
+    tx.batch_execute("SAVEPOINT unnamed_files; SET LOCAL lock_timeout = '1s'")
+        .await?;
     let deleted = tx
         .execute(
             "DELETE FROM plugin_files f
@@ -41,25 +47,29 @@ async fn drop_unnamed_files(tx: &Tx<'_>) -> Result<u64, InboxError> {
             &[],
         )
         .await;
-    match deleted {
+    let e = match deleted {
         Ok(deleted) => {
             tx.batch_execute("RELEASE SAVEPOINT unnamed_files").await?;
-            Ok(deleted)
+            return Ok(deleted);
         }
-        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => {
-            tx.batch_execute("ROLLBACK TO SAVEPOINT unnamed_files")
-                .await?;
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| {
-                tracing::warn!(
-                    "cluster: plugin files no release names any more are kept: this node's \
-                     database role may not delete them (GRANT DELETE ON plugin_files)"
-                );
-            });
-            Ok(0)
-        }
-        Err(e) => Err(e.into()),
+        // The connection itself failed: the move did too.
+        Err(e) if e.code().is_none() => return Err(e.into()),
+        Err(e) => e,
+    };
+    tx.batch_execute("ROLLBACK TO SAVEPOINT unnamed_files")
+        .await?;
+    if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| {
+            tracing::warn!(
+                "cluster: plugin files no release names any more are kept: this node's database \
+                 role may not delete them (GRANT DELETE ON plugin_files)"
+            );
+        });
+    } else {
+        tracing::warn!(error = %e, "cluster: plugin files no release names any more are kept until the next release moves");
     }
+    Ok(0)
 }
 
 fn release(row: &Row) -> Release {

@@ -1929,6 +1929,49 @@ async fn a_release_keeps_one_history_of_its_file_for_every_node() {
     assert_eq!(files().await, ["c", "d", "f", "g", "h"]);
 }
 
+/// Deleting files no release names is housekeeping: when it cannot (a file held by another
+/// transaction past the delete's lock timeout, as another node's publish holds the file it
+/// names), the release moves all the same and the file waits for the next move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_whose_housekeeping_waits_on_a_lock_still_moves_the_release() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let node = fixtures::open(&db).await;
+    let node = node.cluster().unwrap();
+    let publish = async |sha: &str| {
+        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
+        node.publish("h", sha, Some(bytes), "n").await.unwrap()
+    };
+    for sha in ["a", "b", "c", "d", "e", "f"] {
+        publish(sha).await;
+    }
+    // "a" leaves the history with the next publish, while another transaction holds it.
+    let mut holder = testdb::connect(db.url()).await;
+    let held = holder.transaction().await.unwrap();
+    held.query(
+        "SELECT 1 FROM plugin_files WHERE sha256 = 'a' FOR KEY SHARE",
+        &[],
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(publish("g").await.sha256, "g");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let count = async || -> i64 {
+        testdb::connect(db.url())
+            .await
+            .query_one("SELECT COUNT(*) FROM plugin_files", &[])
+            .await
+            .unwrap()
+            .get(0)
+    };
+    assert_eq!(count().await, 7, "\"a\" kept while held");
+    held.rollback().await.unwrap();
+    assert_eq!(publish("h").await.previous, ["g", "f", "e", "d", "c"]);
+    assert_eq!(count().await, 6, "\"a\" and \"b\" gone with the next move");
+}
+
 /// A node whose role may not delete plugin files (the grants asked for before hookd deleted
 /// them) still publishes: the files are kept, and nothing fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
