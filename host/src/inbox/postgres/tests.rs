@@ -1881,6 +1881,29 @@ async fn a_session_idle_in_a_transaction_is_ended_by_the_server() {
     }
 }
 
+/// Publishes file `sha` (its bytes: the name's) of plugin `h` from `store`.
+async fn publish_file(
+    store: &dyn crate::inbox::cluster::ClusterStore,
+    sha: &str,
+) -> crate::inbox::cluster::Release {
+    let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
+    let release = store.publish("h", sha, Some(bytes), "n").await.unwrap();
+    assert_eq!(release.sha256, sha);
+    release
+}
+
+/// The plugin files `db` stores, by sha256.
+async fn plugin_files(db: &TestDatabase) -> Vec<String> {
+    testdb::connect(db.url())
+        .await
+        .query("SELECT sha256 FROM plugin_files ORDER BY sha256", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
+}
+
 /// A release keeps the cluster's history of its file: a new version pushes the one it
 /// replaces (at most five kept, a version coming back leaving its older place), and the newest
 /// earlier version coming back is a step back that drops the one it replaces. Every node reads
@@ -1893,10 +1916,7 @@ async fn a_release_keeps_one_history_of_its_file_for_every_node() {
     let [one, two] = nodes(&db).await;
     let (one, two) = (one.cluster().unwrap(), two.cluster().unwrap());
     let publish = async |store: &Arc<dyn crate::inbox::cluster::ClusterStore>, sha: &str| {
-        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
-        let release = store.publish("h", sha, Some(bytes), "n").await.unwrap();
-        assert_eq!(release.sha256, sha);
-        release.previous
+        publish_file(store.as_ref(), sha).await.previous
     };
     assert!(publish(&one, "a").await.is_empty());
     assert_eq!(publish(&two, "b").await, ["a"]);
@@ -1913,20 +1933,10 @@ async fn a_release_keeps_one_history_of_its_file_for_every_node() {
     assert_eq!(releases[0].previous, ["h", "g", "f", "d", "c"]);
     // The files kept are the ones a release names: "a" and "b", pushed out of the history,
     // are gone; a rollback drops the one it steps back from.
-    let files = async || -> Vec<String> {
-        testdb::connect(db.url())
-            .await
-            .query("SELECT sha256 FROM plugin_files ORDER BY sha256", &[])
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.get(0))
-            .collect()
-    };
-    assert_eq!(files().await, ["c", "d", "e", "f", "g", "h"]);
+    assert_eq!(plugin_files(&db).await, ["c", "d", "e", "f", "g", "h"]);
     let back = two.roll_back("h", "e", "h", "n").await.unwrap().unwrap();
     assert_eq!(back.previous, ["g", "f", "d", "c"]);
-    assert_eq!(files().await, ["c", "d", "f", "g", "h"]);
+    assert_eq!(plugin_files(&db).await, ["c", "d", "f", "g", "h"]);
 }
 
 /// Deleting files no release names is housekeeping: when it cannot (a file held by another
@@ -1939,12 +1949,8 @@ async fn a_publish_whose_housekeeping_waits_on_a_lock_still_moves_the_release() 
     };
     let node = fixtures::open(&db).await;
     let node = node.cluster().unwrap();
-    let publish = async |sha: &str| {
-        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
-        node.publish("h", sha, Some(bytes), "n").await.unwrap()
-    };
     for sha in ["a", "b", "c", "d", "e", "f"] {
-        publish(sha).await;
+        publish_file(node.as_ref(), sha).await;
     }
     // "a" leaves the history with the next publish, while another transaction holds it.
     let mut holder = testdb::connect(db.url()).await;
@@ -1956,20 +1962,17 @@ async fn a_publish_whose_housekeeping_waits_on_a_lock_still_moves_the_release() 
     .await
     .unwrap();
     let started = std::time::Instant::now();
-    assert_eq!(publish("g").await.sha256, "g");
+    assert_eq!(publish_file(node.as_ref(), "g").await.sha256, "g");
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
-    let count = async || -> i64 {
-        testdb::connect(db.url())
-            .await
-            .query_one("SELECT COUNT(*) FROM plugin_files", &[])
-            .await
-            .unwrap()
-            .get(0)
-    };
-    assert_eq!(count().await, 7, "\"a\" kept while held");
+    assert_eq!(plugin_files(&db).await.len(), 7, "\"a\" kept while held");
     held.rollback().await.unwrap();
-    assert_eq!(publish("h").await.previous, ["g", "f", "e", "d", "c"]);
-    assert_eq!(count().await, 6, "\"a\" and \"b\" gone with the next move");
+    let release = publish_file(node.as_ref(), "h").await;
+    assert_eq!(release.previous, ["g", "f", "e", "d", "c"]);
+    assert_eq!(
+        plugin_files(&db).await.len(),
+        6,
+        "\"a\" and \"b\" gone with the next move"
+    );
 }
 
 /// A node whose role may not delete plugin files (the grants asked for before hookd deleted
@@ -1987,17 +1990,9 @@ async fn a_role_that_may_not_delete_plugin_files_keeps_them_and_publishes() {
         .await
         .unwrap();
     for sha in ["a", "b", "c", "d", "e", "f", "g", "h"] {
-        let bytes = bytes::Bytes::from(sha.as_bytes().to_vec());
-        let release = node.publish("h", sha, Some(bytes), "n").await.unwrap();
-        assert_eq!(release.sha256, sha);
+        publish_file(node.as_ref(), sha).await;
     }
-    let kept: i64 = testdb::connect(db.url())
-        .await
-        .query_one("SELECT COUNT(*) FROM plugin_files", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(kept, 8);
+    assert_eq!(plugin_files(&db).await.len(), 8);
     assert_eq!(node.releases().await.unwrap()[0].sha256, "h");
 }
 

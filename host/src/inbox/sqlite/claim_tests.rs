@@ -398,6 +398,18 @@ async fn a_claim_that_waited_for_the_writer_leases_from_when_it_ran() {
     ));
 }
 
+/// SQLite's virtual machine steps `sqls` took on `conn` since last asked, in all.
+fn vm_steps(conn: &Connection, sqls: &[&str]) -> i32 {
+    sqls.iter()
+        .map(|sql| {
+            let statement = conn.prepare_cached(sql).unwrap();
+            let steps = statement.get_status(rusqlite::StatementStatus::VmStep);
+            statement.reset_status(rusqlite::StatementStatus::VmStep);
+            steps
+        })
+        .sum()
+}
+
 /// A claim's work does not grow with one key's backlog: with thousands of deliveries waiting
 /// behind a key's running head, it looks at a window of them, then walks the keys (a few
 /// seeks each). Before, it read every one of them, on the writer, on every claim (11.6–20.6 ms for
@@ -432,14 +444,7 @@ fn a_claim_past_one_keys_long_queue_does_not_read_it() {
         let again = claim_due(&conn, &req).unwrap().leased;
         let ids: Vec<i64> = again.iter().map(|c| c.delivery_id).collect();
         assert_eq!(ids, [others[8], others[9], free]);
-        [KEYED_DUE, UNKEYED_DUE, KEY_HEADS]
-            .iter()
-            .map(|sql| {
-                conn.prepare_cached(sql)
-                    .unwrap()
-                    .get_status(rusqlite::StatementStatus::VmStep)
-            })
-            .sum()
+        vm_steps(&conn, &[KEYED_DUE, UNKEYED_DUE, KEY_HEADS])
     };
     let (short, long) = (steps(200), steps(5_000));
     assert!(
@@ -534,17 +539,7 @@ fn after_a_walk_that_found_nothing_a_claim_reads_what_changed_since() {
         ));
     }
     conn.execute_batch("COMMIT").unwrap();
-    let steps = || -> i32 {
-        [KEYED_DUE, KEY_HEADS, KEYED_SINCE]
-            .iter()
-            .map(|sql| {
-                let statement = conn.prepare_cached(sql).unwrap();
-                let steps = statement.get_status(rusqlite::StatementStatus::VmStep);
-                statement.reset_status(rusqlite::StatementStatus::VmStep);
-                steps
-            })
-            .sum()
-    };
+    let steps = || vm_steps(&conn, &[KEYED_DUE, KEY_HEADS, KEYED_SINCE]);
     let now = 1_000_000;
     assert_eq!(leased_ids(&conn, &claim_at(now, 8, "h")), [0i64; 0]);
     let walk = steps();
