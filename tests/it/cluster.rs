@@ -1433,3 +1433,83 @@ async fn a_rollback_taken_is_answered_as_done_when_this_nodes_file_cannot_be_wri
         .await;
     wait_everywhere(&hosts, &first, "after the rollback").await;
 }
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "kill -{signal} {pid}");
+}
+
+/// Waits up to `timeout` for `sql` (one number) to read `want` on `url`.
+async fn wait_count(url: &str, sql: &str, want: i64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let now = count(url, sql);
+        if now == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{sql}: {now}, not {want}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A node frozen with its connection up (SIGSTOP: a paused VM or container) reads none of its
+/// notices, which PostgreSQL keeps for it in a queue that, once full, refuses every node's
+/// accepts. Another node ends that listening session once it has been blocked for 30 s; the
+/// frozen node, once it runs again, listens anew and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_nodes_listener_is_ended_by_another_and_it_listens_again_once_resumed() {
+    let Some(db) = TestDatabase::create(
+        "a_frozen_nodes_listener_is_ended_by_another_and_it_listens_again_once_resumed",
+    ) else {
+        return;
+    };
+    let (_dirs, hosts, _) = start_nodes(&node_config(&db.url, 1), 2).await;
+    let listeners = "SELECT count(*) FROM pg_stat_activity
+                     WHERE datname = current_database() AND query = 'LISTEN hookd_work'";
+    let blocked = format!("{listeners} AND wait_event = 'ClientWrite'");
+    wait_count(&db.url, listeners, 2, Duration::from_secs(10)).await;
+    signal(hosts[1].pid(), "STOP");
+    // Notices enough to fill the frozen node's socket (3 000 of ~8 kB, distinct).
+    psql(
+        &db.url,
+        "SELECT count(pg_notify('hookd_work', i::text || repeat('x', 7900)))
+         FROM generate_series(1, 3000) i",
+    );
+    wait_count(&db.url, &blocked, 1, Duration::from_secs(10)).await;
+    let started = Instant::now();
+    hosts[0]
+        .wait_log("ended a node's listening session", Duration::from_secs(60))
+        .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(25),
+        "ended after {:?}, before it was seen blocked for 30 s",
+        started.elapsed()
+    );
+    wait_count(&db.url, listeners, 1, Duration::from_secs(10)).await;
+    signal(hosts[1].pid(), "CONT");
+    hosts[1]
+        .wait_log(
+            "lost the connection that hears other nodes' work",
+            Duration::from_secs(10),
+        )
+        .await;
+    wait_count(&db.url, listeners, 2, Duration::from_secs(20)).await;
+    let (status, reply) = support::post_sw(
+        hosts[1].ingest,
+        "s",
+        "evt_resumed",
+        event_body(1).to_string().as_bytes(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, StatusCode::ACCEPTED, "{reply}");
+    wait_settled(&db.url, Duration::from_secs(30)).await;
+    assert!(
+        !hosts[1].log().contains("ended a node's listening session"),
+        "the resumed node ended no session"
+    );
+}

@@ -302,6 +302,9 @@ impl PostgresStore {
             refused: Mutex::new(None),
         });
         tasks.push(statistics::start(Arc::clone(&connections)));
+        if pooler != Pooler::Transaction {
+            tasks.push(wakeup::end_stuck_listeners(Arc::clone(&connections)));
+        }
         let commits = Arc::new(Commits::default());
         Ok(Self {
             accepts: {

@@ -2023,3 +2023,175 @@ async fn a_rollback_steps_back_only_from_the_release_it_read() {
     );
     assert_eq!(one.roll_back("h", "d", "c", "one").await.unwrap(), None);
 }
+
+/// A session on `url` that listens on hookd's channel as a node's listener does, then reads
+/// nothing more while its connection stays up (a node frozen): its pid, its client, and its
+/// connection, which the caller drives again with [`drain`] or drops to close.
+async fn frozen_listener(
+    url: &str,
+) -> (
+    i32,
+    tokio_postgres::Client,
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>,
+) {
+    let (client, mut connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let pid = {
+        let listen = async {
+            let row = client.query_one("SELECT pg_backend_pid()", &[]).await?;
+            client.batch_execute("LISTEN hookd_work").await?;
+            Ok::<i32, tokio_postgres::Error>(row.get(0))
+        };
+        tokio::pin!(listen);
+        loop {
+            tokio::select! {
+                pid = &mut listen => break pid.unwrap(),
+                message = std::future::poll_fn(|cx| connection.poll_message(cx)) => {
+                    assert!(matches!(message, Some(Ok(_))), "{message:?}");
+                }
+            }
+        }
+    };
+    (pid, client, connection)
+}
+
+/// Reads what `connection` was sent for `time`, as a listener that runs again does.
+async fn drain(
+    connection: &mut tokio_postgres::Connection<
+        tokio_postgres::Socket,
+        tokio_postgres::tls::NoTlsStream,
+    >,
+    time: Duration,
+) {
+    let read = async {
+        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            message.unwrap();
+        }
+    };
+    let _ = tokio::time::timeout(time, read).await;
+}
+
+/// Fills the listening sessions' sockets: 3 000 notices of ~8 kB (distinct, so none is folded
+/// into another), far more than a socket's buffers hold.
+async fn flood_notices(client: &tokio_postgres::Client) {
+    client
+        .execute(
+            "SELECT count(pg_notify('hookd_work', i::text || repeat('x', 7900)))
+             FROM generate_series(1, 3000) i",
+            &[],
+        )
+        .await
+        .unwrap();
+}
+
+/// The pids of the listening sessions of the database `client` is on that the server is blocked
+/// sending to, waiting up to 10 s for exactly `want` (sorted).
+async fn blocked_listeners(client: &tokio_postgres::Client, want: &[i32]) -> Vec<i32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids: Vec<i32> = client
+            .query(
+                "SELECT pid FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event = 'ClientWrite'
+                   AND query = 'LISTEN hookd_work' ORDER BY pid",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if pids == want || tokio::time::Instant::now() >= deadline {
+            return pids;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Whether the server has a session of pid `pid`.
+async fn session_alive(client: &tokio_postgres::Client, pid: i32) -> bool {
+    let sessions: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+            &[&pid],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    sessions > 0
+}
+
+/// Whether the session of pid `pid` is gone within 10 s (it exits soon after it is told to).
+async fn session_ends(client: &tokio_postgres::Client, pid: i32) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while session_alive(client, pid).await {
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_stops_reading_is_ended_once_seen_blocked_at_every_look_for_long() {
+    let Some((db, b, client)) = store_and_client().await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url(), 1, Pooler::None)
+        .await
+        .unwrap();
+    let conn = store.client().await.unwrap();
+    let (frozen, _frozen_client, mut connection) = frozen_listener(db.url()).await;
+    let mut stuck = super::wakeup::Stuck::default();
+    let (start, long) = (tokio::time::Instant::now(), Duration::from_secs(30));
+    let at = |secs: u64| start + Duration::from_secs(secs);
+    let look = async |stuck: &mut super::wakeup::Stuck, secs: u64| -> Vec<i32> {
+        let ended = stuck.look(&conn, at(secs), long).await.unwrap();
+        ended.into_iter().map(|e| e.pid).collect()
+    };
+
+    // Blocked, then reading again before it was seen so for long: never ended.
+    flood_notices(&client).await;
+    assert_eq!(blocked_listeners(&client, &[frozen]).await, [frozen]);
+    assert!(look(&mut stuck, 0).await.is_empty());
+    assert!(look(&mut stuck, 29).await.is_empty());
+    drain(&mut connection, Duration::from_millis(500)).await;
+    assert!(blocked_listeners(&client, &[]).await.is_empty());
+    assert!(look(&mut stuck, 31).await.is_empty(), "it reads again");
+    // Blocked again: its time counts from this look, not from the first.
+    flood_notices(&client).await;
+    assert_eq!(blocked_listeners(&client, &[frozen]).await, [frozen]);
+    assert!(look(&mut stuck, 32).await.is_empty());
+    assert!(look(&mut stuck, 61).await.is_empty());
+    assert!(session_alive(&client, frozen).await);
+    assert_eq!(look(&mut stuck, 62).await, [frozen]);
+    assert!(
+        session_ends(&client, frozen).await,
+        "the frozen listener is ended"
+    );
+    // The frozen node learns it when it runs again (its connection ends, with an error or
+    // closed, after what was sent before), and would listen anew.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(_)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {}
+    })
+    .await
+    .expect("the ended session's connection ends");
+    // The nodes' own listeners, which read theirs, were left alone and still hear work.
+    let listeners: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND query = 'LISTEN hookd_work'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(listeners, 2, "the two stores' listeners");
+    let heard = wakes(&b, async {
+        client.batch_execute("NOTIFY hookd_work").await.unwrap();
+    })
+    .await;
+    assert!(heard);
+}

@@ -4,18 +4,39 @@
 //! notice costs no transaction of its own and goes out only if they commit; a replay or a
 //! reclaim sends one after it ([`super::PostgresStore`]'s `notify_work`).
 //!
+//! PostgreSQL keeps every notice in one queue (8 GB) until the last session listening has read
+//! it, and while that queue is full no transaction that notifies can commit: every node's accepts
+//! would be refused. A node frozen with its connection up (a paused VM or container, a process
+//! stopped) stops reading, and would end up there. So every listening node also looks, every
+//! [`STUCK_CHECK_EVERY`], for hookd listening sessions on its database that the server has been
+//! unable to send notices to ever since the last looks ([`Stuck`]), and ends those it has seen so
+//! for [`STUCK_FOR`] (`pg_terminate_backend`): the queue then drains, and the frozen node, once it
+//! runs again, finds its connection lost and listens anew.
+//!
 //! Invariants:
 //! - A notice is only a hint: a missed one delays work until the next claim or due time, never
 //!   loses it (the rows are the queue). So after the listening connection is established again
 //!   every waiter is woken once, for the notices it may have missed meanwhile.
 //! - The listener reconnects after losing its connection, and stops with the store.
+//! - Only a session that runs nothing but hookd's [`LISTEN`], idle, blocked sending to its client
+//!   at every look for [`STUCK_FOR`] (the same process: its pid and start time) is ended; a node
+//!   that reads its notices is never blocked for long, and being ended costs a listener only a
+//!   reconnect. Failing to look or to end one is logged, never fatal.
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
-use tokio::sync::{Notify, oneshot};
+use tokio::{
+    sync::{Notify, oneshot},
+    time::Instant,
+};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection, Socket, tls::MakeTlsConnect};
 
-use super::{error::Target, tls::Connector};
+use super::{
+    Connections,
+    error::Target,
+    statements::{Conn, Run},
+    tls::Connector,
+};
 use crate::inbox::InboxError;
 
 /// The listening connection's stream (TLS or not, as the URL asks).
@@ -27,6 +48,18 @@ pub(super) const CHANNEL: &str = "hookd_work";
 /// The notice, as a statement of the transaction that made the work: PostgreSQL delivers it
 /// when that transaction commits, and never if it rolls back.
 pub(super) const NOTIFY: &str = "NOTIFY hookd_work";
+
+/// The one statement a listening session runs (so `pg_stat_activity` shows it as that session's
+/// query for as long as it lives).
+const LISTEN: &str = "LISTEN hookd_work";
+
+/// How often a node looks for listening sessions that stopped reading their notices.
+const STUCK_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a listening session is seen blocked sending notices, at every look, before it is
+/// ended. A node that reads its notices drains them in milliseconds; filling the queue takes
+/// hours, so this can afford to be sure.
+const STUCK_FOR: Duration = Duration::from_secs(30);
 
 /// How long the listener waits before connecting again after losing its connection; each
 /// failed attempt doubles it, up to [`RECONNECT_AT_MOST`] (the claims' polling covers the
@@ -146,8 +179,7 @@ async fn listen_until_lost(
     };
     let mut messages = std::pin::pin!(messages);
     let reconnected = listening.is_none();
-    let sql = format!("LISTEN {CHANNEL}");
-    let listen = client.batch_execute(&sql);
+    let listen = client.batch_execute(LISTEN);
     // `Ok(false)`: the connection closed before the `LISTEN` was answered.
     let listened = tokio::select! {
         listened = listen => listened.map(|()| true),
@@ -174,10 +206,140 @@ async fn listen_until_lost(
     ended
 }
 
+/// The listening sessions a node has seen blocked sending notices to their clients, at every
+/// look since it first saw each.
+#[derive(Default)]
+pub(super) struct Stuck {
+    /// By (pid, start in µs since the epoch: a pid the server gives again is another session),
+    /// when first seen so.
+    seen: HashMap<(i32, i64), Instant>,
+}
+
+/// A listening session [`Stuck::look`] ended.
+#[derive(Debug)]
+pub(super) struct Ended {
+    pub(super) pid: i32,
+    /// The client's address and port, as the server saw it (none over a Unix socket).
+    pub(super) client: Option<String>,
+}
+
+impl Stuck {
+    /// Looks at the listening sessions of this database once, at `now`: remembers those blocked
+    /// sending notices (forgetting any that no longer are), and ends those seen so at every look
+    /// for `stuck_for` or more. Returns the sessions ended.
+    pub(super) async fn look(
+        &mut self,
+        client: &Conn,
+        now: Instant,
+        stuck_for: Duration,
+    ) -> Result<Vec<Ended>, InboxError> {
+        // `state` and `query` are shown for the sessions of the role looking (and to members of
+        // `pg_read_all_stats`): those of other roles are never matched.
+        let rows = client
+            .query(
+                "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8
+                 FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()
+                   AND state = 'idle' AND wait_event = 'ClientWrite' AND query = $1",
+                &[&LISTEN],
+            )
+            .await?;
+        let blocked: HashMap<(i32, i64), Instant> = rows
+            .iter()
+            .map(|row| {
+                let session = (row.get(0), row.get(1));
+                (session, self.seen.get(&session).copied().unwrap_or(now))
+            })
+            .collect();
+        self.seen = blocked;
+        let (pids, starts): (Vec<i32>, Vec<i64>) = self
+            .seen
+            .iter()
+            .filter(|(_, since)| now.duration_since(**since) >= stuck_for)
+            .map(|(session, _)| *session)
+            .unzip();
+        if pids.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Still blocked, still the same session: ended by the statement that checks it, in its
+        // select list, which only the rows past every condition and the join reach (a function
+        // in the `WHERE` could be run before the join, on every blocked listener).
+        let rows = client
+            .query(
+                "SELECT a.pid, host(a.client_addr) || ':' || a.client_port,
+                        pg_terminate_backend(a.pid)
+                 FROM pg_stat_activity a
+                 JOIN unnest($1::int4[], $2::int8[]) AS s (pid, started) ON s.pid = a.pid
+                  AND (extract(epoch FROM a.backend_start) * 1000000)::int8 = s.started
+                 WHERE a.datname = current_database() AND a.state = 'idle'
+                   AND a.wait_event = 'ClientWrite' AND a.query = $3",
+                &[&pids, &starts, &LISTEN],
+            )
+            .await?;
+        let ended: Vec<Ended> = rows
+            .iter()
+            .filter(|row| row.get::<_, bool>(2))
+            .map(|row| Ended {
+                pid: row.get(0),
+                client: row.get(1),
+            })
+            .collect();
+        for gone in &ended {
+            self.seen.retain(|(pid, _), _| *pid != gone.pid);
+        }
+        Ok(ended)
+    }
+}
+
+/// Runs [`Stuck::look`] every [`STUCK_CHECK_EVERY`] until aborted (with the store), logging each
+/// session it ends.
+pub(super) fn end_stuck_listeners(connections: Arc<Connections>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut stuck = Stuck::default();
+        let mut ticks = tokio::time::interval(STUCK_CHECK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut warned = false;
+        loop {
+            ticks.tick().await;
+            // An unreachable database is reported by the operations that need it.
+            let Ok(client) = connections.get().await else {
+                continue;
+            };
+            match stuck.look(&client, Instant::now(), STUCK_FOR).await {
+                Ok(ended) => {
+                    for session in ended {
+                        tracing::warn!(
+                            pid = session.pid,
+                            client = session.client.as_deref().unwrap_or("local socket"),
+                            "inbox: ended a node's listening session that had not read its \
+                             notices for {}s (a node frozen with its connection up: the server's \
+                             notice queue would fill and refuse every node's accepts); that \
+                             node listens again when it runs",
+                            STUCK_FOR.as_secs()
+                        );
+                    }
+                }
+                // Once: the next failures are most likely the same one (a role that may not end
+                // another role's sessions, for one).
+                Err(e) if !warned => {
+                    warned = true;
+                    tracing::warn!(error = %e,
+                        "inbox: looking for listening sessions that stopped reading failed \
+                         (said once; a node frozen with its connection up would then fill the \
+                         server's notice queue)");
+                }
+                Err(e) => tracing::debug!(error = %e,
+                    "inbox: looking for listening sessions that stopped reading failed"),
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn the_notice_is_on_the_channel_listened_to() {
         assert_eq!(super::NOTIFY, format!("NOTIFY {}", super::CHANNEL));
+        assert_eq!(super::LISTEN, format!("LISTEN {}", super::CHANNEL));
     }
 }
