@@ -208,7 +208,9 @@ struct Member {
     /// ambiguous, even for a plugin named as one of its dependencies (`serde`).
     id: String,
     dir: PathBuf,
-    cdylib: bool,
+    /// Its `cdylib` target's name, which names the built file (`<lib>.wasm`): the package's
+    /// name with `-` as `_`, unless its `[lib] name` says otherwise. `None`: not a plugin crate.
+    cdylib: Option<String>,
     /// The directories of its path dependencies (such as `plugin-sdk`).
     path_deps: Vec<PathBuf>,
 }
@@ -221,7 +223,11 @@ impl Workspace {
             .root
             .canonicalize()
             .unwrap_or_else(|_| self.root.clone());
-        root == dir && self.members.iter().any(|m| m.dir == self.root && m.cdylib)
+        root == dir
+            && self
+                .members
+                .iter()
+                .any(|m| m.dir == self.root && m.cdylib.is_some())
     }
 
     /// The workspace of `manifest_path` if given, else the one cargo finds from the directory of
@@ -276,11 +282,16 @@ impl Workspace {
             .flatten()
             .filter_map(|p| {
                 let dir = Path::new(p["manifest_path"].as_str()?).parent()?.to_owned();
-                let cdylib = p["targets"].as_array().into_iter().flatten().any(|t| {
-                    t["crate_types"]
-                        .as_array()
-                        .is_some_and(|types| types.iter().any(|c| c == "cdylib"))
-                });
+                let cdylib = p["targets"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|t| {
+                        t["crate_types"]
+                            .as_array()
+                            .is_some_and(|types| types.iter().any(|c| c == "cdylib"))
+                    })
+                    .and_then(|t| t["name"].as_str().map(str::to_owned));
                 let path_deps = p["dependencies"]
                     .as_array()
                     .into_iter()
@@ -304,21 +315,44 @@ impl Workspace {
         })
     }
 
-    /// The crates to build when none are named: the root package if it is a `cdylib` (a
-    /// standalone plugin crate), else every crate in the workspace's `plugins/` directory.
+    /// The packages to build when none are named: the root package if it is a `cdylib` (a
+    /// standalone plugin crate), else those of the crates in the workspace's `plugins/`
+    /// directory (by package name, whatever their directories are called).
     fn default_plugins(&self) -> anyhow::Result<Vec<String>> {
-        if let Some(root) = self.members.iter().find(|m| m.dir == self.root && m.cdylib) {
+        if let Some(root) = self
+            .members
+            .iter()
+            .find(|m| m.dir == self.root && m.cdylib.is_some())
+        {
             return Ok(vec![root.name.clone()]);
         }
         let examples = self.root.join("plugins");
-        super::plugin_dirs::crates_in(&examples).with_context(|| {
+        let dirs = super::plugin_dirs::crates_in(&examples).with_context(|| {
             format!(
                 "{} is not a plugin crate (no cdylib package at its root), so `hookd dev` \
                  builds the crates in {}, which cannot be listed; pass --manifest-path or -p",
                 self.manifest.display(),
                 examples.display()
             )
-        })
+        })?;
+        dirs.iter()
+            .map(|dir| {
+                let dir = examples.join(dir);
+                let member = self
+                    .members
+                    .iter()
+                    .find(|m| m.dir == dir)
+                    .with_context(|| {
+                        format!(
+                            "{} has a Cargo.toml but is not a package of the workspace {} (add it \
+                         to its `members`, or pass -p for the plugins to build)",
+                            dir.display(),
+                            self.manifest.display()
+                        )
+                    })?;
+                Ok(member.name.clone())
+            })
+            .collect()
     }
 
     /// The directories whose changes call for a rebuild: each plugin crate's and those of its
@@ -394,19 +428,36 @@ impl Workspace {
             .join("release");
         std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
         for package in packages {
-            place(&built, dest, package, edited(package))?;
+            place(
+                &built,
+                dest,
+                self.lib_name(package)?,
+                package,
+                edited(package),
+            )?;
         }
         Ok(())
     }
+
+    /// The name of `package`'s built file (`<lib>.wasm`): its `cdylib` target's.
+    fn lib_name(&self, package: &str) -> anyhow::Result<&str> {
+        let member = self.members.iter().find(|m| m.name == package);
+        member.and_then(|m| m.cdylib.as_deref()).with_context(|| {
+            format!(
+                "{package} was built but is no plugin crate: it has no cdylib target (add \
+                 `[lib] crate-type = [\"cdylib\"]` to its Cargo.toml)"
+            )
+        })
+    }
 }
 
-/// Copies `package`'s build from `built` into `dest` as `<package>.wasm`: copy then rename, so
-/// the watcher never sees a half-written plugin. A build that is the file byte for byte is left
+/// Copies `package`'s build (`<lib>.wasm` in `built`) into `dest` as `<package>.wasm`: copy then
+/// rename, so the watcher never sees a half-written plugin. A build that is the file byte for byte is left
 /// alone unless `always` (its sources were edited: after a rollback the version live is not the
 /// file's, and Rust builds are reproducible, so saving must place it again; a file that is the
 /// live version already loads as a no-op).
-fn place(built: &Path, dest: &Path, package: &str, always: bool) -> anyhow::Result<()> {
-    let from = built.join(format!("{}.wasm", package.replace('-', "_")));
+fn place(built: &Path, dest: &Path, lib: &str, package: &str, always: bool) -> anyhow::Result<()> {
+    let from = built.join(format!("{lib}.wasm"));
     let to = dest.join(format!("{package}.wasm"));
     let bytes = std::fs::read(&from).with_context(|| format!("reading {}", from.display()))?;
     if !always && std::fs::read(&to).is_ok_and(|placed| placed == bytes) {
@@ -527,16 +578,16 @@ mod tests {
         std::fs::create_dir_all(&built).unwrap();
         std::fs::create_dir_all(&dest).unwrap();
         std::fs::write(built.join("my_plugin.wasm"), b"same bytes").unwrap();
-        place(&built, &dest, "my-plugin", false).unwrap();
+        place(&built, &dest, "my_plugin", "my-plugin", false).unwrap();
         let placed = dest.join("my-plugin.wasm");
         let first = std::fs::metadata(&placed).unwrap().ino();
-        place(&built, &dest, "my-plugin", false).unwrap();
+        place(&built, &dest, "my_plugin", "my-plugin", false).unwrap();
         assert_eq!(
             std::fs::metadata(&placed).unwrap().ino(),
             first,
             "untouched: left alone"
         );
-        place(&built, &dest, "my-plugin", true).unwrap();
+        place(&built, &dest, "my_plugin", "my-plugin", true).unwrap();
         assert_ne!(std::fs::metadata(&placed).unwrap().ino(), first);
         assert_eq!(std::fs::read(&placed).unwrap(), b"same bytes");
         assert!(!dest.join(".my-plugin.wasm.tmp").exists());
@@ -554,7 +605,7 @@ mod tests {
         let victim = dir.path().join("victim");
         std::fs::write(&victim, b"keep me").unwrap();
         std::os::unix::fs::symlink(&victim, dest.join(".my-plugin.wasm.tmp")).unwrap();
-        place(&built, &dest, "my-plugin", false).unwrap();
+        place(&built, &dest, "my_plugin", "my-plugin", false).unwrap();
         assert_eq!(std::fs::read(&victim).unwrap(), b"keep me");
         assert_eq!(
             std::fs::read(dest.join("my-plugin.wasm")).unwrap(),
@@ -583,13 +634,58 @@ mod tests {
                 name: "p".into(),
                 id: "p".into(),
                 dir: root.to_owned(),
-                cdylib,
+                cdylib: cdylib.then(|| "p".to_owned()),
                 path_deps: Vec::new(),
             }],
         };
         assert!(crate_at(&inner, true).is_plugin_crate_in(&inner));
         assert!(!crate_at(&outer, true).is_plugin_crate_in(&inner));
         assert!(!crate_at(&inner, false).is_plugin_crate_in(&inner));
+    }
+
+    /// A crate in `plugins/` is built by its package name whatever its directory is called, and
+    /// its file is found by its library's name (`[lib] name`), then placed under the package's;
+    /// a directory cargo does not count as a member is named in the error. Real cargo, a real
+    /// wasm build (of a crate with no dependencies, so nothing is fetched).
+    #[test]
+    fn a_crate_is_found_by_its_package_and_its_file_by_its_library_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let write = |path: &str, text: &str| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "Cargo.toml",
+            "[workspace]\nmembers = [\"plugins/in-a-folder\"]\nresolver = \"2\"\n",
+        );
+        write(
+            "plugins/in-a-folder/Cargo.toml",
+            "[package]\nname = \"acme-plugin\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+             [lib]\nname = \"acme_lib\"\ncrate-type = [\"cdylib\"]\n",
+        );
+        write("plugins/in-a-folder/src/lib.rs", "");
+        let config = root.join("hookd.toml");
+        std::fs::write(&config, "").unwrap();
+        let workspace = Workspace::locate(&config, None).unwrap();
+        let packages = workspace.default_plugins().unwrap();
+        assert_eq!(packages, ["acme-plugin"]);
+        assert_eq!(workspace.lib_name("acme-plugin").unwrap(), "acme_lib");
+        let dest = root.join("out");
+        workspace
+            .build_plugins(&packages, &dest, &|_| false)
+            .unwrap();
+        assert!(dest.join("acme-plugin.wasm").is_file());
+
+        write("plugins/stray/Cargo.toml", "[package]\nname = \"stray\"\n");
+        let workspace = Workspace::locate(&config, None).unwrap();
+        let e = format!("{:#}", workspace.default_plugins().unwrap_err());
+        assert!(
+            e.contains(&root.join("plugins/stray").display().to_string())
+                && e.contains("not a package of the workspace"),
+            "{e}"
+        );
     }
 
     /// A plugin crate named like a crate it depends on (`serde`) is built by its package ID
@@ -605,7 +701,7 @@ mod tests {
                 name: "serde".into(),
                 id: id.into(),
                 dir: PathBuf::from("/tmp/serde"),
-                cdylib: true,
+                cdylib: Some("serde".into()),
                 path_deps: Vec::new(),
             }],
         };
@@ -621,7 +717,7 @@ mod tests {
             name: name.into(),
             id: format!("path+file://{dir}#0.1.0"),
             dir: PathBuf::from(dir),
-            cdylib: true,
+            cdylib: Some(name.replace('-', "_")),
             path_deps: Vec::new(),
         };
         let workspace = Workspace {
