@@ -316,8 +316,8 @@ impl Workspace {
     }
 
     /// The packages to build when none are named: the root package if it is a `cdylib` (a
-    /// standalone plugin crate), else those of the crates in the workspace's `plugins/`
-    /// directory (by package name, whatever their directories are called).
+    /// standalone plugin crate), else those of the `cdylib` crates in the workspace's
+    /// `plugins/` directory (by package name, whatever their directories are called).
     fn default_plugins(&self) -> anyhow::Result<Vec<String>> {
         if let Some(root) = self
             .members
@@ -335,24 +335,28 @@ impl Workspace {
                 examples.display()
             )
         })?;
-        dirs.iter()
-            .map(|dir| {
-                let dir = examples.join(dir);
-                let member = self
-                    .members
-                    .iter()
-                    .find(|m| m.dir == dir)
-                    .with_context(|| {
-                        format!(
-                            "{} has a Cargo.toml but is not a package of the workspace {} (add it \
-                         to its `members`, or pass -p for the plugins to build)",
-                            dir.display(),
-                            self.manifest.display()
-                        )
-                    })?;
-                Ok(member.name.clone())
-            })
-            .collect()
+        let mut packages = Vec::new();
+        for dir in dirs {
+            let dir = examples.join(dir);
+            let member = self
+                .members
+                .iter()
+                .find(|m| m.dir == dir)
+                .with_context(|| {
+                    format!(
+                        "{} has a Cargo.toml but is not a package of the workspace {} (add it to \
+                     its `members`, or pass -p for the plugins to build)",
+                        dir.display(),
+                        self.manifest.display()
+                    )
+                })?;
+            // A library the plugins share builds no plugin of its own (its changes rebuild
+            // those that depend on it).
+            if member.cdylib.is_some() {
+                packages.push(member.name.clone());
+            }
+        }
+        Ok(packages)
     }
 
     /// The directories whose changes call for a rebuild: each plugin crate's and those of its
@@ -403,6 +407,11 @@ impl Workspace {
         dest: &Path,
         edited: &dyn Fn(&str) -> bool,
     ) -> anyhow::Result<()> {
+        // Known before the build, so a crate that builds no plugin changes nothing.
+        let libs = packages
+            .iter()
+            .map(|package| self.lib_name(package))
+            .collect::<anyhow::Result<Vec<String>>>()?;
         let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
         super::wasm_target::ensure(Path::new(&rustc), &self.root).map_err(anyhow::Error::msg)?;
         let mut command = cargo();
@@ -427,27 +436,23 @@ impl Workspace {
             .join(super::wasm_target::TARGET)
             .join("release");
         std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
-        for package in packages {
-            place(
-                &built,
-                dest,
-                self.lib_name(package)?,
-                package,
-                edited(package),
-            )?;
+        for (package, lib) in packages.iter().zip(&libs) {
+            place(&built, dest, lib, package, edited(package))?;
         }
         Ok(())
     }
 
-    /// The name of `package`'s built file (`<lib>.wasm`): its `cdylib` target's.
-    fn lib_name(&self, package: &str) -> anyhow::Result<&str> {
+    /// The name of `package`'s built file (`<lib>.wasm`): its `cdylib` target's, with `-` as
+    /// `_` (as rustc names the file; cargo before 1.79 reported the name unchanged).
+    fn lib_name(&self, package: &str) -> anyhow::Result<String> {
         let member = self.members.iter().find(|m| m.name == package);
-        member.and_then(|m| m.cdylib.as_deref()).with_context(|| {
+        let lib = member.and_then(|m| m.cdylib.as_deref()).with_context(|| {
             format!(
-                "{package} was built but is no plugin crate: it has no cdylib target (add \
-                 `[lib] crate-type = [\"cdylib\"]` to its Cargo.toml)"
+                "{package} is no plugin crate: it has no cdylib target (add `[lib] crate-type \
+                 = [\"cdylib\"]` to its Cargo.toml, or leave it out with -p)"
             )
-        })
+        })?;
+        Ok(lib.replace('-', "_"))
     }
 }
 
@@ -677,6 +682,30 @@ mod tests {
             .build_plugins(&packages, &dest, &|_| false)
             .unwrap();
         assert!(dest.join("acme-plugin.wasm").is_file());
+
+        // A library the plugins share is no plugin: left out by default, refused when named
+        // (before anything is built or placed).
+        write(
+            "Cargo.toml",
+            "[workspace]\nmembers = [\"plugins/in-a-folder\", \"plugins/shared\"]\n\
+             resolver = \"2\"\n",
+        );
+        write(
+            "plugins/shared/Cargo.toml",
+            "[package]\nname = \"shared\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        );
+        write("plugins/shared/src/lib.rs", "");
+        let workspace = Workspace::locate(&config, None).unwrap();
+        assert_eq!(workspace.default_plugins().unwrap(), ["acme-plugin"]);
+        let named = ["acme-plugin".to_owned(), "shared".to_owned()];
+        let e = format!(
+            "{:#}",
+            workspace
+                .build_plugins(&named, &root.join("other"), &|_| false)
+                .unwrap_err()
+        );
+        assert!(e.contains("shared is no plugin crate"), "{e}");
+        assert!(!root.join("other").exists(), "nothing built or placed");
 
         write("plugins/stray/Cargo.toml", "[package]\nname = \"stray\"\n");
         let workspace = Workspace::locate(&config, None).unwrap();

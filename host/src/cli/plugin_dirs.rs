@@ -1,8 +1,10 @@
 //! Which plugin crates a directory holds: every subdirectory with a `Cargo.toml`, by name.
 //!
 //! Invariant: the one definition of "the plugins in `plugins/`" that `hookd dev` (its default
-//! list) and the tests' `build.rs` (which includes this file by path, so it uses nothing but
-//! `std`) both use; adding a plugin is adding its directory.
+//! list, each directory mapped to its package by `cargo metadata`) and the tests' `build.rs`
+//! (which includes this file by path, so it uses nothing but `std`) both use; adding a plugin
+//! is adding its directory. In this repository a plugin's directory is its package's name,
+//! which `build.rs` relies on.
 
 use std::{io, path::Path};
 

@@ -2056,20 +2056,16 @@ async fn frozen_listener(
     (pid, client, connection)
 }
 
-/// Reads what `connection` was sent for `time`, as a listener that runs again does.
+/// Reads what `connection` is sent, as a listener that runs again does, until it closes.
 async fn drain(
     connection: &mut tokio_postgres::Connection<
         tokio_postgres::Socket,
         tokio_postgres::tls::NoTlsStream,
     >,
-    time: Duration,
 ) {
-    let read = async {
-        while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-            message.unwrap();
-        }
-    };
-    let _ = tokio::time::timeout(time, read).await;
+    while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+        message.unwrap();
+    }
 }
 
 /// Fills the listening sessions' sockets: 3 000 notices of ~8 kB (distinct, so none is folded
@@ -2148,8 +2144,9 @@ async fn a_listener_that_stops_reading_is_ended_once_seen_blocked_at_every_look_
     let (start, long) = (tokio::time::Instant::now(), Duration::from_secs(30));
     let at = |secs: u64| start + Duration::from_secs(secs);
     let look = async |stuck: &mut super::wakeup::Stuck, secs: u64| -> Vec<i32> {
-        let ended = stuck.look(&conn, at(secs), long).await.unwrap();
-        ended.into_iter().map(|e| e.pid).collect()
+        let looked = stuck.look(&conn, at(secs), long).await.unwrap();
+        assert!(looked.refused.is_none(), "{:?}", looked.refused);
+        looked.ended.into_iter().map(|e| e.pid).collect()
     };
 
     // Blocked, then reading again before it was seen so for long: never ended.
@@ -2157,8 +2154,11 @@ async fn a_listener_that_stops_reading_is_ended_once_seen_blocked_at_every_look_
     assert_eq!(blocked_listeners(&client, &[frozen]).await, [frozen]);
     assert!(look(&mut stuck, 0).await.is_empty());
     assert!(look(&mut stuck, 29).await.is_empty());
-    drain(&mut connection, Duration::from_millis(500)).await;
-    assert!(blocked_listeners(&client, &[]).await.is_empty());
+    let unblocked = tokio::select! {
+        () = drain(&mut connection) => unreachable!("the connection stays up"),
+        pids = blocked_listeners(&client, &[]) => pids,
+    };
+    assert!(unblocked.is_empty(), "{unblocked:?}");
     assert!(look(&mut stuck, 31).await.is_empty(), "it reads again");
     // Blocked again: its time counts from this look, not from the first.
     flood_notices(&client).await;

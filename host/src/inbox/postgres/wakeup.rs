@@ -219,20 +219,29 @@ pub(super) struct Stuck {
 #[derive(Debug)]
 pub(super) struct Ended {
     pub(super) pid: i32,
-    /// The client's address and port, as the server saw it (none over a Unix socket).
+    /// The client's address and port, as the server saw it (none over a Unix socket; a pooler's
+    /// own behind one).
     pub(super) client: Option<String>,
+}
+
+/// What one [`Stuck::look`] did.
+#[derive(Debug, Default)]
+pub(super) struct Looked {
+    pub(super) ended: Vec<Ended>,
+    /// The first session it could not end, and why (a role that may not signal another's).
+    pub(super) refused: Option<(i32, InboxError)>,
 }
 
 impl Stuck {
     /// Looks at the listening sessions of this database once, at `now`: remembers those blocked
     /// sending notices (forgetting any that no longer are), and ends those seen so at every look
-    /// for `stuck_for` or more. Returns the sessions ended.
+    /// for `stuck_for` or more.
     pub(super) async fn look(
         &mut self,
         client: &Conn,
         now: Instant,
         stuck_for: Duration,
-    ) -> Result<Vec<Ended>, InboxError> {
+    ) -> Result<Looked, InboxError> {
         // `state` and `query` are shown for the sessions of the role looking (and to members of
         // `pg_read_all_stats`): those of other roles are never matched.
         let rows = client
@@ -252,84 +261,107 @@ impl Stuck {
             })
             .collect();
         self.seen = blocked;
-        let (pids, starts): (Vec<i32>, Vec<i64>) = self
+        let due: Vec<(i32, i64)> = self
             .seen
             .iter()
             .filter(|(_, since)| now.duration_since(**since) >= stuck_for)
             .map(|(session, _)| *session)
-            .unzip();
-        if pids.is_empty() {
-            return Ok(Vec::new());
-        }
-        // Still blocked, still the same session: ended by the statement that checks it, in its
-        // select list, which only the rows past every condition and the join reach (a function
-        // in the `WHERE` could be run before the join, on every blocked listener).
-        let rows = client
-            .query(
-                "SELECT a.pid, host(a.client_addr) || ':' || a.client_port,
-                        pg_terminate_backend(a.pid)
-                 FROM pg_stat_activity a
-                 JOIN unnest($1::int4[], $2::int8[]) AS s (pid, started) ON s.pid = a.pid
-                  AND (extract(epoch FROM a.backend_start) * 1000000)::int8 = s.started
-                 WHERE a.datname = current_database() AND a.state = 'idle'
-                   AND a.wait_event = 'ClientWrite' AND a.query = $3",
-                &[&pids, &starts, &LISTEN],
-            )
-            .await?;
-        let ended: Vec<Ended> = rows
-            .iter()
-            .filter(|row| row.get::<_, bool>(2))
-            .map(|row| Ended {
-                pid: row.get(0),
-                client: row.get(1),
-            })
             .collect();
-        for gone in &ended {
-            self.seen.retain(|(pid, _), _| *pid != gone.pid);
+        let mut looked = Looked::default();
+        for (pid, started) in due {
+            // Still blocked, still the same session: ended by the statement that checks it (in
+            // its select list, which only a row past every condition reaches). One statement
+            // per session, so one that may not be ended stops no other.
+            let ended = client
+                .query_opt(
+                    "SELECT host(client_addr), client_port, pg_terminate_backend(pid)
+                     FROM pg_stat_activity
+                     WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::int8 = $2
+                       AND datname = current_database() AND state = 'idle'
+                       AND wait_event = 'ClientWrite' AND query = $3",
+                    &[&pid, &started, &LISTEN],
+                )
+                .await;
+            match ended {
+                Ok(Some(row)) if row.get::<_, bool>(2) => {
+                    self.seen.remove(&(pid, started));
+                    let client = row.get::<_, Option<String>>(0).map(|host| {
+                        let port: i32 = row.get(1);
+                        match host.contains(':') {
+                            true => format!("[{host}]:{port}"),
+                            false => format!("{host}:{port}"),
+                        }
+                    });
+                    looked.ended.push(Ended { pid, client });
+                }
+                // Gone, or reading again, since the first read.
+                Ok(_) => {}
+                Err(e) => {
+                    looked.refused.get_or_insert((pid, e.into()));
+                }
+            }
         }
-        Ok(ended)
+        Ok(looked)
     }
 }
 
 /// Runs [`Stuck::look`] every [`STUCK_CHECK_EVERY`] until aborted (with the store), logging each
-/// session it ends.
+/// session it ends. A look missed (no connection, a failure, this node itself paused: a tick
+/// long overdue) forgets what earlier ones saw, so a session is ended only after it was seen
+/// blocked at every look for [`STUCK_FOR`].
 pub(super) fn end_stuck_listeners(connections: Arc<Connections>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut stuck = Stuck::default();
         let mut ticks = tokio::time::interval(STUCK_CHECK_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Whether the last failure was logged as a warning; reset by a look that works.
         let mut warned = false;
+        let mut last_look: Option<Instant> = None;
         loop {
             ticks.tick().await;
+            let now = Instant::now();
+            if last_look.is_some_and(|at| now.duration_since(at) > STUCK_CHECK_EVERY * 2) {
+                stuck = Stuck::default();
+            }
+            last_look = Some(now);
             // An unreachable database is reported by the operations that need it.
             let Ok(client) = connections.get().await else {
+                stuck = Stuck::default();
                 continue;
             };
-            match stuck.look(&client, Instant::now(), STUCK_FOR).await {
-                Ok(ended) => {
-                    for session in ended {
-                        tracing::warn!(
-                            pid = session.pid,
-                            client = session.client.as_deref().unwrap_or("local socket"),
-                            "inbox: ended a node's listening session that had not read its \
-                             notices for {}s (a node frozen with its connection up: the server's \
-                             notice queue would fill and refuse every node's accepts); that \
-                             node listens again when it runs",
-                            STUCK_FOR.as_secs()
-                        );
+            let looked = match stuck.look(&client, now, STUCK_FOR).await {
+                Ok(looked) => looked,
+                Err(e) => {
+                    stuck = Stuck::default();
+                    Looked {
+                        ended: Vec::new(),
+                        refused: Some((0, e)),
                     }
                 }
-                // Once: the next failures are most likely the same one (a role that may not end
-                // another role's sessions, for one).
-                Err(e) if !warned => {
+            };
+            for session in looked.ended {
+                tracing::warn!(
+                    pid = session.pid,
+                    client = session.client.as_deref().unwrap_or("local socket"),
+                    "inbox: ended a node's listening session that had not read its notices for \
+                     {}s (a node frozen with its connection up: the server's notice queue would \
+                     fill and refuse every node's accepts); that node listens again when it runs",
+                    STUCK_FOR.as_secs()
+                );
+            }
+            match looked.refused {
+                // Once in a row: the next failures are most likely the same one (a role that
+                // may not end another role's sessions, for one).
+                Some((pid, e)) if !warned => {
                     warned = true;
-                    tracing::warn!(error = %e,
-                        "inbox: looking for listening sessions that stopped reading failed \
-                         (said once; a node frozen with its connection up would then fill the \
-                         server's notice queue)");
+                    tracing::warn!(error = %e, pid,
+                        "inbox: looking for, or ending, listening sessions that stopped reading \
+                         failed (said once until a look works; a node frozen with its connection \
+                         up would fill the server's notice queue)");
                 }
-                Err(e) => tracing::debug!(error = %e,
-                    "inbox: looking for listening sessions that stopped reading failed"),
+                Some((pid, e)) => tracing::debug!(error = %e, pid,
+                    "inbox: looking for, or ending, listening sessions that stopped reading failed"),
+                None => warned = false,
             }
         }
     })
