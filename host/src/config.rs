@@ -165,6 +165,10 @@ struct SourceFile {
     /// Largest body this source accepts; default `server.max_body_bytes`.
     #[serde(default)]
     max_body_bytes: Option<u64>,
+    /// An event whose body (byte for byte) is stored for the source already is a duplicate,
+    /// whatever its event id.
+    #[serde(default)]
+    dedupe_body: bool,
     /// `hmac-sha256` only: the header that carries the signature.
     #[serde(default)]
     signature_header: Option<String>,
@@ -410,6 +414,9 @@ pub struct SourceConfig {
     pub handlers: Vec<PluginName>,
     /// Largest body accepted (413 beyond); at most `server.max_inflight_body_bytes`.
     pub max_body_bytes: u64,
+    /// An event with a body stored for this source already is a duplicate, whatever its id
+    /// (`dedupe_body`; for schemes whose id is not signed).
+    pub dedupe_body: bool,
 }
 
 /// One plugin instance: which file, its limits and its grants.
@@ -1962,6 +1969,7 @@ fn source_config(
                 .collect::<anyhow::Result<_>>()?
         },
         max_body_bytes,
+        dedupe_body: file.dedupe_body,
     })
 }
 

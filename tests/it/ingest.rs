@@ -429,6 +429,65 @@ async fn a_resent_event_is_a_duplicate_and_of_50_concurrent_copies_exactly_one_i
     }
 }
 
+/// GitHub signs only the body: a captured delivery sent again under a new `X-GitHub-Delivery`
+/// (and another `X-GitHub-Event`) is a new event, unless its source dedupes by body, where it is
+/// a duplicate (202, not stored, not delivered); another body is new there as anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_body_sent_again_under_a_new_id_is_a_duplicate_where_the_source_dedupes_by_body() {
+    let source = |name: &str, dedupes: bool| {
+        format!(
+            "[sources.{name}]\nscheme = \"github\"\nsecrets = [\"gh-secret\"]\n\
+             parser = \"github\"\nhandlers = [\"classifier\"]\ndedupe_body = {dedupes}\n"
+        )
+    };
+    let config = format!("{}\n{}", source("strict", true), source("plain", false));
+    let host = TestHost::start(
+        &config,
+        &[
+            ("github", plugins::GITHUB),
+            ("classifier", plugins::CLASSIFIER),
+        ],
+    )
+    .await;
+    let body = support::github_issue(7, "crash on start", "it crashes");
+    let send = async |source: &str, delivery: &str, event: &'static str, body: &[u8]| {
+        let headers = support::github_headers("gh-secret", delivery, event, body);
+        let (status, reply) = host.post(source, &headers, body).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{source} {delivery}: {reply}");
+        reply["duplicate"].as_bool().unwrap()
+    };
+    assert!(!send("strict", "d-1", "issues", &body).await);
+    assert!(
+        send("strict", "d-2", "issues", &body).await,
+        "new id, same body"
+    );
+    assert!(send("strict", "d-3", "push", &body).await, "new type too");
+    assert!(send("strict", "d-1", "issues", &body).await, "the same id");
+    let other = support::github_issue(8, "crash on exit", "it crashes");
+    assert!(!send("strict", "d-4", "issues", &other).await);
+    assert!(!send("plain", "d-1", "issues", &body).await);
+    assert!(
+        !send("plain", "d-2", "issues", &body).await,
+        "not deduped by body"
+    );
+    for (source, delivery, stored) in [
+        ("strict", "d-1", true),
+        ("strict", "d-2", false),
+        ("strict", "d-3", false),
+        ("strict", "d-4", true),
+        ("plain", "d-1", true),
+        ("plain", "d-2", true),
+    ] {
+        assert_eq!(
+            host.event(source, delivery).await.is_some(),
+            stored,
+            "{source} {delivery}"
+        );
+    }
+    host.wait_state("strict", "d-1", "classifier", "done", WAIT)
+        .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Durability across SIGKILL.
 

@@ -2,12 +2,16 @@
 //! handler.
 //!
 //! Invariant: the event, its deliveries and (when it comes from quarantine) the quarantined
-//! request's resolution are one store transition; a duplicate `(source, event_id)` writes
-//! nothing but that resolution, and adds nothing to the backlog; a quarantined request that is
-//! no longer held (two replays, or a replay and a discard, racing) writes nothing at all.
+//! request's resolution are one store transition; a duplicate `(source, event_id)` (or, for a
+//! source that dedupes by body, a duplicate `(source, SHA-256 of the body)`) writes nothing but
+//! that resolution, and adds nothing to the backlog; a quarantined request that is no longer
+//! held (two replays, or a replay and a discard, racing) writes nothing at all.
+
+use sha2::{Digest, Sha256};
 
 use super::{Inbox, InboxError, RawRequest, store::NewEvent};
 use crate::{
+    config::SourceConfig,
     ids::{PluginName, SourceName},
     model::Envelope,
 };
@@ -17,7 +21,8 @@ use crate::{
 pub enum Accepted {
     /// Stored now, with its deliveries.
     New,
-    /// `(source, event_id)` was already stored: nothing new was written.
+    /// `(source, event_id)` was already stored (or, for a source that dedupes by body, an
+    /// event with the same body): nothing new was written.
     Duplicate,
     /// The quarantined request it came from was resolved meanwhile (by a concurrent replay or
     /// a discard): nothing was written, so a discarded request never becomes an event.
@@ -25,9 +30,10 @@ pub enum Accepted {
 }
 
 impl Inbox {
-    /// Stores a new event and one pending delivery per handler, or reports a duplicate.
-    /// `from_quarantine` marks that quarantined request resolved in the same transaction, and
-    /// only if it still is held ([`Accepted::AlreadyResolved`] otherwise).
+    /// Stores a new event and one pending delivery per handler, or reports a duplicate of its
+    /// `(source, event_id)`. `from_quarantine` marks that quarantined request resolved in the
+    /// same transaction, and only if it still is held ([`Accepted::AlreadyResolved`]
+    /// otherwise).
     pub async fn accept(
         &self,
         source: SourceName,
@@ -36,15 +42,45 @@ impl Inbox {
         handlers: Vec<PluginName>,
         from_quarantine: Option<i64>,
     ) -> Result<Accepted, InboxError> {
-        let handler_count = handlers.len() as i64;
         let event = NewEvent {
             source,
             envelope,
             request,
             handlers,
+            body_sha256: None,
             from_quarantine,
             now_ms: self.now_ms(),
         };
+        self.store_new(event).await
+    }
+
+    /// [`Inbox::accept`] for a request of `source`, as its configuration says: one delivery per
+    /// handler of it, and with `dedupe_body`, a duplicate also when an event with the same body
+    /// is stored for it.
+    pub async fn accept_from(
+        &self,
+        source: &SourceConfig,
+        envelope: Envelope,
+        request: RawRequest,
+        from_quarantine: Option<i64>,
+    ) -> Result<Accepted, InboxError> {
+        let body_sha256 = source
+            .dedupe_body
+            .then(|| Sha256::digest(&request.body[..]).into());
+        let event = NewEvent {
+            source: source.name.clone(),
+            envelope,
+            request,
+            handlers: source.handlers.clone(),
+            body_sha256,
+            from_quarantine,
+            now_ms: self.now_ms(),
+        };
+        self.store_new(event).await
+    }
+
+    async fn store_new(&self, event: NewEvent) -> Result<Accepted, InboxError> {
+        let handler_count = event.handlers.len() as i64;
         let accepted = self.store().accept(event).await?;
         if accepted == Accepted::New && handler_count > 0 {
             self.add_backlog(handler_count);

@@ -36,6 +36,10 @@ pub(crate) struct NewEvent {
     pub envelope: Envelope,
     pub request: RawRequest,
     pub handlers: Vec<PluginName>,
+    /// The SHA-256 of the request's body when its source dedupes by body too
+    /// (`dedupe_body`): an event with this digest stored for the source makes it a duplicate,
+    /// as its `(source, event_id)` does.
+    pub body_sha256: Option<[u8; 32]>,
     /// The quarantined request this event was parsed from: resolved in the same transition,
     /// also when the event is a duplicate.
     pub from_quarantine: Option<i64>,

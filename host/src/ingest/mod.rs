@@ -335,7 +335,7 @@ pub(super) fn counted(mut response: Response) -> Response {
 /// (in unix milliseconds).
 async fn answer(
     edge @ Edge { shared, budget, .. }: &Edge,
-    source: &SourceConfig,
+    source: &Arc<SourceConfig>,
     (received, received_at_ms): (SystemTime, i64),
     uri: Uri,
     headers: HeaderMap,
@@ -397,12 +397,12 @@ async fn answer(
                 return Ok(("duplicate", accepted_response(ack, &event_id, true)));
             };
             let inbox = shared.inbox.clone();
-            let (name, handlers) = (source.name.clone(), source.handlers.clone());
+            let source = Arc::clone(source);
             let accepted = within_store_answer(async move {
                 // The body's bytes stay counted for as long as the accept holds them, past a
                 // 503 too (in-flight memory stays bounded while the database is stuck).
                 let _held = (reservation, admission);
-                inbox.accept(name, envelope, request, handlers, None).await
+                inbox.accept_from(&source, envelope, request, None).await
             })
             .await?;
             let duplicate = accepted == Accepted::Duplicate;

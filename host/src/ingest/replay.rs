@@ -239,13 +239,7 @@ async fn reparse_one(shared: &Shared, id: i64) -> Result<Reparsed, InboxError> {
             let event_id = envelope.event_id.to_string();
             let accepted = shared
                 .inbox
-                .accept(
-                    source.name.clone(),
-                    envelope,
-                    item.request,
-                    source.handlers.clone(),
-                    Some(item.id),
-                )
+                .accept_from(source, envelope, item.request, Some(item.id))
                 .await?;
             if accepted == Accepted::AlreadyResolved {
                 tracing::debug!(quarantine_id = item.id, "resolved meanwhile; left as it is");

@@ -528,6 +528,54 @@ pub(super) async fn a_second_accept_of_one_event_is_a_duplicate(db: &dyn Databas
     assert_eq!((first, second), (Accepted::New, Accepted::Duplicate));
 }
 
+/// A source that dedupes by body: a body stored under one id makes another id with it a
+/// duplicate, with no delivery; another body, or the same body from a source that does not
+/// dedupe by body (whose events store no digest), is new.
+pub(super) async fn a_body_stored_under_another_id_is_a_duplicate_where_the_source_says(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    let accepted = [
+        fixtures::accept_body(&inbox, true, event("a"), b"{\"n\":1}").await,
+        fixtures::accept_body(&inbox, true, event("b"), b"{\"n\":1}").await,
+        fixtures::accept_body(&inbox, true, event("c"), b"{\"n\":2}").await,
+        fixtures::accept_body(&inbox, false, event("d"), b"{\"n\":1}").await,
+        fixtures::accept_body(&inbox, false, event("e"), b"{\"n\":1}").await,
+        fixtures::accept_body(&inbox, true, event("a"), b"{\"n\":3}").await,
+    ];
+    use Accepted::{Duplicate, New};
+    assert_eq!(accepted, [New, Duplicate, New, New, New, Duplicate]);
+    fixtures::assert_backlog(&inbox, 4).await;
+    let listed = inbox
+        .list_events(EventFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let stored: std::collections::BTreeSet<String> =
+        listed.iter().map(|e| e.event_id.to_string()).collect();
+    assert_eq!(stored, ["a", "c", "d", "e"].map(String::from).into());
+}
+
+/// Concurrent accepts of one body under many ids (one batch, or several) store one event.
+pub(super) async fn of_concurrent_accepts_of_one_body_under_many_ids_one_is_new(db: &dyn Database) {
+    let inbox = fixtures::open(db).await;
+    let accepts = (0..40).map(|i| {
+        let inbox = inbox.clone();
+        tokio::spawn(async move {
+            let envelope = event(&format!("id-{i}"));
+            fixtures::accept_body(&inbox, true, envelope, b"{\"same\":true}").await
+        })
+    });
+    let mut new = 0;
+    for accept in accepts.collect::<Vec<_>>() {
+        new += usize::from(accept.await.unwrap() == Accepted::New);
+    }
+    assert_eq!(new, 1);
+    fixtures::assert_backlog(&inbox, 1).await;
+}
+
 pub(super) async fn a_duplicate_adds_no_delivery(db: &dyn Database) {
     let inbox = fixtures::open(db).await;
     accept(&inbox, event("a")).await;

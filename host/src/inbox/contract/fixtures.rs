@@ -75,6 +75,34 @@ pub(in crate::inbox) async fn accept_from(
         .unwrap()
 }
 
+/// [`SOURCE`] as configured with `dedupe_body` (`dedupes`) or not, delivering to [`HANDLER`].
+pub(in crate::inbox) fn source(dedupes: bool) -> std::sync::Arc<crate::config::SourceConfig> {
+    let text = format!(
+        "[sources.{SOURCE}]\nscheme = \"none\"\nhandlers = [\"{HANDLER}\"]\n\
+         dedupe_body = {dedupes}\n"
+    );
+    let config = crate::config::Config::parse(&text, std::path::Path::new("/"), &|_| None)
+        .expect("the fixtures' source");
+    std::sync::Arc::clone(&config.sources[&SourceName::new(SOURCE)])
+}
+
+/// Accepts `envelope` with `body` from [`source`]`(dedupes)`, as ingest does.
+pub(in crate::inbox) async fn accept_body(
+    inbox: &Inbox,
+    dedupes: bool,
+    envelope: Envelope,
+    body: &'static [u8],
+) -> Accepted {
+    let request = RawRequest {
+        body: Bytes::from_static(body),
+        ..request()
+    };
+    inbox
+        .accept_from(&source(dedupes), envelope, request, None)
+        .await
+        .unwrap()
+}
+
 /// Asserts that `inbox`'s backlog is `expected`. A store several nodes share is asserted by
 /// its database's own count: the façade's follows it only give or take a resample (one can
 /// land between an operation's commit and the façade's count of it, and with paused time

@@ -70,6 +70,7 @@ macro_rules! suite {
                 a_conflicted_attempt_applies_none_of_its_writes,
                 the_commit_refuses_writes_that_take_the_plugin_over_its_total,
                 work_stored_under_the_first_schema_goes_on_after_every_migration,
+                of_concurrent_accepts_of_one_body_under_many_ids_one_is_new,
             ]
             current: [
             a_later_sequence_waits_for_its_head,
@@ -101,6 +102,7 @@ macro_rules! suite {
             a_result_after_its_lease_was_reclaimed_is_discarded,
             a_late_result_beside_the_running_leases_result_is_not_recorded,
             a_second_accept_of_one_event_is_a_duplicate,
+            a_body_stored_under_another_id_is_a_duplicate_where_the_source_says,
             a_duplicate_adds_no_delivery,
             quarantine_is_bounded_by_max_held,
             accepting_from_quarantine_resolves_the_request,

@@ -2,17 +2,23 @@
 //! accepts in one transaction (`batch.rs`'s queue), a request from quarantine in its own.
 //!
 //! Invariants:
-//! - All of one accept is in one transaction, and the insert is
-//!   `ON CONFLICT (source, event_id) DO NOTHING`: the unique constraint decides a duplicate,
-//!   also between nodes accepting one event at the same time (the second insert waits for the
-//!   first's commit, then inserts nothing). Within one batch an event is sent once: its
-//!   first request is the one inserted, the rest are `Duplicate`.
+//! - All of one accept is in one transaction, and the insert is `ON CONFLICT DO NOTHING`: the
+//!   unique indexes decide a duplicate (`(source, event_id)`, and `(source, body_sha256)` for a
+//!   source that dedupes by body, the only other on `events`), also between nodes accepting one
+//!   event at the same time (the second insert waits for the first's commit, then inserts
+//!   nothing). Within one batch an event is sent once: its first request is the one inserted,
+//!   the rest are `Duplicate`; so is a later one with the body of an earlier one, for such a
+//!   source.
 //! - A batch's requests are answered once its `COMMIT` has answered (the statement and the
 //!   `COMMIT` travel together, but the answer waits for both).
 //! - A transaction that inserted a delivery notifies the other nodes as it commits (never
 //!   before, never if it rolls back), in the statement that inserted it.
 //! - A batch inserts in `(source, event_id)` order, so two nodes' batches wait for each other's
-//!   rows in one order and never deadlock.
+//!   rows in one order and never deadlock on event ids. Bodies come in no such order: two
+//!   nodes each inserting, at once, the bodies the other is inserting under other ids (of a
+//!   source that dedupes by body) can deadlock; PostgreSQL then ends one transaction, whose
+//!   requests are answered 503 (busy) and sent again by their providers, to find the other's
+//!   events stored.
 
 use std::{collections::HashMap, time::Instant};
 
@@ -34,6 +40,7 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         envelope,
         request,
         handlers,
+        body_sha256,
         from_quarantine,
         now_ms,
     } = new;
@@ -47,9 +54,9 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
     let inserted = tx
         .query_opt(
             "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
-                                 received_at, headers, body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT (source, event_id) DO NOTHING
+                                 received_at, headers, body, body_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT DO NOTHING
              RETURNING id",
             &[
                 &source.as_str(),
@@ -60,6 +67,7 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
                 &request.received_at_ms,
                 &headers_json(&request.headers),
                 &&request.body[..],
+                &body_sha256.as_ref().map(|digest| &digest[..]),
             ],
         )
         .await?;
@@ -147,21 +155,24 @@ pub(super) async fn one(
 }
 
 /// The statement of [`in_one_transaction`]: the events not stored yet (`ON CONFLICT DO
-/// NOTHING`), in the order given, and one pending delivery per handler of each inserted, in
-/// event then handler order (`$9`: the event's position in the arrays, from 1; `$10`: the
-/// handler); returns the inserted events' ids, sources and event ids. A transaction that
-/// inserted a delivery notifies `$11` (the other nodes' wake-up) as it commits.
+/// NOTHING`: neither their `(source, event_id)` nor, with one, their `(source, body_sha256)`,
+/// `$12`), in the order given, and one pending delivery per handler of each inserted, in event
+/// then handler order (`$9`: the event's position in the arrays, from 1; `$10`: the handler);
+/// returns the inserted events' ids, sources and event ids. A transaction that inserted a
+/// delivery notifies `$11` (the other nodes' wake-up) as it commits.
 const ACCEPT_SQL: &str = "WITH e AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                              $6::bigint[], $7::text[], $8::bytea[]) WITH ORDINALITY
+                              $6::bigint[], $7::text[], $8::bytea[], $12::bytea[])
+              WITH ORDINALITY
               AS e (source, event_id, event_type, ordering_key, sequence, received_at,
-                    headers, body, n)
+                    headers, body, body_sha256, n)
      ), stored AS (
          INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
-                             received_at, headers, body)
-         SELECT source, event_id, event_type, ordering_key, sequence, received_at, headers, body
+                             received_at, headers, body, body_sha256)
+         SELECT source, event_id, event_type, ordering_key, sequence, received_at, headers, body,
+                body_sha256
          FROM e ORDER BY n
-         ON CONFLICT (source, event_id) DO NOTHING
+         ON CONFLICT DO NOTHING
          RETURNING id, source, event_id, ordering_key, sequence, received_at
      ), delivered AS (
          INSERT INTO deliveries (event, source, handler, ordering_key, sequence, state,
@@ -214,6 +225,10 @@ async fn in_one_transaction(
         .map(|e| headers_json(&e.request.headers))
         .collect();
     let bodies: Vec<&[u8]> = firsts.iter().map(|e| &e.request.body[..]).collect();
+    let digests: Vec<Option<&[u8]>> = firsts
+        .iter()
+        .map(|e| e.body_sha256.as_ref().map(|digest| &digest[..]))
+        .collect();
     let mut of_event: Vec<i64> = Vec::new();
     let mut handlers: Vec<&str> = Vec::new();
     for (n, event) in (1..).zip(&firsts) {
@@ -239,6 +254,7 @@ async fn in_one_transaction(
                 &of_event,
                 &handlers,
                 &wakeup::CHANNEL,
+                &digests,
             ],
         )
         .await?;

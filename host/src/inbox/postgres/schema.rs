@@ -41,6 +41,7 @@ pub(in crate::inbox) const RELEASED: &[&str] = &[
     "f170aabd0f36b699eb4088ca7f451cfc8ffa738d8b23b0d9ec0464c5fdc5cf37",
     "02008a7b1b7c3ea9cfe79c1f79c112260f8d562b5546afdbdb611a3e951a29a3",
     "d4f7d29276b6eba8ff759c5341548d8d1041f865cc49a932016152df4f47ca02",
+    "303df11a097e9e6a52bd4c80925597f634db3dbb7165e9a37f5c97e8c3069721",
 ];
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
@@ -247,6 +248,15 @@ pub(in crate::inbox) const MIGRATIONS: &[&str] = &[
     CREATE INDEX deliveries_once_handled
         ON deliveries (source, handler, ordering_key, sequence)
         WHERE budget_base > 0 AND ordering_key IS NOT NULL;
+    ",
+    // 13: a source with `dedupe_body` stores the SHA-256 of each event's body, unique per
+    // source beside its event id: under a scheme that signs only the body, a captured request
+    // sent again with a new (unsigned) id is a duplicate too. Other sources store none, and
+    // their events are in no entry of the index.
+    "
+    ALTER TABLE events ADD COLUMN body_sha256 BYTEA;
+    CREATE UNIQUE INDEX events_source_body ON events (source, body_sha256)
+        WHERE body_sha256 IS NOT NULL;
     ",
 ];
 

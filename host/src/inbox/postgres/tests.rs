@@ -1207,6 +1207,7 @@ async fn an_accept_on_the_one_event_path_wakes_the_other_node() {
             envelope: event("e1"),
             request: fixtures::request(),
             handlers: vec![crate::ids::PluginName::new(HANDLER)],
+            body_sha256: None,
             from_quarantine: None,
             now_ms: fixtures::RECEIVED_MS,
         };

@@ -2,7 +2,9 @@
 //! rows, and the quarantine resolution.
 //!
 //! Invariant: all of it runs in the one savepoint of its writer job; the insert is
-//! `ON CONFLICT (source, event_id) DO NOTHING`, so the table constraint decides a duplicate.
+//! `ON CONFLICT DO NOTHING`, so the unique indexes decide a duplicate: `(source, event_id)`,
+//! and `(source, body_sha256)` for a source that dedupes by body (the only other unique index
+//! on `events`).
 
 use rusqlite::{Connection, params};
 
@@ -23,6 +25,7 @@ pub(super) fn store_event(
         envelope,
         request,
         handlers,
+        body_sha256,
         from_quarantine,
         now_ms,
     } = new;
@@ -35,9 +38,9 @@ pub(super) fn store_event(
     let inserted = conn
         .prepare_cached(
             "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
-                                 received_at, headers, body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, '[]', X'')
-             ON CONFLICT (source, event_id) DO NOTHING",
+                                 received_at, headers, body, body_sha256)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, '[]', X'', ?7)
+             ON CONFLICT DO NOTHING",
         )?
         .execute(params![
             source.as_str(),
@@ -46,6 +49,7 @@ pub(super) fn store_event(
             envelope.ordering_key,
             envelope.sequence.map(|s| s as i64),
             request.received_at_ms,
+            body_sha256.as_ref().map(|digest| &digest[..]),
         ])?;
     let accepted = if inserted == 1 {
         let event = conn.last_insert_rowid();

@@ -26,6 +26,7 @@ pub(in crate::inbox) const RELEASED: &[&str] = &[
     "2065b75516fbdf12381ba2761d83a8eccdcaf59da184913d8e200fcc224e56cb",
     "75ad33aa2f30ef4724dbca600e20b0cbd6285c474326b13d1024595be1a0e1c6",
     "bddeb8a99184b80fce2ccee95bf98b91a6f3f12b2e70f1f2c24d0d2e0e5d80f5",
+    "bc2a73224a8102e9d166f32b210ff7f5f718f9b89a390a82dd55feb82abd613b",
 ];
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
@@ -212,6 +213,15 @@ pub(in crate::inbox) const MIGRATIONS: &[&str] = &[
     DROP INDEX deliveries_handler_due;
     DROP INDEX deliveries_key_state;
     ",
+    // 13: a source with `dedupe_body` stores the SHA-256 of each event's body, unique per
+    // source beside its event id: under a scheme that signs only the body, a captured request
+    // sent again with a new (unsigned) id is a duplicate too. Other sources store none, and
+    // their events are in no entry of the index.
+    "
+    ALTER TABLE events ADD COLUMN body_sha256 BLOB;
+    CREATE UNIQUE INDEX events_source_body ON events (source, body_sha256)
+        WHERE body_sha256 IS NOT NULL;
+    ",
 ];
 
 /// Brings the database to the latest version; refuses a database newer than this binary.
@@ -271,7 +281,7 @@ mod tests {
             matches!(e, crate::inbox::InboxError::Migration { .. })
                 && shown.contains(&path.display().to_string())
                 && shown.contains(&format!("schema version {latest}"))
-                && shown.contains("deliveries_keyed_due"),
+                && shown.contains("body_sha256"),
             "{shown}"
         );
     }
