@@ -2,13 +2,17 @@
 //! accepts in one transaction (`batch.rs`'s queue), a request from quarantine in its own.
 //!
 //! Invariants:
-//! - All of one accept is in one transaction, and the insert is `ON CONFLICT DO NOTHING`: the
-//!   unique indexes decide a duplicate (`(source, event_id)`, and `(source, body_sha256)` for a
-//!   source that dedupes by body, the only other on `events`), also between nodes accepting one
-//!   event at the same time (the second insert waits for the first's commit, then inserts
-//!   nothing). Within one batch an event is sent once: its first request is the one inserted,
-//!   the rest are `Duplicate`; so is a later one with the body of an earlier one, for such a
-//!   source.
+//! - All of one accept is in one transaction, and the insert is
+//!   `ON CONFLICT (source, event_id) DO NOTHING`: the unique constraint decides a duplicate,
+//!   also between nodes accepting one event at the same time (the second insert waits for the
+//!   first's commit, then inserts nothing). Within one batch an event is sent once: its first
+//!   request is the one inserted, the rest are `Duplicate`.
+//! - An event of a source that dedupes by body has a second unique index to meet,
+//!   `(source, body_sha256)`, and PostgreSQL names one conflict target at most: its insert is
+//!   `ON CONFLICT DO NOTHING`, which any unique index decides, the primary key included. So
+//!   an event such an insert skipped is a `Duplicate` only once a stored event with its id or
+//!   its body is found; one found with neither (a primary key taken: an identity sequence left
+//!   behind its rows) fails instead, so nothing unstored is ever answered as stored.
 //! - A batch's requests are answered once its `COMMIT` has answered (the statement and the
 //!   `COMMIT` travel together, but the answer waits for both).
 //! - A transaction that inserted a delivery notifies the other nodes as it commits (never
@@ -51,13 +55,26 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         }
     }
     let sequence = envelope.sequence.map(|s| s as i64);
-    let inserted = tx
-        .query_opt(
+    let digest = body_sha256.as_ref().map(|digest| &digest[..]);
+    let insert = match digest {
+        None => {
+            "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+                                 received_at, headers, body, body_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             ON CONFLICT (source, event_id) DO NOTHING
+             RETURNING id"
+        }
+        Some(_) => {
             "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
                                  received_at, headers, body, body_sha256)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT DO NOTHING
-             RETURNING id",
+             RETURNING id"
+        }
+    };
+    let inserted = tx
+        .query_opt(
+            insert,
             &[
                 &source.as_str(),
                 &envelope.event_id.as_str(),
@@ -67,7 +84,7 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
                 &request.received_at_ms,
                 &headers_json(&request.headers),
                 &&request.body[..],
-                &body_sha256.as_ref().map(|digest| &digest[..]),
+                &digest,
             ],
         )
         .await?;
@@ -94,9 +111,62 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
             .await?;
             Accepted::New
         }
+        None if digest.is_some() => {
+            let sources = [source.as_str()];
+            let ids = [envelope.event_id.as_str()];
+            let unstored = unstored(tx, &sources, &ids, &[digest]).await?;
+            match unstored.is_empty() {
+                true => Accepted::Duplicate,
+                false => return Err(neither_stored(&sources, &ids, &unstored)),
+            }
+        }
         None => Accepted::Duplicate,
     };
     Ok(accepted)
+}
+
+/// Of the events given by `sources`, `ids` and `digests` (arrays alike), the positions (the
+/// first is 1) of those with no stored event of their `(source, event_id)` nor of their
+/// `(source, body_sha256)`: after an insert of theirs that `ON CONFLICT DO NOTHING` skipped,
+/// those met another unique index than these two.
+async fn unstored(
+    client: &impl Run,
+    sources: &[&str],
+    ids: &[&str],
+    digests: &[Option<&[u8]>],
+) -> Result<Vec<i64>, InboxError> {
+    let rows = client
+        .query(
+            "SELECT d.n FROM unnest($1::text[], $2::text[], $3::bytea[]) WITH ORDINALITY
+                 AS d (source, event_id, body_sha256, n)
+             WHERE NOT EXISTS (SELECT 1 FROM events v
+                               WHERE v.source = d.source AND v.event_id = d.event_id)
+               AND NOT EXISTS (SELECT 1 FROM events v
+                               WHERE v.source = d.source AND v.body_sha256 = d.body_sha256)",
+            &[&sources, &ids, &digests],
+        )
+        .await?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// The error of events [`unstored`] found (positions from 1 in `sources` and `ids`).
+fn neither_stored(sources: &[&str], ids: &[&str], unstored: &[i64]) -> InboxError {
+    let named: Vec<String> = unstored
+        .iter()
+        .map(|&n| {
+            let i = n as usize - 1;
+            format!("{}/{}", sources[i], ids[i])
+        })
+        .collect();
+    let why = format!(
+        "events {} were neither stored nor found stored: their insert met a unique index other \
+         than the event id's and the body's (the `events` primary key's identity sequence \
+         behind its rows?)",
+        named.join(", ")
+    );
+    InboxError::Storage(std::sync::Arc::from(Box::<
+        dyn std::error::Error + Send + Sync,
+    >::from(why)))
 }
 
 /// Whether `(source, event_id)` is stored.
@@ -154,13 +224,16 @@ pub(super) async fn one(
     Ok(in_transaction!(pool, commits, tx => store_event(&tx, event).await?))
 }
 
-/// The statement of [`in_one_transaction`]: the events not stored yet (`ON CONFLICT DO
-/// NOTHING`: neither their `(source, event_id)` nor, with one, their `(source, body_sha256)`,
-/// `$12`), in the order given, and one pending delivery per handler of each inserted, in event
-/// then handler order (`$9`: the event's position in the arrays, from 1; `$10`: the handler);
-/// returns the inserted events' ids, sources and event ids. A transaction that inserted a
-/// delivery notifies `$11` (the other nodes' wake-up) as it commits.
-const ACCEPT_SQL: &str = "WITH e AS (
+/// The statement of [`in_one_transaction`], with `$conflict` as its `ON CONFLICT` target: the
+/// events not stored yet, in the order given, and one pending delivery per handler of each
+/// inserted, in event then handler order (`$9`: the event's position in the arrays, from 1;
+/// `$10`: the handler); returns the inserted events' ids, sources and event ids. A transaction
+/// that inserted a delivery notifies `$11` (the other nodes' wake-up) as it commits. `$12`:
+/// the bodies' SHA-256, for the events of a source that dedupes by body.
+macro_rules! accept_sql {
+    ($conflict:literal) => {
+        concat!(
+            "WITH e AS (
          SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[],
                               $6::bigint[], $7::text[], $8::bytea[], $12::bytea[])
               WITH ORDINALITY
@@ -172,7 +245,9 @@ const ACCEPT_SQL: &str = "WITH e AS (
          SELECT source, event_id, event_type, ordering_key, sequence, received_at, headers, body,
                 body_sha256
          FROM e ORDER BY n
-         ON CONFLICT DO NOTHING
+         ON CONFLICT ",
+            $conflict,
+            " DO NOTHING
          RETURNING id, source, event_id, ordering_key, sequence, received_at
      ), delivered AS (
          INSERT INTO deliveries (event, source, handler, ordering_key, sequence, state,
@@ -186,12 +261,22 @@ const ACCEPT_SQL: &str = "WITH e AS (
          ORDER BY e.n, h.k
          RETURNING pg_notify($11, '')
      )
-     SELECT id, source, event_id FROM stored";
+     SELECT id, source, event_id FROM stored"
+        )
+    };
+}
+
+/// [`accept_sql`] for a batch without a body digest: only the event id decides a duplicate.
+const ACCEPT_SQL: &str = accept_sql!("(source, event_id)");
+
+/// [`accept_sql`] for a batch with a body digest: any unique index decides (see the module's
+/// invariants for what is checked after).
+const ACCEPT_DEDUPING_SQL: &str = accept_sql!("");
 
 /// Inserts `events` (sorted by `(source, event_id)`) and the deliveries of those new, as one
 /// statement in one transaction, in one round trip; what each became, in order. Of requests
 /// for one event in the batch the first is the one inserted, the rest are duplicates.
-async fn in_one_transaction(
+pub(super) async fn in_one_transaction(
     pool: &Connections,
     events: &[&NewEvent],
 ) -> Result<Vec<Accepted>, InboxError> {
@@ -237,11 +322,16 @@ async fn in_one_transaction(
             handlers.push(handler.as_str());
         }
     }
+    let deduping = digests.iter().any(Option::is_some);
     let client = pool.get().await?;
     let rows = client
         .in_one_round_trip(
             statements::BEGIN,
-            ACCEPT_SQL,
+            if deduping {
+                ACCEPT_DEDUPING_SQL
+            } else {
+                ACCEPT_SQL
+            },
             &[
                 &sources,
                 &ids,
@@ -262,6 +352,14 @@ async fn in_one_transaction(
         .iter()
         .map(|row| ((row.get(1), row.get(2)), row.get(0)))
         .collect();
+    if deduping && new.len() < firsts.len() {
+        // Committed: one found neither stored nor a duplicate fails the batch, whose requests
+        // are then accepted again one at a time (the stored ones as duplicates).
+        let unstored = unstored(&client, &sources, &ids, &digests).await?;
+        if !unstored.is_empty() {
+            return Err(neither_stored(&sources, &ids, &unstored));
+        }
+    }
     Ok(events
         .iter()
         .map(

@@ -2196,3 +2196,82 @@ async fn a_listener_that_stops_reading_is_ended_once_seen_blocked_at_every_look_
     .await;
     assert!(heard);
 }
+
+/// An accept of `id` with `body` from the fixtures' source, deduping by body or not.
+fn new_event(id: &str, body: &'static [u8], dedupes: bool) -> crate::inbox::store::NewEvent {
+    use sha2::Digest as _;
+    crate::inbox::store::NewEvent {
+        source: crate::ids::SourceName::new(fixtures::SOURCE),
+        envelope: event(id),
+        request: crate::inbox::RawRequest {
+            body: bytes::Bytes::from_static(body),
+            ..fixtures::request()
+        },
+        handlers: vec![crate::ids::PluginName::new(HANDLER)],
+        body_sha256: dedupes.then(|| sha2::Sha256::digest(body).into()),
+        from_quarantine: None,
+        now_ms: fixtures::RECEIVED_MS,
+    }
+}
+
+/// One batch statement with two ids of one body stores the first and answers the second a
+/// duplicate, in the statement itself (no error, no fallback to one accept at a time); and an
+/// event whose insert a unique index other than the id's and the body's skipped (the primary
+/// key, its identity sequence set back) fails, batched or alone, rather than be answered a
+/// duplicate of nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_accept_deduping_by_body_is_a_duplicate_only_of_a_stored_event() {
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let store = PostgresStore::connect(db.url(), 2, Pooler::None)
+        .await
+        .unwrap();
+    let (a, b, c) = (
+        new_event("a", b"{\"n\":1}", true),
+        new_event("b", b"{\"n\":1}", true),
+        new_event("c", b"{\"n\":2}", true),
+    );
+    let batched = super::accept::in_one_transaction(&store.connections, &[&a, &b, &c]).await;
+    assert_eq!(
+        batched.unwrap(),
+        [Accepted::New, Accepted::Duplicate, Accepted::New]
+    );
+    // The next event gets an id that is taken (c's).
+    let client = testdb::connect(db.url()).await;
+    let set_back = async || {
+        client
+            .batch_execute(
+                "DO $$ BEGIN EXECUTE format('ALTER TABLE events ALTER COLUMN id RESTART WITH %s',
+                     (SELECT id FROM events WHERE event_id = 'c')); END $$",
+            )
+            .await
+            .unwrap();
+    };
+    let d = new_event("d", b"{\"n\":3}", true);
+    set_back().await;
+    let e = super::accept::in_one_transaction(&store.connections, &[&d])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("s/d"), "{e}");
+    set_back().await;
+    let e = super::accept::one(&store.connections, &store.commits, &d)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, InboxError::Storage(_)), "{e}");
+    // Without a body digest the id alone decides, and the taken key is an error as it always
+    // was.
+    let f = new_event("f", b"{\"n\":4}", false);
+    set_back().await;
+    assert!(
+        super::accept::one(&store.connections, &store.commits, &f)
+            .await
+            .is_err()
+    );
+    let stored: i64 = client
+        .query_one("SELECT count(*) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(stored, 2, "a and c");
+}
