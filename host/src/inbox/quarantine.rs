@@ -9,6 +9,16 @@
 use super::{Inbox, InboxError, RawRequest, ReplayFilter};
 use crate::{ids::SourceName, text};
 
+/// A held request's resolution once parsed as event `event_id`: accepted as that event (new, or
+/// a duplicate of its id), or, with `body_of`, a duplicate of the body of that other stored
+/// event (its source dedupes by body), which is the one to look at.
+pub(super) fn accepted_as(event_id: &str, body_of: Option<&str>) -> String {
+    match body_of {
+        Some(stored) => format!("a duplicate of the body of event {stored} (parsed as {event_id})"),
+        None => format!("accepted as {event_id}"),
+    }
+}
+
 /// A quarantined request waiting to be parsed again.
 #[derive(Debug, Clone)]
 pub struct Quarantined {

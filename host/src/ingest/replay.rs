@@ -250,6 +250,21 @@ async fn reparse_one(shared: &Shared, id: i64) -> Result<Reparsed, InboxError> {
                 source = %source.name, quarantine_id = item.id, event = event_id.as_str(),
                 duplicate, "quarantined request replayed"
             );
+            // A duplicate of another event's body (its source dedupes by body) stored nothing
+            // under this id: nothing to show by it (the held request's resolution names the
+            // event it repeats).
+            if duplicate
+                && source.dedupe_body
+                && !shared
+                    .inbox
+                    .contains_event(source.name.to_string(), event_id.clone())
+                    .await?
+            {
+                return Ok(Reparsed::Resolved(format!(
+                    "parsed as {event_id}, a duplicate of the body of a stored event (its source \
+                     dedupes by body)"
+                )));
+            }
             Ok(Reparsed::Accepted {
                 source: source.name.clone(),
                 event_id,

@@ -609,6 +609,25 @@ pub(super) async fn a_duplicate_from_quarantine_still_resolves_the_request(db: &
     assert_eq!((accepted, held.is_none()), (Accepted::Duplicate, true));
 }
 
+/// A quarantined request parsed into a body stored under another id (its source dedupes by
+/// body) leaves quarantine as a duplicate, and stores nothing under its own id.
+pub(super) async fn a_body_duplicate_from_quarantine_resolves_the_request_and_stores_nothing(
+    db: &dyn Database,
+) {
+    let inbox = fixtures::open(db).await;
+    fixtures::accept_body(&inbox, true, event("a"), b"{\"n\":1}").await;
+    let id = quarantine(&inbox, 10).await.unwrap();
+    let accepted =
+        fixtures::accept_body_from(&inbox, true, event("b"), b"{\"n\":1}", Some(id)).await;
+    let held = inbox.held_quarantined(id).await.unwrap();
+    assert_eq!((accepted, held.is_none()), (Accepted::Duplicate, true));
+    let stored = inbox
+        .contains_event(SOURCE.into(), "b".into())
+        .await
+        .unwrap();
+    assert!(!stored);
+}
+
 /// Two replays, or a replay and a discard, racing for one quarantined request: only the first
 /// resolves it, and an accept that comes second writes nothing (a discarded request never
 /// becomes an event, and each resolution is counted once).

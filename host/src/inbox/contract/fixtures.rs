@@ -93,12 +93,23 @@ pub(in crate::inbox) async fn accept_body(
     envelope: Envelope,
     body: &'static [u8],
 ) -> Accepted {
+    accept_body_from(inbox, dedupes, envelope, body, None).await
+}
+
+/// [`accept_body`], parsed from quarantined request `from` if given.
+pub(in crate::inbox) async fn accept_body_from(
+    inbox: &Inbox,
+    dedupes: bool,
+    envelope: Envelope,
+    body: &'static [u8],
+    from: Option<i64>,
+) -> Accepted {
     let request = RawRequest {
         body: Bytes::from_static(body),
         ..request()
     };
     inbox
-        .accept_from(&source(dedupes), envelope, request, None)
+        .accept_from(&source(dedupes), envelope, request, from)
         .await
         .unwrap()
 }

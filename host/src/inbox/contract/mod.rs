@@ -107,6 +107,7 @@ macro_rules! suite {
             quarantine_is_bounded_by_max_held,
             accepting_from_quarantine_resolves_the_request,
             a_duplicate_from_quarantine_still_resolves_the_request,
+            a_body_duplicate_from_quarantine_resolves_the_request_and_stores_nothing,
             a_quarantined_request_leaves_quarantine_once,
             a_recount_after_resolving_frees_the_quarantine_slot,
             a_resolved_request_is_no_longer_held,

@@ -20,11 +20,13 @@
 //! - A batch inserts in `(source, event_id)` order, so two nodes' batches wait for each other's
 //!   rows in one order and never deadlock on event ids. Bodies come in no such order: two
 //!   nodes each inserting, at once, the bodies the other is inserting under other ids (of a
-//!   source that dedupes by body) can deadlock; PostgreSQL then ends one transaction, whose
-//!   requests are answered 503 (busy) and sent again by their providers, to find the other's
-//!   events stored.
+//!   source that dedupes by body) can deadlock; PostgreSQL then ends one transaction, and a
+//!   batch it ended has its requests accepted again one at a time (finding the other's events
+//!   stored), not all refused.
 
 use std::{collections::HashMap, time::Instant};
+
+use tokio_postgres::error::SqlState;
 
 use super::{
     Connections,
@@ -33,7 +35,9 @@ use super::{
     statements::{self, Conn, Run, Tx},
     wakeup,
 };
-use crate::inbox::{Accepted, Commits, InboxError, request::headers_json, store::NewEvent};
+use crate::inbox::{
+    Accepted, Commits, InboxError, quarantine::accepted_as, request::headers_json, store::NewEvent,
+};
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
 /// quarantined request it came from either way; writes nothing if that request is no longer
@@ -49,7 +53,20 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         now_ms,
     } = new;
     if let Some(id) = from_quarantine {
-        let resolution = format!("accepted as {}", envelope.event_id);
+        // Which stored event another id's body makes this one a duplicate of, if any (as of
+        // now: one committed before the insert below is not named).
+        let body_of: Option<String> = match body_sha256 {
+            Some(digest) => tx
+                .query_opt(
+                    "SELECT event_id FROM events
+                     WHERE source = $1 AND body_sha256 = $2 AND event_id <> $3",
+                    &[&source.as_str(), &&digest[..], &envelope.event_id.as_str()],
+                )
+                .await?
+                .map(|row| row.get(0)),
+            None => None,
+        };
+        let resolution = accepted_as(envelope.event_id.as_str(), body_of.as_deref());
         if !quarantine::resolve(tx, *id, *now_ms, &resolution).await? {
             return Ok(Accepted::AlreadyResolved);
         }
@@ -347,7 +364,21 @@ pub(super) async fn in_one_transaction(
                 &digests,
             ],
         )
-        .await?;
+        .await
+        .map_err(|e| match e.code() {
+            // Answered as a whole, a deadlock would refuse every request of the batch for the
+            // sake of two: those are accepted again one at a time instead.
+            Some(code) if *code == SqlState::T_R_DEADLOCK_DETECTED && firsts.len() > 1 => {
+                InboxError::Storage(std::sync::Arc::from(Box::<
+                    dyn std::error::Error + Send + Sync,
+                >::from(format!(
+                    "a batch of accepts deadlocked with another transaction ({}); its requests \
+                     are accepted again one at a time",
+                    super::error::chain(&e)
+                ))))
+            }
+            _ => InboxError::from(e),
+        })?;
     let mut new: HashMap<(String, String), i64> = rows
         .iter()
         .map(|row| ((row.get(1), row.get(2)), row.get(0)))

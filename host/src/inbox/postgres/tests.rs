@@ -2275,3 +2275,82 @@ async fn an_accept_deduping_by_body_is_a_duplicate_only_of_a_stored_event() {
         .get(0);
     assert_eq!(stored, 2, "a and c");
 }
+
+/// A batch of accepts that deadlocks with another node's transaction (each inserting a body the
+/// other holds, under other ids) is not refused as a whole: its error sends its requests to be
+/// accepted again one at a time, which then find the other's events stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_accepts_that_deadlocks_is_accepted_again_one_at_a_time() {
+    use sha2::Digest as _;
+    let Some(db) = TestDatabase::fresh().await else {
+        return;
+    };
+    let store = Arc::new(
+        PostgresStore::connect(db.url(), 2, Pooler::None)
+            .await
+            .unwrap(),
+    );
+    let (x, y): (&[u8], &[u8]) = (b"{\"x\":1}", b"{\"y\":1}");
+    let insert = "INSERT INTO events (source, event_id, event_type, received_at, headers, body,
+                                      body_sha256)
+                  VALUES ($1, $2, 't', 1, '[]', ''::bytea, $3)";
+    let digest = |body: &[u8]| sha2::Sha256::digest(body).to_vec();
+    let other = testdb::connect(db.url()).await;
+    other.batch_execute("BEGIN").await.unwrap();
+    other
+        .execute(insert, &[&fixtures::SOURCE, &"x", &digest(x)])
+        .await
+        .unwrap();
+    // The batch inserts a (body y), then waits for the other's body x under b.
+    let batch = {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let (a, b) = (
+                new_event("a", b"{\"y\":1}", true),
+                new_event("b", b"{\"x\":1}", true),
+            );
+            super::accept::in_one_transaction(&store.connections, &[&a, &b]).await
+        })
+    };
+    let watcher = testdb::connect(db.url()).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while watcher
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the batch never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The other now waits for the batch's body y: a cycle, which PostgreSQL breaks by ending
+    // the batch (it has waited longer, so it looks for the cycle first).
+    other
+        .execute(insert, &[&fixtures::SOURCE, &"y", &digest(y)])
+        .await
+        .unwrap();
+    let e = batch.await.unwrap().unwrap_err();
+    assert!(
+        matches!(e, InboxError::Storage(_)) && e.to_string().contains("one at a time"),
+        "{e}"
+    );
+    other.batch_execute("COMMIT").await.unwrap();
+    for (id, body) in [("a", b"{\"y\":1}"), ("b", b"{\"x\":1}")] {
+        let accepted = super::accept::one(
+            &store.connections,
+            &store.commits,
+            &new_event(id, body, true),
+        )
+        .await
+        .unwrap();
+        assert_eq!(accepted, Accepted::Duplicate, "{id}");
+    }
+}

@@ -6,10 +6,10 @@
 //! and `(source, body_sha256)` for a source that dedupes by body (the only other unique index
 //! on `events`).
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::quarantine;
-use crate::inbox::{Accepted, InboxError, store::NewEvent};
+use crate::inbox::{Accepted, InboxError, quarantine::accepted_as, store::NewEvent};
 
 /// Inserts the event and its deliveries unless `(source, event_id)` is stored, and resolves the
 /// quarantined request it came from either way; writes nothing if that request is no longer
@@ -30,7 +30,22 @@ pub(super) fn store_event(
         now_ms,
     } = new;
     if let Some(id) = from_quarantine {
-        let resolution = format!("accepted as {}", envelope.event_id);
+        // Which stored event another id's body makes this one a duplicate of, if any (the
+        // writer is the only one: what this reads is what the insert meets).
+        let body_of: Option<String> = match body_sha256 {
+            Some(digest) => conn
+                .prepare_cached(
+                    "SELECT event_id FROM events
+                     WHERE source = ?1 AND body_sha256 = ?2 AND event_id <> ?3",
+                )?
+                .query_row(
+                    params![source.as_str(), &digest[..], envelope.event_id.as_str()],
+                    |row| row.get(0),
+                )
+                .optional()?,
+            None => None,
+        };
+        let resolution = accepted_as(envelope.event_id.as_str(), body_of.as_deref());
         if !quarantine::resolve(conn, *id, *now_ms, &resolution)? {
             return Ok(Accepted::AlreadyResolved);
         }
