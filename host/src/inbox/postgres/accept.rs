@@ -53,13 +53,15 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
         now_ms,
     } = new;
     if let Some(id) = from_quarantine {
-        // Which stored event another id's body makes this one a duplicate of, if any (as of
-        // now: one committed before the insert below is not named).
+        // Which stored event another id's body makes this one a duplicate of, if any, and its
+        // own id is not stored (a duplicate of its id is that); as of now: one committed
+        // before the insert below is not named.
         let body_of: Option<String> = match body_sha256 {
             Some(digest) => tx
                 .query_opt(
                     "SELECT event_id FROM events
-                     WHERE source = $1 AND body_sha256 = $2 AND event_id <> $3",
+                     WHERE source = $1 AND body_sha256 = $2 AND event_id <> $3
+                       AND NOT EXISTS (SELECT 1 FROM events WHERE source = $1 AND event_id = $3)",
                     &[&source.as_str(), &&digest[..], &envelope.event_id.as_str()],
                 )
                 .await?

@@ -2329,7 +2329,9 @@ async fn a_batch_of_accepts_that_deadlocks_is_accepted_again_one_at_a_time() {
             tokio::time::Instant::now() < deadline,
             "the batch never waited"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Soon after: PostgreSQL looks for the cycle `deadlock_timeout` (1 s) into a wait, so
+        // the batch, waiting first, is the one it ends.
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // The other now waits for the batch's body y: a cycle, which PostgreSQL breaks by ending
     // the batch (it has waited longer, so it looks for the cycle first).

@@ -30,13 +30,15 @@ pub(super) fn store_event(
         now_ms,
     } = new;
     if let Some(id) = from_quarantine {
-        // Which stored event another id's body makes this one a duplicate of, if any (the
-        // writer is the only one: what this reads is what the insert meets).
+        // Which stored event another id's body makes this one a duplicate of, if any, and its
+        // own id is not stored (a duplicate of its id is that); the writer is the only one:
+        // what this reads is what the insert meets.
         let body_of: Option<String> = match body_sha256 {
             Some(digest) => conn
                 .prepare_cached(
                     "SELECT event_id FROM events
-                     WHERE source = ?1 AND body_sha256 = ?2 AND event_id <> ?3",
+                     WHERE source = ?1 AND body_sha256 = ?2 AND event_id <> ?3
+                       AND NOT EXISTS (SELECT 1 FROM events WHERE source = ?1 AND event_id = ?3)",
                 )?
                 .query_row(
                     params![source.as_str(), &digest[..], envelope.event_id.as_str()],

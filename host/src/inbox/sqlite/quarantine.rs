@@ -163,4 +163,42 @@ mod tests {
         assert!(first.await.unwrap().unwrap().is_some());
         assert_eq!(inbox.quarantine_held(), 1);
     }
+
+    /// A request replayed out of quarantine into a duplicate of another event's body is
+    /// resolved naming that event; into a duplicate of its own id (stored before the source
+    /// deduped by body, with another body), as accepted under that id.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_body_duplicate_leaves_quarantine_naming_the_event_it_repeats() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hookd.db");
+        let options = WriterOptions::new(Durability::Normal);
+        let store = SqliteStore::open(&path, options).unwrap();
+        let counts = store.counts_blocking();
+        let inbox =
+            Inbox::on_store(Arc::new(store.clone()), counts, Clock::system(), None).unwrap();
+        let resolution = |id: i64| -> String {
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .query_row(
+                    "SELECT resolution FROM quarantine WHERE id = ?1",
+                    [id],
+                    |row| row.get(0),
+                )
+                .unwrap()
+        };
+        fixtures::accept_body(&inbox, false, fixtures::event("b"), b"{\"n\":0}").await;
+        fixtures::accept_body(&inbox, true, fixtures::event("a"), b"{\"n\":1}").await;
+        for (id, expected) in [
+            ("c", "a duplicate of the body of event a (parsed as c)"),
+            ("b", "accepted as b"),
+        ] {
+            let held = fixtures::quarantine(&inbox, 10).await.unwrap();
+            let body = b"{\"n\":1}";
+            let accepted =
+                fixtures::accept_body_from(&inbox, true, fixtures::event(id), body, Some(held))
+                    .await;
+            assert_eq!(accepted, crate::inbox::Accepted::Duplicate, "{id}");
+            assert_eq!(resolution(held), expected);
+        }
+    }
 }
