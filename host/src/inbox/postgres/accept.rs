@@ -31,6 +31,7 @@ use tokio_postgres::error::SqlState;
 use super::{
     Connections,
     batch::{Reply, Weigh, answer},
+    error::storage_error,
     quarantine,
     statements::{self, Conn, Run, Tx},
     wakeup,
@@ -75,21 +76,22 @@ pub(super) async fn store_event(tx: &Tx<'_>, new: &NewEvent) -> Result<Accepted,
     }
     let sequence = envelope.sequence.map(|s| s as i64);
     let digest = body_sha256.as_ref().map(|digest| &digest[..]);
+    macro_rules! insert_sql {
+        ($conflict:literal) => {
+            concat!(
+                "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
+                                     received_at, headers, body, body_sha256)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                 ON CONFLICT ",
+                $conflict,
+                " DO NOTHING RETURNING id"
+            )
+        };
+    }
+    // Only the event id decides, unless there is a digest (see the module's invariants).
     let insert = match digest {
-        None => {
-            "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
-                                 received_at, headers, body, body_sha256)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             ON CONFLICT (source, event_id) DO NOTHING
-             RETURNING id"
-        }
-        Some(_) => {
-            "INSERT INTO events (source, event_id, event_type, ordering_key, sequence,
-                                 received_at, headers, body, body_sha256)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             ON CONFLICT DO NOTHING
-             RETURNING id"
-        }
+        None => insert_sql!("(source, event_id)"),
+        Some(_) => insert_sql!(""),
     };
     let inserted = tx
         .query_opt(
@@ -183,9 +185,7 @@ fn neither_stored(sources: &[&str], ids: &[&str], unstored: &[i64]) -> InboxErro
          behind its rows?)",
         named.join(", ")
     );
-    InboxError::Storage(std::sync::Arc::from(Box::<
-        dyn std::error::Error + Send + Sync,
-    >::from(why)))
+    storage_error(why)
 }
 
 /// Whether `(source, event_id)` is stored.
@@ -371,13 +371,11 @@ pub(super) async fn in_one_transaction(
             // Answered as a whole, a deadlock would refuse every request of the batch for the
             // sake of two: those are accepted again one at a time instead.
             Some(code) if *code == SqlState::T_R_DEADLOCK_DETECTED && firsts.len() > 1 => {
-                InboxError::Storage(std::sync::Arc::from(Box::<
-                    dyn std::error::Error + Send + Sync,
-                >::from(format!(
+                storage_error(format!(
                     "a batch of accepts deadlocked with another transaction ({}); its requests \
                      are accepted again one at a time",
                     super::error::chain(&e)
-                ))))
+                ))
             }
             _ => InboxError::from(e),
         })?;

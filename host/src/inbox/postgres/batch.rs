@@ -22,7 +22,7 @@ use std::{
 
 use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 
-use crate::inbox::{Commits, InboxError, error::StorageError};
+use crate::inbox::{Commits, InboxError};
 
 /// Operations one transaction takes at most.
 const MAX_ITEMS: usize = 128;
@@ -179,11 +179,6 @@ pub(super) fn shared(e: &InboxError) -> InboxError {
         InboxError::Busy(why) => InboxError::Busy(Arc::clone(why)),
         InboxError::Storage(why) => InboxError::Storage(Arc::clone(why)),
         InboxError::WriterGone => InboxError::WriterGone,
-        other => {
-            let why: StorageError = Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
-                other.to_string(),
-            ));
-            InboxError::Storage(why)
-        }
+        other => super::error::storage_error(other.to_string()),
     }
 }

@@ -118,6 +118,13 @@ fn server_away(e: &tokio_postgres::Error) -> bool {
         || text.starts_with("timeout")
 }
 
+/// A storage error that is only `text` (said by hookd, not by the server).
+pub(super) fn storage_error(text: String) -> InboxError {
+    InboxError::Storage(Arc::from(Box::<dyn std::error::Error + Send + Sync>::from(
+        text,
+    )))
+}
+
 /// Lets the room's SQL use `?`: a server that is away is [`InboxError::Unavailable`] (too many
 /// connections included, see [`away`]), lock and serialization failures are
 /// [`InboxError::Busy`] (the operation may be tried again), the rest [`InboxError::Storage`].

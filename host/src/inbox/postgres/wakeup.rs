@@ -206,6 +206,23 @@ async fn listen_until_lost(
     ended
 }
 
+/// A statement selecting `$select` of the hookd listening sessions of this database that the
+/// server is blocked sending to (`$1`: [`LISTEN`]) and `$and` holds for; `started` is a
+/// session's start in µs since the epoch (with its pid, which session it is).
+macro_rules! blocked_listeners {
+    ($select:literal, $and:literal) => {
+        concat!(
+            "SELECT ",
+            $select,
+            " FROM (SELECT *, (extract(epoch FROM backend_start) * 1000000)::int8 AS started
+                    FROM pg_stat_activity) a
+             WHERE datname = current_database() AND state = 'idle'
+               AND wait_event = 'ClientWrite' AND query = $1 ",
+            $and
+        )
+    };
+}
+
 /// The listening sessions a node has seen blocked sending notices to their clients, at every
 /// look since it first saw each.
 #[derive(Default)]
@@ -246,10 +263,7 @@ impl Stuck {
         // `pg_read_all_stats`): those of other roles are never matched.
         let rows = client
             .query(
-                "SELECT pid, (extract(epoch FROM backend_start) * 1000000)::int8
-                 FROM pg_stat_activity
-                 WHERE datname = current_database() AND pid <> pg_backend_pid()
-                   AND state = 'idle' AND wait_event = 'ClientWrite' AND query = $1",
+                blocked_listeners!("pid, started", "AND pid <> pg_backend_pid()"),
                 &[&LISTEN],
             )
             .await?;
@@ -274,12 +288,11 @@ impl Stuck {
             // per session, so one that may not be ended stops no other.
             let ended = client
                 .query_opt(
-                    "SELECT host(client_addr), client_port, pg_terminate_backend(pid)
-                     FROM pg_stat_activity
-                     WHERE pid = $1 AND (extract(epoch FROM backend_start) * 1000000)::int8 = $2
-                       AND datname = current_database() AND state = 'idle'
-                       AND wait_event = 'ClientWrite' AND query = $3",
-                    &[&pid, &started, &LISTEN],
+                    blocked_listeners!(
+                        "host(client_addr), client_port, pg_terminate_backend(pid)",
+                        "AND pid = $2 AND started = $3"
+                    ),
+                    &[&LISTEN, &pid, &started],
                 )
                 .await;
             match ended {
